@@ -1,0 +1,41 @@
+# Malachi heal. `make help` lists the targets.
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+GOBIN ?= $(shell $(GO) env GOPATH)/bin
+BENCH_OUT ?= bench/report.txt
+
+.PHONY: help build test bench lint demo faults fuzz clean
+
+help:
+	@echo "build   compile every package and the binaries into bin/"
+	@echo "test    go vet, then go test -race over every package (the CI command)"
+	@echo "bench   run every benchmark with -benchmem and write $(BENCH_OUT)"
+	@echo "lint    gofmt -l, go vet, staticcheck"
+	@echo "demo    start a local cluster on loopback, break it, watch it heal"
+	@echo "faults  the fault suite against real processes and disks (root)"
+
+build:
+	$(GO) build ./...
+	$(GO) build -o bin/ ./cmd/...
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m ./... | tee $(BENCH_OUT)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck ./...
+
+demo:
+	@if [ -d cmd/malachi ]; then $(GO) run ./cmd/malachi demo; else echo "demo: not built yet"; fi
+
+faults:
+	$(GO) test -race -count=1 -timeout 60m -run 'Fault' ./...
+
+clean:
+	rm -rf bin $(BENCH_OUT)
