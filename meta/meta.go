@@ -118,7 +118,13 @@ type Broker struct {
 	ID BrokerID `json:"id"`
 	// Rack is the failure domain (rack or zone); empty when unknown.
 	Rack string `json:"rack,omitempty"`
-	// RPCAddr is the plugin's control listener (host:port).
+	// AdminAddr is the broker's own admin API (host:port), which exists
+	// whether or not the heal plugin is enabled.
+	AdminAddr string `json:"admin_addr,omitempty"`
+	// RaftAddr is the control plane's consensus transport (host:port).
+	RaftAddr string `json:"raft_addr,omitempty"`
+	// RPCAddr is the heal plugin's control listener (host:port); empty
+	// when the plugin is disabled on that broker.
 	RPCAddr string `json:"rpc_addr,omitempty"`
 	// DataAddr is the catch-up data listener (host:port).
 	DataAddr string `json:"data_addr,omitempty"`
