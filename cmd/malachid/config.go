@@ -1,0 +1,288 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
+)
+
+// errConfig marks a bad configuration: main exits with status 2.
+var errConfig = errors.New("malachid: bad config")
+
+// Config is the broker's configuration: a TOML file, then flags. Every key
+// is also a flag named by its dotted path (--heal.enabled=true).
+type Config struct {
+	ID                uint32        `toml:"id"`
+	DataDir           string        `toml:"data_dir"`
+	Rack              string        `toml:"rack"`
+	AdminListen       string        `toml:"admin_listen"`
+	RaftListen        string        `toml:"raft_listen"`
+	Peers             []string      `toml:"peers"`
+	ReplicationFactor int           `toml:"replication_factor"`
+	FaultInjection    bool          `toml:"fault_injection"`
+	LogLevel          string        `toml:"log_level"`
+	LogFormat         string        `toml:"log_format"`
+	Preallocate       int64         `toml:"preallocate"`
+	Raft              RaftConfig    `toml:"raft"`
+	Heal              plugin.Config `toml:"heal"`
+}
+
+// RaftConfig tunes the control plane's consensus engine.
+type RaftConfig struct {
+	HeartbeatTimeout   time.Duration `toml:"heartbeat_timeout"`
+	ElectionTimeout    time.Duration `toml:"election_timeout"`
+	LeaderLeaseTimeout time.Duration `toml:"leader_lease_timeout"`
+	CommitTimeout      time.Duration `toml:"commit_timeout"`
+	SnapshotThreshold  uint64        `toml:"snapshot_threshold"`
+}
+
+// DefaultConfig is a single broker on loopback with the plugin disabled.
+func DefaultConfig() Config {
+	return Config{
+		ID:                1,
+		AdminListen:       "127.0.0.1:7001",
+		RaftListen:        "127.0.0.1:7101",
+		ReplicationFactor: 3,
+		LogLevel:          "info",
+		LogFormat:         "json",
+		Raft: RaftConfig{
+			HeartbeatTimeout:   500 * time.Millisecond,
+			ElectionTimeout:    500 * time.Millisecond,
+			LeaderLeaseTimeout: 250 * time.Millisecond,
+			CommitTimeout:      5 * time.Millisecond,
+			SnapshotThreshold:  8192,
+		},
+		Heal: plugin.DefaultConfig(),
+	}
+}
+
+// peer is one parsed entry of Config.Peers.
+type peer struct {
+	ID   meta.BrokerID
+	Addr string
+}
+
+// parsePeers parses "id=host:port" entries.
+func (c *Config) parsePeers() ([]peer, error) {
+	var ps []peer
+	seen := map[meta.BrokerID]bool{}
+	for i, s := range c.Peers {
+		ids, addr, ok := strings.Cut(s, "=")
+		id, err := meta.ParseBrokerID(ids)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%w: peers[%d] = %q: want id=host:port", errConfig, i, s)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%w: peers[%d] = %q: address: %v", errConfig, i, s, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("%w: peers[%d] = %q: broker %d listed twice", errConfig, i, s, id)
+		}
+		seen[id] = true
+		ps = append(ps, peer{id, addr})
+	}
+	return ps, nil
+}
+
+// Validate checks c; the error names the key and value.
+func (c *Config) Validate() error {
+	if c.ID == 0 {
+		return fmt.Errorf("%w: id = 0: want a broker id of at least 1", errConfig)
+	}
+	if c.DataDir == "" {
+		return fmt.Errorf("%w: data_dir = \"\": required", errConfig)
+	}
+	for _, a := range []struct{ k, v string }{{"admin_listen", c.AdminListen}, {"raft_listen", c.RaftListen}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("%w: %s = %q: want host:port", errConfig, a.k, a.v)
+		}
+	}
+	if c.ReplicationFactor < 1 {
+		return fmt.Errorf("%w: replication_factor = %d: want at least 1", errConfig, c.ReplicationFactor)
+	}
+	ps, err := c.parsePeers()
+	if err != nil {
+		return err
+	}
+	self := false
+	for _, p := range ps {
+		if uint32(p.ID) == c.ID {
+			self = true
+			if p.Addr != c.RaftListen {
+				return fmt.Errorf("%w: peers = %q: own entry %s differs from raft_listen %q", errConfig, c.Peers, p.Addr, c.RaftListen)
+			}
+		}
+	}
+	if len(ps) > 0 && !self {
+		return fmt.Errorf("%w: peers = %q: does not list this broker (id %d)", errConfig, c.Peers, c.ID)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("%w: log_level = %q: want debug, info, warn or error", errConfig, c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("%w: log_format = %q: want json or console", errConfig, c.LogFormat)
+	}
+	if c.Preallocate < 0 {
+		return fmt.Errorf("%w: preallocate = %d: want 0 or more bytes", errConfig, c.Preallocate)
+	}
+	if err := c.Heal.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	return nil
+}
+
+// loadConfig builds the configuration from defaults, the file named by
+// --config (if any), then the other flags, and validates it. Every error
+// wraps errConfig and names the key and value.
+func loadConfig(args []string, stderr io.Writer) (Config, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("malachid", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "TOML configuration file")
+	set := map[string]string{}
+	var order []string
+	bindFlags(fs, reflect.ValueOf(&cfg).Elem(), "", set, &order)
+	if err := fs.Parse(args); err != nil {
+		return cfg, fmt.Errorf("%w: %v", errConfig, err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("%w: unexpected argument %q", errConfig, fs.Arg(0))
+	}
+	if *path != "" {
+		md, err := toml.DecodeFile(*path, &cfg)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: %s: %v", errConfig, *path, err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			return cfg, fmt.Errorf("%w: %s: unknown key %q", errConfig, *path, und[0].String())
+		}
+	}
+	for _, key := range order {
+		if err := setKey(reflect.ValueOf(&cfg).Elem(), key, set[key]); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.Heal.DataDir == "" {
+		cfg.Heal.DataDir = cfg.DataDir
+	}
+	if cfg.DataDir != "" {
+		cfg.DataDir = filepath.Clean(cfg.DataDir)
+	}
+	return cfg, cfg.Validate()
+}
+
+// pending records a flag's raw value; it is applied after the file.
+type pending struct {
+	key    string
+	isBool bool
+	set    map[string]string
+	order  *[]string
+}
+
+func (p pending) String() string { return "" }
+func (p pending) Set(s string) error {
+	if _, ok := p.set[p.key]; !ok {
+		*p.order = append(*p.order, p.key)
+	}
+	p.set[p.key] = s
+	return nil
+}
+func (p pending) IsBoolFlag() bool { return p.isBool }
+
+// bindFlags registers a flag for every leaf key of the struct v.
+func bindFlags(fs *flag.FlagSet, v reflect.Value, prefix string, set map[string]string, order *[]string) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := f.Tag.Get("toml")
+		if key == "" {
+			continue
+		}
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Struct {
+			bindFlags(fs, fv, key, set, order)
+			continue
+		}
+		usage := fmt.Sprintf("config key %s (default %v)", key, fv.Interface())
+		fs.Var(pending{key: key, isBool: fv.Kind() == reflect.Bool, set: set, order: order}, key, usage)
+	}
+}
+
+// setKey parses s into the field named by the dotted key.
+func setKey(v reflect.Value, key, s string) error {
+	bad := func(why string) error { return fmt.Errorf("%w: --%s = %q: %s", errConfig, key, s, why) }
+	parts := strings.Split(key, ".")
+	for _, p := range parts {
+		found := false
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			if t.Field(i).Tag.Get("toml") == p {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return bad("unknown key")
+		}
+	}
+	if v.Type() == reflect.TypeOf(time.Duration(0)) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return bad("want a duration such as 500ms or 2s")
+		}
+		v.SetInt(int64(d))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return bad("want true or false")
+		}
+		v.SetBool(b)
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v.OverflowInt(n) {
+			return bad("want an integer")
+		}
+		v.SetInt(n)
+	case reflect.Uint32, reflect.Uint64, reflect.Uint:
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || v.OverflowUint(n) {
+			return bad("want a non-negative integer")
+		}
+		v.SetUint(n)
+	case reflect.Slice:
+		var out []string
+		for _, e := range strings.Split(s, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+		v.Set(reflect.ValueOf(out))
+	default:
+		return bad("unsupported key type")
+	}
+	return nil
+}

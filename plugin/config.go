@@ -1,0 +1,172 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// ErrConfig marks a configuration the plugin refuses. The message names the
+// key (as written in a broker's TOML file, under [heal]) and the bad value.
+var ErrConfig = errors.New("plugin: bad config")
+
+// Config is what a broker's configuration gives the plugin. The zero value is
+// a disabled plugin; DefaultConfig gives the documented defaults. TOML keys
+// are the ones in the struct tags (under the broker's [heal] table).
+type Config struct {
+	// Enabled turns the plugin on. When false, Start creates no goroutine,
+	// no listener and no file, and the broker runs as if it were not linked.
+	Enabled bool `toml:"enabled"`
+	// RPCListen is the control RPC listener (host:port): the replication
+	// server, /metrics and /status.
+	RPCListen string `toml:"rpc_listen"`
+	// DataListen is the catch-up data listener (host:port).
+	DataListen string `toml:"data_listen"`
+	// DataDir is the broker's data directory: copies/ and confirm/ live
+	// under it. It belongs to the broker's store; the plugin creates nothing
+	// there itself.
+	DataDir string `toml:"data_dir"`
+	// Secret is the cluster secret that authenticates every request between
+	// instances (HMAC-SHA256). At least 16 bytes. SecretFile, when set,
+	// names a file holding it instead (trailing newline ignored).
+	Secret     string `toml:"secret"`
+	SecretFile string `toml:"secret_file"`
+	// Tick is the period of the heal pass run by the leader's coordinator.
+	// A pass also starts early when membership changes.
+	Tick time.Duration `toml:"tick"`
+	// Grace is how long a broker may miss heartbeats before it counts as
+	// dead and its replicas are replaced.
+	Grace time.Duration `toml:"grace"`
+	// SettleBatch bounds the overrun copies settled per pass (round-robin).
+	SettleBatch int `toml:"settle_batch"`
+	// ProbeDeadline bounds one broker's probe of all its sealed copies; a
+	// copy not answered in time is reported timed out, never confirmed.
+	ProbeDeadline time.Duration `toml:"probe_deadline"`
+	// RPCTimeout bounds one control RPC other than a probe or a backfill.
+	RPCTimeout time.Duration `toml:"rpc_timeout"`
+	// MaxBackfills bounds the backfills running at once in the cluster;
+	// MaxBackfillsPerBroker bounds those a broker takes part in (as source
+	// or target).
+	MaxBackfills          int `toml:"max_backfills"`
+	MaxBackfillsPerBroker int `toml:"max_backfills_per_broker"`
+	// BackfillBytesPerSecond throttles each broker's catch-up traffic;
+	// 0 means unlimited.
+	BackfillBytesPerSecond int64 `toml:"backfill_bytes_per_second"`
+	// BackfillTimeout bounds one backfill transfer.
+	BackfillTimeout time.Duration `toml:"backfill_timeout"`
+	// ProbeEngine and FsyncEngine choose the I/O engine: "auto" (io_uring
+	// when the kernel allows it, else syscalls), "uring" or "syscall".
+	ProbeEngine string `toml:"probe_engine"`
+	FsyncEngine string `toml:"fsync_engine"`
+}
+
+// DefaultConfig returns the defaults documented in the README. The plugin is
+// disabled until the broker sets Enabled.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:                false,
+		RPCListen:              "127.0.0.1:7201",
+		DataListen:             "127.0.0.1:7301",
+		Tick:                   2 * time.Second,
+		Grace:                  10 * time.Second,
+		SettleBatch:            64,
+		ProbeDeadline:          2 * time.Second,
+		RPCTimeout:             5 * time.Second,
+		MaxBackfills:           64,
+		MaxBackfillsPerBroker:  16,
+		BackfillBytesPerSecond: 0,
+		BackfillTimeout:        2 * time.Minute,
+		ProbeEngine:            "auto",
+		FsyncEngine:            "auto",
+	}
+}
+
+// MinSecretLen is the shortest accepted cluster secret.
+const MinSecretLen = 16
+
+// Validate checks c and returns an error wrapping ErrConfig that names the
+// first bad key and its value. A disabled config is always valid: nothing of
+// it will be used.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	bad := func(key string, val any, why string) error {
+		return fmt.Errorf("%w: heal.%s = %v: %s", ErrConfig, key, val, why)
+	}
+	for _, a := range []struct{ key, val string }{{"rpc_listen", c.RPCListen}, {"data_listen", c.DataListen}} {
+		if _, _, err := net.SplitHostPort(a.val); err != nil || a.val == "" {
+			return bad(a.key, fmt.Sprintf("%q", a.val), "want host:port")
+		}
+	}
+	if c.RPCListen == c.DataListen {
+		return bad("data_listen", fmt.Sprintf("%q", c.DataListen), "must differ from heal.rpc_listen")
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", `""`, "want the broker's data directory")
+	}
+	if c.Secret != "" && c.SecretFile != "" {
+		return bad("secret_file", fmt.Sprintf("%q", c.SecretFile), "set heal.secret or heal.secret_file, not both")
+	}
+	if c.Secret == "" && c.SecretFile == "" {
+		return bad("secret", `""`, "a cluster secret is required (heal.secret or heal.secret_file)")
+	}
+	if c.Secret != "" && len(c.Secret) < MinSecretLen {
+		return bad("secret", fmt.Sprintf("<%d bytes>", len(c.Secret)), fmt.Sprintf("want at least %d bytes", MinSecretLen))
+	}
+	durs := []struct {
+		key string
+		v   time.Duration
+		min time.Duration
+	}{
+		{"tick", c.Tick, time.Millisecond},
+		{"grace", c.Grace, 0},
+		{"probe_deadline", c.ProbeDeadline, time.Millisecond},
+		{"rpc_timeout", c.RPCTimeout, time.Millisecond},
+		{"backfill_timeout", c.BackfillTimeout, time.Millisecond},
+	}
+	for _, d := range durs {
+		if d.v < d.min {
+			return bad(d.key, fmt.Sprintf("%q", d.v), fmt.Sprintf("want at least %v", d.min))
+		}
+	}
+	ints := []struct {
+		key string
+		v   int
+	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}}
+	for _, n := range ints {
+		if n.v < 1 {
+			return bad(n.key, n.v, "want at least 1")
+		}
+	}
+	if c.BackfillBytesPerSecond < 0 {
+		return bad("backfill_bytes_per_second", c.BackfillBytesPerSecond, "want 0 (unlimited) or more")
+	}
+	for _, e := range []struct{ key, v string }{{"probe_engine", c.ProbeEngine}, {"fsync_engine", c.FsyncEngine}} {
+		switch e.v {
+		case "auto", "uring", "syscall":
+		default:
+			return bad(e.key, fmt.Sprintf("%q", e.v), `want "auto", "uring" or "syscall"`)
+		}
+	}
+	return nil
+}
+
+// secret returns the cluster secret, reading SecretFile when set.
+func (c Config) secret() ([]byte, error) {
+	if c.SecretFile == "" {
+		return []byte(c.Secret), nil
+	}
+	b, err := os.ReadFile(c.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: heal.secret_file = %q: %v", ErrConfig, c.SecretFile, err)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if len(s) < MinSecretLen {
+		return nil, fmt.Errorf("%w: heal.secret_file = %q: secret of %d bytes, want at least %d", ErrConfig, c.SecretFile, len(s), MinSecretLen)
+	}
+	return []byte(s), nil
+}
