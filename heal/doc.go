@@ -1,0 +1,77 @@
+// Package heal is the decision core of Malachi heal and the coordinator
+// that executes its decisions.
+//
+// The core is pure: a Planner turns an Input (a meta.Snapshot, this tick's
+// ProbeReports, the brokers' last-seen times, the time of the pass, a
+// Policy) into a Plan, a list of Action values in risk order (the segments
+// with the fewest healthy copies first) and a Report. It never reads the
+// clock, starts a goroutine or does I/O, so it is tested with tables, with
+// property tests and with a deterministic simulation. Place is its
+// placement rule.
+//
+// The Coordinator is the executor: while it holds leadership it runs one
+// pass per tick (Snapshot, Probe every broker, Plan, execute) through the
+// small interfaces this package declares (ControlPlane, Prober, Backfiller,
+// Settler, Deleter), which the plugin implements over RPC.
+//
+// Usage loop (what Coordinator.Run does):
+//
+//	snap := control.Snapshot(ctx)
+//	reports := probe every registered broker at snap.Index
+//	plan := planner.Plan(Input{snap, reports, seen, now, policy, cursor})
+//	execute plan (see Plan for the order contract); report plan.Report
+//
+// The rules, from the specification (SEED.txt):
+//
+//   - A sealed segment with a lost replica (its broker dead past the grace
+//     delay, or its copy latched) or fewer replicas than the replication
+//     factor is under-replicated: Place picks the healed set and each new
+//     replica is backfilled from a surviving intact replica. The
+//     SetReplicas command is executed only when every backfill of that
+//     segment succeeded.
+//   - A segment whose every replica is dead is reported failed
+//     (all_replicas_dead), never dropped.
+//   - Active (unsealed) segments are left alone.
+//   - The integrity pass: a copy whose stored bytes fall short of the
+//     sealed byte size (or that is missing) is backfilled from an intact
+//     replica resuming at its durable end; a copy whose bytes run past it
+//     is unsettled. Nothing is repaired from the unsettled list: a batch
+//     of it, round-robin (the cursor survives between passes) and bounded
+//     by Policy.SettleBatch, is settled each pass.
+//   - A settled copy is confirmed, once, on a pass in which its segment is
+//     fully live, not under-replicated, the copy is not latched, the
+//     segment's latch state was readable this tick and the copy's own probe
+//     did not time out; a confirmed copy is never selected again.
+//   - A latched copy is neither a backfill source nor a placement target
+//     for its segment; it is replaced, never merely dropped. With no spare
+//     broker it stays in the set behind the healthy replicas and the
+//     segment is reported no_spare_broker with its copies on every pass. A
+//     dropped latched copy is deleted only after the new set is recorded.
+//
+// Invariants:
+//
+//  1. A healed replica set never names a broker twice, never names a dead
+//     or unknown broker that was not already in the set, and has at most
+//     max(replication factor, healthy survivors) members.
+//  2. No replica is dropped from a set without a replacement in the same
+//     command.
+//  3. No SetReplicas is applied for a segment any of whose backfills in
+//     the same plan failed; no copy is deleted unless the command leaving
+//     it out was recorded; no copy is confirmed unless it was settled in the
+//     same pass.
+//  4. A segment that cannot be healed is in Report.Failed on every pass
+//     until it is healed.
+//  5. The planner's work and allocations over a healthy segment are
+//     constant: it iterates the snapshot once, merges the sorted anomalies
+//     against it and builds no per-segment map.
+//
+// Concurrency and crash contract: a Planner is not safe for concurrent use;
+// Plans and Reports it returns share no memory with it. The Coordinator
+// runs one pass at a time; a pass stops when its context is cancelled (lost
+// leadership): backfills in flight are cancelled (the Backfiller rolls them
+// back), and no command, confirmation or deletion is started after the
+// cancellation. Every step is idempotent and re-planned from the metadata
+// on the next pass, so a crash at any point leaves at worst an extra
+// unreferenced copy on a target (re-used by the next backfill, which
+// resumes at its durable end) or a dropped latched copy not yet deleted.
+package heal

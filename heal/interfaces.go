@@ -1,0 +1,101 @@
+package heal
+
+import (
+	"context"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// The interfaces below are what the Coordinator needs from the world. heal
+// declares them; the plugin implements them over its RPC, the simulation
+// tests implement them in memory. Every method must honour ctx: when ctx is
+// done it returns promptly with an error wrapping ctx.Err() and leaves
+// nothing half-applied on the broker (a cancelled backfill is aborted back to
+// the target's durable end, never committed).
+
+// ControlPlane is the replicated metadata as the heal leader sees it.
+type ControlPlane interface {
+	// Snapshot returns a consistent view of the metadata at one applied
+	// index, at least as recent as every SetReplicas this ControlPlane has
+	// already acknowledged. The Coordinator does not modify it.
+	Snapshot(ctx context.Context) (meta.Snapshot, error)
+
+	// SetReplicas applies cmd as a compare-and-set: the segment's replica
+	// set becomes cmd.Replicas only if it is still exactly cmd.Expected.
+	// It returns nil once the change is committed and applied. When the
+	// current set differs it returns an error wrapping
+	// meta.ErrStaleReplicas and changes nothing; the Coordinator drops the
+	// command and the next pass plans the segment again. Any other error
+	// (lost leadership, timeout) means the command may or may not have
+	// been applied: the Coordinator treats it like a stale one and deletes
+	// nothing on its account.
+	SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error
+}
+
+// Prober asks one broker about its sealed copies.
+type Prober interface {
+	// Probe asks broker to stat every sealed copy that the metadata, at an
+	// applied index of at least snapshotIndex, assigns it (the broker may
+	// wait, bounded by ctx, for its own view to catch up), and to report
+	// only what is wrong: see ProbeReport for the contract of the answer.
+	// An error means the broker's state is unreadable this tick: the
+	// planner then treats the broker as not up (it is neither a source nor
+	// a target, and its segments' latch state is unknown) and the grace
+	// delay decides when it counts as dead.
+	Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (ProbeReport, error)
+}
+
+// Backfiller copies a sealed segment's bytes between brokers.
+type Backfiller interface {
+	// DurableEnd returns the byte length of the whole, valid frames of
+	// broker's copy of seg (the truncation point a resumed backfill starts
+	// from). A copy that does not exist has durable end 0 and no error.
+	DurableEnd(ctx context.Context, broker meta.BrokerID, seg meta.Segment) (int64, error)
+
+	// Backfill makes target's copy of seg whole by copying bytes
+	// [from, end) from source's copy, where end covers the frames and the
+	// seal footer. The target creates the copy if it has none and must
+	// never commit a copy that does not verify against seg (frames,
+	// offsets, checksum); on any error it rolls back to its durable end.
+	// It returns the number of bytes transferred. A target that latched
+	// the copy, a source that refuses (latched, short, unsealed) or a
+	// checksum mismatch are all errors; the Coordinator reports them and
+	// never records a replica set that names target on their account.
+	Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error)
+}
+
+// Settler brings overrun copies back to their sealed size and records that
+// they are exact.
+type Settler interface {
+	// Settle brings broker's copy of seg down to seg.ByteSize (plus the
+	// seal footer), writing the footer if the copy is not yet sealed and
+	// syncing and rolling the log first if the copy is its active
+	// segment, then fences the copy and syncs its directory. It never
+	// confirms anything and it refuses (with an error) a copy whose frames
+	// end short of seg.ByteSize.
+	Settle(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error
+
+	// Confirm records, durably on broker, that its copy of seg has been
+	// settled and is exact, keyed by the copy's file identity, so that the
+	// copy is never reported overrun again. The Coordinator calls it only
+	// after a successful Settle of the same copy in the same pass.
+	Confirm(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error
+}
+
+// Deleter removes copies that the metadata no longer assigns.
+type Deleter interface {
+	// Delete removes broker's copy of seg, latched or not. The
+	// Coordinator calls it only after a replica set that leaves broker out
+	// has been recorded by the ControlPlane. Deleting a copy that does not
+	// exist is not an error.
+	Delete(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID) error
+}
+
+// Brokers is everything the Coordinator asks of brokers; one value (the
+// plugin's RPC client) usually implements all of it.
+type Brokers interface {
+	Prober
+	Backfiller
+	Settler
+	Deleter
+}

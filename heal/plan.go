@@ -1,0 +1,251 @@
+package heal
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// ErrInvalid marks bad input to the planner or the Coordinator; nothing is
+// changed on its account.
+var ErrInvalid = errors.New("heal: invalid")
+
+// Op names what an Action does: verb, condition, target. The zero value is
+// reserved; an Action with OpUnknown is a bug.
+type Op uint8
+
+const (
+	// OpUnknown is the reserved zero value.
+	OpUnknown Op = iota
+	// ReplaceDeadReplica backfills Target, a new replica, from Source,
+	// because a replica's broker is dead.
+	ReplaceDeadReplica
+	// ReplaceLatchedCopy backfills Target, a new replica, from Source,
+	// because a replica's copy is latched failed on a live broker.
+	ReplaceLatchedCopy
+	// AddMissingReplica backfills Target, a new replica, from Source,
+	// because the set has fewer replicas than the replication factor.
+	AddMissingReplica
+	// ResumeShortCopy re-backfills Target's own short or missing copy
+	// from Source, resuming at Target's durable end. The replica set does
+	// not change.
+	ResumeShortCopy
+	// SetReplicas applies Command through the ControlPlane's
+	// compare-and-set, only if every backfill of the same segment in this
+	// plan succeeded.
+	SetReplicas
+	// SettleOverrun settles Target's overrun copy down to its sealed size.
+	SettleOverrun
+	// ConfirmCopy confirms Target's copy, only after the SettleOverrun of
+	// the same copy in this plan succeeded.
+	ConfirmCopy
+	// DeleteDroppedCopy deletes Target's copy (a latched copy left out of
+	// the healed set), only after the SetReplicas of the same segment in
+	// this plan was recorded.
+	DeleteDroppedCopy
+	// ReportFailed reports that the segment cannot be healed this pass,
+	// with Reason and, for no_spare_broker, Copies.
+	ReportFailed
+)
+
+var opNames = [...]string{"unknown", "replace_dead_replica", "replace_latched_copy", "add_missing_replica",
+	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed"}
+
+// String returns the snake_case name of o.
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// MarshalText implements encoding.TextMarshaler with the String form.
+func (o Op) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// IsBackfill reports whether o copies bytes to Target.
+func (o Op) IsBackfill() bool {
+	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy
+}
+
+// Reason says why a segment could not be healed.
+type Reason uint8
+
+const (
+	// ReasonNone is the zero value: no failure.
+	ReasonNone Reason = iota
+	// AllReplicasDead: every broker of the replica set is dead; no copy
+	// can be read. Nothing is dropped from the set.
+	AllReplicasDead
+	// NoSpareBroker: a lost replica (dead broker or latched copy) has no
+	// live broker without a copy to take its place; it stays in the set
+	// behind the healthy replicas. Failure.Copies names the lost replicas
+	// kept.
+	NoSpareBroker
+	// NoIntactSource: some replica is not dead but none is intact and
+	// readable this tick (all short, missing, latched, timed out or on a
+	// broker not yet dead but not answering).
+	NoIntactSource
+	// BackfillFailed: a backfill of this pass returned an error
+	// (Coordinator only); no command was applied for the segment.
+	BackfillFailed
+	// CommandFailed: SetReplicas failed for a reason other than a stale
+	// expected set (Coordinator only).
+	CommandFailed
+)
+
+var reasonNames = [...]string{"none", "all_replicas_dead", "no_spare_broker", "no_intact_source", "backfill_failed", "command_failed"}
+
+// String returns the snake_case name of r.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// MarshalText implements encoding.TextMarshaler with the String form.
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// Action is one step of a Plan, a value. Which fields are meaningful
+// depends on Op (see each Op's comment); the others are zero.
+type Action struct {
+	Op Op `json:"op"`
+	// Segment is the segment as the snapshot records it (the backfill
+	// verifies against it; do not modify its Replicas).
+	Segment meta.Segment `json:"segment"`
+	// Target is the broker acted on: the backfill target, the copy
+	// settled, confirmed or deleted.
+	Target meta.BrokerID `json:"target,omitempty"`
+	// Source is the intact replica a backfill copies from.
+	Source meta.BrokerID `json:"source,omitempty"`
+	// From is, for ResumeShortCopy, the stored size the probe reported (a
+	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
+	From int64 `json:"from,omitempty"`
+	// Command is the compare-and-set for SetReplicas.
+	Command meta.SetSegmentReplicas `json:"command"`
+	// Reason and Copies explain ReportFailed.
+	Reason Reason          `json:"reason,omitempty"`
+	Copies []meta.BrokerID `json:"copies,omitempty"`
+}
+
+// Plan is the outcome of one pass: what to do, in risk order (the segments
+// with the fewest healthy copies first), and what was found.
+//
+// Execution contract (the Coordinator implements it; any other executor
+// must too):
+//  1. Backfills (Op.IsBackfill) and SettleOverrun may run concurrently.
+//  2. A SetReplicas runs only after every backfill of the same segment in
+//     this plan succeeded; otherwise it is skipped and the segment is
+//     reported BackfillFailed.
+//  3. A ConfirmCopy runs only after the SettleOverrun of the same copy
+//     succeeded.
+//  4. A DeleteDroppedCopy runs only after the SetReplicas of the same
+//     segment was recorded (returned nil).
+//  5. ReportFailed needs no execution; it is in the Report too.
+type Plan struct {
+	// Index is the snapshot index the plan was made from.
+	Index uint64 `json:"index"`
+	// Actions in execution-group order within each segment, segments in
+	// risk order. Never nil.
+	Actions []Action `json:"actions"`
+	// Report is what the pass found, before execution.
+	Report Report `json:"report"`
+	// SettleCursor is where the next pass's round-robin over unsettled
+	// copies starts; feed it back as Input.SettleCursor (the Planner does).
+	SettleCursor CopyRef `json:"settle_cursor"`
+}
+
+// CopyRef names one copy: a segment on a broker.
+type CopyRef struct {
+	Segment meta.SegmentID `json:"segment"`
+	Broker  meta.BrokerID  `json:"broker"`
+}
+
+// String returns "segment@broker".
+func (c CopyRef) String() string { return fmt.Sprintf("%s@%d", c.Segment, c.Broker) }
+
+// less orders copies by segment, then broker.
+func (c CopyRef) less(d CopyRef) bool {
+	if c.Segment != d.Segment {
+		return c.Segment < d.Segment
+	}
+	return c.Broker < d.Broker
+}
+
+// Failure is one segment that could not be healed.
+type Failure struct {
+	Segment meta.SegmentID `json:"segment"`
+	Reason  Reason         `json:"reason"`
+	// Copies are, for NoSpareBroker, the lost replicas kept in the set.
+	Copies []meta.BrokerID `json:"copies,omitempty"`
+	// Err is the error text, for failures found while executing.
+	Err string `json:"err,omitempty"`
+}
+
+// Seen is the last time a broker answered a probe (or, for a fresh leader,
+// when it started watching). The planner never reads the clock: Input.Now
+// and these values decide liveness.
+type Seen struct {
+	Broker meta.BrokerID `json:"broker"`
+	At     time.Time     `json:"at"`
+}
+
+// Policy bounds what one pass may do.
+type Policy struct {
+	// Grace is how long a broker may go unseen before it counts as dead
+	// and its replicas are replaced. A broker unseen for less is
+	// "suspect": not replaced, but neither a source nor a target.
+	Grace time.Duration `json:"grace"`
+	// SettleBatch bounds the SettleOverrun actions of one pass, chosen
+	// round-robin over the unsettled copies.
+	SettleBatch int `json:"settle_batch"`
+	// MaxBackfillsPerBroker bounds the backfills one pass plans with a
+	// given broker as source or target; segments beyond it wait for a
+	// later pass (Report.Deferred). Zero means no bound.
+	MaxBackfillsPerBroker int `json:"max_backfills_per_broker"`
+	// MaxBackfills bounds the backfills of one pass; zero means no bound.
+	MaxBackfills int `json:"max_backfills"`
+}
+
+// DefaultPolicy returns the policy an operator gets without configuring
+// one.
+func DefaultPolicy() Policy {
+	return Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256}
+}
+
+// Validate checks the policy; its errors name the field and the value.
+func (p Policy) Validate() error {
+	if p.Grace < 0 {
+		return fmt.Errorf("%w: policy grace %v is negative", ErrInvalid, p.Grace)
+	}
+	if p.SettleBatch < 0 {
+		return fmt.Errorf("%w: policy settle_batch %d is negative", ErrInvalid, p.SettleBatch)
+	}
+	if p.MaxBackfillsPerBroker < 0 {
+		return fmt.Errorf("%w: policy max_backfills_per_broker %d is negative", ErrInvalid, p.MaxBackfillsPerBroker)
+	}
+	if p.MaxBackfills < 0 {
+		return fmt.Errorf("%w: policy max_backfills %d is negative", ErrInvalid, p.MaxBackfills)
+	}
+	return nil
+}
+
+// Input is everything one pass decides from. The planner does not modify
+// it and keeps no reference to it after returning.
+type Input struct {
+	Snapshot meta.Snapshot
+	// Reports are this tick's probe reports, at most one per broker. A
+	// registered broker without one is not up this tick.
+	Reports []ProbeReport
+	// Seen are the brokers' last-seen times; a broker without one has
+	// never been seen and counts as dead.
+	Seen []Seen
+	// Now is the time of the pass.
+	Now    time.Time
+	Policy Policy
+	// SettleCursor is the previous Plan's SettleCursor (zero: start at
+	// the first unsettled copy).
+	SettleCursor CopyRef
+}
