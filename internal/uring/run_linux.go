@@ -1,0 +1,196 @@
+//go:build linux
+
+package uring
+
+import (
+	"context"
+	"time"
+)
+
+// user_data of the ring's own sqes (timers, cancellations) has the top bit
+// set; an operation's user_data is its slot index | generation<<32.
+const (
+	tagInternal uint64 = 1 << 63
+	tagTimer           = tagInternal | 1
+	tagCancel          = tagInternal | 2
+)
+
+type slot struct {
+	op   int // batch index, or -1 when free or orphaned
+	gen  uint32
+	busy bool
+	Buffers
+}
+
+// Run submits every operation of b, keeping up to Entries() in flight and
+// refilling as completions arrive, so batches larger than the ring are
+// fine. It returns nil when every operation was answered by the kernel.
+//
+// When ctx ends (deadline or cancel), Close is called, or io_uring_enter
+// fails, Run calls Abort for every unanswered operation, asks the kernel to
+// cancel those in flight and returns the reason. The buffers of operations
+// that the kernel has not answered yet stay owned by the ring (orphans): the
+// next Run or Close reaps them before their slots are reused. After Close,
+// Run returns ErrClosed and calls nothing on b.
+func (r *Ring) Run(ctx context.Context, b Batch) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() || r.unmapped {
+		return ErrClosed
+	}
+	n := b.Len()
+	mine := 0 // this batch's operations in flight
+	onCQE := func(c *CQE) {
+		if c.UserData&tagInternal != 0 {
+			return
+		}
+		si := uint32(c.UserData)
+		s := &r.slots[si]
+		if !s.busy || s.gen != uint32(c.UserData>>32) {
+			return // cannot happen: every user_data is posted once
+		}
+		if s.op >= 0 {
+			b.Complete(s.op, c.Res, &s.Buffers)
+			mine--
+		} else {
+			r.orphans--
+		}
+		s.busy, s.op = false, -1
+		r.free = append(r.free, si)
+		r.inflight--
+	}
+	if r.inflight > 0 {
+		r.reap(onCQE) // orphans of an earlier batch
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	next := 0
+	var abort error
+	for {
+		for next < n && len(r.free) > 0 {
+			sqe := r.getSQE()
+			if sqe == nil {
+				break
+			}
+			si := r.free[len(r.free)-1]
+			s := &r.slots[si]
+			if !b.Prep(next, sqe, &s.Buffers) {
+				r.sqPending-- // not published yet: give the sqe back
+				next++
+				continue
+			}
+			r.free = r.free[:len(r.free)-1]
+			s.gen = (s.gen + 1) & 0x7fffffff
+			s.op, s.busy = next, true
+			sqe.UserData = uint64(si) | uint64(s.gen)<<32
+			next++
+			mine++
+			r.inflight++
+		}
+		if mine == 0 && next == n {
+			break
+		}
+		if r.closed.Load() {
+			abort = ErrClosed
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			abort = err
+			break
+		}
+		wait := r.opts.PollInterval
+		if hasDeadline {
+			d := time.Until(deadline)
+			if d <= 0 {
+				abort = context.DeadlineExceeded
+				break
+			}
+			wait = min(wait, d)
+		}
+		// Wait for a quarter of what is in flight while more is queued, so
+		// one enter submits and reaps many; at the end of the batch wait
+		// for all of it.
+		want := mine
+		if next < n {
+			want = max(1, mine/4)
+		}
+		if err := r.enter(uint32(want), wait); err != nil {
+			abort = err
+			break
+		}
+		r.reap(onCQE)
+	}
+	if abort == nil {
+		return nil
+	}
+	for i := next; i < n; i++ {
+		b.Abort(i, abort)
+	}
+	_ = r.enter(0, 0)
+	r.reap(onCQE)
+	for i := range r.slots {
+		if s := &r.slots[i]; s.busy && s.op >= 0 {
+			b.Abort(s.op, abort)
+			s.op = -1
+			r.orphans++
+		}
+	}
+	if r.inflight > 0 {
+		r.cancelInflight()
+	}
+	if r.closed.Load() {
+		r.drain()
+	}
+	return abort
+}
+
+// cancelInflight submits an ASYNC_CANCEL for every operation in flight.
+// Queued io-wq work is cancelled (-ECANCELED); work already running
+// finishes on its own.
+func (r *Ring) cancelInflight() {
+	for i := range r.slots {
+		s := &r.slots[i]
+		if !s.busy {
+			continue
+		}
+		sqe := r.getSQE()
+		if sqe == nil {
+			_ = r.enter(0, 0)
+			if sqe = r.getSQE(); sqe == nil {
+				return
+			}
+		}
+		sqe.PrepCancel(uint64(i)|uint64(s.gen)<<32, 0)
+		sqe.UserData = tagCancel
+	}
+	_ = r.enter(0, 0)
+}
+
+// drain waits until every operation in flight has completed and releases
+// their slots. Only orphans may be in flight.
+func (r *Ring) drain() {
+	for r.inflight > 0 {
+		_ = r.enter(1, r.opts.PollInterval)
+		r.reap(func(c *CQE) {
+			if c.UserData&tagInternal != 0 {
+				return
+			}
+			si := uint32(c.UserData)
+			s := &r.slots[si]
+			if !s.busy || s.gen != uint32(c.UserData>>32) {
+				return
+			}
+			s.busy, s.op = false, -1
+			r.free = append(r.free, si)
+			r.inflight--
+			r.orphans--
+		})
+	}
+}
+
+// InFlight is the number of operations submitted and not yet answered by
+// the kernel, orphans of aborted batches included.
+func (r *Ring) InFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inflight
+}
