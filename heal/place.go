@@ -27,7 +27,9 @@ type Placement struct {
 }
 
 // Changed reports whether the healed set differs from current.
-func (p Placement) Changed(current []meta.BrokerID) bool { return !meta.SameReplicas(p.Replicas, current) }
+func (p Placement) Changed(current []meta.BrokerID) bool {
+	return !meta.SameReplicas(p.Replicas, current)
+}
 
 // Place returns the healed replica set of a segment whose replica set is
 // current, given the live brokers (with their racks), the replication
@@ -85,6 +87,7 @@ type node struct {
 	// up: answered this tick (a source and a target); dead: unseen for
 	// longer than the grace delay. Neither: suspect.
 	up, dead     bool
+	recent       bool // seen within the grace delay
 	latchUnknown bool
 	load         int // replicas held, plus those placed this pass
 	busy         int // backfills planned this pass as source or target
@@ -94,8 +97,8 @@ type node struct {
 // placer holds the brokers of a pass and the scratch buffers of placement,
 // reused from segment to segment and pass to pass.
 type placer struct {
-	nodes []node // sorted by id
-	racks []int32
+	nodes                      []node // sorted by id
+	racks                      []int32
 	out, added, replaced, kept []meta.BrokerID
 }
 

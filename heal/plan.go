@@ -207,6 +207,11 @@ type Policy struct {
 	MaxBackfillsPerBroker int `json:"max_backfills_per_broker"`
 	// MaxBackfills bounds the backfills of one pass; zero means no bound.
 	MaxBackfills int `json:"max_backfills"`
+	// HoldShare is the mass-failure brake: when more than this share of
+	// the registered brokers go missing within one grace window, placement
+	// of new replicas is held (Report.HoldReason). Zero means the default,
+	// 1/4; a negative value disables the brake. See Hold.
+	HoldShare float64 `json:"hold_share"`
 }
 
 // DefaultPolicy returns the policy an operator gets without configuring
@@ -225,6 +230,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxBackfillsPerBroker < 0 {
 		return fmt.Errorf("%w: policy max_backfills_per_broker %d is negative", ErrInvalid, p.MaxBackfillsPerBroker)
+	}
+	if p.HoldShare > 1 {
+		return fmt.Errorf("%w: policy hold_share %v: want at most 1 (negative disables)", ErrInvalid, p.HoldShare)
 	}
 	if p.MaxBackfills < 0 {
 		return fmt.Errorf("%w: policy max_backfills %d is negative", ErrInvalid, p.MaxBackfills)
@@ -248,4 +256,7 @@ type Input struct {
 	// SettleCursor is the previous Plan's SettleCursor (zero: start at
 	// the first unsettled copy).
 	SettleCursor CopyRef
+	// Release lifts a mass-failure hold for this pass (the operator said
+	// so); the Report still names the hold_reason it overrode.
+	Release bool
 }

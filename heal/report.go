@@ -43,6 +43,9 @@ type Report struct {
 	// HoldReason is set when the mass-failure brake holds placement of
 	// new replicas this pass; empty otherwise.
 	HoldReason string `json:"hold_reason,omitempty"`
+	// HoldReleased says an operator lifted the hold named by HoldReason
+	// for this pass: placement went ahead.
+	HoldReleased bool `json:"hold_released,omitempty"`
 
 	// Execution results, filled by the Coordinator.
 

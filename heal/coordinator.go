@@ -1,0 +1,473 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Config configures a Coordinator. Control and the four broker interfaces
+// are required; the rest has defaults (see NewCoordinator).
+type Config struct {
+	Control    ControlPlane
+	Prober     Prober
+	Backfiller Backfiller
+	Settler    Settler
+	Deleter    Deleter
+	// Policy bounds each pass (DefaultPolicy when zero).
+	Policy Policy
+	// Now is the clock; time.Now when nil. The planner never reads it:
+	// the Coordinator stamps each pass and each probe answer with it.
+	Now func() time.Time
+	// Concurrency bounds the backfills, settles and confirmations running
+	// at once (default 8); PerBroker bounds those touching one broker, as
+	// source or target (default 2).
+	Concurrency int
+	PerBroker   int
+	// ProbeTimeout bounds each broker's probe (default 2s); a broker that
+	// does not answer in time is not up this tick.
+	ProbeTimeout time.Duration
+	// Logger receives one line per pass and one per failed step; nil
+	// discards.
+	Logger *slog.Logger
+	// OnReport, when set, is called with every pass's Report (metrics,
+	// status). It must not block for long.
+	OnReport func(Report)
+}
+
+// Coordinator runs heal passes while its caller holds leadership. Run and
+// Pass must not be called concurrently with each other; Last and Release
+// are safe at any time.
+type Coordinator struct {
+	cfg     Config
+	planner Planner
+	cursor  CopyRef
+	seen    map[meta.BrokerID]time.Time
+
+	mu      sync.Mutex
+	last    Report
+	release bool
+}
+
+// NewCoordinator checks cfg and returns a Coordinator. The error wraps
+// ErrInvalid and names the missing or bad field.
+func NewCoordinator(cfg Config) (*Coordinator, error) {
+	switch {
+	case cfg.Control == nil:
+		return nil, fmt.Errorf("%w: coordinator config: Control is nil", ErrInvalid)
+	case cfg.Prober == nil:
+		return nil, fmt.Errorf("%w: coordinator config: Prober is nil", ErrInvalid)
+	case cfg.Backfiller == nil:
+		return nil, fmt.Errorf("%w: coordinator config: Backfiller is nil", ErrInvalid)
+	case cfg.Settler == nil:
+		return nil, fmt.Errorf("%w: coordinator config: Settler is nil", ErrInvalid)
+	case cfg.Deleter == nil:
+		return nil, fmt.Errorf("%w: coordinator config: Deleter is nil", ErrInvalid)
+	case cfg.Concurrency < 0:
+		return nil, fmt.Errorf("%w: coordinator config: Concurrency %d is negative", ErrInvalid, cfg.Concurrency)
+	case cfg.PerBroker < 0:
+		return nil, fmt.Errorf("%w: coordinator config: PerBroker %d is negative", ErrInvalid, cfg.PerBroker)
+	case cfg.ProbeTimeout < 0:
+		return nil, fmt.Errorf("%w: coordinator config: ProbeTimeout %v is negative", ErrInvalid, cfg.ProbeTimeout)
+	}
+	if cfg.Policy == (Policy{}) {
+		cfg.Policy = DefaultPolicy()
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 8
+	}
+	if cfg.PerBroker == 0 {
+		cfg.PerBroker = 2
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Coordinator{cfg: cfg}, nil
+}
+
+// Run runs one pass now and one per value received from tick, until ctx is
+// done (the caller cancels it when leadership is lost) or tick is closed.
+// Each Run is a leadership term: the brokers' last-seen times start at the
+// term's first pass, so the grace delay runs from then. A failed pass is
+// logged and reported and the next tick tries again. Run returns ctx.Err()
+// or nil when tick closes.
+func (c *Coordinator) Run(ctx context.Context, tick <-chan time.Time) error {
+	c.seen = nil
+	c.cursor = CopyRef{}
+	for {
+		if _, err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("heal pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case _, ok := <-tick:
+			if !ok {
+				return nil
+			}
+		}
+	}
+}
+
+// Last returns the Report of the last pass (zero before the first).
+func (c *Coordinator) Last() Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// Release lifts a mass-failure hold: placement goes ahead until the hold's
+// condition clears on its own, after which a new hold can arise.
+func (c *Coordinator) Release() {
+	c.mu.Lock()
+	c.release = true
+	c.mu.Unlock()
+	c.cfg.Logger.Info("heal: mass-failure hold released by operator")
+}
+
+// DryRun takes a snapshot, probes every broker and returns the Plan a pass
+// would execute, executing nothing (the settle cursor does not move).
+func (c *Coordinator) DryRun(ctx context.Context) (Plan, error) {
+	in, err := c.input(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	var p Planner
+	return p.Plan(in)
+}
+
+// input builds a pass's Input: snapshot, probes, last-seen times.
+func (c *Coordinator) input(ctx context.Context) (Input, error) {
+	snap, err := c.cfg.Control.Snapshot(ctx)
+	if err != nil {
+		return Input{}, fmt.Errorf("heal: snapshot: %w", err)
+	}
+	start := c.cfg.Now()
+	if c.seen == nil {
+		c.seen = make(map[meta.BrokerID]time.Time, len(snap.Brokers))
+	}
+	for _, b := range snap.Brokers {
+		if _, ok := c.seen[b.ID]; !ok {
+			c.seen[b.ID] = start // first watched now: the grace delay starts
+		}
+	}
+	reports := make([]ProbeReport, len(snap.Brokers))
+	ok := make([]bool, len(snap.Brokers))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(c.cfg.Concurrency, 16))
+	for i, b := range snap.Brokers {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
+			defer cancel()
+			r, err := c.cfg.Prober.Probe(pctx, b.ID, snap.Index)
+			if err == nil {
+				r.Broker = b.ID
+				err = r.Validate()
+			}
+			if err != nil {
+				c.cfg.Logger.Debug("heal: probe failed", "broker", b.ID, "err", err)
+				return
+			}
+			reports[i], ok[i] = r, true
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Input{}, err
+	}
+	now := c.cfg.Now()
+	in := Input{Snapshot: snap, Now: now, Policy: c.cfg.Policy, SettleCursor: c.cursor}
+	for i := range reports {
+		if ok[i] {
+			in.Reports = append(in.Reports, reports[i])
+			c.seen[reports[i].Broker] = now
+		}
+	}
+	for _, b := range snap.Brokers {
+		in.Seen = append(in.Seen, Seen{Broker: b.ID, At: c.seen[b.ID]})
+	}
+	c.mu.Lock()
+	in.Release = c.release
+	c.mu.Unlock()
+	return in, nil
+}
+
+// Pass runs one heal pass: snapshot, probe, plan, execute. It returns the
+// executed plan's Report (also passed to OnReport and kept for Last). When
+// ctx is cancelled mid-pass it stops starting steps, waits for those in
+// flight (which the interfaces roll back on cancellation), and returns the
+// Report so far with Aborted set and an error wrapping ctx.Err().
+func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
+	in, err := c.input(ctx)
+	if err != nil {
+		return Report{Aborted: ctx.Err() != nil}, err
+	}
+	plan, err := c.planner.Plan(in)
+	if err != nil {
+		return Report{}, err
+	}
+	if plan.Report.HoldReason == "" {
+		c.mu.Lock()
+		c.release = false // the hold cleared: a new one may arise
+		c.mu.Unlock()
+	}
+	c.cursor = plan.SettleCursor
+	rep := c.execute(ctx, plan)
+	c.mu.Lock()
+	c.last = rep
+	c.mu.Unlock()
+	if c.cfg.OnReport != nil {
+		c.cfg.OnReport(rep)
+	}
+	c.cfg.Logger.Info("heal pass", "report", rep.String())
+	if rep.Aborted {
+		return rep, fmt.Errorf("heal: pass at index %d aborted: %w", plan.Index, ctx.Err())
+	}
+	return rep, nil
+}
+
+// limiter bounds concurrent steps overall and per broker. Per-broker slots
+// are taken in broker id order, so two steps never wait on each other.
+type limiter struct {
+	all chan struct{}
+	per int
+	mu  sync.Mutex
+	by  map[meta.BrokerID]chan struct{}
+}
+
+func (l *limiter) slot(b meta.BrokerID) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch, ok := l.by[b]
+	if !ok {
+		ch = make(chan struct{}, l.per)
+		l.by[b] = ch
+	}
+	return ch
+}
+
+// acquire takes a global slot and one per broker named (zero ids are
+// skipped); it returns a release func, or an error when ctx ends first.
+func (l *limiter) acquire(ctx context.Context, bs ...meta.BrokerID) (func(), error) {
+	slices.Sort(bs)
+	bs = slices.Compact(bs)
+	var held []chan struct{}
+	release := func() {
+		for _, ch := range held {
+			<-ch
+		}
+	}
+	chans := []chan struct{}{l.all}
+	for _, b := range bs {
+		if b != 0 {
+			chans = append(chans, l.slot(b))
+		}
+	}
+	for _, ch := range chans {
+		select {
+		case ch <- struct{}{}:
+			held = append(held, ch)
+		case <-ctx.Done():
+			release()
+			return nil, ctx.Err()
+		}
+	}
+	return release, nil
+}
+
+// execute runs plan by the contract documented on Plan.
+func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
+	rep := plan.Report
+	lim := &limiter{all: make(chan struct{}, c.cfg.Concurrency), per: c.cfg.PerBroker, by: map[meta.BrokerID]chan struct{}{}}
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		failed   = map[meta.SegmentID]string{} // a backfill of the segment failed
+		settled  = map[CopyRef]bool{}
+		resumed  []CopyRef
+		resumedS = map[meta.SegmentID]bool{}
+	)
+	run := func(a Action, bs []meta.BrokerID, step func(context.Context) error) {
+		release, err := lim.acquire(ctx, bs...)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer release()
+			if ctx.Err() != nil {
+				return
+			}
+			err := step(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			ref := CopyRef{a.Segment.ID, a.Target}
+			switch {
+			case err != nil && a.Op.IsBackfill():
+				if _, ok := failed[a.Segment.ID]; !ok {
+					failed[a.Segment.ID] = fmt.Sprintf("%s to %d from %d: %v", a.Op, a.Target, a.Source, err)
+				}
+			case err != nil:
+				c.cfg.Logger.Warn("heal: settle failed", "copy", ref.String(), "err", err)
+			case a.Op == ResumeShortCopy:
+				resumed = append(resumed, ref)
+				resumedS[a.Segment.ID] = true
+			case a.Op == SettleOverrun:
+				settled[ref] = true
+			}
+		}()
+	}
+
+	// Phase 1: backfills and settles, in risk order.
+	for _, a := range plan.Actions {
+		if ctx.Err() != nil {
+			break
+		}
+		switch a.Op {
+		case ReplaceDeadReplica, ReplaceLatchedCopy, AddMissingReplica, ResumeShortCopy:
+			run(a, []meta.BrokerID{a.Target, a.Source}, func(ctx context.Context) error {
+				from, err := c.cfg.Backfiller.DurableEnd(ctx, a.Target, a.Segment)
+				if err != nil {
+					return fmt.Errorf("durable end: %w", err)
+				}
+				n, err := c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment, from)
+				mu.Lock()
+				rep.BytesCopied += n
+				mu.Unlock()
+				return err
+			})
+		case SettleOverrun:
+			run(a, []meta.BrokerID{a.Target}, func(ctx context.Context) error {
+				return c.cfg.Settler.Settle(ctx, a.Target, a.Segment)
+			})
+		case SetReplicas, ConfirmCopy, DeleteDroppedCopy, ReportFailed:
+		default:
+			panic(fmt.Sprintf("heal: Coordinator: action with unknown op %d", a.Op))
+		}
+	}
+	wg.Wait()
+	commanded := map[meta.SegmentID]bool{}
+	for _, a := range plan.Actions {
+		if a.Op == SetReplicas {
+			commanded[a.Segment.ID] = true
+		}
+		if msg, ok := failed[a.Segment.ID]; ok && a.Op.IsBackfill() && !slices.ContainsFunc(rep.Failed, func(f Failure) bool {
+			return f.Segment == a.Segment.ID && f.Reason == BackfillFailed
+		}) {
+			rep.Failed = append(rep.Failed, Failure{Segment: a.Segment.ID, Reason: BackfillFailed, Err: msg})
+		}
+	}
+	slices.SortFunc(resumed, func(a, b CopyRef) int {
+		if a.less(b) {
+			return -1
+		}
+		return 1
+	})
+	rep.Resumed = resumed
+
+	// Phase 2: commands, only for segments whose backfills all succeeded.
+	recorded := map[meta.SegmentID]bool{}
+	for _, a := range plan.Actions {
+		if a.Op != SetReplicas {
+			continue
+		}
+		if ctx.Err() != nil {
+			rep.Aborted = true
+			return rep
+		}
+		if _, bad := failed[a.Segment.ID]; bad {
+			continue // invariant 3: never record a set whose backfill failed
+		}
+		err := c.cfg.Control.SetReplicas(ctx, a.Command)
+		switch {
+		case err == nil:
+			recorded[a.Segment.ID] = true
+			rep.Healed = append(rep.Healed, a.Segment.ID)
+		case errors.Is(err, meta.ErrStaleReplicas):
+			rep.Stale = append(rep.Stale, a.Segment.ID)
+		case ctx.Err() != nil:
+			rep.Aborted = true
+			return rep
+		default:
+			rep.Failed = append(rep.Failed, Failure{Segment: a.Segment.ID, Reason: CommandFailed, Err: err.Error()})
+		}
+	}
+	// Segments healed by in-place resumes alone.
+	for _, r := range resumed {
+		if _, bad := failed[r.Segment]; !bad && !commanded[r.Segment] && !slices.Contains(rep.Healed, r.Segment) {
+			rep.Healed = append(rep.Healed, r.Segment)
+		}
+	}
+
+	// Phase 3: confirmations after settles, deletions after commands.
+	for _, a := range plan.Actions {
+		if ctx.Err() != nil {
+			break
+		}
+		ref := CopyRef{a.Segment.ID, a.Target}
+		switch {
+		case a.Op == ConfirmCopy && settled[ref]:
+			run(a, []meta.BrokerID{a.Target}, func(ctx context.Context) error {
+				err := c.cfg.Settler.Confirm(ctx, a.Target, a.Segment)
+				if err == nil {
+					mu.Lock()
+					rep.Confirmed = append(rep.Confirmed, ref)
+					mu.Unlock()
+				}
+				return err
+			})
+		case a.Op == DeleteDroppedCopy && recorded[a.Segment.ID]:
+			run(a, []meta.BrokerID{a.Target}, func(ctx context.Context) error {
+				err := c.cfg.Deleter.Delete(ctx, a.Target, a.Segment.ID)
+				if err == nil {
+					mu.Lock()
+					rep.Deleted = append(rep.Deleted, ref)
+					mu.Unlock()
+				}
+				return err
+			})
+		}
+	}
+	wg.Wait()
+	for ref := range settled {
+		rep.Settled = append(rep.Settled, ref)
+	}
+	sortRefs(rep.Settled)
+	sortRefs(rep.Confirmed)
+	sortRefs(rep.Deleted)
+	if ctx.Err() != nil {
+		rep.Aborted = true
+	}
+	return rep
+}
+
+func sortRefs(rs []CopyRef) {
+	slices.SortFunc(rs, func(a, b CopyRef) int {
+		if a.less(b) {
+			return -1
+		}
+		if b.less(a) {
+			return 1
+		}
+		return 0
+	})
+}

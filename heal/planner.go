@@ -1,0 +1,567 @@
+package heal
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Planner makes Plans. Its zero value is ready to use. It keeps no decision
+// state between passes (the settle cursor travels in Input and Plan), only
+// scratch buffers, so that a pass over a million healthy segments allocates
+// nothing per segment. It is not safe for concurrent use; the Plans it
+// returns share no memory with it (the Actions' Segment values share their
+// Replicas with Input.Snapshot, which the caller must not modify).
+type Planner struct {
+	pl       placer
+	index    []int32 // broker id -> node index + 1, when ids are small
+	rackName []string
+	anoms    []anom
+	troubled []trouble
+	lost     []bool
+	unset    []unsettled
+	state    []copyState
+}
+
+// anom is one anomaly of one copy, flattened out of the reports.
+type anom struct {
+	seg       meta.SegmentID
+	broker    meta.BrokerID
+	kind      Kind
+	confirmed bool
+	size      int64
+}
+
+// trouble is a sealed segment that needs a look beyond the fast path.
+type trouble struct {
+	seg     int32 // index in the snapshot
+	lo, hi  int32 // its anomalies, p.anoms[lo:hi]
+	healthy int32 // healthy copies, for risk order
+	st      int32 // its replicas' states, p.state[st:st+len(replicas)]
+}
+
+type unsettled struct {
+	ref         CopyRef
+	confirmable bool
+	seg         int32
+}
+
+// copyState classifies one replica of a troubled segment.
+type copyState uint8
+
+const (
+	copyIntact   copyState = iota // up, no anomaly: a source
+	copyOverrun                   // up, overrun not confirmed: a source of last resort
+	copyUnknownL                  // up, no anomaly, latch state unknown: a source of last resort
+	copyShort                     // up, short or missing: resumed in place
+	copyTimedOut                  // up, its probe timed out: unknown
+	copySuspect                   // broker not up, within its grace delay: unknown
+	copyLatched                   // up, latched: lost
+	copyDead                      // broker dead or unknown: lost
+)
+
+func (s copyState) healthy() bool { return s <= copyUnknownL }
+func (s copyState) lost() bool    { return s >= copyLatched }
+func (s copyState) unknown() bool { return s == copyTimedOut || s == copySuspect }
+
+// severity orders the kinds of two anomalies reported for one copy.
+var severity = [...]uint8{KindUnknown: 0, Overrun: 1, Short: 2, Missing: 3, TimedOut: 4, Latched: 5}
+
+const denseIDs = 1 << 16
+
+// Plan runs one pass over in. It returns an error wrapping ErrInvalid, and
+// no plan, when the policy, the replication factor or a report is invalid.
+func (p *Planner) Plan(in Input) (Plan, error) {
+	pol := in.Policy
+	if err := pol.Validate(); err != nil {
+		return Plan{}, err
+	}
+	snap := &in.Snapshot
+	rf := snap.ReplicationFactor
+	if rf < 1 {
+		return Plan{}, fmt.Errorf("%w: snapshot %d: replication_factor %d: want at least 1", ErrInvalid, snap.Index, rf)
+	}
+	for i := range in.Reports {
+		if err := in.Reports[i].Validate(); err != nil {
+			return Plan{}, err
+		}
+	}
+	plan := Plan{Index: snap.Index, Actions: []Action{}, SettleCursor: in.SettleCursor}
+	rep := &plan.Report
+	rep.Index = snap.Index
+	rep.Segments = len(snap.Segments)
+
+	p.nodes(in, rep)
+	hold, reason := Hold(snap.Brokers, in.Reports, in.Seen, in.Policy)
+	if hold {
+		rep.HoldReason = reason
+		rep.HoldReleased = in.Release
+		hold = !in.Release
+	}
+	p.flatten(in)
+	rep.Active = p.scan(snap)
+	rep.Sealed = rep.Segments - rep.Active
+
+	// Risk order: fewest healthy copies first, then snapshot order.
+	p.state = p.state[:0]
+	for i := range p.troubled {
+		p.classify(snap, &p.troubled[i], rep)
+	}
+	slices.SortFunc(p.troubled, func(a, b trouble) int {
+		if c := cmp.Compare(a.healthy, b.healthy); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seg, b.seg)
+	})
+	p.unset = p.unset[:0]
+	backfills := 0
+	for i := range p.troubled {
+		p.segment(snap, &p.troubled[i], in, hold, &plan, &backfills)
+	}
+	p.settle(snap, in, &plan)
+	return plan, nil
+}
+
+// nodes builds the pass's broker table: liveness from the reports, the
+// last-seen times, the time of the pass and the grace delay.
+func (p *Planner) nodes(in Input, rep *Report) {
+	snap := &in.Snapshot
+	p.pl.nodes = p.pl.nodes[:0]
+	p.rackName = p.rackName[:0]
+	var maxID meta.BrokerID
+	for _, b := range snap.Brokers {
+		n := node{id: b.ID, rack: -1, report: -1}
+		if b.Rack != "" {
+			n.rack = int32(slices.Index(p.rackName, b.Rack))
+			if n.rack < 0 {
+				n.rack = int32(len(p.rackName))
+				p.rackName = append(p.rackName, b.Rack)
+			}
+		}
+		p.pl.nodes = append(p.pl.nodes, n)
+		maxID = max(maxID, b.ID)
+	}
+	// The snapshot's brokers are sorted by id (meta invariant); be robust.
+	if !slices.IsSortedFunc(p.pl.nodes, func(a, b node) int { return cmp.Compare(a.id, b.id) }) {
+		slices.SortFunc(p.pl.nodes, func(a, b node) int { return cmp.Compare(a.id, b.id) })
+	}
+	p.index = p.index[:0]
+	if maxID < denseIDs {
+		p.index = slices.Grow(p.index, int(maxID)+1)[:maxID+1]
+		clear(p.index)
+		for j, n := range p.pl.nodes {
+			p.index[n.id] = int32(j) + 1
+		}
+	}
+	for i := range in.Reports {
+		if j := p.find(in.Reports[i].Broker); j >= 0 {
+			n := &p.pl.nodes[j]
+			n.up, n.report, n.latchUnknown = true, i, in.Reports[i].LatchUnknown
+		}
+	}
+	for _, s := range in.Seen {
+		if j := p.find(s.Broker); j >= 0 && in.Now.Sub(s.At) <= in.Policy.Grace {
+			p.pl.nodes[j].recent = true
+		}
+	}
+	for j := range p.pl.nodes {
+		n := &p.pl.nodes[j]
+		if n.up {
+			continue
+		}
+		if n.recent {
+			rep.Suspect = append(rep.Suspect, n.id)
+		} else {
+			n.dead = true
+			rep.Dead = append(rep.Dead, n.id)
+		}
+	}
+}
+
+// find returns the node index of broker id, or -1.
+func (p *Planner) find(id meta.BrokerID) int {
+	if len(p.index) > 0 {
+		if int(id) < len(p.index) {
+			return int(p.index[id]) - 1
+		}
+		return -1
+	}
+	return p.pl.find(id)
+}
+
+// flatten copies every report's anomalies into p.anoms sorted by segment
+// then broker, one per copy (the most severe).
+func (p *Planner) flatten(in Input) {
+	p.anoms = p.anoms[:0]
+	for i := range in.Reports {
+		r := &in.Reports[i]
+		if p.find(r.Broker) < 0 {
+			continue
+		}
+		for _, a := range r.Anomalies {
+			p.anoms = append(p.anoms, anom{seg: a.Segment, broker: r.Broker, kind: a.Kind, size: a.Size, confirmed: a.Confirmed})
+		}
+	}
+	slices.SortFunc(p.anoms, func(a, b anom) int {
+		if c := cmp.Compare(a.seg, b.seg); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.broker, b.broker); c != 0 {
+			return c
+		}
+		return -cmp.Compare(severity[a.kind], severity[b.kind])
+	})
+	p.anoms = slices.CompactFunc(p.anoms, func(a, b anom) bool { return a.seg == b.seg && a.broker == b.broker })
+}
+
+// scan is the one iteration over the snapshot: it counts each broker's load
+// and collects the sealed segments that are not plainly healthy, and
+// returns the number of active segments. Its cost per healthy segment is a
+// few index lookups and one string comparison.
+func (p *Planner) scan(snap *meta.Snapshot) (active int) {
+	p.troubled = p.troubled[:0]
+	rf := snap.ReplicationFactor
+	nodes := p.pl.nodes
+	dense := p.index
+	ai := 0
+	for i := range snap.Segments {
+		seg := &snap.Segments[i]
+		for ai < len(p.anoms) && p.anoms[ai].seg < seg.ID {
+			ai++
+		}
+		lo := ai
+		for ai < len(p.anoms) && p.anoms[ai].seg == seg.ID {
+			ai++
+		}
+		ok := len(seg.Replicas) >= rf
+		for _, r := range seg.Replicas {
+			j := -1
+			if len(dense) > 0 {
+				if int(r) < len(dense) {
+					j = int(dense[r]) - 1
+				}
+			} else {
+				j = p.pl.find(r)
+			}
+			if j < 0 {
+				ok = false
+				continue
+			}
+			n := &nodes[j]
+			n.load++
+			ok = ok && n.up
+		}
+		if !seg.Sealed {
+			active++
+			continue
+		}
+		if ok && lo == ai {
+			continue
+		}
+		p.troubled = append(p.troubled, trouble{seg: int32(i), lo: int32(lo), hi: int32(ai)})
+	}
+	return active
+}
+
+// classify fills the states of t's replicas and its healthy count.
+func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
+	seg := &snap.Segments[t.seg]
+	t.st = int32(len(p.state))
+	healthy := int32(0)
+	for _, r := range seg.Replicas {
+		st := copyDead
+		if j := p.find(r); j >= 0 {
+			n := &p.pl.nodes[j]
+			switch {
+			case n.up:
+				st = copyIntact
+				if n.latchUnknown {
+					st = copyUnknownL
+				}
+				if a := p.anomaly(t, r); a != nil {
+					rep.Anomalies++
+					switch a.kind {
+					case Missing, Short:
+						st = copyShort
+					case Latched:
+						st = copyLatched
+					case TimedOut:
+						st = copyTimedOut
+					case Overrun:
+						if !a.confirmed && st == copyIntact {
+							st = copyOverrun
+						}
+					}
+				}
+			case !n.dead:
+				st = copySuspect
+			}
+		}
+		if st.healthy() {
+			healthy++
+		}
+		p.state = append(p.state, st)
+	}
+	t.healthy = healthy
+	if int(healthy) < snap.ReplicationFactor {
+		rep.UnderReplicated++
+	}
+}
+
+// anomaly returns broker r's anomaly among t's, or nil.
+func (p *Planner) anomaly(t *trouble, r meta.BrokerID) *anom {
+	for k := t.lo; k < t.hi; k++ {
+		if p.anoms[k].broker == r {
+			return &p.anoms[k]
+		}
+	}
+	return nil
+}
+
+// source picks the intact replica a backfill of t reads from: an intact
+// copy first, then one whose only fault is an overrun or an unknown latch
+// state; among equals the least busy, then the first in the set. It returns
+// -1 when there is none, or when every candidate has reached the per-broker
+// cap (capped is then true).
+func (p *Planner) source(seg *meta.Segment, states []copyState, cap int) (j int, capped bool) {
+	best, bestClass := -1, copyState(255)
+	for i, r := range seg.Replicas {
+		st := states[i]
+		if !st.healthy() {
+			continue
+		}
+		k := p.find(r)
+		n := &p.pl.nodes[k]
+		if cap > 0 && n.busy >= cap {
+			capped = true
+			continue
+		}
+		class := st
+		if class == copyUnknownL {
+			class = copyOverrun
+		}
+		if best < 0 || class < bestClass || (class == bestClass && n.busy < p.pl.nodes[best].busy) {
+			best, bestClass = k, class
+		}
+	}
+	return best, capped && best < 0
+}
+
+// segment plans one troubled sealed segment.
+func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, plan *Plan, backfills *int) {
+	seg := &snap.Segments[t.seg]
+	rf := snap.ReplicationFactor
+	rep := &plan.Report
+	states := p.state[t.st : int(t.st)+len(seg.Replicas)]
+	pol := in.Policy
+
+	var lost, dead, short, unknown, latchUnknown int
+	for i, st := range states {
+		switch {
+		case st.lost():
+			lost++
+			if st == copyDead {
+				dead++
+			}
+		case st == copyShort:
+			short++
+		case st.unknown():
+			unknown++
+		}
+		if st == copySuspect || st == copyDead {
+			latchUnknown++
+		} else if j := p.find(seg.Replicas[i]); p.pl.nodes[j].latchUnknown {
+			latchUnknown++
+		}
+	}
+	needPlace := lost > 0 || len(seg.Replicas) < rf
+
+	// Overrun copies: listed, and selectable for settling only when their
+	// confirmation rules hold on this pass.
+	confirmable := !needPlace && short == 0 && unknown == 0 && latchUnknown == 0
+	for i, st := range states {
+		if st == copyOverrun {
+			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, seg: t.seg})
+		}
+	}
+	if !needPlace && short == 0 {
+		return
+	}
+
+	if len(seg.Replicas) > 0 && dead == len(seg.Replicas) {
+		p.fail(plan, seg, AllReplicasDead, nil)
+		return
+	}
+	if len(seg.Replicas) == 0 {
+		p.fail(plan, seg, AllReplicasDead, nil)
+		return
+	}
+	src, capped := p.source(seg, states, pol.MaxBackfillsPerBroker)
+	if src < 0 {
+		if capped || unknown > 0 {
+			rep.Deferred++ // a source exists but is busy, or may answer next tick
+			return
+		}
+		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states))
+		return
+	}
+	budget := func(k int) bool { return pol.MaxBackfills == 0 || *backfills+k <= pol.MaxBackfills }
+
+	// Short or missing copies on live brokers: resume in place.
+	start := len(plan.Actions)
+	for i, st := range states {
+		if st != copyShort {
+			continue
+		}
+		n := &p.pl.nodes[p.find(seg.Replicas[i])]
+		s := &p.pl.nodes[src]
+		if !budget(1) || (pol.MaxBackfillsPerBroker > 0 && (n.busy >= pol.MaxBackfillsPerBroker || s.busy >= pol.MaxBackfillsPerBroker)) {
+			rep.Deferred++
+			p.unplan(plan, start)
+			return
+		}
+		a := p.anomaly(t, seg.Replicas[i])
+		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size})
+		n.busy++
+		s.busy++
+		*backfills++
+		rep.Backfills++
+	}
+	if !needPlace {
+		return
+	}
+	if hold {
+		rep.Deferred++
+		return
+	}
+
+	p.lost = p.lost[:0]
+	for _, st := range states {
+		p.lost = append(p.lost, st.lost())
+	}
+	s := &p.pl.nodes[src]
+	capHit := false
+	eligible := func(n *node) bool {
+		if pol.MaxBackfillsPerBroker > 0 && n.busy >= pol.MaxBackfillsPerBroker {
+			capHit = true
+			return false
+		}
+		return true
+	}
+	p.pl.place(seg.Replicas, p.lost, rf, eligible)
+	want := max(0, rf-(len(seg.Replicas)-lost))
+	sourceRoom := pol.MaxBackfillsPerBroker == 0 || s.busy+len(p.pl.added) <= pol.MaxBackfillsPerBroker
+	if (capHit && len(p.pl.added) < want) || !sourceRoom || !budget(len(p.pl.added)) {
+		// Wait for a pass with room rather than record a half placement.
+		for _, id := range p.pl.added {
+			p.pl.nodes[p.find(id)].load--
+		}
+		rep.Deferred++
+		p.unplan(plan, start)
+		return
+	}
+	for k, id := range p.pl.added {
+		op := AddMissingReplica
+		if k < len(p.pl.replaced) {
+			op = ReplaceDeadReplica
+			if i := slices.Index(seg.Replicas, p.pl.replaced[k]); states[i] == copyLatched {
+				op = ReplaceLatchedCopy
+			}
+		}
+		n := &p.pl.nodes[p.find(id)]
+		plan.Actions = append(plan.Actions, Action{Op: op, Segment: *seg, Target: id, Source: s.id})
+		n.busy++
+		s.busy++
+		*backfills++
+		rep.Backfills++
+	}
+	if !meta.SameReplicas(p.pl.out, seg.Replicas) {
+		cmd := meta.SetSegmentReplicas{ID: seg.ID, Expected: slices.Clone(seg.Replicas), Replicas: slices.Clone(p.pl.out)}
+		plan.Actions = append(plan.Actions, Action{Op: SetReplicas, Segment: *seg, Command: cmd})
+		rep.Commands++
+		for _, r := range p.pl.replaced {
+			if i := slices.Index(seg.Replicas, r); states[i] == copyLatched {
+				plan.Actions = append(plan.Actions, Action{Op: DeleteDroppedCopy, Segment: *seg, Target: r})
+			}
+		}
+	}
+	if len(p.pl.kept) > 0 {
+		p.fail(plan, seg, NoSpareBroker, slices.Clone(p.pl.kept))
+	}
+}
+
+// lostCopies returns the replicas of seg whose copy is lost.
+func lostCopies(seg *meta.Segment, states []copyState) []meta.BrokerID {
+	var out []meta.BrokerID
+	for i, st := range states {
+		if st.lost() {
+			out = append(out, seg.Replicas[i])
+		}
+	}
+	return out
+}
+
+// unplan removes the actions appended since start, undoing their counts.
+func (p *Planner) unplan(plan *Plan, start int) {
+	for _, a := range plan.Actions[start:] {
+		if a.Op.IsBackfill() {
+			p.pl.nodes[p.find(a.Target)].busy--
+			p.pl.nodes[p.find(a.Source)].busy--
+			plan.Report.Backfills--
+		}
+	}
+	plan.Actions = plan.Actions[:start]
+}
+
+// fail appends a ReportFailed action and the matching Report entry.
+func (p *Planner) fail(plan *Plan, seg *meta.Segment, r Reason, copies []meta.BrokerID) {
+	plan.Actions = append(plan.Actions, Action{Op: ReportFailed, Segment: *seg, Reason: r, Copies: copies})
+	plan.Report.Failed = append(plan.Report.Failed, Failure{Segment: seg.ID, Reason: r, Copies: copies})
+}
+
+// settle lists the unsettled copies in order and selects, round-robin from
+// the cursor and bounded by the settle batch, the confirmable ones to
+// settle and confirm.
+func (p *Planner) settle(snap *meta.Snapshot, in Input, plan *Plan) {
+	if len(p.unset) == 0 {
+		return
+	}
+	slices.SortFunc(p.unset, func(a, b unsettled) int {
+		if a.ref.less(b.ref) {
+			return -1
+		}
+		if b.ref.less(a.ref) {
+			return 1
+		}
+		return 0
+	})
+	rep := &plan.Report
+	rep.Unsettled = make([]CopyRef, len(p.unset))
+	for i, u := range p.unset {
+		rep.Unsettled[i] = u.ref
+	}
+	batch := in.Policy.SettleBatch
+	if batch == 0 {
+		return
+	}
+	start, _ := slices.BinarySearchFunc(p.unset, in.SettleCursor, func(u unsettled, c CopyRef) int {
+		if u.ref.less(c) || u.ref == c {
+			return -1
+		}
+		return 1
+	})
+	for k := 0; k < len(p.unset) && len(rep.Settling) < batch; k++ {
+		u := &p.unset[(start+k)%len(p.unset)]
+		if !u.confirmable {
+			continue
+		}
+		seg := &snap.Segments[u.seg]
+		plan.Actions = append(plan.Actions,
+			Action{Op: SettleOverrun, Segment: *seg, Target: u.ref.Broker},
+			Action{Op: ConfirmCopy, Segment: *seg, Target: u.ref.Broker})
+		rep.Settling = append(rep.Settling, u.ref)
+		plan.SettleCursor = u.ref
+	}
+}
