@@ -1,0 +1,258 @@
+package catchup
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+	"github.com/rs/zerolog"
+)
+
+// Sink prepares the local copies a Client receives into. StoreSink adapts
+// a *store.DB to it.
+type Sink interface {
+	// OpenTarget opens the local copy of seg for receiving, creating it if
+	// missing, after cutting it back to its durable end (the end of its
+	// last whole, valid frame). The copy is held exclusively until Commit
+	// or Abort. seg is sealed and valid.
+	OpenTarget(seg meta.Segment) (Target, error)
+}
+
+// Target is one local copy being received.
+type Target interface {
+	// Resume returns the bytes of the copy already valid, at a frame
+	// boundary: the transfer asks for [Resume, Size).
+	Resume() int64
+	// Size returns the bytes of the complete sealed copy, frames plus
+	// seal footer.
+	Size() int64
+	// File returns the copy's file, written at [Resume, Size). catchup
+	// never closes it.
+	File() File
+	// Commit verifies the whole copy against the segment (frame CRCs,
+	// contiguous offsets, footer, checksum), syncs file and directory,
+	// fences it and releases it. When verification fails it leaves the
+	// copy at its last valid frame and returns an error wrapping
+	// ErrVerify; other errors (I/O) are reported as ErrTarget.
+	Commit() error
+	// Abort cuts the copy back to its durable end and releases it.
+	Abort() error
+}
+
+// Progress is called as bytes arrive, with done counting the bytes of the
+// copy that are in place (the resumed prefix included) out of total. It is
+// called from the fetching goroutine, once at the start and after every
+// chunk; it must not block for long.
+type Progress func(done, total int64)
+
+// Result describes one Fetch.
+type Result struct {
+	From     int64         // where this run started: the target's durable end
+	Received int64         // bytes received by this run
+	Size     int64         // bytes of the complete copy
+	Took     time.Duration // from dial to commit
+}
+
+// Client fetches copies from other brokers' Servers into a Sink. Set the
+// exported fields before the first Fetch and do not change them. Safe for
+// concurrent use.
+type Client struct {
+	// Secret is the cluster secret; at least MinSecretLen bytes. Required.
+	Secret []byte
+	// Throttle limits this broker's incoming transfers; nil: no limits,
+	// DefaultIdleTimeout.
+	Throttle *Throttle
+	// Mode selects the receive path; ModeDefault is DefaultRecvMode.
+	Mode Mode
+	// Dial opens the data connection; nil uses a net.Dialer whose timeout
+	// is the idle timeout.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Now is the clock for request timestamps; nil means time.Now.
+	Now func() time.Time
+	// Logger receives one event per fetch. The zero Logger discards.
+	Logger zerolog.Logger
+
+	stats counters
+}
+
+// Stats returns what the client did so far.
+func (c *Client) Stats() Stats { return c.stats.snapshot() }
+
+// Fetch brings the local copy of seg up to date from the Server at addr:
+// it opens the target through sink (which cuts it back to its durable
+// end), asks for exactly the missing bytes [Resume, Size), writes them at
+// offset Resume, and commits (verifies and syncs). seg must be sealed and
+// valid. progress may be nil.
+//
+// A fetch cut at any byte (connection closed, idle timeout, ctx) aborts
+// the target back to its durable end and returns an error wrapping ErrCut;
+// the next Fetch resumes there. Errors: a server refusal (*RemoteError,
+// wrapping ErrUnauthenticated, ErrBadName, ErrLatched, ... as its Code
+// says), ErrBusy when this end's Throttle has no free slot, ErrCut,
+// ErrVerify when the copy arrived but failed verification (left at its
+// last valid frame), ErrTarget when the local copy could not be prepared
+// or written (the cause is wrapped too, e.g. syscall.ENOSPC), ErrMalformed
+// or ErrBadName for a bad seg, which changes nothing.
+func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, sink Sink, progress Progress) (res Result, err error) {
+	start := time.Now()
+	if err := checkSegment(seg); err != nil {
+		return res, err
+	}
+	if len(c.Secret) < MinSecretLen {
+		return res, fmt.Errorf("catchup: Client.Secret has %d bytes, want at least %d", len(c.Secret), MinSecretLen)
+	}
+	log := c.Logger.With().Str("segment", string(seg.ID)).Str("source", addr).Logger()
+	release, err := c.Throttle.acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("catchup: segment %s from %s: %w", seg.ID, addr, err)
+	}
+	defer release()
+
+	t, err := sink.OpenTarget(seg)
+	if err != nil {
+		return res, fmt.Errorf("%w: segment %s: opening the target copy: %w", ErrTarget, seg.ID, err)
+	}
+	res.From, res.Size = t.Resume(), t.Size()
+	committed := false
+	defer func() {
+		res.Took = time.Since(start)
+		if !committed {
+			if aerr := t.Abort(); aerr != nil {
+				err = errors.Join(err, fmt.Errorf("%w: segment %s: abort: %w", ErrTarget, seg.ID, aerr))
+			}
+		}
+		if err != nil {
+			log.Warn().Err(err).Int64("from", res.From).Int64("received", res.Received).Msg("catchup: fetch failed")
+		} else {
+			log.Debug().Int64("from", res.From).Int64("received", res.Received).Dur("took", res.Took).Msg("catchup: fetched")
+		}
+	}()
+	if res.From < 0 || res.From > res.Size {
+		return res, fmt.Errorf("%w: segment %s: target resumes at byte %d, outside the copy's %d bytes", ErrTarget, seg.ID, res.From, res.Size)
+	}
+	if progress != nil {
+		progress(res.From, res.Size)
+	}
+	if res.From < res.Size {
+		res.Received, err = c.receive(ctx, addr, seg, t, res.From, res.Size, progress)
+		if err != nil {
+			if res.Received > 0 || res.From > 0 {
+				c.stats.failed.Add(1)
+			}
+			return res, err
+		}
+	}
+	committed = true
+	if err := t.Commit(); err != nil {
+		c.stats.failed.Add(1)
+		if errors.Is(err, ErrVerify) {
+			return res, fmt.Errorf("catchup: segment %s from %s: %w", seg.ID, addr, err)
+		}
+		return res, fmt.Errorf("%w: segment %s: commit: %w", ErrTarget, seg.ID, err)
+	}
+	c.stats.transfers.Add(1)
+	return res, nil
+}
+
+// checkSegment refuses a segment a Fetch cannot be for.
+func checkSegment(seg meta.Segment) error {
+	if err := seg.ID.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadName, err)
+	}
+	if err := seg.Validate(); err != nil {
+		return fmt.Errorf("%w: segment %s: %w", ErrMalformed, seg.ID, err)
+	}
+	if !seg.Sealed {
+		return fmt.Errorf("%w: segment %s is not sealed: only sealed copies are fetched", ErrMalformed, seg.ID)
+	}
+	return nil
+}
+
+// receive asks addr for [from, to) of seg and writes it into t's file.
+func (c *Client) receive(ctx context.Context, addr string, seg meta.Segment, t Target, from, to int64, progress Progress) (int64, error) {
+	conn, err := c.open(ctx, addr, seg, from, to)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var onChunk func(int64)
+	if progress != nil {
+		onChunk = func(done int64) { progress(from+done, to) }
+	}
+	n := to - from
+	got, err := recvRange(ctx, conn, t.File(), from, n, c.Mode.resolve(DefaultRecvMode), c.Throttle, &c.stats, onChunk)
+	c.stats.bytes.Add(uint64(got))
+	if err != nil {
+		var te *targetError
+		if errors.As(err, &te) {
+			return got, fmt.Errorf("%w: segment %s: %d of %d bytes written from byte %d: %w", ErrTarget, seg.ID, got, n, from, te.err)
+		}
+		return got, fmt.Errorf("%w: segment %s from %s: %d of %d bytes received from byte %d: %w", ErrCut, seg.ID, addr, got, n, from, err)
+	}
+	return got, nil
+}
+
+// open dials addr, sends the request for [from, to) and reads the answer.
+// On success the connection is positioned at the first data byte.
+func (c *Client) open(ctx context.Context, addr string, seg meta.Segment, from, to int64) (net.Conn, error) {
+	idle := c.Throttle.idle()
+	dial := c.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: idle}).DialContext
+	}
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: segment %s: dial %s: %w", ErrCut, seg.ID, addr, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			conn.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	req := request{seg: seg, from: from, to: to, time: now()}
+	if _, err := rand.Read(req.nonce[:]); err != nil {
+		return nil, err
+	}
+	var b [maxRequest]byte
+	conn.SetDeadline(time.Now().Add(idle))
+	if _, err := conn.Write(appendRequest(b[:0], &req, c.Secret)); err != nil {
+		return nil, c.cutErr(ctx, seg, addr, "sending the request", err)
+	}
+	resp, err := readResponse(conn)
+	if err != nil {
+		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+			return nil, fmt.Errorf("segment %s from %s: %w", seg.ID, addr, err)
+		}
+		return nil, c.cutErr(ctx, seg, addr, "reading the answer", err)
+	}
+	if resp.code != CodeOK {
+		return nil, fmt.Errorf("segment %s: %w", seg.ID, &RemoteError{Addr: addr, Code: resp.code, Message: resp.msg})
+	}
+	if resp.count != to-from {
+		return nil, fmt.Errorf("%w: segment %s from %s: server announces %d bytes for [%d, %d)", ErrMalformed, seg.ID, addr, resp.count, from, to)
+	}
+	ok = true
+	return conn, nil
+}
+
+func (c *Client) cutErr(ctx context.Context, seg meta.Segment, addr, what string, err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return fmt.Errorf("%w: segment %s from %s: %s: %w", ErrCut, seg.ID, addr, what, err)
+}

@@ -1,0 +1,193 @@
+package catchup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// File is an open copy as catchup uses it; store.File satisfies it. The
+// source side reads it (ReaderAt, or sendfile(2) on Fd), the target side
+// writes it (WriterAt, or splice(2) on Fd). Fd must stay valid while a
+// transfer uses the File.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Fd returns the open file descriptor.
+	Fd() uintptr
+}
+
+// Mode selects the data path at one end of a transfer.
+type Mode uint8
+
+const (
+	// ModeDefault is the path measured faster on this end: see
+	// DefaultSendMode and DefaultRecvMode.
+	ModeDefault Mode = iota
+	// ModeZeroCopy moves bytes without copying them through user space:
+	// sendfile(2) from the file to the socket on the source, splice(2)
+	// from the socket through a pipe into the file on the target. Only on
+	// Linux with a *net.TCPConn (any syscall.Conn); elsewhere it behaves
+	// as ModeReadWrite.
+	ModeZeroCopy
+	// ModeReadWrite copies through a 1 MiB user-space buffer: pread(2)
+	// then write(2) on the source, read(2) then pwrite(2) on the target,
+	// the same system calls as io.CopyBuffer with a 1 MiB buffer when the
+	// socket is hidden from io.ReaderFrom/io.WriterTo.
+	ModeReadWrite
+)
+
+// The measured defaults (bench/README.md, BenchmarkCatchup): zero copy at
+// both ends.
+const (
+	DefaultSendMode = ModeZeroCopy
+	DefaultRecvMode = ModeZeroCopy
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeDefault:
+		return "default"
+	case ModeZeroCopy:
+		return "zerocopy"
+	case ModeReadWrite:
+		return "readwrite"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+func (m Mode) resolve(def Mode) Mode {
+	if m == ModeDefault {
+		return def
+	}
+	return m
+}
+
+// Stats counts what a Server or a Client did since it was created. The
+// system call counts are the calls the data path issued, retries after
+// EAGAIN included; they prove which path ran.
+type Stats struct {
+	Transfers uint64 // transfers that moved every announced byte
+	Failed    uint64 // transfers that started and did not
+	Bytes     uint64 // copy bytes moved
+	Sendfile  uint64 // sendfile(2) calls
+	Splice    uint64 // splice(2) calls (socket→pipe and pipe→file)
+	Read      uint64 // read(2)/pread(2) calls of ModeReadWrite
+	Write     uint64 // write(2)/pwrite(2) calls of ModeReadWrite
+}
+
+type counters struct {
+	transfers, failed, bytes, sendfile, splice, read, write atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Transfers: c.transfers.Load(), Failed: c.failed.Load(), Bytes: c.bytes.Load(),
+		Sendfile: c.sendfile.Load(), Splice: c.splice.Load(), Read: c.read.Load(), Write: c.write.Load(),
+	}
+}
+
+// targetError marks an error of the target file (not of the socket).
+type targetError struct{ err error }
+
+func (e *targetError) Error() string { return e.err.Error() }
+func (e *targetError) Unwrap() error { return e.err }
+
+// pump moves n bytes in chunks, one call of step per chunk. Before each
+// chunk it takes the chunk's tokens from the throttle and pushes the
+// socket's deadline one idle timeout ahead; after it, it reports progress.
+// Cancelling ctx interrupts a blocked step through the deadline. It returns
+// the bytes moved.
+func pump(ctx context.Context, conn net.Conn, n int64, th *Throttle, progress func(int64),
+	step func(off int64, c int) (int, error)) (int64, error) {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	chunk, idle := th.chunkSize(), th.idle()
+	var done int64
+	for done < n {
+		c := int(min(int64(chunk), n-done))
+		if err := th.wait(ctx, c); err != nil {
+			return done, err
+		}
+		if err := conn.SetDeadline(time.Now().Add(idle)); err != nil {
+			return done, err
+		}
+		m, err := step(done, c)
+		done += int64(m)
+		if m > 0 && progress != nil {
+			progress(done)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return done, fmt.Errorf("%w (%v)", ctx.Err(), err)
+			}
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// sendRange writes f[off, off+n) to conn.
+func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64)) (int64, error) {
+	if mode == ModeZeroCopy {
+		if sc, ok := conn.(syscall.Conn); ok {
+			if step, ok := sendfileStep(sc, f, off, st); ok {
+				return pump(ctx, conn, n, th, progress, step)
+			}
+		}
+	}
+	buf := make([]byte, min(int64(th.chunkSize()), n))
+	return pump(ctx, conn, n, th, progress, func(done int64, c int) (int, error) {
+		st.read.Add(1)
+		m, err := f.ReadAt(buf[:c], off+done)
+		if m < c {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("reading the source copy at byte %d: %w", off+done+int64(m), err)
+		}
+		st.write.Add(1)
+		return conn.Write(buf[:c])
+	})
+}
+
+// recvRange reads n bytes from conn into f at off. An error of the file
+// (not of the socket) is a *targetError.
+func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64)) (int64, error) {
+	if mode == ModeZeroCopy {
+		if sc, ok := conn.(syscall.Conn); ok {
+			if step, closer, ok := spliceStep(sc, f, off, st); ok {
+				defer closer()
+				return pump(ctx, conn, n, th, progress, step)
+			}
+		}
+	}
+	buf := make([]byte, min(int64(th.chunkSize()), n))
+	return pump(ctx, conn, n, th, progress, func(done int64, c int) (int, error) {
+		got := 0
+		for got < c {
+			st.read.Add(1)
+			m, err := conn.Read(buf[:c-got])
+			if m > 0 {
+				st.write.Add(1)
+				if _, werr := f.WriteAt(buf[:m], off+done+int64(got)); werr != nil {
+					return got, &targetError{werr}
+				}
+				got += m
+			}
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				return got, err
+			}
+		}
+		return got, nil
+	})
+}

@@ -1,0 +1,143 @@
+package catchup
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Limits are the knobs an operator sets for one broker's transfers.
+type Limits struct {
+	// BytesPerSecond caps the bytes per second moved by all transfers that
+	// share one Throttle (one broker). 0 means no cap.
+	BytesPerSecond int64
+	// MaxTransfers caps the transfers running at once through one
+	// Throttle. 0 means no cap.
+	MaxTransfers int
+	// QueueWait is how long a transfer waits for a free slot before it is
+	// refused with ErrBusy. 0 refuses at once.
+	QueueWait time.Duration
+	// IdleTimeout ends a transfer whose socket moves no byte for this long
+	// (a deadline set before every chunk). 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// DefaultIdleTimeout is the idle timeout when Limits.IdleTimeout is 0.
+const DefaultIdleTimeout = 30 * time.Second
+
+// maxChunk is the most bytes moved between two deadline refreshes, two
+// progress callbacks and two token-bucket waits. It is also the pipe size
+// asked for by the splice path and the buffer size of the read/write path.
+const maxChunk = 1 << 20
+
+// DefaultLimits returns limits suited to a broker on a 10 GbE link: no
+// bandwidth cap, 4 transfers at once, a 10 s queue, a 30 s idle timeout.
+func DefaultLimits() Limits {
+	return Limits{MaxTransfers: 4, QueueWait: 10 * time.Second, IdleTimeout: DefaultIdleTimeout}
+}
+
+// Validate reports the first limit that makes no sense, naming it.
+func (l Limits) Validate() error {
+	switch {
+	case l.BytesPerSecond < 0:
+		return fmt.Errorf("catchup: limits: BytesPerSecond = %d: want 0 (no cap) or more", l.BytesPerSecond)
+	case l.BytesPerSecond > 0 && l.BytesPerSecond < 4096:
+		return fmt.Errorf("catchup: limits: BytesPerSecond = %d: want 0 (no cap) or at least 4096", l.BytesPerSecond)
+	case l.MaxTransfers < 0:
+		return fmt.Errorf("catchup: limits: MaxTransfers = %d: want 0 (no cap) or more", l.MaxTransfers)
+	case l.QueueWait < 0:
+		return fmt.Errorf("catchup: limits: QueueWait = %v: want 0 or more", l.QueueWait)
+	case l.IdleTimeout < 0:
+		return fmt.Errorf("catchup: limits: IdleTimeout = %v: want 0 (default %v) or more", l.IdleTimeout, DefaultIdleTimeout)
+	}
+	return nil
+}
+
+// Throttle applies one broker's Limits to every transfer that shares it: a
+// token bucket for bytes per second and a semaphore for concurrent
+// transfers. A broker gives the same Throttle to its Server and its Client
+// when the limits cover both directions, or one each. Safe for concurrent
+// use. A nil *Throttle applies no limit and the default idle timeout.
+type Throttle struct {
+	limits Limits
+	bucket *rate.Limiter // nil: no cap
+	slots  chan struct{} // nil: no cap
+	chunk  int
+}
+
+// NewThrottle returns a Throttle for l, or l's validation error.
+func NewThrottle(l Limits) (*Throttle, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Throttle{limits: l, chunk: maxChunk}
+	if l.BytesPerSecond > 0 {
+		// Chunks of at most an eighth of a second's worth keep the flow
+		// smooth at low rates; the burst is one chunk.
+		t.chunk = int(min(int64(maxChunk), max(4096, l.BytesPerSecond/8)))
+		t.bucket = rate.NewLimiter(rate.Limit(l.BytesPerSecond), t.chunk)
+	}
+	if l.MaxTransfers > 0 {
+		t.slots = make(chan struct{}, l.MaxTransfers)
+	}
+	return t, nil
+}
+
+// Limits returns the limits t applies.
+func (t *Throttle) Limits() Limits {
+	if t == nil {
+		return Limits{}
+	}
+	return t.limits
+}
+
+func (t *Throttle) idle() time.Duration {
+	if t == nil || t.limits.IdleTimeout == 0 {
+		return DefaultIdleTimeout
+	}
+	return t.limits.IdleTimeout
+}
+
+func (t *Throttle) chunkSize() int {
+	if t == nil {
+		return maxChunk
+	}
+	return t.chunk
+}
+
+// acquire takes a transfer slot, waiting up to QueueWait. The error wraps
+// ErrBusy (or the context's error).
+func (t *Throttle) acquire(ctx context.Context) (release func(), err error) {
+	if t == nil || t.slots == nil {
+		return func() {}, nil
+	}
+	release = func() { <-t.slots }
+	select {
+	case t.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	if t.limits.QueueWait == 0 {
+		return nil, fmt.Errorf("%w: %d of %d running", ErrBusy, len(t.slots), cap(t.slots))
+	}
+	timer := time.NewTimer(t.limits.QueueWait)
+	defer timer.Stop()
+	select {
+	case t.slots <- struct{}{}:
+		return release, nil
+	case <-timer.C:
+		return nil, fmt.Errorf("%w: %d of %d running, no slot freed in %v", ErrBusy, len(t.slots), cap(t.slots), t.limits.QueueWait)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// wait takes n bytes' worth of tokens (n at most chunkSize).
+func (t *Throttle) wait(ctx context.Context, n int) error {
+	if t == nil || t.bucket == nil {
+		return nil
+	}
+	return t.bucket.WaitN(ctx, n)
+}

@@ -1,0 +1,137 @@
+package catchup
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The zero-copy data path. Which calls reach the kernel:
+//
+//   - Source: sendfileStep calls unix.Sendfile (sendfile(2)) with the copy's
+//     descriptor as in_fd and the socket as out_fd, inside
+//     syscall.RawConn.Write of the *net.TCPConn, so EAGAIN parks the
+//     goroutine on Go's network poller and the socket's deadline applies.
+//     The page-cache pages of the copy are handed to TCP by reference.
+//   - Target: spliceStep calls unix.Splice (splice(2)) twice per round:
+//     socket → pipe inside syscall.RawConn.Read (SPLICE_F_NONBLOCK, EAGAIN
+//     parks on the poller), then pipe → copy file at an explicit offset
+//     (the off_out pointer: the file's own position is never used). The
+//     pipe is this transfer's own, sized to maxChunk with F_SETPIPE_SZ.
+//
+// Neither path goes through io.Copy, so Go's own sendfile/splice/
+// copy_file_range fast paths are never involved. TestZeroCopySyscalls
+// proves the calls under strace; Stats counts them.
+
+func sendfileStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64, int) (int, error), bool) {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	return func(done int64, c int) (int, error) {
+		pos := off + done
+		sent := 0
+		var serr error
+		err := rc.Write(func(sock uintptr) bool {
+			for sent < c {
+				st.sendfile.Add(1)
+				m, e := unix.Sendfile(int(sock), int(f.Fd()), &pos, c-sent)
+				if m > 0 {
+					sent += m
+				}
+				switch {
+				case e == unix.EAGAIN:
+					return false // wait until the socket is writable
+				case e == unix.EINTR:
+					continue
+				case e != nil:
+					serr = e
+					return true
+				case m == 0:
+					serr = fmt.Errorf("reading the source copy at byte %d: %w", pos, io.ErrUnexpectedEOF)
+					return true
+				}
+			}
+			return true
+		})
+		runtime.KeepAlive(f)
+		if err == nil {
+			err = serr
+		}
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("sendfile: %w", err)
+		}
+		return sent, err
+	}, true
+}
+
+func spliceStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64, int) (int, error), func(), bool) {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, nil, false
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, false
+	}
+	pr, pw := p[0], p[1]
+	size := maxChunk
+	if _, err := unix.FcntlInt(uintptr(pw), unix.F_SETPIPE_SZ, maxChunk); err != nil {
+		// An unprivileged process may be capped below maxChunk
+		// (/proc/sys/fs/pipe-max-size): use what the pipe has.
+		if s, err := unix.FcntlInt(uintptr(pw), unix.F_GETPIPE_SZ, 0); err == nil && s > 0 {
+			size = s
+		} else {
+			size = 1 << 16
+		}
+	}
+	closer := func() { unix.Close(pr); unix.Close(pw) }
+	step := func(done int64, c int) (int, error) {
+		pos := off + done
+		got := 0
+		for got < c {
+			var m int64
+			var serr error
+			err := rc.Read(func(sock uintptr) bool {
+				for {
+					st.splice.Add(1)
+					m, serr = unix.Splice(int(sock), nil, pw, nil, min(c-got, size), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+					if serr != unix.EINTR {
+						return serr != unix.EAGAIN
+					}
+				}
+			})
+			if err == nil {
+				err = serr
+			}
+			if err != nil {
+				return got, fmt.Errorf("splice from socket: %w", err)
+			}
+			if m == 0 {
+				return got, io.ErrUnexpectedEOF
+			}
+			for m > 0 {
+				st.splice.Add(1)
+				k, e := unix.Splice(pr, nil, int(f.Fd()), &pos, int(m), unix.SPLICE_F_MOVE)
+				if e == unix.EINTR {
+					continue
+				}
+				if e != nil {
+					runtime.KeepAlive(f)
+					return got, &targetError{fmt.Errorf("splice into the copy at byte %d: %w", pos, e)}
+				}
+				m -= k
+				got += int(k)
+			}
+		}
+		runtime.KeepAlive(f)
+		return got, nil
+	}
+	return step, closer, true
+}
+
+var errTooManyFiles error = unix.EMFILE

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package catchup
+
+import "syscall"
+
+// Without Linux's sendfile(2)/splice(2) semantics ModeZeroCopy falls back
+// to the read/write path.
+
+func sendfileStep(syscall.Conn, File, int64, *counters) (func(int64, int) (int, error), bool) {
+	return nil, false
+}
+
+func spliceStep(syscall.Conn, File, int64, *counters) (func(int64, int) (int, error), func(), bool) {
+	return nil, nil, false
+}
+
+var errTooManyFiles error = syscall.EMFILE
