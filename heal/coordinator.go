@@ -36,6 +36,9 @@ type Config struct {
 	// Logger receives one line per pass and one per failed step; nil
 	// discards.
 	Logger *slog.Logger
+	// AvoidPasses is how many passes a broker whose backfill of a new
+	// replica failed is not chosen again for that segment (default 5).
+	AvoidPasses int
 	// OnReport, when set, is called with every pass's Report (metrics,
 	// status). It must not block for long.
 	OnReport func(Report)
@@ -49,6 +52,8 @@ type Coordinator struct {
 	planner Planner
 	cursor  CopyRef
 	seen    map[meta.BrokerID]time.Time
+	pass    int
+	avoid   map[CopyRef]int // until which pass
 
 	mu      sync.Mutex
 	last    Report
@@ -90,6 +95,12 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.PerBroker == 0 {
 		cfg.PerBroker = 2
+	}
+	if cfg.AvoidPasses < 0 {
+		return nil, fmt.Errorf("%w: coordinator config: AvoidPasses %d is negative", ErrInvalid, cfg.AvoidPasses)
+	}
+	if cfg.AvoidPasses == 0 {
+		cfg.AvoidPasses = 5
 	}
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 2 * time.Second
@@ -204,6 +215,14 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 	for _, b := range snap.Brokers {
 		in.Seen = append(in.Seen, Seen{Broker: b.ID, At: c.seen[b.ID]})
 	}
+	for ref, until := range c.avoid {
+		if until < c.pass {
+			delete(c.avoid, ref)
+			continue
+		}
+		in.Avoid = append(in.Avoid, ref)
+	}
+	sortRefs(in.Avoid)
 	c.mu.Lock()
 	in.Release = c.release
 	c.mu.Unlock()
@@ -216,6 +235,7 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 // flight (which the interfaces roll back on cancellation), and returns the
 // Report so far with Aborted set and an error wrapping ctx.Err().
 func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
+	c.pass++
 	in, err := c.input(ctx)
 	if err != nil {
 		return Report{Aborted: ctx.Err() != nil}, err
@@ -323,6 +343,12 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 			ref := CopyRef{a.Segment.ID, a.Target}
 			switch {
 			case err != nil && a.Op.IsBackfill():
+				if a.Op != ResumeShortCopy && ctx.Err() == nil {
+					if c.avoid == nil {
+						c.avoid = map[CopyRef]int{}
+					}
+					c.avoid[ref] = c.pass + c.cfg.AvoidPasses
+				}
 				if _, ok := failed[a.Segment.ID]; !ok {
 					failed[a.Segment.ID] = fmt.Sprintf("%s to %d from %d: %v", a.Op, a.Target, a.Source, err)
 				}

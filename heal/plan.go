@@ -256,6 +256,11 @@ type Input struct {
 	// SettleCursor is the previous Plan's SettleCursor (zero: start at
 	// the first unsettled copy).
 	SettleCursor CopyRef
+	// Avoid lists copies not to create this pass: a segment's broker that
+	// is not to be chosen as a new replica (the Coordinator fills it with
+	// targets whose backfill failed recently, e.g. because a leftover copy
+	// there is latched). Placement picks another broker.
+	Avoid []CopyRef
 	// Release lifts a mass-failure hold for this pass (the operator said
 	// so); the Report still names the hold_reason it overrode.
 	Release bool

@@ -444,6 +444,11 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 	s := &p.pl.nodes[src]
 	capHit := false
 	eligible := func(n *node) bool {
+		for _, a := range in.Avoid {
+			if a.Broker == n.id && a.Segment == seg.ID {
+				return false
+			}
+		}
 		if pol.MaxBackfillsPerBroker > 0 && n.busy >= pol.MaxBackfillsPerBroker {
 			capHit = true
 			return false
