@@ -142,8 +142,8 @@ func (c Config) Validate() error {
 			return bad(n.key, n.v, "want at least 1")
 		}
 	}
-	if c.BackfillBytesPerSecond < 0 {
-		return bad("backfill_bytes_per_second", c.BackfillBytesPerSecond, "want 0 (unlimited) or more")
+	if c.BackfillBytesPerSecond < 0 || c.BackfillBytesPerSecond > 0 && c.BackfillBytesPerSecond < 4096 {
+		return bad("backfill_bytes_per_second", c.BackfillBytesPerSecond, "want 0 (unlimited) or at least 4096")
 	}
 	for _, e := range []struct{ key, v string }{{"probe_engine", c.ProbeEngine}, {"fsync_engine", c.FsyncEngine}} {
 		switch e.v {

@@ -1,0 +1,851 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/malachi-log/malachi/cluster"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// Errors of the admin API, by HTTP status and code.
+var (
+	errBadRequest = errors.New("malachid: bad request")
+	errNoLeader   = errors.New("malachid: no leader reachable")
+	errDisagree   = errors.New("malachid: replicas disagree")
+	errNoFaults   = errors.New("malachid: fault injection is off (fault_injection = false)")
+	errNotFound   = errors.New("malachid: not found")
+)
+
+type adminError struct {
+	Code    string `json:"code"`
+	Message string `json:"error"`
+}
+
+var adminCodes = []struct {
+	code   string
+	status int
+	err    error
+}{
+	{"bad_request", http.StatusBadRequest, errBadRequest},
+	{"invalid", http.StatusBadRequest, meta.ErrInvalid},
+	{"invalid", http.StatusBadRequest, store.ErrInvalid},
+	{"not_found", http.StatusNotFound, errNotFound},
+	{"unknown_segment", http.StatusNotFound, meta.ErrUnknownSegment},
+	{"unknown_copy", http.StatusNotFound, store.ErrUnknownCopy},
+	{"segment_exists", http.StatusConflict, meta.ErrSegmentExists},
+	{"copy_exists", http.StatusConflict, store.ErrExists},
+	{"stale_replicas", http.StatusConflict, meta.ErrStaleReplicas},
+	{"sealed", http.StatusConflict, meta.ErrSealed},
+	{"sealed", http.StatusConflict, store.ErrSealed},
+	{"not_sealed", http.StatusConflict, meta.ErrNotSealed},
+	{"latched", http.StatusConflict, store.ErrLatched},
+	{"disagree", http.StatusConflict, errDisagree},
+	{"faults_off", http.StatusForbidden, errNoFaults},
+	{"unauthenticated", http.StatusUnauthorized, errUnauth},
+	{"not_leader", http.StatusServiceUnavailable, cluster.ErrNotLeader},
+	{"no_leader", http.StatusServiceUnavailable, errNoLeader},
+	{"leadership_lost", http.StatusServiceUnavailable, cluster.ErrLeadershipLost},
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, status := "internal", http.StatusInternalServerError
+	for _, c := range adminCodes {
+		if errors.Is(err, c.err) {
+			code, status = c.code, c.status
+			break
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(adminError{Code: code, Message: err.Error()})
+}
+
+// errorOf rebuilds an error from an admin answer's code.
+func errorOf(code, msg string) error {
+	for _, c := range adminCodes {
+		if c.code == code {
+			return fmt.Errorf("%w: %s", c.err, msg)
+		}
+	}
+	return fmt.Errorf("malachid: remote %s: %s", code, msg)
+}
+
+func decodeBody(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+	if err != nil {
+		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+	}
+	return nil
+}
+
+// handle adapts a func returning (answer, error) to an http.HandlerFunc.
+func handle(f func(r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := f(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, v)
+	}
+}
+
+func (b *broker) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", handle(b.health))
+	mux.HandleFunc("GET /v1/metadata", handle(func(r *http.Request) (any, error) { return b.node.Snapshot(), nil }))
+	mux.HandleFunc("POST /v1/segments", handle(b.createSegment))
+	mux.HandleFunc("POST /v1/segments/{id}/records", handle(b.appendRecords))
+	mux.HandleFunc("POST /v1/segments/{id}/seal", handle(b.sealSegment))
+	mux.HandleFunc("POST /v1/load", handle(b.load))
+	mux.HandleFunc("GET /v1/copies", handle(b.copies))
+	mux.HandleFunc("GET /v1/status", handle(b.status))
+	mux.HandleFunc("POST /v1/faults/{kind}/{id}", handle(b.fault))
+	mux.HandleFunc("POST /v1/heal/release", handle(b.release))
+	// Between brokers: signed with the cluster secret when one is set.
+	mux.HandleFunc("POST /v1/internal/apply", b.internal(b.internalApply))
+	mux.HandleFunc("POST /v1/internal/copies/{id}/create", b.internal(b.internalCreate))
+	mux.HandleFunc("POST /v1/internal/copies/{id}/append", b.internal(b.internalAppend))
+	mux.HandleFunc("POST /v1/internal/copies/{id}/seal", b.internal(b.internalSeal))
+	return mux
+}
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	ID       meta.BrokerID `json:"id"`
+	Leader   meta.BrokerID `json:"leader"`
+	IsLeader bool          `json:"is_leader"`
+	Heal     bool          `json:"heal"`
+	Index    uint64        `json:"index"`
+}
+
+func (b *broker) health(r *http.Request) (any, error) {
+	id, _ := b.node.Leader()
+	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index}, nil
+}
+
+// ---- forwarding to the leader ----
+
+const authHeader = "Malachi-Admin-Auth"
+
+var errUnauth = errors.New("malachid: unauthenticated internal call")
+
+func adminMAC(secret []byte, path string, ts int64, body []byte) string {
+	h := hmac.New(sha256.New, secret)
+	sum := sha256.Sum256(body)
+	fmt.Fprintf(h, "admin\n%s\n%d\n%x", path, ts, sum)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// internal wraps a broker-to-broker handler: it checks the signature when
+// this broker has a cluster secret.
+func (b *broker) internal(f func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: body: %v", errBadRequest, err))
+			return
+		}
+		if b.secret != nil {
+			ts, mac, _ := strings.Cut(r.Header.Get(authHeader), " ")
+			n, perr := strconv.ParseInt(ts, 10, 64)
+			skew := time.Since(time.UnixMilli(n))
+			if perr != nil || skew > time.Minute || skew < -time.Minute || !hmac.Equal([]byte(mac), []byte(adminMAC(b.secret, r.URL.Path, n, body))) {
+				writeError(w, errUnauth)
+				return
+			}
+		}
+		v, err := f(r, body)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, v)
+	}
+}
+
+// post sends a JSON request to another broker's admin API and decodes the
+// answer; an error answer comes back as the sentinel its code names.
+func (b *broker) post(ctx context.Context, addr, path string, req, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	if b.secret != nil {
+		ts := time.Now().UnixMilli()
+		r.Header.Set(authHeader, strconv.FormatInt(ts, 10)+" "+adminMAC(b.secret, path, ts, body))
+	}
+	res, err := b.hc.Do(r)
+	if err != nil {
+		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(res.Body, 256<<20))
+	if err != nil {
+		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		var ae adminError
+		if json.Unmarshal(out, &ae) == nil && ae.Code != "" {
+			return errorOf(ae.Code, ae.Message)
+		}
+		return fmt.Errorf("malachid: %s %s: HTTP %d: %.200s", addr, path, res.StatusCode, out)
+	}
+	if resp != nil {
+		return json.Unmarshal(out, resp)
+	}
+	return nil
+}
+
+// leaderAdmin returns the leader's admin address from the metadata.
+func (b *broker) leaderAdmin() (meta.BrokerID, string, error) {
+	id, _ := b.node.Leader()
+	if id == 0 {
+		return 0, "", fmt.Errorf("%w: no leader known", errNoLeader)
+	}
+	snap := b.node.Snapshot()
+	br, ok := snap.Broker(id)
+	if !ok || br.AdminAddr == "" {
+		return id, "", fmt.Errorf("%w: leader %d has not registered its admin address yet", errNoLeader, id)
+	}
+	return id, br.AdminAddr, nil
+}
+
+type applyRequest struct {
+	Command json.RawMessage `json:"command"`
+}
+
+type applyResponse struct {
+	Index uint64 `json:"index"`
+}
+
+// apply commits c through raft: here when this broker leads, else through
+// the leader's admin API; it retries while no leader is known, bounded by
+// ctx.
+func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
+	enc, err := meta.EncodeCommand(c)
+	if err != nil {
+		return 0, err
+	}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		idx, err := b.node.Apply(ctx, c)
+		if err == nil || !errors.Is(err, cluster.ErrNotLeader) {
+			return idx, err
+		}
+		var resp applyResponse
+		_, addr, lerr := b.leaderAdmin()
+		if lerr == nil {
+			err = b.post(ctx, addr, "/v1/internal/apply", applyRequest{Command: enc}, &resp)
+			if err == nil {
+				return resp.Index, nil
+			}
+			if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, errNoLeader) && ctx.Err() == nil && !isConnErr(err) {
+				return 0, err
+			}
+		} else {
+			err = lerr
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("malachid: apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+func isConnErr(err error) bool {
+	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "EOF")
+}
+
+func (b *broker) internalApply(r *http.Request, body []byte) (any, error) {
+	var req applyRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	c, err := meta.DecodeCommand(req.Command)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := b.node.Apply(r.Context(), c)
+	if err != nil {
+		return nil, err
+	}
+	return applyResponse{Index: idx}, nil
+}
+
+// ---- the write path ----
+
+// CreateRequest is the body of POST /v1/segments.
+type CreateRequest struct {
+	ID          meta.SegmentID  `json:"id"`
+	StartOffset uint64          `json:"start_offset"`
+	Replicas    []meta.BrokerID `json:"replicas,omitempty"` // optional: chosen by the leader when empty
+}
+
+func (b *broker) createSegment(r *http.Request) (any, error) {
+	var req CreateRequest
+	if err := decodeBody(r, &req); err != nil {
+		return nil, err
+	}
+	return b.create(r.Context(), req)
+}
+
+// create makes the segment's copies on its replica set and commits
+// CreateSegment. Replicas are chosen by the leader; a follower forwards.
+func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, error) {
+	if err := req.ID.Validate(); err != nil {
+		return meta.Segment{}, err
+	}
+	if len(req.Replicas) == 0 {
+		if !b.node.IsLeader() {
+			_, addr, err := b.leaderAdmin()
+			if err != nil {
+				return meta.Segment{}, err
+			}
+			var seg meta.Segment
+			err = b.post(ctx, addr, "/v1/segments", req, &seg)
+			return seg, err
+		}
+		rs, err := b.place()
+		if err != nil {
+			return meta.Segment{}, err
+		}
+		req.Replicas = rs
+	}
+	if err := meta.ValidateReplicas(req.Replicas); err != nil {
+		return meta.Segment{}, err
+	}
+	snap := b.node.Snapshot()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, rb := range req.Replicas {
+		br, ok := snap.Broker(rb)
+		if !ok || br.AdminAddr == "" {
+			return meta.Segment{}, fmt.Errorf("%w: replica %d is not registered", errBadRequest, rb)
+		}
+		g.Go(func() error {
+			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(req.ID)+"/create", copyCreate{StartOffset: req.StartOffset}, nil)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return meta.Segment{}, fmt.Errorf("create %s on %v: %w", req.ID, req.Replicas, err)
+	}
+	seg := meta.Segment{ID: req.ID, StartOffset: req.StartOffset, Replicas: req.Replicas}
+	if _, err := b.apply(ctx, meta.CreateSegment{Segment: seg}); err != nil {
+		return meta.Segment{}, err
+	}
+	seg.Version = 1
+	return seg, nil
+}
+
+// place picks a replica set of min(RF, live brokers) brokers, rotating
+// over the registered brokers that the control plane heard from recently.
+func (b *broker) place() ([]meta.BrokerID, error) {
+	snap := b.node.Snapshot()
+	rf := snap.ReplicationFactor
+	if rf < 1 {
+		rf = b.cfg.ReplicationFactor
+	}
+	contact := b.lastContact()
+	horizon := time.Now().Add(-2 * max(b.cfg.Raft.HeartbeatTimeout, 100*time.Millisecond))
+	var live []meta.BrokerID
+	for _, br := range snap.Brokers {
+		if t, ok := contact[br.ID]; ok && (br.ID == b.self || t.After(horizon)) && br.AdminAddr != "" {
+			live = append(live, br.ID)
+		}
+	}
+	if len(live) == 0 {
+		return nil, fmt.Errorf("%w: no live registered broker to place a segment on", errNoLeader)
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
+	b.placeMu.Lock()
+	start := b.cursor
+	b.cursor++
+	b.placeMu.Unlock()
+	n := min(rf, len(live))
+	out := make([]meta.BrokerID, 0, n)
+	for i := 0; i < n; i++ {
+		out = append(out, live[(start+i)%len(live)])
+	}
+	return out, nil
+}
+
+// RecordsRequest is the body of POST /v1/segments/{id}/records: either
+// Count generated records of Size bytes from Seed, or explicit Records.
+type RecordsRequest struct {
+	Count   int      `json:"count,omitempty"`
+	Size    int      `json:"size,omitempty"`
+	Seed    uint64   `json:"seed,omitempty"`
+	Records []string `json:"records,omitempty"` // base64
+}
+
+// AppendResponse is the answer of an append: the next offset.
+type AppendResponse struct {
+	NextOffset uint64 `json:"next_offset"`
+	Records    int    `json:"records"`
+}
+
+func (rr *RecordsRequest) check() error {
+	if len(rr.Records) > 0 && rr.Count > 0 {
+		return fmt.Errorf("%w: records: give count/size/seed or records, not both", errBadRequest)
+	}
+	if rr.Count < 0 || rr.Count > 1<<20 {
+		return fmt.Errorf("%w: count = %d: want 0 to %d", errBadRequest, rr.Count, 1<<20)
+	}
+	if rr.Count > 0 && (rr.Size < 0 || rr.Size > 16<<20) {
+		return fmt.Errorf("%w: size = %d: want 0 to %d", errBadRequest, rr.Size, 16<<20)
+	}
+	for i, s := range rr.Records {
+		if _, err := base64.StdEncoding.DecodeString(s); err != nil {
+			return fmt.Errorf("%w: records[%d]: %v", errBadRequest, i, err)
+		}
+	}
+	return nil
+}
+
+// payloads yields the records of rr, generated deterministically.
+func (rr *RecordsRequest) payloads(fn func(p []byte) error) error {
+	if len(rr.Records) > 0 {
+		for _, s := range rr.Records {
+			p, _ := base64.StdEncoding.DecodeString(s)
+			if err := fn(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	buf := make([]byte, rr.Size+8)
+	for i := 0; i < rr.Count; i++ {
+		g := rand.NewPCG(rr.Seed, uint64(i))
+		for j := 0; j < rr.Size; j += 8 {
+			v := g.Uint64()
+			for k := 0; k < 8; k++ {
+				buf[j+k] = byte(v >> (8 * k))
+			}
+		}
+		if err := fn(buf[:rr.Size]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *broker) lockSegment(id meta.SegmentID) func() {
+	b.segMu.Lock()
+	m := b.segLock[id]
+	if m == nil {
+		m = &sync.Mutex{}
+		b.segLock[id] = m
+	}
+	b.segMu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// segment returns the segment from this broker's metadata, waiting briefly
+// for it to arrive (a follower may lag the create).
+func (b *broker) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, error) {
+	if err := id.Validate(); err != nil {
+		return meta.Segment{}, err
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if seg, ok := b.node.Segment(id); ok {
+			return seg, nil
+		}
+		if time.Now().After(deadline) {
+			return meta.Segment{}, fmt.Errorf("%w: %s", meta.ErrUnknownSegment, id)
+		}
+		select {
+		case <-ctx.Done():
+			return meta.Segment{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (b *broker) appendRecords(r *http.Request) (any, error) {
+	var req RecordsRequest
+	if err := decodeBody(r, &req); err != nil {
+		return nil, err
+	}
+	return b.append(r.Context(), meta.SegmentID(r.PathValue("id")), req)
+}
+
+// append writes the records on every replica (each syncs before it
+// answers) and checks that they agree on the next offset.
+func (b *broker) append(ctx context.Context, id meta.SegmentID, req RecordsRequest) (AppendResponse, error) {
+	if err := req.check(); err != nil {
+		return AppendResponse{}, err
+	}
+	seg, err := b.segment(ctx, id)
+	if err != nil {
+		return AppendResponse{}, err
+	}
+	if seg.Sealed {
+		return AppendResponse{}, fmt.Errorf("%w: segment %s", meta.ErrSealed, id)
+	}
+	unlock := b.lockSegment(id)
+	defer unlock()
+	res := make([]AppendResponse, len(seg.Replicas))
+	snap := b.node.Snapshot()
+	g, gctx := errgroup.WithContext(ctx)
+	for i, rb := range seg.Replicas {
+		br, ok := snap.Broker(rb)
+		if !ok {
+			return AppendResponse{}, fmt.Errorf("%w: replica %d of %s is not registered", errNotFound, rb, id)
+		}
+		g.Go(func() error {
+			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(id)+"/append", req, &res[i])
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return AppendResponse{}, fmt.Errorf("append to %s: %w", id, err)
+	}
+	for i := range res {
+		if res[i] != res[0] {
+			return AppendResponse{}, fmt.Errorf("%w: append to %s: broker %d at %+v, broker %d at %+v", errDisagree, id, seg.Replicas[0], res[0], seg.Replicas[i], res[i])
+		}
+	}
+	return res[0], nil
+}
+
+func (b *broker) sealSegment(r *http.Request) (any, error) {
+	return b.seal(r.Context(), meta.SegmentID(r.PathValue("id")))
+}
+
+// SealResponse is what every replica sealed and the metadata recorded.
+type SealResponse struct {
+	Segment meta.Segment `json:"segment"`
+}
+
+// seal seals every replica, checks that they agree, then commits
+// SealSegment through raft.
+func (b *broker) seal(ctx context.Context, id meta.SegmentID) (SealResponse, error) {
+	seg, err := b.segment(ctx, id)
+	if err != nil {
+		return SealResponse{}, err
+	}
+	unlock := b.lockSegment(id)
+	defer unlock()
+	seals := make([]sealResult, len(seg.Replicas))
+	snap := b.node.Snapshot()
+	g, gctx := errgroup.WithContext(ctx)
+	for i, rb := range seg.Replicas {
+		br, ok := snap.Broker(rb)
+		if !ok {
+			return SealResponse{}, fmt.Errorf("%w: replica %d of %s is not registered", errNotFound, rb, id)
+		}
+		g.Go(func() error {
+			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(id)+"/seal", struct{}{}, &seals[i])
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return SealResponse{}, fmt.Errorf("seal %s: %w", id, err)
+	}
+	for i := range seals {
+		if seals[i] != seals[0] {
+			return SealResponse{}, fmt.Errorf("%w: seal %s: broker %d sealed %+v, broker %d sealed %+v", errDisagree, id, seg.Replicas[0], seals[0], seg.Replicas[i], seals[i])
+		}
+	}
+	s := seals[0]
+	if s.StartOffset != seg.StartOffset {
+		return SealResponse{}, fmt.Errorf("%w: seal %s: copies start at %d, metadata at %d", errDisagree, id, s.StartOffset, seg.StartOffset)
+	}
+	if _, err := b.apply(ctx, meta.SealSegment{ID: id, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}); err != nil {
+		return SealResponse{}, err
+	}
+	seg.Length, seg.ByteSize, seg.Checksum, seg.Sealed = s.Length, s.ByteSize, s.Checksum, true
+	return SealResponse{Segment: seg}, nil
+}
+
+// LoadRequest is the body of POST /v1/load: create, write and seal
+// Segments segments named Prefix-NNNNN (the demo's loader).
+type LoadRequest struct {
+	Segments          int    `json:"segments"`
+	RecordsPerSegment int    `json:"records_per_segment"`
+	RecordSize        int    `json:"record_size"`
+	Prefix            string `json:"prefix"`
+	Concurrency       int    `json:"concurrency,omitempty"`
+	First             int    `json:"first,omitempty"`
+}
+
+// LoadResponse reports a load.
+type LoadResponse struct {
+	Segments int     `json:"segments"`
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
+}
+
+func (b *broker) load(r *http.Request) (any, error) {
+	req := LoadRequest{Segments: 1, RecordsPerSegment: 256, RecordSize: 4096, Prefix: "s"}
+	if err := decodeBody(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Segments < 1 || req.Segments > 1_000_000 {
+		return nil, fmt.Errorf("%w: segments = %d: want 1 to 1000000", errBadRequest, req.Segments)
+	}
+	if req.RecordsPerSegment < 1 || req.RecordSize < 0 || req.RecordSize > 16<<20 {
+		return nil, fmt.Errorf("%w: records_per_segment = %d, record_size = %d", errBadRequest, req.RecordsPerSegment, req.RecordSize)
+	}
+	if req.Concurrency <= 0 {
+		req.Concurrency = 16
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	var total int64
+	g, ctx := errgroup.WithContext(r.Context())
+	g.SetLimit(req.Concurrency)
+	for i := 0; i < req.Segments; i++ {
+		id := meta.SegmentID(fmt.Sprintf("%s-%05d", req.Prefix, req.First+i))
+		g.Go(func() error {
+			if _, err := b.create(ctx, CreateRequest{ID: id}); err != nil {
+				return err
+			}
+			rr := RecordsRequest{Count: req.RecordsPerSegment, Size: req.RecordSize, Seed: uint64(req.First + i + 1)}
+			if _, err := b.append(ctx, id, rr); err != nil {
+				return err
+			}
+			s, err := b.seal(ctx, id)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			total += s.Segment.ByteSize
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return LoadResponse{Segments: req.Segments, Bytes: total, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// ---- internal copy operations, on the replica ----
+
+type copyCreate struct {
+	StartOffset uint64 `json:"start_offset"`
+}
+
+type sealResult struct {
+	StartOffset uint64        `json:"start_offset"`
+	Length      uint64        `json:"length"`
+	ByteSize    int64         `json:"byte_size"`
+	Checksum    meta.Checksum `json:"checksum"`
+}
+
+func (b *broker) internalCreate(r *http.Request, body []byte) (any, error) {
+	var req copyCreate
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	id := meta.SegmentID(r.PathValue("id"))
+	if err := b.db.Create(id, req.StartOffset); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+func (b *broker) internalAppend(r *http.Request, body []byte) (any, error) {
+	var req RecordsRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	if err := req.check(); err != nil {
+		return nil, err
+	}
+	id := meta.SegmentID(r.PathValue("id"))
+	var next uint64
+	n := 0
+	err := req.payloads(func(p []byte) error {
+		off, err := b.db.Append(id, p)
+		next, n = off+1, n+1
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.db.Sync(id); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		end, err := b.db.DurableEnd(id)
+		if err != nil {
+			return nil, err
+		}
+		next = end.NextOffset
+	}
+	return AppendResponse{NextOffset: next, Records: n}, nil
+}
+
+func (b *broker) internalSeal(r *http.Request, body []byte) (any, error) {
+	s, err := b.db.Seal(meta.SegmentID(r.PathValue("id")))
+	if err != nil {
+		return nil, err
+	}
+	return sealResult{StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}, nil
+}
+
+// ---- inspection, status and faults ----
+
+// Copy is one local copy in GET /v1/copies.
+type Copy struct {
+	ID      meta.SegmentID `json:"id"`
+	Size    int64          `json:"size"`
+	Latched bool           `json:"latched"`
+	Sealed  bool           `json:"sealed"`
+}
+
+func (b *broker) copies(r *http.Request) (any, error) {
+	out := []Copy{}
+	for _, id := range b.db.List() {
+		c := Copy{ID: id, Latched: b.db.LatchErr(id) != nil}
+		if fi, err := os.Stat(b.db.Path(id)); err == nil {
+			c.Size = fi.Size()
+			c.Sealed = hasFooter(b.db.Path(id), fi.Size())
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// hasFooter reads the last FooterSize bytes of the file and checks them.
+func hasFooter(path string, size int64) bool {
+	if size < store.FooterSize {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, store.FooterSize)
+	if _, err := f.ReadAt(buf, size-store.FooterSize); err != nil {
+		return false
+	}
+	_, ok := store.DecodeFooter(buf)
+	return ok
+}
+
+func (b *broker) status(r *http.Request) (any, error) {
+	if b.heal == nil {
+		return map[string]string{"heal": "disabled"}, nil
+	}
+	return b.heal.Status(), nil
+}
+
+func (b *broker) release(r *http.Request) (any, error) {
+	if b.heal == nil {
+		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
+	}
+	return b.heal.Release(), nil
+}
+
+// FaultRequest optionally parameterises a fault: the byte position of a
+// truncate or a bit flip, the bytes of an extension.
+type FaultRequest struct {
+	At    int64 `json:"at,omitempty"`
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// fault injects one fault into a local copy: latch, delete, truncate,
+// extend or flip (fault_injection only).
+func (b *broker) fault(r *http.Request) (any, error) {
+	if b.faults == nil {
+		return nil, errNoFaults
+	}
+	kind, id := r.PathValue("kind"), meta.SegmentID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	var req FaultRequest
+	if err := decodeBody(r, &req); err != nil {
+		return nil, err
+	}
+	path := b.db.Path(id)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: copy %s: %v", errNotFound, id, err)
+	}
+	switch kind {
+	case "latch":
+		b.faults.arm(path)
+		_, _ = b.db.DurableEnd(id)
+		if b.db.LatchErr(id) == nil {
+			return nil, fmt.Errorf("malachid: latch %s: the copy did not latch", id)
+		}
+	case "delete":
+		err = os.Remove(path)
+	case "truncate":
+		at := req.At
+		if at <= 0 || at >= fi.Size() {
+			at = fi.Size() / 2
+		}
+		err = os.Truncate(path, at)
+	case "extend":
+		n := req.Bytes
+		if n <= 0 {
+			n = 4096
+		}
+		err = os.Truncate(path, fi.Size()+n)
+	case "flip":
+		at := req.At
+		if at <= 0 || at >= fi.Size() {
+			at = fi.Size() / 3
+		}
+		var f *os.File
+		if f, err = os.OpenFile(path, os.O_RDWR, 0); err == nil {
+			buf := []byte{0}
+			if _, err = f.ReadAt(buf, at); err == nil {
+				buf[0] ^= 0x10
+				_, err = f.WriteAt(buf, at)
+			}
+			f.Close()
+		}
+	default:
+		return nil, fmt.Errorf("%w: fault %q: want latch, delete, truncate, extend or flip", errBadRequest, kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.log.Warn().Str("fault", kind).Str("segment", string(id)).Msg("fault injected")
+	return map[string]string{"fault": kind, "segment": string(id)}, nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/cluster"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/store"
+)
+
+// broker is one running malachid: store, control plane, admin API and,
+// when enabled, the heal plugin.
+type broker struct {
+	cfg       Config
+	self      meta.BrokerID
+	log       zerolog.Logger
+	db        *store.DB
+	node      *cluster.Node
+	heal      *plugin.Plugin
+	faults    *faultFS
+	hc        *http.Client
+	secret    []byte // signs internal admin calls; nil when none is configured
+	adminAddr string
+	admin     *http.Server
+	adminDone chan struct{}
+
+	segMu   sync.Mutex
+	segLock map[meta.SegmentID]*sync.Mutex
+	placeMu sync.Mutex
+	cursor  int
+
+	closeOnce sync.Once
+	closeErr  error
+	bgCancel  context.CancelFunc
+	bg        sync.WaitGroup
+	closers   []func() error
+}
+
+// openBroker starts everything; on error nothing is left running.
+func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker, err error) {
+	b := &broker{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
+	b.hc = &http.Client{Transport: tr}
+	b.closers = append(b.closers, func() error { tr.CloseIdleConnections(); return nil })
+	if cfg.Heal.Secret != "" || cfg.Heal.SecretFile != "" {
+		if b.secret, err = readSecret(cfg.Heal); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("malachid: data_dir = %q: %w", cfg.DataDir, err)
+	}
+
+	// The store, through the fault-injecting FS when asked, with the
+	// plugin's fsync engine as its directory syncer when heal is enabled.
+	opts := store.Options{Logger: log.With().Str("component", "store").Logger(), Preallocate: cfg.Preallocate}
+	if cfg.FaultInjection {
+		b.faults = newFaultFS(store.OSFS())
+		opts.FS = b.faults
+	}
+	var fsyncEngine string
+	if cfg.Heal.Enabled {
+		ds, name, closeDS, err := plugin.NewDirSyncer(cfg.Heal, log)
+		if err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, closeDS)
+		opts.DirSyncer, fsyncEngine = ds, name
+	}
+	if b.db, err = store.Open(cfg.DataDir, opts); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, b.db.Close)
+
+	// The control plane.
+	peers, _ := cfg.parsePeers()
+	cc := cluster.DefaultConfig()
+	cc.ID, cc.Dir, cc.Addr = b.self, filepath.Join(cfg.DataDir, "raft"), cfg.RaftListen
+	for _, p := range peers {
+		cc.Peers = append(cc.Peers, cluster.Peer{ID: p.ID, Addr: p.Addr})
+	}
+	if len(cc.Peers) == 0 {
+		cc.Peers = []cluster.Peer{{ID: b.self, Addr: cfg.RaftListen}}
+	}
+	cc.ReplicationFactor = cfg.ReplicationFactor
+	r := cfg.Raft
+	cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout, cc.CommitTimeout = r.HeartbeatTimeout, r.ElectionTimeout, r.LeaderLeaseTimeout, r.CommitTimeout
+	if r.SnapshotThreshold > 0 {
+		cc.SnapshotThreshold = r.SnapshotThreshold
+	}
+	cc.Logger = log
+	if b.node, err = cluster.Open(cc); err != nil {
+		if errors.Is(err, cluster.ErrConfig) {
+			return nil, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return nil, err
+	}
+	b.closers = append(b.closers, b.node.Close)
+
+	// The plugin, only when enabled: a disabled one creates nothing.
+	if cfg.Heal.Enabled {
+		b.heal, err = plugin.New(cfg.Heal, plugin.Deps{
+			Self: b.self, Store: b.db, Control: b.node, LastContact: b.lastContact,
+			Logger: log, Registry: prometheus.NewRegistry(), FsyncEngine: fsyncEngine,
+		})
+		if err != nil {
+			if errors.Is(err, plugin.ErrConfig) {
+				return nil, fmt.Errorf("%w: %w", errConfig, err)
+			}
+			return nil, err
+		}
+		if err := b.heal.Start(ctx); err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, b.heal.Stop)
+	}
+
+	// The admin API.
+	l, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return nil, fmt.Errorf("malachid: admin_listen = %q: %w", cfg.AdminListen, err)
+	}
+	b.adminAddr = l.Addr().String()
+	b.admin = &http.Server{Handler: b.routes(), ReadHeaderTimeout: 10 * time.Second}
+	b.adminDone = make(chan struct{})
+	go func() {
+		defer close(b.adminDone)
+		if err := b.admin.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("admin listener stopped")
+		}
+	}()
+
+	bgctx, cancel := context.WithCancel(context.Background())
+	b.bgCancel = cancel
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		b.register(bgctx)
+	}()
+	return b, nil
+}
+
+// Close stops the admin API, the plugin, the control plane and the store,
+// in that order.
+func (b *broker) Close() error {
+	b.closeOnce.Do(func() {
+		var errs []error
+		if b.bgCancel != nil {
+			b.bgCancel()
+		}
+		if b.admin != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := b.admin.Shutdown(ctx); err != nil {
+				_ = b.admin.Close()
+			}
+			cancel()
+			<-b.adminDone
+		}
+		b.bg.Wait()
+		for i := len(b.closers) - 1; i >= 0; i-- {
+			if err := b.closers[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		b.closeErr = errors.Join(errs...)
+	})
+	return b.closeErr
+}
+
+// lastContact reports the control plane's last contact with each voter.
+func (b *broker) lastContact() map[meta.BrokerID]time.Time {
+	ms := b.node.Members()
+	out := make(map[meta.BrokerID]time.Time, len(ms))
+	for _, m := range ms {
+		out[m.ID] = m.LastContact
+	}
+	return out
+}
+
+// register records this broker and its addresses in the metadata, retrying
+// until it is committed (through the leader, wherever it is).
+func (b *broker) register(ctx context.Context) {
+	br := meta.Broker{ID: b.self, Rack: b.cfg.Rack, AdminAddr: b.adminAddr, RaftAddr: b.cfg.RaftListen}
+	if b.heal != nil {
+		st := b.heal.Status()
+		br.RPCAddr, br.DataAddr = st.RPCAddr, st.DataAddr
+	}
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		snap := b.node.Snapshot()
+		if cur, ok := snap.Broker(b.self); ok && cur == br {
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := b.apply(actx, meta.RegisterBroker{Broker: br})
+		cancel()
+		if err == nil {
+			b.log.Info().Str("admin", br.AdminAddr).Str("rpc", br.RPCAddr).Str("data", br.DataAddr).Msg("broker registered")
+			return
+		}
+		b.log.Debug().Err(err).Msg("register: retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// readSecret reads the cluster secret from the heal config.
+func readSecret(c plugin.Config) ([]byte, error) {
+	if c.SecretFile == "" {
+		return []byte(c.Secret), nil
+	}
+	s, err := os.ReadFile(c.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: heal.secret_file = %q: %v", errConfig, c.SecretFile, err)
+	}
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+		s = s[:len(s)-1]
+	}
+	return s, nil
+}
+
+// faultFS wraps the store's FS: an armed path fails its next OpenFile with
+// EIO, which latches the copy (fault_injection only).
+type faultFS struct {
+	store.FS
+	mu    sync.Mutex
+	armed map[string]bool
+}
+
+func newFaultFS(fs store.FS) *faultFS { return &faultFS{FS: fs, armed: map[string]bool{}} }
+
+func (f *faultFS) arm(path string) {
+	f.mu.Lock()
+	f.armed[path] = true
+	f.mu.Unlock()
+}
+
+func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
+	f.mu.Lock()
+	hit := f.armed[name]
+	delete(f.armed, name)
+	f.mu.Unlock()
+	if hit {
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EIO}
+	}
+	return f.FS.OpenFile(name, flag, perm)
+}

@@ -1,0 +1,65 @@
+// Command malachid is the reference broker that links Malachi heal: a
+// store of segment copies, the raft control plane (cluster), a small admin
+// API to write and seal segments, and the heal plugin when
+// [heal] enabled = true. See doc.go.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run is main without the exit: 0 after a clean shutdown, 2 for a bad
+// configuration, 1 for any other failure.
+func run(args []string, stderr io.Writer) int {
+	cfg, err := loadConfig(args, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "malachid: %v\n", err)
+		if errors.Is(err, errConfig) {
+			return 2
+		}
+		return 1
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, err := openBroker(ctx, cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("start failed")
+		fmt.Fprintf(stderr, "malachid: %v\n", err)
+		if errors.Is(err, errConfig) {
+			return 2
+		}
+		return 1
+	}
+	log.Info().Str("admin", b.adminAddr).Bool("heal", cfg.Heal.Enabled).Msg("broker ready")
+	<-ctx.Done()
+	log.Info().Msg("shutting down")
+	if err := b.Close(); err != nil {
+		log.Error().Err(err).Msg("shutdown")
+		return 1
+	}
+	return 0
+}
+
+func newLogger(cfg Config, w io.Writer) zerolog.Logger {
+	if cfg.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w}
+	}
+	lvl, err := zerolog.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Uint32("broker", cfg.ID).Logger()
+}

@@ -1,0 +1,129 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Client calls other instances' replication servers. It implements
+// heal.Brokers for the coordinator, resolving a broker's control and data
+// addresses from the metadata. It is safe for concurrent use.
+type Client struct {
+	hc      *http.Client
+	secret  []byte
+	resolve func(meta.BrokerID) (meta.Broker, bool)
+	timeout time.Duration
+}
+
+var _ heal.Brokers = (*Client)(nil)
+
+// NewClient returns a Client signing with secret. resolve returns the
+// registered broker (its RPCAddr and DataAddr); timeout bounds every call
+// but a probe (bounded by the caller's context) and a backfill.
+func NewClient(secret []byte, resolve func(meta.BrokerID) (meta.Broker, bool), timeout time.Duration) *Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{hc: &http.Client{Transport: tr}, secret: secret, resolve: resolve, timeout: timeout}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+func (c *Client) addr(b meta.BrokerID) (meta.Broker, error) {
+	br, ok := c.resolve(b)
+	if !ok || br.RPCAddr == "" {
+		return meta.Broker{}, fmt.Errorf("%w: broker %d has no heal rpc address in the metadata", ErrUnknownBroker, b)
+	}
+	return br, nil
+}
+
+func (c *Client) do(ctx context.Context, b meta.BrokerID, path string, req, resp any, bounded bool) error {
+	br, err := c.addr(b)
+	if err != nil {
+		return err
+	}
+	if bounded && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	return call(ctx, c.hc, c.secret, b, br.RPCAddr, path, req, resp)
+}
+
+// Probe implements heal.Prober.
+func (c *Client) Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (heal.ProbeReport, error) {
+	req := ProbeRequest{Index: snapshotIndex}
+	if dl, ok := ctx.Deadline(); ok {
+		req.DeadlineMillis = max(1, time.Until(dl).Milliseconds())
+	}
+	var rep heal.ProbeReport
+	if err := c.do(ctx, broker, pathProbe, req, &rep, false); err != nil {
+		return heal.ProbeReport{}, err
+	}
+	if rep.Broker != broker {
+		return heal.ProbeReport{}, fmt.Errorf("%w: probe of broker %d answered by broker %d", ErrRemote, broker, rep.Broker)
+	}
+	if err := rep.Validate(); err != nil {
+		return heal.ProbeReport{}, fmt.Errorf("%w: %w", ErrRemote, err)
+	}
+	return rep, nil
+}
+
+// DurableEnd implements heal.Backfiller.
+func (c *Client) DurableEnd(ctx context.Context, broker meta.BrokerID, seg meta.Segment) (int64, error) {
+	var resp DurableEndResponse
+	if err := c.do(ctx, broker, pathDurableEnd, SegmentRequest{Segment: seg}, &resp, true); err != nil {
+		return 0, err
+	}
+	return resp.Bytes, nil
+}
+
+// Backfill implements heal.Backfiller: it asks the target to pull from the
+// source's data listener. The target resumes at its own durable end, which
+// is from unless the copy changed since the caller looked.
+func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+	src, ok := c.resolve(source)
+	if !ok || src.DataAddr == "" {
+		return 0, fmt.Errorf("%w: broker %d has no catch-up data address in the metadata", ErrUnknownBroker, source)
+	}
+	var resp BackfillResponse
+	req := BackfillRequest{Segment: seg, Source: source, SourceAddr: src.DataAddr, From: from}
+	if err := c.do(ctx, target, pathBackfill, req, &resp, false); err != nil {
+		return 0, err
+	}
+	return resp.Bytes, nil
+}
+
+// Settle implements heal.Settler.
+func (c *Client) Settle(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error {
+	return c.do(ctx, broker, pathSettle, SegmentRequest{Segment: seg}, &SettleResponse{}, true)
+}
+
+// Confirm implements heal.Settler.
+func (c *Client) Confirm(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error {
+	return c.do(ctx, broker, pathConfirm, SegmentRequest{Segment: seg}, nil, true)
+}
+
+// Delete implements heal.Deleter.
+func (c *Client) Delete(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID) error {
+	return c.do(ctx, broker, pathDelete, DeleteRequest{Segment: seg}, nil, true)
+}
+
+// Latched lists the copies latched on broker.
+func (c *Client) Latched(ctx context.Context, broker meta.BrokerID) ([]meta.SegmentID, error) {
+	var resp LatchedResponse
+	if err := c.do(ctx, broker, pathLatched, empty{}, &resp, true); err != nil {
+		return nil, err
+	}
+	return resp.Latched, nil
+}

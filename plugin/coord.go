@@ -1,0 +1,273 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// ErrNotCoordinator is returned by DryRun and Release on an instance that
+// is not running the coordinator (not the leader, or disabled).
+var ErrNotCoordinator = errors.New("plugin: not the heal coordinator (not the raft leader)")
+
+// fastTick is the pass period while a broker is suspect (inside its grace
+// delay): the pass that finds it dead starts within fastTick of the grace
+// delay's end, not a whole tick later.
+const fastTick = 25 * time.Millisecond
+
+// healControl adapts the ControlPlane to heal.ControlPlane.
+type healControl struct{ cp ControlPlane }
+
+// Snapshot implements heal.ControlPlane: a barrier first, so the view holds
+// every command this leader committed.
+func (h healControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
+	if err := h.cp.Barrier(ctx); err != nil {
+		return meta.Snapshot{}, err
+	}
+	return h.cp.Snapshot(), nil
+}
+
+// SetReplicas implements heal.ControlPlane.
+func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
+	_, err := h.cp.Apply(ctx, cmd)
+	return err
+}
+
+// term is one leadership term's coordinator.
+type term struct {
+	mu sync.Mutex // serialises Pass and DryRun (both read probes into c)
+	c  *heal.Coordinator
+}
+
+// watchLeadership runs the coordinator while this node leads: started on
+// gaining leadership, cancelled on losing it. IsLeader is polled as well,
+// so a notification lost before the watcher started changes nothing.
+func (p *Plugin) watchLeadership(ctx context.Context) {
+	ch := p.deps.Control.LeaderCh()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	var stop func()
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		leading := p.deps.Control.IsLeader()
+		switch {
+		case leading && stop == nil:
+			stop = p.startTerm(ctx)
+		case !leading && stop != nil:
+			stop()
+			stop = nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-poll.C:
+		}
+	}
+}
+
+// startTerm starts a coordinator and returns the func that stops it and
+// waits for it.
+func (p *Plugin) startTerm(parent context.Context) func() {
+	ctx, cancel := context.WithCancel(parent)
+	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
+		MaxBackfillsPerBroker: p.cfg.MaxBackfillsPerBroker, MaxBackfills: p.cfg.MaxBackfills}
+	tick := make(chan time.Time, 1)
+	urgent := make(chan time.Duration, 1)
+	poke := func(d time.Duration) {
+		select {
+		case urgent <- d:
+		default:
+		}
+	}
+	c, err := heal.NewCoordinator(heal.Config{
+		Control: healControl{p.deps.Control}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
+		Policy: pol, Now: p.now, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
+		ProbeTimeout: p.cfg.ProbeDeadline, Logger: slog.New(zerologHandler{p.log}),
+		OnReport: func(r heal.Report) {
+			// Work done or waiting: the next pass starts at once; a broker
+			// inside its grace delay: soon after it ends.
+			switch {
+			case r.Backfills > 0 || r.Deferred > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || r.Aborted:
+				poke(0)
+			case len(r.Suspect) > 0:
+				poke(fastTick)
+			}
+		},
+	})
+	if err != nil {
+		p.log.Error().Err(err).Msg("coordinator: cannot start")
+		cancel()
+		return func() {}
+	}
+	t := &term{c: c}
+	p.mu.Lock()
+	p.term = t
+	p.status.Leader = true
+	p.mu.Unlock()
+	p.metrics.leader.Set(1)
+	p.log.Info().Msg("coordinator started: this node leads")
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.runTerm(ctx, t, tick, urgent)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		p.mu.Lock()
+		if p.term == t {
+			p.term = nil
+		}
+		p.status.Leader = false
+		p.mu.Unlock()
+		p.metrics.leader.Set(0)
+		p.log.Info().Msg("coordinator stopped: leadership lost or plugin stopping")
+	}
+}
+
+// runTerm runs passes: one now, then one per tick, or sooner when the last
+// pass asked for it.
+func (p *Plugin) runTerm(ctx context.Context, t *term, _ chan time.Time, urgent chan time.Duration) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		start := p.now()
+		t.mu.Lock()
+		rep, err := t.c.Pass(ctx)
+		t.mu.Unlock()
+		took := p.now().Sub(start)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn().Err(err).Msg("heal pass failed")
+		}
+		if err == nil || rep.Index != 0 {
+			p.recordPass(&rep, took)
+		}
+		next := p.cfg.Tick
+		select {
+		case d := <-urgent:
+			next = min(next, d)
+		default:
+		}
+		timer.Reset(next)
+	}
+}
+
+// recordPass updates metrics and status with a pass's report.
+func (p *Plugin) recordPass(r *heal.Report, took time.Duration) {
+	p.metrics.observePass(r, took.Seconds())
+	p.mu.Lock()
+	p.status.Passes++
+	rc := *r
+	p.status.LastPass = &rc
+	p.status.LastPassAt = p.now()
+	p.status.LastPassSeconds = took.Seconds()
+	p.status.Hold = r.HoldReason
+	p.mu.Unlock()
+	ev := p.log.Info()
+	if len(r.Failed) > 0 || r.UnderReplicated > 0 {
+		ev = p.log.Warn()
+	}
+	if r.Backfills == 0 && len(r.Healed) == 0 && len(r.Failed) == 0 && r.UnderReplicated == 0 && len(r.Settled) == 0 {
+		ev = p.log.Debug()
+	}
+	ev.Uint64("index", r.Index).Int("segments", r.Segments).Int("under_replicated", r.UnderReplicated).
+		Int("backfills", r.Backfills).Int("healed", len(r.Healed)).Int("failed", len(r.Failed)).
+		Int("unsettled", len(r.Unsettled)).Int("settled", len(r.Settled)).Int("confirmed", len(r.Confirmed)).
+		Int("deleted", len(r.Deleted)).Int("stale", len(r.Stale)).Int64("bytes_copied", r.BytesCopied).
+		Str("hold", r.HoldReason).Dur("took", took).Msg("heal pass")
+	for _, f := range r.Failed {
+		p.log.Warn().Str("segment", string(f.Segment)).Str("reason", f.Reason.String()).Str("err", f.Err).
+			Interface("copies", f.Copies).Msg("segment not healed")
+	}
+}
+
+// DryRun returns the plan the next pass would execute, executing nothing.
+// Only the coordinator (the leader's instance) can answer: elsewhere it
+// returns ErrNotCoordinator.
+func (p *Plugin) DryRun(ctx context.Context) (heal.Plan, error) {
+	p.mu.Lock()
+	t := p.term
+	p.mu.Unlock()
+	if t == nil {
+		return heal.Plan{}, ErrNotCoordinator
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.c.DryRun(ctx)
+}
+
+// Release lifts a mass-failure hold on the coordinator.
+func (p *Plugin) Release() error {
+	p.mu.Lock()
+	t := p.term
+	p.mu.Unlock()
+	if t == nil {
+		return ErrNotCoordinator
+	}
+	t.c.Release()
+	return nil
+}
+
+// zerologHandler is a slog.Handler writing to a zerolog.Logger, so heal's
+// events land in the broker's log.
+type zerologHandler struct {
+	log zerolog.Logger
+}
+
+func (h zerologHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return h.log.GetLevel() <= zlevel(l)
+}
+
+func zlevel(l slog.Level) zerolog.Level {
+	switch {
+	case l >= slog.LevelError:
+		return zerolog.ErrorLevel
+	case l >= slog.LevelWarn:
+		return zerolog.WarnLevel
+	case l >= slog.LevelInfo:
+		return zerolog.InfoLevel
+	}
+	return zerolog.DebugLevel
+}
+
+func (h zerologHandler) Handle(_ context.Context, r slog.Record) error {
+	ev := h.log.WithLevel(zlevel(r.Level))
+	r.Attrs(func(a slog.Attr) bool {
+		ev = ev.Str(a.Key, fmt.Sprint(a.Value.Any()))
+		return true
+	})
+	ev.Msg(r.Message)
+	return nil
+}
+
+func (h zerologHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := h.log.With()
+	for _, a := range as {
+		c = c.Str(a.Key, fmt.Sprint(a.Value.Any()))
+	}
+	return zerologHandler{c.Logger()}
+}
+
+func (h zerologHandler) WithGroup(name string) slog.Handler {
+	return zerologHandler{h.log.With().Str("group", name).Logger()}
+}

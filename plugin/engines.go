@@ -1,0 +1,139 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/catchup"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/probe"
+	"github.com/malachi-log/malachi/store"
+)
+
+// engines are the I/O machinery an enabled instance opens at Start: the
+// stat engine of the probe, the catch-up client and server, the fsync
+// engine's name (the engine itself is the store's DirSyncer, given by the
+// broker at store.Open; see NewDirSyncer).
+type engines struct {
+	stat      statter
+	fetch     fetcher
+	fsyncName string
+	throttle  *catchup.Throttle
+	closers   []func() error
+}
+
+func openEngines(cfg Config, db *store.DB, secret []byte, fsyncName string, log zerolog.Logger) (engines, error) {
+	var e engines
+	kind, err := probe.ParseKind(cfg.ProbeEngine)
+	if err != nil {
+		return e, fmt.Errorf("%w: heal.probe_engine = %q: %v", ErrConfig, cfg.ProbeEngine, err)
+	}
+	pc := probe.DefaultConfig()
+	pc.Engine, pc.Logger = kind, log.With().Str("component", "probe").Logger()
+	pr, err := probe.New(pc)
+	if err != nil {
+		return e, fmt.Errorf("plugin: heal.probe_engine = %q: %w", cfg.ProbeEngine, err)
+	}
+	e.stat = proberStatter{pr}
+	e.closers = append(e.closers, pr.Close)
+	e.fsyncName = fsyncName
+	th, err := catchup.NewThrottle(catchup.Limits{
+		BytesPerSecond: cfg.BackfillBytesPerSecond,
+		MaxTransfers:   cfg.MaxBackfillsPerBroker,
+		QueueWait:      cfg.BackfillTimeout,
+		IdleTimeout:    10 * time.Second,
+	})
+	if err != nil {
+		return e, fmt.Errorf("%w: catch-up limits: %v", ErrConfig, err)
+	}
+	e.throttle = th
+	e.fetch = &catchupFetcher{cl: &catchup.Client{Secret: secret, Throttle: th, Logger: log}, db: db}
+	return e, nil
+}
+
+// Close releases the engines.
+func (e *engines) Close() error {
+	var first error
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		if err := e.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	e.closers = nil
+	return first
+}
+
+// proberStatter is the statter over probe.Prober.
+type proberStatter struct{ p *probe.Prober }
+
+func (s proberStatter) Engine() string { return s.p.Choice().Kind.String() }
+
+func (s proberStatter) Stat(ctx context.Context, paths []string, deadline time.Duration) ([]statResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	out := make([]probe.Result, len(paths))
+	if err := s.p.Probe(ctx, paths, out); err != nil {
+		return nil, err
+	}
+	res := make([]statResult, len(paths))
+	for i, r := range out {
+		switch {
+		case r.Err == nil:
+			res[i] = statResult{Size: r.Size, Dev: r.Dev, Ino: r.Ino}
+		case errors.Is(r.Err, probe.ErrNotExist):
+			res[i].Missing = true
+		case errors.Is(r.Err, probe.ErrDeadline):
+			res[i].TimedOut = true
+		default:
+			res[i].Err = r.Err
+		}
+	}
+	return res, nil
+}
+
+// serveData runs the catch-up server on l until the returned stop is
+// called.
+func (e *engines) serveData(l net.Listener, db *store.DB, secret []byte, log zerolog.Logger) (stop func() error) {
+	srv := &catchup.Server{Source: storeSource{db}, Secret: secret, Throttle: e.throttle, Logger: log.With().Str("component", "catchup").Logger()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !isClosed(err) {
+			log.Error().Err(err).Msg("catch-up listener stopped")
+		}
+	}()
+	return func() error {
+		err := srv.Close()
+		<-done
+		return err
+	}
+}
+
+// catchupFetcher is the fetcher over catchup.Client and the local store.
+type catchupFetcher struct {
+	cl *catchup.Client
+	db *store.DB
+}
+
+func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment) (int64, error) {
+	res, err := f.cl.Fetch(ctx, addr, seg, storeSink{f.db}, nil)
+	return res.Received, err
+}
+
+func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
+
+// DirSyncer is the directory syncer a broker gives its store
+// (store.Options.DirSyncer) when the plugin is enabled.
+type DirSyncer = store.DirSyncer
+
+// NewDirSyncer returns the fsync engine chosen by cfg.FsyncEngine for the
+// store, its name (for Deps.FsyncEngine and the metrics) and its close
+// func. Call it only for an enabled plugin: a disabled one creates nothing.
+func NewDirSyncer(cfg Config, log zerolog.Logger) (DirSyncer, string, func() error, error) {
+	return nil, "syscall", func() error { return nil }, nil
+}

@@ -1,0 +1,76 @@
+package plugin
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/malachi-log/malachi/heal"
+)
+
+// metrics are one plugin instance's Prometheus collectors, registered on
+// the instance's own registry (never the global one), served on /metrics.
+type metrics struct {
+	reg *prometheus.Registry
+
+	underReplicated prometheus.Gauge
+	failed          *prometheus.GaugeVec // by reason
+	unsettled       prometheus.Gauge
+	confirmed       prometheus.Counter
+	healed          prometheus.Counter
+	stale           prometheus.Counter
+	backfillBytes   prometheus.Counter
+	backfillSeconds prometheus.Histogram
+	backfillErrors  prometheus.Counter
+	probeSeconds    prometheus.Histogram
+	passSeconds     prometheus.Histogram
+	passes          prometheus.Counter
+	leader          prometheus.Gauge
+	engine          *prometheus.GaugeVec // kind=probe|fsync, engine=uring|syscall
+}
+
+var failedReasons = []heal.Reason{heal.AllReplicasDead, heal.NoSpareBroker, heal.NoIntactSource, heal.BackfillFailed, heal.CommandFailed}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	const ns, sub = "malachi", "heal"
+	m := &metrics{reg: reg}
+	f := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: ns, Subsystem: sub, Name: name, Help: help}
+	}
+	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m.underReplicated = prometheus.NewGauge(prometheus.GaugeOpts(f("under_replicated_segments", "Sealed segments below their replication factor at the last pass (leader only).")))
+	m.failed = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("failed_segments", "Segments that could not be healed at the last pass, by reason (leader only).")), []string{"reason"})
+	m.unsettled = prometheus.NewGauge(prometheus.GaugeOpts(f("unsettled_copies", "Overrun copies not yet confirmed at the last pass (leader only).")))
+	m.confirmed = prometheus.NewCounter(prometheus.CounterOpts(f("confirmed_copies_total", "Copies of this broker confirmed exact.")))
+	m.healed = prometheus.NewCounter(prometheus.CounterOpts(f("segments_healed_total", "Replica sets recorded by this instance's coordinator.")))
+	m.stale = prometheus.NewCounter(prometheus.CounterOpts(f("stale_commands_total", "SetSegmentReplicas refused as stale (compare-and-set lost).")))
+	m.backfillBytes = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_bytes_total", "Bytes received by this broker's committed backfills.")))
+	m.backfillSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_duration_seconds", Help: "Duration of this broker's committed backfills.", Buckets: buckets})
+	m.backfillErrors = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_errors_total", "Backfills into this broker that failed and were rolled back.")))
+	m.probeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "probe_duration_seconds", Help: "Duration of this broker's probe of its sealed copies.", Buckets: buckets})
+	m.passSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_duration_seconds", Help: "Duration of a heal pass, planning and execution (leader only).", Buckets: buckets})
+	m.passes = prometheus.NewCounter(prometheus.CounterOpts(f("passes_total", "Heal passes run by this instance's coordinator.")))
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts(f("leader", "1 while this instance runs the coordinator.")))
+	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
+	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.confirmed, m.healed, m.stale, m.backfillBytes,
+		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.leader, m.engine)
+	for _, r := range failedReasons {
+		m.failed.WithLabelValues(r.String()).Set(0)
+	}
+	return m
+}
+
+// observePass records the last pass's report.
+func (m *metrics) observePass(r *heal.Report, seconds float64) {
+	m.passes.Inc()
+	m.passSeconds.Observe(seconds)
+	m.underReplicated.Set(float64(r.UnderReplicated))
+	m.unsettled.Set(float64(len(r.Unsettled)))
+	counts := map[heal.Reason]int{}
+	for _, f := range r.Failed {
+		counts[f.Reason]++
+	}
+	for _, reason := range failedReasons {
+		m.failed.WithLabelValues(reason.String()).Set(float64(counts[reason]))
+	}
+	m.healed.Add(float64(len(r.Healed)))
+	m.stale.Add(float64(len(r.Stale)))
+}

@@ -1,0 +1,278 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// ControlPlane is what the plugin needs from the broker's control plane.
+// cluster.Node implements it; a broker with its own consensus implements
+// these five methods and plugs in.
+type ControlPlane interface {
+	// Snapshot returns this node's view of the metadata (it may lag the
+	// leader; the probe waits for the index it is asked about).
+	Snapshot() meta.Snapshot
+	// Barrier returns once this node's view holds everything committed
+	// before the call (leader only).
+	Barrier(ctx context.Context) error
+	// Apply commits c (leader only); a refused command comes back wrapping
+	// meta's error (meta.ErrStaleReplicas for a lost compare-and-set).
+	Apply(ctx context.Context, c meta.Command) (uint64, error)
+	// IsLeader and LeaderCh report leadership: the coordinator runs only
+	// while this node leads. LeaderCh sends true on gaining it and false
+	// on losing it; the plugin is its only reader.
+	IsLeader() bool
+	LeaderCh() <-chan bool
+}
+
+// Deps are what the broker gives the plugin besides its Config.
+type Deps struct {
+	// Self is this broker's id. Required.
+	Self meta.BrokerID
+	// Store holds this broker's copies. Required.
+	Store *store.DB
+	// Control is the control plane. Required.
+	Control ControlPlane
+	// LastContact optionally reports, on the leader, when each broker was
+	// last heard from by the control plane (raft heartbeats); the
+	// coordinator counts a broker seen at the later of that and its last
+	// probe answer. Nil: probe answers only.
+	LastContact func() map[meta.BrokerID]time.Time
+	// Logger receives the plugin's events. The zero Logger discards.
+	Logger zerolog.Logger
+	// Registry is where the plugin's metrics are registered; nil creates
+	// one per instance (never the global registry).
+	Registry *prometheus.Registry
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// FsyncEngine names the store's directory-sync engine (from
+	// NewDirSyncer), for /status and the engine metric.
+	FsyncEngine string
+}
+
+// Plugin is one broker's instance of Malachi heal. New, then Start once,
+// then Stop once. A Plugin built from a disabled Config starts nothing.
+type Plugin struct {
+	cfg     Config
+	deps    Deps
+	secret  []byte
+	log     zerolog.Logger
+	metrics *metrics
+	now     func() time.Time
+	srv     *server
+	client  *Client
+	engines engines
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closers []func() error
+	status  Status
+	term    *term // the running coordinator, nil when not leading
+}
+
+// Status is the JSON of /status: this instance's view of healing.
+type Status struct {
+	Broker      meta.BrokerID `json:"broker"`
+	Enabled     bool          `json:"enabled"`
+	Leader      bool          `json:"leader"`
+	RPCAddr     string        `json:"rpc_addr,omitempty"`
+	DataAddr    string        `json:"data_addr,omitempty"`
+	ProbeEngine string        `json:"probe_engine,omitempty"`
+	FsyncEngine string        `json:"fsync_engine,omitempty"`
+	// Passes counts the passes this instance's coordinator ran.
+	Passes uint64 `json:"passes"`
+	// LastPass is the report of the last pass this instance ran (nil if
+	// none), LastPassAt its end and LastPassSeconds its duration.
+	LastPass        *heal.Report `json:"last_pass,omitempty"`
+	LastPassAt      time.Time    `json:"last_pass_at,omitzero"`
+	LastPassSeconds float64      `json:"last_pass_seconds,omitempty"`
+	// Hold is the mass-failure brake's reason, empty when not holding.
+	Hold string `json:"hold,omitempty"`
+}
+
+// New checks cfg and deps and returns a Plugin that has started nothing.
+// It returns an error wrapping ErrConfig for a bad Config.
+func New(cfg Config, deps Deps) (*Plugin, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Plugin{cfg: cfg, deps: deps, log: deps.Logger.With().Str("component", "heal").Logger(), now: deps.Now}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.status = Status{Broker: deps.Self, Enabled: cfg.Enabled}
+	if !cfg.Enabled {
+		return p, nil
+	}
+	if deps.Self == 0 || deps.Store == nil || deps.Control == nil {
+		return nil, fmt.Errorf("%w: plugin.Deps needs Self, Store and Control", ErrConfig)
+	}
+	secret, err := cfg.secret()
+	if err != nil {
+		return nil, err
+	}
+	p.secret = secret
+	reg := deps.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	p.metrics = newMetrics(reg)
+	return p, nil
+}
+
+// Enabled reports whether the plugin was configured on.
+func (p *Plugin) Enabled() bool { return p.cfg.Enabled }
+
+// Start opens the listeners, starts the replication server and the
+// leadership watcher. On a disabled plugin it does nothing and returns nil.
+// On error nothing is left running.
+func (p *Plugin) Start(ctx context.Context) (err error) {
+	if !p.cfg.Enabled {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return fmt.Errorf("plugin: Start called twice")
+	}
+	p.started = true
+	defer func() {
+		if err != nil {
+			p.closeAll()
+		}
+	}()
+	p.engines, err = openEngines(p.cfg, p.deps.Store, p.secret, p.deps.FsyncEngine, p.log)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, p.engines.Close)
+	p.status.ProbeEngine, p.status.FsyncEngine = p.engines.stat.Engine(), p.engines.fsyncName
+	p.metrics.engine.WithLabelValues("probe", p.status.ProbeEngine).Set(1)
+	p.metrics.engine.WithLabelValues("fsync", p.status.FsyncEngine).Set(1)
+
+	p.client = NewClient(p.secret, p.resolve, p.cfg.RPCTimeout)
+	p.closers = append(p.closers, func() error { p.client.Close(); return nil })
+	p.srv = &server{self: p.deps.Self, db: p.deps.Store, cp: p.deps.Control, stat: p.engines.stat,
+		fetch: p.engines.fetch, cfg: p.cfg, log: p.log, metrics: p.metrics}
+
+	dl, err := net.Listen("tcp", p.cfg.DataListen)
+	if err != nil {
+		return fmt.Errorf("plugin: heal.data_listen = %q: %w", p.cfg.DataListen, err)
+	}
+	stopData := p.engines.serveData(dl, p.deps.Store, p.secret, p.log)
+	p.closers = append(p.closers, stopData)
+	rl, err := net.Listen("tcp", p.cfg.RPCListen)
+	if err != nil {
+		return fmt.Errorf("plugin: heal.rpc_listen = %q: %w", p.cfg.RPCListen, err)
+	}
+	mux := http.NewServeMux()
+	p.srv.routes(mux, p.secret, p.now)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p.Status())
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	p.status.RPCAddr, p.status.DataAddr = rl.Addr().String(), dl.Addr().String()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := hs.Serve(rl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.log.Error().Err(err).Msg("rpc listener stopped")
+		}
+	}()
+	p.closers = append(p.closers, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			return hs.Close()
+		}
+		return nil
+	})
+
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.watchLeadership(wctx)
+	}()
+	p.log.Info().Str("rpc", p.status.RPCAddr).Str("data", p.status.DataAddr).
+		Str("probe_engine", p.status.ProbeEngine).Str("fsync_engine", p.status.FsyncEngine).Msg("heal plugin started")
+	return nil
+}
+
+// closeAll runs the closers in reverse order; p.mu is held.
+func (p *Plugin) closeAll() error {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	var errs []error
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		if err := p.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.closers = nil
+	return errors.Join(errs...)
+}
+
+// Stop stops the coordinator (if running), the listeners and the engines,
+// and waits for every goroutine the plugin started. Safe to call on a
+// disabled or never-started plugin, and more than once.
+func (p *Plugin) Stop() error {
+	p.mu.Lock()
+	if p.stopped || !p.started {
+		p.stopped = true
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = true
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.mu.Unlock()
+	// The watcher exits on cancel; wait for it before closing what the
+	// coordinator uses.
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.closeAll()
+	p.wg.Wait()
+	p.log.Info().Msg("heal plugin stopped")
+	return err
+}
+
+// Status returns this instance's view of healing.
+func (p *Plugin) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.status
+	return s
+}
+
+// Client returns the RPC client the coordinator uses (nil before Start).
+func (p *Plugin) Client() *Client { return p.client }
+
+// resolve finds a broker's addresses in this node's metadata.
+func (p *Plugin) resolve(id meta.BrokerID) (meta.Broker, bool) {
+	snap := p.deps.Control.Snapshot()
+	return snap.Broker(id)
+}

@@ -1,0 +1,277 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// statResult is one path's answer from the stat engine.
+type statResult struct {
+	Size     int64
+	Dev, Ino uint64
+	// Missing: the file does not exist.
+	Missing bool
+	// TimedOut: no answer before the deadline.
+	TimedOut bool
+	// Err is any other failure.
+	Err error
+}
+
+// statter stats many paths in one batch, bounded by a deadline, without
+// opening any of them (probe.Prober behind an adapter).
+type statter interface {
+	Stat(ctx context.Context, paths []string, deadline time.Duration) ([]statResult, error)
+	Engine() string
+}
+
+// fetcher brings the local copy of a sealed segment up to date from the
+// catch-up server at addr, resuming at the local durable end, and commits
+// it only once it verifies (catchup.Client over the local store).
+type fetcher interface {
+	Fetch(ctx context.Context, addr string, seg meta.Segment) (int64, error)
+}
+
+// server is the replication server every enabled instance runs: it answers
+// the leader's coordinator about and on behalf of the local store.
+type server struct {
+	self    meta.BrokerID
+	db      *store.DB
+	cp      ControlPlane
+	stat    statter
+	fetch   fetcher
+	cfg     Config
+	log     zerolog.Logger
+	metrics *metrics
+}
+
+// routes registers the RPCs on mux, each behind authentication.
+func (s *server) routes(mux *http.ServeMux, secret []byte, now func() time.Time) {
+	for path, h := range map[string]handler{
+		pathProbe:      s.probe,
+		pathDurableEnd: s.durableEnd,
+		pathBackfill:   s.backfill,
+		pathSettle:     s.settle,
+		pathConfirm:    s.confirm,
+		pathDelete:     s.delete,
+		pathLatched:    s.latched,
+	} {
+		mux.Handle("POST "+path, rpcHandler(secret, now, h))
+	}
+}
+
+// snapshotAt waits until the local metadata has applied index, bounded by
+// ctx, and returns it. It fails with ErrLagging.
+func (s *server) snapshotAt(ctx context.Context, index uint64) (meta.Snapshot, error) {
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		snap := s.cp.Snapshot()
+		if snap.Index >= index {
+			return snap, nil
+		}
+		select {
+		case <-ctx.Done():
+			return meta.Snapshot{}, fmt.Errorf("%w: broker %d at index %d, asked for %d: %w", ErrLagging, s.self, snap.Index, index, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// probe stats every sealed copy assigned to this broker in one batch and
+// reports only the anomalies (see heal.ProbeReport).
+func (s *server) probe(ctx context.Context, body []byte) (any, error) {
+	var req ProbeRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	wait, cancel := context.WithTimeout(ctx, s.cfg.ProbeDeadline)
+	snap, err := s.snapshotAt(wait, req.Index)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	rep := heal.ProbeReport{Broker: s.self, Index: snap.Index}
+	var segs []*meta.Segment
+	var paths []string
+	for i := range snap.Segments {
+		seg := &snap.Segments[i]
+		if !seg.Sealed || !seg.HasReplica(s.self) {
+			continue
+		}
+		rep.Copies++
+		if err := s.db.LatchErr(seg.ID); err != nil {
+			rep.Anomalies = append(rep.Anomalies, heal.Anomaly{Segment: seg.ID, Kind: heal.Latched})
+			continue
+		}
+		segs = append(segs, seg)
+		paths = append(paths, s.db.Path(seg.ID))
+	}
+	deadline := s.cfg.ProbeDeadline
+	if req.DeadlineMillis > 0 {
+		deadline = min(deadline, time.Duration(req.DeadlineMillis)*time.Millisecond)
+	}
+	res, err := s.stat.Stat(ctx, paths, deadline)
+	if err != nil {
+		return nil, fmt.Errorf("plugin: broker %d: probing %d copies: %w", s.self, len(paths), err)
+	}
+	for i, seg := range segs {
+		r := res[i]
+		a := heal.Anomaly{Segment: seg.ID}
+		switch {
+		case r.TimedOut:
+			a.Kind = heal.TimedOut
+		case r.Missing:
+			a.Kind = heal.Missing
+		case r.Err != nil:
+			// A copy the broker cannot stat is in an unknown state this
+			// tick: never confirmed, not a source.
+			s.log.Warn().Err(r.Err).Str("segment", string(seg.ID)).Msg("probe: stat failed")
+			a.Kind = heal.TimedOut
+		case r.Size <= seg.ByteSize:
+			// Frames end at or before byte_size: short (a copy of exactly
+			// byte_size lacks its footer, which the backfill resumes).
+			a.Kind, a.Size = heal.Short, r.Size
+		default:
+			a.Kind, a.Size = heal.Overrun, r.Size
+			if r.Size == seg.ByteSize+store.FooterSize {
+				ok, err := s.db.Confirmed(seg.ID, store.FileIdentity{Dev: r.Dev, Ino: r.Ino, Size: r.Size})
+				if err == nil && ok {
+					continue // intact and confirmed: counted, not listed
+				}
+			}
+		}
+		rep.Anomalies = append(rep.Anomalies, a)
+	}
+	s.metrics.probeSeconds.Observe(time.Since(start).Seconds())
+	return rep, nil
+}
+
+func (s *server) segmentReq(body []byte) (meta.Segment, error) {
+	var req SegmentRequest
+	if err := decode(body, &req); err != nil {
+		return meta.Segment{}, err
+	}
+	if err := req.Segment.Validate(); err != nil {
+		return meta.Segment{}, err
+	}
+	return req.Segment, nil
+}
+
+// durableEnd answers the durable end of the local copy; no copy is 0.
+func (s *server) durableEnd(ctx context.Context, body []byte) (any, error) {
+	seg, err := s.segmentReq(body)
+	if err != nil {
+		return nil, err
+	}
+	end, err := s.db.DurableEnd(seg.ID)
+	if errors.Is(err, store.ErrUnknownCopy) {
+		return DurableEndResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return DurableEndResponse{Bytes: end.Bytes, NextOffset: end.NextOffset, FileSize: end.FileSize, Footer: end.Footer, Exists: true}, nil
+}
+
+// backfill pulls the segment's bytes from the source into the local copy
+// and commits it only once it verifies.
+func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
+	var req BackfillRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := req.Segment.Validate(); err != nil {
+		return nil, err
+	}
+	if !req.Segment.Sealed {
+		return nil, fmt.Errorf("%w: backfill %s: segment not sealed", store.ErrInvalid, req.Segment.ID)
+	}
+	if req.Source == s.self {
+		return nil, fmt.Errorf("%w: backfill %s: source is the target (broker %d)", store.ErrInvalid, req.Segment.ID, s.self)
+	}
+	if s.cfg.BackfillTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.BackfillTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	n, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment)
+	if err != nil {
+		s.metrics.backfillErrors.Inc()
+		return nil, fmt.Errorf("backfill %s from broker %d at %s: %w", req.Segment.ID, req.Source, req.SourceAddr, err)
+	}
+	s.metrics.backfillBytes.Add(float64(n))
+	s.metrics.backfillSeconds.Observe(time.Since(start).Seconds())
+	s.log.Info().Str("segment", string(req.Segment.ID)).Uint32("source", uint32(req.Source)).Int64("bytes", n).
+		Dur("took", time.Since(start)).Msg("backfill committed")
+	return BackfillResponse{Bytes: n}, nil
+}
+
+// settle brings the local copy down to its sealed size and fences it.
+func (s *server) settle(ctx context.Context, body []byte) (any, error) {
+	seg, err := s.segmentReq(body)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.db.Settle(seg.ID, seg)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("segment", string(seg.ID)).Bool("footer_written", r.FooterWritten).Int64("bytes_cut", r.BytesCut).Msg("copy settled")
+	return SettleResponse{FooterWritten: r.FooterWritten, SyncedAndRolled: r.SyncedAndRolled, BytesCut: r.BytesCut}, nil
+}
+
+// confirm records, durably, that the local copy is exact.
+func (s *server) confirm(ctx context.Context, body []byte) (any, error) {
+	seg, err := s.segmentReq(body)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := s.db.Identity(seg.ID)
+	if err != nil {
+		return nil, err
+	}
+	if want := seg.ByteSize + store.FooterSize; fi.Size != want {
+		return nil, fmt.Errorf("%w: confirm %s: copy measures %d bytes, want %d", store.ErrInvalid, seg.ID, fi.Size, want)
+	}
+	if err := s.db.Confirm(seg.ID, fi); err != nil {
+		return nil, err
+	}
+	s.metrics.confirmed.Inc()
+	return empty{}, nil
+}
+
+// delete removes the local copy; a missing copy is not an error.
+func (s *server) delete(ctx context.Context, body []byte) (any, error) {
+	var req DeleteRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := req.Segment.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.db.Delete(req.Segment); err != nil && !errors.Is(err, store.ErrUnknownCopy) {
+		return nil, err
+	}
+	s.log.Info().Str("segment", string(req.Segment)).Msg("copy deleted")
+	return empty{}, nil
+}
+
+// latched lists the latched local copies.
+func (s *server) latched(ctx context.Context, body []byte) (any, error) {
+	var out LatchedResponse
+	for _, id := range s.db.List() {
+		if s.db.LatchErr(id) != nil {
+			out.Latched = append(out.Latched, id)
+		}
+	}
+	return out, nil
+}

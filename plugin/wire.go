@@ -1,0 +1,75 @@
+package plugin
+
+import "github.com/malachi-log/malachi/meta"
+
+// RPC paths on the control listener. Every one is a POST of a JSON body,
+// signed with the cluster secret (see AuthHeader), answered with JSON or a
+// wireError.
+const (
+	pathProbe      = "/rpc/v1/probe"
+	pathDurableEnd = "/rpc/v1/durable_end"
+	pathBackfill   = "/rpc/v1/backfill"
+	pathSettle     = "/rpc/v1/settle"
+	pathConfirm    = "/rpc/v1/confirm"
+	pathDelete     = "/rpc/v1/delete"
+	pathLatched    = "/rpc/v1/latched"
+)
+
+// ProbeRequest asks a broker to probe every sealed copy the metadata at
+// Index (or later) assigns to it. The answer is a heal.ProbeReport.
+type ProbeRequest struct {
+	Index uint64 `json:"index"`
+	// DeadlineMillis bounds the stat batch on the broker; 0 means the
+	// broker's own heal.probe_deadline.
+	DeadlineMillis int64 `json:"deadline_ms,omitempty"`
+}
+
+// SegmentRequest names one segment by its full metadata (the caller's
+// view), so the broker needs no metadata of its own to act on it.
+type SegmentRequest struct {
+	Segment meta.Segment `json:"segment"`
+}
+
+// DurableEndResponse is the durable end of a copy.
+type DurableEndResponse struct {
+	// Bytes is the end of the last whole, valid frame (0 for no copy).
+	Bytes      int64  `json:"bytes"`
+	NextOffset uint64 `json:"next_offset"`
+	FileSize   int64  `json:"file_size"`
+	Footer     bool   `json:"footer"`
+	Exists     bool   `json:"exists"`
+}
+
+// BackfillRequest asks the target broker (the receiver of the RPC) to pull
+// Segment's bytes [From, end) from Source's catch-up data listener.
+type BackfillRequest struct {
+	Segment    meta.Segment  `json:"segment"`
+	Source     meta.BrokerID `json:"source"`
+	SourceAddr string        `json:"source_addr"`
+	From       int64         `json:"from"`
+}
+
+// BackfillResponse reports a committed backfill.
+type BackfillResponse struct {
+	Bytes int64 `json:"bytes"`
+}
+
+// SettleResponse reports what a settle did.
+type SettleResponse struct {
+	FooterWritten   bool  `json:"footer_written"`
+	SyncedAndRolled bool  `json:"synced_and_rolled"`
+	BytesCut        int64 `json:"bytes_cut"`
+}
+
+// DeleteRequest names a copy to delete.
+type DeleteRequest struct {
+	Segment meta.SegmentID `json:"segment"`
+}
+
+// LatchedResponse lists the copies latched on a broker.
+type LatchedResponse struct {
+	Latched []meta.SegmentID `json:"latched"`
+}
+
+// empty is the answer of an RPC with nothing to say.
+type empty struct{}
