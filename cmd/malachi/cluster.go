@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// clusterConfig is what the demo's cluster is made of.
+type clusterConfig struct {
+	Bin     string // the malachid binary
+	Root    string // every broker's directory lives under it
+	Brokers int
+	RF      int
+	Tick    time.Duration
+	Grace   time.Duration
+	// Keep leaves the processes running when the CLI exits.
+	Keep bool
+}
+
+// broker is one malachid process of the demo's cluster.
+type broker struct {
+	ID                     meta.BrokerID
+	Dir                    string // data_dir
+	Admin, Raft, RPC, Data string // host:port
+	ConfigPath, LogPath    string
+	client                 *adminClient
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the process exited
+	exitErr error
+	killed  bool // by the demo, on purpose
+}
+
+// cluster runs the brokers as real processes on loopback.
+type cluster struct {
+	cfg     clusterConfig
+	secret  string
+	brokers []*broker
+}
+
+// copyPath is where broker b keeps its copy of segment id (STORE_API.md).
+func (b *broker) copyPath(id meta.SegmentID) string {
+	return filepath.Join(b.Dir, "copies", string(id)+".seg")
+}
+
+// alive reports whether the process is running.
+func (b *broker) alive() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done == nil {
+		return false
+	}
+	select {
+	case <-b.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// freeLoopbackPorts returns n distinct free TCP addresses on 127.0.0.1. The
+// listeners are held until all are chosen so no two are the same; another
+// process could still take one before the broker binds it.
+func freeLoopbackPorts(n int) ([]string, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("choosing a free loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+func newCluster(cfg clusterConfig) (*cluster, error) {
+	addrs, err := freeLoopbackPorts(4 * cfg.Brokers)
+	if err != nil {
+		return nil, err
+	}
+	var sb [24]byte
+	if _, err := rand.Read(sb[:]); err != nil {
+		return nil, err
+	}
+	c := &cluster{cfg: cfg, secret: hex.EncodeToString(sb[:])}
+	for i := 0; i < cfg.Brokers; i++ {
+		dir := filepath.Join(cfg.Root, fmt.Sprintf("b%d", i+1))
+		b := &broker{
+			ID:         meta.BrokerID(i + 1),
+			Dir:        filepath.Join(dir, "data"),
+			Admin:      addrs[4*i],
+			Raft:       addrs[4*i+1],
+			RPC:        addrs[4*i+2],
+			Data:       addrs[4*i+3],
+			ConfigPath: filepath.Join(dir, "malachid.toml"),
+			LogPath:    filepath.Join(dir, "malachid.log"),
+		}
+		b.client = newAdminClient(b.Admin, 30*time.Second)
+		c.brokers = append(c.brokers, b)
+	}
+	return c, nil
+}
+
+// configText is broker b's TOML file (MALACHID_API.md).
+func (c *cluster) configText(b *broker) string {
+	var peers []string
+	for _, p := range c.brokers {
+		peers = append(peers, fmt.Sprintf("%q", fmt.Sprintf("%d=%s", p.ID, p.Raft)))
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "# written by malachi demo\n")
+	fmt.Fprintf(&s, "id = %d\n", b.ID)
+	fmt.Fprintf(&s, "data_dir = %q\n", b.Dir)
+	fmt.Fprintf(&s, "admin_listen = %q\n", b.Admin)
+	fmt.Fprintf(&s, "raft_listen = %q\n", b.Raft)
+	fmt.Fprintf(&s, "peers = [%s]\n", strings.Join(peers, ", "))
+	fmt.Fprintf(&s, "replication_factor = %d\n", c.cfg.RF)
+	fmt.Fprintf(&s, "fault_injection = true\n")
+	fmt.Fprintf(&s, "\n[raft]\n")
+	fmt.Fprintf(&s, "heartbeat_timeout = %q\n", "100ms")
+	fmt.Fprintf(&s, "election_timeout = %q\n", "100ms")
+	fmt.Fprintf(&s, "leader_lease_timeout = %q\n", "50ms")
+	fmt.Fprintf(&s, "commit_timeout = %q\n", "5ms")
+	fmt.Fprintf(&s, "\n[heal]\n")
+	fmt.Fprintf(&s, "enabled = true\n")
+	fmt.Fprintf(&s, "rpc_listen = %q\n", b.RPC)
+	fmt.Fprintf(&s, "data_listen = %q\n", b.Data)
+	fmt.Fprintf(&s, "secret = %q\n", c.secret)
+	fmt.Fprintf(&s, "tick = %q\n", c.cfg.Tick.String())
+	fmt.Fprintf(&s, "grace = %q\n", c.cfg.Grace.String())
+	return s.String()
+}
+
+// Start writes every config and starts every broker.
+func (c *cluster) Start() error {
+	for _, b := range c.brokers {
+		if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(b.ConfigPath, []byte(c.configText(b)), 0o600); err != nil {
+			return err
+		}
+	}
+	for _, b := range c.brokers {
+		if err := c.startBroker(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startBroker starts (or restarts) b's process, its output appended to its log.
+func (c *cluster) startBroker(b *broker) error {
+	logf, err := os.OpenFile(b.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.cfg.Bin, "--config", b.ConfigPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = childAttr(c.cfg.Keep)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting broker %d (%s --config %s): %w", b.ID, c.cfg.Bin, b.ConfigPath, err)
+	}
+	done := make(chan struct{})
+	b.mu.Lock()
+	b.cmd, b.done, b.exitErr, b.killed = cmd, done, nil, false
+	b.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		b.mu.Lock()
+		b.exitErr = err
+		b.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Kill sends SIGKILL to b and waits for it to exit: the demo's broker crash.
+func (c *cluster) Kill(b *broker) error {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.killed = true
+	b.mu.Unlock()
+	if cmd == nil || done == nil {
+		return fmt.Errorf("broker %d was never started", b.ID)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill -9 broker %d (pid %d): %w", b.ID, cmd.Process.Pid, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("broker %d (pid %d) did not exit 10s after SIGKILL", b.ID, cmd.Process.Pid)
+	}
+}
+
+// Stop ends every broker still running: SIGTERM, then SIGKILL after a grace.
+func (c *cluster) Stop() {
+	var wg sync.WaitGroup
+	for _, b := range c.brokers {
+		b.mu.Lock()
+		cmd, done := b.cmd, b.done
+		b.mu.Unlock()
+		if cmd == nil || done == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-done:
+				return
+			default:
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// unexpectedExit names a broker that exited without the demo killing it.
+func (c *cluster) unexpectedExit() error {
+	for _, b := range c.brokers {
+		b.mu.Lock()
+		done, killed, exitErr := b.done, b.killed, b.exitErr
+		b.mu.Unlock()
+		if done == nil || killed {
+			continue
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("broker %d (admin %s) exited on its own: %v; last lines of %s:\n%s", b.ID, b.Admin, exitErr, b.LogPath, tailFile(b.LogPath, 8))
+		default:
+		}
+	}
+	return nil
+}
+
+// WaitReady waits until every broker answers /v1/health and they agree on a
+// leader.
+func (c *cluster) WaitReady(ctx context.Context, timeout time.Duration) (meta.BrokerID, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var lastErr error
+	for {
+		if err := c.unexpectedExit(); err != nil {
+			return 0, err
+		}
+		leader, err := c.leader(ctx, true)
+		if err == nil {
+			return leader, nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return 0, fmt.Errorf("cluster not ready after %v: %w", timeout, lastErr)
+			}
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// leader asks every running broker for its view of the leader and returns
+// it when they agree. With all, every running broker must answer.
+func (c *cluster) leader(ctx context.Context, all bool) (meta.BrokerID, error) {
+	var leader meta.BrokerID
+	for _, b := range c.brokers {
+		if !b.alive() {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := b.client.Health(hctx)
+		cancel()
+		if err != nil {
+			if all {
+				return 0, err
+			}
+			continue
+		}
+		if h.Leader == 0 {
+			return 0, fmt.Errorf("broker %d (admin %s) knows no leader yet", b.ID, b.Admin)
+		}
+		if leader != 0 && h.Leader != leader {
+			return 0, fmt.Errorf("brokers disagree on the leader: %d and %d", leader, h.Leader)
+		}
+		leader = h.Leader
+	}
+	if leader == 0 {
+		return 0, errors.New("no running broker answered /v1/health")
+	}
+	return leader, nil
+}
+
+func (c *cluster) broker(id meta.BrokerID) *broker {
+	for _, b := range c.brokers {
+		if b.ID == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// running returns the brokers whose process is up.
+func (c *cluster) running() []*broker {
+	var out []*broker
+	for _, b := range c.brokers {
+		if b.alive() {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// tailFile returns the last n lines of a file, for error messages.
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "  (" + err.Error() + ")"
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	for i := range lines {
+		lines[i] = "  " + lines[i]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// errHelp: -h was asked for; the flag package printed the usage.
+var errHelp = errors.New("malachi: help")
+
+// parseFlags parses a subcommand's flags with usage errors wrapped.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// brokerState is one broker in `malachi status`.
+type brokerState struct {
+	ID        meta.BrokerID `json:"id"`
+	Rack      string        `json:"rack,omitempty"`
+	AdminAddr string        `json:"admin_addr"`
+	Up        bool          `json:"up"`
+	IsLeader  bool          `json:"is_leader"`
+	Copies    int           `json:"copies"`
+	Latched   int           `json:"latched"`
+	Heal      string        `json:"heal"` // "enabled", "disabled", "unknown"
+	Error     string        `json:"error,omitempty"`
+}
+
+// clusterStatus is the output of `malachi status`.
+type clusterStatus struct {
+	Admin             string        `json:"admin"`
+	Index             uint64        `json:"index"`
+	Leader            meta.BrokerID `json:"leader"`
+	ReplicationFactor int           `json:"replication_factor"`
+	Brokers           []brokerState `json:"brokers"`
+	Segments          int           `json:"segments"`
+	Sealed            int           `json:"sealed"`
+	Active            int           `json:"active"`
+	// UnderReplicated counts sealed segments with fewer replicas on
+	// brokers that answer than the replication factor.
+	UnderReplicated int `json:"under_replicated"`
+	// OnDownBrokers counts sealed segments with a replica on a broker that
+	// did not answer.
+	OnDownBrokers int `json:"on_down_brokers"`
+	// Heal is the leader's heal status (the plugin's /status) as served.
+	Heal json.RawMessage `json:"heal,omitempty"`
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := validateAddr("admin", *admin); err != nil {
+		return fmt.Errorf("%w: status: %v", errUsage, err)
+	}
+	if *timeout <= 0 {
+		return usageErr("status: --timeout %v: want more than zero", *timeout)
+	}
+	st, err := gatherStatus(ctx, *admin, *timeout)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	writeStatus(stdout, st)
+	return nil
+}
+
+// gatherStatus asks the broker at admin for the metadata, then every
+// registered broker for its health and copies, then the leader for its heal
+// status.
+func gatherStatus(ctx context.Context, admin string, timeout time.Duration) (*clusterStatus, error) {
+	c := newAdminClient(admin, timeout)
+	h, err := c.Health(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := c.Metadata(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &clusterStatus{Admin: admin, Index: snap.Index, Leader: h.Leader, ReplicationFactor: snap.ReplicationFactor}
+	brokers := snap.Brokers
+	if len(brokers) == 0 {
+		brokers = []meta.Broker{{ID: h.ID, AdminAddr: admin}}
+	}
+	st.Brokers = make([]brokerState, len(brokers))
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards st.Heal
+	for i, b := range brokers {
+		bs := &st.Brokers[i]
+		*bs = brokerState{ID: b.ID, Rack: b.Rack, AdminAddr: b.AdminAddr, Heal: "unknown"}
+		if b.ID == h.ID && bs.AdminAddr == "" {
+			bs.AdminAddr = admin
+		}
+		if bs.AdminAddr == "" {
+			bs.Error = "no admin address registered"
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bc := newAdminClient(bs.AdminAddr, timeout)
+			bh, err := bc.Health(ctx)
+			if err != nil {
+				bs.Error = err.Error()
+				return
+			}
+			bs.Up, bs.IsLeader = true, bh.IsLeader
+			if cs, err := bc.Copies(ctx); err == nil {
+				bs.Copies = len(cs)
+				for _, lc := range cs {
+					if lc.Latched {
+						bs.Latched++
+					}
+				}
+			} else {
+				bs.Error = err.Error()
+			}
+			if raw, err := bc.Status(ctx); err == nil {
+				if _, ok := decodeStatus(raw); ok {
+					bs.Heal = "enabled"
+				} else {
+					bs.Heal = "disabled"
+				}
+				if bh.IsLeader {
+					mu.Lock()
+					st.Heal = raw
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	up := map[meta.BrokerID]bool{}
+	for _, b := range st.Brokers {
+		up[b.ID] = b.Up
+	}
+	for _, s := range snap.Segments {
+		st.Segments++
+		if !s.Sealed {
+			st.Active++
+			continue
+		}
+		st.Sealed++
+		n, down := 0, false
+		for _, r := range s.Replicas {
+			if up[r] {
+				n++
+			} else {
+				down = true
+			}
+		}
+		if n < snap.ReplicationFactor {
+			st.UnderReplicated++
+		}
+		if down {
+			st.OnDownBrokers++
+		}
+	}
+	if st.Heal == nil {
+		if raw, err := c.Status(ctx); err == nil {
+			st.Heal = raw
+		}
+	}
+	return st, nil
+}
+
+func writeStatus(w io.Writer, st *clusterStatus) {
+	fmt.Fprintf(w, "cluster at index %d, replication factor %d, leader broker %d (asked %s)\n", st.Index, st.ReplicationFactor, st.Leader, st.Admin)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nBROKER\tADMIN\tSTATE\tCOPIES\tLATCHED\tHEAL\tRACK")
+	for _, b := range st.Brokers {
+		state := "up"
+		if b.IsLeader {
+			state = "up, leader"
+		}
+		if !b.Up {
+			state = "DOWN"
+		}
+		rack := b.Rack
+		if rack == "" {
+			rack = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", b.ID, b.AdminAddr, state, b.Copies, b.Latched, b.Heal, rack)
+	}
+	tw.Flush()
+	for _, b := range st.Brokers {
+		if b.Error != "" {
+			fmt.Fprintf(w, "  broker %d: %s\n", b.ID, b.Error)
+		}
+	}
+	fmt.Fprintf(w, "\nsegments: %d (%d sealed, %d active); under-replicated %d; with a replica on a down broker %d\n",
+		st.Segments, st.Sealed, st.Active, st.UnderReplicated, st.OnDownBrokers)
+	ps, ok := decodeStatus(st.Heal)
+	if !ok {
+		fmt.Fprintf(w, "heal: no plugin status (disabled, or no leader answered)\n")
+		return
+	}
+	fmt.Fprintf(w, "heal: engines probe=%s fsync=%s; %d passes run by broker %d\n", ps.ProbeEngine, ps.FsyncEngine, ps.Passes, ps.Broker)
+	if ps.Hold != "" {
+		fmt.Fprintf(w, "heal: HOLDING new placements: %s (malachi release, POST /v1/heal/release)\n", ps.Hold)
+	}
+	if r := ps.LastPass; r != nil {
+		fmt.Fprintf(w, "last pass at %s (%.3fs, index %d): under_replicated=%d failed=%d unsettled=%d backfills=%d commands=%d deferred=%d bytes_copied=%s\n",
+			ps.LastPassAt.Format(time.RFC3339), ps.LastPassSeconds, r.Index, r.UnderReplicated, len(r.Failed), len(r.Unsettled), r.Backfills, r.Commands, r.Deferred, formatBytes(r.BytesCopied))
+		if len(r.Dead) > 0 || len(r.Suspect) > 0 {
+			fmt.Fprintf(w, "  dead brokers %v, suspect (within grace) %v\n", r.Dead, r.Suspect)
+		}
+		byReason := map[string][]meta.SegmentID{}
+		for _, f := range r.Failed {
+			byReason[f.Reason] = append(byReason[f.Reason], f.Segment)
+		}
+		reasons := make([]string, 0, len(byReason))
+		for k := range byReason {
+			reasons = append(reasons, k)
+		}
+		sort.Strings(reasons)
+		for _, k := range reasons {
+			fmt.Fprintf(w, "  failed %s: %d (%s)\n", k, len(byReason[k]), joinIDs(byReason[k], 5))
+		}
+	}
+}
+
+// planPaths are the admin paths tried, in order, for the dry run.
+var planPaths = []string{"/v1/plan", "/v1/heal/plan"}
+
+// planDoc mirrors heal.Plan with string ops and reasons.
+type planDoc struct {
+	Index   uint64       `json:"index"`
+	Actions []planAction `json:"actions"`
+	Report  healReport   `json:"report"`
+}
+
+type planAction struct {
+	Op      string        `json:"op"`
+	Segment meta.Segment  `json:"segment"`
+	Target  meta.BrokerID `json:"target"`
+	Source  meta.BrokerID `json:"source"`
+	From    int64         `json:"from"`
+	Command struct {
+		Expected []meta.BrokerID `json:"expected"`
+		Replicas []meta.BrokerID `json:"replicas"`
+	} `json:"command"`
+	Reason string          `json:"reason"`
+	Copies []meta.BrokerID `json:"copies"`
+}
+
+func (a planAction) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-22s %s", a.Op, a.Segment.ID)
+	switch {
+	case a.Reason != "":
+		fmt.Fprintf(&b, " reason=%s", a.Reason)
+		if len(a.Copies) > 0 {
+			fmt.Fprintf(&b, " copies=%v", a.Copies)
+		}
+	case len(a.Command.Replicas) > 0:
+		fmt.Fprintf(&b, " %v -> %v", a.Command.Expected, a.Command.Replicas)
+	case a.Source != 0:
+		fmt.Fprintf(&b, " target=%d source=%d", a.Target, a.Source)
+		if a.From > 0 {
+			fmt.Fprintf(&b, " from byte %d of %d", a.From, a.Segment.ByteSize+footerSize)
+		}
+	case a.Target != 0:
+		fmt.Fprintf(&b, " broker=%d", a.Target)
+	}
+	return b.String()
+}
+
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	asJSON := fs.Bool("json", false, "print the plan as JSON, as the leader served it")
+	timeout := fs.Duration("timeout", 30*time.Second, "request timeout (the dry run probes every broker)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := validateAddr("admin", *admin); err != nil {
+		return fmt.Errorf("%w: plan: %v", errUsage, err)
+	}
+	c := newAdminClient(*admin, *timeout)
+	raw, err := fetchPlan(ctx, c)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err := stdout.Write(append(raw, '\n'))
+		return err
+	}
+	var p planDoc
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("broker %s: decoding the plan: %w", *admin, err)
+	}
+	writePlan(stdout, p)
+	return nil
+}
+
+// fetchPlan asks the broker for a dry run of the next heal pass.
+func fetchPlan(ctx context.Context, c *adminClient) (json.RawMessage, error) {
+	var lastErr error
+	for _, path := range planPaths {
+		raw, err := c.Get(ctx, path)
+		if err == nil {
+			return raw, nil
+		}
+		lastErr = err
+		if !strings.Contains(err.Error(), "404") {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("broker %s serves no dry run (tried %s): %w", c.addr, strings.Join(planPaths, ", "), lastErr)
+}
+
+func writePlan(w io.Writer, p planDoc) {
+	fmt.Fprintf(w, "dry run of the next heal pass at index %d: %d actions (nothing is executed)\n", p.Index, len(p.Actions))
+	for _, a := range p.Actions {
+		fmt.Fprintf(w, "  %s\n", a)
+	}
+	r := p.Report
+	fmt.Fprintf(w, "would find: sealed=%d under_replicated=%d anomalies=%d backfills=%d commands=%d deferred=%d failed=%d unsettled=%d settling=%d\n",
+		r.Sealed, r.UnderReplicated, r.Anomalies, r.Backfills, r.Commands, r.Deferred, len(r.Failed), len(r.Unsettled), len(r.Settling))
+	if len(r.Dead) > 0 || len(r.Suspect) > 0 {
+		fmt.Fprintf(w, "dead brokers %v, suspect (within grace) %v\n", r.Dead, r.Suspect)
+	}
+	if r.HoldReason != "" {
+		fmt.Fprintf(w, "HOLD: %s\n", r.HoldReason)
+	}
+}
+
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	segments := fs.Int("segments", 0, "segments to create, write and seal")
+	records := fs.Int("records", 0, "records per segment")
+	var size byteSize
+	fs.Var(&size, "size", "bytes per record (4096, 4KiB)")
+	prefix := fs.String("prefix", "", "segment id prefix (default: the broker's)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "request timeout")
+	asJSON := fs.Bool("json", false, "print the broker's answer as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := validateAddr("admin", *admin); err != nil {
+		return fmt.Errorf("%w: load: %v", errUsage, err)
+	}
+	switch {
+	case *segments < 1:
+		return usageErr("load: --segments %d: want at least 1", *segments)
+	case *records < 1:
+		return usageErr("load: --records %d: want at least 1", *records)
+	case size < 1:
+		return usageErr("load: --size is required: bytes per record, e.g. 4096")
+	case size > 1<<30:
+		return usageErr("load: --size %s: want at most 1 GiB per record", formatBytes(int64(size)))
+	case *prefix != "" && meta.SegmentID(*prefix).Validate() != nil:
+		return usageErr("load: --prefix %q: %v", *prefix, meta.SegmentID(*prefix).Validate())
+	}
+	c := newAdminClient(*admin, *timeout)
+	start := time.Now()
+	raw, err := c.Load(ctx, loadRequest{Segments: *segments, RecordsPerSegment: *records, RecordSize: int(size), Prefix: *prefix})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err := stdout.Write(append(raw, '\n'))
+		return err
+	}
+	per := int64(*records) * (int64(size) + frameHeaderSize)
+	el := time.Since(start)
+	fmt.Fprintf(stdout, "loaded %d sealed segments of %d records × %s (%s of frames each) in %.2fs (%s/s of frames)\n",
+		*segments, *records, formatBytes(int64(size)), formatBytes(per), el.Seconds(), formatBytes(int64(float64(per*int64(*segments))/max(el.Seconds(), 1e-9))))
+	if s := strings.TrimSpace(string(raw)); s != "" && s != "{}" && s != "null" {
+		fmt.Fprintf(stdout, "broker answered: %s\n", truncate(s, 400))
+	}
+	return nil
+}

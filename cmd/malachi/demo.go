@@ -1,0 +1,467 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// demo is one run of `malachi demo`.
+type demo struct {
+	o      demoOptions
+	out    io.Writer // progress and narration
+	tty    bool
+	c      *cluster
+	aud    *auditor
+	rng    *rand.Rand
+	rep    *demoReport
+	last   *view
+	lastEv evaluation
+	// lastPass is the last heal report seen, to count passes and bytes.
+	lastPass []byte
+	// brokerVerified: /v1/copies carries a confirmed flag per copy.
+	brokerVerified bool
+	killed         *broker // by the kill stage, until restarted
+	// watchDead is a broker just killed; deadSeen the start of the first
+	// heal pass that counted it dead.
+	watchDead meta.BrokerID
+	deadSeen  time.Time
+}
+
+// runDemo runs the demo and returns the process exit status.
+func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
+	out := stdout
+	if o.JSON {
+		out = stderr
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	d := &demo{
+		o: o, out: out, tty: isTerminal(out), aud: newAuditor(),
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		rep: &demoReport{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments},
+	}
+	d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("seed %d (--seed to replay the same victims)", seed))
+	for st, why := range o.skippedStages() {
+		d.rep.Faults = append(d.rep.Faults, faultReport{Stage: st, Skipped: why})
+	}
+	start := time.Now()
+	runErr := d.run(ctx)
+	if d.c != nil && d.last != nil && ctx.Err() == nil {
+		if v, err := d.c.poll(ctx); err == nil {
+			d.observe(v)
+		}
+	}
+	d.rep.TotalSeconds = time.Since(start).Seconds()
+	failedByPass := 0
+	if d.last != nil {
+		if r, ok := findReport(d.last.Status); ok {
+			failedByPass = len(r.Failed)
+		}
+	}
+	d.rep.Verification = d.verificationText()
+	sortFaults(d.rep.Faults)
+	d.rep.finish(d.lastEv, failedByPass, runErr)
+	d.cleanup(runErr == nil && d.rep.OK)
+	if o.JSON {
+		_ = d.rep.writeJSON(stdout)
+	} else {
+		d.rep.writeText(stdout)
+	}
+	if d.rep.OK {
+		return 0
+	}
+	return 1
+}
+
+func sortFaults(fs []faultReport) {
+	pos := func(s string) int { return slices.Index(allStages, s) }
+	sort.SliceStable(fs, func(i, j int) bool { return pos(fs[i].Stage) < pos(fs[j].Stage) })
+}
+
+func (d *demo) logf(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) verificationText() []string {
+	v := []string{
+		fmt.Sprintf("metadata: every sealed segment has %d replicas, all on running brokers", d.o.RF),
+		"brokers: each replica's broker lists the copy (GET /v1/copies) sealed, not latched, and exactly byte_size + 40 footer bytes",
+		"audit: the demo read every such copy file itself and checked each frame's CRC32C and offset, the footer, and the frames' checksum against the metadata",
+	}
+	if d.brokerVerified {
+		v = append(v, "broker confirmation: each copy reports confirmed (GET /v1/copies)")
+	} else {
+		v = append(v, "heal pass: the leader's latest heal report (GET /v1/status), at or after the metadata index, shows no under-replicated, failed or unsettled (unconfirmed) copy")
+	}
+	return v
+}
+
+// cleanup stops the cluster unless --keep, and removes its directory when
+// the demo made it and everything healed.
+func (d *demo) cleanup(ok bool) {
+	if d.c == nil {
+		return
+	}
+	if d.o.Keep {
+		d.rep.Dir = d.o.Dir
+		d.logf("--keep: the cluster keeps running; admin APIs:")
+		for _, b := range d.c.running() {
+			d.logf("  broker %d  admin %s  data %s  log %s", b.ID, b.Admin, b.Dir, b.LogPath)
+		}
+		return
+	}
+	d.c.Stop()
+	if ok && d.rep.Dir == "" {
+		_ = os.RemoveAll(d.o.Dir)
+		return
+	}
+	d.rep.Dir = d.o.Dir
+}
+
+func (d *demo) run(ctx context.Context) error {
+	if d.o.Dir == "" {
+		dir, err := os.MkdirTemp("", "malachi-demo-")
+		if err != nil {
+			return err
+		}
+		d.o.Dir = dir
+	} else {
+		if err := os.MkdirAll(d.o.Dir, 0o755); err != nil {
+			return fmt.Errorf("--dir %s: %w", d.o.Dir, err)
+		}
+		d.rep.Dir = d.o.Dir // the user's directory is never removed
+	}
+	bin, err := locateMalachid(ctx, d.o.Malachid, d.o.Dir, d.out)
+	if err != nil {
+		return err
+	}
+	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, Keep: d.o.Keep})
+	if err != nil {
+		return err
+	}
+	d.c = c
+	d.logf("starting %d brokers (replication factor %d, tick %v, grace %v) under %s", d.o.Brokers, d.o.RF, d.o.Tick, d.o.Grace, d.o.Dir)
+	if err := c.Start(); err != nil {
+		return err
+	}
+	leader, err := c.WaitReady(ctx, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	d.logf("cluster up: broker %d leads", leader)
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	base := faultReport{Stage: "baseline"}
+	if err := d.waitHealed(ctx, &base, "verifying loaded copies", time.Now(), nil, d.o.StageTimeout); err != nil {
+		return fmt.Errorf("the loaded cluster never became healthy: %w", err)
+	}
+	d.brokerVerified = d.copiesCarryConfirmed()
+	for _, st := range d.o.Stages {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fr, err := d.stage(ctx, st)
+		d.rep.Faults = append(d.rep.Faults, fr)
+		if err != nil {
+			return err
+		}
+		if fr.Injected && !fr.Healed && !(fr.Stage == "bitflip" && fr.Note != "") {
+			return fmt.Errorf("stage %s did not heal within %v; later stages not run", fr.Stage, d.o.StageTimeout)
+		}
+	}
+	return nil
+}
+
+// locateMalachid returns the broker binary: --malachid, or a fresh build of
+// ./cmd/malachid from the module root above the working directory.
+func locateMalachid(ctx context.Context, flagPath, dir string, out io.Writer) (string, error) {
+	if flagPath != "" {
+		fi, err := os.Stat(flagPath)
+		if err != nil {
+			return "", fmt.Errorf("--malachid %s: %w", flagPath, err)
+		}
+		if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("--malachid %s: not an executable file", flagPath)
+		}
+		return filepath.Abs(flagPath)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", fmt.Errorf("no --malachid given and %w", err)
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = "/usr/local/go/bin/go"
+	}
+	bin := filepath.Join(dir, "bin", "malachid")
+	fmt.Fprintf(out, "building malachid: go build -o %s ./cmd/malachid (in %s)\n", bin, root)
+	cmd := exec.CommandContext(ctx, gobin, "build", "-o", bin, "./cmd/malachid")
+	cmd.Dir = root
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building ./cmd/malachid in %s: %v\n%s", root, err, strings.TrimSpace(buf.String()))
+	}
+	return bin, nil
+}
+
+// moduleRoot finds the directory of this project's go.mod at or above the
+// working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(b, []byte("module github.com/malachi-log/malachi\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("the working directory is not inside the malachi module (run from the repository, or pass --malachid)")
+		}
+		dir = parent
+	}
+}
+
+// load creates, writes and seals the segments through /v1/load, in chunks
+// so that progress shows.
+func (d *demo) load(ctx context.Context) error {
+	n, rsize := recordShape(d.o.SegmentSize)
+	segBytes := int64(n) * int64(rsize+frameHeaderSize)
+	d.rep.SegmentBytes = segBytes
+	d.logf("loading %d sealed segments of %d records × %d B (%s each, %s with %d copies)",
+		d.o.Segments, n, rsize, formatBytes(segBytes), formatBytes(segBytes*int64(d.o.Segments)*int64(d.o.RF)), d.o.RF)
+	chunk := max(1, min(50, int((64<<20)/max(segBytes, 1))))
+	p := newProgress(d.out, d.tty, "load", d.o.Segments)
+	start := time.Now()
+	leader := d.leaderClient(ctx)
+	for done, i := 0, 0; done < d.o.Segments; i++ {
+		k := min(chunk, d.o.Segments-done)
+		req := loadRequest{Segments: k, RecordsPerSegment: n, RecordSize: rsize, Prefix: fmt.Sprintf("s%04d", i)}
+		if _, err := leader.Load(ctx, req); err != nil {
+			p.Finish("failed")
+			return fmt.Errorf("loading segments %d-%d: %w", done, done+k-1, err)
+		}
+		done += k
+		p.Set(done, d.o.Segments, formatBytes(int64(done)*segBytes))
+	}
+	d.rep.LoadSeconds = time.Since(start).Seconds()
+	d.rep.LoadBytes = segBytes * int64(d.o.Segments) * int64(d.o.RF)
+	p.Finish(fmt.Sprintf("%d segments in %.2fs", d.o.Segments, d.rep.LoadSeconds))
+	return nil
+}
+
+// leaderClient is the leader's admin client, or any running broker's.
+func (d *demo) leaderClient(ctx context.Context) *adminClient {
+	if id, err := d.c.leader(ctx, false); err == nil {
+		if b := d.c.broker(id); b != nil && b.alive() {
+			return b.client
+		}
+	}
+	return d.c.running()[0].client
+}
+
+// observe records a view: it evaluates it and counts heal passes.
+func (d *demo) observe(v *view) evaluation {
+	d.last = v
+	live := map[meta.BrokerID]bool{}
+	for _, b := range d.c.running() {
+		live[b.ID] = true
+	}
+	e := evaluate(v, d.o.RF, live, d.checkCopy)
+	d.lastEv = e
+	return e
+}
+
+// checkCopy: the broker's word (basicCheck, and confirmed when exposed),
+// then the demo's own audit of the file.
+func (d *demo) checkCopy(b meta.BrokerID, seg meta.Segment, lc localCopy, listed bool) string {
+	if bad := basicCheck(seg, lc, listed); bad != "" {
+		return bad
+	}
+	if lc.Confirmed != nil && !*lc.Confirmed {
+		return "not confirmed by its broker"
+	}
+	br := d.c.broker(b)
+	if br == nil {
+		return "unknown broker"
+	}
+	if err := d.aud.Check(br.copyPath(seg.ID), seg); err != nil {
+		if os.IsNotExist(err) {
+			return "listed by its broker but no file on disk"
+		}
+		return "audit: " + err.Error()
+	}
+	return ""
+}
+
+// copiesCarryConfirmed reports whether /v1/copies says per copy whether its
+// broker confirmed it.
+func (d *demo) copiesCarryConfirmed() bool {
+	if d.last == nil {
+		return false
+	}
+	for _, cs := range d.last.Copies {
+		for _, lc := range cs {
+			return lc.Confirmed != nil
+		}
+	}
+	return false
+}
+
+// passClean says the leader's latest heal report, at or after the view's
+// metadata index, found nothing left to do. Without a report (no plugin
+// status yet) it is false: verification is not assumed.
+func passClean(v *view) (bool, string) {
+	r, ok := findReport(v.Status)
+	if !ok {
+		return false, "no heal report in the leader's /v1/status"
+	}
+	switch {
+	case r.Index < v.Snap.Index:
+		return false, fmt.Sprintf("latest heal pass at index %d, metadata at %d", r.Index, v.Snap.Index)
+	case r.UnderReplicated > 0:
+		return false, fmt.Sprintf("heal pass: %d under-replicated", r.UnderReplicated)
+	case len(r.Failed) > 0:
+		return false, fmt.Sprintf("heal pass: %d failed (%s: %s)", len(r.Failed), r.Failed[0].Segment, r.Failed[0].Reason)
+	case len(r.Unsettled) > 0:
+		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
+	case r.HoldReason != "":
+		return false, "heal pass on hold: " + r.HoldReason
+	}
+	return true, ""
+}
+
+// countPass counts a heal pass not seen before in fr, and notes the start
+// of the first pass that counted d.watchDead as dead.
+func (d *demo) countPass(v *view, fr *faultReport) {
+	r, started, passes, ok := lastPass(v.Status)
+	if !ok {
+		return
+	}
+	var key []byte
+	if passes > 0 {
+		key = fmt.Appendf(nil, "%d/%d", v.Leader, passes)
+	} else {
+		key, _ = json.Marshal(r)
+	}
+	if bytes.Equal(key, d.lastPass) {
+		return
+	}
+	d.lastPass = key
+	fr.Passes++
+	if d.watchDead != 0 && d.deadSeen.IsZero() && slices.Contains(r.Dead, d.watchDead) {
+		if started.IsZero() {
+			started = v.At
+		}
+		d.deadSeen = started
+	}
+}
+
+// waitHealed polls until every segment is healthy and verified, driving a
+// progress bar over the segments seen unhealthy since start. targets are
+// segments known to be hit. It sets fr.Healed, fr.SecondsToHeal (from
+// start), fr.Affected and fr.Detected.
+func (d *demo) waitHealed(ctx context.Context, fr *faultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	affected := map[meta.SegmentID]bool{}
+	for _, id := range targets {
+		affected[id] = true
+	}
+	p := newProgress(d.out, d.tty, label, max(len(affected), 1))
+	var why string
+	for {
+		if err := ctx.Err(); err != nil {
+			p.Finish("interrupted")
+			return err
+		}
+		if err := d.c.unexpectedExit(); err != nil {
+			p.Finish("a broker died")
+			return err
+		}
+		v, err := d.c.poll(ctx)
+		if err != nil {
+			why = err.Error()
+		} else {
+			e := d.observe(v)
+			d.countPass(v, fr)
+			for id := range e.Unhealthy {
+				affected[id] = true
+			}
+			if fr.Stage == "baseline" {
+				affected = map[meta.SegmentID]bool{}
+				for _, s := range v.Snap.Segments {
+					if s.Sealed {
+						affected[s.ID] = true
+					}
+				}
+			}
+			healthy := 0
+			for id := range affected {
+				if _, bad := e.Unhealthy[id]; !bad {
+					healthy++
+				}
+			}
+			clean, cwhy := true, ""
+			if !d.brokerVerified {
+				clean, cwhy = passClean(v)
+			}
+			note := ""
+			switch {
+			case len(v.Unreachable) > 0:
+				note = v.Unreachable[0]
+			case len(e.Unhealthy) > 0:
+				note = fmt.Sprintf("%d unhealthy", len(e.Unhealthy))
+			case !clean:
+				note = "awaiting verification"
+			}
+			p.Set(healthy, max(len(affected), 1), note)
+			sealedOK := fr.Stage != "baseline" || e.Sealed == d.o.Segments
+			if e.OK() && clean && len(v.Unreachable) == 0 && sealedOK {
+				fr.Healed = true
+				fr.healedAt = v.At
+				fr.SecondsToHeal = seconds(v.At.Sub(start))
+				fr.Affected = len(affected)
+				p.Finish(fmt.Sprintf("healthy after %s (%d segments affected)", fmtSeconds(fr.SecondsToHeal), len(affected)))
+				return nil
+			}
+			why = cwhy
+			if len(e.Unhealthy) > 0 {
+				ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
+				for id := range e.Unhealthy {
+					ids = append(ids, id)
+				}
+				slices.Sort(ids)
+				why = fmt.Sprintf("%d segments unhealthy, e.g. %s: %s", len(ids), ids[0], e.Unhealthy[ids[0]])
+			} else if !sealedOK {
+				why = fmt.Sprintf("%d of %d segments sealed", e.Sealed, d.o.Segments)
+			}
+			fr.Affected = len(affected)
+		}
+		if time.Now().After(deadline) {
+			p.Finish("timed out")
+			return fmt.Errorf("not healthy after %v: %s", timeout, why)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The demo's stages, in the order they run.
+var allStages = []string{"kill", "delete", "truncate", "extend", "bitflip", "restart", "latch", "leader"}
+
+// demoOptions are the flags of `malachi demo`.
+type demoOptions struct {
+	Brokers      int
+	RF           int
+	Segments     int
+	SegmentSize  int64
+	JSON         bool
+	Keep         bool
+	Malachid     string
+	Dir          string
+	Stages       []string
+	stagesSet    bool // --faults given explicitly
+	Copies       int
+	Tick         time.Duration
+	Grace        time.Duration
+	StageTimeout time.Duration
+	Seed         uint64
+}
+
+// errUsage marks a bad command line: the CLI exits with status 2.
+var errUsage = errors.New("malachi: usage")
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
+	o := demoOptions{SegmentSize: 1 << 20}
+	fs := flag.NewFlagSet("malachi demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.Brokers, "brokers", 5, "number of malachid processes")
+	fs.IntVar(&o.RF, "rf", 3, "replication factor")
+	fs.IntVar(&o.Segments, "segments", 300, "sealed segments to load")
+	size := byteSize(o.SegmentSize)
+	fs.Var(&size, "segment-size", "bytes of records per segment (4096, 64KiB, 1MiB)")
+	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON on stdout (progress goes to stderr)")
+	fs.BoolVar(&o.Keep, "keep", false, "leave the cluster running and its directory in place on exit")
+	fs.StringVar(&o.Malachid, "malachid", "", "malachid binary to run (default: go build ./cmd/malachid from the module root)")
+	fs.StringVar(&o.Dir, "dir", "", "directory for configs, data and logs (default: a new temporary directory)")
+	faults := fs.String("faults", strings.Join(allStages, ","), "stages to run, comma-separated, from "+strings.Join(allStages, ","))
+	fs.IntVar(&o.Copies, "copies", 3, "copies hit by each disk fault and by the latch stage")
+	fs.DurationVar(&o.Tick, "tick", 200*time.Millisecond, "heal pass period (heal.tick)")
+	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
+	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return o, usageErr("demo: unexpected argument %q", fs.Arg(0))
+	}
+	o.SegmentSize = int64(size)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "faults" {
+			o.stagesSet = true
+		}
+	})
+	stages, err := parseStages(*faults)
+	if err != nil {
+		return o, err
+	}
+	o.Stages = stages
+	return o, o.validate()
+}
+
+// parseStages parses --faults: known names, no repeats, run in the fixed
+// order of allStages whatever order they were given in.
+func parseStages(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !slices.Contains(allStages, p) {
+			return nil, usageErr("--faults: unknown stage %q: want some of %s", p, strings.Join(allStages, ","))
+		}
+		if seen[p] {
+			return nil, usageErr("--faults: stage %q given twice", p)
+		}
+		seen[p] = true
+	}
+	for _, st := range allStages {
+		if seen[st] {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+func (o *demoOptions) validate() error {
+	switch {
+	case o.Brokers < 1 || o.Brokers > 32:
+		return usageErr("--brokers %d: want 1 to 32", o.Brokers)
+	case o.RF < 1:
+		return usageErr("--rf %d: want at least 1", o.RF)
+	case o.RF > o.Brokers:
+		return usageErr("--rf %d is more than --brokers %d", o.RF, o.Brokers)
+	case o.Segments < 1 || o.Segments > 100000:
+		return usageErr("--segments %d: want 1 to 100000", o.Segments)
+	case o.SegmentSize < 64 || o.SegmentSize > 1<<30:
+		return usageErr("--segment-size %d: want 64 B to 1 GiB", o.SegmentSize)
+	case o.Copies < 1:
+		return usageErr("--copies %d: want at least 1", o.Copies)
+	case o.Tick <= 0:
+		return usageErr("--tick %v: want more than zero", o.Tick)
+	case o.Grace < 0:
+		return usageErr("--grace %v: want zero or more", o.Grace)
+	case o.StageTimeout <= 0:
+		return usageErr("--stage-timeout %v: want more than zero", o.StageTimeout)
+	}
+	if int64(o.Segments)*o.SegmentSize*int64(o.RF) > 64<<30 {
+		return usageErr("--segments %d × --segment-size %s × --rf %d is more than 64 GiB on disk", o.Segments, formatBytes(o.SegmentSize), o.RF)
+	}
+	kept := o.Stages[:0:0]
+	for _, st := range o.Stages {
+		if why := o.infeasible(st); why != "" {
+			if o.stagesSet {
+				return usageErr("--faults %s: %s", st, why)
+			}
+			continue // dropped from the default list; runDemo notes it
+		}
+		kept = append(kept, st)
+	}
+	o.Stages = kept
+	return nil
+}
+
+// infeasible says why stage st cannot heal on this cluster, or "".
+func (o *demoOptions) infeasible(st string) string {
+	has := func(s string) bool { return slices.Contains(o.Stages, s) }
+	down := 0 // brokers down when st runs
+	if has("kill") && !has("restart") && (st == "latch" || st == "leader") {
+		down = 1
+	}
+	live := o.Brokers - down
+	switch st {
+	case "kill":
+		if o.Brokers < o.RF+1 {
+			return fmt.Sprintf("killing one of %d brokers leaves %d for replication factor %d; want --brokers %d or more", o.Brokers, o.Brokers-1, o.RF, o.RF+1)
+		}
+		if o.Brokers < 3 {
+			return fmt.Sprintf("killing one of %d brokers loses the control plane's quorum; want --brokers 3 or more", o.Brokers)
+		}
+	case "restart":
+		if !has("kill") {
+			return "restarts the broker the kill stage killed; add kill"
+		}
+	case "latch":
+		if live < o.RF+1 {
+			return fmt.Sprintf("a latched copy is replaced on a spare broker: %d live brokers for replication factor %d leave none", live, o.RF)
+		}
+	case "leader":
+		if live-1 < o.RF {
+			return fmt.Sprintf("killing the leader leaves %d live brokers for replication factor %d", live-1, o.RF)
+		}
+		if live-1 <= o.Brokers/2 {
+			return fmt.Sprintf("killing the leader leaves %d of %d brokers: no quorum", live-1, o.Brokers)
+		}
+	}
+	return ""
+}
+
+// skippedStages lists the default stages validate dropped, with why.
+func (o *demoOptions) skippedStages() map[string]string {
+	out := map[string]string{}
+	if o.stagesSet {
+		return out
+	}
+	all := demoOptions{Brokers: o.Brokers, RF: o.RF, Stages: allStages}
+	for _, st := range allStages {
+		if !slices.Contains(o.Stages, st) {
+			out[st] = all.infeasible(st)
+		}
+	}
+	return out
+}
+
+// recordShape splits a segment of size bytes of frames into records of at
+// most 4 KiB frames: n records of recordSize payload bytes, n×(16+recordSize)
+// as close to size as whole records allow.
+func recordShape(size int64) (n, recordSize int) {
+	const frame = 4096
+	if size <= frame {
+		return 1, int(max(size-frameHeaderSize, 1))
+	}
+	return int(size / frame), frame - frameHeaderSize
+}

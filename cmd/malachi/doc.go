@@ -1,0 +1,54 @@
+// Command malachi is the operator CLI of Malachi heal.
+//
+//	malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep]
+//	malachi status --admin host:port [--json]
+//	malachi plan   --admin host:port [--json]
+//	malachi load   --admin host:port --segments N --records R --size B
+//
+// demo builds (or takes, --malachid) the reference broker, starts a cluster
+// of real malachid processes on free loopback ports with a short tick and
+// grace delay, loads sealed segments through POST /v1/load, and then runs
+// its stages in order, each waiting until the cluster is healthy again:
+// kill (a follower, kill -9), delete, truncate, extend and bitflip (copy
+// files changed directly under <data_dir>/copies/), restart (the killed
+// broker comes back), latch (POST /v1/faults/latch/{id}) and leader (the
+// control plane's leader, kill -9). Progress shows as bars on a terminal,
+// as plain lines otherwise; the report ends the run, as text or --json.
+//
+// The usage loop of a stage: inject; poll every 50 ms (GET /v1/health,
+// /v1/copies of every running broker, /v1/metadata, the leader's
+// /v1/status); evaluate every sealed segment; stop when all are healthy.
+//
+// Invariants:
+//
+//  1. A segment is healthy only when the metadata gives it exactly the
+//     replication factor of replicas, all on running brokers; each of those
+//     brokers lists the copy sealed, not latched and exactly byte_size plus
+//     the 40-byte footer; the demo's own audit of the file (every frame's
+//     CRC32C and offset, the footer and the frames' checksum against the
+//     metadata) passes; and the broker's verification agrees: the copy is
+//     confirmed when /v1/copies says so, else the leader's latest heal pass
+//     at or after the metadata index reports nothing under-replicated,
+//     failed or unsettled. Nothing is assumed verified that was not checked.
+//  2. seconds_to_heal runs from the moment the killed broker counts as dead
+//     (the start of the first heal pass that lists it dead; kill + grace if
+//     no such pass is seen) to the first poll that finds every segment
+//     healthy. grace_wait_seconds runs from the kill to that moment.
+//  3. The exit status is 0 only when every stage that ran healed and every
+//     segment is healthy at the end; a stage that did not heal stops the
+//     demo and is reported with what was still wrong.
+//  4. A fault the cluster cannot see is reported as not detected, never
+//     hidden: the in-place bit flip is run only when the plugin advertises a
+//     scrubber or --faults asks for it; undetected, its bits are flipped
+//     back by the demo and the stage counts as not healed.
+//
+// Concurrency and crash contract: the demo's brokers are its children, each
+// in its own process group. They are stopped (SIGTERM, then SIGKILL after
+// 3 s) on every exit path, including SIGINT, SIGTERM and SIGHUP, unless
+// --keep; on Linux they also get SIGKILL from the kernel if the CLI itself
+// dies (PR_SET_PDEATHSIG). The cluster's directory is removed after a
+// healthy run it created, and kept (and named in the report) otherwise.
+//
+// Exit status: 0 success, 1 failure or a demo that did not heal, 2 a bad
+// command line. Errors name the flag and value, or the broker and address.
+package main

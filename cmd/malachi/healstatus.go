@@ -1,0 +1,167 @@
+package main
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// healReport mirrors heal.Report as the plugin serves it in /status. The
+// CLI decodes its own mirror (reasons and ops as strings) so that a field
+// the plugin adds later never breaks status or demo.
+type healReport struct {
+	Index           uint64           `json:"index"`
+	Segments        int              `json:"segments"`
+	Sealed          int              `json:"sealed"`
+	Active          int              `json:"active"`
+	UnderReplicated int              `json:"under_replicated"`
+	Anomalies       int              `json:"anomalies"`
+	Dead            []meta.BrokerID  `json:"dead"`
+	Suspect         []meta.BrokerID  `json:"suspect"`
+	Backfills       int              `json:"backfills"`
+	Commands        int              `json:"commands"`
+	Deferred        int              `json:"deferred"`
+	Failed          []healFailure    `json:"failed"`
+	Unsettled       []copyRef        `json:"unsettled"`
+	Settling        []copyRef        `json:"settling"`
+	HoldReason      string           `json:"hold_reason"`
+	Healed          []meta.SegmentID `json:"healed"`
+	Resumed         []copyRef        `json:"resumed"`
+	Settled         []copyRef        `json:"settled"`
+	Confirmed       []copyRef        `json:"confirmed"`
+	Deleted         []copyRef        `json:"deleted"`
+	Stale           []meta.SegmentID `json:"stale"`
+	BytesCopied     int64            `json:"bytes_copied"`
+	Aborted         bool             `json:"aborted"`
+}
+
+type healFailure struct {
+	Segment meta.SegmentID  `json:"segment"`
+	Reason  string          `json:"reason"`
+	Copies  []meta.BrokerID `json:"copies,omitempty"`
+	Err     string          `json:"err,omitempty"`
+}
+
+type copyRef struct {
+	Segment meta.SegmentID `json:"segment"`
+	Broker  meta.BrokerID  `json:"broker"`
+}
+
+// findReport looks through a /status document for the latest heal report:
+// the first object (breadth first) that carries "under_replicated" and
+// "index". ok is false when the document holds none (plugin disabled, no
+// pass run yet).
+func findReport(status json.RawMessage) (healReport, bool) {
+	var root any
+	if len(status) == 0 || json.Unmarshal(status, &root) != nil {
+		return healReport{}, false
+	}
+	queue := []any{root}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		switch x := n.(type) {
+		case map[string]any:
+			_, u := x["under_replicated"]
+			_, i := x["index"]
+			if u && i {
+				b, _ := json.Marshal(x)
+				var r healReport
+				if json.Unmarshal(b, &r) == nil {
+					return r, true
+				}
+			}
+			for _, v := range x {
+				queue = append(queue, v)
+			}
+		case []any:
+			queue = append(queue, x...)
+		}
+	}
+	return healReport{}, false
+}
+
+// hasKey reports whether any object in the document has the key (at any
+// depth), to tell which features a plugin exposes.
+func hasKey(status json.RawMessage, key string) bool {
+	var root any
+	if len(status) == 0 || json.Unmarshal(status, &root) != nil {
+		return false
+	}
+	queue := []any{root}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		switch x := n.(type) {
+		case map[string]any:
+			if _, ok := x[key]; ok {
+				return true
+			}
+			for _, v := range x {
+				queue = append(queue, v)
+			}
+		case []any:
+			queue = append(queue, x...)
+		}
+	}
+	return false
+}
+
+// pluginStatus mirrors plugin.Status, the JSON of a broker's /v1/status
+// when the plugin is enabled.
+type pluginStatus struct {
+	Broker          meta.BrokerID `json:"broker"`
+	Enabled         bool          `json:"enabled"`
+	Leader          bool          `json:"leader"`
+	RPCAddr         string        `json:"rpc_addr"`
+	DataAddr        string        `json:"data_addr"`
+	ProbeEngine     string        `json:"probe_engine"`
+	FsyncEngine     string        `json:"fsync_engine"`
+	Passes          uint64        `json:"passes"`
+	LastPass        *healReport   `json:"last_pass"`
+	LastPassAt      time.Time     `json:"last_pass_at"`
+	LastPassSeconds float64       `json:"last_pass_seconds"`
+	Hold            string        `json:"hold"`
+}
+
+// decodeStatus reads a /v1/status document: the plugin's Status, possibly
+// wrapped in an object under "heal" or "status". ok is false for a
+// disabled plugin ({"heal":"disabled"}) or an unknown shape.
+func decodeStatus(raw json.RawMessage) (pluginStatus, bool) {
+	var st pluginStatus
+	if len(raw) == 0 {
+		return st, false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil {
+		return st, false
+	}
+	if _, ok := top["enabled"]; ok {
+		if json.Unmarshal(raw, &st) == nil {
+			return st, st.Enabled
+		}
+		return st, false
+	}
+	for _, k := range []string{"heal", "status", "plugin"} {
+		if inner, ok := top[k]; ok {
+			if s, ok := decodeStatus(inner); ok {
+				return s, true
+			}
+		}
+	}
+	return st, false
+}
+
+// lastPass returns the latest heal report of a status document, with the
+// time the pass started (its end minus its duration).
+func lastPass(raw json.RawMessage) (healReport, time.Time, uint64, bool) {
+	if st, ok := decodeStatus(raw); ok && st.LastPass != nil {
+		started := st.LastPassAt.Add(-time.Duration(st.LastPassSeconds * float64(time.Second)))
+		return *st.LastPass, started, st.Passes, true
+	}
+	if r, ok := findReport(raw); ok {
+		return r, time.Time{}, 0, true
+	}
+	return healReport{}, time.Time{}, 0, false
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `malachi: the operator CLI of Malachi heal
+
+usage:
+  malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--malachid path] [--faults list]
+  malachi status --admin host:port [--json]
+  malachi plan   --admin host:port [--json]
+  malachi load   --admin host:port --segments N --records R --size B [--prefix p]
+
+Run "malachi <command> -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without os.Exit: 0 success, 1 failure (or a demo that did not
+// heal), 2 a bad command line.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	go func() {
+		// After the first signal, a second one kills the CLI at once (the
+		// brokers die with it through their parent-death signal).
+		<-ctx.Done()
+		stop()
+	}()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "demo":
+		o, perr := parseDemoFlags(rest, stderr)
+		if perr != nil {
+			return reportErr(stderr, perr)
+		}
+		code := runDemo(ctx, o, stdout, stderr)
+		if ctx.Err() != nil && code == 0 {
+			code = 1
+		}
+		return code
+	case "status":
+		err = runStatus(ctx, rest, stdout, stderr)
+	case "plan":
+		err = runPlan(ctx, rest, stdout, stderr)
+	case "load":
+		err = runLoad(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "malachi: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	return reportErr(stderr, err)
+}
+
+func reportErr(stderr io.Writer, err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "malachi: %v\n", err)
+		return 1
+	}
+}

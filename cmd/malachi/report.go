@@ -1,0 +1,237 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// demoReport is what `malachi demo` ends with, printed as text or, with
+// --json, as this JSON document. Durations are seconds; a duration that
+// was never reached (a stage that did not heal) is null.
+type demoReport struct {
+	OK                bool  `json:"ok"`
+	Brokers           int   `json:"brokers"`
+	ReplicationFactor int   `json:"replication_factor"`
+	Segments          int   `json:"segments"`
+	SegmentBytes      int64 `json:"segment_bytes"`
+	// UnderReplicated, Failed and DataLossSegments are counted at the end:
+	// segments with fewer live replicas than the replication factor;
+	// segments not healthy for any other reason (a copy missing, damaged,
+	// latched or unverified, or reported failed by the heal pass); segments
+	// with no intact copy left on any running broker.
+	UnderReplicated  int `json:"under_replicated"`
+	Failed           int `json:"failed"`
+	DataLossSegments int `json:"data_loss_segments"`
+	// SecondsToHeal is the broker-kill stage: from the moment the killed
+	// broker counts as dead to every segment back at its replication factor
+	// with every copy verified.
+	SecondsToHeal *float64 `json:"seconds_to_heal"`
+	// GraceWaitSeconds is that stage's time from the kill to the moment the
+	// broker counts as dead.
+	GraceWaitSeconds *float64 `json:"grace_wait_seconds"`
+	// BytesRereplicated sums, over every stage, the bytes the brokers'
+	// backfills received (the growth of each broker's
+	// malachi_heal_backfill_bytes_total); BytesEstimated is the demo's own
+	// estimate from the copies' sizes after each fault and the final
+	// replica sets.
+	BytesRereplicated int64   `json:"bytes_rereplicated"`
+	BytesEstimated    int64   `json:"bytes_estimated"`
+	LoadSeconds       float64 `json:"load_seconds"`
+	LoadBytes         int64   `json:"load_bytes"`
+	TotalSeconds      float64 `json:"total_seconds"`
+	// Verification says what "verified" meant in this run.
+	Verification []string      `json:"verification"`
+	Faults       []faultReport `json:"faults"`
+	// Unhealthy names up to 20 segments not healthy at the end, with why.
+	Unhealthy map[meta.SegmentID]string `json:"unhealthy,omitempty"`
+	Notes     []string                  `json:"notes,omitempty"`
+	Error     string                    `json:"error,omitempty"`
+	// Dir is where the cluster's configs, data and logs are (kept on
+	// failure and with --keep).
+	Dir string `json:"dir,omitempty"`
+}
+
+// faultReport is one stage of the demo.
+type faultReport struct {
+	Stage string `json:"stage"` // kill, delete, truncate, extend, bitflip, latch, restart, leader
+	// What names the target: "broker 3", "5 copies".
+	What     string `json:"what"`
+	Injected bool   `json:"injected"`
+	// Skipped says why the stage did not run.
+	Skipped string `json:"skipped,omitempty"`
+	// Broker is the broker killed or restarted.
+	Broker meta.BrokerID `json:"broker,omitempty"`
+	// Copies are the files changed on disk; Latched the copies latched.
+	Copies  []diskFault `json:"copies,omitempty"`
+	Latched []copyRef   `json:"latched,omitempty"`
+	// Affected counts the segments seen unhealthy during the stage.
+	Affected int `json:"affected_segments"`
+	// Detected says the cluster noticed: for a disk fault, the copy was
+	// repaired, replaced or latched; false with Healed false means nothing
+	// reacted before the stage's timeout.
+	Detected bool `json:"detected"`
+	Healed   bool `json:"healed"`
+	// GraceWaitSeconds: from the kill to the broker counting as dead
+	// (kill and leader stages).
+	GraceWaitSeconds *float64 `json:"grace_wait_seconds,omitempty"`
+	// SecondsToHeal: from the fault (or the death, for a kill) to every
+	// segment healthy again.
+	SecondsToHeal *float64 `json:"seconds_to_heal"`
+	// NewLeader and LeaderSeconds: leader stage only.
+	NewLeader     meta.BrokerID `json:"new_leader,omitempty"`
+	LeaderSeconds *float64      `json:"leader_seconds,omitempty"`
+	// BytesRereplicated: backfill bytes the brokers received during the
+	// stage; BytesEstimated: the demo's estimate from copy sizes.
+	BytesRereplicated int64  `json:"bytes_rereplicated"`
+	BytesEstimated    int64  `json:"bytes_estimated"`
+	Passes            int    `json:"passes_seen"`
+	Note              string `json:"note,omitempty"`
+	Error             string `json:"error,omitempty"`
+
+	healedAt time.Time // when the view that found it healed was taken
+}
+
+func seconds(d time.Duration) *float64 {
+	s := math.Round(d.Seconds()*1000) / 1000
+	return &s
+}
+
+func fmtSeconds(p *float64) string {
+	if p == nil {
+		return "never"
+	}
+	return fmt.Sprintf("%.3fs", *p)
+}
+
+// finish fills the end-of-run fields from the last evaluation and decides OK:
+// every stage that ran healed, and every segment is healthy.
+func (r *demoReport) finish(e evaluation, failedByPass int, runErr error) {
+	r.UnderReplicated = e.UnderReplicated
+	r.Failed = e.Damaged
+	if failedByPass > r.Failed {
+		r.Failed = failedByPass
+	}
+	r.DataLossSegments = e.DataLoss
+	r.Unhealthy = nil
+	ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
+	for id := range e.Unhealthy {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for i, id := range ids {
+		if i == 20 {
+			break
+		}
+		if r.Unhealthy == nil {
+			r.Unhealthy = map[meta.SegmentID]string{}
+		}
+		r.Unhealthy[id] = e.Unhealthy[id]
+	}
+	r.BytesRereplicated, r.BytesEstimated = 0, 0
+	stagesOK := true
+	for _, f := range r.Faults {
+		r.BytesRereplicated += f.BytesRereplicated
+		r.BytesEstimated += f.BytesEstimated
+		if f.Injected && !f.Healed {
+			stagesOK = false
+		}
+		if f.Stage == "kill" && f.Injected {
+			r.SecondsToHeal, r.GraceWaitSeconds = f.SecondsToHeal, f.GraceWaitSeconds
+		}
+	}
+	if runErr != nil {
+		r.Error = runErr.Error()
+	}
+	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed
+}
+
+// writeJSON prints the report as indented JSON.
+func (r *demoReport) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// writeText prints the report for a person.
+func (r *demoReport) writeText(w io.Writer) {
+	verdict := "HEALED"
+	if !r.OK {
+		verdict = "NOT HEALED"
+	}
+	fmt.Fprintf(w, "\n== report: %s ==\n", verdict)
+	fmt.Fprintf(w, "cluster            %d brokers, replication factor %d, %d sealed segments of %s\n", r.Brokers, r.ReplicationFactor, r.Segments, formatBytes(r.SegmentBytes))
+	fmt.Fprintf(w, "load               %s in %.2fs\n", formatBytes(r.LoadBytes), r.LoadSeconds)
+	fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
+	fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	fmt.Fprintf(w, "re-replicated      %s received by backfills (brokers' metrics), %s estimated from copy sizes\n", formatBytes(r.BytesRereplicated), formatBytes(r.BytesEstimated))
+	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
+	fmt.Fprintf(w, "\n%-9s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	for _, f := range r.Faults {
+		if !f.Injected {
+			fmt.Fprintf(w, "%-9s skipped: %s\n", f.Stage, f.Skipped)
+			continue
+		}
+		grace := "-"
+		if f.GraceWaitSeconds != nil {
+			grace = fmtSeconds(f.GraceWaitSeconds)
+		}
+		fmt.Fprintf(w, "%-9s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), formatBytes(f.BytesRereplicated))
+		if f.Note != "" {
+			fmt.Fprintf(w, "          note: %s\n", f.Note)
+		}
+		if f.Error != "" {
+			fmt.Fprintf(w, "          error: %s\n", f.Error)
+		}
+	}
+	fmt.Fprintf(w, "\nverified means:\n")
+	for _, v := range r.Verification {
+		fmt.Fprintf(w, "  - %s\n", v)
+	}
+	if len(r.Unhealthy) > 0 {
+		fmt.Fprintf(w, "\nnot healthy at the end (first %d):\n", len(r.Unhealthy))
+		ids := make([]string, 0, len(r.Unhealthy))
+		for id := range r.Unhealthy {
+			ids = append(ids, string(id))
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			fmt.Fprintf(w, "  %s: %s\n", id, r.Unhealthy[meta.SegmentID(id)])
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", r.Error)
+	}
+	if r.Dir != "" {
+		fmt.Fprintf(w, "cluster directory: %s\n", r.Dir)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// joinIDs renders a few segment ids for a message.
+func joinIDs(ids []meta.SegmentID, max int) string {
+	var parts []string
+	for i, id := range ids {
+		if i == max {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-max))
+			break
+		}
+		parts = append(parts, string(id))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// victim is one copy a fault hits.
+type victim struct {
+	seg meta.Segment
+	b   *broker
+}
+
+// stage runs one stage. An error is returned only when the demo cannot go
+// on (interrupted, a broker died on its own); a stage that does not heal is
+// reported in the faultReport.
+func (d *demo) stage(ctx context.Context, st string) (faultReport, error) {
+	d.logf("")
+	switch st {
+	case "kill":
+		return d.stageKill(ctx, "kill", false)
+	case "leader":
+		return d.stageKill(ctx, "leader", true)
+	case "delete", "truncate", "extend", "bitflip":
+		return d.stageDisk(ctx, st)
+	case "latch":
+		return d.stageLatch(ctx)
+	case "restart":
+		return d.stageRestart(ctx)
+	}
+	return faultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
+}
+
+// sizes returns, for each target segment, the size of the copy on each of
+// its replicas in the last view (0 when absent or the broker is down).
+func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.BrokerID]int64 {
+	out := map[meta.SegmentID]map[meta.BrokerID]int64{}
+	for _, id := range targets {
+		seg, ok := d.last.Snap.Segment(id)
+		if !ok {
+			continue
+		}
+		m := map[meta.BrokerID]int64{}
+		for _, r := range seg.Replicas {
+			if lc, ok := d.last.Copies[r][id]; ok {
+				m[r] = lc.Size
+			}
+		}
+		out[id] = m
+	}
+	return out
+}
+
+// estimateBytes is what healing the targets must have moved, from the
+// copies' sizes after the fault (pre) and the final replica sets: every
+// copy on a final replica that was missing or short needed the rest of its
+// bytes.
+func (d *demo) estimateBytes(pre map[meta.SegmentID]map[meta.BrokerID]int64) int64 {
+	var total int64
+	for id, m := range pre {
+		seg, ok := d.last.Snap.Segment(id)
+		if !ok {
+			continue
+		}
+		full := seg.ByteSize + footerSize
+		for _, r := range seg.Replicas {
+			if have := m[r]; have < full {
+				total += full - have
+			}
+		}
+	}
+	return total
+}
+
+// stageKill kills a broker with SIGKILL: a follower for "kill", the
+// control plane's leader for "leader".
+func (d *demo) stageKill(ctx context.Context, name string, leader bool) (faultReport, error) {
+	fr := faultReport{Stage: name}
+	v := d.last
+	var b *broker
+	if leader {
+		b = d.c.broker(v.Leader)
+		if b == nil || !b.alive() {
+			fr.Skipped = "no running leader to kill"
+			return fr, nil
+		}
+	} else {
+		var cands []*broker
+		for _, rb := range d.c.running() {
+			if rb.ID != v.Leader {
+				cands = append(cands, rb)
+			}
+		}
+		if len(cands) == 0 {
+			fr.Skipped = "no running follower to kill"
+			return fr, nil
+		}
+		b = cands[d.rng.IntN(len(cands))]
+	}
+	var targets []meta.SegmentID
+	for _, s := range v.Snap.Segments {
+		if s.Sealed && s.HasReplica(b.ID) {
+			targets = append(targets, s.ID)
+		}
+	}
+	role := "broker"
+	if leader {
+		role = "leader"
+	}
+	fr.Broker = b.ID
+	fr.What = fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets))
+	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.cmd.Process.Pid, len(targets))
+	pre := d.sizes(targets)
+	for _, m := range pre {
+		m[b.ID] = 0
+	}
+	before := d.backfillBytes(ctx)
+	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	defer func() { d.watchDead = 0 }()
+	killAt := time.Now()
+	if err := d.c.Kill(b); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Injected = true
+	if !leader {
+		d.killed = b
+	}
+	if leader {
+		for time.Since(killAt) < d.o.StageTimeout {
+			if id, err := d.c.leader(ctx, false); err == nil && id != b.ID {
+				fr.NewLeader = id
+				fr.LeaderSeconds = seconds(time.Since(killAt))
+				d.logf("  broker %d leads after %s", id, fmtSeconds(fr.LeaderSeconds))
+				break
+			}
+			if ctx.Err() != nil {
+				return fr, ctx.Err()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	err := d.waitHealed(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	// The moment the broker counts as dead: the start of the first heal
+	// pass that listed it dead; without one, the grace delay after the kill.
+	deadAt := d.deadSeen
+	if deadAt.IsZero() {
+		deadAt = killAt.Add(d.o.Grace)
+		fr.Note = "no heal pass was seen listing the broker dead; counted dead at kill + grace"
+	}
+	fr.GraceWaitSeconds = seconds(deadAt.Sub(killAt))
+	if fr.Healed {
+		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
+	}
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	return fr, nil
+}
+
+// fatal turns a stage's error into one that stops the demo only when it
+// was interrupted or a broker died on its own.
+func fatal(ctx context.Context, err error, d *demo) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e := d.c.unexpectedExit(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// pickVictims chooses n distinct healthy sealed segments and, for each, one
+// replica on a running broker.
+func (d *demo) pickVictims(n int) []victim {
+	var segs []meta.Segment
+	for _, s := range d.last.Snap.Segments {
+		if _, bad := d.lastEv.Unhealthy[s.ID]; s.Sealed && !bad {
+			segs = append(segs, s)
+		}
+	}
+	d.rng.Shuffle(len(segs), func(i, j int) { segs[i], segs[j] = segs[j], segs[i] })
+	var out []victim
+	for _, s := range segs {
+		if len(out) == n {
+			break
+		}
+		var on []*broker
+		for _, r := range s.Replicas {
+			if b := d.c.broker(r); b != nil && b.alive() {
+				on = append(on, b)
+			}
+		}
+		if len(on) == 0 {
+			continue
+		}
+		out = append(out, victim{seg: s, b: on[d.rng.IntN(len(on))]})
+	}
+	return out
+}
+
+// scrubberAdvertised: the plugin's status mentions a scrubber.
+func (d *demo) scrubberAdvertised() bool {
+	return d.last != nil && (hasKey(d.last.Status, "scrub") || hasKey(d.last.Status, "scrubber") || hasKey(d.last.Status, "scrubbed"))
+}
+
+// stageDisk damages copies' files directly on disk.
+func (d *demo) stageDisk(ctx context.Context, kind string) (faultReport, error) {
+	fr := faultReport{Stage: kind}
+	timeout := d.o.StageTimeout
+	if kind == "bitflip" && !d.scrubberAdvertised() {
+		if !d.o.stagesSet {
+			fr.Skipped = "the plugin exposes no scrubber (no \"scrub\" in /v1/status): an in-place bit flip keeps the size, so the size probe cannot see it by design; ask for it with --faults to watch it go undetected"
+			d.logf("stage bitflip: skipped: %s", fr.Skipped)
+			return fr, nil
+		}
+		timeout = min(timeout, max(20*d.o.Tick, 5*time.Second))
+	}
+	vs := d.pickVictims(d.o.Copies)
+	if len(vs) == 0 {
+		fr.Skipped = "no healthy sealed copy to damage"
+		return fr, nil
+	}
+	var targets []meta.SegmentID
+	for _, v := range vs {
+		targets = append(targets, v.seg.ID)
+	}
+	pre := d.sizes(targets)
+	before := d.backfillBytes(ctx)
+	start := time.Now()
+	for _, v := range vs {
+		path := v.b.copyPath(v.seg.ID)
+		var df diskFault
+		var err error
+		switch kind {
+		case "delete":
+			df, err = deleteCopyFile(path)
+		case "truncate":
+			df, err = truncateCopyFile(path, d.rng)
+		case "extend":
+			df, err = extendCopyFile(path, 1+d.rng.Int64N(8192), d.rng)
+		case "bitflip":
+			df, err = bitflipCopyFile(path, v.seg.ByteSize, d.rng)
+		}
+		d.aud.Forget(path)
+		if err != nil {
+			fr.Error = err.Error()
+			continue
+		}
+		fr.Copies = append(fr.Copies, df)
+		pre[v.seg.ID][v.b.ID] = max(df.SizeAfter, 0)
+		if kind == "extend" || kind == "bitflip" {
+			pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + footerSize
+		}
+		d.logf("stage %s: %s on broker %d: %s", kind, v.seg.ID, v.b.ID, describeFault(df))
+	}
+	if len(fr.Copies) == 0 {
+		return fr, nil
+	}
+	fr.Injected = true
+	fr.What = fmt.Sprintf("%s %d copies", kind, len(fr.Copies))
+	err := d.waitHealed(ctx, &fr, "healing "+kind, start, targets, timeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	if err != nil {
+		fr.Error = err.Error()
+		if e := fatal(ctx, err, d); e != nil {
+			return fr, e
+		}
+		if kind == "bitflip" {
+			d.restoreBitflips(ctx, &fr)
+		}
+	}
+	return fr, nil
+}
+
+// restoreBitflips flips back the bits of an undetected bit-flip stage so
+// that the later stages start from a healthy cluster.
+func (d *demo) restoreBitflips(ctx context.Context, fr *faultReport) {
+	restored := 0
+	for _, df := range fr.Copies {
+		if err := flipBitAt(df.Path, df.Offset, df.Bit); err == nil {
+			restored++
+			d.aud.Forget(df.Path)
+		}
+	}
+	fr.Note = fmt.Sprintf("NOT DETECTED within the stage timeout: nothing in the cluster checks checksums of sealed copies at rest (no scrubber); the demo flipped %d of %d bits back itself", restored, len(fr.Copies))
+	d.logf("  bitflip: %s", fr.Note)
+	tmp := faultReport{Stage: "bitflip-restore"}
+	_ = d.waitHealed(ctx, &tmp, "after restoring bits", time.Now(), nil, d.o.StageTimeout)
+}
+
+func describeFault(df diskFault) string {
+	switch df.Kind {
+	case "delete":
+		return fmt.Sprintf("deleted (%d bytes)", df.SizeBefore)
+	case "truncate":
+		return fmt.Sprintf("truncated at byte %d of %d", df.Offset, df.SizeBefore)
+	case "extend":
+		return fmt.Sprintf("extended by %d random bytes to %d", df.SizeAfter-df.SizeBefore, df.SizeAfter)
+	case "bitflip":
+		return fmt.Sprintf("bit %d of byte %d flipped in place (size %d unchanged)", df.Bit, df.Offset, df.SizeAfter)
+	}
+	return df.Kind
+}
+
+// stageLatch latches copies through the brokers' fault injection API.
+func (d *demo) stageLatch(ctx context.Context) (faultReport, error) {
+	fr := faultReport{Stage: "latch"}
+	vs := d.pickVictims(d.o.Copies)
+	var targets []meta.SegmentID
+	for _, v := range vs {
+		targets = append(targets, v.seg.ID)
+	}
+	pre := d.sizes(targets)
+	before := d.backfillBytes(ctx)
+	start := time.Now()
+	for _, v := range vs {
+		if err := v.b.client.Latch(ctx, v.seg.ID); err != nil {
+			fr.Error = err.Error()
+			d.logf("stage latch: %s on broker %d: %v", v.seg.ID, v.b.ID, err)
+			continue
+		}
+		fr.Latched = append(fr.Latched, copyRef{Segment: v.seg.ID, Broker: v.b.ID})
+		pre[v.seg.ID][v.b.ID] = 0 // a latched copy is lost: replaced elsewhere
+		d.logf("stage latch: %s on broker %d latched", v.seg.ID, v.b.ID)
+	}
+	if len(fr.Latched) == 0 {
+		return fr, nil
+	}
+	fr.Injected = true
+	fr.What = fmt.Sprintf("latch %d copies", len(fr.Latched))
+	err := d.waitHealed(ctx, &fr, "replacing latched", start, targets, d.o.StageTimeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	return fr, nil
+}
+
+// stageRestart restarts the broker the kill stage killed; a restart clears
+// its latches and its intact copies serve again.
+func (d *demo) stageRestart(ctx context.Context) (faultReport, error) {
+	fr := faultReport{Stage: "restart"}
+	b := d.killed
+	if b == nil {
+		fr.Skipped = "no broker was killed"
+		return fr, nil
+	}
+	fr.Broker = b.ID
+	fr.What = fmt.Sprintf("restart broker %d", b.ID)
+	d.logf("stage restart: broker %d starts again on its old data directory", b.ID)
+	start := time.Now()
+	if err := d.c.startBroker(b); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Injected = true
+	d.killed = nil
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := b.client.Health(hctx)
+		cancel()
+		if err == nil && h.Leader != 0 {
+			break
+		}
+		if e := d.c.unexpectedExit(); e != nil {
+			fr.Error = e.Error()
+			return fr, e
+		}
+		if ctx.Err() != nil || time.Since(start) > d.o.StageTimeout {
+			fr.Error = fmt.Sprintf("broker %d (admin %s) not back after %v: %v", b.ID, b.Admin, time.Since(start).Round(time.Millisecond), err)
+			return fr, fatal(ctx, fmt.Errorf("%s", fr.Error), d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	err := d.waitHealed(ctx, &fr, "rejoining", start, nil, d.o.StageTimeout)
+	fr.Detected = fr.Healed
+	if cs, ok := d.last.Copies[b.ID]; ok {
+		latched := 0
+		for _, lc := range cs {
+			if lc.Latched {
+				latched++
+			}
+		}
+		fr.Note = fmt.Sprintf("broker %d lists %d copies after the restart, %d latched", b.ID, len(cs), latched)
+	}
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	return fr, nil
+}
