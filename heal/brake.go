@@ -14,8 +14,9 @@ const DefaultHoldShare = 0.25
 
 // Hold is the mass-failure brake (a pure rule): it reports whether placement
 // of new replicas must be held because more than pol.HoldShare of the
-// registered brokers, or every broker of a rack that has at least two, went
-// missing within one grace window of each other. A broker is missing when
+// registered brokers (and at least two: one broker is never a mass
+// failure), or every broker of a rack that has at least two, went missing
+// within one grace window of each other. A broker is missing when
 // it has no report this tick; the time it went missing is its last-seen
 // time (never seen: the zero time). A hold lasts while those brokers stay
 // missing: it lifts on its own when enough of them return, or for one pass
@@ -72,7 +73,7 @@ func Hold(brokers []meta.Broker, reports []ProbeReport, seen []Seen, pol Policy)
 			racks[ri].missing = append(racks[ri].missing, at)
 		}
 	}
-	if k := widestWindow(missing, pol.Grace); float64(k) > share*float64(len(brokers)) {
+	if k := widestWindow(missing, pol.Grace); k >= 2 && float64(k) > share*float64(len(brokers)) {
 		return true, fmt.Sprintf("brokers_missing: %d of %d within %v", k, len(brokers), pol.Grace)
 	}
 	if len(racks) > 1 {
