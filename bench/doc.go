@@ -1,0 +1,18 @@
+// Package bench holds the benchmarks that compare Malachi's engines side by
+// side (go test -bench . -benchmem ./bench/). It has no non-test code; the
+// measured figures and the machine they come from are in README.md.
+//
+// Fixtures are created once on the repository's disk (never tmpfs), under
+// $MALACHI_BENCH_DIR or .malachi-bench beside the repository, and kept
+// between runs: 100,000 files for BenchmarkProbe, 256 directories for
+// BenchmarkSyncDirs. Cold-cache benchmarks drop the page, dentry and inode
+// caches before each iteration and need root; without it they skip.
+//
+// Invariants:
+//
+//  1. Every engine of one benchmark runs on the same fixture in the same
+//     process, so ratios against the baseline (os.Stat loop, sequential
+//     fsync) are measured under the same conditions.
+//  2. A benchmark checks its results after timing: a fast wrong answer
+//     fails.
+package bench
