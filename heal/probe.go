@@ -109,7 +109,7 @@ func (r *ProbeReport) Validate() error {
 			return fmt.Errorf("%w: probe report from broker %d: anomaly on %s: size %d is negative", ErrInvalid, r.Broker, a.Segment, a.Size)
 		}
 		if err := a.Segment.Validate(); err != nil {
-			return fmt.Errorf("probe report from broker %d: %w", r.Broker, err)
+			return fmt.Errorf("%w: probe report from broker %d: %w", ErrInvalid, r.Broker, err)
 		}
 	}
 	return nil

@@ -1,0 +1,218 @@
+package heal
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// P6.8: round-robin over the unsettled copies, the cursor surviving between
+// passes, bounded by the settle batch.
+func TestSeedSettleRoundRobin(t *testing.T) {
+	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 1, 2, 3))
+	for _, s := range []string{"a", "b", "c"} {
+		w.anomaly(1, s, Overrun, 1040, false)
+	}
+	w.anomaly(2, "b", Overrun, 1040, false)
+	w.in.Policy.SettleBatch = 3
+	var p Planner
+	var got []string
+	for pass := 0; pass < 4; pass++ {
+		pl, err := p.Plan(w.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sel []string
+		for _, c := range pl.Report.Settling {
+			sel = append(sel, c.String())
+		}
+		got = append(got, strings.Join(sel, " "))
+		w.in.SettleCursor = pl.SettleCursor
+	}
+	want := []string{"a@1 b@1 b@2", "c@1 a@1 b@1", "b@2 c@1 a@1", "b@1 b@2 c@1"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("pass %d selected %q, want %q (all: %q)", i, got[i], want[i], got)
+		}
+	}
+	// A cursor naming a copy that is gone still resumes after it.
+	w.in.SettleCursor = CopyRef{"b", 9}
+	w.in.Policy.SettleBatch = 1
+	pl, _ := p.Plan(w.in)
+	if len(pl.Report.Settling) != 1 || pl.Report.Settling[0] != (CopyRef{"c", 1}) {
+		t.Errorf("after b@9: %v, want c@1", pl.Report.Settling)
+	}
+}
+
+// Beyond the seed: the segments with the fewest healthy copies first.
+func TestRiskOrder(t *testing.T) {
+	w := newWorld(9, 3, seg("a", 1, 4, 5), seg("b", 1, 2, 6), seg("c", 7, 8, 9)).dead(1).dead(2)
+	w.anomaly(7, "c", Short, 10, false)
+	w.in.Policy.HoldShare = -1
+	p := w.plan()
+	var order []meta.SegmentID
+	for _, a := range p.Actions {
+		if len(order) == 0 || order[len(order)-1] != a.Segment.ID {
+			order = append(order, a.Segment.ID)
+		}
+	}
+	if got := strings.Join(toStrings(order), ","); got != "b,a,c" {
+		t.Errorf("risk order %s, want b (1 healthy), a (2), c (2, later in the snapshot)\n%s", got, ops(p))
+	}
+}
+
+func toStrings(ids []meta.SegmentID) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, string(id))
+	}
+	return out
+}
+
+// Beyond the seed: per-broker and per-pass caps defer work, never
+// half-place a segment.
+func TestBackfillCaps(t *testing.T) {
+	w := newWorld(6, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 1, 2, 3), seg("d", 1, 2, 3)).dead(1)
+	w.in.Policy.MaxBackfillsPerBroker = 1
+	p := w.plan()
+	// Sources 2 and 3 and targets 4, 5, 6 allow two segments this pass.
+	if p.Report.Backfills != 2 || p.Report.Commands != 2 || p.Report.Deferred != 2 || len(p.Report.Failed) != 0 {
+		t.Errorf("report %s\n%s", p.Report, ops(p))
+	}
+	busy := map[meta.BrokerID]int{}
+	for _, a := range p.Actions {
+		if a.Op.IsBackfill() {
+			busy[a.Target]++
+			busy[a.Source]++
+		}
+	}
+	for b, n := range busy {
+		if n > 1 {
+			t.Errorf("broker %d in %d backfills, cap 1", b, n)
+		}
+	}
+	w.in.Policy.MaxBackfillsPerBroker = 0
+	w.in.Policy.MaxBackfills = 3
+	if p := w.plan(); p.Report.Backfills != 3 || p.Report.Deferred != 1 {
+		t.Errorf("max_backfills 3: report %s", p.Report)
+	}
+}
+
+// Beyond the seed: a target whose backfill failed recently is avoided.
+func TestAvoid(t *testing.T) {
+	w := newWorld(5, 3, seg("a", 1, 2, 3)).dead(1)
+	w.in.Avoid = []CopyRef{{"a", 4}}
+	if got := ops(w.plan()); got != "replace_dead_replica a 5<-2\nset_replicas a [1 2 3]->[2 3 5]\n" {
+		t.Errorf("plan:\n%s", got)
+	}
+}
+
+// Beyond the seed: the mass-failure brake (issue 8).
+func TestHold(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		build   func() *world
+		hold    string // substring of hold_reason; "" for none
+		actions bool
+	}{
+		{"one of three brokers is never a mass failure", func() *world { return newWorld(4, 3, seg("a", 1, 2, 3)).dead(1) }, "", true},
+		{"two of five within one grace window hold placement", func() *world {
+			return newWorld(5, 3, seg("a", 1, 2, 3)).down(1, time.Hour).down(2, time.Hour-time.Second)
+		}, "brokers_missing: 2 of 5", false},
+		{"two of five an hour apart do not", func() *world {
+			return newWorld(5, 3, seg("a", 1, 2, 3)).down(1, 2*time.Hour).down(2, time.Hour)
+		}, "", true},
+		{"two of eight do not (not more than a quarter)", func() *world {
+			return newWorld(8, 3, seg("a", 1, 2, 3)).dead(1).dead(2)
+		}, "", true},
+		{"a whole rack (three of twelve brokers)", func() *world {
+			w := newWorld(12, 3, seg("a", 1, 2, 3))
+			w.in.Snapshot.Brokers = brokers(12, "r1", "r2", "r3", "r4")
+			return w.dead(1).dead(5).dead(9)
+		}, "rack_missing: r1 (3 brokers)", false},
+		{"disabled", func() *world {
+			w := newWorld(5, 3, seg("a", 1, 2, 3)).dead(1).dead(2)
+			w.in.Policy.HoldShare = -1
+			return w
+		}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.build()
+			p := w.plan()
+			if tc.hold == "" && p.Report.HoldReason != "" || !strings.Contains(p.Report.HoldReason, tc.hold) {
+				t.Errorf("hold_reason %q, want %q", p.Report.HoldReason, tc.hold)
+			}
+			if got := len(p.Actions) > 0; got != tc.actions {
+				t.Errorf("actions %v, want %v:\n%s", got, tc.actions, ops(p))
+			}
+			if tc.hold != "" {
+				w.in.Release = true
+				p := w.plan()
+				if !p.Report.HoldReleased || p.Report.Backfills == 0 {
+					t.Errorf("released: report %s", p.Report)
+				}
+			}
+		})
+	}
+}
+
+func TestDryRunFormat(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).dead(1).anomaly(2, "b", Short, 10, false)
+	got := w.plan().String()
+	for _, want := range []string{
+		"plan at index 7: 5 actions",
+		"replace_dead_replica a target=4 source=2",
+		"resume_short_copy b target=2 source=3 stored=10 of 1000",
+		"set_replicas a [1 2 3] -> [2 3 4]",
+		"report: index=7 segments=2 sealed=2",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestPlanInvalidInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Input)
+		want string
+	}{
+		{"negative grace", func(in *Input) { in.Policy.Grace = -1 }, "policy grace -1ns is negative"},
+		{"negative batch", func(in *Input) { in.Policy.SettleBatch = -2 }, "settle_batch -2"},
+		{"hold share", func(in *Input) { in.Policy.HoldShare = 2 }, "hold_share 2"},
+		{"factor", func(in *Input) { in.Snapshot.ReplicationFactor = 0 }, "replication_factor 0"},
+		{"report broker", func(in *Input) { in.Reports[0].Broker = 0 }, "broker id 0"},
+		{"anomaly kind", func(in *Input) { in.Reports[0].Anomalies = []Anomaly{{Segment: "a", Kind: 99}} }, "kind 99 is unknown"},
+		{"anomaly size", func(in *Input) { in.Reports[0].Anomalies = []Anomaly{{Segment: "a", Kind: Short, Size: -1}} }, "size -1"},
+		{"anomaly segment", func(in *Input) { in.Reports[0].Anomalies = []Anomaly{{Segment: "../x", Kind: Short}} }, "starts with a dot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(3, 3, seg("a", 1, 2, 3))
+			tc.mod(&w.in)
+			var p Planner
+			_, err := p.Plan(w.in)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want ErrInvalid with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Anomalies for copies the snapshot does not assign, unknown brokers and
+// duplicate anomalies do not confuse the pass.
+func TestStrayAnomalies(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3))
+	w.anomaly(4, "a", Short, 1, false)   // 4 holds no replica of a
+	w.anomaly(1, "zz", Missing, 0, false) // no such segment
+	w.anomaly(2, "a", Overrun, 1040, false)
+	w.anomaly(2, "a", Latched, 0, false) // the more severe wins
+	w.in.Reports = append(w.in.Reports, ProbeReport{Broker: 77, Anomalies: []Anomaly{{Segment: "a", Kind: Missing}}})
+	got := ops(w.plan())
+	if got != "replace_latched_copy a 4<-1\nset_replicas a [1 2 3]->[1 3 4]\ndelete_dropped_copy a 2\n" {
+		t.Errorf("plan:\n%s", got)
+	}
+}

@@ -1,0 +1,335 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+	"pgregory.net/rapid"
+)
+
+type brokerFate uint8
+
+const (
+	fateUp brokerFate = iota
+	fateSuspect
+	fateDead
+)
+
+// drawWorld draws a random pass input: brokers up, suspect or dead,
+// sealed and active segments, and anomalies on their copies.
+func drawWorld(t *rapid.T) (*world, map[meta.BrokerID]brokerFate) {
+	n := rapid.IntRange(1, 8).Draw(t, "brokers")
+	rf := rapid.IntRange(1, 4).Draw(t, "rf")
+	ids := make([]meta.BrokerID, n+1) // n+1 is never registered
+	for i := range ids {
+		ids[i] = meta.BrokerID(i + 1)
+	}
+	var segs []meta.Segment
+	for i, k := 0, rapid.IntRange(0, 10).Draw(t, "segments"); i < k; i++ {
+		reps := rapid.SliceOfNDistinct(rapid.SampledFrom(ids), 0, rf, rapid.ID[meta.BrokerID]).Draw(t, "replicas")
+		s := seg(fmt.Sprintf("s%02d", i), reps...)
+		s.Sealed = rapid.IntRange(0, 5).Draw(t, "sealed") > 0
+		segs = append(segs, s)
+	}
+	w := newWorld(n, rf, segs...)
+	w.in.Snapshot.Brokers = brokers(n, rapid.SliceOfN(rapid.SampledFrom([]string{"", "a", "b"}), 1, 3).Draw(t, "racks")...)
+	w.in.Policy.HoldShare = -1
+	w.in.Policy.SettleBatch = rapid.IntRange(0, 4).Draw(t, "batch")
+	fate := map[meta.BrokerID]brokerFate{meta.BrokerID(n + 1): fateDead}
+	for i := 1; i <= n; i++ {
+		b := meta.BrokerID(i)
+		switch f := brokerFate(rapid.IntRange(0, 2).Draw(t, "fate")); f {
+		case fateSuspect:
+			w.down(b, time.Second)
+			fate[b] = f
+		case fateDead:
+			w.dead(b)
+			fate[b] = f
+		default:
+			w.report(b).LatchUnknown = rapid.IntRange(0, 9).Draw(t, "latchunknown") == 0
+		}
+	}
+	kinds := []Kind{KindUnknown, KindUnknown, KindUnknown, Missing, Short, Overrun, Latched, TimedOut}
+	for _, s := range segs {
+		for _, r := range s.Replicas {
+			if fate[r] != fateUp {
+				continue
+			}
+			k := rapid.SampledFrom(kinds).Draw(t, "kind")
+			if k == KindUnknown {
+				continue
+			}
+			size := int64(0)
+			if k == Short {
+				size = rapid.Int64Range(0, 999).Draw(t, "size")
+			}
+			if k == Overrun {
+				size = 1040
+			}
+			w.anomaly(r, string(s.ID), k, size, k == Overrun && rapid.Bool().Draw(t, "confirmed"))
+		}
+	}
+	return w, fate
+}
+
+// TestPlanProperties: invariants 1 and 2 over whole passes.
+func TestPlanProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w, fate := drawWorld(t)
+		p := w.plan()
+		snap := &w.in.Snapshot
+		kind := func(s meta.SegmentID, b meta.BrokerID) Kind {
+			for _, r := range w.in.Reports {
+				if r.Broker == b {
+					for _, a := range r.Anomalies {
+						if a.Segment == s {
+							return a.Kind
+						}
+					}
+				}
+			}
+			return KindUnknown
+		}
+		for _, a := range p.Actions {
+			if a.Op == OpUnknown {
+				t.Fatalf("action with the reserved op: %+v", a)
+			}
+			cur, _ := snap.Segment(a.Segment.ID)
+			if !cur.Sealed && a.Op != ReportFailed {
+				t.Fatalf("%s on active segment %s", a.Op, cur.ID)
+			}
+			switch {
+			case a.Op.IsBackfill():
+				if fate[a.Target] != fateUp || fate[a.Source] != fateUp {
+					t.Fatalf("%s: target %d or source %d not up", a, a.Target, a.Source)
+				}
+				if !cur.HasReplica(a.Source) {
+					t.Fatalf("%s: source not a replica", a)
+				}
+				if k := kind(cur.ID, a.Source); k != KindUnknown && k != Overrun {
+					t.Fatalf("%s: source copy is %s", a, k)
+				}
+				if (a.Op == ResumeShortCopy) != cur.HasReplica(a.Target) {
+					t.Fatalf("%s: target membership wrong", a)
+				}
+			case a.Op == SetReplicas:
+				c := a.Command
+				if err := c.Validate(); err != nil {
+					t.Fatalf("%s: %v", a, err)
+				}
+				if !meta.SameReplicas(c.Expected, cur.Replicas) {
+					t.Fatalf("%s: expected is not the snapshot's %v", a, cur.Replicas)
+				}
+				if len(c.Replicas) > max(snap.ReplicationFactor, len(c.Expected)) {
+					t.Fatalf("%s exceeds the factor", a)
+				}
+				if len(c.Replicas) < len(c.Expected) {
+					t.Fatalf("%s drops a copy without replacement", a)
+				}
+				for _, r := range c.Replicas {
+					if !slices.Contains(c.Expected, r) {
+						if fate[r] != fateUp {
+							t.Fatalf("%s names %d, which is not up", a, r)
+						}
+						if !slices.ContainsFunc(p.Actions, func(b Action) bool {
+							return b.Op.IsBackfill() && b.Segment.ID == a.Segment.ID && b.Target == r
+						}) {
+							t.Fatalf("%s adds %d without a backfill", a, r)
+						}
+					}
+				}
+				for _, r := range c.Expected {
+					if !slices.Contains(c.Replicas, r) && fate[r] != fateDead && kind(cur.ID, r) != Latched {
+						t.Fatalf("%s drops %d, which is neither dead nor latched", a, r)
+					}
+				}
+			case a.Op == DeleteDroppedCopy:
+				if kind(cur.ID, a.Target) != Latched {
+					t.Fatalf("%s: deletes a copy that is not latched", a)
+				}
+			}
+		}
+		// A failure is reported on every pass until it is healed: the same
+		// input gives the same failures, and so does a second Planner.
+		var again Planner
+		q, err := again.Plan(w.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(q.Report.Failed) != fmt.Sprint(p.Report.Failed) || ops(q) != ops(p) {
+			t.Fatalf("not deterministic:\n%s\n%s", ops(p), ops(q))
+		}
+	})
+}
+
+// TestFailureReportedUntilHealed: executing a plan that heals nothing
+// (every backfill fails) leaves every failed segment failed on the next
+// pass, and a segment whose only failure was all_replicas_dead stays so.
+func TestFailureReportedUntilHealed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w, _ := drawWorld(t)
+		var p Planner
+		prev, err := p.Plan(w.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for pass := 0; pass < 3; pass++ {
+			// Only the settle cursor moves between passes; no segment changed.
+			w.in.SettleCursor = prev.SettleCursor
+			next, err := p.Plan(w.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range prev.Report.Failed {
+				if next.Report.FailedReason(f.Segment) != f.Reason {
+					t.Fatalf("pass %d: %s failed %s before, now %s", pass, f.Segment, f.Reason, next.Report.FailedReason(f.Segment))
+				}
+			}
+			prev = next
+		}
+	})
+}
+
+// fakeBrokers is a unit-test double of the broker interfaces: it records
+// calls and fails the backfills it is told to.
+type fakeBrokers struct {
+	mu       sync.Mutex
+	calls    []string
+	failFill func(target meta.BrokerID, seg meta.SegmentID) bool
+	failSet  func(meta.SegmentID) error
+	durable  map[CopyRef]int64
+	snap     meta.Snapshot
+	reports  map[meta.BrokerID]ProbeReport
+	onCall   func(string)
+	settleErr error
+}
+
+func (f *fakeBrokers) log(format string, args ...any) {
+	f.mu.Lock()
+	s := fmt.Sprintf(format, args...)
+	f.calls = append(f.calls, s)
+	cb := f.onCall
+	f.mu.Unlock()
+	if cb != nil {
+		cb(s)
+	}
+}
+
+func (f *fakeBrokers) Snapshot(ctx context.Context) (meta.Snapshot, error) { return f.snap, ctx.Err() }
+func (f *fakeBrokers) SetReplicas(ctx context.Context, c meta.SetSegmentReplicas) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.log("set %s %v", c.ID, c.Replicas)
+	if f.failSet != nil {
+		return f.failSet(c.ID)
+	}
+	return nil
+}
+func (f *fakeBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+	r, ok := f.reports[b]
+	if !ok {
+		return ProbeReport{}, errors.New("down")
+	}
+	return r, nil
+}
+func (f *fakeBrokers) DurableEnd(ctx context.Context, b meta.BrokerID, s meta.Segment) (int64, error) {
+	f.log("durable %s@%d", s.ID, b)
+	return f.durable[CopyRef{s.ID, b}], nil
+}
+func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	f.log("backfill %s %d<-%d from %d", s.ID, target, source, from)
+	if f.failFill != nil && f.failFill(target, s.ID) {
+		return 0, errors.New("transfer broke")
+	}
+	return s.ByteSize - from, nil
+}
+func (f *fakeBrokers) Settle(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
+	f.log("settle %s@%d", s.ID, b)
+	return f.settleErr
+}
+func (f *fakeBrokers) Confirm(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
+	f.log("confirm %s@%d", s.ID, b)
+	return nil
+}
+func (f *fakeBrokers) Delete(ctx context.Context, b meta.BrokerID, s meta.SegmentID) error {
+	f.log("delete %s@%d", s, b)
+	return nil
+}
+
+func newFake(w *world) *fakeBrokers {
+	f := &fakeBrokers{snap: w.in.Snapshot, reports: map[meta.BrokerID]ProbeReport{}, durable: map[CopyRef]int64{}}
+	for _, r := range w.in.Reports {
+		f.reports[r.Broker] = r
+	}
+	return f
+}
+
+func coordinator(t interface{ Fatal(...any) }, f *fakeBrokers, now time.Time) *Coordinator {
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestCommandNeverAfterFailedBackfill: invariant 3 over random worlds and
+// random backfill failures, through the real Coordinator.
+func TestCommandNeverAfterFailedBackfill(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w, _ := drawWorld(t)
+		f := newFake(w)
+		failing := map[CopyRef]bool{}
+		f.failFill = func(b meta.BrokerID, s meta.SegmentID) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return failing[CopyRef{s, b}]
+		}
+		for _, s := range w.in.Snapshot.Segments {
+			for b := meta.BrokerID(1); b <= 9; b++ {
+				failing[CopyRef{s.ID, b}] = rapid.IntRange(0, 3).Draw(t, "fail") == 0
+			}
+		}
+		// Every broker already counts as seen long ago: the dead are dead.
+		c := coordinator(t, f, w.in.Now)
+		c.seen = map[meta.BrokerID]time.Time{}
+		for _, s := range w.in.Seen {
+			c.seen[s.Broker] = s.At
+		}
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := map[meta.SegmentID]bool{}
+		set := map[meta.SegmentID]bool{}
+		for _, call := range f.calls {
+			var s string
+			var tg, src meta.BrokerID
+			var from int64
+			if n, _ := fmt.Sscanf(call, "backfill %s %d<-%d from %d", &s, &tg, &src, &from); n == 4 && failing[CopyRef{meta.SegmentID(s), tg}] {
+				bad[meta.SegmentID(s)] = true
+			}
+			if n, _ := fmt.Sscanf(call, "set %s", &s); n == 1 {
+				set[meta.SegmentID(s)] = true
+			}
+		}
+		for s := range bad {
+			if set[s] {
+				t.Fatalf("command for %s after a failed backfill: %v", s, f.calls)
+			}
+			if !slices.ContainsFunc(rep.Failed, func(f Failure) bool { return f.Segment == s && f.Reason == BackfillFailed }) {
+				t.Fatalf("%s backfill failed but not reported: %+v", s, rep.Failed)
+			}
+		}
+	})
+}
