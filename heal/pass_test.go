@@ -206,7 +206,7 @@ func TestPlanInvalidInput(t *testing.T) {
 // duplicate anomalies do not confuse the pass.
 func TestStrayAnomalies(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3))
-	w.anomaly(4, "a", Short, 1, false)   // 4 holds no replica of a
+	w.anomaly(4, "a", Short, 1, false)    // 4 holds no replica of a
 	w.anomaly(1, "zz", Missing, 0, false) // no such segment
 	w.anomaly(2, "a", Overrun, 1040, false)
 	w.anomaly(2, "a", Latched, 0, false) // the more severe wins

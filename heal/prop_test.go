@@ -199,14 +199,14 @@ func TestFailureReportedUntilHealed(t *testing.T) {
 // fakeBrokers is a unit-test double of the broker interfaces: it records
 // calls and fails the backfills it is told to.
 type fakeBrokers struct {
-	mu       sync.Mutex
-	calls    []string
-	failFill func(target meta.BrokerID, seg meta.SegmentID) bool
-	failSet  func(meta.SegmentID) error
-	durable  map[CopyRef]int64
-	snap     meta.Snapshot
-	reports  map[meta.BrokerID]ProbeReport
-	onCall   func(string)
+	mu        sync.Mutex
+	calls     []string
+	failFill  func(target meta.BrokerID, seg meta.SegmentID) bool
+	failSet   func(meta.SegmentID) error
+	durable   map[CopyRef]int64
+	snap      meta.Snapshot
+	reports   map[meta.BrokerID]ProbeReport
+	onCall    func(string)
 	settleErr error
 }
 

@@ -1,0 +1,234 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+func calls(f *fakeBrokers) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.calls {
+		if !strings.HasPrefix(c, "durable") {
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// seenLongAgo makes the coordinator's grace clock start an hour ago, so
+// the brokers without a report are dead.
+func seenLongAgo(c *Coordinator, w *world) {
+	c.seen = map[meta.BrokerID]time.Time{}
+	for _, s := range w.in.Seen {
+		c.seen[s.Broker] = s.At
+	}
+}
+
+// P2.2: the command only when every backfill of the segment succeeded.
+func TestCoordinatorBackfillGatesCommand(t *testing.T) {
+	w := newWorld(9, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).dead(1).dead(2)
+	f := newFake(w)
+	f.failFill = func(target meta.BrokerID, s meta.SegmentID) bool { return s == "a" && target == 5 }
+	c := coordinator(t, f, w.in.Now)
+	seenLongAgo(c, w)
+	rep, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := calls(f)
+	if strings.Contains(got, "set a") || !strings.Contains(got, "set b [3 6 7]") {
+		t.Errorf("calls:\n%s", got)
+	}
+	if rep.FailedReason("a") != BackfillFailed || !slices.Equal(rep.Healed, []meta.SegmentID{"b"}) {
+		t.Errorf("report %+v", rep)
+	}
+	if !strings.Contains(rep.Failed[0].Err, "replace_dead_replica to 5 from 3: transfer broke") {
+		t.Errorf("failure text %q", rep.Failed[0].Err)
+	}
+}
+
+// P8.2: a dropped latched copy is deleted only after the new set is
+// recorded; a stale command deletes nothing and the segment is re-planned.
+func TestCoordinatorDeleteAfterRecorded(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3))
+	w.anomaly(2, "a", Latched, 0, false).anomaly(2, "b", Latched, 0, false)
+	f := newFake(w)
+	f.failSet = func(s meta.SegmentID) error {
+		if s == "b" {
+			return fmt.Errorf("cluster: %w", meta.ErrStaleReplicas)
+		}
+		return nil
+	}
+	c := coordinator(t, f, w.in.Now)
+	rep, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := calls(f)
+	ia, id := strings.Index(got, "set a [1 3 4]"), strings.Index(got, "delete a@2")
+	if ia < 0 || id < ia || strings.Contains(got, "delete b") {
+		t.Errorf("calls:\n%s", got)
+	}
+	if !slices.Equal(rep.Stale, []meta.SegmentID{"b"}) || len(rep.Deleted) != 1 || len(rep.Failed) != 0 {
+		t.Errorf("report %+v", rep)
+	}
+	// Any other command error: reported, nothing deleted.
+	f.calls = nil
+	f.failSet = func(meta.SegmentID) error { return errors.New("raft: timeout") }
+	rep, _ = c.Pass(context.Background())
+	if strings.Contains(calls(f), "delete") || rep.FailedReason("a") != CommandFailed {
+		t.Errorf("calls:\n%s\nreport %+v", calls(f), rep)
+	}
+}
+
+// P5.2: a short copy is resumed at its exact durable end, asked of the
+// target; a healthy cluster costs no durable-end call at all.
+func TestCoordinatorResumeAtDurableEnd(t *testing.T) {
+	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(2, "a", Short, 512, false)
+	f := newFake(w)
+	f.durable[CopyRef{"a", 2}] = 496 // the last whole frame ends before the stored size
+	c := coordinator(t, f, w.in.Now)
+	rep, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.calls, "\n"); got != "durable a@2\nbackfill a 2<-1 from 496" {
+		t.Errorf("calls:\n%s", got)
+	}
+	if rep.BytesCopied != 1000-496 || !slices.Equal(rep.Resumed, []CopyRef{{"a", 2}}) || !slices.Equal(rep.Healed, []meta.SegmentID{"a"}) {
+		t.Errorf("report %+v", rep)
+	}
+	f.calls = nil
+	f.reports[2] = ProbeReport{Broker: 2}
+	if _, err := c.Pass(context.Background()); err != nil || len(f.calls) != 0 {
+		t.Errorf("healthy pass made calls %v (err %v)", f.calls, err)
+	}
+}
+
+// P6.5/P6.6: confirm only after a successful settle of the same copy.
+func TestCoordinatorConfirmAfterSettle(t *testing.T) {
+	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(1, "a", Overrun, 1040, false).anomaly(1, "b", Overrun, 1040, false)
+	f := newFake(w)
+	c := coordinator(t, f, w.in.Now)
+	rep, _ := c.Pass(context.Background())
+	got := calls(f)
+	for _, c := range []string{"a@1", "b@1"} {
+		if i, j := strings.Index(got, "settle "+c), strings.Index(got, "confirm "+c); i < 0 || j < i {
+			t.Errorf("%s: want settle then confirm:\n%s", c, got)
+		}
+	}
+	if len(rep.Settled) != 2 || len(rep.Confirmed) != 2 {
+		t.Errorf("report %+v", rep)
+	}
+	f.calls, f.settleErr = nil, errors.New("fsync: EIO")
+	rep, _ = c.Pass(context.Background())
+	if got := calls(f); strings.Contains(got, "confirm") {
+		t.Errorf("confirmed after a failed settle:\n%s", got)
+	}
+	if len(rep.Settled) != 0 || len(rep.Confirmed) != 0 || len(rep.Unsettled) != 2 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// Leadership lost mid-pass: nothing is started after the cancellation, no
+// command is applied, the report says aborted.
+func TestCoordinatorStopsWhenLeadershipLost(t *testing.T) {
+	w := newWorld(12, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 1, 2, 3), seg("d", 1, 2, 3), seg("e", 1, 2, 3)).dead(1)
+	w.anomaly(2, "c", Latched, 0, false)
+	f := newFake(w)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.onCall = func(s string) {
+		if strings.HasPrefix(s, "backfill b") {
+			cancel() // the second segment's backfill: leadership goes
+		}
+	}
+	c := coordinator(t, f, w.in.Now)
+	c.cfg.Concurrency = 1 // one step at a time, in plan order: c, a, b, d, e
+	seenLongAgo(c, w)
+	rep, err := c.Pass(ctx)
+	if !errors.Is(err, context.Canceled) || !rep.Aborted {
+		t.Fatalf("err %v aborted %v", err, rep.Aborted)
+	}
+	got := calls(f)
+	if strings.Contains(got, "set ") || strings.Contains(got, "delete") {
+		t.Errorf("applied after leadership was lost:\n%s", got)
+	}
+	if !strings.Contains(got, "backfill a") || strings.Contains(got, "backfill d") || strings.Contains(got, "backfill e") {
+		t.Errorf("want backfills of c, a, b only:\n%s", got)
+	}
+}
+
+// The grace delay runs from when this leader started watching: a broker
+// that never answered is not dead on the first pass of a new term.
+func TestCoordinatorGraceFromTermStart(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3)).dead(1)
+	f := newFake(w)
+	now := w.in.Now
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := c.Pass(context.Background())
+	if len(f.calls) != 0 || len(rep.Suspect) != 1 {
+		t.Fatalf("first pass: calls %v report %+v", f.calls, rep)
+	}
+	now = now.Add(11 * time.Second)
+	rep, _ = c.Pass(context.Background())
+	if !slices.Equal(rep.Healed, []meta.SegmentID{"a"}) || !slices.Equal(rep.Dead, []meta.BrokerID{1}) {
+		t.Fatalf("after grace: calls %v report %+v", f.calls, rep)
+	}
+	if c.Last().Index != rep.Index || len(c.Last().Healed) != 1 {
+		t.Errorf("Last %+v", c.Last())
+	}
+}
+
+func TestCoordinatorRun(t *testing.T) {
+	w := newWorld(3, 3, seg("a", 1, 2, 3))
+	f := newFake(w)
+	var reports []Report
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Now: func() time.Time { return t0 }, OnReport: func(r Report) { reports = append(reports, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := make(chan time.Time)
+	done := make(chan error)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- c.Run(ctx, tick) }()
+	tick <- t0
+	tick <- t0
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v", err)
+	}
+	if len(reports) < 2 {
+		t.Errorf("%d reports, want at least 2", len(reports))
+	}
+}
+
+func TestNewCoordinatorValidates(t *testing.T) {
+	f := &fakeBrokers{}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "Control is nil"},
+		{Config{Control: f}, "Prober is nil"},
+		{Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f, Concurrency: -1}, "Concurrency -1"},
+		{Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f, Policy: Policy{SettleBatch: -1}}, "settle_batch -1"},
+	} {
+		if _, err := NewCoordinator(tc.cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewCoordinator: %v, want %q", err, tc.want)
+		}
+	}
+}
