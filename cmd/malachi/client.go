@@ -73,6 +73,10 @@ type loadRequest struct {
 	RecordsPerSegment int    `json:"records_per_segment"`
 	RecordSize        int    `json:"record_size"`
 	Prefix            string `json:"prefix,omitempty"`
+	// First numbers the first segment: ids are Prefix-NNNNN from First.
+	First int `json:"first,omitempty"`
+	// Concurrency bounds the segments loaded at once (broker default 16).
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 func (c *adminClient) do(ctx context.Context, method, path string, body, out any) error {

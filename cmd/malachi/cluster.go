@@ -27,6 +27,9 @@ type clusterConfig struct {
 	RF      int
 	Tick    time.Duration
 	Grace   time.Duration
+	// RaftTimeout is the consensus engine's heartbeat and election
+	// timeout; the leader lease is half of it.
+	RaftTimeout time.Duration
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
 }
@@ -139,9 +142,9 @@ func (c *cluster) configText(b *broker) string {
 	fmt.Fprintf(&s, "replication_factor = %d\n", c.cfg.RF)
 	fmt.Fprintf(&s, "fault_injection = true\n")
 	fmt.Fprintf(&s, "\n[raft]\n")
-	fmt.Fprintf(&s, "heartbeat_timeout = %q\n", "100ms")
-	fmt.Fprintf(&s, "election_timeout = %q\n", "100ms")
-	fmt.Fprintf(&s, "leader_lease_timeout = %q\n", "50ms")
+	fmt.Fprintf(&s, "heartbeat_timeout = %q\n", c.cfg.RaftTimeout.String())
+	fmt.Fprintf(&s, "election_timeout = %q\n", c.cfg.RaftTimeout.String())
+	fmt.Fprintf(&s, "leader_lease_timeout = %q\n", (c.cfg.RaftTimeout / 2).String())
 	fmt.Fprintf(&s, "commit_timeout = %q\n", "5ms")
 	fmt.Fprintf(&s, "\n[heal]\n")
 	fmt.Fprintf(&s, "enabled = true\n")

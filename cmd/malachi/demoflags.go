@@ -28,6 +28,7 @@ type demoOptions struct {
 	Copies       int
 	Tick         time.Duration
 	Grace        time.Duration
+	RaftTimeout  time.Duration
 	StageTimeout time.Duration
 	Seed         uint64
 }
@@ -56,6 +57,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.IntVar(&o.Copies, "copies", 3, "copies hit by each disk fault and by the latch stage")
 	fs.DurationVar(&o.Tick, "tick", 200*time.Millisecond, "heal pass period (heal.tick)")
 	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
+	fs.DurationVar(&o.RaftTimeout, "raft-timeout", time.Second, "control plane heartbeat and election timeout (raft.heartbeat_timeout, raft.election_timeout; the lease is half)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
 	if err := fs.Parse(args); err != nil {
@@ -122,6 +124,8 @@ func (o *demoOptions) validate() error {
 		return usageErr("--tick %v: want more than zero", o.Tick)
 	case o.Grace < 0:
 		return usageErr("--grace %v: want zero or more", o.Grace)
+	case o.RaftTimeout < 10*time.Millisecond:
+		return usageErr("--raft-timeout %v: want at least 10ms", o.RaftTimeout)
 	case o.StageTimeout <= 0:
 		return usageErr("--stage-timeout %v: want more than zero", o.StageTimeout)
 	}
@@ -130,7 +134,7 @@ func (o *demoOptions) validate() error {
 	}
 	kept := o.Stages[:0:0]
 	for _, st := range o.Stages {
-		if why := o.infeasible(st); why != "" {
+		if why := o.infeasible(st, kept); why != "" {
 			if o.stagesSet {
 				return usageErr("--faults %s: %s", st, why)
 			}
@@ -142,9 +146,10 @@ func (o *demoOptions) validate() error {
 	return nil
 }
 
-// infeasible says why stage st cannot heal on this cluster, or "".
-func (o *demoOptions) infeasible(st string) string {
-	has := func(s string) bool { return slices.Contains(o.Stages, s) }
+// infeasible says why stage st cannot heal on this cluster after the
+// stages before it, or "".
+func (o *demoOptions) infeasible(st string, before []string) string {
+	has := func(s string) bool { return slices.Contains(before, s) }
 	down := 0 // brokers down when st runs
 	if has("kill") && !has("restart") && (st == "latch" || st == "leader") {
 		down = 1
@@ -183,11 +188,13 @@ func (o *demoOptions) skippedStages() map[string]string {
 	if o.stagesSet {
 		return out
 	}
-	all := demoOptions{Brokers: o.Brokers, RF: o.RF, Stages: allStages}
+	var before []string
 	for _, st := range allStages {
 		if !slices.Contains(o.Stages, st) {
-			out[st] = all.infeasible(st)
+			out[st] = o.infeasible(st, before)
+			continue
 		}
+		before = append(before, st)
 	}
 	return out
 }

@@ -31,9 +31,12 @@
 //     at or after the metadata index reports nothing under-replicated,
 //     failed or unsettled. Nothing is assumed verified that was not checked.
 //  2. seconds_to_heal runs from the moment the killed broker counts as dead
-//     (the start of the first heal pass that lists it dead; kill + grace if
-//     no such pass is seen) to the first poll that finds every segment
-//     healthy. grace_wait_seconds runs from the kill to that moment.
+//     to the first poll that finds every segment healthy. The grace delay
+//     runs from the broker's last contact, which was at or before the kill,
+//     so it counts as dead at kill + grace at the latest: that is the
+//     moment used, and any wait for the next tick counts as healing time.
+//     grace_wait_seconds runs from the kill to that moment;
+//     dead_seen_seconds to the start of the first pass seen listing it dead.
 //  3. The exit status is 0 only when every stage that ran healed and every
 //     segment is healthy at the end; a stage that did not heal stops the
 //     demo and is reported with what was still wrong.

@@ -30,8 +30,9 @@ type demoReport struct {
 	Failed           int `json:"failed"`
 	DataLossSegments int `json:"data_loss_segments"`
 	// SecondsToHeal is the broker-kill stage: from the moment the killed
-	// broker counts as dead to every segment back at its replication factor
-	// with every copy verified.
+	// broker counts as dead (kill + grace: the grace runs from its last
+	// contact, at or before the kill) to every segment back at its
+	// replication factor with every copy verified.
 	SecondsToHeal *float64 `json:"seconds_to_heal"`
 	// GraceWaitSeconds is that stage's time from the kill to the moment the
 	// broker counts as dead.
@@ -81,6 +82,9 @@ type faultReport struct {
 	// GraceWaitSeconds: from the kill to the broker counting as dead
 	// (kill and leader stages).
 	GraceWaitSeconds *float64 `json:"grace_wait_seconds,omitempty"`
+	// DeadSeenSeconds: from the kill to the start of the first heal pass
+	// the demo saw listing the broker dead (kill and leader stages).
+	DeadSeenSeconds *float64 `json:"dead_seen_seconds,omitempty"`
 	// SecondsToHeal: from the fault (or the death, for a kill) to every
 	// segment healthy again.
 	SecondsToHeal *float64 `json:"seconds_to_heal"`

@@ -147,14 +147,14 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (faultRe
 	fr.Detected = fr.Healed
 	fr.BytesEstimated = d.estimateBytes(pre)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	// The moment the broker counts as dead: the start of the first heal
-	// pass that listed it dead; without one, the grace delay after the kill.
-	deadAt := d.deadSeen
-	if deadAt.IsZero() {
-		deadAt = killAt.Add(d.o.Grace)
-		fr.Note = "no heal pass was seen listing the broker dead; counted dead at kill + grace"
-	}
+	// The moment the broker counts as dead: the grace delay after its last
+	// contact, which was at or before the kill, so at latest kill + grace.
+	// Measuring from there, any wait for the next tick counts as healing.
+	deadAt := killAt.Add(d.o.Grace)
 	fr.GraceWaitSeconds = seconds(deadAt.Sub(killAt))
+	if !d.deadSeen.IsZero() {
+		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(killAt))
+	}
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 	}

@@ -197,12 +197,12 @@ func basicCheck(seg meta.Segment, lc localCopy, listed bool) string {
 		return "missing"
 	case lc.Latched:
 		return "latched"
-	case !lc.Sealed:
-		return "not sealed"
 	case lc.Size < seg.ByteSize+footerSize:
 		return fmt.Sprintf("short: %d of %d bytes", lc.Size, seg.ByteSize+footerSize)
 	case lc.Size > seg.ByteSize+footerSize:
 		return fmt.Sprintf("overrun: %d bytes, sealed size %d", lc.Size, seg.ByteSize+footerSize)
+	case !lc.Sealed:
+		return "no valid seal footer"
 	}
 	return ""
 }

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDemoFlagsDefaults(t *testing.T) {
+	o, err := parseDemoFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Brokers != 5 || o.RF != 3 || o.Segments != 300 || o.SegmentSize != 1<<20 || o.JSON || o.Keep {
+		t.Fatalf("defaults: %+v", o)
+	}
+	if !slices.Equal(o.Stages, allStages) {
+		t.Fatalf("5 brokers at RF 3 run every stage, got %v", o.Stages)
+	}
+	o, err = parseDemoFlags([]string{"--brokers", "4", "--segments", "20", "--segment-size", "64KiB", "--json", "--keep", "--grace", "500ms"}, io.Discard)
+	if err != nil || o.Brokers != 4 || o.SegmentSize != 64<<10 || !o.JSON || !o.Keep || o.Grace != 500*time.Millisecond {
+		t.Fatalf("%+v, %v", o, err)
+	}
+	if !slices.Equal(o.Stages, allStages) {
+		t.Fatalf("4 brokers at RF 3 (the kill is restarted) run every stage, got %v", o.Stages)
+	}
+}
+
+func TestParseDemoFlagsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--brokers", "0"}, "--brokers 0"},
+		{[]string{"--brokers", "x"}, `invalid value "x" for flag -brokers`},
+		{[]string{"--rf", "6"}, "--rf 6 is more than --brokers 5"},
+		{[]string{"--rf", "0"}, "--rf 0"},
+		{[]string{"--segments", "0"}, "--segments 0"},
+		{[]string{"--segment-size", "12"}, "--segment-size 12"},
+		{[]string{"--segment-size", "1 furlong"}, `size "1 furlong"`},
+		{[]string{"--faults", "kill,meteor"}, `unknown stage "meteor"`},
+		{[]string{"--faults", "kill,kill"}, `stage "kill" given twice`},
+		{[]string{"--brokers", "3", "--faults", "kill"}, "--faults kill: killing one of 3 brokers leaves 2 for replication factor 3"},
+		{[]string{"--faults", "restart"}, "restarts the broker the kill stage killed"},
+		{[]string{"--brokers", "4", "--faults", "kill,latch"}, "--faults latch: a latched copy is replaced on a spare broker: 3 live brokers"},
+		{[]string{"--tick", "0s"}, "--tick 0s"},
+		{[]string{"--copies", "0"}, "--copies 0"},
+		{[]string{"--stage-timeout", "-1s"}, "--stage-timeout -1s"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--segments", "100000", "--segment-size", "1GiB"}, "more than 64 GiB"},
+	} {
+		_, err := parseDemoFlags(tc.args, io.Discard)
+		if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseDemoFlags(%q) = %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestDefaultStagesDroppedWhenInfeasible(t *testing.T) {
+	o, err := parseDemoFlags([]string{"--brokers", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend", "bitflip"}) {
+		t.Fatalf("3 brokers at RF 3: stages %v", o.Stages)
+	}
+	skipped := o.skippedStages()
+	for _, st := range []string{"kill", "restart", "latch", "leader"} {
+		if skipped[st] == "" {
+			t.Errorf("stage %s dropped without a reason: %v", st, skipped)
+		}
+	}
+	// Explicit stages are run in the fixed order whatever the order given.
+	o, err = parseDemoFlags([]string{"--faults", "leader,delete,kill"}, io.Discard)
+	if err != nil || !slices.Equal(o.Stages, []string{"kill", "delete", "leader"}) {
+		t.Fatalf("%v, %v", o.Stages, err)
+	}
+	// Without a restart, the leader kill comes on top of the first kill.
+	if _, err := parseDemoFlags([]string{"--brokers", "4", "--faults", "kill,leader"}, io.Discard); err == nil || !strings.Contains(err.Error(), "killing the leader leaves 2 live brokers") {
+		t.Fatalf("4 brokers, kill then leader without restart: %v", err)
+	}
+}
+
+func TestCommandFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status"}, 2, "--admin is required"},
+		{[]string{"status", "--admin", "localhost"}, 2, `--admin "localhost": want host:port`},
+		{[]string{"plan", "--admin", ":"}, 2, "want host:port with both parts"},
+		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "0", "--records", "1", "--size", "1"}, 2, "--segments 0"},
+		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1"}, 2, "--size is required"},
+		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1", "--size", "1", "--prefix", "a/b"}, 2, `--prefix "a/b"`},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{nil, 2, "usage:"},
+		{[]string{"status", "--admin", "127.0.0.1:1"}, 1, "broker unreachable: broker 127.0.0.1:1: GET /v1/health"},
+		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1", "--size", "4KiB"}, 1, "broker 127.0.0.1:1: POST /v1/load"},
+		{[]string{"demo", "--brokers", "-1"}, 2, "--brokers -1"},
+	} {
+		var out, errb strings.Builder
+		code := run(tc.args, &out, &errb)
+		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("malachi %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}
