@@ -81,7 +81,8 @@ type Plugin struct {
 	started bool
 	stopped bool
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the listeners' goroutines
+	watchWG sync.WaitGroup // the leadership watcher
 	closers []func() error
 	status  Status
 	term    *term // the running coordinator, nil when not leading
@@ -209,9 +210,9 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
-	p.wg.Add(1)
+	p.watchWG.Add(1)
 	go func() {
-		defer p.wg.Done()
+		defer p.watchWG.Done()
 		p.watchLeadership(wctx)
 	}()
 	p.log.Info().Str("rpc", p.status.RPCAddr).Str("data", p.status.DataAddr).
@@ -249,9 +250,9 @@ func (p *Plugin) Stop() error {
 		p.cancel()
 	}
 	p.mu.Unlock()
-	// The watcher exits on cancel; wait for it before closing what the
-	// coordinator uses.
-	p.wg.Wait()
+	// The watcher exits on cancel (stopping the coordinator); wait for it
+	// before closing what the coordinator uses.
+	p.watchWG.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := p.closeAll()

@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -267,7 +268,14 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 	}
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		idx, err := b.node.Apply(ctx, c)
-		if err == nil || !errors.Is(err, cluster.ErrNotLeader) {
+		if err == nil {
+			return idx, nil
+		}
+		// Every command this broker proposes is safe to retry: register and
+		// seal are idempotent, a create that did land comes back as
+		// ErrSegmentExists and is checked by the caller.
+		lost := errors.Is(err, cluster.ErrLeadershipLost)
+		if !lost && !errors.Is(err, cluster.ErrNotLeader) {
 			return idx, err
 		}
 		var resp applyResponse
@@ -277,7 +285,7 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 			if err == nil {
 				return resp.Index, nil
 			}
-			if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, errNoLeader) && ctx.Err() == nil && !isConnErr(err) {
+			if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrLeadershipLost) && !errors.Is(err, errNoLeader) && ctx.Err() == nil && !isConnErr(err) {
 				return 0, err
 			}
 		} else {
@@ -336,13 +344,36 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	}
 	if len(req.Replicas) == 0 {
 		if !b.node.IsLeader() {
-			_, addr, err := b.leaderAdmin()
-			if err != nil {
-				return meta.Segment{}, err
+			// The leader places; wait out an election, bounded by ctx.
+			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+				_, addr, err := b.leaderAdmin()
+				if err == nil {
+					var seg meta.Segment
+					err = b.post(ctx, addr, "/v1/segments", req, &seg)
+					if err == nil || !(errors.Is(err, errNoLeader) || errors.Is(err, cluster.ErrNotLeader) || isConnErr(err)) {
+						return seg, err
+					}
+				}
+				if b.node.IsLeader() {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return meta.Segment{}, fmt.Errorf("create %s: %w (last: %v)", req.ID, ctx.Err(), err)
+				case <-time.After(wait):
+				}
 			}
-			var seg meta.Segment
-			err = b.post(ctx, addr, "/v1/segments", req, &seg)
-			return seg, err
+		}
+		// A retried create whose first attempt landed under a previous
+		// leader finds its segment: answer it, do not place it again.
+		if err := b.node.Barrier(ctx); err != nil {
+			return meta.Segment{}, err
+		}
+		if cur, ok := b.node.Segment(req.ID); ok {
+			if cur.Sealed || cur.StartOffset != req.StartOffset {
+				return meta.Segment{}, fmt.Errorf("%w: %s (sealed %v, start offset %d)", meta.ErrSegmentExists, req.ID, cur.Sealed, cur.StartOffset)
+			}
+			return cur, nil
 		}
 		rs, err := b.place()
 		if err != nil {
@@ -369,7 +400,11 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	}
 	seg := meta.Segment{ID: req.ID, StartOffset: req.StartOffset, Replicas: req.Replicas}
 	if _, err := b.apply(ctx, meta.CreateSegment{Segment: seg}); err != nil {
-		return meta.Segment{}, err
+		// A retried create whose first attempt landed finds itself.
+		cur, ok := b.node.Segment(req.ID)
+		if !errors.Is(err, meta.ErrSegmentExists) || !ok || cur.Sealed || cur.StartOffset != seg.StartOffset || !meta.SameReplicas(cur.Replicas, seg.Replicas) {
+			return meta.Segment{}, err
+		}
 	}
 	seg.Version = 1
 	return seg, nil
@@ -451,16 +486,26 @@ func (rr *RecordsRequest) payloads(fn func(p []byte) error) error {
 		}
 		return nil
 	}
-	buf := make([]byte, rr.Size+8)
+	// One random block per request; record i is the block rotated by i
+	// words with i in its first 8 bytes: distinct, deterministic, cheap.
+	n := rr.Size
+	block := make([]byte, n+8)
+	g := rand.NewPCG(rr.Seed, 0x6d616c616368)
+	for j := 0; j < n; j += 8 {
+		binary.LittleEndian.PutUint64(block[j:], g.Uint64())
+	}
+	block = block[:n]
+	buf := make([]byte, n)
 	for i := 0; i < rr.Count; i++ {
-		g := rand.NewPCG(rr.Seed, uint64(i))
-		for j := 0; j < rr.Size; j += 8 {
-			v := g.Uint64()
-			for k := 0; k < 8; k++ {
-				buf[j+k] = byte(v >> (8 * k))
-			}
+		if n > 0 {
+			r := (i * 8) % n
+			copy(buf, block[r:])
+			copy(buf[n-r:], block[:r])
+			var idx [8]byte
+			binary.LittleEndian.PutUint64(idx[:], uint64(i))
+			copy(buf, idx[:])
 		}
-		if err := fn(buf[:rr.Size]); err != nil {
+		if err := fn(buf); err != nil {
 			return err
 		}
 	}
@@ -626,7 +671,7 @@ func (b *broker) load(r *http.Request) (any, error) {
 		return nil, fmt.Errorf("%w: records_per_segment = %d, record_size = %d", errBadRequest, req.RecordsPerSegment, req.RecordSize)
 	}
 	if req.Concurrency <= 0 {
-		req.Concurrency = 16
+		req.Concurrency = 8
 	}
 	start := time.Now()
 	var mu sync.Mutex
@@ -679,6 +724,12 @@ func (b *broker) internalCreate(r *http.Request, body []byte) (any, error) {
 	}
 	id := meta.SegmentID(r.PathValue("id"))
 	if err := b.db.Create(id, req.StartOffset); err != nil {
+		// A retried create: an empty copy at the same start offset is it.
+		if errors.Is(err, store.ErrExists) {
+			if end, eerr := b.db.DurableEnd(id); eerr == nil && end.Frames == 0 && !end.Footer && (end.NextOffset == req.StartOffset || end.NextOffset == 0) {
+				return struct{}{}, nil
+			}
+		}
 		return nil, err
 	}
 	return struct{}{}, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 )
@@ -57,12 +58,16 @@ func DefaultConfig() Config {
 		ReplicationFactor: 3,
 		LogLevel:          "info",
 		LogFormat:         "json",
+		// Wider than cluster's loopback defaults (100/100/50 ms): on a
+		// loaded 2-core box writing and fsyncing hundreds of MiB, a 50 ms
+		// lease made the leader step down every few seconds, and every
+		// new term restarts the heal grace delay.
 		Raft: RaftConfig{
-			HeartbeatTimeout:   500 * time.Millisecond,
-			ElectionTimeout:    500 * time.Millisecond,
-			LeaderLeaseTimeout: 250 * time.Millisecond,
-			CommitTimeout:      5 * time.Millisecond,
-			SnapshotThreshold:  8192,
+			HeartbeatTimeout:   400 * time.Millisecond,
+			ElectionTimeout:    400 * time.Millisecond,
+			LeaderLeaseTimeout: 300 * time.Millisecond,
+			CommitTimeout:      cluster.DefaultCommitTimeout,
+			SnapshotThreshold:  cluster.DefaultSnapshotThreshold,
 		},
 		Heal: plugin.DefaultConfig(),
 	}
