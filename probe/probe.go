@@ -268,17 +268,24 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 	if p.cur == KindSyscall {
 		other = KindURing
 	}
-	k := 0 // paths answered by the other engine
+	k := 0 // paths answered by the other engine, from off on
 	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (p.nsPer[other] == 0 || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
 		k = s
 	}
-	if k > 0 {
-		if err := p.timed(ctx, other, paths[:k], out[:k]); err != nil {
+	if k == 0 {
+		if err := p.timed(ctx, p.cur, span{out, paths}); err != nil {
 			return err
 		}
-	}
-	if err := p.timed(ctx, p.cur, paths[k:], out[k:]); err != nil {
-		return err
+	} else {
+		// The sample window moves through the batch, so that neither engine
+		// always meets the same (warmer or colder) paths.
+		off := (p.batches * k) % (n - k + 1)
+		if err := p.timed(ctx, other, span{out[off : off+k], paths[off : off+k]}); err != nil {
+			return err
+		}
+		if err := p.timed(ctx, p.cur, span{out[:off], paths[:off]}, span{out[off+k:], paths[off+k:]}); err != nil {
+			return err
+		}
 	}
 	if p.nsPer[other] > 0 && p.nsPer[other] < 0.9*p.nsPer[p.cur] {
 		old := p.cur
@@ -291,15 +298,30 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 	return nil
 }
 
-// timed runs one engine and folds its cost per path into the estimate,
-// unless the context ended during the run (a partial run measures nothing).
-func (p *Prober) timed(ctx context.Context, k Kind, paths []string, out []Result) error {
+// span is a range of a batch.
+type span struct {
+	out   []Result
+	paths []string
+}
+
+// timed runs one engine over one or two spans and folds its cost per path into the estimate, unless the context ended
+// during the run (a partial run measures nothing).
+func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) error {
 	start := p.now()
-	err := p.engine(k).Probe(ctx, paths, out)
-	if err != nil || ctx.Err() != nil || len(paths) == 0 {
-		return err
+	total := 0
+	for _, s := range spans {
+		if len(s.paths) == 0 {
+			continue
+		}
+		if err := p.engine(k).Probe(ctx, s.paths, s.out); err != nil {
+			return err
+		}
+		total += len(s.paths)
 	}
-	ns := float64(p.now().Sub(start).Nanoseconds()) / float64(len(paths))
+	if ctx.Err() != nil || total == 0 {
+		return nil
+	}
+	ns := float64(p.now().Sub(start).Nanoseconds()) / float64(total)
 	if p.nsPer[k] == 0 {
 		p.nsPer[k] = ns
 	} else {

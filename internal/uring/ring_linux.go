@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,6 +129,10 @@ func New(entries uint32, opts Options) (*Ring, error) {
 			return nil, err
 		}
 	}
+	// A Ring dropped without Close may still have operations in flight that
+	// write into its buffers: the finalizer runs while the buffers are still
+	// reachable from r, and Close waits for those operations.
+	runtime.SetFinalizer(r, (*Ring).Close)
 	r.slots = make([]slot, r.entries)
 	r.free = make([]uint32, 0, r.entries)
 	for i := int(r.entries) - 1; i >= 0; i-- {
@@ -205,8 +210,11 @@ func (r *Ring) Entries() uint32 { return r.entries }
 // Features is the kernel's IORING_FEAT_* set.
 func (r *Ring) Features() uint32 { return r.features }
 
-// SetMaxWorkers sets the io-wq worker caps (0 leaves one unchanged) and
-// returns the previous caps.
+// SetMaxWorkers sets the io-wq worker caps of the ring (0 leaves one
+// unchanged) and returns the previous caps of the calling thread's io-wq
+// (zeros if this thread has not submitted to a ring yet). io-wq workers
+// belong to the thread that submits; the ring's caps apply to every thread
+// that has submitted to it and to every thread that will.
 func (r *Ring) SetMaxWorkers(bounded, unbounded uint32) (old [2]uint32, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

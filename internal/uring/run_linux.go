@@ -4,6 +4,7 @@ package uring
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -38,6 +39,10 @@ func (r *Ring) Run(ctx context.Context, b Batch) error {
 	if r.closed.Load() || r.unmapped {
 		return ErrClosed
 	}
+	// io-wq workers belong to the submitting thread: submit a whole batch
+	// from one thread so its workers are reused, not spawned per thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	n := b.Len()
 	mine := 0 // this batch's operations in flight
 	onCQE := func(c *CQE) {
@@ -169,7 +174,9 @@ func (r *Ring) cancelInflight() {
 // their slots. Only orphans may be in flight.
 func (r *Ring) drain() {
 	for r.inflight > 0 {
-		_ = r.enter(1, r.opts.PollInterval)
+		if err := r.enter(1, r.opts.PollInterval); err != nil {
+			time.Sleep(r.opts.PollInterval) // never spin; the operations must still be waited for
+		}
 		r.reap(func(c *CQE) {
 			if c.UserData&tagInternal != 0 {
 				return
