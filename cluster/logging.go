@@ -85,6 +85,10 @@ func (l *hclogger) Log(level hclog.Level, msg string, args ...any) {
 func fields(e *zerolog.Event, args []any) *zerolog.Event {
 	for i := 0; i < len(args); i += 2 {
 		key := fmt.Sprint(args[i])
+		switch key { // keep zerolog's own fields unique
+		case zerolog.TimestampFieldName, zerolog.LevelFieldName, zerolog.MessageFieldName, "component", "broker":
+			key += "_"
+		}
 		if i+1 >= len(args) {
 			e = e.Interface("EXTRA_VALUE_AT_END", args[i])
 			break

@@ -93,7 +93,8 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger.With().Str("component", "cluster").Stringer("broker", cfg.ID).Logger()
+	base := cfg.Logger.With().Stringer("broker", cfg.ID).Logger()
+	log := base.With().Str("component", "cluster").Logger()
 	n := &Node{
 		cfg:      cfg,
 		log:      log,
@@ -118,13 +119,13 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	var err error
-	if n.store, err = openLogStore(logDir, log); err != nil {
+	if n.store, err = openLogStore(logDir, base); err != nil {
 		return nil, err
 	}
 	if n.logs, err = raft.NewLogCache(512, n.store); err != nil {
 		return nil, fmt.Errorf("cluster: log cache: %w", err)
 	}
-	hlog := newHCLogger(log, "raft")
+	hlog := newHCLogger(base, "raft")
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(snapDir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot store %s: %w", snapDir, err)
@@ -143,7 +144,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state in %s: %w", cfg.Dir, err)
 	}
-	rc := cfg.raftConfig(n.notify, log)
+	rc := cfg.raftConfig(n.notify, base)
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
