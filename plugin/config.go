@@ -55,6 +55,12 @@ type Config struct {
 	// BackfillBytesPerSecond throttles each broker's catch-up traffic;
 	// 0 means unlimited.
 	BackfillBytesPerSecond int64 `toml:"backfill_bytes_per_second"`
+	// HoldShare is the mass-failure brake: when more than this share of
+	// the brokers (and at least two) go missing within one grace delay of
+	// each other, placement of new replicas is held until they return or
+	// an operator releases the hold. 0 means heal.DefaultHoldShare (0.25);
+	// a negative value disables the brake.
+	HoldShare float64 `toml:"hold_share"`
 	// BackfillTimeout bounds one backfill transfer.
 	BackfillTimeout time.Duration `toml:"backfill_timeout"`
 	// ProbeEngine and FsyncEngine choose the I/O engine: "auto" (io_uring
@@ -144,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.BackfillBytesPerSecond < 0 || c.BackfillBytesPerSecond > 0 && c.BackfillBytesPerSecond < 4096 {
 		return bad("backfill_bytes_per_second", c.BackfillBytesPerSecond, "want 0 (unlimited) or at least 4096")
+	}
+	if c.HoldShare > 1 {
+		return bad("hold_share", c.HoldShare, "want at most 1 (0 for the default, negative to disable)")
 	}
 	for _, e := range []struct{ key, v string }{{"probe_engine", c.ProbeEngine}, {"fsync_engine", c.FsyncEngine}} {
 		switch e.v {

@@ -83,7 +83,7 @@ func (p *Plugin) watchLeadership(ctx context.Context) {
 func (p *Plugin) startTerm(parent context.Context) func() {
 	ctx, cancel := context.WithCancel(parent)
 	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
-		MaxBackfillsPerBroker: p.cfg.MaxBackfillsPerBroker, MaxBackfills: p.cfg.MaxBackfills}
+		MaxBackfillsPerBroker: p.cfg.MaxBackfillsPerBroker, MaxBackfills: p.cfg.MaxBackfills, HoldShare: p.cfg.HoldShare}
 	tick := make(chan time.Time, 1)
 	urgent := make(chan time.Duration, 1)
 	poke := func(d time.Duration) {
@@ -99,10 +99,12 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 		OnReport: func(r heal.Report) {
 			// Work done or waiting: the next pass starts at once; a broker
 			// inside its grace delay: soon after it ends.
+			// (Deferred without backfills means a replica inside its grace
+			// delay, not a cap: polling it at once would spin.)
 			switch {
-			case r.Backfills > 0 || r.Deferred > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || r.Aborted:
+			case r.Backfills > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0:
 				poke(0)
-			case len(r.Suspect) > 0:
+			case len(r.Suspect) > 0 || r.Deferred > 0:
 				poke(fastTick)
 			}
 		},
