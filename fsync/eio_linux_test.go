@@ -1,0 +1,147 @@
+//go:build linux
+
+package fsync
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// fsShutdown is FS_IOC_SHUTDOWN (_IOR('X', 125, __u32)) and its flag
+// FS_GOING_FLAGS_NOLOGFLUSH: the file system fails every later fsync with
+// EIO, as xfstests' godown does.
+const (
+	fsShutdown        = 0x8004587d
+	fsGoingNoLogFlush = 2
+)
+
+// TestFsyncErrorReachesEveryCaller mounts ext4 on a loop device, opens a
+// batch of dirty directories, shuts the file system down while the batch
+// waits at the engine, and checks that every caller gets EIO wrapped with
+// its path, from both engines. Root only.
+func TestFsyncErrorReachesEveryCaller(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for losetup and mount")
+	}
+	for _, tool := range []string{"losetup", "mkfs.ext4", "mount", "umount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	for _, k := range []Kind{KindURing, KindSyscall} {
+		t.Run("engine="+k.String(), func(t *testing.T) {
+			base := t.TempDir()
+			img := filepath.Join(base, "disk.img")
+			f, err := os.Create(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Truncate(64 << 20); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			loop := run(t, "losetup", "--find", "--show", img)
+			t.Cleanup(func() {
+				if err := exec.Command("losetup", "-d", loop).Run(); err != nil {
+					t.Errorf("losetup -d %s: %v", loop, err)
+				}
+			})
+			run(t, "mkfs.ext4", "-q", loop)
+			mnt := filepath.Join(base, "mnt")
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			run(t, "mount", loop, mnt)
+			t.Cleanup(func() {
+				for range 50 {
+					if exec.Command("umount", mnt).Run() == nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				t.Errorf("umount %s failed", mnt)
+			})
+
+			cfg := DefaultConfig()
+			g := &gated{Engine: engine(t, k, cfg.RingEntries), entered: make(chan int, 4), release: make(chan struct{}, 4)}
+			s := newSyncer(cfg, g, "test")
+			defer s.Close()
+			dirs := make([]string, 8)
+			reqs := make([]Request, 0, 16)
+			for i := range dirs {
+				dirs[i] = filepath.Join(mnt, "d"+strconv.Itoa(i))
+				if err := os.Mkdir(dirs[i], 0o755); err != nil {
+					t.Fatal(err)
+				}
+				reqs = append(reqs, Request{Path: dirs[i], Dir: true}, Request{Path: dirs[i], Dir: true})
+			}
+			errs := make([]error, len(reqs))
+			g.release <- struct{}{}
+			if err := s.Sync(context.Background(), reqs, errs); err != nil {
+				t.Fatal(err)
+			}
+			<-g.entered
+			for i, e := range errs {
+				if e != nil {
+					t.Fatalf("healthy file system: %s: %v", reqs[i].Path, e)
+				}
+			}
+			for _, d := range dirs {
+				if err := os.WriteFile(filepath.Join(d, "new.log"), []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() { done <- s.Sync(context.Background(), reqs, errs) }()
+			if n := <-g.entered; n != 8 {
+				t.Fatalf("batch holds %d fsyncs, want 8 (16 requests, 8 distinct)", n)
+			}
+			m, err := os.Open(mnt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flag := uint32(fsGoingNoLogFlush)
+			_, _, en := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), fsShutdown, uintptr(unsafe.Pointer(&flag)))
+			m.Close()
+			if en != 0 {
+				g.release <- struct{}{}
+				<-done
+				t.Skipf("FS_IOC_SHUTDOWN: %v", en)
+			}
+			g.release <- struct{}{}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			for i, e := range errs {
+				if !errors.Is(e, syscall.EIO) {
+					t.Fatalf("after shutdown: %s: %v, want EIO", reqs[i].Path, e)
+				}
+				if !strings.Contains(e.Error(), reqs[i].Path) {
+					t.Fatalf("error %q does not name %s", e, reqs[i].Path)
+				}
+			}
+			t.Logf("after shutdown: %v", errs[0])
+			if st := s.Stats(); st.Syncs != 16 || st.Requests != 32 {
+				t.Fatalf("stats %+v, want 16 fsyncs for 32 requests", st)
+			}
+		})
+	}
+}
