@@ -264,3 +264,38 @@ func TestRefusedWhenDisabled(t *testing.T) {
 		t.Fatalf("New(0) = %v, want an input error", err)
 	}
 }
+
+// linked is a TIMEOUT of 10s linked to a LINK_TIMEOUT of 20ms: the link
+// timeout fires and cancels the first.
+type linked struct {
+	long, short Timespec
+	res         [2]int32
+}
+
+func (b *linked) Len() int { return 2 }
+func (b *linked) Prep(i int, sqe *SQE, _ *Buffers) bool {
+	if i == 0 {
+		sqe.PrepTimeout(&b.long, 0, 0)
+		sqe.Flags |= SQEIOLink
+	} else {
+		sqe.PrepLinkTimeout(&b.short, 0)
+	}
+	return true
+}
+func (b *linked) Complete(i int, res int32, _ *Buffers) { b.res[i] = res }
+func (b *linked) Abort(i int, err error)                { b.res[i] = 1 }
+
+func TestLinkTimeout(t *testing.T) {
+	r := newRing(t, 8, Options{})
+	b := &linked{long: Timespec{Sec: 10}, short: Timespec{Nsec: int64(20 * time.Millisecond)}}
+	start := time.Now()
+	if err := r.Run(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("linked timeout took %v", el)
+	}
+	if b.res[0] != -int32(unix.ECANCELED) || b.res[1] != -int32(unix.ETIME) {
+		t.Fatalf("results %v, want [-ECANCELED -ETIME]", b.res)
+	}
+}
