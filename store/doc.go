@@ -1,0 +1,73 @@
+// Package store keeps one broker's copies of segments on disk: record
+// framing, append with preallocation, seal, durable end, truncate, settle
+// (truncate + fence), verify, the in-memory storage-failure latch, the
+// read and write ends of a catch-up transfer, and the local confirmation
+// state in Pebble.
+//
+// # Layout
+//
+// A DB owns a directory: <dir>/copies/<segment-id>.seg holds one copy per
+// file, <dir>/confirm is a Pebble DB of confirmations. A copy is a sequence
+// of frames from byte 0:
+//
+//	crc32c(u32) | payload_len(u32) | offset(u64) | payload
+//
+// little-endian, the CRC32C (Castagnoli) covering everything after the CRC
+// field. A sealed copy ends with a FooterSize-byte seal footer:
+//
+//	magic "MLCHSEAL" | start_offset(u64) | length(u64) | byte_size(u64) |
+//	crc32c of the frames [0,byte_size) (u32) | crc32c of the previous 36 bytes (u32)
+//
+// so a settled copy measures byte_size+FooterSize. meta.Segment.ByteSize
+// counts the frames only and meta.Segment.Checksum is meta.CRC32C of the
+// frames' CRC.
+//
+// # Usage
+//
+//	db, _ := store.Open(dir, store.Options{Logger: log, Preallocate: 64 << 20})
+//	db.Create(id, start)            // the active segment
+//	off, _ := db.Append(id, record) // many times
+//	db.Sync(id)                     // frames appended before are acknowledged
+//	seal, _ := db.Seal(id)          // footer, fenced; seal goes to the metadata
+//	...
+//	db.Settle(id, seg)              // heal: bring a copy to the sealed segment
+//	db.Verify(id, seg)              // scrub
+//	t, _ := db.OpenTarget(id, seg)  // catch-up: write [t.Resume(), size) then
+//	t.Commit()                      // verify, sync, fence
+//
+// # Invariants
+//
+//  1. Frames start at byte 0 and their offsets are contiguous from the
+//     copy's start offset; the durable end (End) is the end of the last frame
+//     that is whole, passes its CRC and continues the offsets. A scan never
+//     reports a durable end past a damaged frame.
+//  2. A frame is acknowledged once a Sync that followed its Append returned
+//     nil; no acknowledged frame is ever cut by the store (a torn or
+//     preallocated tail is cut only beyond the durable end).
+//  3. A copy with a valid footer agreeing with its frames is sealed and
+//     fenced: it refuses appends (ErrSealed), after a restart as well.
+//  4. An I/O error on a copy latches it in memory: every later request on
+//     it returns an error wrapping ErrLatched and the cause, except Delete.
+//     Only a new Open clears the latch.
+//  5. Settle never fences a copy whose frames end short of the segment's
+//     byte_size (ErrShort) or disagree with its checksum (ErrCorrupt).
+//  6. A confirmation is keyed by segment and file identity (device, inode,
+//     size): a replaced or resized file is not confirmed.
+//  7. All file access goes through Options.FS (the seam store/errorfs
+//     wraps); Pebble logs only through Options.Logger.
+//
+// # Concurrency and crashes
+//
+// A DB is safe for concurrent use. Requests on one copy are serialised by
+// the copy's lock; requests on different copies run in parallel. A Target
+// holds its copy exclusively until Commit or Abort. Sealed copies hold no
+// file descriptor: each request opens the file for its duration, so a
+// broker with 10^6 copies costs no descriptor in steady state. Open reads
+// only the directory; a copy's file is scanned on first use.
+//
+// After a crash a copy holds every acknowledged frame, perhaps followed by
+// a torn frame or a zero (preallocated) tail; the durable end finds the
+// acknowledged frames and an append after the restart first cuts what
+// follows them. Create, Seal, Settle, Commit and Delete sync the copies
+// directory (through Options.DirSyncer when set).
+package store

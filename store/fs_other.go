@@ -1,0 +1,18 @@
+//go:build !linux
+
+package store
+
+import "os"
+
+func datasync(f *os.File) error { return f.Sync() }
+
+func allocate(f *os.File, off, n int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() >= off+n {
+		return nil
+	}
+	return f.Truncate(off + n)
+}
