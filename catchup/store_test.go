@@ -322,7 +322,9 @@ func TestStoreProtocolRefusals(t *testing.T) {
 }
 
 // switchInjector lets a test arm an injector after setup.
-type switchInjector struct{ inj atomic.Pointer[errorfs.Injector] }
+type switchInjector struct {
+	inj atomic.Pointer[errorfs.Injector]
+}
 
 func (s *switchInjector) set(i errorfs.Injector) { s.inj.Store(&i) }
 func (s *switchInjector) MaybeError(op errorfs.Op) error {
