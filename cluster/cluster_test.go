@@ -60,6 +60,12 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		cfg := DefaultConfig()
 		cfg.ID, cfg.Addr, cfg.Dir, cfg.Peers = peers[i].ID, peers[i].Addr, t.TempDir(), peers
 		cfg.Logger = testLogger(t).With().Int("node", i+1).Logger()
+		if raceEnabled || os.Getenv("CLUSTER_TEST_SLOW") != "" {
+			// The race detector on a loaded 2-core box stalls goroutines
+			// for longer than the 100 ms loopback defaults tolerate, and
+			// leadership flaps; the tests are about behaviour, not speed.
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+		}
 		if tweak != nil {
 			tweak(&cfg)
 		}

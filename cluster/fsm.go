@@ -22,8 +22,9 @@ import (
 // not a map walk and a sort.
 //
 // INVARIANT: when cacheOK, cache equals table.Snapshot() (same values;
-// the cache owns its memory, shared with neither table nor callers).
-// Protected by mu.
+// the cache shares no memory with table). When shared, cache's slices
+// have been handed out (View, raft's Snapshot) and are immutable: the
+// next change copies them first (copy-on-write). Protected by mu.
 type fsm struct {
 	log zerolog.Logger
 
@@ -33,6 +34,7 @@ type fsm struct {
 	applied uint64 // last raft index of a command entry applied, or of the restored snapshot's table
 	cache   meta.Snapshot
 	cacheOK bool
+	shared  bool
 	// changed is closed (and replaced) after every batch applied or
 	// restore, to wake Barrier waiters on followers.
 	changed chan struct{}
@@ -88,9 +90,13 @@ func (f *fsm) patchCache(c meta.Command, err error) {
 	if !f.cacheOK {
 		return
 	}
-	f.cache.Index = f.table.Index()
+	f.cache.Index = f.table.Index() // a value: never shared
 	if err != nil {
 		return // refused: only the index moved
+	}
+	if _, ok := c.(meta.SetReplicationFactor); !ok && f.shared {
+		f.cache = copySnapshot(&f.cache)
+		f.shared = false
 	}
 	switch c := c.(type) {
 	case meta.SetSegmentReplicas:
@@ -147,11 +153,28 @@ func (f *fsm) snapshot() meta.Snapshot {
 	return copySnapshot(&f.cache)
 }
 
+// view returns the cache itself, marked shared: no copy when nothing
+// changed since the last call. The caller must not modify it.
+func (f *fsm) view() meta.Snapshot {
+	f.mu.RLock()
+	if f.cacheOK && f.shared {
+		s := f.cache
+		f.mu.RUnlock()
+		return s
+	}
+	f.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fillCache()
+	f.shared = true
+	return f.cache
+}
+
 // fillCache rebuilds the cache if needed. Caller holds mu for writing.
 func (f *fsm) fillCache() {
 	if !f.cacheOK {
 		f.cache = f.table.Snapshot()
-		f.cacheOK = true
+		f.cacheOK, f.shared = true, false
 	}
 }
 
@@ -196,14 +219,11 @@ func copySnapshot(s *meta.Snapshot) meta.Snapshot {
 }
 
 // Snapshot implements raft.FSM. It runs on raft's FSM goroutine, with no
-// Apply concurrent, and copies the state; Persist then streams the copy
-// while commands keep applying.
+// Apply concurrent, and takes the cache as a shared view (no copy);
+// Persist then streams it while commands keep applying, each change
+// copying the cache first.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.Lock()
-	f.fillCache()
-	s := copySnapshot(&f.cache)
-	f.mu.Unlock()
-	return &fsmSnapshot{snap: s}, nil
+	return &fsmSnapshot{snap: f.view()}, nil
 }
 
 // Restore implements raft.FSM: it replaces the whole state with the one
@@ -216,7 +236,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	t := meta.TableFromSnapshot(s) // clones: the cache keeps s
 	f.mu.Lock()
-	f.table, f.cache, f.cacheOK = t, s, true
+	f.table, f.cache, f.cacheOK, f.shared = t, s, true, false
 	f.applied = s.Index
 	f.factor = s.ReplicationFactor
 	ch := f.changed

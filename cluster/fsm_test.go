@@ -177,6 +177,8 @@ func TestCacheMatchesTable(t *testing.T) {
 		idx := uint64(0)
 		held := f.snapshot() // a copy taken early must never change
 		heldWant := fmt.Sprint(held)
+		var views []meta.Snapshot // nor may a shared view
+		var viewsWant []string
 		for range rapid.IntRange(1, 40).Draw(rt, "n") {
 			var c meta.Command
 			id := rapid.SampledFrom(ids).Draw(rt, "id")
@@ -206,6 +208,14 @@ func TestCacheMatchesTable(t *testing.T) {
 			}
 			idx += uint64(rapid.IntRange(1, 3).Draw(rt, "gap"))
 			f.ApplyBatch([]*raft.Log{logOf(t, idx, c)})
+			if rapid.Bool().Draw(rt, "view") {
+				v := f.view()
+				if want := f.table.Snapshot(); !reflect.DeepEqual(v, want) {
+					rt.Fatalf("after %s:\nview %+v\ntable %+v", c.Op(), v, want)
+				}
+				views = append(views, v)
+				viewsWant = append(viewsWant, fmt.Sprint(v))
+			}
 			if rapid.Bool().Draw(rt, "read") {
 				got := f.snapshot()
 				if want := f.table.Snapshot(); !reflect.DeepEqual(got, want) {
@@ -223,6 +233,11 @@ func TestCacheMatchesTable(t *testing.T) {
 		}
 		if fmt.Sprint(held) != heldWant {
 			rt.Fatal("an earlier caller's snapshot changed")
+		}
+		for i, v := range views {
+			if fmt.Sprint(v) != viewsWant[i] {
+				rt.Fatalf("view %d changed under its holder:\n%v\nwas\n%v", i, v, viewsWant[i])
+			}
 		}
 	})
 }

@@ -521,6 +521,14 @@ func (n *Node) followerBarrier(ctx context.Context) error {
 // not a sort. The caller owns the result.
 func (n *Node) Snapshot() meta.Snapshot { return n.fsm.snapshot() }
 
+// View returns this node's metadata like Snapshot, but shared and
+// read-only: calls with no command applied in between return the same
+// slices and cost nothing; the first change after a View copies the
+// state once (copy-on-write), so a View never changes under its holder.
+// The caller must not modify anything it reaches through the result.
+// It is what a heal pass that reads the snapshot every tick should use.
+func (n *Node) View() meta.Snapshot { return n.fsm.view() }
+
 // Segment returns a copy of one segment of this node's metadata.
 func (n *Node) Segment(id meta.SegmentID) (meta.Segment, bool) { return n.fsm.segment(id) }
 
