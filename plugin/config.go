@@ -52,6 +52,10 @@ type Config struct {
 	// or target).
 	MaxBackfills          int `toml:"max_backfills"`
 	MaxBackfillsPerBroker int `toml:"max_backfills_per_broker"`
+	// PassBackfills bounds the backfills one pass plans: the commands of a
+	// pass are applied once its backfills are done, so this bounds the
+	// time to the first recorded replica set when much is lost at once.
+	PassBackfills int `toml:"pass_backfills"`
 	// BackfillBytesPerSecond throttles each broker's catch-up traffic;
 	// 0 means unlimited.
 	BackfillBytesPerSecond int64 `toml:"backfill_bytes_per_second"`
@@ -83,6 +87,7 @@ func DefaultConfig() Config {
 		RPCTimeout:             5 * time.Second,
 		MaxBackfills:           64,
 		MaxBackfillsPerBroker:  16,
+		PassBackfills:          1024,
 		BackfillBytesPerSecond: 0,
 		BackfillTimeout:        2 * time.Minute,
 		ProbeEngine:            "auto",
@@ -142,7 +147,7 @@ func (c Config) Validate() error {
 	ints := []struct {
 		key string
 		v   int
-	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}}
+	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"pass_backfills", c.PassBackfills}}
 	for _, n := range ints {
 		if n.v < 1 {
 			return bad(n.key, n.v, "want at least 1")

@@ -24,27 +24,35 @@ var ErrNotCoordinator = errors.New("plugin: not the heal coordinator (not the ra
 const fastTick = 25 * time.Millisecond
 
 // healControl adapts the ControlPlane to heal.ControlPlane.
-type healControl struct{ cp ControlPlane }
+type healControl struct {
+	cp ControlPlane
+	m  *metrics
+}
 
 // Snapshot implements heal.ControlPlane: a barrier first, so the view holds
 // every command this leader committed.
 func (h healControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
+	start := time.Now()
 	if err := h.cp.Barrier(ctx); err != nil {
 		return meta.Snapshot{}, err
 	}
+	h.m.barrierSeconds.Observe(time.Since(start).Seconds())
 	return h.cp.Snapshot(), nil
 }
 
 // SetReplicas implements heal.ControlPlane.
 func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
+	start := time.Now()
 	_, err := h.cp.Apply(ctx, cmd)
+	h.m.commandSeconds.Observe(time.Since(start).Seconds())
 	return err
 }
 
 // term is one leadership term's coordinator.
 type term struct {
-	mu sync.Mutex // serialises Pass and DryRun (both read probes into c)
-	c  *heal.Coordinator
+	mu     sync.Mutex // serialises Pass and DryRun (both read probes into c)
+	c      *heal.Coordinator
+	urgent chan time.Duration // the next pass's delay, when sooner than a tick
 }
 
 // watchLeadership runs the coordinator while this node leads: started on
@@ -80,25 +88,72 @@ func (p *Plugin) watchLeadership(ctx context.Context) {
 
 // startTerm starts a coordinator and returns the func that stops it and
 // waits for it.
+//
+// A node that regains leadership within one grace delay of losing it (a
+// flap under load) keeps its coordinator, and with it the brokers'
+// last-seen times: a broker already missing does not get a fresh grace
+// delay on every flap, and a broker that answered before the flap is at
+// most suspect after it.
 func (p *Plugin) startTerm(parent context.Context) func() {
 	ctx, cancel := context.WithCancel(parent)
-	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
-		MaxBackfillsPerBroker: p.cfg.MaxBackfillsPerBroker, MaxBackfills: p.cfg.MaxBackfills, HoldShare: p.cfg.HoldShare}
-	tick := make(chan time.Time, 1)
-	urgent := make(chan time.Duration, 1)
+	p.mu.Lock()
+	t := p.prevTerm
+	reuse := t != nil && p.now().Sub(p.lostAt) < p.cfg.Grace
+	p.mu.Unlock()
+	if !reuse {
+		var err error
+		if t, err = p.newTerm(); err != nil {
+			p.log.Error().Err(err).Msg("coordinator: cannot start")
+			cancel()
+			return func() {}
+		}
+	}
+	p.mu.Lock()
+	p.term, p.prevTerm = t, nil
+	p.status.Leader = true
+	p.mu.Unlock()
+	p.metrics.leader.Set(1)
+	p.log.Info().Bool("resumed", reuse).Msg("coordinator started: this node leads")
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.runTerm(ctx, t)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		p.mu.Lock()
+		if p.term == t {
+			p.term = nil
+		}
+		p.prevTerm, p.lostAt = t, p.now()
+		p.status.Leader = false
+		p.mu.Unlock()
+		p.metrics.leader.Set(0)
+		p.log.Info().Msg("coordinator stopped: leadership lost or plugin stopping")
+	}
+}
+
+// newTerm builds a coordinator over the plugin's client and control plane.
+func (p *Plugin) newTerm() (*term, error) {
+	t := &term{urgent: make(chan time.Duration, 1)}
 	poke := func(d time.Duration) {
 		select {
-		case urgent <- d:
+		case t.urgent <- d:
 		default:
 		}
 	}
+	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
+		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare}
 	c, err := heal.NewCoordinator(heal.Config{
-		Control: healControl{p.deps.Control}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
+		Control: healControl{p.deps.Control, p.metrics}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
 		Policy: pol, Now: p.now, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
 		ProbeTimeout: p.cfg.ProbeDeadline, Logger: slog.New(zerologHandler{p.log}),
 		OnReport: func(r heal.Report) {
-			// Work done or waiting: the next pass starts at once; a broker
-			// inside its grace delay: soon after it ends.
+			// Work done: the next pass starts at once; a broker inside its
+			// grace delay: soon after the delay ends, not a tick later.
 			// (Deferred without backfills means a replica inside its grace
 			// delay, not a cap: polling it at once would spin.)
 			switch {
@@ -110,41 +165,15 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 		},
 	})
 	if err != nil {
-		p.log.Error().Err(err).Msg("coordinator: cannot start")
-		cancel()
-		return func() {}
+		return nil, err
 	}
-	t := &term{c: c}
-	p.mu.Lock()
-	p.term = t
-	p.status.Leader = true
-	p.mu.Unlock()
-	p.metrics.leader.Set(1)
-	p.log.Info().Msg("coordinator started: this node leads")
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p.runTerm(ctx, t, tick, urgent)
-	}()
-	return func() {
-		cancel()
-		wg.Wait()
-		p.mu.Lock()
-		if p.term == t {
-			p.term = nil
-		}
-		p.status.Leader = false
-		p.mu.Unlock()
-		p.metrics.leader.Set(0)
-		p.log.Info().Msg("coordinator stopped: leadership lost or plugin stopping")
-	}
+	t.c = c
+	return t, nil
 }
 
 // runTerm runs passes: one now, then one per tick, or sooner when the last
 // pass asked for it.
-func (p *Plugin) runTerm(ctx context.Context, t *term, _ chan time.Time, urgent chan time.Duration) {
+func (p *Plugin) runTerm(ctx context.Context, t *term) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -166,7 +195,7 @@ func (p *Plugin) runTerm(ctx context.Context, t *term, _ chan time.Time, urgent 
 		}
 		next := p.cfg.Tick
 		select {
-		case d := <-urgent:
+		case d := <-t.urgent:
 			next = min(next, d)
 		default:
 		}

@@ -23,6 +23,9 @@ type metrics struct {
 	probeSeconds    prometheus.Histogram
 	passSeconds     prometheus.Histogram
 	passes          prometheus.Counter
+	commandSeconds  prometheus.Histogram
+	barrierSeconds  prometheus.Histogram
+	rpcSeconds      *prometheus.HistogramVec // by rpc, on the caller
 	leader          prometheus.Gauge
 	engine          *prometheus.GaugeVec // kind=probe|fsync, engine=uring|syscall
 }
@@ -47,11 +50,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.backfillErrors = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_errors_total", "Backfills into this broker that failed and were rolled back.")))
 	m.probeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "probe_duration_seconds", Help: "Duration of this broker's probe of its sealed copies.", Buckets: buckets})
 	m.passSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_duration_seconds", Help: "Duration of a heal pass, planning and execution (leader only).", Buckets: buckets})
+	m.commandSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "command_duration_seconds", Help: "Time to commit one SetSegmentReplicas through the control plane (leader only).", Buckets: buckets})
+	m.barrierSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "barrier_duration_seconds", Help: "Time of the control-plane barrier that starts each pass (leader only).", Buckets: buckets})
+	m.rpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "rpc_duration_seconds", Help: "Duration of the replication RPCs this instance served, by rpc.", Buckets: buckets}, []string{"rpc"})
 	m.passes = prometheus.NewCounter(prometheus.CounterOpts(f("passes_total", "Heal passes run by this instance's coordinator.")))
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts(f("leader", "1 while this instance runs the coordinator.")))
 	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.confirmed, m.healed, m.stale, m.backfillBytes,
-		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.leader, m.engine)
+		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
 	}

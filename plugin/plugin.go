@@ -77,15 +77,17 @@ type Plugin struct {
 	client  *Client
 	engines engines
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the listeners' goroutines
-	watchWG sync.WaitGroup // the leadership watcher
-	closers []func() error
-	status  Status
-	term    *term // the running coordinator, nil when not leading
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // the listeners' goroutines
+	watchWG  sync.WaitGroup // the leadership watcher
+	closers  []func() error
+	status   Status
+	term     *term // the running coordinator, nil when not leading
+	prevTerm *term // the last one stopped, and when (see startTerm)
+	lostAt   time.Time
 }
 
 // Status is the JSON of /status: this instance's view of healing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -64,7 +65,13 @@ func (s *server) routes(mux *http.ServeMux, secret []byte, now func() time.Time)
 		pathDelete:     s.delete,
 		pathLatched:    s.latched,
 	} {
-		mux.Handle("POST "+path, rpcHandler(secret, now, h))
+		name := path[strings.LastIndexByte(path, '/')+1:]
+		obs := s.metrics.rpcSeconds.WithLabelValues(name)
+		mux.Handle("POST "+path, rpcHandler(secret, now, func(ctx context.Context, body []byte) (any, error) {
+			start := time.Now()
+			defer func() { obs.Observe(time.Since(start).Seconds()) }()
+			return h(ctx, body)
+		}))
 	}
 }
 
