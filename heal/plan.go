@@ -64,6 +64,17 @@ func (o Op) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (o Op) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
+// UnmarshalText parses the String form.
+func (o *Op) UnmarshalText(b []byte) error {
+	for i, n := range opNames {
+		if i != 0 && n == string(b) {
+			*o = Op(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: op %q is unknown", ErrInvalid, string(b))
+}
+
 // IsBackfill reports whether o copies bytes to Target.
 func (o Op) IsBackfill() bool {
 	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy
@@ -107,6 +118,17 @@ func (r Reason) String() string {
 
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText parses the String form.
+func (r *Reason) UnmarshalText(b []byte) error {
+	for i, n := range reasonNames {
+		if n == string(b) {
+			*r = Reason(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: reason %q is unknown", ErrInvalid, string(b))
+}
 
 // Action is one step of a Plan, a value. Which fields are meaningful
 // depends on Op (see each Op's comment); the others are zero.
