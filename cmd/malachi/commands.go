@@ -107,6 +107,15 @@ func gatherStatus(ctx context.Context, admin string, timeout time.Duration) (*cl
 	if err != nil {
 		return nil, err
 	}
+	// Read the metadata from the leader when it is not this broker: a
+	// follower's view may lag the last commands.
+	if h.Leader != 0 && h.Leader != h.ID {
+		if lb, ok := snap.Broker(h.Leader); ok && lb.AdminAddr != "" {
+			if ls, err := newAdminClient(lb.AdminAddr, timeout).Metadata(ctx); err == nil {
+				snap = ls
+			}
+		}
+	}
 	st := &clusterStatus{Admin: admin, Index: snap.Index, Leader: h.Leader, ReplicationFactor: snap.ReplicationFactor}
 	brokers := snap.Brokers
 	if len(brokers) == 0 {

@@ -33,8 +33,10 @@
 //  2. seconds_to_heal runs from the moment the killed broker counts as dead
 //     to the first poll that finds every segment healthy. The grace delay
 //     runs from the broker's last contact, which was at or before the kill,
-//     so it counts as dead at kill + grace at the latest: that is the
-//     moment used, and any wait for the next tick counts as healing time.
+//     so it counts as dead at kill + grace at the latest, or earlier when
+//     a heal pass that started before then already listed it dead: the
+//     earlier of the two is used, and a wait for the next tick counts as
+//     healing time, never as grace.
 //     grace_wait_seconds runs from the kill to that moment;
 //     dead_seen_seconds to the start of the first pass seen listing it dead.
 //  3. The exit status is 0 only when every stage that ran healed and every

@@ -30,9 +30,10 @@ type demoReport struct {
 	Failed           int `json:"failed"`
 	DataLossSegments int `json:"data_loss_segments"`
 	// SecondsToHeal is the broker-kill stage: from the moment the killed
-	// broker counts as dead (kill + grace: the grace runs from its last
-	// contact, at or before the kill) to every segment back at its
-	// replication factor with every copy verified.
+	// broker counts as dead (kill + grace, or the start of an earlier heal
+	// pass that listed it dead: the grace runs from its last contact, at or
+	// before the kill) to every segment back at its replication factor with
+	// every copy verified.
 	SecondsToHeal *float64 `json:"seconds_to_heal"`
 	// GraceWaitSeconds is that stage's time from the kill to the moment the
 	// broker counts as dead.

@@ -148,13 +148,18 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (faultRe
 	fr.BytesEstimated = d.estimateBytes(pre)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
 	// The moment the broker counts as dead: the grace delay after its last
-	// contact, which was at or before the kill, so at latest kill + grace.
-	// Measuring from there, any wait for the next tick counts as healing.
+	// contact, which was at or before the kill, so at kill + grace at the
+	// latest; earlier when a heal pass that started before then already
+	// listed it dead. Measuring from there, a wait for the next tick
+	// counts as healing time, never as grace.
 	deadAt := killAt.Add(d.o.Grace)
-	fr.GraceWaitSeconds = seconds(deadAt.Sub(killAt))
 	if !d.deadSeen.IsZero() {
 		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(killAt))
+		if d.deadSeen.Before(deadAt) {
+			deadAt = d.deadSeen
+		}
 	}
+	fr.GraceWaitSeconds = seconds(deadAt.Sub(killAt))
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 	}

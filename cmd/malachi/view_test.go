@@ -51,7 +51,9 @@ func TestEvaluate(t *testing.T) {
 	v.Copies[3]["overrun"] = localCopy{ID: "overrun", Size: 4000, Sealed: true}
 	v.Copies[1]["lost-but-orphan"] = intact("lost-but-orphan") // broker 1 is outside the set
 	live := map[meta.BrokerID]bool{1: true, 2: true, 3: true}
-	e := evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc localCopy, listed bool) string { return basicCheck(s, lc, listed) })
+	e := evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc localCopy, listed bool) string {
+		return basicCheck(s, lc, listed)
+	})
 	if e.Sealed != 9 || e.Healthy != 1 {
 		t.Fatalf("sealed %d healthy %d: %+v", e.Sealed, e.Healthy, e)
 	}
@@ -76,7 +78,9 @@ func TestEvaluate(t *testing.T) {
 	}
 	// A broker that did not answer cannot vouch for its copies.
 	delete(v.Copies, 2)
-	e = evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc localCopy, listed bool) string { return basicCheck(s, lc, listed) })
+	e = evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc localCopy, listed bool) string {
+		return basicCheck(s, lc, listed)
+	})
 	if !strings.Contains(e.Unhealthy["healthy"], "broker 2 did not list its copies") {
 		t.Errorf("unanswered broker: %q", e.Unhealthy["healthy"])
 	}
