@@ -186,6 +186,7 @@ type Prober struct {
 	cur     Kind
 	reason  string
 	nsPer   [3]float64 // measured ns per path, by Kind; 0 = not measured
+	runs    [3]int     // timed runs, by Kind; the first only warms up
 	batches int
 }
 
@@ -269,7 +270,7 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 		other = KindURing
 	}
 	k := 0 // paths answered by the other engine, from off on
-	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (p.nsPer[other] == 0 || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
+	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (p.runs[other] < 2 || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
 		k = s
 	}
 	if k == 0 {
@@ -287,7 +288,7 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 			return err
 		}
 	}
-	if p.nsPer[other] > 0 && p.nsPer[other] < 0.9*p.nsPer[p.cur] {
+	if p.nsPer[other] > 0 && p.nsPer[p.cur] > 0 && p.nsPer[other] < 0.9*p.nsPer[p.cur] {
 		old := p.cur
 		p.cur = other
 		p.reason = fmt.Sprintf("measured %.0f ns/path against %.0f ns/path for %s", p.nsPer[other], p.nsPer[old], old)
@@ -319,6 +320,11 @@ func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) error {
 		total += len(s.paths)
 	}
 	if ctx.Err() != nil || total == 0 {
+		return nil
+	}
+	// The first run of an engine pays for its start (io-wq spawns its
+	// workers, caches warm): it measures nothing.
+	if p.runs[k]++; p.runs[k] == 1 {
 		return nil
 	}
 	ns := float64(p.now().Sub(start).Nanoseconds()) / float64(total)

@@ -371,8 +371,9 @@ func TestAutoFollowsMeasurement(t *testing.T) {
 		}
 	}
 	probe()
-	if c := p.Choice(); c.Kind != KindURing || s.paths != 100 || u.paths != 900 {
-		t.Fatalf("first batch: choice %v, syscall answered %d, uring %d; want uring, 100, 900", c, s.paths, u.paths)
+	probe()
+	if c := p.Choice(); c.Kind != KindURing || s.paths != 200 || u.paths != 1800 {
+		t.Fatalf("first two batches: choice %v, syscall answered %d, uring %d; want uring, 200, 1800", c, s.paths, u.paths)
 	}
 	uCost = 10 * time.Microsecond // io_uring got slower than syscalls
 	for range 8 {
