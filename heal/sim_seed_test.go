@@ -2,6 +2,8 @@ package heal
 
 import (
 	"flag"
+	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -21,13 +23,24 @@ func TestSimulation(t *testing.T) {
 	}
 	total := map[string]int{}
 	worst := 0
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		st := runSim(t, seed)
-		worst = max(worst, st["converged_after"])
-		for k, v := range st {
-			total[k] += v
+	var mu sync.Mutex
+	const chunk = 50
+	t.Run("seeds", func(t *testing.T) {
+		for lo := 1; lo <= n; lo += chunk {
+			t.Run(fmt.Sprintf("%d-%d", lo, min(lo+chunk-1, n)), func(t *testing.T) {
+				t.Parallel()
+				for seed := lo; seed < lo+chunk && seed <= n; seed++ {
+					st := runSim(t, uint64(seed))
+					mu.Lock()
+					worst = max(worst, st["converged_after"])
+					for k, v := range st {
+						total[k] += v
+					}
+					mu.Unlock()
+				}
+			})
 		}
-	}
+	})
 	// Every kind of step must have happened somewhere, or the simulation
 	// is not exercising what it claims to.
 	for _, k := range []string{"healed", "resumed", "settled", "confirmed", "deleted", "stale", "aborted", "held", "failed:no_spare_broker", "failed:backfill_failed"} {

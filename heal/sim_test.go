@@ -51,6 +51,7 @@ type sim struct {
 	calls       int
 	cancel      context.CancelFunc
 
+	cached     *meta.Snapshot
 	violations []string
 	stats      map[string]int
 }
@@ -72,7 +73,18 @@ func (s *sim) chance(p float64, parts ...any) bool {
 
 func (s *sim) apply(c meta.Command) error {
 	s.index++
+	s.cached = nil
 	return s.table.Apply(s.index, c)
+}
+
+// snap returns the table's snapshot, cached until the next command. The
+// caller must not modify it.
+func (s *sim) snap() *meta.Snapshot {
+	if s.cached == nil {
+		sn := s.table.Snapshot()
+		s.cached = &sn
+	}
+	return s.cached
 }
 
 func newSim(t testing.TB, seed uint64, nBrokers, nSegs, rf int) *sim {
@@ -124,7 +136,8 @@ func (c simControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return meta.Snapshot{}, err
 	}
-	return s.table.Snapshot(), nil
+	sn := s.table.Snapshot() // the coordinator's own copy
+	return sn, nil
 }
 
 func (c simControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
@@ -160,7 +173,7 @@ func (s *sim) checkCommand(cur meta.Segment, cmd meta.SetSegmentReplicas) {
 	if err := meta.ValidateReplicas(cmd.Replicas); err != nil {
 		s.violate("command %s: %v", cmd.ID, err)
 	}
-	rf := s.table.Snapshot().ReplicationFactor
+	rf := s.snap().ReplicationFactor
 	if len(cmd.Replicas) > max(rf, len(cmd.Expected)) {
 		s.violate("command %s: %v exceeds rf %d", cmd.ID, cmd.Replicas, rf)
 	}
@@ -202,7 +215,7 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 	if br == nil || !br.up {
 		return ProbeReport{}, errors.New("sim: broker down")
 	}
-	snap := s.table.Snapshot()
+	snap := s.snap()
 	r := ProbeReport{Broker: id, Index: snap.Index, LatchUnknown: s.chance(0.03, "latchunknown", id)}
 	for _, seg := range snap.Segments {
 		if !seg.Sealed || !seg.HasReplica(id) {
@@ -361,7 +374,7 @@ func (s *sim) intactElsewhere(seg meta.Segment, skip meta.BrokerID) bool {
 func (s *sim) fault() {
 	ids := mapsKeys(s.brokers)
 	slices.Sort(ids)
-	snap := s.table.Snapshot()
+	snap := s.snap()
 	var sealed []meta.Segment
 	for _, sg := range snap.Segments {
 		if sg.Sealed {
@@ -421,7 +434,7 @@ func mapsKeys[K comparable, V any](m map[K]V) []K {
 // converged reports whether every sealed segment has rf replicas on up
 // brokers, each an intact, confirmed, unlatched copy; and a reason if not.
 func (s *sim) converged() (bool, string) {
-	snap := s.table.Snapshot()
+	snap := s.snap()
 	for _, sg := range snap.Segments {
 		if !sg.Sealed {
 			continue
@@ -442,7 +455,7 @@ func (s *sim) converged() (bool, string) {
 
 // checkActive: active segments keep their initial set and copies.
 func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) {
-	snap := s.table.Snapshot()
+	snap := s.snap()
 	for _, sg := range snap.Segments {
 		if err := sg.Validate(); err != nil {
 			s.violate("segment invalid: %v", err)
@@ -491,7 +504,7 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 	)
 	s := newSim(t, seed, nBrokers, nSegs, rf)
 	initial := map[meta.SegmentID][]meta.BrokerID{}
-	for _, sg := range s.table.Snapshot().Segments {
+	for _, sg := range s.snap().Segments {
 		initial[sg.ID] = sg.Replicas
 	}
 	newCoord := func() *Coordinator {
@@ -532,7 +545,7 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 			}
 			victim := meta.BrokerID(1 + s.rng.IntN(nBrokers))
 			ok := true
-			for _, sg := range s.table.Snapshot().Segments {
+			for _, sg := range s.snap().Segments {
 				if sg.Sealed && !s.intactElsewhere(sg, victim) {
 					ok = false
 				}
