@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -293,6 +294,11 @@ func (s *Syncer) Sync(ctx context.Context, reqs []Request, errs []error) error {
 // path once, answers every caller, and repeats.
 func (s *Syncer) commit() {
 	defer close(s.exited)
+	// io-wq workers belong to the thread that submits: keep the committer
+	// on one thread for its life so its workers (up to MaxWorkers) stay
+	// warm from batch to batch instead of being spawned again.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for {
 		s.mu.Lock()
 		for len(s.pending) == 0 && !s.closed {
