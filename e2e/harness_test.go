@@ -118,6 +118,10 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		peers = append(peers, fmt.Sprintf("%q", fmt.Sprintf("%d=%s", b.id, b.raft)))
 		c.brokers = append(c.brokers, b)
 	}
+	extra := o.extra
+	if !strings.Contains(extra, "max_backfills") {
+		extra += "\nmax_backfills = 256\nmax_backfills_per_broker = 64\n"
+	}
 	for _, b := range c.brokers {
 		b.cfg = filepath.Join(root, fmt.Sprintf("b%d.toml", b.id))
 		b.logPath = filepath.Join(root, fmt.Sprintf("b%d.log", b.id))
@@ -142,10 +146,8 @@ data_listen = %q
 secret = %q
 tick = %q
 grace = %q
-max_backfills = 256
-max_backfills_per_broker = 64
 %s
-`, b.id, b.dir, b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, secret, o.tick, o.grace, o.extra)
+`, b.id, b.dir, b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, secret, o.tick, o.grace, extra)
 		if err := os.WriteFile(b.cfg, []byte(toml), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -206,6 +208,10 @@ func (c *cluster) start(id int) {
 		close(done)
 	}(b.cmd, b.done)
 	c.eventually(15*time.Second, fmt.Sprintf("broker %d admin API up", id), func() bool {
+		if !c.alive(id) {
+			logTail(c.t, b)
+			c.t.Fatalf("broker %d exited at start: %v", id, b.exit)
+		}
 		var h health
 		return c.get(id, "/v1/health", &h) == nil
 	})
@@ -273,7 +279,11 @@ func (c *cluster) get(id int, path string, v any) error {
 
 func (c *cluster) post(id int, path string, req, v any) error {
 	body, _ := json.Marshal(req)
-	res, err := c.hc.Post("http://"+c.b(id).admin+path, "application/json", bytes.NewReader(body))
+	hc := c.hc
+	if path == "/v1/load" {
+		hc = &http.Client{Timeout: 5 * time.Minute}
+	}
+	res, err := hc.Post("http://"+c.b(id).admin+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
