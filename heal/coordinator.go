@@ -427,7 +427,11 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		switch {
 		case err == nil:
 			recorded[a.Segment.ID] = true
-			rep.Healed = append(rep.Healed, a.Segment.ID)
+			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {
+				// A set that only moved kept lost replicas behind is
+				// recorded but not healed.
+				rep.Healed = append(rep.Healed, a.Segment.ID)
+			}
 		case errors.Is(err, meta.ErrStaleReplicas):
 			rep.Stale = append(rep.Stale, a.Segment.ID)
 		case ctx.Err() != nil:

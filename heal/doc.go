@@ -38,15 +38,38 @@
 //     is unsettled. Nothing is repaired from the unsettled list: a batch
 //     of it, round-robin (the cursor survives between passes) and bounded
 //     by Policy.SettleBatch, is settled each pass.
-//   - A settled copy is confirmed, once, on a pass in which its segment is
-//     fully live, not under-replicated, the copy is not latched, the
-//     segment's latch state was readable this tick and the copy's own probe
-//     did not time out; a confirmed copy is never selected again.
+//   - An unsettled copy is selected (SettleOverrun, then ConfirmCopy once
+//     the settle succeeded) only on a pass in which its segment is fully
+//     live (every replica's broker answered), not under-replicated (no
+//     dead, latched, short or missing copy, at least the replication
+//     factor), the copy is not latched, the segment's latch state was
+//     readable this tick (no replica's broker reported LatchUnknown) and
+//     the copy's own probe did not time out. On other passes it stays in
+//     Report.Unsettled, untouched. A confirmed copy is never selected again
+//     (the broker stops reporting it, or reports it Confirmed).
 //   - A latched copy is neither a backfill source nor a placement target
 //     for its segment; it is replaced, never merely dropped. With no spare
 //     broker it stays in the set behind the healthy replicas and the
 //     segment is reported no_spare_broker with its copies on every pass. A
 //     dropped latched copy is deleted only after the new set is recorded.
+//
+// Beyond the seed: risk order (fewest healthy copies first); a grace delay
+// (Policy.Grace) before a broker that stopped answering counts as dead,
+// during which it is "suspect" (neither replaced nor used); per-broker and
+// per-pass caps on planned backfills (Policy.MaxBackfillsPerBroker,
+// MaxBackfills) and on concurrent ones (Config.Concurrency, PerBroker);
+// rack-aware, least-loaded, least-movement placement; targets whose
+// backfill failed are avoided for a few passes (Input.Avoid); a dry run
+// (Plan.String, Coordinator.DryRun); a Report per pass. A segment that
+// waits (caps, a suspect replica, a timed-out probe, a hold) is counted in
+// Report.Deferred, not failed.
+//
+// The mass-failure brake (issue 8, see Hold): when more than
+// Policy.HoldShare of the brokers (default 1/4, at least two) or a whole
+// rack of at least two go missing within one grace window, placement of
+// new replicas is held and Report.HoldReason says why; in-place resumes of
+// short copies, settling and reporting go on. Input.Release (from
+// Coordinator.Release) lifts it until the condition clears.
 //
 // Invariants:
 //

@@ -146,7 +146,7 @@ type Action struct {
 	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
 	From int64 `json:"from,omitempty"`
 	// Command is the compare-and-set for SetReplicas.
-	Command meta.SetSegmentReplicas `json:"command"`
+	Command meta.SetSegmentReplicas `json:"command,omitzero"`
 	// Reason and Copies explain ReportFailed.
 	Reason Reason          `json:"reason,omitempty"`
 	Copies []meta.BrokerID `json:"copies,omitempty"`

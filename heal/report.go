@@ -49,7 +49,10 @@ type Report struct {
 
 	// Execution results, filled by the Coordinator.
 
-	// Healed lists the segments whose new replica set was recorded.
+	// Healed lists the segments whose new replica set was recorded, or
+	// whose short copies were all resumed, and that the plan did not also
+	// report failed (a set that merely moves a kept lost replica behind
+	// the others is recorded, not healed).
 	Healed []meta.SegmentID `json:"healed,omitempty"`
 	// Resumed lists the short or missing copies backfilled in place.
 	Resumed []CopyRef `json:"resumed,omitempty"`
