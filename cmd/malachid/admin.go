@@ -25,6 +25,7 @@ import (
 
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
 )
 
@@ -136,6 +137,7 @@ func (b *broker) routes() http.Handler {
 	mux.HandleFunc("GET /v1/status", handle(b.status))
 	mux.HandleFunc("POST /v1/faults/{kind}/{id}", handle(b.fault))
 	mux.HandleFunc("POST /v1/heal/release", handle(b.release))
+	mux.HandleFunc("GET /v1/plan", handle(b.plan))
 	// Between brokers: signed with the cluster secret when one is set.
 	mux.HandleFunc("POST /v1/internal/apply", b.internal(b.internalApply))
 	mux.HandleFunc("POST /v1/internal/copies/{id}/create", b.internal(b.internalCreate))
@@ -823,11 +825,71 @@ func (b *broker) status(r *http.Request) (any, error) {
 	return b.heal.Status(), nil
 }
 
+// release lifts a mass-failure hold on the coordinator: here when this
+// broker runs it, else on the leader.
 func (b *broker) release(r *http.Request) (any, error) {
 	if b.heal == nil {
 		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
 	}
-	return b.heal.Release(), nil
+	err := b.heal.Release()
+	if errors.Is(err, plugin.ErrNotCoordinator) && !b.node.IsLeader() {
+		id, addr, lerr := b.leaderAdmin()
+		if lerr != nil {
+			return nil, lerr
+		}
+		var out map[string]any
+		if err := b.post(r.Context(), addr, "/v1/heal/release", struct{}{}, &out); err != nil {
+			return nil, fmt.Errorf("release on leader %d: %w", id, err)
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoLeader, err)
+	}
+	return map[string]any{"released": true, "broker": b.self}, nil
+}
+
+// plan answers the dry run of the next heal pass (heal.Plan as JSON),
+// computed by the coordinator: here when this broker leads, else proxied
+// to the leader.
+func (b *broker) plan(r *http.Request) (any, error) {
+	if b.heal == nil {
+		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	p, err := b.heal.DryRun(ctx)
+	if err == nil {
+		return p, nil
+	}
+	if !errors.Is(err, plugin.ErrNotCoordinator) || b.node.IsLeader() {
+		return nil, err
+	}
+	id, addr, lerr := b.leaderAdmin()
+	if lerr != nil {
+		return nil, lerr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/plan", nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("plan from leader %d: %w", id, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 256<<20))
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		var ae adminError
+		if json.Unmarshal(body, &ae) == nil && ae.Code != "" {
+			return nil, errorOf(ae.Code, ae.Message)
+		}
+		return nil, fmt.Errorf("plan from leader %d: HTTP %d", id, res.StatusCode)
+	}
+	return json.RawMessage(body), nil
 }
 
 // FaultRequest optionally parameterises a fault: the byte position of a

@@ -1,7 +1,3 @@
-// Command malachid is the reference broker that links Malachi heal: a
-// store of segment copies, the raft control plane (cluster), a small admin
-// API to write and seal segments, and the heal plugin when
-// [heal] enabled = true. See doc.go.
 package main
 
 import (

@@ -1,0 +1,68 @@
+// Command malachid is the reference broker of Malachi heal: one process
+// per broker, holding
+//
+//   - its store (store.DB under data_dir: copies/ and confirm/),
+//   - a member of the control plane (cluster.Node, raft under data_dir/raft),
+//   - the admin API on admin_listen (always on), and
+//   - the heal plugin, only when [heal] enabled = true (or --heal.enabled):
+//     disabled, it starts no goroutine, opens no listener, creates no file.
+//
+// # Configuration
+//
+// A TOML file (--config) and flags: every key is also a flag named by its
+// dotted path (--heal.enabled, --heal.grace=1s, --raft.heartbeat_timeout=300ms,
+// --peers=1=127.0.0.1:7101,2=...); a flag wins over the file. Defaults
+// (DefaultConfig): id 1, admin 127.0.0.1:7001, raft 127.0.0.1:7101,
+// replication_factor 3, raft heartbeat/election 400ms, lease 300ms, and
+// plugin.DefaultConfig() under [heal]. A bad configuration (unknown key,
+// bad value, missing secret with heal on) prints an error naming the key
+// and the value and exits with status 2. SIGINT/SIGTERM shut down cleanly
+// (exit 0).
+//
+// # Admin API (HTTP/JSON)
+//
+//	GET  /v1/health                         {"id","leader","is_leader","heal","index"}
+//	GET  /v1/metadata                       meta.Snapshot of this broker's view
+//	POST /v1/segments {"id","start_offset"} create on a replica set placed by the leader
+//	POST /v1/segments/{id}/records {"count","size","seed"} | {"records":[base64...]}
+//	POST /v1/segments/{id}/seal             seal every replica, then SealSegment through raft
+//	POST /v1/load {"segments","records_per_segment","record_size","prefix","concurrency","first"}
+//	GET  /v1/copies                         [{"id","size","latched","sealed"}] of this broker
+//	GET  /v1/status                         the plugin's /status, or {"heal":"disabled"}
+//	GET  /v1/plan                           dry run of the next pass (heal.Plan), from the leader
+//	POST /v1/heal/release                   lift a mass-failure hold (on the leader)
+//	POST /v1/faults/{latch|delete|truncate|extend|flip}/{id} {"at","bytes"}  fault_injection only
+//
+// Errors answer {"code","error"} with a status that fits the code
+// (bad_request, not_found, segment_exists, stale_replicas, not_leader, ...).
+//
+// Metadata writes go through raft: a broker that is not the leader forwards
+// them to the leader's admin API (/v1/internal/apply, signed with the
+// cluster secret when one is configured), retrying across an election.
+// The write path: the leader places a new segment on min(RF, live brokers)
+// brokers (round-robin over those the control plane heard from recently),
+// creates the copy on each, then commits CreateSegment; records are
+// appended on every replica and synced before the call returns; seal seals
+// every replica, checks that they agree (length, byte size, checksum) and
+// commits SealSegment. One writer per segment at a time (a per-segment lock
+// on the broker that coordinates the write). Generated records are
+// deterministic in (seed, index), so every replica generates the same
+// bytes locally instead of receiving them.
+//
+// # Invariants
+//
+//  1. A segment is in the metadata only once every replica of its set holds
+//     an (empty, active) copy of it.
+//  2. A SealSegment is committed only when every replica sealed the same
+//     length, byte size and checksum.
+//  3. Every command the broker proposes is safe to retry after a leader
+//     change: register and seal are idempotent, a create that landed is
+//     found and answered as is.
+//
+// # Crashes
+//
+// kill -9 at any point leaves the store's copies (framed, durable-end
+// scanned on reopen), the confirmations (Pebble) and the raft state; the
+// restarted broker re-registers its addresses, its latches are cleared, and
+// its intact copies serve again.
+package main

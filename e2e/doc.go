@@ -1,0 +1,31 @@
+// Package e2e tests Malachi heal with real malachid processes on loopback:
+// TestMain builds the binary once with go build, every test starts its own
+// cluster of 3 to 5 brokers on free ports with temporary data directories
+// (MALACHI_E2E_DIR chooses where, e.g. /dev/shm), drives it through the
+// admin API, kills brokers with SIGKILL or stops them with SIGTERM, and
+// reads the outcome from the replicated metadata, the brokers' copies and
+// the plugin's /status and /metrics.
+//
+// What each test shows:
+//
+//   - TestBrokerKilledIsHealed: a killed broker's sealed segments are
+//     re-replicated; every live broker's metadata shows exactly one
+//     SetSegmentReplicas per affected segment, and exact sealed copies on
+//     every new replica.
+//   - TestLeaderKilledMidPass: the leader killed while its pass is
+//     backfilling; the new leader finishes, no segment gets more commands
+//     than it lost replicas (the compare-and-set refuses a replay).
+//   - TestRestartClearsLatch: a latched copy with no spare broker stays in
+//     its set and is reported no_spare_broker; after a restart the latch is
+//     gone and the same copy serves, nothing moved.
+//   - TestHealDisabled: with the flag off no heal port is open, no file
+//     beyond the broker's own state exists, and a killed broker is never
+//     replaced.
+//   - TestBadConfigExit2: a bad configuration exits 2, naming key and value.
+//   - TestHealTime: the performance goal, logged (never asserted):
+//     MALACHI_E2E_SEGMENTS=500 for the full size.
+//
+// Invariants of the harness: every process a test starts is killed in its
+// cleanup, even on failure, and a failing test prints the tail of each
+// broker's log (raft and Pebble lines left out).
+package e2e

@@ -1,0 +1,75 @@
+// Package plugin is what a log broker links to heal its sealed segments:
+// the Config a broker's configuration file carries under [heal], the
+// replication server every enabled instance runs, the RPC client the
+// leader's coordinator uses to reach the other instances, the
+// leadership-driven coordinator itself (heal.Coordinator over that client),
+// Prometheus metrics on a per-instance registry, /metrics and /status.
+//
+// # Usage
+//
+//	cfg := plugin.DefaultConfig()          // then the broker's [heal] table
+//	ds, name, closeDS, _ := plugin.NewDirSyncer(cfg, log) // only if cfg.Enabled
+//	db, _ := store.Open(dir, store.Options{DirSyncer: ds})
+//	p, err := plugin.New(cfg, plugin.Deps{Self: id, Store: db, Control: node, Logger: log, FsyncEngine: name})
+//	if err != nil { ... }                  // plugin.ErrConfig names the key and value
+//	if err := p.Start(ctx); err != nil { ... }
+//	defer p.Stop()
+//
+// Control is any ControlPlane (cluster.Node is one): five methods, so a
+// broker with its own consensus plugs in.
+//
+// # Network
+//
+// One control listener (heal.rpc_listen) serves, as HTTP/JSON:
+//
+//	POST /rpc/v1/probe        {"index"}        -> heal.ProbeReport (anomalies and counts only)
+//	POST /rpc/v1/durable_end  {"segment"}      -> {"bytes",...}  (0 when there is no copy)
+//	POST /rpc/v1/backfill     {"segment","source","source_addr","from"} -> {"bytes"}: this broker pulls
+//	POST /rpc/v1/settle       {"segment"}      -> what the settle did
+//	POST /rpc/v1/confirm      {"segment"}      -> {} (durable, keyed by file identity)
+//	POST /rpc/v1/delete       {"segment"}      -> {} (a missing copy is not an error)
+//	POST /rpc/v1/latched      {}               -> {"latched":[...]}
+//	GET  /metrics, GET /status
+//
+// Every /rpc request carries the Malachi-Auth header: an HMAC-SHA256 with
+// the cluster secret over the method, path, a millisecond timestamp (within
+// AuthWindow of the server's clock) and the body's SHA-256. A failed RPC
+// answers {"code","message"}; the client turns the code back into the
+// sentinel (store.ErrLatched, store.ErrShort, meta.ErrStaleReplicas,
+// ErrLagging, ...) so errors.Is works across the wire. The data listener
+// (heal.data_listen) is the catchup package's server: sendfile out, splice
+// in, its own HMAC per request.
+//
+// # Invariants
+//
+//  1. A disabled plugin (Config.Enabled false) creates no goroutine, no
+//     listener and no file: New only validates, Start and Stop return nil.
+//  2. A probe answer lists only anomalies (missing, short, overrun not yet
+//     confirmed, latched, timed out) and counts; an intact copy (exactly
+//     its sealed size with its footer, and confirmed) costs no
+//     bytes on the wire (one stat and one lookup in the local confirmation
+//     store). No probe opens a file.
+//  3. A probe answers for the metadata at an index at least the one asked
+//     for; a broker whose view lags waits for it, bounded by the probe
+//     deadline, and fails with ErrLagging rather than answer an older view.
+//  4. A backfill commits only a copy the store verified against the
+//     segment (frames, offsets, footer, checksum); on any error or
+//     cancellation the target is cut back to its durable end.
+//  5. The coordinator runs only while Control reports leadership, and at
+//     most one pass at a time; it is cancelled when leadership is lost,
+//     which cancels its RPCs (the servers roll back what they were doing).
+//  6. Metrics live on the instance's registry, never the global one.
+//
+// # Concurrency and crashes
+//
+// Every exported method is safe for concurrent use. Stop waits for every
+// goroutine the plugin started. Nothing the plugin does needs cleaning up
+// after a crash: the store's files and confirmations are durable, a
+// backfill cut by a crash is judged by the store's durable-end scan on the
+// next attempt, and every RPC is idempotent, so the next leader simply
+// plans again from the replicated metadata (SetSegmentReplicas is a
+// compare-and-set: a replayed command is refused as stale). A node that
+// regains leadership within one grace delay keeps its coordinator's
+// last-seen times, so a leadership flap does not restart the grace delay of
+// a broker already missing.
+package plugin
