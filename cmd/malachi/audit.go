@@ -23,6 +23,7 @@ import (
 const (
 	frameHeaderSize = 16
 	footerSize      = 40
+	footerMagic     = "MLCHSEAL"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -92,6 +93,9 @@ func auditCopyFile(path string, seg meta.Segment) error {
 	var foot [footerSize]byte
 	if _, err := io.ReadFull(r, foot[:]); err != nil {
 		return fmt.Errorf("%w: %s: footer at byte %d: %v", errAudit, path, pos, err)
+	}
+	if string(foot[:8]) != footerMagic {
+		return fmt.Errorf("%w: %s: no seal footer magic at byte %d", errAudit, path, pos)
 	}
 	if crc32.Checksum(foot[:36], castagnoli) != binary.LittleEndian.Uint32(foot[36:40]) {
 		return fmt.Errorf("%w: %s: footer at byte %d: crc32c mismatch", errAudit, path, pos)

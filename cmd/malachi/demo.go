@@ -63,7 +63,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 	start := time.Now()
 	runErr := d.run(ctx)
 	if d.c != nil && d.last != nil && ctx.Err() == nil {
-		if v, err := d.c.poll(ctx); err == nil {
+		if v, err := d.c.poll(ctx, false); err == nil {
 			d.observe(v)
 		}
 	}
@@ -352,14 +352,22 @@ func (d *demo) leaderClient(ctx context.Context) *adminClient {
 
 // observe records a view: it evaluates it and counts heal passes.
 func (d *demo) observe(v *view) evaluation {
+	e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
+	if v.MetadataOnly {
+		return e // d.last keeps the last full view: stages pick victims from it
+	}
 	d.last = v
+	d.lastEv = e
+	return e
+}
+
+// liveSet is the brokers whose process runs.
+func (d *demo) liveSet() map[meta.BrokerID]bool {
 	live := map[meta.BrokerID]bool{}
 	for _, b := range d.c.running() {
 		live[b.ID] = true
 	}
-	e := evaluate(v, d.o.RF, live, d.checkCopy)
-	d.lastEv = e
-	return e
+	return live
 }
 
 // checkCopy: the broker's word (basicCheck, and confirmed when exposed),
@@ -468,7 +476,14 @@ func (d *demo) waitHealed(ctx context.Context, fr *faultReport, label string, st
 			p.Finish("a broker died")
 			return err
 		}
-		v, err := d.c.poll(ctx)
+		// While the metadata shows segments under-replicated, poll it
+		// alone; list the copies once the replica sets are whole.
+		v, err := d.c.poll(ctx, true)
+		if err == nil {
+			if e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy); e.UnderReplicated == 0 {
+				v, err = d.c.poll(ctx, false)
+			}
+		}
 		if err != nil {
 			why = err.Error()
 		} else {
@@ -533,7 +548,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *faultReport, label string, st
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(d.o.Poll):
 		}
 	}
 }

@@ -101,9 +101,18 @@ func TestCommandFlagErrors(t *testing.T) {
 		{[]string{"status", "--admin", "127.0.0.1:1"}, 1, "broker unreachable: broker 127.0.0.1:1: GET /v1/health"},
 		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1", "--size", "4KiB"}, 1, "broker 127.0.0.1:1: POST /v1/load"},
 		{[]string{"demo", "--brokers", "-1"}, 2, "--brokers -1"},
+		{[]string{"demo", "--poll", "0s"}, 2, "--poll 0s"},
+		{[]string{"demo", "--malachid", "/nonexistent/malachid", "--json"}, 1, ""},
 	} {
 		var out, errb strings.Builder
 		code := run(tc.args, &out, &errb)
+		if tc.want == "" {
+			// The demo's own failures are in its report, on stdout.
+			if code != tc.code || !strings.Contains(out.String(), `"error": "--malachid /nonexistent/malachid: stat /nonexistent/malachid: no such file or directory"`) {
+				t.Errorf("malachi %q: exit %d, stdout %s", tc.args, code, out.String())
+			}
+			continue
+		}
 		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("malachi %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}

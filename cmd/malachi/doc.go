@@ -15,7 +15,7 @@
 // control plane's leader, kill -9). Progress shows as bars on a terminal,
 // as plain lines otherwise; the report ends the run, as text or --json.
 //
-// The usage loop of a stage: inject; poll every 50 ms (GET /v1/health,
+// The usage loop of a stage: inject; poll every --poll (100 ms) (GET /v1/health,
 // /v1/copies of every running broker, /v1/metadata, the leader's
 // /v1/status); evaluate every sealed segment; stop when all are healthy.
 //

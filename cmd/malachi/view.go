@@ -23,13 +23,18 @@ type view struct {
 	Status json.RawMessage
 	// Unreachable names the running brokers that did not answer.
 	Unreachable []string
+	// MetadataOnly: the copies were not asked for (Copies is empty), so
+	// only the replica sets can be judged.
+	MetadataOnly bool
 }
 
 // poll builds a view. Metadata comes from the leader when it answers, else
-// from any running broker.
-func (c *cluster) poll(ctx context.Context) (*view, error) {
+// from any running broker. With metadataOnly the brokers' copies are not
+// listed (listing stats and reads every copy's footer: a load on the
+// brokers that a poll should not add while they are busy healing).
+func (c *cluster) poll(ctx context.Context, metadataOnly bool) (*view, error) {
 	run := c.running()
-	v := &view{Copies: map[meta.BrokerID]map[meta.SegmentID]localCopy{}}
+	v := &view{Copies: map[meta.BrokerID]map[meta.SegmentID]localCopy{}, MetadataOnly: metadataOnly}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	healths := map[meta.BrokerID]health{}
@@ -40,11 +45,21 @@ func (c *cluster) poll(ctx context.Context) (*view, error) {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			h, herr := b.client.Health(pctx)
-			cs, cerr := b.client.Copies(pctx)
+			var cs []localCopy
+			var cerr error
+			if !metadataOnly {
+				cs, cerr = b.client.Copies(pctx)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if herr == nil {
 				healths[b.ID] = h
+			}
+			if metadataOnly {
+				if herr != nil {
+					v.Unreachable = append(v.Unreachable, fmt.Sprintf("broker %d (%s): %v", b.ID, b.Admin, herr))
+				}
+				return
 			}
 			if cerr != nil {
 				v.Unreachable = append(v.Unreachable, fmt.Sprintf("broker %d (%s): %v", b.ID, b.Admin, cerr))
@@ -95,15 +110,6 @@ func (c *cluster) poll(ctx context.Context) (*view, error) {
 	return v, nil
 }
 
-// segHealth is what the demo concludes about one sealed segment.
-type segHealth int
-
-const (
-	segHealthy         segHealth = iota // at RF, every copy intact and verified
-	segUnderReplicated                  // fewer live replicas than RF
-	segDamaged                          // at RF by metadata, but a copy is missing, wrong, latched or unverified
-)
-
 // evaluation sums a view up against the cluster's replication factor.
 type evaluation struct {
 	Sealed          int
@@ -141,6 +147,10 @@ func evaluate(v *view, rf int, live map[meta.BrokerID]bool, check copyCheck) eva
 				continue
 			}
 			liveReplicas++
+			if v.MetadataOnly {
+				intact++
+				continue
+			}
 			cs, answered := v.Copies[r]
 			if !answered {
 				if why == "" {
@@ -158,7 +168,7 @@ func evaluate(v *view, rf int, live map[meta.BrokerID]bool, check copyCheck) eva
 			intact++
 		}
 		// A copy outside the replica set still holds the data.
-		if intact == 0 {
+		if intact == 0 && !v.MetadataOnly {
 			for b, cs := range v.Copies {
 				if !live[b] || seg.HasReplica(b) {
 					continue
@@ -169,7 +179,7 @@ func evaluate(v *view, rf int, live map[meta.BrokerID]bool, check copyCheck) eva
 				}
 			}
 		}
-		if intact == 0 {
+		if intact == 0 && !v.MetadataOnly {
 			e.DataLoss++
 		}
 		switch {
