@@ -31,9 +31,11 @@
 // ("probe: engine chosen"); when the ring is refused it uses the syscall
 // engine and the reason names the refusal. While both exist, Auto answers a
 // sample of every ExploreEvery-th large batch with the engine not in use,
-// keeps a per-path cost estimate for each and moves to the faster one
-// ("probe: engine changed", Choice().Reason quotes both costs). Batches
-// under SmallBatch paths always use plain syscalls.
+// keeps a per-path cost estimate for each (the first run of each engine
+// only warms it up: io-wq spawns its workers then) and moves to the faster
+// one when it is at least 10% faster ("probe: engine changed",
+// Choice().Reason quotes both costs). Batches under SmallBatch paths always
+// use plain syscalls.
 //
 // Invariants:
 //
