@@ -12,8 +12,9 @@ import (
 // holds placement when Policy.HoldShare is zero.
 const DefaultHoldShare = 0.25
 
-// Hold is the mass-failure brake (a pure rule): it reports whether placement
-// of new replicas must be held because more than pol.HoldShare of the
+// Hold is the mass-failure brake (a pure rule): it reports whether
+// backfills (placement of new replicas and in-place resumes) must be held
+// because more than pol.HoldShare of the
 // registered brokers (and at least two: one broker is never a mass
 // failure), or every broker of a rack that has at least two, went missing
 // within one grace window of each other. A broker is missing when

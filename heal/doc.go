@@ -66,9 +66,9 @@
 //
 // The mass-failure brake (issue 8, see Hold): when more than
 // Policy.HoldShare of the brokers (default 1/4, at least two) or a whole
-// rack of at least two go missing within one grace window, placement of
-// new replicas is held and Report.HoldReason says why; in-place resumes of
-// short copies, settling and reporting go on. Input.Release (from
+// rack of at least two go missing within one grace window, no backfill
+// starts (neither new replicas nor in-place resumes) and Report.HoldReason
+// says why; probing, settling and reporting go on. Input.Release (from
 // Coordinator.Release) lifts it until the condition clears.
 //
 // Invariants:

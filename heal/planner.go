@@ -407,6 +407,11 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states))
 		return
 	}
+	if hold {
+		// The mass-failure brake: no backfill starts, in place or not.
+		rep.Deferred++
+		return
+	}
 	budget := func(k int) bool { return pol.MaxBackfills == 0 || *backfills+k <= pol.MaxBackfills }
 
 	// Short or missing copies on live brokers: resume in place.
@@ -432,11 +437,6 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 	if !needPlace {
 		return
 	}
-	if hold {
-		rep.Deferred++
-		return
-	}
-
 	p.lost = p.lost[:0]
 	for _, st := range states {
 		p.lost = append(p.lost, st.lost())

@@ -1,0 +1,96 @@
+package heal
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Issue 8: 3 of 6 brokers lost within one grace window: no backfill
+// starts, the hold is reported on every pass, and an operator's release
+// lets placement go ahead.
+func TestCoordinatorHoldsOnMassFailure(t *testing.T) {
+	w := newWorld(6, 3, seg("a", 1, 2, 3), seg("b", 3, 4, 5), seg("c", 1, 4, 5))
+	w.anomaly(4, "b", Short, 10, false)
+	f := newFake(w)
+	delete(f.reports, 1)
+	delete(f.reports, 2)
+	delete(f.reports, 3)
+	now := t0
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := 0; pass < 3; pass++ {
+		now = now.Add(11 * time.Second)
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(rep.HoldReason, "brokers_missing: 3 of 6") {
+			t.Fatalf("pass %d: hold_reason %q", pass, rep.HoldReason)
+		}
+		if len(f.calls) != 0 {
+			t.Fatalf("pass %d: calls under a hold: %v", pass, f.calls)
+		}
+		// The first pass of a term: 1-3 are suspect, only b's short copy
+		// waits; then c's dead replica too.
+		if want := min(pass+1, 2); rep.Deferred != want {
+			t.Fatalf("pass %d: deferred %d, want %d", pass, rep.Deferred, want)
+		}
+	}
+	c.Release()
+	f.calls = nil
+	rep, _ := c.Pass(context.Background())
+	if got := strings.Join(f.calls, "\n"); !rep.HoldReleased || !strings.Contains(got, "backfill b 4<-5") || !strings.Contains(got, "backfill c 6<-4") {
+		t.Errorf("after release: report %s, calls %v", rep, f.calls)
+	}
+}
+
+// Issue 8: a segment with no intact copy is reported on every pass and
+// costs its replicas no reads.
+func TestLostSegmentCostsNoReads(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Missing, 0, false).anomaly(2, "a", Short, 5, false).anomaly(3, "a", Latched, 0, false)
+	f := newFake(w)
+	c := coordinator(t, f, w.in.Now)
+	for pass := 0; pass < 3; pass++ {
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.FailedReason("a") != NoIntactSource || len(rep.Failed[0].Copies) != 1 {
+			t.Fatalf("pass %d: failed %+v", pass, rep.Failed)
+		}
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("calls to brokers for a lost segment: %v", f.calls)
+	}
+}
+
+// Broker ids too large for the dense index take the binary-search path and
+// plan the same.
+func TestSparseBrokerIDs(t *testing.T) {
+	const off = 1 << 20
+	mk := func(base meta.BrokerID) Plan {
+		w := newWorld(0, 3, seg("a", base+1, base+2, base+3), seg("b", base+2, base+3, base+4))
+		for i := meta.BrokerID(1); i <= 5; i++ {
+			w.in.Snapshot.Brokers = append(w.in.Snapshot.Brokers, meta.Broker{ID: base + i})
+			w.up(base + i)
+		}
+		return w.dead(base+1).anomaly(base+4, "b", Latched, 0, false).plan()
+	}
+	dense, sparse := mk(0), mk(off)
+	if len(dense.Actions) == 0 || len(dense.Actions) != len(sparse.Actions) {
+		t.Fatalf("dense:\n%s\nsparse:\n%s", ops(dense), ops(sparse))
+	}
+	for i, a := range dense.Actions {
+		b := sparse.Actions[i]
+		if a.Op != b.Op || a.Target+off*(min(a.Target, 1)) != b.Target || a.Source+off*(min(a.Source, 1)) != b.Source {
+			t.Errorf("action %d: dense %s, sparse %s", i, a, b)
+		}
+	}
+}
