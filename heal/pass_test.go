@@ -1,6 +1,7 @@
 package heal
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -214,5 +215,44 @@ func TestStrayAnomalies(t *testing.T) {
 	got := ops(w.plan())
 	if got != "replace_latched_copy a 4<-1\nset_replicas a [1 2 3]->[1 3 4]\ndelete_dropped_copy a 2\n" {
 		t.Errorf("plan:\n%s", got)
+	}
+}
+
+// A set larger than the factor (the factor was lowered) whose lost replica
+// is surplus: it moves behind, and nothing is reported failed.
+func TestSurplusLostReplica(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3, 4)).dead(1)
+	p := w.plan()
+	if got := ops(p); got != "set_replicas a [1 2 3 4]->[2 3 4 1]\n" || len(p.Report.Failed) != 0 {
+		t.Errorf("plan:\n%s", got)
+	}
+}
+
+// The plan and report travel as JSON (the CLI's dry run, /status).
+func TestPlanJSONRoundTrip(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(1, "a", Latched, 0, false).anomaly(2, "b", Overrun, 1040, false)
+	p := w.plan()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"op":"replace_latched_copy"`, `"op":"settle_overrun"`, `"unsettled":[{"segment":"b","broker":2}]`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, b)
+		}
+	}
+	var q Plan
+	if err := json.Unmarshal(b, &q); err != nil {
+		t.Fatal(err)
+	}
+	if q.String() != p.String() {
+		t.Errorf("round trip:\n%s\nwant:\n%s", q, p)
+	}
+	var r ProbeReport
+	if err := json.Unmarshal([]byte(`{"broker":3,"anomalies":[{"segment":"a","kind":"short","size":5}]}`), &r); err != nil || r.Anomalies[0].Kind != Short {
+		t.Errorf("probe report: %+v %v", r, err)
+	}
+	if err := json.Unmarshal([]byte(`{"broker":3,"anomalies":[{"segment":"a","kind":"bent"}]}`), &r); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown kind: %v", err)
 	}
 }

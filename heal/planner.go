@@ -492,7 +492,9 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 			}
 		}
 	}
-	if len(p.pl.kept) > 0 {
+	if len(p.pl.kept) > 0 && len(p.pl.out)-len(p.pl.kept) < rf {
+		// Survivors beyond the factor make a kept lost replica surplus,
+		// not a failure.
 		p.fail(plan, seg, NoSpareBroker, slices.Clone(p.pl.kept))
 	}
 }
