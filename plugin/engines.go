@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/catchup"
+	"github.com/malachi-log/malachi/fsync"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/probe"
 	"github.com/malachi-log/malachi/store"
@@ -99,7 +100,7 @@ func (s proberStatter) Stat(ctx context.Context, paths []string, deadline time.D
 // serveData runs the catch-up server on l until the returned stop is
 // called.
 func (e *engines) serveData(l net.Listener, db *store.DB, secret []byte, log zerolog.Logger) (stop func() error) {
-	srv := &catchup.Server{Source: storeSource{db}, Secret: secret, Throttle: e.throttle, Logger: log.With().Str("component", "catchup").Logger()}
+	srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Secret: secret, Throttle: e.throttle, Logger: log.With().Str("component", "catchup").Logger()}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -121,7 +122,7 @@ type catchupFetcher struct {
 }
 
 func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment) (int64, error) {
-	res, err := f.cl.Fetch(ctx, addr, seg, storeSink{f.db}, nil)
+	res, err := f.cl.Fetch(ctx, addr, seg, catchup.StoreSink{DB: f.db}, nil)
 	return res.Received, err
 }
 
@@ -135,5 +136,15 @@ type DirSyncer = store.DirSyncer
 // store, its name (for Deps.FsyncEngine and the metrics) and its close
 // func. Call it only for an enabled plugin: a disabled one creates nothing.
 func NewDirSyncer(cfg Config, log zerolog.Logger) (DirSyncer, string, func() error, error) {
-	return nil, "syscall", func() error { return nil }, nil
+	kind, err := fsync.ParseKind(cfg.FsyncEngine)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("%w: heal.fsync_engine = %q: %v", ErrConfig, cfg.FsyncEngine, err)
+	}
+	fc := fsync.DefaultConfig()
+	fc.Engine, fc.Logger = kind, log.With().Str("component", "fsync").Logger()
+	s, err := fsync.New(fc)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("plugin: heal.fsync_engine = %q: %w", cfg.FsyncEngine, err)
+	}
+	return s, s.Choice().Kind.String(), s.Close, nil
 }

@@ -1,0 +1,356 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// memCP is an in-memory ControlPlane over meta.Table, for the layer-above
+// tests of the plugin: the stores, listeners and RPCs are real.
+type memCP struct {
+	mu     sync.Mutex
+	t      *meta.Table
+	index  uint64
+	leader bool
+	ch     chan bool
+}
+
+func newMemCP() *memCP { return &memCP{t: meta.NewTable(3), ch: make(chan bool, 1)} }
+
+func (m *memCP) Snapshot() meta.Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.t.Snapshot()
+}
+func (m *memCP) Barrier(ctx context.Context) error { return nil }
+func (m *memCP) Apply(ctx context.Context, c meta.Command) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.index++
+	return m.index, m.t.Apply(m.index, c)
+}
+func (m *memCP) IsLeader() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leader
+}
+func (m *memCP) LeaderCh() <-chan bool { return m.ch }
+func (m *memCP) setLeader(v bool) {
+	m.mu.Lock()
+	m.leader = v
+	m.mu.Unlock()
+	select {
+	case m.ch <- v:
+	default:
+	}
+}
+
+func (m *memCP) must(t *testing.T, c meta.Command) {
+	t.Helper()
+	if _, err := m.Apply(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const testSecret = "plugin-test-secret-0123"
+
+type instance struct {
+	id meta.BrokerID
+	db *store.DB
+	p  *Plugin
+}
+
+// startInstance opens a store and an enabled plugin on ephemeral ports and
+// registers the broker in cp.
+func startInstance(t *testing.T, cp *memCP, id meta.BrokerID, mod func(*Config)) *instance {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg := DefaultConfig()
+	cfg.Enabled, cfg.DataDir, cfg.Secret = true, dir, testSecret
+	cfg.RPCListen, cfg.DataListen = "127.0.0.1:0", "127.0.0.2:0"
+	cfg.Tick, cfg.Grace, cfg.ProbeDeadline = 20*time.Millisecond, 200*time.Millisecond, time.Second
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg, Deps{Self: id, Store: db, Control: cp, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop() })
+	st := p.Status()
+	cp.must(t, meta.RegisterBroker{Broker: meta.Broker{ID: id, RPCAddr: st.RPCAddr, DataAddr: st.DataAddr}})
+	return &instance{id: id, db: db, p: p}
+}
+
+// sealedCopy writes n records into a new copy and seals it; it returns the
+// segment as the metadata records it.
+func sealedCopy(t *testing.T, db *store.DB, id meta.SegmentID, n int, replicas ...meta.BrokerID) meta.Segment {
+	t.Helper()
+	if err := db.Create(id, 100); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := db.Append(id, []byte(strings.Repeat("x", 100+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := db.Seal(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.Segment{ID: id, StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum, Sealed: true, Replicas: replicas}
+}
+
+func addSegment(t *testing.T, cp *memCP, seg meta.Segment) {
+	t.Helper()
+	active := seg
+	active.Sealed, active.Length, active.ByteSize, active.Checksum = false, 0, 0, meta.NoChecksum
+	cp.must(t, meta.CreateSegment{Segment: active})
+	if seg.Sealed {
+		cp.must(t, meta.SealSegment{ID: seg.ID, Length: seg.Length, ByteSize: seg.ByteSize, Checksum: seg.Checksum})
+	}
+}
+
+func anomalies(r heal.ProbeReport) map[meta.SegmentID]heal.Anomaly {
+	m := map[meta.SegmentID]heal.Anomaly{}
+	for _, a := range r.Anomalies {
+		m[a.Segment] = a
+	}
+	return m
+}
+
+func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
+	cp := newMemCP()
+	in := startInstance(t, cp, 1, nil)
+	cl := in.p.Client()
+	ctx := context.Background()
+
+	a := sealedCopy(t, in.db, "a", 5, 1, 2)
+	b := sealedCopy(t, in.db, "b", 3, 1)
+	d := sealedCopy(t, in.db, "d", 8, 1)
+	other := sealedCopy(t, in.db, "o", 2, 2) // assigned to broker 2 only
+	for _, s := range []meta.Segment{a, b, d, other} {
+		addSegment(t, cp, s)
+	}
+	addSegment(t, cp, meta.Segment{ID: "c", StartOffset: 0, Length: 1, ByteSize: 50, Sealed: true, Checksum: meta.CRC32C(1), Replicas: []meta.BrokerID{1}})
+	addSegment(t, cp, meta.Segment{ID: "f", Replicas: []meta.BrokerID{1}}) // active
+	if err := os.Truncate(in.db.Path("d"), d.ByteSize/2); err != nil {
+		t.Fatal(err)
+	}
+	// Confirm a: it then measures intact and is not listed.
+	if err := cl.Settle(ctx, 1, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Confirm(ctx, 1, a); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := cl.Probe(ctx, 1, cp.Snapshot().Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Copies != 4 {
+		t.Errorf("copies = %d, want 4 (a, b, c, d)", rep.Copies)
+	}
+	got := anomalies(rep)
+	if len(got) != 3 {
+		t.Errorf("anomalies %+v, want exactly b, c, d", rep.Anomalies)
+	}
+	if x := got["b"]; x.Kind != heal.Overrun || x.Size != b.ByteSize+store.FooterSize || x.Confirmed {
+		t.Errorf("b: %+v, want overrun of %d", x, b.ByteSize+store.FooterSize)
+	}
+	if x := got["c"]; x.Kind != heal.Missing {
+		t.Errorf("c: %+v, want missing", x)
+	}
+	if x := got["d"]; x.Kind != heal.Short || x.Size != d.ByteSize/2 {
+		t.Errorf("d: %+v, want short at %d", x, d.ByteSize/2)
+	}
+	// Settling and confirming b removes it; a short copy refuses both.
+	if err := cl.Settle(ctx, 1, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Confirm(ctx, 1, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Settle(ctx, 1, d); !errors.Is(err, store.ErrShort) {
+		t.Errorf("settle of a short copy: %v, want store.ErrShort across the wire", err)
+	}
+	if err := cl.Confirm(ctx, 1, d); err == nil {
+		t.Error("confirm of a short copy succeeded")
+	}
+	rep, err = cl.Probe(ctx, 1, cp.Snapshot().Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := anomalies(rep); len(got) != 2 || got["b"].Kind != heal.KindUnknown {
+		t.Errorf("after confirming b: %+v", rep.Anomalies)
+	}
+	// An index the broker has not applied: it waits, then says so.
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := cl.Probe(cctx, 1, cp.Snapshot().Index+100); !errors.Is(err, ErrLagging) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("probe at a future index: %v, want ErrLagging", err)
+	}
+}
+
+func TestRPCRefusesAnotherSecret(t *testing.T) {
+	cp := newMemCP()
+	in := startInstance(t, cp, 1, nil)
+	bad := NewClient([]byte("another-secret-0123456"), func(id meta.BrokerID) (meta.Broker, bool) {
+		snap := cp.Snapshot()
+		return snap.Broker(id)
+	}, time.Second)
+	defer bad.Close()
+	_, err := bad.Probe(context.Background(), 1, 0)
+	if !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("probe with another secret: %v, want ErrUnauthenticated", err)
+	}
+	if _, err := bad.Latched(context.Background(), 1); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("latched with another secret: %v", err)
+	}
+	_ = in
+}
+
+func TestBackfillBetweenInstances(t *testing.T) {
+	cp := newMemCP()
+	src := startInstance(t, cp, 1, nil)
+	dst := startInstance(t, cp, 2, nil)
+	ctx := context.Background()
+	seg := sealedCopy(t, src.db, "s1", 50, 1)
+	addSegment(t, cp, seg)
+	cl := dst.p.Client()
+	if end, err := cl.DurableEnd(ctx, 2, seg); err != nil || end != 0 {
+		t.Fatalf("durable end of a missing copy: %d, %v", end, err)
+	}
+	n, err := cl.Backfill(ctx, 2, 1, seg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != seg.ByteSize+store.FooterSize {
+		t.Errorf("backfill moved %d bytes, want %d", n, seg.ByteSize+store.FooterSize)
+	}
+	if err := dst.db.Verify("s1", seg); err != nil {
+		t.Fatalf("backfilled copy does not verify: %v", err)
+	}
+	// Cut the target back into the frames: the next backfill resumes there.
+	cut := seg.ByteSize / 3
+	if err := os.Truncate(dst.db.Path("s1"), cut); err != nil {
+		t.Fatal(err)
+	}
+	end, err := cl.DurableEnd(ctx, 2, seg)
+	if err != nil || end > cut || end == 0 {
+		t.Fatalf("durable end after a cut at %d: %d, %v", cut, end, err)
+	}
+	n, err = cl.Backfill(ctx, 2, 1, seg, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != seg.ByteSize+store.FooterSize-end {
+		t.Errorf("resumed backfill moved %d bytes, want %d", n, seg.ByteSize+store.FooterSize-end)
+	}
+	if err := dst.db.Verify("s1", seg); err != nil {
+		t.Fatal(err)
+	}
+	// A source that does not hold the segment refuses; nothing is committed.
+	ghost := seg
+	ghost.ID = "ghost"
+	if _, err := cl.Backfill(ctx, 2, 1, ghost, 0); err == nil {
+		t.Error("backfill from a source without the copy succeeded")
+	}
+	if err := cl.Delete(ctx, 2, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Delete(ctx, 2, "s1"); err != nil {
+		t.Errorf("second delete: %v, want nil", err)
+	}
+	if _, err := os.Stat(dst.db.Path("s1")); !os.IsNotExist(err) {
+		t.Errorf("copy still on disk after delete: %v", err)
+	}
+}
+
+func TestCoordinatorFollowsLeadership(t *testing.T) {
+	cp := newMemCP()
+	in := startInstance(t, cp, 1, nil)
+	wait := func(what string, cond func(Status) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond(in.p.Status()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v", what, in.p.Status())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if st := in.p.Status(); st.Leader || st.Passes != 0 {
+		t.Fatalf("not leader, yet the coordinator ran: %+v", st)
+	}
+	if _, err := in.p.DryRun(context.Background()); !errors.Is(err, ErrNotCoordinator) {
+		t.Fatalf("dry run on a follower: %v", err)
+	}
+	cp.setLeader(true)
+	wait("leadership and a pass", func(s Status) bool { return s.Leader && s.Passes > 0 })
+	plan, err := in.p.DryRun(context.Background())
+	if err != nil || plan.Actions == nil {
+		t.Fatalf("dry run on the leader: %+v, %v", plan, err)
+	}
+	cp.setLeader(false)
+	wait("leadership lost", func(s Status) bool { return !s.Leader })
+	n := in.p.Status().Passes
+	time.Sleep(150 * time.Millisecond)
+	if m := in.p.Status().Passes; m != n {
+		t.Fatalf("passes ran after leadership was lost: %d -> %d", n, m)
+	}
+}
+
+func TestDisabledStartsNothing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	before := runtime.NumGoroutine()
+	cfg := DefaultConfig()
+	cfg.RPCListen, cfg.DataListen = addr, "127.0.0.1:1"
+	p, err := New(cfg, Deps{}) // no store, no control plane: nothing is used
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Fatal("a disabled plugin listens")
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Fatalf("goroutines %d -> %d after starting a disabled plugin", before, after)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Enabled() || p.Client() != nil {
+		t.Fatal("disabled plugin has a client")
+	}
+}
