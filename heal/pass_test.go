@@ -165,7 +165,7 @@ func TestDryRunFormat(t *testing.T) {
 	got := w.plan().String()
 	for _, want := range []string{
 		"plan at index 7: 5 actions",
-		"replace_dead_replica a target=4 source=2",
+		"replace_dead_replica a target=4 source=2 replaces=1",
 		"resume_short_copy b target=2 source=3 stored=10 of 1000",
 		"set_replicas a [1 2 3] -> [2 3 4]",
 		"report: index=7 segments=2 sealed=2",

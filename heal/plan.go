@@ -142,6 +142,9 @@ type Action struct {
 	Target meta.BrokerID `json:"target,omitempty"`
 	// Source is the intact replica a backfill copies from.
 	Source meta.BrokerID `json:"source,omitempty"`
+	// Replaces is, for ReplaceDeadReplica and ReplaceLatchedCopy, the lost
+	// replica Target takes the place of.
+	Replaces meta.BrokerID `json:"replaces,omitempty"`
 	// From is, for ResumeShortCopy, the stored size the probe reported (a
 	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
 	From int64 `json:"from,omitempty"`

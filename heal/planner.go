@@ -468,15 +468,15 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 		return
 	}
 	for k, id := range p.pl.added {
-		op := AddMissingReplica
+		op, replaces := AddMissingReplica, meta.BrokerID(0)
 		if k < len(p.pl.replaced) {
-			op = ReplaceDeadReplica
-			if i := slices.Index(seg.Replicas, p.pl.replaced[k]); states[i] == copyLatched {
+			op, replaces = ReplaceDeadReplica, p.pl.replaced[k]
+			if i := slices.Index(seg.Replicas, replaces); states[i] == copyLatched {
 				op = ReplaceLatchedCopy
 			}
 		}
 		n := &p.pl.nodes[p.find(id)]
-		plan.Actions = append(plan.Actions, Action{Op: op, Segment: *seg, Target: id, Source: s.id})
+		plan.Actions = append(plan.Actions, Action{Op: op, Segment: *seg, Target: id, Source: s.id, Replaces: replaces})
 		n.busy++
 		s.busy++
 		*backfills++

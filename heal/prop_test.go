@@ -118,6 +118,9 @@ func TestPlanProperties(t *testing.T) {
 				if (a.Op == ResumeShortCopy) != cur.HasReplica(a.Target) {
 					t.Fatalf("%s: target membership wrong", a)
 				}
+				if a.Op == ReplaceDeadReplica && fate[a.Replaces] != fateDead || a.Op == ReplaceLatchedCopy && kind(cur.ID, a.Replaces) != Latched {
+					t.Fatalf("%s: replaces a replica that is not lost that way", a)
+				}
 			case a.Op == SetReplicas:
 				c := a.Command
 				if err := c.Validate(); err != nil {

@@ -103,6 +103,9 @@ func (a Action) String() string {
 	switch {
 	case a.Op.IsBackfill():
 		fmt.Fprintf(&b, " target=%d source=%d", a.Target, a.Source)
+		if a.Replaces != 0 {
+			fmt.Fprintf(&b, " replaces=%d", a.Replaces)
+		}
 		if a.Op == ResumeShortCopy {
 			fmt.Fprintf(&b, " stored=%d of %d", a.From, a.Segment.ByteSize)
 		}
