@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
@@ -73,7 +75,11 @@ func (db *DB) Confirm(id meta.SegmentID, fi FileIdentity) error {
 	if fi.Size < 0 {
 		return fmt.Errorf("%w: confirm %s: negative size %d", ErrInvalid, id, fi.Size)
 	}
-	b := db.conf.NewBatch()
+	conf, err := db.confirmDB("confirm", id, true)
+	if err != nil {
+		return err
+	}
+	b := conf.NewBatch()
 	defer b.Close()
 	lo, hi := confirmSpan(id)
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
@@ -96,7 +102,11 @@ func (db *DB) Confirmed(id meta.SegmentID, fi FileIdentity) (bool, error) {
 		return false, err
 	}
 	defer c.mu.Unlock()
-	_, closer, err := db.conf.Get(confirmKey(id, fi))
+	conf, err := db.confirmDB("confirmed", id, false)
+	if err != nil {
+		return false, err
+	}
+	_, closer, err := conf.Get(confirmKey(id, fi))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
@@ -108,17 +118,49 @@ func (db *DB) Confirmed(id meta.SegmentID, fi FileIdentity) (bool, error) {
 }
 
 func (db *DB) unconfirm(id meta.SegmentID) error {
+	conf, err := db.confirmDB("delete", id, true)
+	if err != nil {
+		return err
+	}
 	lo, hi := confirmSpan(id)
-	return db.conf.DeleteRange(lo, hi, pebble.Sync)
+	return conf.DeleteRange(lo, hi, pebble.Sync)
 }
 
-func openConfirm(dir string, log zerolog.Logger) (*pebble.DB, error) {
-	return pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{log}})
+func openConfirm(dir string, log zerolog.Logger, failed *atomic.Pointer[failure]) (*pebble.DB, error) {
+	return pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{l: log, failed: failed}})
+}
+
+// confirmDB returns the confirmation DB, opening it on first use. Before a
+// write (and before opening) it checks that the file system has at least
+// Options.ConfirmMinFree bytes free: Pebble treats a failed write as fatal.
+func (db *DB) confirmDB(op string, id meta.SegmentID, write bool) (*pebble.DB, error) {
+	db.confMu.Lock()
+	defer db.confMu.Unlock()
+	if f := db.confFailed.Load(); f != nil {
+		return nil, fmt.Errorf("%w: %s %s: %s", ErrConfirmState, op, id, f.msg)
+	}
+	if db.conf == nil || write {
+		if free, ok := freeBytes(db.dir); ok && free < db.minFree {
+			return nil, fmt.Errorf("%w: %s %s: %d bytes free under %s, fewer than Options.ConfirmMinFree %d",
+				ErrConfirmState, op, id, free, db.dir, db.minFree)
+		}
+	}
+	if db.conf == nil {
+		conf, err := openConfirm(filepath.Join(db.dir, "confirm"), db.log, &db.confFailed)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %s: open: %w", ErrConfirmState, op, id, err)
+		}
+		db.conf = conf
+	}
+	return db.conf, nil
 }
 
 // pebbleLogger routes Pebble's messages to zerolog, so Pebble never writes to
 // stderr on its own.
-type pebbleLogger struct{ l zerolog.Logger }
+type pebbleLogger struct {
+	l      zerolog.Logger
+	failed *atomic.Pointer[failure]
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Info().Str("component", "pebble").Msgf(format, args...)
@@ -128,8 +170,20 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error().Str("component", "pebble").Msgf(format, args...)
 }
 
+// Fatalf is how Pebble reports an error it cannot unwind (a failed MANIFEST
+// or WAL write). Pebble requires that Fatalf not return: when it does,
+// Pebble retries the failed flush in a tight loop. So the adapter logs at
+// fatal level, marks the confirmation DB failed and panics, as Pebble's own
+// logger would exit. The store makes this unlikely on a full disk: it opens
+// Pebble only when confirmations are first used and refuses to write to it
+// with less than Options.ConfirmMinFree bytes free (ErrConfirmState).
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.WithLevel(zerolog.FatalLevel).Str("component", "pebble").Msg(msg)
+	if p.failed != nil {
+		p.failed.CompareAndSwap(nil, &failure{msg: msg})
+	}
 	panic("pebble: " + msg)
 }
+
+type failure struct{ msg string }

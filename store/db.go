@@ -31,7 +31,15 @@ type Options struct {
 	// Preallocate, when > 0, grows an active copy's file in steps of this
 	// many bytes ahead of its frames (the tail reads as zeros).
 	Preallocate int64
+	// ConfirmMinFree is the free space, in bytes, below which the store
+	// neither opens nor writes the confirmation DB (Pebble treats a failed
+	// write as fatal); 0 means DefaultConfirmMinFree, negative means no
+	// check.
+	ConfirmMinFree int64
 }
+
+// DefaultConfirmMinFree is the default Options.ConfirmMinFree.
+const DefaultConfirmMinFree = 4 << 20
 
 // Seal is what Seal fixed: the copy's offset range, frame bytes and checksum.
 type Seal struct {
@@ -51,7 +59,12 @@ type DB struct {
 	log    zerolog.Logger
 	syncer DirSyncer
 	pre    int64
-	conf   *pebble.DB
+	// conf is opened on first use (confirmDB). Protected by confMu.
+	confMu  sync.Mutex
+	conf    *pebble.DB
+	minFree int64
+	// confFailed is set when Pebble reported a fatal error.
+	confFailed atomic.Pointer[failure]
 
 	closed atomic.Bool
 	bufs   sync.Pool
@@ -95,6 +108,12 @@ func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: Open: empty directory", ErrInvalid)
 	}
+	if opts.ConfirmMinFree == 0 {
+		opts.ConfirmMinFree = DefaultConfirmMinFree
+	}
+	if opts.ConfirmMinFree < 0 {
+		opts.ConfirmMinFree = 0
+	}
 	if opts.Preallocate < 0 {
 		return nil, fmt.Errorf("%w: Options.Preallocate %d is negative", ErrInvalid, opts.Preallocate)
 	}
@@ -103,13 +122,14 @@ func Open(dir string, opts Options) (*DB, error) {
 		fsys = OSFS()
 	}
 	db := &DB{
-		dir:    dir,
-		copies: filepath.Join(dir, "copies"),
-		fs:     fsys,
-		log:    opts.Logger,
-		syncer: opts.DirSyncer,
-		pre:    opts.Preallocate,
-		m:      make(map[meta.SegmentID]*copyState),
+		dir:     dir,
+		copies:  filepath.Join(dir, "copies"),
+		fs:      fsys,
+		log:     opts.Logger,
+		syncer:  opts.DirSyncer,
+		pre:     opts.Preallocate,
+		minFree: opts.ConfirmMinFree,
+		m:       make(map[meta.SegmentID]*copyState),
 	}
 	db.bufs.New = func() any { b := make([]byte, scanBufSize); return &b }
 	if err := fsys.MkdirAll(db.copies, 0o755); err != nil {
@@ -131,11 +151,6 @@ func Open(dir string, opts Options) (*DB, error) {
 		}
 		db.m[id] = &copyState{id: id, path: db.Path(id)}
 	}
-	conf, err := openConfirm(filepath.Join(dir, "confirm"), db.log)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: confirmations: %w", dir, err)
-	}
-	db.conf = conf
 	return db, nil
 }
 
@@ -162,9 +177,14 @@ func (db *DB) Close() error {
 		}
 		c.mu.Unlock()
 	}
-	if err := db.conf.Close(); err != nil {
-		errs = append(errs, err)
+	db.confMu.Lock()
+	if db.conf != nil {
+		if err := db.conf.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		db.conf = nil
 	}
+	db.confMu.Unlock()
 	return errors.Join(errs...)
 }
 

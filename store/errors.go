@@ -30,6 +30,10 @@ var (
 	ErrClosed = errors.New("store: closed")
 	// ErrBusy: the copy is held by a catch-up target until Commit or Abort.
 	ErrBusy = errors.New("store: copy busy")
+	// ErrConfirmState: the confirmation DB (Pebble) reported a fatal error
+	// (a failed MANIFEST or WAL write); confirmations are unavailable until
+	// a restart. The copies are not affected.
+	ErrConfirmState = errors.New("store: confirmation state failed")
 	// ErrInvalid: a request with bad arguments; nothing was changed.
 	ErrInvalid = errors.New("store: invalid request")
 

@@ -43,3 +43,12 @@ func allocate(f *os.File, off, n int64) error {
 		}
 	}
 }
+
+// freeBytes is the space available to the caller on path's file system.
+func freeBytes(path string) (int64, bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true
+}

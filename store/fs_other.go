@@ -16,3 +16,5 @@ func allocate(f *os.File, off, n int64) error {
 	}
 	return f.Truncate(off + n)
 }
+
+func freeBytes(string) (int64, bool) { return 0, false }

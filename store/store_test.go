@@ -20,6 +20,8 @@ import (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
 func open(t testing.TB, dir string, opts store.Options) *store.DB {
 	t.Helper()
 	db, err := store.Open(dir, opts)
