@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/meta"
@@ -16,7 +18,12 @@ import (
 func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			c := newTestCluster(b, n, func(cfg *Config) { cfg.Logger = zerolog.Nop() })
+			c := newTestCluster(b, n, func(cfg *Config) {
+				cfg.Logger = zerolog.Nop()
+				if d, err := time.ParseDuration(os.Getenv("CLUSTER_BENCH_LEASE")); err == nil {
+					cfg.LeaderLeaseTimeout = d
+				}
+			})
 			l := c.nodes[c.leader()]
 			createSealed(b, l, "s", 1, 2, 3)
 			cur := []meta.BrokerID{1, 2, 3}
