@@ -2,7 +2,9 @@ package heal
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +95,73 @@ func TestSparseBrokerIDs(t *testing.T) {
 			t.Errorf("action %d: dense %s, sparse %s", i, a, b)
 		}
 	}
+}
+
+// Issue 8: a broker back before its backfills finish: they are cancelled,
+// no replica-set change is applied for its segments, the bytes saved are
+// reported, and other segments heal as planned.
+func TestCoordinatorReturningBroker(t *testing.T) {
+	w := newWorld(8, 3, seg("a", 1, 2, 3), seg("b", 4, 5, 6)).dead(1).dead(4)
+	w.in.Policy.HoldShare = -1
+	f := newFake(w)
+	back := make(chan struct{})
+	var once sync.Once
+	blocked := &blockingFake{fakeBrokers: f, block: "a", started: func() { once.Do(func() { close(back) }) }}
+	c, err := NewCoordinator(Config{Control: f, Prober: blocked, Backfiller: blocked, Settler: f, Deleter: f,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return w.in.Now },
+		ReturnCheck: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seenLongAgo(c, w)
+	go func() {
+		<-back
+		blocked.mu.Lock()
+		blocked.returned = true // broker 1 answers again, its copy of a intact
+		blocked.mu.Unlock()
+	}()
+	rep, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := calls(f)
+	if strings.Contains(got, "set a") || !strings.Contains(got, "set b") {
+		t.Errorf("calls:\n%s", got)
+	}
+	if !slices.Equal(rep.Returned, []meta.SegmentID{"a"}) || rep.BytesSaved != 1000 || len(rep.Failed) != 0 || !slices.Equal(rep.Healed, []meta.SegmentID{"b"}) {
+		t.Errorf("report %+v", rep)
+	}
+	if c.avoid[CopyRef{"a", 7}] != 0 || len(c.avoid) != 0 {
+		t.Errorf("a cancelled backfill's target is avoided: %v", c.avoid)
+	}
+}
+
+// blockingFake blocks the backfills of one segment until their context
+// ends, and answers probes of broker 1 once returned is set.
+type blockingFake struct {
+	*fakeBrokers
+	mu       sync.Mutex
+	block    meta.SegmentID
+	started  func()
+	returned bool
+}
+
+func (b *blockingFake) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+	b.mu.Lock()
+	ret := b.returned
+	b.mu.Unlock()
+	if id == 1 && ret {
+		return ProbeReport{Broker: 1, Index: index}, nil
+	}
+	return b.fakeBrokers.Probe(ctx, id, index)
+}
+
+func (b *blockingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+	if s.ID != b.block {
+		return b.fakeBrokers.Backfill(ctx, target, source, s, from)
+	}
+	b.fakeBrokers.log("backfill %s %d<-%d from %d (blocks)", s.ID, target, source, from)
+	b.started()
+	<-ctx.Done()
+	return 0, ctx.Err()
 }

@@ -39,6 +39,13 @@ type Config struct {
 	// AvoidPasses is how many passes a broker whose backfill of a new
 	// replica failed is not chosen again for that segment (default 5).
 	AvoidPasses int
+	// ReturnCheck is how often, while a pass's backfills run, the brokers
+	// whose dead replicas they replace are probed again (default 1s;
+	// negative disables). When one answers with an intact copy of a
+	// segment, that segment's backfills are cancelled and its replica set
+	// is left as it was (Report.Returned, BytesSaved): the next pass
+	// counts the returning copy again.
+	ReturnCheck time.Duration
 	// OnReport, when set, is called with every pass's Report (metrics,
 	// status). It must not block for long.
 	OnReport func(Report)
@@ -101,6 +108,9 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.AvoidPasses == 0 {
 		cfg.AvoidPasses = 5
+	}
+	if cfg.ReturnCheck == 0 {
+		cfg.ReturnCheck = time.Second
 	}
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 2 * time.Second
@@ -323,25 +333,55 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		failed   = map[meta.SegmentID]string{} // a backfill of the segment failed
 		settled  = map[CopyRef]bool{}
 		resumed  []CopyRef
-		resumedS = map[meta.SegmentID]bool{}
+		returnedBytes int64
 	)
+	// Backfills of one segment share a context, cancelled when a dead
+	// replica they replace comes back (see watchReturns).
+	segCtx := map[meta.SegmentID]context.Context{}
+	segCancel := map[meta.SegmentID]context.CancelFunc{}
+	returned := map[meta.SegmentID]bool{}
+	defer func() {
+		for _, cancel := range segCancel {
+			cancel()
+		}
+	}()
+	stepCtx := func(a Action) context.Context {
+		mu.Lock()
+		defer mu.Unlock()
+		if !a.Op.IsBackfill() {
+			return ctx
+		}
+		sc, ok := segCtx[a.Segment.ID]
+		if !ok {
+			var cancel context.CancelFunc
+			sc, cancel = context.WithCancel(ctx)
+			segCtx[a.Segment.ID], segCancel[a.Segment.ID] = sc, cancel
+			if returned[a.Segment.ID] {
+				cancel()
+			}
+		}
+		return sc
+	}
 	run := func(a Action, bs []meta.BrokerID, step func(context.Context) error) {
 		release, err := lim.acquire(ctx, bs...)
 		if err != nil {
 			return
 		}
+		sctx := stepCtx(a)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer release()
-			if ctx.Err() != nil {
+			if sctx.Err() != nil {
 				return
 			}
-			err := step(ctx)
+			err := step(sctx)
 			mu.Lock()
 			defer mu.Unlock()
 			ref := CopyRef{a.Segment.ID, a.Target}
 			switch {
+			case err != nil && a.Op.IsBackfill() && returned[a.Segment.ID]:
+				// Cancelled: a replaced replica came back.
 			case err != nil && a.Op.IsBackfill():
 				if a.Op != ResumeShortCopy && ctx.Err() == nil {
 					if c.avoid == nil {
@@ -356,12 +396,20 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 				c.cfg.Logger.Warn("heal: settle failed", "copy", ref.String(), "err", err)
 			case a.Op == ResumeShortCopy:
 				resumed = append(resumed, ref)
-				resumedS[a.Segment.ID] = true
 			case a.Op == SettleOverrun:
 				settled[ref] = true
 			}
 		}()
 	}
+
+	stopWatch := c.watchReturns(ctx, plan, func(seg meta.SegmentID) {
+		mu.Lock()
+		defer mu.Unlock()
+		returned[seg] = true
+		if cancel, ok := segCancel[seg]; ok {
+			cancel()
+		}
+	})
 
 	// Phase 1: backfills and settles, in risk order.
 	for _, a := range plan.Actions {
@@ -378,6 +426,9 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 				n, err := c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment, from)
 				mu.Lock()
 				rep.BytesCopied += n
+				if returned[a.Segment.ID] {
+					returnedBytes += n
+				}
 				mu.Unlock()
 				return err
 			})
@@ -391,6 +442,16 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		}
 	}
 	wg.Wait()
+	stopWatch()
+	for _, a := range plan.Actions {
+		if a.Op.IsBackfill() && returned[a.Segment.ID] {
+			if !slices.Contains(rep.Returned, a.Segment.ID) {
+				rep.Returned = append(rep.Returned, a.Segment.ID)
+			}
+			rep.BytesSaved += a.Segment.ByteSize
+		}
+	}
+	rep.BytesSaved = max(0, rep.BytesSaved-returnedBytes)
 	commanded := map[meta.SegmentID]bool{}
 	for _, a := range plan.Actions {
 		if a.Op == SetReplicas {
@@ -422,6 +483,9 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		}
 		if _, bad := failed[a.Segment.ID]; bad {
 			continue // invariant 3: never record a set whose backfill failed
+		}
+		if returned[a.Segment.ID] {
+			continue // a replaced replica came back: no churn
 		}
 		err := c.cfg.Control.SetReplicas(ctx, a.Command)
 		switch {
@@ -500,4 +564,71 @@ func sortRefs(rs []CopyRef) {
 		}
 		return 0
 	})
+}
+
+// watchReturns probes, every ReturnCheck until the returned stop func is
+// called, the dead brokers that plan's ReplaceDeadReplica actions replace.
+// For each that answers, back calls returned for every segment it was
+// replaced in whose copy it reports intact, and the broker counts as seen.
+func (c *Coordinator) watchReturns(ctx context.Context, plan Plan, returned func(meta.SegmentID)) (stop func()) {
+	watch := map[meta.BrokerID][]meta.SegmentID{}
+	var order []meta.BrokerID
+	for _, a := range plan.Actions {
+		if a.Op == ReplaceDeadReplica && a.Replaces != 0 {
+			if _, ok := watch[a.Replaces]; !ok {
+				order = append(order, a.Replaces)
+			}
+			if s := watch[a.Replaces]; len(s) == 0 || s[len(s)-1] != a.Segment.ID {
+				watch[a.Replaces] = append(s, a.Segment.ID)
+			}
+		}
+	}
+	if len(watch) == 0 || c.cfg.ReturnCheck < 0 {
+		return func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(c.cfg.ReturnCheck)
+		defer t.Stop()
+		for len(order) > 0 {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			rest := order[:0]
+			for _, b := range order {
+				pctx, pcancel := context.WithTimeout(wctx, c.cfg.ProbeTimeout)
+				r, err := c.cfg.Prober.Probe(pctx, b, plan.Index)
+				pcancel()
+				if err != nil || r.Validate() != nil {
+					rest = append(rest, b)
+					continue
+				}
+				c.cfg.Logger.Info("heal: a replaced broker came back; its segments' backfills are cancelled", "broker", b)
+				c.seenNow(b)
+				for _, seg := range watch[b] {
+					if !slices.ContainsFunc(r.Anomalies, func(a Anomaly) bool { return a.Segment == seg }) {
+						returned(seg)
+					}
+				}
+			}
+			order = rest
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// seenNow records that b answered just now.
+func (c *Coordinator) seenNow(b meta.BrokerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen != nil {
+		c.seen[b] = c.cfg.Now()
+	}
 }

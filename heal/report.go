@@ -65,6 +65,12 @@ type Report struct {
 	Stale []meta.SegmentID `json:"stale,omitempty"`
 	// BytesCopied sums the bytes the backfills transferred.
 	BytesCopied int64 `json:"bytes_copied"`
+	// Returned lists the segments whose backfills were cancelled because a
+	// dead replica they replaced came back with an intact copy; their
+	// replica set was left as it was. BytesSaved estimates the transfer
+	// avoided (the cancelled backfills' sizes less what they had copied).
+	Returned   []meta.SegmentID `json:"returned,omitempty"`
+	BytesSaved int64            `json:"bytes_saved,omitempty"`
 	// Aborted says the pass stopped early (leadership lost): what it
 	// lists was done, the rest was not started.
 	Aborted bool `json:"aborted,omitempty"`
