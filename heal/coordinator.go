@@ -328,11 +328,11 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 	rep := plan.Report
 	lim := &limiter{all: make(chan struct{}, c.cfg.Concurrency), per: c.cfg.PerBroker, by: map[meta.BrokerID]chan struct{}{}}
 	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		failed   = map[meta.SegmentID]string{} // a backfill of the segment failed
-		settled  = map[CopyRef]bool{}
-		resumed  []CopyRef
+		mu            sync.Mutex
+		wg            sync.WaitGroup
+		failed        = map[meta.SegmentID]string{} // a backfill of the segment failed
+		settled       = map[CopyRef]bool{}
+		resumed       []CopyRef
 		returnedBytes int64
 	)
 	// Backfills of one segment share a context, cancelled when a dead
