@@ -64,7 +64,8 @@ func (c *Client) do(ctx context.Context, b meta.BrokerID, path string, req, resp
 func (c *Client) Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (heal.ProbeReport, error) {
 	req := ProbeRequest{Index: snapshotIndex}
 	if dl, ok := ctx.Deadline(); ok {
-		req.DeadlineMillis = max(1, time.Until(dl).Milliseconds())
+		// Leave the answer a tenth of the time to travel back.
+		req.DeadlineMillis = max(1, time.Until(dl).Milliseconds()*9/10)
 	}
 	var rep heal.ProbeReport
 	if err := c.do(ctx, broker, pathProbe, req, &rep, false); err != nil {

@@ -99,9 +99,15 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	start := time.Now()
-	wait, cancel := context.WithTimeout(ctx, s.cfg.ProbeDeadline)
-	snap, err := s.snapshotAt(wait, req.Index)
-	cancel()
+	// One deadline for waiting on the metadata and for the stat batch: the
+	// caller's, when it sent one, within heal.probe_deadline.
+	deadline := s.cfg.ProbeDeadline
+	if req.DeadlineMillis > 0 {
+		deadline = min(deadline, time.Duration(req.DeadlineMillis)*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	snap, err := s.snapshotAt(ctx, req.Index)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +127,7 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 		segs = append(segs, seg)
 		paths = append(paths, s.db.Path(seg.ID))
 	}
-	deadline := s.cfg.ProbeDeadline
-	if req.DeadlineMillis > 0 {
-		deadline = min(deadline, time.Duration(req.DeadlineMillis)*time.Millisecond)
-	}
-	res, err := s.stat.Stat(ctx, paths, deadline)
+	res, err := s.stat.Stat(ctx, paths, time.Until(start.Add(deadline)))
 	if err != nil {
 		return nil, fmt.Errorf("plugin: broker %d: probing %d copies: %w", s.self, len(paths), err)
 	}
