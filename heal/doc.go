@@ -69,7 +69,10 @@
 // rack of at least two go missing within one grace window, no backfill
 // starts (neither new replicas nor in-place resumes) and Report.HoldReason
 // says why; probing, settling and reporting go on. Input.Release (from
-// Coordinator.Release) lifts it until the condition clears.
+// Coordinator.Release) lifts it until the condition clears. A dead replica
+// whose broker answers again while the backfills replacing it run cancels
+// them and leaves the segment's set as it was (Report.Returned,
+// BytesSaved; Config.ReturnCheck).
 //
 // Invariants:
 //

@@ -169,6 +169,9 @@ type Action struct {
 //  4. A DeleteDroppedCopy runs only after the SetReplicas of the same
 //     segment was recorded (returned nil).
 //  5. ReportFailed needs no execution; it is in the Report too.
+//  6. An executor may cancel a segment's backfills and skip its
+//     SetReplicas (never the reverse) when a replica they replace turns out
+//     to be alive after all; the next pass re-plans it.
 type Plan struct {
 	// Index is the snapshot index the plan was made from.
 	Index uint64 `json:"index"`
