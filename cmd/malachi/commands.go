@@ -236,7 +236,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	}
 	fmt.Fprintf(w, "heal: engines probe=%s fsync=%s; %d passes run by broker %d\n", ps.ProbeEngine, ps.FsyncEngine, ps.Passes, ps.Broker)
 	if ps.Hold != "" {
-		fmt.Fprintf(w, "heal: HOLDING new placements: %s (malachi release, POST /v1/heal/release)\n", ps.Hold)
+		fmt.Fprintf(w, "heal: HOLDING new placements: %s (lift it with: malachi release --admin %s)\n", ps.Hold, st.Admin)
 	}
 	if r := ps.LastPass; r != nil {
 		fmt.Fprintf(w, "last pass at %s (%.3fs, index %d): under_replicated=%d failed=%d unsettled=%d backfills=%d commands=%d deferred=%d bytes_copied=%s\n",
@@ -372,7 +372,7 @@ func writePlan(w io.Writer, p planDoc) {
 		fmt.Fprintf(w, "dead brokers %v, suspect (within grace) %v\n", r.Dead, r.Suspect)
 	}
 	if r.HoldReason != "" {
-		fmt.Fprintf(w, "HOLD: %s\n", r.HoldReason)
+		fmt.Fprintf(w, "HOLD: %s (the pass would place no new replica; malachi release lifts it)\n", r.HoldReason)
 	}
 }
 
@@ -422,5 +422,24 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if s := strings.TrimSpace(string(raw)); s != "" && s != "{}" && s != "null" {
 		fmt.Fprintf(stdout, "broker answered: %s\n", truncate(s, 400))
 	}
+	return nil
+}
+
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := validateAddr("admin", *admin); err != nil {
+		return fmt.Errorf("%w: release: %v", errUsage, err)
+	}
+	c := newAdminClient(*admin, *timeout)
+	if err := c.do(ctx, "POST", "/v1/heal/release", nil, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "mass-failure hold released for the next heal pass (asked %s)\n", *admin)
 	return nil
 }

@@ -68,6 +68,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 		}
 	}
 	d.rep.TotalSeconds = time.Since(start).Seconds()
+	d.rep.AuditBytes = d.aud.BytesRead
 	failedByPass := 0
 	if d.last != nil {
 		if r, ok := findReport(d.last.Status); ok {

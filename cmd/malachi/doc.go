@@ -4,6 +4,7 @@
 //	malachi status --admin host:port [--json]
 //	malachi plan   --admin host:port [--json]
 //	malachi load   --admin host:port --segments N --records R --size B
+//	malachi release --admin host:port
 //
 // demo builds (or takes, --malachid) the reference broker, starts a cluster
 // of real malachid processes on free loopback ports with a short tick and
@@ -39,6 +40,9 @@
 //     healing time, never as grace.
 //     grace_wait_seconds runs from the kill to that moment;
 //     dead_seen_seconds to the start of the first pass seen listing it dead.
+//     The time is the poll's: the demo's own audit of the copies that poll
+//     listed runs after it and is not counted; the brokers' verification
+//     (confirmation, the heal pass) is.
 //  3. The exit status is 0 only when every stage that ran healed and every
 //     segment is healthy at the end; a stage that did not heal stops the
 //     demo and is reported with what was still wrong.

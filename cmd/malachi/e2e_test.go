@@ -310,16 +310,52 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	code := run([]string{"plan", "--admin", admin}, &out, &errb)
-	switch code {
-	case 0:
-		if !strings.Contains(out.String(), "dry run of the next heal pass") {
-			t.Errorf("plan output: %s", out.String())
+	if code := run([]string{"plan", "--admin", admin}, &out, &errb); code != 0 {
+		t.Fatalf("plan: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"dry run of the next heal pass at index", "nothing is executed", "would find: sealed=5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan lacks %q:\n%s", want, out.String())
 		}
-	default:
-		if !strings.Contains(errb.String(), "serves no dry run") || !strings.Contains(errb.String(), admin) {
-			t.Errorf("plan: exit %d: %s", code, errb.String())
+	}
+	t.Logf("plan with broker 3 down:\n%s", out.String())
+	out.Reset()
+	if code := run([]string{"plan", "--admin", admin, "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("plan --json: exit %d: %s", code, errb.String())
+	}
+	var p planDoc
+	if err := json.Unmarshal([]byte(out.String()), &p); err != nil || p.Index == 0 || p.Report.Sealed != 5 {
+		t.Fatalf("plan --json: %v: %s", err, out.String())
+	}
+	// Past the grace delay, with no spare broker, the dry run and the
+	// status report the segments failed, by reason.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out.Reset()
+		run([]string{"plan", "--admin", admin}, &out, &errb)
+		if strings.Contains(out.String(), "report_failed") || time.Now().After(deadline) {
+			break
 		}
-		t.Logf("no dry-run endpoint yet: %s", errb.String())
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "reason=no_spare_broker") {
+		t.Errorf("plan past the grace delay, 2 of 3 brokers for RF 3:\n%s", out.String())
+	}
+	t.Logf("plan past the grace:\n%s", out.String())
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		out.Reset()
+		run([]string{"status", "--admin", admin}, &out, &errb)
+		if strings.Contains(out.String(), "failed no_spare_broker: 5") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "failed no_spare_broker: 5") || !strings.Contains(out.String(), "dead brokers [3]") {
+		t.Errorf("status past the grace delay:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run([]string{"release", "--admin", admin}, &out, &errb); code != 0 || !strings.Contains(out.String(), "released") {
+		t.Fatalf("release: exit %d: %s %s", code, out.String(), errb.String())
 	}
 }

@@ -17,6 +17,7 @@ usage:
   malachi status --admin host:port [--json]
   malachi plan   --admin host:port [--json]
   malachi load   --admin host:port --segments N --records R --size B [--prefix p]
+  malachi release --admin host:port   (lift a mass-failure hold for the next pass)
 
 Run "malachi <command> -h" for a command's flags.
 `
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runPlan(ctx, rest, stdout, stderr)
 	case "load":
 		err = runLoad(ctx, rest, stdout, stderr)
+	case "release":
+		err = runRelease(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

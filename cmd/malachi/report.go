@@ -43,11 +43,13 @@ type demoReport struct {
 	// malachi_heal_backfill_bytes_total); BytesEstimated is the demo's own
 	// estimate from the copies' sizes after each fault and the final
 	// replica sets.
-	BytesRereplicated int64   `json:"bytes_rereplicated"`
-	BytesEstimated    int64   `json:"bytes_estimated"`
-	LoadSeconds       float64 `json:"load_seconds"`
-	LoadBytes         int64   `json:"load_bytes"`
-	TotalSeconds      float64 `json:"total_seconds"`
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
+	BytesEstimated    int64 `json:"bytes_estimated"`
+	// AuditBytes counts the bytes the demo read to audit copies itself.
+	AuditBytes   int64   `json:"audit_bytes"`
+	LoadSeconds  float64 `json:"load_seconds"`
+	LoadBytes    int64   `json:"load_bytes"`
+	TotalSeconds float64 `json:"total_seconds"`
 	// Verification says what "verified" meant in this run.
 	Verification []string      `json:"verification"`
 	Faults       []faultReport `json:"faults"`
@@ -176,6 +178,7 @@ func (r *demoReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
 	fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
 	fmt.Fprintf(w, "re-replicated      %s received by backfills (brokers' metrics), %s estimated from copy sizes\n", formatBytes(r.BytesRereplicated), formatBytes(r.BytesEstimated))
+	fmt.Fprintf(w, "audited            %s of copies read and checked by the demo itself\n", formatBytes(r.AuditBytes))
 	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
 	fmt.Fprintf(w, "\n%-9s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
 	for _, f := range r.Faults {
