@@ -142,6 +142,23 @@ func BenchmarkProbe(b *testing.B) {
 		}},
 	}
 	for _, e := range engines {
+		// Small batches, warm only: where a ring round trip costs more than
+		// it saves (Config.SmallBatch).
+		for _, n := range []int{16, 1000} {
+			b.Run(fmt.Sprintf("engine=%s/files=%d/cache=warm", e.name, n), func(b *testing.B) {
+				paths := probeFixture(b, files)[:n]
+				run := e.run(b, paths)
+				out := make([]probe.Result, n)
+				run(context.Background(), out)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					run(context.Background(), out)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/file")
+			})
+		}
 		b.Run(fmt.Sprintf("engine=%s/files=%d", e.name, files), func(b *testing.B) {
 			paths := probeFixture(b, files)
 			for _, cache := range []string{"warm", "cold"} {

@@ -31,11 +31,13 @@
 // ("probe: engine chosen"); when the ring is refused it uses the syscall
 // engine and the reason names the refusal. While both exist, Auto answers a
 // sample of every ExploreEvery-th large batch with the engine not in use,
-// keeps a per-path cost estimate for each (the first run of each engine
-// only warms it up: io-wq spawns its workers then) and moves to the faster
+// keeps a per-path cost estimate for each (the ring's first run only warms
+// it up: io-wq spawns its workers then) and moves to the faster
 // one when it is at least 10% faster ("probe: engine changed",
-// Choice().Reason quotes both costs). Batches under SmallBatch paths always
-// use plain syscalls.
+// Choice().Reason quotes both costs). The sample runs before the rest of
+// its batch, so on a cold cache it pays for the directories the batch
+// shares; that keeps it from looking cheaper than it is. Batches under
+// SmallBatch paths always use plain syscalls.
 //
 // Invariants:
 //

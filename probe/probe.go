@@ -270,7 +270,7 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 		other = KindURing
 	}
 	k := 0 // paths answered by the other engine, from off on
-	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (p.runs[other] < 2 || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
+	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (p.nsPer[other] == 0 || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
 		k = s
 	}
 	if k == 0 {
@@ -322,9 +322,9 @@ func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) error {
 	if ctx.Err() != nil || total == 0 {
 		return nil
 	}
-	// The first run of an engine pays for its start (io-wq spawns its
-	// workers, caches warm): it measures nothing.
-	if p.runs[k]++; p.runs[k] == 1 {
+	// The first run of the ring pays for its start (io-wq spawns its
+	// workers): it measures nothing.
+	if p.runs[k]++; k == KindURing && p.runs[k] == 1 {
 		return nil
 	}
 	ns := float64(p.now().Sub(start).Nanoseconds()) / float64(total)
