@@ -81,6 +81,7 @@ type Node struct {
 	baseline    map[raft.ServerID]time.Time // contact assumed at leadership gain; protected by mu
 	failing     map[raft.ServerID]time.Time // FailedHeartbeatObservation.LastContact; protected by mu
 	prevLeader  raft.ServerID               // last other leader observed; protected by mu
+	otherLed    bool                        // another node led since our last term; protected by mu
 	termCancel  context.CancelFunc          // ends this leadership's goroutines; protected by mu
 	closeOnce   sync.Once
 	closeErr    error
@@ -253,12 +254,21 @@ func (n *Node) beginTerm() {
 	n.leaderSince = now
 	n.baseline = map[raft.ServerID]time.Time{}
 	n.failing = map[raft.ServerID]time.Time{}
+	// Without a leader in between (a lease step-down and re-election of
+	// this node, typically), nobody heard from a voter since this node's
+	// own last contact with it: carry that over rather than restart the
+	// voter's clock.
+	carry := !n.otherLed
 	for _, s := range n.r.GetConfiguration().Configuration().Servers {
 		n.baseline[s.ID] = now
+		if t := n.trans.lastContact(s.ID); carry && !t.IsZero() {
+			n.baseline[s.ID] = t
+		}
 	}
-	if n.prevLeader != "" && !lc.IsZero() {
+	if n.otherLed && n.prevLeader != "" && !lc.IsZero() {
 		n.baseline[n.prevLeader] = lc
 	}
+	n.otherLed = false
 	n.mu.Unlock()
 	n.log.Info().Msg("cluster: became leader")
 	n.wg.Add(1)
@@ -320,7 +330,7 @@ func (n *Node) observeLoop() {
 			case raft.LeaderObservation:
 				if d.LeaderID != "" && d.LeaderID != serverID(n.cfg.ID) {
 					n.mu.Lock()
-					n.prevLeader = d.LeaderID
+					n.prevLeader, n.otherLed = d.LeaderID, true
 					n.mu.Unlock()
 				}
 			case raft.FailedHeartbeatObservation:
@@ -542,9 +552,11 @@ func (n *Node) Segment(id meta.SegmentID) (meta.Segment, bool) { return n.fsm.se
 // raft's own record while heartbeats fail. A voter not heard from since
 // this node became leader gets the moment leadership was gained, except
 // the previous leader, which gets this node's last contact with it as a
-// follower: a new leader never declares a voter dead sooner than it could
-// know, and a failover does not reset the previous leader's clock. Self
-// is always now.
+// follower, and except when no other node led since this node's previous
+// term (a lease step-down and re-election), when each voter keeps its
+// contact from that term: a new leader never declares a voter dead sooner
+// than it could know, and neither a failover nor a flap resets the clock
+// of a voter that is down. Self is always now.
 //
 // On a follower, only the leader's LastContact is known (raft's
 // LastContact: the last AppendEntries from it); the others are zero.
