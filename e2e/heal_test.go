@@ -372,6 +372,18 @@ func TestHealTime(t *testing.T) {
 	done := time.Now()
 	t.Logf("seconds_to_heal=%.2f (metadata healed %.2f s after dead; grace waited %.2f s; %d segments)",
 		done.Sub(deadAt).Seconds(), healedAt.Sub(deadAt).Seconds(), grace.Seconds(), segments)
-	snap, _ := c.metadata(c.leader())
+	l := c.leader()
+	t.Logf("leader %d: %v passes taking %.2f s in all; %v commands taking %.2f s (sequential); barrier %.3f s",
+		l, c.metric(l, "malachi_heal_pass_duration_seconds_count"), c.metric(l, "malachi_heal_pass_duration_seconds_sum"),
+		c.metric(l, "malachi_heal_command_duration_seconds_count"), c.metric(l, "malachi_heal_command_duration_seconds_sum"),
+		c.metric(l, "malachi_heal_barrier_duration_seconds_sum"))
+	for _, b := range c.brokers {
+		if c.alive(b.id) {
+			t.Logf("broker %d received %.0f backfill bytes in %v backfills taking %.2f s in all", b.id,
+				c.metric(b.id, "malachi_heal_backfill_bytes_total"), c.metric(b.id, "malachi_heal_backfill_duration_seconds_count"),
+				c.metric(b.id, "malachi_heal_backfill_duration_seconds_sum"))
+		}
+	}
+	snap, _ := c.metadata(l)
 	c.checkCopies(snap)
 }

@@ -82,7 +82,7 @@ func DefaultConfig() Config {
 		DataListen:             "127.0.0.1:7301",
 		Tick:                   2 * time.Second,
 		Grace:                  10 * time.Second,
-		SettleBatch:            64,
+		SettleBatch:            512,
 		ProbeDeadline:          2 * time.Second,
 		RPCTimeout:             5 * time.Second,
 		MaxBackfills:           64,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -27,16 +28,24 @@ const fastTick = 25 * time.Millisecond
 type healControl struct {
 	cp ControlPlane
 	m  *metrics
+	// barriered is set once a barrier succeeded in this leadership term.
+	barriered *atomic.Bool
 }
 
-// Snapshot implements heal.ControlPlane: a barrier first, so the view holds
-// every command this leader committed.
+// Snapshot implements heal.ControlPlane. The first pass of a term starts
+// with a barrier, so the view holds everything earlier leaders committed;
+// after that the leader's own view already holds every command it
+// acknowledged (Apply returns once its state machine applied it), and the
+// barrier's log write would only slow every pass down.
 func (h healControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
-	start := time.Now()
-	if err := h.cp.Barrier(ctx); err != nil {
-		return meta.Snapshot{}, err
+	if !h.barriered.Load() {
+		start := time.Now()
+		if err := h.cp.Barrier(ctx); err != nil {
+			return meta.Snapshot{}, err
+		}
+		h.m.barrierSeconds.Observe(time.Since(start).Seconds())
+		h.barriered.Store(true)
 	}
-	h.m.barrierSeconds.Observe(time.Since(start).Seconds())
 	return h.cp.Snapshot(), nil
 }
 
@@ -50,9 +59,10 @@ func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplica
 
 // term is one leadership term's coordinator.
 type term struct {
-	mu     sync.Mutex // serialises Pass and DryRun (both read probes into c)
-	c      *heal.Coordinator
-	urgent chan time.Duration // the next pass's delay, when sooner than a tick
+	barriered atomic.Bool // see healControl; reset at every term start
+	mu        sync.Mutex  // serialises Pass and DryRun (both read probes into c)
+	c         *heal.Coordinator
+	urgent    chan time.Duration // the next pass's delay, when sooner than a tick
 }
 
 // watchLeadership runs the coordinator while this node leads: started on
@@ -108,6 +118,7 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 			return func() {}
 		}
 	}
+	t.barriered.Store(false) // a new term: catch up with earlier leaders first
 	p.mu.Lock()
 	p.term, p.prevTerm = t, nil
 	p.status.Leader = true
@@ -148,7 +159,7 @@ func (p *Plugin) newTerm() (*term, error) {
 	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
 		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare}
 	c, err := heal.NewCoordinator(heal.Config{
-		Control: healControl{p.deps.Control, p.metrics}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
+		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
 		Policy: pol, Now: p.now, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
 		ProbeTimeout: p.cfg.ProbeDeadline, Logger: slog.New(zerologHandler{p.log}),
 		OnReport: func(r heal.Report) {
