@@ -317,17 +317,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := validateAddr("admin", *admin); err != nil {
 		return fmt.Errorf("%w: plan: %v", errUsage, err)
 	}
+	// The dry run is the coordinator's; any broker forwards it to the
+	// leader.
 	c := newAdminClient(*admin, *timeout)
-	// The dry run is the coordinator's: ask the leader.
-	if h, err := c.Health(ctx); err != nil {
-		return err
-	} else if h.Leader != 0 && h.Leader != h.ID {
-		if snap, err := c.Metadata(ctx); err == nil {
-			if lb, ok := snap.Broker(h.Leader); ok && lb.AdminAddr != "" {
-				c = newAdminClient(lb.AdminAddr, *timeout)
-			}
-		}
-	}
 	raw, err := fetchPlan(ctx, c)
 	if err != nil {
 		return err

@@ -348,7 +348,10 @@ func (d *demo) leaderClient(ctx context.Context) *adminClient {
 			return b.client
 		}
 	}
-	return d.c.running()[0].client
+	if run := d.c.running(); len(run) > 0 {
+		return run[0].client
+	}
+	return d.c.brokers[0].client // none running: its error will name it
 }
 
 // observe records a view: it evaluates it and counts heal passes.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -82,7 +83,11 @@ func reportErr(stderr io.Writer, err error) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	default:
-		fmt.Fprintf(stderr, "malachi: %v\n", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "malachi: ") {
+			msg = "malachi: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
 		return 1
 	}
 }
