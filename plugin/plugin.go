@@ -1,12 +1,14 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,10 +49,11 @@ type Deps struct {
 	Store *store.DB
 	// Control is the control plane. Required.
 	Control ControlPlane
-	// LastContact optionally reports, on the leader, when each broker was
-	// last heard from by the control plane (raft heartbeats); the
-	// coordinator counts a broker seen at the later of that and its last
-	// probe answer. Nil: probe answers only.
+	// LastContact optionally reports when each broker was last heard from
+	// by the control plane (raft heartbeats, known on the leader); /status
+	// shows it beside the heal view. Healing itself counts a broker alive
+	// by its probe answers and dead after the grace delay without one (the
+	// plugin's RPC is what a source or target must answer).
 	LastContact func() map[meta.BrokerID]time.Time
 	// Logger receives the plugin's events. The zero Logger discards.
 	Logger zerolog.Logger
@@ -108,6 +111,16 @@ type Status struct {
 	LastPassSeconds float64      `json:"last_pass_seconds,omitempty"`
 	// Hold is the mass-failure brake's reason, empty when not holding.
 	Hold string `json:"hold,omitempty"`
+	// Members is the control plane's view of the voters (Deps.LastContact).
+	Members []Member `json:"members,omitempty"`
+}
+
+// Member is one broker as the control plane last heard from it.
+type Member struct {
+	ID          meta.BrokerID `json:"id"`
+	LastContact time.Time     `json:"last_contact,omitzero"`
+	// Silent is how long ago that was, in seconds.
+	Silent float64 `json:"silent_seconds"`
 }
 
 // New checks cfg and deps and returns a Plugin that has started nothing.
@@ -266,8 +279,19 @@ func (p *Plugin) Stop() error {
 // Status returns this instance's view of healing.
 func (p *Plugin) Status() Status {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	s := p.status
+	p.mu.Unlock()
+	if p.deps.LastContact != nil && p.cfg.Enabled {
+		now := p.now()
+		for id, at := range p.deps.LastContact() {
+			m := Member{ID: id, LastContact: at}
+			if !at.IsZero() {
+				m.Silent = now.Sub(at).Seconds()
+			}
+			s.Members = append(s.Members, m)
+		}
+		slices.SortFunc(s.Members, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	}
 	return s
 }
 
