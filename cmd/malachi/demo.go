@@ -39,6 +39,7 @@ type demo struct {
 	// heal pass that counted it dead.
 	watchDead meta.BrokerID
 	deadSeen  time.Time
+	madeDir   bool // the demo created o.Dir (a temporary directory)
 }
 
 // runDemo runs the demo and returns the process exit status.
@@ -115,6 +116,9 @@ func (d *demo) verificationText() []string {
 // the demo made it and everything healed.
 func (d *demo) cleanup(ok bool) {
 	if d.c == nil {
+		if d.madeDir {
+			_ = os.RemoveAll(d.o.Dir) // no broker ever ran: nothing to look at
+		}
 		return
 	}
 	if d.o.Keep {
@@ -126,7 +130,7 @@ func (d *demo) cleanup(ok bool) {
 		return
 	}
 	d.c.Stop()
-	if ok && d.rep.Dir == "" {
+	if ok && d.madeDir {
 		_ = os.RemoveAll(d.o.Dir)
 		return
 	}
@@ -139,10 +143,15 @@ func (d *demo) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d.o.Dir = dir
+		d.o.Dir, d.madeDir = dir, true
 	} else {
 		if err := os.MkdirAll(d.o.Dir, 0o755); err != nil {
 			return fmt.Errorf("--dir %s: %w", d.o.Dir, err)
+		}
+		if ents, err := os.ReadDir(d.o.Dir); err != nil {
+			return fmt.Errorf("--dir %s: %w", d.o.Dir, err)
+		} else if len(ents) > 0 {
+			return fmt.Errorf("--dir %s is not empty (it holds %s): the demo starts a new cluster in an empty directory", d.o.Dir, ents[0].Name())
 		}
 		d.rep.Dir = d.o.Dir // the user's directory is never removed
 	}

@@ -103,12 +103,17 @@ func TestCommandFlagErrors(t *testing.T) {
 		{[]string{"demo", "--brokers", "-1"}, 2, "--brokers -1"},
 		{[]string{"demo", "--poll", "0s"}, 2, "--poll 0s"},
 		{[]string{"demo", "--malachid", "/nonexistent/malachid", "--json"}, 1, ""},
+		{[]string{"demo", "--dir", "/", "--json"}, 1, "not empty"},
 	} {
 		var out, errb strings.Builder
 		code := run(tc.args, &out, &errb)
-		if tc.want == "" {
+		if tc.args != nil && tc.args[0] == "demo" && tc.code == 1 {
 			// The demo's own failures are in its report, on stdout.
-			if code != tc.code || !strings.Contains(out.String(), `"error": "--malachid /nonexistent/malachid: stat /nonexistent/malachid: no such file or directory"`) {
+			want := tc.want
+			if want == "" {
+				want = `"error": "--malachid /nonexistent/malachid: stat /nonexistent/malachid: no such file or directory"`
+			}
+			if code != tc.code || !strings.Contains(out.String(), want) {
 				t.Errorf("malachi %q: exit %d, stdout %s", tc.args, code, out.String())
 			}
 			continue
