@@ -9,7 +9,7 @@ import (
 
 var (
 	simSeed  = flag.Uint64("sim.seed", 0, "run the simulation with this seed only")
-	simSeeds = flag.Int("sim.seeds", 300, "number of simulation seeds")
+	simSeeds = flag.Int("sim.seeds", 0, "number of simulation seeds (default 300, 200 under -race)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -18,6 +18,12 @@ func TestSimulation(t *testing.T) {
 		return
 	}
 	n := *simSeeds
+	if n == 0 {
+		n = 300
+		if raceEnabled {
+			n = 200
+		}
+	}
 	if testing.Short() {
 		n = 30
 	}

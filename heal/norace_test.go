@@ -1,0 +1,5 @@
+//go:build !race
+
+package heal
+
+const raceEnabled = false
