@@ -2,7 +2,6 @@ package catchup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -142,18 +141,17 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 			}
 		}
 	}
+	// io.CopyBuffer over wrappers that hide io.ReaderFrom/io.WriterTo,
+	// so Go cannot switch to its own sendfile/splice: pread(2) and
+	// write(2) through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
 	return pump(ctx, conn, n, th, progress, func(done int64, c int) (int, error) {
-		st.read.Add(1)
-		m, err := f.ReadAt(buf[:c], off+done)
-		if m < c {
-			if err == nil || err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return 0, fmt.Errorf("reading the source copy at byte %d: %w", off+done+int64(m), err)
+		src := io.NewSectionReader(f, off+done, int64(c))
+		m, err := io.CopyBuffer(countWriter{conn, &st.write}, countReader{src, &st.read}, buf)
+		if err == nil && m < int64(c) {
+			err = fmt.Errorf("reading the source copy at byte %d: %w", off+done+m, io.ErrUnexpectedEOF)
 		}
-		st.write.Add(1)
-		return conn.Write(buf[:c])
+		return int(m), err
 	})
 }
 
@@ -168,26 +166,49 @@ func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 			}
 		}
 	}
+	// io.CopyBuffer over wrappers that hide io.ReaderFrom/io.WriterTo:
+	// read(2) from the socket, pwrite(2) into the copy, through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
 	return pump(ctx, conn, n, th, progress, func(done int64, c int) (int, error) {
-		got := 0
-		for got < c {
-			st.read.Add(1)
-			m, err := conn.Read(buf[:c-got])
-			if m > 0 {
-				st.write.Add(1)
-				if _, werr := f.WriteAt(buf[:m], off+done+int64(got)); werr != nil {
-					return got, &targetError{werr}
-				}
-				got += m
-			}
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = io.ErrUnexpectedEOF
-				}
-				return got, err
-			}
+		dst := &offsetWriter{f: f, off: off + done, n: &st.write}
+		m, err := io.CopyBuffer(dst, countReader{io.LimitReader(conn, int64(c)), &st.read}, buf)
+		if err == nil && m < int64(c) {
+			err = io.ErrUnexpectedEOF
 		}
-		return got, nil
+		return int(m), err
 	})
+}
+
+// countReader and countWriter count calls and hide every method but Read
+// or Write, so io.CopyBuffer finds no io.WriterTo or io.ReaderFrom.
+type countReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c countReader) Read(b []byte) (int, error) { c.n.Add(1); return c.r.Read(b) }
+
+type countWriter struct {
+	w io.Writer
+	n *atomic.Uint64
+}
+
+func (c countWriter) Write(b []byte) (int, error) { c.n.Add(1); return c.w.Write(b) }
+
+// offsetWriter writes sequentially into f from off with pwrite(2); its
+// errors are *targetError.
+type offsetWriter struct {
+	f   File
+	off int64
+	n   *atomic.Uint64
+}
+
+func (w *offsetWriter) Write(b []byte) (int, error) {
+	w.n.Add(1)
+	m, err := w.f.WriteAt(b, w.off)
+	w.off += int64(m)
+	if err != nil {
+		return m, &targetError{err}
+	}
+	return m, nil
 }
