@@ -49,6 +49,13 @@ type Config struct {
 	// OnReport, when set, is called with every pass's Report (metrics,
 	// status). It must not block for long.
 	OnReport func(Report)
+	// RefuseAfter is how many failed backfills of one segment from one
+	// source, in a row and with the segment unchanged, count as that
+	// source refusing when the errors do not say so (default 3; negative:
+	// only errors wrapping ErrSourceRefused count). An error wrapping
+	// ErrSourceRefused counts at once. A refused source is not read for the
+	// segment again until the segment changes (see Refusal).
+	RefuseAfter int
 }
 
 // Coordinator runs heal passes while its caller holds leadership. Run and
@@ -62,9 +69,13 @@ type Coordinator struct {
 	pass    int
 	avoid   map[CopyRef]int // until which pass
 
+	refused []Refusal            // Input.Refused of the next pass
+	fills   map[Refusal]int      // failed backfills per source and segment state, below RefuseAfter
+
 	mu      sync.Mutex
 	last    Report
 	release bool
+	acked   map[meta.SegmentID]bool // acknowledged lost segments
 }
 
 // NewCoordinator checks cfg and returns a Coordinator. The error wraps
@@ -108,6 +119,9 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.AvoidPasses == 0 {
 		cfg.AvoidPasses = 5
+	}
+	if cfg.RefuseAfter == 0 {
+		cfg.RefuseAfter = 3
 	}
 	if cfg.ReturnCheck == 0 {
 		cfg.ReturnCheck = time.Second
@@ -159,6 +173,39 @@ func (c *Coordinator) Release() {
 	c.release = true
 	c.mu.Unlock()
 	c.cfg.Logger.Info("heal: mass-failure hold released by operator")
+}
+
+// Acknowledge records that an operator acknowledged the loss of segment
+// id: later Reports keep listing it in Lost, marked Acknowledged (and
+// count it in LostAcknowledged), until the segment is healthy again or
+// leaves the metadata; a later loss is then reported unacknowledged. It
+// returns an error wrapping ErrInvalid for a bad id, or ErrNotLost when the
+// last pass did not report id lost; nothing changes then. Safe at any
+// time. The acknowledgement lives in this Coordinator: a new leader's
+// reports show the segment unacknowledged.
+func (c *Coordinator) Acknowledge(id meta.SegmentID) error {
+	if err := id.Validate(); err != nil {
+		return fmt.Errorf("%w: acknowledge: %w", ErrInvalid, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.IndexFunc(c.last.Lost, func(l LostSegment) bool { return l.Segment == id })
+	if i < 0 {
+		return fmt.Errorf("%w: acknowledge %s: the last pass (index %d) does not report it lost", ErrNotLost, id, c.last.Index)
+	}
+	if c.acked == nil {
+		c.acked = map[meta.SegmentID]bool{}
+	}
+	c.acked[id] = true
+	if !c.last.Lost[i].Acknowledged {
+		// Last's report reflects it at once; copy-on-write, so that
+		// reports already handed out do not change.
+		c.last.Lost = slices.Clone(c.last.Lost)
+		c.last.Lost[i].Acknowledged = true
+		c.last.LostAcknowledged++
+	}
+	c.cfg.Logger.Info("heal: lost segment acknowledged by operator", "segment", id)
+	return nil
 }
 
 // DryRun takes a snapshot, probes every broker and returns the Plan a pass
@@ -233,9 +280,14 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 		in.Avoid = append(in.Avoid, ref)
 	}
 	sortRefs(in.Avoid)
+	in.Refused = slices.Clone(c.refused)
 	c.mu.Lock()
 	in.Release = c.release
+	for id := range c.acked {
+		in.Acknowledged = append(in.Acknowledged, id)
+	}
 	c.mu.Unlock()
+	slices.Sort(in.Acknowledged)
 	return in, nil
 }
 
@@ -254,12 +306,18 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	c.mu.Lock()
 	if plan.Report.HoldReason == "" {
-		c.mu.Lock()
 		c.release = false // the hold cleared: a new one may arise
-		c.mu.Unlock()
 	}
+	for _, id := range in.Acknowledged {
+		if _, still := slices.BinarySearch(plan.Acknowledged, id); !still {
+			delete(c.acked, id) // healthy again or gone: a new loss is new
+		}
+	}
+	c.mu.Unlock()
 	c.cursor = plan.SettleCursor
+	c.refused = plan.Refused
 	rep := c.execute(ctx, plan)
 	c.mu.Lock()
 	c.last = rep
@@ -382,6 +440,12 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 			switch {
 			case err != nil && a.Op.IsBackfill() && returned[a.Segment.ID]:
 				// Cancelled: a replaced replica came back.
+			case err != nil && a.Op.IsBackfill() && ctx.Err() == nil && c.refusedBy(a, err):
+				// The source refused: not read again for this segment
+				// until it changes; the target was not at fault.
+				if _, ok := failed[a.Segment.ID]; !ok {
+					failed[a.Segment.ID] = fmt.Sprintf("%s to %d from %d: source refused: %v", a.Op, a.Target, a.Source, err)
+				}
 			case err != nil && a.Op.IsBackfill():
 				if a.Op != ResumeShortCopy && ctx.Err() == nil {
 					if c.avoid == nil {
@@ -394,8 +458,11 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 				}
 			case err != nil:
 				c.cfg.Logger.Warn("heal: settle failed", "copy", ref.String(), "err", err)
-			case a.Op == ResumeShortCopy:
-				resumed = append(resumed, ref)
+			case a.Op.IsBackfill():
+				delete(c.fills, refusal(a))
+				if a.Op == ResumeShortCopy {
+					resumed = append(resumed, ref)
+				}
 			case a.Op == SettleOverrun:
 				settled[ref] = true
 			}
@@ -417,7 +484,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 			break
 		}
 		switch a.Op {
-		case ReplaceDeadReplica, ReplaceLatchedCopy, AddMissingReplica, ResumeShortCopy:
+		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy:
 			run(a, []meta.BrokerID{a.Target, a.Source}, func(ctx context.Context) error {
 				from, err := c.cfg.Backfiller.DurableEnd(ctx, a.Target, a.Segment)
 				if err != nil {
@@ -443,6 +510,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 	}
 	wg.Wait()
 	stopWatch()
+	c.pruneFills(plan)
 	for _, a := range plan.Actions {
 		if a.Op.IsBackfill() && returned[a.Segment.ID] {
 			if !slices.Contains(rep.Returned, a.Segment.ID) {
@@ -552,6 +620,48 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		rep.Aborted = true
 	}
 	return rep
+}
+
+// refusal is the Refusal a failed backfill a would record.
+func refusal(a Action) Refusal {
+	return Refusal{Segment: a.Segment.ID, Source: a.Source, Version: a.Segment.Version, State: a.State}
+}
+
+// refusedBy decides whether the failed backfill a means its source
+// refused (err wraps ErrSourceRefused, or RefuseAfter failures in a row
+// from it with the segment unchanged) and, if so, records the Refusal for
+// the next pass. The caller holds execute's lock.
+func (c *Coordinator) refusedBy(a Action, err error) bool {
+	rf := refusal(a)
+	if !errors.Is(err, ErrSourceRefused) {
+		if c.cfg.RefuseAfter < 0 {
+			return false
+		}
+		if c.fills == nil {
+			c.fills = map[Refusal]int{}
+		}
+		c.fills[rf]++
+		if c.fills[rf] < c.cfg.RefuseAfter {
+			return false
+		}
+	}
+	delete(c.fills, rf)
+	if !slices.Contains(c.refused, rf) {
+		c.refused = append(c.refused, rf)
+		c.cfg.Logger.Warn("heal: backfill source refused; not read again for this segment until it changes",
+			"segment", a.Segment.ID, "source", a.Source, "err", err)
+	}
+	return true
+}
+
+// pruneFills forgets the failure counts of segments plan did not backfill
+// (healed, lost, or changed).
+func (c *Coordinator) pruneFills(plan Plan) {
+	for rf := range c.fills {
+		if !slices.ContainsFunc(plan.Actions, func(a Action) bool { return a.Op.IsBackfill() && refusal(a) == rf }) {
+			delete(c.fills, rf)
+		}
+	}
 }
 
 func sortRefs(rs []CopyRef) {

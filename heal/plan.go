@@ -12,6 +12,18 @@ import (
 // changed on its account.
 var ErrInvalid = errors.New("heal: invalid")
 
+// ErrSourceRefused is what a Backfiller wraps when the source's copy
+// refused the transfer (latched, missing, short, unsealed, or failing its
+// checksum or verification at the source), as opposed to a failure of the
+// target or of the network. The Coordinator then records a Refusal: the
+// source is not read for that segment again until something about the
+// segment changes.
+var ErrSourceRefused = errors.New("heal: backfill source refused")
+
+// ErrNotLost is returned by Coordinator.Acknowledge for a segment that the
+// last pass did not report lost.
+var ErrNotLost = errors.New("heal: segment not lost")
+
 // Op names what an Action does: verb, condition, target. The zero value is
 // reserved; an Action with OpUnknown is a bug.
 type Op uint8
@@ -41,17 +53,22 @@ const (
 	// ConfirmCopy confirms Target's copy, only after the SettleOverrun of
 	// the same copy in this plan succeeded.
 	ConfirmCopy
-	// DeleteDroppedCopy deletes Target's copy (a latched copy left out of
-	// the healed set), only after the SetReplicas of the same segment in
-	// this plan was recorded.
+	// DeleteDroppedCopy deletes Target's copy (a latched or corrupt copy
+	// left out of the healed set), only after the SetReplicas of the same
+	// segment in this plan was recorded.
 	DeleteDroppedCopy
 	// ReportFailed reports that the segment cannot be healed this pass,
 	// with Reason and, for no_spare_broker, Copies.
 	ReportFailed
+	// ReplaceCorruptCopy backfills Target, a new replica, from Source,
+	// because a replica's copy failed its checksum (Kind Corrupt) on a
+	// live broker. The corrupt copy is deleted (DeleteDroppedCopy) only
+	// after the set leaving it out is recorded.
+	ReplaceCorruptCopy
 )
 
 var opNames = [...]string{"unknown", "replace_dead_replica", "replace_latched_copy", "add_missing_replica",
-	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed"}
+	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy"}
 
 // String returns the snake_case name of o.
 func (o Op) String() string {
@@ -77,7 +94,7 @@ func (o *Op) UnmarshalText(b []byte) error {
 
 // IsBackfill reports whether o copies bytes to Target.
 func (o Op) IsBackfill() bool {
-	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy
+	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy || o == ReplaceCorruptCopy
 }
 
 // Reason says why a segment could not be healed.
@@ -95,8 +112,9 @@ const (
 	// kept.
 	NoSpareBroker
 	// NoIntactSource: some replica is not dead but none is intact and
-	// readable this tick (all short, missing, latched, timed out or on a
-	// broker not yet dead but not answering).
+	// readable (all short, missing, latched, corrupt, or refused as a
+	// source by an earlier attempt; see Refusal). The segment is lost
+	// (Report.Lost).
 	NoIntactSource
 	// BackfillFailed: a backfill of this pass returned an error
 	// (Coordinator only); no command was applied for the segment.
@@ -142,8 +160,8 @@ type Action struct {
 	Target meta.BrokerID `json:"target,omitempty"`
 	// Source is the intact replica a backfill copies from.
 	Source meta.BrokerID `json:"source,omitempty"`
-	// Replaces is, for ReplaceDeadReplica and ReplaceLatchedCopy, the lost
-	// replica Target takes the place of.
+	// Replaces is, for ReplaceDeadReplica, ReplaceLatchedCopy and
+	// ReplaceCorruptCopy, the lost replica Target takes the place of.
 	Replaces meta.BrokerID `json:"replaces,omitempty"`
 	// From is, for ResumeShortCopy, the stored size the probe reported (a
 	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
@@ -153,6 +171,10 @@ type Action struct {
 	// Reason and Copies explain ReportFailed.
 	Reason Reason          `json:"reason,omitempty"`
 	Copies []meta.BrokerID `json:"copies,omitempty"`
+	// State is, for a backfill, the fingerprint of its segment's replica
+	// states when planned; an executor records it in a Refusal when the
+	// source refuses.
+	State uint64 `json:"state,omitempty"`
 }
 
 // Plan is the outcome of one pass: what to do, in risk order (the segments
@@ -183,6 +205,47 @@ type Plan struct {
 	// SettleCursor is where the next pass's round-robin over unsettled
 	// copies starts; feed it back as Input.SettleCursor (the Planner does).
 	SettleCursor CopyRef `json:"settle_cursor"`
+	// Refused are the Input.Refused entries still in force (their segment's
+	// version and replica states unchanged); feed them back, with the
+	// refusals this plan's execution adds, as the next Input.Refused.
+	Refused []Refusal `json:"refused,omitempty"`
+	// Acknowledged are the Input.Acknowledged segments that are still not
+	// healthy; feed them back as the next Input.Acknowledged. A segment
+	// that became fully healthy (or left the metadata) is dropped, so a
+	// later loss is reported unacknowledged.
+	Acknowledged []meta.SegmentID `json:"acknowledged,omitempty"`
+}
+
+// Refusal remembers that Source refused to be a backfill source for
+// Segment while the segment was at Version with replica-state fingerprint
+// State (Action.State). While both still hold, the planner plans no read
+// from that copy; once either changes (a replica's report changes, a
+// broker returns or leaves, the replica set is changed) it is dropped and
+// the copy may be tried once more.
+type Refusal struct {
+	Segment meta.SegmentID `json:"segment"`
+	Source  meta.BrokerID  `json:"source"`
+	Version uint64         `json:"version"`
+	State   uint64         `json:"state"`
+}
+
+// LostSegment is a sealed segment with no intact copy that can be read:
+// every replica dead, latched, missing, short, corrupt, or refused as a
+// source. It is reported on every pass until it heals.
+type LostSegment struct {
+	Segment     meta.SegmentID `json:"segment"`
+	StartOffset uint64         `json:"start_offset"`
+	// EndOffset is one past the last record.
+	EndOffset uint64 `json:"end_offset"`
+	ByteSize  int64  `json:"byte_size"`
+	// Replicas is the replica set the metadata records: the last known
+	// holders of a copy.
+	Replicas []meta.BrokerID `json:"replicas"`
+	// Reason is AllReplicasDead or NoIntactSource.
+	Reason Reason `json:"reason"`
+	// Acknowledged says an operator acknowledged the loss
+	// (Coordinator.Acknowledge); it is still reported.
+	Acknowledged bool `json:"acknowledged,omitempty"`
 }
 
 // CopyRef names one copy: a segment on a broker.
@@ -292,4 +355,11 @@ type Input struct {
 	// Release lifts a mass-failure hold for this pass (the operator said
 	// so); the Report still names the hold_reason it overrode.
 	Release bool
+	// Refused are the previous Plan.Refused plus the refusals its
+	// execution recorded, in any order: copies not to read from while
+	// their segment is unchanged (see Refusal).
+	Refused []Refusal
+	// Acknowledged are the segments whose loss an operator acknowledged,
+	// in any order (the previous Plan.Acknowledged plus new ones).
+	Acknowledged []meta.SegmentID
 }

@@ -23,6 +23,9 @@ type Planner struct {
 	lost     []bool
 	unset    []unsettled
 	state    []copyState
+	refused  []Refusal        // Input.Refused, sorted by segment then source
+	acked    []meta.SegmentID // Input.Acknowledged, sorted
+	inForce  []Refusal        // the refusals applied this pass
 }
 
 // anom is one anomaly of one copy, flattened out of the reports.
@@ -40,6 +43,7 @@ type trouble struct {
 	lo, hi  int32 // its anomalies, p.anoms[lo:hi]
 	healthy int32 // healthy copies, for risk order
 	st      int32 // its replicas' states, p.state[st:st+len(replicas)]
+	fp      uint64
 }
 
 type unsettled struct {
@@ -58,7 +62,9 @@ const (
 	copyShort                     // up, short or missing: resumed in place
 	copyTimedOut                  // up, its probe timed out: unknown
 	copySuspect                   // broker not up, within its grace delay: unknown
+	copyRefused                   // up, intact to the probe, but refused as a source (Refusal in force)
 	copyLatched                   // up, latched: lost
+	copyCorrupt                   // up, failed its checksum (scrubber): lost
 	copyDead                      // broker dead or unknown: lost
 )
 
@@ -67,7 +73,7 @@ func (s copyState) lost() bool    { return s >= copyLatched }
 func (s copyState) unknown() bool { return s == copyTimedOut || s == copySuspect }
 
 // severity orders the kinds of two anomalies reported for one copy.
-var severity = [...]uint8{KindUnknown: 0, Overrun: 1, Short: 2, Missing: 3, TimedOut: 4, Latched: 5}
+var severity = [...]uint8{KindUnknown: 0, Overrun: 1, Short: 2, Missing: 3, TimedOut: 4, Corrupt: 5, Latched: 6}
 
 const denseIDs = 1 << 16
 
@@ -101,13 +107,18 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 		hold = !in.Release
 	}
 	p.flatten(in)
+	p.memory(in)
 	rep.Active = p.scan(snap)
 	rep.Sealed = rep.Segments - rep.Active
 
 	// Risk order: fewest healthy copies first, then snapshot order.
 	p.state = p.state[:0]
+	p.inForce = p.inForce[:0]
 	for i := range p.troubled {
 		p.classify(snap, &p.troubled[i], rep)
+	}
+	if len(p.inForce) > 0 {
+		plan.Refused = slices.Clone(p.inForce)
 	}
 	slices.SortFunc(p.troubled, func(a, b trouble) int {
 		if c := cmp.Compare(a.healthy, b.healthy); c != 0 {
@@ -118,10 +129,64 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	p.unset = p.unset[:0]
 	backfills := 0
 	for i := range p.troubled {
-		p.segment(snap, &p.troubled[i], in, hold, &plan, &backfills)
+		t := &p.troubled[i]
+		id := snap.Segments[t.seg].ID
+		if _, ok := slices.BinarySearch(p.acked, id); ok {
+			plan.Acknowledged = append(plan.Acknowledged, id)
+		}
+		p.segment(snap, t, in, hold, &plan, &backfills)
 	}
+	slices.Sort(plan.Acknowledged)
 	p.settle(snap, in, &plan)
 	return plan, nil
+}
+
+// memory copies the refusals and acknowledgements into sorted scratch
+// buffers, so that a troubled segment finds its own by binary search.
+func (p *Planner) memory(in Input) {
+	p.refused = append(p.refused[:0], in.Refused...)
+	slices.SortFunc(p.refused, cmpRefusal)
+	p.refused = slices.Compact(p.refused)
+	p.acked = append(p.acked[:0], in.Acknowledged...)
+	slices.Sort(p.acked)
+	p.acked = slices.Compact(p.acked)
+}
+
+func cmpRefusal(a, b Refusal) int {
+	if c := cmp.Compare(a.Segment, b.Segment); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Source, b.Source); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Version, b.Version); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.State, b.State)
+}
+
+// fingerprint mixes one replica's raw state into h (FNV-1a over its id,
+// class, anomaly kind, size and confirmation).
+func fingerprint(h uint64, r meta.BrokerID, st copyState, a *anom) uint64 {
+	const prime = 1099511628211
+	mix := func(v uint64) {
+		for k := 0; k < 8; k++ {
+			h ^= v & 0xff
+			h *= prime
+			v >>= 8
+		}
+	}
+	mix(uint64(r))
+	mix(uint64(st))
+	if a != nil {
+		conf := uint64(0)
+		if a.confirmed {
+			conf = 1
+		}
+		mix(uint64(a.kind) | conf<<8)
+		mix(uint64(a.size))
+	}
+	return h
 }
 
 // nodes builds the pass's broker table: liveness from the reports, the
@@ -270,8 +335,10 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 	seg := &snap.Segments[t.seg]
 	t.st = int32(len(p.state))
 	healthy := int32(0)
+	fp := uint64(14695981039346656037)
 	for _, r := range seg.Replicas {
 		st := copyDead
+		var an *anom
 		if j := p.find(r); j >= 0 {
 			n := &p.pl.nodes[j]
 			switch {
@@ -281,12 +348,15 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 					st = copyUnknownL
 				}
 				if a := p.anomaly(t, r); a != nil {
+					an = a
 					rep.Anomalies++
 					switch a.kind {
 					case Missing, Short:
 						st = copyShort
 					case Latched:
 						st = copyLatched
+					case Corrupt:
+						st = copyCorrupt
 					case TimedOut:
 						st = copyTimedOut
 					case Overrun:
@@ -299,10 +369,30 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 				st = copySuspect
 			}
 		}
+		fp = fingerprint(fp, r, st, an)
+		p.state = append(p.state, st)
+	}
+	t.fp = fp
+	// Refusals in force: the segment's version and raw states unchanged.
+	states := p.state[t.st:]
+	if len(p.refused) > 0 {
+		k, _ := slices.BinarySearchFunc(p.refused, seg.ID, func(r Refusal, id meta.SegmentID) int { return cmp.Compare(r.Segment, id) })
+		for ; k < len(p.refused) && p.refused[k].Segment == seg.ID; k++ {
+			rf := p.refused[k]
+			if rf.Version != seg.Version || rf.State != fp {
+				continue
+			}
+			if i := slices.Index(seg.Replicas, rf.Source); i >= 0 && states[i].healthy() {
+				states[i] = copyRefused
+				rep.Refused++
+				p.inForce = append(p.inForce, rf)
+			}
+		}
+	}
+	for _, st := range states {
 		if st.healthy() {
 			healthy++
 		}
-		p.state = append(p.state, st)
 	}
 	t.healthy = healthy
 	if int(healthy) < snap.ReplicationFactor {
@@ -428,7 +518,7 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 			return
 		}
 		a := p.anomaly(t, seg.Replicas[i])
-		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size})
+		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size, State: t.fp})
 		n.busy++
 		s.busy++
 		*backfills++
@@ -471,12 +561,15 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 		op, replaces := AddMissingReplica, meta.BrokerID(0)
 		if k < len(p.pl.replaced) {
 			op, replaces = ReplaceDeadReplica, p.pl.replaced[k]
-			if i := slices.Index(seg.Replicas, replaces); states[i] == copyLatched {
+			switch states[slices.Index(seg.Replicas, replaces)] {
+			case copyLatched:
 				op = ReplaceLatchedCopy
+			case copyCorrupt:
+				op = ReplaceCorruptCopy
 			}
 		}
 		n := &p.pl.nodes[p.find(id)]
-		plan.Actions = append(plan.Actions, Action{Op: op, Segment: *seg, Target: id, Source: s.id, Replaces: replaces})
+		plan.Actions = append(plan.Actions, Action{Op: op, Segment: *seg, Target: id, Source: s.id, Replaces: replaces, State: t.fp})
 		n.busy++
 		s.busy++
 		*backfills++
@@ -487,7 +580,7 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 		plan.Actions = append(plan.Actions, Action{Op: SetReplicas, Segment: *seg, Command: cmd})
 		rep.Commands++
 		for _, r := range p.pl.replaced {
-			if i := slices.Index(seg.Replicas, r); states[i] == copyLatched {
+			if st := states[slices.Index(seg.Replicas, r)]; st == copyLatched || st == copyCorrupt {
 				plan.Actions = append(plan.Actions, Action{Op: DeleteDroppedCopy, Segment: *seg, Target: r})
 			}
 		}
@@ -522,10 +615,22 @@ func (p *Planner) unplan(plan *Plan, start int) {
 	plan.Actions = plan.Actions[:start]
 }
 
-// fail appends a ReportFailed action and the matching Report entry.
+// fail appends a ReportFailed action and the matching Report entry; a
+// segment with no readable intact copy is also reported lost.
 func (p *Planner) fail(plan *Plan, seg *meta.Segment, r Reason, copies []meta.BrokerID) {
 	plan.Actions = append(plan.Actions, Action{Op: ReportFailed, Segment: *seg, Reason: r, Copies: copies})
-	plan.Report.Failed = append(plan.Report.Failed, Failure{Segment: seg.ID, Reason: r, Copies: copies})
+	rep := &plan.Report
+	rep.Failed = append(rep.Failed, Failure{Segment: seg.ID, Reason: r, Copies: copies})
+	if r != AllReplicasDead && r != NoIntactSource {
+		return
+	}
+	_, acked := slices.BinarySearch(p.acked, seg.ID)
+	rep.Lost = append(rep.Lost, LostSegment{Segment: seg.ID, StartOffset: seg.StartOffset, EndOffset: seg.EndOffset(),
+		ByteSize: seg.ByteSize, Replicas: slices.Clone(seg.Replicas), Reason: r, Acknowledged: acked})
+	rep.LostBytes += seg.ByteSize
+	if acked {
+		rep.LostAcknowledged++
+	}
 }
 
 // settle lists the unsettled copies in order and selects, round-robin from

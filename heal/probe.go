@@ -32,9 +32,16 @@ const (
 	// TimedOut: the copy's probe did not finish before the deadline; its
 	// state is unknown this tick.
 	TimedOut
+	// Corrupt: the broker's scrubber found a checksum mismatch in the
+	// copy although its byte size is intact (in-place corruption the size
+	// probe cannot see). The copy is lost: never a backfill source,
+	// replaced from an intact replica (ReplaceCorruptCopy) and deleted
+	// only once the set leaving it out is recorded; with no spare broker
+	// it stays in the set behind the healthy replicas.
+	Corrupt
 )
 
-var kindNames = [...]string{"unknown", "missing", "short", "overrun", "latched", "timed_out"}
+var kindNames = [...]string{"unknown", "missing", "short", "overrun", "latched", "timed_out", "corrupt"}
 
 // String returns the wire name of k ("missing", "short", ...).
 func (k Kind) String() string {
@@ -55,7 +62,7 @@ func (k *Kind) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: anomaly kind %q: want one of missing, short, overrun, latched, timed_out", ErrInvalid, string(b))
+	return fmt.Errorf("%w: anomaly kind %q: want one of missing, short, overrun, latched, timed_out, corrupt", ErrInvalid, string(b))
 }
 
 // Anomaly is one copy that is not simply intact.
@@ -83,8 +90,8 @@ type ProbeReport struct {
 	Copies int `json:"copies"`
 	// Anomalies lists the copies that are not intact, one per segment, in
 	// any order (the planner sorts its own copy; of two anomalies for one
-	// segment it keeps the more severe: latched, timed out, missing,
-	// short, overrun). Anomalies for segments the snapshot does not assign
+	// segment it keeps the more severe: latched, corrupt, timed out,
+	// missing, short, overrun). Anomalies for segments the snapshot does not assign
 	// to the broker are ignored.
 	Anomalies []Anomaly `json:"anomalies,omitempty"`
 	// LatchUnknown says the broker could not read its latch state this
@@ -102,7 +109,7 @@ func (r *ProbeReport) Validate() error {
 		return fmt.Errorf("%w: probe report from broker %d: copies %d is negative", ErrInvalid, r.Broker, r.Copies)
 	}
 	for i, a := range r.Anomalies {
-		if a.Kind == KindUnknown || a.Kind > TimedOut {
+		if a.Kind == KindUnknown || a.Kind > Corrupt {
 			return fmt.Errorf("%w: probe report from broker %d: anomaly %d on %s: kind %d is unknown", ErrInvalid, r.Broker, i, a.Segment, a.Kind)
 		}
 		if a.Size < 0 {

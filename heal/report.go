@@ -36,6 +36,19 @@ type Report struct {
 	// Failed lists every segment that could not be healed, on every pass
 	// until it is: planning failures first, then execution failures.
 	Failed []Failure `json:"failed,omitempty"`
+	// Lost lists, once per pass and on every pass until it heals, each
+	// sealed segment with no intact copy that can be read (its Failed
+	// entry says AllReplicasDead or NoIntactSource), in risk order.
+	// LostBytes sums their ByteSize; LostAcknowledged counts those an
+	// operator acknowledged (they stay listed). len(Lost) and LostBytes are
+	// the lost-segments and lost-bytes gauges.
+	Lost             []LostSegment `json:"lost,omitempty"`
+	LostBytes        int64         `json:"lost_bytes,omitempty"`
+	LostAcknowledged int           `json:"lost_acknowledged,omitempty"`
+	// Refused counts the copies not read from this pass because they
+	// refused as a backfill source on an earlier attempt and nothing about
+	// their segment changed since (see Refusal).
+	Refused int `json:"refused,omitempty"`
 	// Unsettled lists every overrun copy not yet confirmed; Settling the
 	// ones this pass selected (round-robin, bounded by the settle batch).
 	Unsettled []CopyRef `json:"unsettled,omitempty"`
@@ -76,6 +89,16 @@ type Report struct {
 	Aborted bool `json:"aborted,omitempty"`
 }
 
+// IsLost reports whether seg is in r.Lost.
+func (r *Report) IsLost(seg meta.SegmentID) bool {
+	for i := range r.Lost {
+		if r.Lost[i].Segment == seg {
+			return true
+		}
+	}
+	return false
+}
+
 // FailedReason returns the reason seg failed this pass, or ReasonNone.
 func (r *Report) FailedReason(seg meta.SegmentID) Reason {
 	for _, f := range r.Failed {
@@ -91,6 +114,12 @@ func (r Report) String() string {
 	s := fmt.Sprintf("index=%d segments=%d sealed=%d active=%d under_replicated=%d anomalies=%d backfills=%d commands=%d deferred=%d failed=%d unsettled=%d settling=%d healed=%d resumed=%d settled=%d confirmed=%d deleted=%d stale=%d bytes_copied=%d",
 		r.Index, r.Segments, r.Sealed, r.Active, r.UnderReplicated, r.Anomalies, r.Backfills, r.Commands, r.Deferred,
 		len(r.Failed), len(r.Unsettled), len(r.Settling), len(r.Healed), len(r.Resumed), len(r.Settled), len(r.Confirmed), len(r.Deleted), len(r.Stale), r.BytesCopied)
+	if len(r.Lost) > 0 {
+		s += fmt.Sprintf(" lost=%d lost_bytes=%d lost_acknowledged=%d", len(r.Lost), r.LostBytes, r.LostAcknowledged)
+	}
+	if r.Refused > 0 {
+		s += fmt.Sprintf(" refused=%d", r.Refused)
+	}
 	if r.HoldReason != "" {
 		s += " hold_reason=" + r.HoldReason
 	}
