@@ -30,6 +30,8 @@ type clusterConfig struct {
 	// RaftTimeout is the consensus engine's heartbeat and election
 	// timeout; the leader lease is half of it.
 	RaftTimeout time.Duration
+	// SettleBatch is heal.settle_batch; 0 leaves the plugin's default.
+	SettleBatch int
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
 }
@@ -153,6 +155,9 @@ func (c *cluster) configText(b *broker) string {
 	fmt.Fprintf(&s, "secret = %q\n", c.secret)
 	fmt.Fprintf(&s, "tick = %q\n", c.cfg.Tick.String())
 	fmt.Fprintf(&s, "grace = %q\n", c.cfg.Grace.String())
+	if c.cfg.SettleBatch > 0 {
+		fmt.Fprintf(&s, "settle_batch = %d\n", c.cfg.SettleBatch)
+	}
 	return s.String()
 }
 

@@ -55,7 +55,10 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 	d := &demo{
 		o: o, out: out, tty: isTerminal(out), aud: newAuditor(),
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		rep: &demoReport{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments},
+		rep: &demoReport{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
+			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
+			"raft.heartbeat_timeout": o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(),
+		}},
 	}
 	d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("seed %d (--seed to replay the same victims)", seed))
 	for st, why := range o.skippedStages() {
@@ -159,12 +162,12 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, Keep: d.o.Keep})
+	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, Keep: d.o.Keep})
 	if err != nil {
 		return err
 	}
 	d.c = c
-	d.logf("starting %d brokers (replication factor %d, tick %v, grace %v) under %s", d.o.Brokers, d.o.RF, d.o.Tick, d.o.Grace, d.o.Dir)
+	d.logf("starting %d brokers (replication factor %d, heal.tick %v, heal.grace %v, heal.settle_batch %d, raft timeouts %v) under %s", d.o.Brokers, d.o.RF, d.o.Tick, d.o.Grace, d.o.SettleBatch, d.o.RaftTimeout, d.o.Dir)
 	if err := c.Start(); err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ type demoOptions struct {
 	Grace        time.Duration
 	RaftTimeout  time.Duration
 	Poll         time.Duration
+	SettleBatch  int
 	StageTimeout time.Duration
 	Seed         uint64
 }
@@ -59,6 +60,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.Tick, "tick", 200*time.Millisecond, "heal pass period (heal.tick)")
 	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
 	fs.DurationVar(&o.RaftTimeout, "raft-timeout", time.Second, "control plane heartbeat and election timeout (raft.heartbeat_timeout, raft.election_timeout; the lease is half)")
+	fs.IntVar(&o.SettleBatch, "settle-batch", 512, "overrun copies settled and confirmed per pass (heal.settle_batch; the plugin's default is 64)")
 	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
@@ -128,6 +130,8 @@ func (o *demoOptions) validate() error {
 		return usageErr("--grace %v: want zero or more", o.Grace)
 	case o.RaftTimeout < 10*time.Millisecond:
 		return usageErr("--raft-timeout %v: want at least 10ms", o.RaftTimeout)
+	case o.SettleBatch < 1:
+		return usageErr("--settle-batch %d: want at least 1", o.SettleBatch)
 	case o.Poll < time.Millisecond || o.Poll > 10*time.Second:
 		return usageErr("--poll %v: want 1ms to 10s", o.Poll)
 	case o.StageTimeout <= 0:

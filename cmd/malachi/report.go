@@ -21,6 +21,8 @@ type demoReport struct {
 	ReplicationFactor int   `json:"replication_factor"`
 	Segments          int   `json:"segments"`
 	SegmentBytes      int64 `json:"segment_bytes"`
+	// Config is what the demo set in the brokers' configs (and its poll).
+	Config map[string]string `json:"config,omitempty"`
 	// UnderReplicated, Failed and DataLossSegments are counted at the end:
 	// segments with fewer live replicas than the replication factor;
 	// segments not healthy for any other reason (a copy missing, damaged,
@@ -174,6 +176,18 @@ func (r *demoReport) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n== report: %s ==\n", verdict)
 	fmt.Fprintf(w, "cluster            %d brokers, replication factor %d, %d sealed segments of %s\n", r.Brokers, r.ReplicationFactor, r.Segments, formatBytes(r.SegmentBytes))
+	if len(r.Config) > 0 {
+		keys := make([]string, 0, len(r.Config))
+		for k := range r.Config {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, k+"="+r.Config[k])
+		}
+		fmt.Fprintf(w, "config             %s\n", strings.Join(parts, " "))
+	}
 	fmt.Fprintf(w, "load               %s in %.2fs\n", formatBytes(r.LoadBytes), r.LoadSeconds)
 	fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
 	fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
