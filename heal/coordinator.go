@@ -69,8 +69,8 @@ type Coordinator struct {
 	pass    int
 	avoid   map[CopyRef]int // until which pass
 
-	refused []Refusal            // Input.Refused of the next pass
-	fills   map[Refusal]int      // failed backfills per source and segment state, below RefuseAfter
+	refused []Refusal       // Input.Refused of the next pass
+	fills   map[Refusal]int // failed backfills per source and segment state, below RefuseAfter
 
 	mu      sync.Mutex
 	last    Report

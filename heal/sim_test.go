@@ -25,6 +25,17 @@ type simCopy struct {
 	size      int64
 	latched   bool
 	confirmed bool
+	// corrupt: the scrubber found a checksum mismatch (the probe reports
+	// Corrupt); rotten: the bytes are bad but no scrubber has looked yet
+	// (the probe sees an intact copy). Either way the copy refuses as a
+	// backfill source. A restart clears neither.
+	corrupt bool
+	rotten  bool
+}
+
+// intact reports whether the copy holds the segment's whole, valid bytes.
+func (c *simCopy) intact(seg meta.Segment) bool {
+	return c != nil && !c.latched && !c.corrupt && !c.rotten && c.size >= seg.ByteSize
 }
 
 type simBroker struct {
@@ -54,6 +65,15 @@ type sim struct {
 	cached     *meta.Snapshot
 	violations []string
 	stats      map[string]int
+
+	// Traffic, per segment: DurableEnd and Backfill calls (reads), and
+	// SetReplicas commands (sets).
+	reads map[meta.SegmentID]int
+	sets  map[meta.SegmentID]int
+	// blockFills, when set, makes every Backfill wait for its context to
+	// end; fillStarted is called (without the lock) when the first waits.
+	blockFills  bool
+	fillStarted func()
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -89,7 +109,8 @@ func (s *sim) snap() *meta.Snapshot {
 
 func newSim(t testing.TB, seed uint64, nBrokers, nSegs, rf int) *sim {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), table: meta.NewTable(rf),
-		brokers: map[meta.BrokerID]*simBroker{}, now: t0, stats: map[string]int{}}
+		brokers: map[meta.BrokerID]*simBroker{}, now: t0, stats: map[string]int{},
+		reads: map[meta.SegmentID]int{}, sets: map[meta.SegmentID]int{}}
 	racks := []string{"r1", "r2", "r3"}
 	for i := 1; i <= nBrokers; i++ {
 		id := meta.BrokerID(i)
@@ -147,6 +168,7 @@ func (c simControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas
 	if err := s.step(ctx); err != nil {
 		return err
 	}
+	s.sets[cmd.ID]++
 	cur, ok := s.table.Segment(cmd.ID)
 	if !ok {
 		return fmt.Errorf("sim: unknown segment %s", cmd.ID)
@@ -186,7 +208,7 @@ func (s *sim) checkCommand(cur meta.Segment, cmd meta.SetSegmentReplicas) {
 		}
 		b := s.brokers[r]
 		c := b.copies[cmd.ID]
-		if c == nil || c.latched || c.size < cur.ByteSize+simFooter {
+		if !c.intact(cur) || c.size < cur.ByteSize+simFooter {
 			s.violate("command %s adds broker %d without a complete copy (%+v)", cmd.ID, r, c)
 		}
 	}
@@ -231,6 +253,8 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 			a = Anomaly{Kind: Missing}
 		case c.latched && !r.LatchUnknown:
 			a = Anomaly{Kind: Latched}
+		case c.corrupt:
+			a = Anomaly{Kind: Corrupt}
 		case c.size < seg.ByteSize:
 			a = Anomaly{Kind: Short, Size: c.size}
 		case c.size > seg.ByteSize && !c.confirmed:
@@ -248,6 +272,7 @@ func (b simBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta.S
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reads[seg.ID]++
 	br := s.brokers[id]
 	if br == nil || !br.up {
 		return 0, errors.New("sim: broker down")
@@ -269,13 +294,25 @@ func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, 
 	if err := s.step(ctx); err != nil {
 		return 0, err
 	}
+	s.reads[seg.ID]++
+	if s.blockFills {
+		started := s.fillStarted
+		s.fillStarted = nil
+		s.mu.Unlock()
+		if started != nil {
+			started()
+		}
+		<-ctx.Done()
+		s.mu.Lock()
+		return 0, ctx.Err()
+	}
 	tb, sb := s.brokers[target], s.brokers[source]
 	if !tb.up || !sb.up {
 		return 0, errors.New("sim: broker down")
 	}
 	sc := sb.copies[seg.ID]
-	if sc == nil || sc.latched || sc.size < seg.ByteSize {
-		return 0, fmt.Errorf("sim: source %d has no intact copy of %s", source, seg.ID)
+	if !sc.intact(seg) {
+		return 0, fmt.Errorf("sim: source %d has no intact copy of %s: %w", source, seg.ID, ErrSourceRefused)
 	}
 	tc := tb.copies[seg.ID]
 	if tc != nil && tc.latched {
@@ -342,12 +379,19 @@ func (b simBrokers) Delete(ctx context.Context, id meta.BrokerID, seg meta.Segme
 	if err := s.step(ctx); err != nil {
 		return err
 	}
-	if cur, ok := s.table.Segment(seg); ok && cur.HasReplica(id) {
+	cur, ok := s.table.Segment(seg)
+	if ok && cur.HasReplica(id) {
 		s.violate("delete %s@%d while the recorded set %v names it", seg, id, cur.Replicas)
 	}
 	br := s.brokers[id]
 	if !br.up {
 		return errors.New("sim: broker down")
+	}
+	if c := br.copies[seg]; ok && c.intact(cur) && !s.intactElsewhere(cur, id) {
+		s.violate("delete %s@%d: the last intact copy", seg, id)
+	}
+	if c := br.copies[seg]; c != nil && c.corrupt {
+		s.stats["deleted_corrupt"]++
 	}
 	delete(br.copies, seg)
 	return nil
@@ -362,7 +406,7 @@ func (s *sim) intactElsewhere(seg meta.Segment, skip meta.BrokerID) bool {
 		if r == skip {
 			continue
 		}
-		if c := s.brokers[r].copies[seg.ID]; c != nil && !c.latched && c.size >= seg.ByteSize {
+		if c := s.brokers[r].copies[seg.ID]; c.intact(seg) {
 			return true
 		}
 	}
@@ -418,6 +462,8 @@ func (s *sim) fault() {
 		c.latched = true
 	case k == 8: // lose leadership during the next pass
 		s.cancelAfter = 1 + s.rng.IntN(6)
+	case k == 9 && c != nil && s.intactElsewhere(sg, r): // in-place corruption the scrubber finds
+		c.corrupt = true
 	}
 }
 
@@ -445,7 +491,7 @@ func (s *sim) converged() (bool, string) {
 		for _, r := range sg.Replicas {
 			b := s.brokers[r]
 			c := b.copies[sg.ID]
-			if !b.up || c == nil || c.latched || !c.confirmed || c.size != sg.ByteSize+simFooter {
+			if !b.up || !c.intact(sg) || !c.confirmed || c.size != sg.ByteSize+simFooter {
 				return false, fmt.Sprintf("%s@%d up=%v copy=%+v", sg.ID, r, b.up, c)
 			}
 		}
@@ -467,10 +513,26 @@ func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) 
 			s.violate("segment %s lost replicas: %v", sg.ID, sg.Replicas)
 		}
 	}
+	var lostBytes int64
 	for _, f := range rep.Failed {
 		if f.Reason == ReasonNone {
 			s.violate("failure without a reason: %+v", f)
 		}
+		if (f.Reason == AllReplicasDead || f.Reason == NoIntactSource) && !rep.IsLost(f.Segment) {
+			s.violate("%s failed %s but is not reported lost: %+v", f.Segment, f.Reason, rep.Lost)
+		}
+	}
+	for i, l := range rep.Lost {
+		lostBytes += l.ByteSize
+		if r := rep.FailedReason(l.Segment); r != l.Reason {
+			s.violate("lost %s (%s) failed %s", l.Segment, l.Reason, r)
+		}
+		if slices.ContainsFunc(rep.Lost[:i], func(m LostSegment) bool { return m.Segment == l.Segment }) {
+			s.violate("lost %s reported twice in one pass", l.Segment)
+		}
+	}
+	if lostBytes != rep.LostBytes {
+		s.violate("lost bytes %d, entries sum to %d", rep.LostBytes, lostBytes)
 	}
 }
 
