@@ -193,7 +193,7 @@ func scan(r io.ReaderAt, size int64, o scanOpts, buf []byte) (scanResult, error)
 			stop(corruptf(pos, "frame of %d bytes runs past byte_size %d", flen, o.limit))
 			break
 		}
-		ok, err := s.checkFrame(pos, flen, h.crc)
+		ok, pending, err := s.checkFrame(pos, flen, h.crc)
 		if err != nil {
 			return res, err
 		}
@@ -212,6 +212,9 @@ func scan(r io.ReaderAt, size int64, o scanOpts, buf []byte) (scanResult, error)
 			}
 			break
 		}
+		if pending != nil {
+			s.crc, s.crcPos = *pending, pos+flen
+		}
 		res.Frames++
 		next++
 		pos += flen
@@ -226,23 +229,24 @@ func scan(r io.ReaderAt, size int64, o scanOpts, buf []byte) (scanResult, error)
 	return res, nil
 }
 
-// checkFrame checks the CRC of the frame [pos, pos+flen); when the whole CRC
-// is wanted a valid frame is folded into it.
-func (s *scanner) checkFrame(pos, flen int64, want uint32) (bool, error) {
+// checkFrame checks the CRC of the frame [pos, pos+flen). A frame larger
+// than the buffer is streamed through it; then, when the whole CRC is wanted,
+// pending is the whole CRC through the frame, for the caller to adopt once it
+// accepts the frame.
+func (s *scanner) checkFrame(pos, flen int64, want uint32) (ok bool, pending *uint32, err error) {
 	if flen <= int64(len(s.buf)) {
 		b, err := s.get(pos, int(flen))
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		if int64(len(b)) < flen {
-			return false, nil
+			return false, nil, nil
 		}
-		return crc32.Checksum(b[4:], castagnoli) == want, nil
+		return crc32.Checksum(b[4:], castagnoli) == want, nil, nil
 	}
-	// A frame larger than the buffer is streamed through it.
 	if s.whole {
 		if _, err := s.get(pos, FrameHeaderSize); err != nil {
-			return false, err
+			return false, nil, err
 		}
 		s.flush(pos)
 	}
@@ -257,10 +261,10 @@ func (s *scanner) checkFrame(pos, flen int64, want uint32) (bool, error) {
 		}
 		b, err := s.get(p, int(k))
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		if len(b) == 0 {
-			return false, nil
+			return false, nil, nil
 		}
 		if s.whole {
 			whole = crc32.Update(whole, castagnoli, b)
@@ -273,12 +277,12 @@ func (s *scanner) checkFrame(pos, flen int64, want uint32) (bool, error) {
 		p += int64(len(b))
 	}
 	if frame != want {
-		return false, nil
+		return false, nil, nil
 	}
 	if s.whole {
-		s.crc, s.crcPos = whole, pos+flen
+		return true, &whole, nil
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 // footerAt looks for a seal footer at pos, where the frames end.

@@ -1,0 +1,195 @@
+package store_test
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// The benchmarks report the store's throughput (MB/s, from SetBytes) and,
+// measured in the same run on the same bytes, a raw baseline: raw-MB/s and
+// x-raw (store throughput / raw throughput; 1.0 means as fast as raw I/O).
+
+const benchFileBytes = 32 << 20
+
+// rawRead reads path front to back in 1 MiB reads and returns the time.
+func rawRead(b *testing.B, path string, buf []byte) time.Duration {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	start := time.Now()
+	var off int64
+	for {
+		n, err := f.ReadAt(buf, off)
+		off += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// sealedCopy makes a sealed copy of about benchFileBytes with payloads of
+// the given size and returns its segment.
+func sealedCopy(b *testing.B, db *store.DB, id meta.SegmentID, payloadSize int) meta.Segment {
+	b.Helper()
+	if err := db.Create(id, 0); err != nil {
+		b.Fatal(err)
+	}
+	p := bytes.Repeat([]byte{0x5a}, payloadSize)
+	n := benchFileBytes / (payloadSize + store.FrameHeaderSize)
+	for i := 0; i < n; i++ {
+		p[i%payloadSize]++
+		if _, err := db.Append(id, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := db.Seal(id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return meta.Segment{ID: id, StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Sealed: true, Checksum: s.Checksum}
+}
+
+func report(b *testing.B, bytesPerOp int64, storeTime, rawTime time.Duration) {
+	if rawTime <= 0 || storeTime <= 0 {
+		return
+	}
+	mb := float64(bytesPerOp) * float64(b.N) / 1e6
+	b.ReportMetric(mb/rawTime.Seconds(), "raw-MB/s")
+	b.ReportMetric(rawTime.Seconds()/storeTime.Seconds(), "x-raw")
+}
+
+func benchScan(b *testing.B, what string) {
+	for _, ps := range []int{128, 4096} {
+		b.Run(fmt.Sprintf("payload=%d", ps), func(b *testing.B) {
+			db := open(b, b.TempDir(), store.Options{})
+			seg := sealedCopy(b, db, "bench", ps)
+			path := db.Path("bench")
+			buf := make([]byte, 1<<20)
+			rawRead(b, path, buf) // warm the page cache
+			b.SetBytes(seg.ByteSize + store.FooterSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				switch what {
+				case "durable-end":
+					end, err := db.DurableEnd("bench")
+					if err != nil || end.Bytes != seg.ByteSize {
+						b.Fatalf("DurableEnd = %+v, %v", end, err)
+					}
+				case "verify":
+					if err := db.Verify("bench", seg); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			storeTime := time.Since(start)
+			b.StopTimer()
+			var rawTime time.Duration
+			for i := 0; i < b.N; i++ {
+				rawTime += rawRead(b, path, buf)
+			}
+			report(b, seg.ByteSize+store.FooterSize, storeTime, rawTime)
+		})
+	}
+}
+
+// BenchmarkDurableEnd scans a sealed 32 MiB copy for its durable end.
+func BenchmarkDurableEnd(b *testing.B) { benchScan(b, "durable-end") }
+
+// BenchmarkVerify verifies a sealed 32 MiB copy (every frame's CRC and the
+// whole checksum).
+func BenchmarkVerify(b *testing.B) { benchScan(b, "verify") }
+
+// BenchmarkAppend appends frames to an active copy (no sync; the copy is
+// cut back every 32 MiB); the baseline writes the same encoded frames with
+// pwrite to a plain file.
+func BenchmarkAppend(b *testing.B) {
+	for _, ps := range []int{128, 4096} {
+		for _, pre := range []int64{0, 4 << 20} {
+			b.Run(fmt.Sprintf("payload=%d/prealloc=%d", ps, pre), func(b *testing.B) {
+				dir := b.TempDir()
+				db := open(b, dir, store.Options{Preallocate: pre})
+				if err := db.Create("a", 0); err != nil {
+					b.Fatal(err)
+				}
+				p := bytes.Repeat([]byte{1}, ps)
+				frame := int64(store.FrameHeaderSize + ps)
+				perFile := benchFileBytes / frame
+				b.SetBytes(frame)
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				var paused time.Duration
+				for i := 0; i < b.N; i++ {
+					if i > 0 && int64(i)%perFile == 0 {
+						t0 := time.Now()
+						b.StopTimer()
+						if err := db.Truncate("a", 0); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+						paused += time.Since(t0)
+					}
+					if _, err := db.Append("a", p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				storeTime := time.Since(start) - paused
+				b.StopTimer()
+
+				f, err := os.Create(dir + "/raw")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				enc := store.AppendFrame(nil, 0, p)
+				var rawTime time.Duration
+				t0 := time.Now()
+				var off int64
+				for i := 0; i < b.N; i++ {
+					if i > 0 && int64(i)%perFile == 0 {
+						rawTime += time.Since(t0)
+						if err := f.Truncate(0); err != nil {
+							b.Fatal(err)
+						}
+						off = 0
+						t0 = time.Now()
+					}
+					// The raw writer encodes too: CRC and header per frame.
+					enc = store.AppendFrame(enc[:0], uint64(i), p)
+					if _, err := f.WriteAt(enc, off); err != nil {
+						b.Fatal(err)
+					}
+					off += frame
+				}
+				rawTime += time.Since(t0)
+				report(b, frame, storeTime, rawTime)
+			})
+		}
+	}
+}
+
+// BenchmarkCRC32C is the CRC's own speed on this machine, for reference.
+func BenchmarkCRC32C(b *testing.B) {
+	buf := make([]byte, 1<<20)
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	b.SetBytes(int64(len(buf)))
+	for i := 0; i < b.N; i++ {
+		crc32.Checksum(buf, tab)
+	}
+}
