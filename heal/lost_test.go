@@ -1,0 +1,298 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Issue 7: Corrupt is a new wire value after TimedOut; the old ones keep
+// their numbers.
+func TestCorruptKindWire(t *testing.T) {
+	if Missing != 1 || Short != 2 || Overrun != 3 || Latched != 4 || TimedOut != 5 || Corrupt != 6 {
+		t.Fatalf("kind numbers moved: missing=%d short=%d overrun=%d latched=%d timed_out=%d corrupt=%d", Missing, Short, Overrun, Latched, TimedOut, Corrupt)
+	}
+	if Corrupt.String() != "corrupt" {
+		t.Errorf("String %q", Corrupt.String())
+	}
+	var k Kind
+	if err := k.UnmarshalText([]byte("corrupt")); err != nil || k != Corrupt {
+		t.Errorf("UnmarshalText = %v, %v", k, err)
+	}
+	if err := k.UnmarshalText([]byte("rotten")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("UnmarshalText(rotten) = %v", err)
+	}
+	ok := ProbeReport{Broker: 1, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate corrupt: %v", err)
+	}
+	bad := ProbeReport{Broker: 1, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt + 1}}}
+	if err := bad.Validate(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Validate kind 7: %v", err)
+	}
+	if ReplaceCorruptCopy.String() != "replace_corrupt_copy" || !ReplaceCorruptCopy.IsBackfill() || ReportFailed != 9 {
+		t.Errorf("op %s backfill=%v, report_failed=%d", ReplaceCorruptCopy, ReplaceCorruptCopy.IsBackfill(), ReportFailed)
+	}
+}
+
+// Issue 7: a corrupt copy is treated as lost.
+func TestCorruptCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func() *world
+		want  string
+		check func(t *testing.T, p Plan)
+	}{
+		{"replaced from an intact replica, deleted after the new set",
+			func() *world { return newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false) },
+			"replace_corrupt_copy a 4<-2\nset_replicas a [1 2 3]->[2 3 4]\ndelete_dropped_copy a 1\n", nil},
+		{"never a backfill source, not even for a short copy",
+			func() *world {
+				return newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Short, 5, false)
+			}, "resume_short_copy a 2<-3 from=5\nreplace_corrupt_copy a 4<-3\nset_replicas a [1 2 3]->[2 3 4]\ndelete_dropped_copy a 1\n", nil},
+		{"every copy corrupt: failed and lost, nothing deleted",
+			func() *world {
+				return newWorld(5, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Corrupt, 0, false).anomaly(3, "a", Corrupt, 0, false)
+			}, "report_failed a no_intact_source [1 2 3]\n", func(t *testing.T, p Plan) {
+				if !p.Report.IsLost("a") || p.Report.LostBytes != 1000 {
+					t.Errorf("report %+v", p.Report)
+				}
+			}},
+		{"no spare broker: stays in the set behind the healthy replicas",
+			func() *world { return newWorld(3, 3, seg("a", 2, 1, 3)).anomaly(1, "a", Corrupt, 0, false) },
+			"set_replicas a [2 1 3]->[2 3 1]\nreport_failed a no_spare_broker [1]\n", func(t *testing.T, p Plan) {
+				if p.Report.IsLost("a") {
+					t.Errorf("a segment with intact copies is not lost: %+v", p.Report.Lost)
+				}
+			}},
+		{"corrupt outranks a timed-out or short report of the same copy",
+			func() *world {
+				return newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", TimedOut, 0, false).anomaly(1, "a", Corrupt, 0, false).anomaly(1, "a", Short, 5, false)
+			}, "replace_corrupt_copy a 4<-2\nset_replicas a [1 2 3]->[2 3 4]\ndelete_dropped_copy a 1\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.build().plan()
+			if got := ops(p); got != tc.want {
+				t.Errorf("plan:\n%swant:\n%s", got, tc.want)
+			}
+			if tc.check != nil {
+				tc.check(t, p)
+			}
+		})
+	}
+}
+
+// Issue 8: a lost segment is listed with its id, offsets, size and last
+// known replicas; the gauges add up; an acknowledgement is kept while the
+// segment is unhealthy and dropped once it is healthy.
+func TestLostReport(t *testing.T) {
+	a, b := seg("a", 1, 2, 3), seg("b", 1, 2, 4)
+	a.StartOffset, b.StartOffset, b.ByteSize = 100, 300, 2500
+	w := newWorld(5, 3, a, b, seg("c", 3, 4, 5)).dead(1).dead(2).dead(3).anomaly(4, "b", Latched, 0, false)
+	w.in.Policy.HoldShare = -1
+	w.in.Acknowledged = []meta.SegmentID{"b", "c"}
+	p := w.plan()
+	want := []LostSegment{
+		{Segment: "a", StartOffset: 100, EndOffset: 110, ByteSize: 1000, Replicas: []meta.BrokerID{1, 2, 3}, Reason: AllReplicasDead},
+		{Segment: "b", StartOffset: 300, EndOffset: 310, ByteSize: 2500, Replicas: []meta.BrokerID{1, 2, 4}, Reason: NoIntactSource, Acknowledged: true},
+	}
+	if fmt.Sprint(p.Report.Lost) != fmt.Sprint(want) {
+		t.Errorf("lost:\n%+v\nwant:\n%+v", p.Report.Lost, want)
+	}
+	if p.Report.LostBytes != 3500 || p.Report.LostAcknowledged != 1 || !strings.Contains(p.Report.String(), "lost=2 lost_bytes=3500 lost_acknowledged=1") {
+		t.Errorf("report %s", p.Report)
+	}
+	// c is under-replicated (3 dead) but not lost; its acknowledgement
+	// is kept while it is unhealthy, like b's.
+	if !slices.Equal(p.Acknowledged, []meta.SegmentID{"b", "c"}) {
+		t.Errorf("acknowledged %v", p.Acknowledged)
+	}
+	// Every broker back: all healthy, every acknowledgement dropped.
+	h := newWorld(5, 3, a, b, seg("c", 3, 4, 5))
+	h.in.Acknowledged = p.Acknowledged
+	if q := h.plan(); len(q.Report.Lost) != 0 || len(q.Acknowledged) != 0 {
+		t.Errorf("healthy: lost %v acknowledged %v", q.Report.Lost, q.Acknowledged)
+	}
+}
+
+// Issue 8: a Refusal in force keeps the planner off that copy; every
+// source refused makes the segment lost with no read planned; any change
+// to the segment lifts the refusals.
+func TestRefusal(t *testing.T) {
+	base := func() *world { return newWorld(5, 3, seg("a", 1, 2, 3)).dead(1) }
+	first := base().plan()
+	if got := ops(first); got != "replace_dead_replica a 4<-2\nset_replicas a [1 2 3]->[2 3 4]\n" {
+		t.Fatalf("plan:\n%s", got)
+	}
+	fp := first.Actions[0].State
+	if fp == 0 {
+		t.Fatal("backfill without a state fingerprint")
+	}
+	ref := func(src meta.BrokerID) Refusal { return Refusal{Segment: "a", Source: src, Version: 1, State: fp} }
+
+	w := base()
+	w.in.Refused = []Refusal{ref(2)}
+	p := w.plan()
+	if got := ops(p); got != "replace_dead_replica a 4<-3\nset_replicas a [1 2 3]->[2 3 4]\n" || p.Report.Refused != 1 || !slices.Equal(p.Refused, []Refusal{ref(2)}) {
+		t.Errorf("one refused: plan:\n%sreport %s refused %v", got, p.Report, p.Refused)
+	}
+	if p.Actions[0].State != fp {
+		t.Errorf("fingerprint changed with a refusal: %x != %x", p.Actions[0].State, fp)
+	}
+
+	w = base()
+	w.in.Refused = []Refusal{ref(3), ref(2)}
+	p = w.plan()
+	if got := ops(p); got != "report_failed a no_intact_source [1]\n" || !p.Report.IsLost("a") || len(p.Refused) != 2 {
+		t.Errorf("every source refused: plan:\n%sreport %+v", got, p.Report)
+	}
+
+	for _, ch := range []struct {
+		name   string
+		change func(w *world)
+	}{
+		{"a replica's report changed", func(w *world) { w.anomaly(2, "a", Overrun, 1040, false) }},
+		{"a dead broker returned", func(w *world) { w.up(1) }},
+		{"the metadata version changed", func(w *world) { w.in.Snapshot.Segments[0].Version = 2 }},
+	} {
+		w := base()
+		w.in.Refused = []Refusal{ref(2), ref(3)}
+		ch.change(w)
+		p := w.plan()
+		if p.Report.IsLost("a") || len(p.Refused) != 0 || p.Report.Refused != 0 {
+			t.Errorf("%s: refusals still in force: plan:\n%sreport %+v", ch.name, ops(p), p.Report)
+		}
+	}
+}
+
+// Issue 8: an operator acknowledges a lost segment; later reports keep it,
+// marked; a bad id or a segment that is not lost is refused and changes
+// nothing.
+func TestCoordinatorAcknowledge(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3), seg("b", 2, 3, 4)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Corrupt, 0, false).anomaly(3, "a", Corrupt, 0, false)
+	f := newFake(w)
+	c := coordinator(t, f, w.in.Now)
+	if err := c.Acknowledge("a"); !errors.Is(err, ErrNotLost) {
+		t.Errorf("before any pass: %v", err)
+	}
+	rep, err := c.Pass(context.Background())
+	if err != nil || !rep.IsLost("a") || rep.Lost[0].Acknowledged {
+		t.Fatalf("pass: %v %+v", err, rep)
+	}
+	if err := c.Acknowledge("b"); !errors.Is(err, ErrNotLost) || !strings.Contains(err.Error(), "b") {
+		t.Errorf("healthy b: %v", err)
+	}
+	if err := c.Acknowledge("../x"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bad id: %v", err)
+	}
+	if err := c.Acknowledge("a"); err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Last(); !l.Lost[0].Acknowledged || l.LostAcknowledged != 1 || rep.Lost[0].Acknowledged {
+		t.Errorf("Last %+v; the report handed out before changed: %v", l.Lost, rep.Lost[0].Acknowledged)
+	}
+	for pass := 0; pass < 2; pass++ {
+		rep, _ = c.Pass(context.Background())
+		if len(rep.Lost) != 1 || !rep.Lost[0].Acknowledged || rep.LostAcknowledged != 1 || rep.LostBytes != 1000 {
+			t.Errorf("pass %d: lost %+v", pass, rep.Lost)
+		}
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("calls for an all-corrupt segment: %v", f.calls)
+	}
+	// The scrubber was wrong (say a copy was restored): healthy, and the
+	// acknowledgement is gone, so a later loss is news.
+	f.reports[1], f.reports[2], f.reports[3] = ProbeReport{Broker: 1}, ProbeReport{Broker: 2}, ProbeReport{Broker: 3}
+	c.Pass(context.Background())
+	f.reports[1] = ProbeReport{Broker: 1, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
+	f.reports[2] = ProbeReport{Broker: 2, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
+	f.reports[3] = ProbeReport{Broker: 3, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
+	if rep, _ := c.Pass(context.Background()); !rep.IsLost("a") || rep.Lost[0].Acknowledged {
+		t.Errorf("lost again: %+v", rep.Lost)
+	}
+}
+
+// refusingFake fails every backfill from the given sources, with err.
+type refusingFake struct {
+	*fakeBrokers
+	mu    sync.Mutex
+	from  map[meta.BrokerID]bool
+	err   error
+	reads map[meta.BrokerID]int // backfills per source
+}
+
+func (r *refusingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+	r.mu.Lock()
+	r.reads[source]++
+	bad := r.from[source]
+	r.mu.Unlock()
+	if bad {
+		r.fakeBrokers.log("backfill %s %d<-%d refused", s.ID, target, source)
+		return 0, r.err
+	}
+	return r.fakeBrokers.Backfill(ctx, target, source, s, from)
+}
+
+// Issue 8: a source whose backfill fails with ErrSourceRefused is read at
+// most once while the segment is unchanged; an error that does not say so
+// counts after RefuseAfter attempts (each to another target). Either way
+// the read traffic stops and the segment is reported lost.
+func TestCoordinatorRefusedSourceNotReadAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		perSrc   int // attempts per source before it counts as refused
+		avoidTgt bool
+	}{
+		{"ErrSourceRefused counts at once", fmt.Errorf("catchup: copy does not match: %w", ErrSourceRefused), 1, false},
+		{"other errors count after RefuseAfter", errors.New("catchup: server error"), 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(9, 3, seg("a", 1, 2, 3)).dead(1)
+			f := newFake(w)
+			rf := &refusingFake{fakeBrokers: f, from: map[meta.BrokerID]bool{2: true, 3: true}, err: tc.err, reads: map[meta.BrokerID]int{}}
+			c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: rf, Settler: f, Deleter: f,
+				Policy: DefaultPolicy(), Now: func() time.Time { return w.in.Now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seenLongAgo(c, w)
+			lostFrom, avoided := -1, 0
+			for pass := 0; pass < 12; pass++ {
+				rep, err := c.Pass(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				avoided = max(avoided, len(c.avoid))
+				if rep.IsLost("a") && lostFrom < 0 {
+					lostFrom = pass
+				}
+				if lostFrom >= 0 && (!rep.IsLost("a") || rep.FailedReason("a") != NoIntactSource) {
+					t.Fatalf("pass %d: lost from pass %d, now %+v", pass, lostFrom, rep.Failed)
+				}
+			}
+			if rf.reads[2] != tc.perSrc || rf.reads[3] != tc.perSrc || lostFrom != 2*tc.perSrc {
+				t.Errorf("reads per source %v, lost from pass %d; want %d each, lost from pass %d\n%s", rf.reads, lostFrom, tc.perSrc, 2*tc.perSrc, calls(f))
+			}
+			// A refusal is the source's fault, not the target's.
+			if got := avoided > 0; got != tc.avoidTgt {
+				t.Errorf("targets avoided: %d at most, want some: %v", avoided, tc.avoidTgt)
+			}
+			// Something changes (broker 1 answers again, its copy intact):
+			// the refusals lapse and the segment, healthy again, is not lost.
+			f.reports[1] = ProbeReport{Broker: 1}
+			rf.from[2], rf.from[3] = false, false
+			rep, _ := c.Pass(context.Background())
+			if rep.IsLost("a") || len(rep.Lost) != 0 {
+				t.Errorf("after the change: %+v", rep)
+			}
+		})
+	}
+}
