@@ -274,8 +274,8 @@ func TestBackfillBetweenInstances(t *testing.T) {
 	// A source that does not hold the segment refuses; nothing is committed.
 	ghost := seg
 	ghost.ID = "ghost"
-	if _, err := cl.Backfill(ctx, 2, 1, ghost, 0); err == nil {
-		t.Error("backfill from a source without the copy succeeded")
+	if _, err := cl.Backfill(ctx, 2, 1, ghost, 0); !errors.Is(err, heal.ErrSourceRefused) {
+		t.Errorf("backfill from a source without the copy: %v, want heal.ErrSourceRefused", err)
 	}
 	if err := cl.Delete(ctx, 2, "s1"); err != nil {
 		t.Fatal(err)

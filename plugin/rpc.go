@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
@@ -37,6 +38,7 @@ var errCodes = []struct {
 	err  error
 }{
 	{"unauthenticated", ErrUnauthenticated},
+	{"source_refused", heal.ErrSourceRefused},
 	{"lagging", ErrLagging},
 	{"latched", store.ErrLatched},
 	{"unknown_copy", store.ErrUnknownCopy},
@@ -105,7 +107,7 @@ func rpcHandler(secret []byte, now func() time.Time, h handler) http.HandlerFunc
 				status = http.StatusBadRequest
 			case "unknown_copy", "unknown_segment":
 				status = http.StatusNotFound
-			case "latched", "short", "corrupt", "not_sealed", "sealed", "busy", "stale_replicas":
+			case "latched", "short", "corrupt", "not_sealed", "sealed", "busy", "stale_replicas", "source_refused":
 				status = http.StatusConflict
 			case "lagging", "deadline", "canceled", "stopped", "store_closed":
 				status = http.StatusServiceUnavailable

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
@@ -215,6 +216,9 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	n, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment)
 	if err != nil {
 		s.metrics.backfillErrors.Inc()
+		if sourceRefused(err) {
+			return nil, fmt.Errorf("%w: backfill %s from broker %d at %s: %w", heal.ErrSourceRefused, req.Segment.ID, req.Source, req.SourceAddr, err)
+		}
 		return nil, fmt.Errorf("backfill %s from broker %d at %s: %w", req.Segment.ID, req.Source, req.SourceAddr, err)
 	}
 	s.metrics.backfillBytes.Add(float64(n))
@@ -283,4 +287,17 @@ func (s *server) latched(ctx context.Context, body []byte) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// sourceRefused reports whether a failed fetch says the source's copy is
+// unusable (no copy, unsealed, latched, disagreeing with the metadata, or
+// bytes that failed verification here), as opposed to a failure of this
+// target or of the network.
+func sourceRefused(err error) bool {
+	for _, e := range []error{catchup.ErrUnknownSegment, catchup.ErrUnsealed, catchup.ErrLatched, catchup.ErrMismatch, catchup.ErrVerify} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
