@@ -463,6 +463,14 @@ func (d *demo) countPass(v *view, fr *faultReport) {
 	}
 	d.lastPass = key
 	fr.Passes++
+	if st, ok := decodeStatus(v.Status); ok {
+		if st.LastPassSeconds > fr.MaxPassSeconds {
+			fr.MaxPassSeconds = st.LastPassSeconds
+		}
+		if r.Backfills > 0 {
+			fr.BackfillPassSeconds += st.LastPassSeconds
+		}
+	}
 	if d.watchDead != 0 && d.deadSeen.IsZero() && slices.Contains(r.Dead, d.watchDead) {
 		if started.IsZero() {
 			started = v.At

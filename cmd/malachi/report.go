@@ -98,11 +98,16 @@ type faultReport struct {
 	LeaderSeconds *float64      `json:"leader_seconds,omitempty"`
 	// BytesRereplicated: backfill bytes the brokers received during the
 	// stage; BytesEstimated: the demo's estimate from copy sizes.
-	BytesRereplicated int64  `json:"bytes_rereplicated"`
-	BytesEstimated    int64  `json:"bytes_estimated"`
-	Passes            int    `json:"passes_seen"`
-	Note              string `json:"note,omitempty"`
-	Error             string `json:"error,omitempty"`
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
+	BytesEstimated    int64 `json:"bytes_estimated"`
+	Passes            int   `json:"passes_seen"`
+	// MaxPassSeconds is the longest heal pass seen in the stage, and
+	// BackfillPassSeconds the summed duration of the passes seen that ran
+	// backfills: where the healing time went.
+	MaxPassSeconds      float64 `json:"max_pass_seconds"`
+	BackfillPassSeconds float64 `json:"backfill_pass_seconds"`
+	Note                string  `json:"note,omitempty"`
+	Error               string  `json:"error,omitempty"`
 
 	healedAt time.Time // when the view that found it healed was taken
 }
@@ -205,6 +210,9 @@ func (r *demoReport) writeText(w io.Writer) {
 			grace = fmtSeconds(f.GraceWaitSeconds)
 		}
 		fmt.Fprintf(w, "%-9s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), formatBytes(f.BytesRereplicated))
+		if f.BackfillPassSeconds > 0 {
+			fmt.Fprintf(w, "          heal passes seen: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
+		}
 		if f.Note != "" {
 			fmt.Fprintf(w, "          note: %s\n", f.Note)
 		}
