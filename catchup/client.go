@@ -78,6 +78,9 @@ type Client struct {
 	Logger zerolog.Logger
 
 	stats counters
+	// pipeSize is the splice pipe's size; 0 means maxChunk. Set by the
+	// pipe-size benchmark only.
+	pipeSize int
 }
 
 // Stats returns what the client did so far.
@@ -185,7 +188,7 @@ func (c *Client) receive(ctx context.Context, addr string, seg meta.Segment, t T
 		onChunk = func(done int64) { progress(from+done, to) }
 	}
 	n := to - from
-	got, err := recvRange(ctx, conn, t.File(), from, n, c.Mode.resolve(DefaultRecvMode), c.Throttle, &c.stats, onChunk)
+	got, err := recvRange(ctx, conn, t.File(), from, n, c.Mode.resolve(DefaultRecvMode), c.Throttle, &c.stats, onChunk, c.pipeSize)
 	c.stats.bytes.Add(uint64(got))
 	if err != nil {
 		var te *targetError

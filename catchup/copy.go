@@ -157,10 +157,10 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 
 // recvRange reads n bytes from conn into f at off. An error of the file
 // (not of the socket) is a *targetError.
-func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64)) (int64, error) {
+func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64), pipeSize int) (int64, error) {
 	if mode == ModeZeroCopy {
 		if sc, ok := conn.(syscall.Conn); ok {
-			if step, closer, ok := spliceStep(sc, f, off, st); ok {
+			if step, closer, ok := spliceStep(sc, f, off, st, pipeSize); ok {
 				defer closer()
 				return pump(ctx, conn, n, th, progress, step)
 			}

@@ -25,10 +25,9 @@ type fixture struct {
 	addr  string
 	seg   meta.Segment
 	data  []byte
-	limit Limits
 }
 
-func newFixture(t *testing.T, n int, lim Limits, sendMode, recvMode Mode) *fixture {
+func newFixture(t testing.TB, n int, lim Limits, sendMode, recvMode Mode) *fixture {
 	t.Helper()
 	fx := &fixture{src: &fileSource{dir: t.TempDir()}, sink: &fileSink{dir: t.TempDir(), want: map[meta.SegmentID][]byte{}}}
 	fx.data = make([]byte, n)
@@ -49,7 +48,7 @@ func newFixture(t *testing.T, n int, lim Limits, sendMode, recvMode Mode) *fixtu
 	return fx
 }
 
-func (fx *fixture) targetBytes(t *testing.T) []byte {
+func (fx *fixture) targetBytes(t testing.TB) []byte {
 	b, err := os.ReadFile(filepath.Join(fx.sink.dir, string(fx.seg.ID)))
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func sendfileStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64,
 	}, true
 }
 
-func spliceStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64, int) (int, error), func(), bool) {
+func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int) (func(int64, int) (int, error), func(), bool) {
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return nil, nil, false
@@ -79,9 +79,12 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64, i
 		return nil, nil, false
 	}
 	pr, pw := p[0], p[1]
-	size := maxChunk
-	if _, err := unix.FcntlInt(uintptr(pw), unix.F_SETPIPE_SZ, maxChunk); err != nil {
-		// An unprivileged process may be capped below maxChunk
+	if want <= 0 {
+		want = maxChunk
+	}
+	size := want
+	if _, err := unix.FcntlInt(uintptr(pw), unix.F_SETPIPE_SZ, want); err != nil {
+		// An unprivileged process may be capped below 1 MiB
 		// (/proc/sys/fs/pipe-max-size): use what the pipe has.
 		if s, err := unix.FcntlInt(uintptr(pw), unix.F_GETPIPE_SZ, 0); err == nil && s > 0 {
 			size = s

@@ -11,7 +11,7 @@ func sendfileStep(syscall.Conn, File, int64, *counters) (func(int64, int) (int, 
 	return nil, false
 }
 
-func spliceStep(syscall.Conn, File, int64, *counters) (func(int64, int) (int, error), func(), bool) {
+func spliceStep(syscall.Conn, File, int64, *counters, int) (func(int64, int) (int, error), func(), bool) {
 	return nil, nil, false
 }
 
