@@ -32,6 +32,10 @@ type clusterConfig struct {
 	RaftTimeout time.Duration
 	// SettleBatch is heal.settle_batch; 0 leaves the plugin's default.
 	SettleBatch int
+	// ScrubEvery and ScrubRate are heal.scrub_interval (0: off) and
+	// heal.scrub_bytes_per_second.
+	ScrubEvery time.Duration
+	ScrubRate  int64
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
 }
@@ -157,6 +161,10 @@ func (c *cluster) configText(b *broker) string {
 	fmt.Fprintf(&s, "grace = %q\n", c.cfg.Grace.String())
 	if c.cfg.SettleBatch > 0 {
 		fmt.Fprintf(&s, "settle_batch = %d\n", c.cfg.SettleBatch)
+	}
+	fmt.Fprintf(&s, "scrub_interval = %q\n", c.cfg.ScrubEvery.String())
+	if c.cfg.ScrubRate > 0 {
+		fmt.Fprintf(&s, "scrub_bytes_per_second = %d\n", c.cfg.ScrubRate)
 	}
 	return s.String()
 }

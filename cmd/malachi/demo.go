@@ -57,6 +57,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		rep: &demoReport{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
 			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
+			"heal.scrub_interval": o.ScrubEvery.String(), "heal.scrub_bytes_per_second": fmt.Sprint(o.ScrubRate),
 			"raft.heartbeat_timeout": o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(),
 		}},
 	}
@@ -162,7 +163,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, Keep: d.o.Keep})
+	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, ScrubEvery: d.o.ScrubEvery, ScrubRate: d.o.ScrubRate, Keep: d.o.Keep})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,8 @@ type demoOptions struct {
 	RaftTimeout  time.Duration
 	Poll         time.Duration
 	SettleBatch  int
+	ScrubEvery   time.Duration
+	ScrubRate    int64
 	StageTimeout time.Duration
 	Seed         uint64
 }
@@ -61,6 +63,9 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
 	fs.DurationVar(&o.RaftTimeout, "raft-timeout", time.Second, "control plane heartbeat and election timeout (raft.heartbeat_timeout, raft.election_timeout; the lease is half)")
 	fs.IntVar(&o.SettleBatch, "settle-batch", 512, "overrun copies settled and confirmed per pass (heal.settle_batch; the plugin's default is 64)")
+	fs.DurationVar(&o.ScrubEvery, "scrub-interval", time.Second, "pause between two scrub cycles (heal.scrub_interval; 0 turns the scrubber off, and the bit-flip stage with it)")
+	scrubRate := byteSize(32 << 20)
+	fs.Var(&scrubRate, "scrub-rate", "bytes per second each broker's scrubber may read (heal.scrub_bytes_per_second)")
 	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
@@ -71,6 +76,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 		return o, usageErr("demo: unexpected argument %q", fs.Arg(0))
 	}
 	o.SegmentSize = int64(size)
+	o.ScrubRate = int64(scrubRate)
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "faults" {
 			o.stagesSet = true
@@ -130,6 +136,10 @@ func (o *demoOptions) validate() error {
 		return usageErr("--grace %v: want zero or more", o.Grace)
 	case o.RaftTimeout < 10*time.Millisecond:
 		return usageErr("--raft-timeout %v: want at least 10ms", o.RaftTimeout)
+	case o.ScrubEvery < 0:
+		return usageErr("--scrub-interval %v: want 0 (off) or more", o.ScrubEvery)
+	case o.ScrubRate < 4096:
+		return usageErr("--scrub-rate %s: want at least 4 KiB per second", formatBytes(o.ScrubRate))
 	case o.SettleBatch < 1:
 		return usageErr("--settle-batch %d: want at least 1", o.SettleBatch)
 	case o.Poll < time.Millisecond || o.Poll > 10*time.Second:

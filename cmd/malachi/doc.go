@@ -47,9 +47,12 @@
 //     segment is healthy at the end; a stage that did not heal stops the
 //     demo and is reported with what was still wrong.
 //  4. A fault the cluster cannot see is reported as not detected, never
-//     hidden: the in-place bit flip is run only when the plugin advertises a
-//     scrubber or --faults asks for it; undetected, its bits are flipped
-//     back by the demo and the stage counts as not healed.
+//     hidden: the in-place bit flip (which keeps the size, so only the
+//     plugin's scrubber can find it; the demo sets heal.scrub_interval) is
+//     run when the leader's /v1/status shows the scrubber on, or when
+//     --faults asks for it. Not repaired in time, its bits are flipped back
+//     by the demo, the stage says whether a scrubber had found it, and it
+//     counts as not healed (exit status 1).
 //
 // Concurrency and crash contract: the demo's brokers are its children, each
 // in its own process group. They are stopped (SIGTERM, then SIGKILL after

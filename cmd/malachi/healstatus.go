@@ -123,6 +123,19 @@ type pluginStatus struct {
 	LastPassAt      time.Time     `json:"last_pass_at"`
 	LastPassSeconds float64       `json:"last_pass_seconds"`
 	Hold            string        `json:"hold"`
+	// Scrub is the scrubber's part, nil when the plugin has none or it
+	// is off.
+	Scrub *scrubStatus `json:"scrub"`
+}
+
+// scrubStatus mirrors plugin.ScrubStatus.
+type scrubStatus struct {
+	Enabled      bool             `json:"enabled"`
+	Cycles       uint64           `json:"cycles"`
+	Verified     uint64           `json:"verified"`
+	BytesRead    int64            `json:"bytes_read"`
+	Corrupt      []meta.SegmentID `json:"corrupt"`
+	CycleSeconds float64          `json:"cycle_seconds"`
 }
 
 // decodeStatus reads a /v1/status document: the plugin's Status, possibly

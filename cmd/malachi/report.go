@@ -194,8 +194,16 @@ func (r *demoReport) writeText(w io.Writer) {
 		fmt.Fprintf(w, "config             %s\n", strings.Join(parts, " "))
 	}
 	fmt.Fprintf(w, "load               %s in %.2fs\n", formatBytes(r.LoadBytes), r.LoadSeconds)
-	fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
-	fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	killed := false
+	for _, f := range r.Faults {
+		killed = killed || f.Stage == "kill" && f.Injected
+	}
+	if killed {
+		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
+		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	} else {
+		fmt.Fprintf(w, "seconds_to_heal    - (no broker was killed: the kill stage did not run)\n")
+	}
 	fmt.Fprintf(w, "re-replicated      %s received by backfills (brokers' metrics), %s estimated from copy sizes\n", formatBytes(r.BytesRereplicated), formatBytes(r.BytesEstimated))
 	fmt.Fprintf(w, "audited            %s of copies read and checked by the demo itself\n", formatBytes(r.AuditBytes))
 	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)

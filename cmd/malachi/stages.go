@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
@@ -211,9 +212,24 @@ func (d *demo) pickVictims(n int) []victim {
 	return out
 }
 
-// scrubberAdvertised: the plugin's status mentions a scrubber.
+// scrubberAdvertised: the leader's plugin status shows a scrubber that
+// is on.
 func (d *demo) scrubberAdvertised() bool {
-	return d.last != nil && (hasKey(d.last.Status, "scrub") || hasKey(d.last.Status, "scrubber") || hasKey(d.last.Status, "scrubbed"))
+	if d.last == nil {
+		return false
+	}
+	st, ok := decodeStatus(d.last.Status)
+	return ok && st.Scrub != nil && st.Scrub.Enabled
+}
+
+// scrubFound asks broker b whether its scrubber lists id as corrupt.
+func (d *demo) scrubFound(ctx context.Context, b *broker, id meta.SegmentID) bool {
+	raw, err := b.client.Status(ctx)
+	if err != nil {
+		return false
+	}
+	st, ok := decodeStatus(raw)
+	return ok && st.Scrub != nil && slices.Contains(st.Scrub.Corrupt, id)
 }
 
 // stageDisk damages copies' files directly on disk.
@@ -222,7 +238,7 @@ func (d *demo) stageDisk(ctx context.Context, kind string) (faultReport, error) 
 	timeout := d.o.StageTimeout
 	if kind == "bitflip" && !d.scrubberAdvertised() {
 		if !d.o.stagesSet {
-			fr.Skipped = "the plugin exposes no scrubber (no \"scrub\" in /v1/status): an in-place bit flip keeps the size, so the size probe cannot see it by design; ask for it with --faults to watch it go undetected"
+			fr.Skipped = "the plugin runs no scrubber (no enabled \"scrub\" in /v1/status; --scrub-interval 0 turns it off): an in-place bit flip keeps the size, so the size probe cannot see it by design; ask for it with --faults to watch it go undetected"
 			d.logf("stage bitflip: skipped: %s", fr.Skipped)
 			return fr, nil
 		}
@@ -281,6 +297,11 @@ func (d *demo) stageDisk(ctx context.Context, kind string) (faultReport, error) 
 			return fr, e
 		}
 		if kind == "bitflip" {
+			for _, v := range vs {
+				if d.scrubFound(ctx, v.b, v.seg.ID) {
+					fr.Detected = true
+				}
+			}
 			d.restoreBitflips(ctx, &fr)
 		}
 	}
@@ -297,7 +318,11 @@ func (d *demo) restoreBitflips(ctx context.Context, fr *faultReport) {
 			d.aud.Forget(df.Path)
 		}
 	}
-	fr.Note = fmt.Sprintf("NOT DETECTED within the stage timeout: nothing in the cluster checks checksums of sealed copies at rest (no scrubber); the demo flipped %d of %d bits back itself", restored, len(fr.Copies))
+	if fr.Detected {
+		fr.Note = fmt.Sprintf("found by the scrubber but NOT REPAIRED within the stage timeout; the demo flipped %d of %d bits back itself", restored, len(fr.Copies))
+	} else {
+		fr.Note = fmt.Sprintf("NOT DETECTED within the stage timeout (no scrubber found it); the demo flipped %d of %d bits back itself", restored, len(fr.Copies))
+	}
 	d.logf("  bitflip: %s", fr.Note)
 	tmp := faultReport{Stage: "bitflip-restore"}
 	_ = d.waitHealed(ctx, &tmp, "after restoring bits", time.Now(), nil, d.o.StageTimeout)
