@@ -42,8 +42,9 @@
 //     that is whole, passes its CRC and continues the offsets. A scan never
 //     reports a durable end past a damaged frame.
 //  2. A frame is acknowledged once a Sync that followed its Append returned
-//     nil; no acknowledged frame is ever cut by the store (a torn or
-//     preallocated tail is cut only beyond the durable end).
+//     nil. The store cuts frames only when asked to (Truncate, Settle to a
+//     shorter seal, a failed Commit); on its own it cuts only what lies past
+//     the durable end (a torn frame, a preallocated tail).
 //  3. A copy with a valid footer agreeing with its frames is sealed and
 //     fenced: it refuses appends (ErrSealed), after a restart as well.
 //  4. An I/O error on a copy latches it in memory: every later request on
@@ -70,4 +71,9 @@
 // acknowledged frames and an append after the restart first cuts what
 // follows them. Create, Seal, Settle, Commit and Delete sync the copies
 // directory (through Options.DirSyncer when set).
+//
+// The confirmation DB is opened on first use and not written with less
+// than Options.ConfirmMinFree bytes free: Pebble treats a failed write as
+// fatal (see pebbleLogger.Fatalf), and the store must keep serving, and
+// latching, copies on a full disk.
 package store

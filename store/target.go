@@ -48,8 +48,15 @@ func (db *DB) checkSource(c *copyState, f File, seg meta.Segment) error {
 	}
 	want := seg.ByteSize + FooterSize
 	if fi.Size() < want {
-		end := End{FileSize: fi.Size(), Bytes: -1}
-		return fmt.Errorf("open source %s: %w", c.id, &ShortError{End: end, Want: seg.ByteSize})
+		// Rare: find where the copy really ends, for the report.
+		r, err := db.scanFile(c, "open source", f, scanOpts{limit: seg.ByteSize, start: seg.StartOffset, startKnown: true})
+		if err != nil {
+			return err
+		}
+		if r.Bytes == seg.ByteSize && r.FileSize == seg.ByteSize {
+			return fmt.Errorf("%w: open source %s: frames end at byte_size %d with no seal footer", ErrNotSealed, c.id, seg.ByteSize)
+		}
+		return fmt.Errorf("open source %s: %w", c.id, &ShortError{End: r.End, Want: seg.ByteSize})
 	}
 	var b [FooterSize]byte
 	if _, err := f.ReadAt(b[:], seg.ByteSize); err != nil {

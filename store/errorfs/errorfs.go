@@ -12,7 +12,8 @@
 // Invariants:
 //
 //  1. An operation that gets an injected error has no effect on the
-//     underlying file system.
+//     underlying file system, except Close, which still closes the file
+//     (so that no descriptor leaks) before returning the error.
 //  2. Operations not selected by the injector pass through unchanged.
 //  3. Counting injectors count only the operations they match, atomically:
 //     the Nth match is deterministic even with concurrent callers (in the
