@@ -144,7 +144,7 @@ func BenchmarkProbe(b *testing.B) {
 	for _, e := range engines {
 		// Small batches, warm only: where a ring round trip costs more than
 		// it saves (Config.SmallBatch).
-		for _, n := range []int{16, 1000} {
+		for _, n := range []int{1, 4, 16, 1000} {
 			b.Run(fmt.Sprintf("engine=%s/files=%d/cache=warm", e.name, n), func(b *testing.B) {
 				paths := probeFixture(b, files)[:n]
 				run := e.run(b, paths)

@@ -141,7 +141,7 @@ func DefaultConfig() Config {
 		Engine:        KindAuto,
 		RingEntries:   1024,
 		MaxWorkers:    64,
-		SmallBatch:    16,
+		SmallBatch:    8,
 		ExploreEvery:  16,
 		ExploreSample: 2048,
 	}
