@@ -21,6 +21,9 @@
 //   - TestHealDisabled: with the flag off no heal port is open, no file
 //     beyond the broker's own state exists, and a killed broker is never
 //     replaced.
+//   - TestScrubberReplacesFlippedCopy: a bit flipped in place (same size,
+//     invisible to the probe) is found by the scrubber, the copy replaced
+//     from an intact replica and deleted.
 //   - TestBadConfigExit2: a bad configuration exits 2, naming key and value.
 //   - TestHealTime: the performance goal, logged (never asserted):
 //     MALACHI_E2E_SEGMENTS=500 for the full size.

@@ -387,3 +387,35 @@ func TestHealTime(t *testing.T) {
 	snap, _ := c.metadata(l)
 	c.checkCopies(snap)
 }
+
+// A bit flipped inside a sealed copy keeps its size, so the probe cannot
+// see it; the scrubber can: the copy is reported corrupt, replaced from an
+// intact replica and deleted.
+func TestScrubberReplacesFlippedCopy(t *testing.T) {
+	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true, extra: "scrub_interval = \"200ms\"\nscrub_bytes_per_second = 0"})
+	leader := c.waitLeader(10 * time.Second)
+	c.load(leader, 6, 32, 1024, "f")
+	before, _ := c.metadata(leader)
+	seg := before.Segments[2]
+	victim := int(seg.Replicas[0])
+	if err := c.post(victim, "/v1/faults/flip/"+string(seg.ID), map[string]any{"at": seg.ByteSize / 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ci := c.copies(victim)[string(seg.ID)]; ci.Size != seg.ByteSize+40 {
+		t.Fatalf("the flip changed the size: %+v", ci)
+	}
+	c.eventually(30*time.Second, "the flipped copy replaced", func() bool {
+		snap, err := c.metadata(c.anyAlive())
+		if err != nil {
+			return false
+		}
+		s, _ := snap.Segment(seg.ID)
+		return s != nil && !s.HasReplica(meta.BrokerID(victim)) && len(s.Replicas) == 3
+	})
+	c.eventually(10*time.Second, "the corrupt copy deleted", func() bool {
+		_, ok := c.copies(victim)[string(seg.ID)]
+		return !ok
+	})
+	snap, _ := c.metadata(c.anyAlive())
+	c.checkCopies(snap)
+}

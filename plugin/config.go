@@ -67,6 +67,13 @@ type Config struct {
 	HoldShare float64 `toml:"hold_share"`
 	// BackfillTimeout bounds one backfill transfer.
 	BackfillTimeout time.Duration `toml:"backfill_timeout"`
+	// ScrubInterval is the pause between two full scrub cycles, each
+	// verifying every sealed copy of this broker (frames, footer,
+	// checksum) to find the in-place corruption the size probe cannot
+	// see; 0 disables the scrubber. ScrubBytesPerSecond bounds its reads
+	// (0: unlimited).
+	ScrubInterval       time.Duration `toml:"scrub_interval"`
+	ScrubBytesPerSecond int64         `toml:"scrub_bytes_per_second"`
 	// ProbeEngine and FsyncEngine choose the I/O engine: "auto" (io_uring
 	// when the kernel allows it, else syscalls), "uring" or "syscall".
 	ProbeEngine string `toml:"probe_engine"`
@@ -90,6 +97,8 @@ func DefaultConfig() Config {
 		PassBackfills:          1024,
 		BackfillBytesPerSecond: 0,
 		BackfillTimeout:        2 * time.Minute,
+		ScrubInterval:          time.Hour,
+		ScrubBytesPerSecond:    32 << 20,
 		ProbeEngine:            "auto",
 		FsyncEngine:            "auto",
 	}
@@ -155,6 +164,12 @@ func (c Config) Validate() error {
 	}
 	if c.BackfillBytesPerSecond < 0 || c.BackfillBytesPerSecond > 0 && c.BackfillBytesPerSecond < 4096 {
 		return bad("backfill_bytes_per_second", c.BackfillBytesPerSecond, "want 0 (unlimited) or at least 4096")
+	}
+	if c.ScrubInterval < 0 {
+		return bad("scrub_interval", fmt.Sprintf("%q", c.ScrubInterval), "want 0 (off) or more")
+	}
+	if c.ScrubBytesPerSecond < 0 || c.ScrubBytesPerSecond > 0 && c.ScrubBytesPerSecond < 4096 {
+		return bad("scrub_bytes_per_second", c.ScrubBytesPerSecond, "want 0 (unlimited) or at least 4096")
 	}
 	if c.HoldShare > 1 {
 		return bad("hold_share", c.HoldShare, "want at most 1 (0 for the default, negative to disable)")

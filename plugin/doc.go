@@ -45,7 +45,7 @@
 //  1. A disabled plugin (Config.Enabled false) creates no goroutine, no
 //     listener and no file: New only validates, Start and Stop return nil.
 //  2. A probe answer lists only anomalies (missing, short, overrun not yet
-//     confirmed, latched, timed out) and counts; an intact copy (exactly
+//     confirmed, latched, timed out, corrupt per the scrubber) and counts; an intact copy (exactly
 //     its sealed size with its footer, and confirmed) costs no
 //     bytes on the wire (one stat and one lookup in the local confirmation
 //     store). No probe opens a file.
@@ -59,6 +59,11 @@
 //     most one pass at a time; it is cancelled when leadership is lost,
 //     which cancels its RPCs (the servers roll back what they were doing).
 //  6. Metrics live on the instance's registry, never the global one.
+//  7. The scrubber (heal.scrub_interval > 0) reads sealed copies end to end
+//     at a bounded rate and marks a copy that fails verification, by file
+//     identity, in memory; the probe reports a marked copy as corrupt until
+//     its file changes. The scrubber never repairs, moves or deletes
+//     anything itself.
 //
 // # Concurrency and crashes
 //

@@ -126,7 +126,9 @@ func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segmen
 	return res.Received, err
 }
 
-func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, catchup.ErrServerClosed)
+}
 
 // DirSyncer is the directory syncer a broker gives its store
 // (store.Options.DirSyncer) when the plugin is enabled.

@@ -26,6 +26,9 @@ type metrics struct {
 	commandSeconds  prometheus.Histogram
 	barrierSeconds  prometheus.Histogram
 	rpcSeconds      *prometheus.HistogramVec // by rpc, on the caller
+	scrubBytes      prometheus.Counter
+	scrubCorrupt    prometheus.Gauge
+	scrubCycles     prometheus.Counter
 	leader          prometheus.Gauge
 	engine          *prometheus.GaugeVec // kind=probe|fsync, engine=uring|syscall
 }
@@ -54,10 +57,13 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.barrierSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "barrier_duration_seconds", Help: "Time of the control-plane barrier that starts each pass (leader only).", Buckets: buckets})
 	m.rpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "rpc_duration_seconds", Help: "Duration of the replication RPCs this instance served, by rpc.", Buckets: buckets}, []string{"rpc"})
 	m.passes = prometheus.NewCounter(prometheus.CounterOpts(f("passes_total", "Heal passes run by this instance's coordinator.")))
+	m.scrubBytes = prometheus.NewCounter(prometheus.CounterOpts(f("scrub_bytes_total", "Bytes of sealed copies the scrubber verified on this broker.")))
+	m.scrubCorrupt = prometheus.NewGauge(prometheus.GaugeOpts(f("scrub_corrupt_copies", "Copies of this broker the scrubber found corrupt, not yet replaced.")))
+	m.scrubCycles = prometheus.NewCounter(prometheus.CounterOpts(f("scrub_cycles_total", "Full scrub cycles over this broker's sealed copies.")))
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts(f("leader", "1 while this instance runs the coordinator.")))
 	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.confirmed, m.healed, m.stale, m.backfillBytes,
-		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.leader, m.engine)
+		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
 	}

@@ -88,8 +88,9 @@ type Plugin struct {
 	watchWG  sync.WaitGroup // the leadership watcher
 	closers  []func() error
 	status   Status
-	term     *term // the running coordinator, nil when not leading
-	prevTerm *term // the last one stopped, and when (see startTerm)
+	scrub    *scrubber // nil when scrubbing is off; set in Start
+	term     *term     // the running coordinator, nil when not leading
+	prevTerm *term     // the last one stopped, and when (see startTerm)
 	lostAt   time.Time
 }
 
@@ -113,6 +114,8 @@ type Status struct {
 	Hold string `json:"hold,omitempty"`
 	// Members is the control plane's view of the voters (Deps.LastContact).
 	Members []Member `json:"members,omitempty"`
+	// Scrub is the scrubber's progress and findings.
+	Scrub *ScrubStatus `json:"scrub,omitempty"`
 }
 
 // Member is one broker as the control plane last heard from it.
@@ -187,6 +190,17 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	p.closers = append(p.closers, func() error { p.client.Close(); return nil })
 	p.srv = &server{self: p.deps.Self, db: p.deps.Store, cp: p.deps.Control, stat: p.engines.stat,
 		fetch: p.engines.fetch, cfg: p.cfg, log: p.log, metrics: p.metrics}
+	if p.cfg.ScrubInterval > 0 {
+		p.scrub = newScrubber(p.cfg, p.deps.Self, p.deps.Store, p.deps.Control, p.metrics, p.log, p.now)
+		p.srv.scrub = p.scrub
+		sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.scrub.run(sctx)
+		}()
+		p.closers = append(p.closers, func() error { scancel(); <-done; return nil })
+	}
 
 	dl, err := net.Listen("tcp", p.cfg.DataListen)
 	if err != nil {
@@ -280,7 +294,12 @@ func (p *Plugin) Stop() error {
 func (p *Plugin) Status() Status {
 	p.mu.Lock()
 	s := p.status
+	sc := p.scrub
 	p.mu.Unlock()
+	if sc != nil {
+		st := sc.snapshot()
+		s.Scrub = &st
+	}
 	if p.deps.LastContact != nil && p.cfg.Enabled {
 		now := p.now()
 		for id, at := range p.deps.LastContact() {

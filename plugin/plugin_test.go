@@ -354,3 +354,57 @@ func TestDisabledStartsNothing(t *testing.T) {
 		t.Fatal("disabled plugin has a client")
 	}
 }
+
+func TestScrubberFindsInPlaceCorruption(t *testing.T) {
+	cp := newMemCP()
+	in := startInstance(t, cp, 1, func(c *Config) { c.ScrubInterval, c.ScrubBytesPerSecond = 20*time.Millisecond, 0 })
+	ctx := context.Background()
+	good := sealedCopy(t, in.db, "good", 20, 1)
+	bad := sealedCopy(t, in.db, "bad", 20, 1)
+	addSegment(t, cp, good)
+	addSegment(t, cp, bad)
+	// Flip one bit inside a record: the size stays, the probe alone sees
+	// nothing wrong.
+	f, err := os.OpenFile(in.db.Path("bad"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	at := bad.ByteSize / 2
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x04
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cl := in.p.Client()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rep, err := cl.Probe(ctx, 1, cp.Snapshot().Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := anomalies(rep)
+		if got["bad"].Kind == heal.Corrupt {
+			if got["good"].Kind == heal.Corrupt {
+				t.Fatal("intact copy reported corrupt")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("corruption not reported: %+v, status %+v", rep.Anomalies, in.p.Status().Scrub)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := in.p.Status().Scrub; st == nil || len(st.Corrupt) != 1 || st.Corrupt[0] != "bad" || st.Verified == 0 {
+		t.Fatalf("scrub status: %+v", st)
+	}
+	if err := cl.Delete(ctx, 1, "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if st := in.p.Status().Scrub; len(st.Corrupt) != 0 {
+		t.Fatalf("deleted copy still marked: %+v", st)
+	}
+}

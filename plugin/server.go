@@ -53,6 +53,7 @@ type server struct {
 	cfg     Config
 	log     zerolog.Logger
 	metrics *metrics
+	scrub   *scrubber // nil when scrubbing is off
 }
 
 // routes registers the RPCs on mux, each behind authentication.
@@ -145,6 +146,8 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 			// tick: never confirmed, not a source.
 			s.log.Warn().Err(r.Err).Str("segment", string(seg.ID)).Msg("probe: stat failed")
 			a.Kind = heal.TimedOut
+		case s.scrub.corruptNow(seg.ID, r.Dev, r.Ino, r.Size):
+			a.Kind = heal.Corrupt
 		case r.Size <= seg.ByteSize:
 			// Frames end at or before byte_size: short (a copy of exactly
 			// byte_size lacks its footer, which the backfill resumes).
@@ -273,6 +276,9 @@ func (s *server) delete(ctx context.Context, body []byte) (any, error) {
 	}
 	if err := s.db.Delete(req.Segment); err != nil && !errors.Is(err, store.ErrUnknownCopy) {
 		return nil, err
+	}
+	if s.scrub != nil {
+		s.scrub.clear(req.Segment)
 	}
 	s.log.Info().Str("segment", string(req.Segment)).Msg("copy deleted")
 	return empty{}, nil
