@@ -69,8 +69,9 @@ type Coordinator struct {
 	pass    int
 	avoid   map[CopyRef]int // until which pass
 
-	refused []Refusal       // Input.Refused of the next pass
-	fills   map[Refusal]int // failed backfills per source and segment state, below RefuseAfter
+	refused []Refusal        // Input.Refused of the next pass
+	lost    []meta.SegmentID // Input.Lost of the next pass
+	fills   map[Refusal]int  // failed backfills per source and segment state, below RefuseAfter
 
 	mu      sync.Mutex
 	last    Report
@@ -281,6 +282,7 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 	}
 	sortRefs(in.Avoid)
 	in.Refused = slices.Clone(c.refused)
+	in.Lost = c.lost
 	c.mu.Lock()
 	in.Release = c.release
 	for id := range c.acked {
@@ -318,6 +320,7 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	c.mu.Unlock()
 	c.cursor = plan.SettleCursor
 	c.refused = plan.Refused
+	c.lost = plan.Lost
 	rep := c.execute(ctx, plan)
 	c.mu.Lock()
 	c.last = rep

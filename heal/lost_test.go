@@ -296,3 +296,46 @@ func TestCoordinatorRefusedSourceNotReadAgain(t *testing.T) {
 		})
 	}
 }
+
+// Issue 8: a segment lost on the previous pass stays reported lost while
+// no copy of it is known intact, even when a copy's state is unknown this
+// pass (its probe timed out, its broker is within the grace delay); a
+// segment never lost before is merely deferred then.
+func TestLostStaysLostWhileUnknown(t *testing.T) {
+	build := func() *world {
+		w := newWorld(5, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Corrupt, 0, false)
+		return w.anomaly(3, "a", TimedOut, 0, false)
+	}
+	if p := build().plan(); p.Report.IsLost("a") || p.Report.Deferred != 1 || len(p.Lost) != 0 {
+		t.Errorf("first seen with an unknown copy: %+v", p.Report)
+	}
+	w := build()
+	w.in.Lost = []meta.SegmentID{"a"}
+	if p := w.plan(); !p.Report.IsLost("a") || p.Report.Deferred != 0 || !slices.Equal(p.Lost, []meta.SegmentID{"a"}) || len(p.Actions) != 1 {
+		t.Errorf("lost before, a copy timed out now: plan:\n%sreport %+v", ops(p), p.Report)
+	}
+	w = newWorld(5, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Corrupt, 0, false).down(3, time.Second)
+	w.in.Lost = []meta.SegmentID{"a"}
+	if p := w.plan(); !p.Report.IsLost("a") {
+		t.Errorf("lost before, a broker within its grace now: report %+v", p.Report)
+	}
+	// A copy known intact again: not lost, whatever the memory says.
+	w = newWorld(5, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false)
+	w.in.Lost = []meta.SegmentID{"a"}
+	if p := w.plan(); p.Report.IsLost("a") || len(p.Lost) != 0 {
+		t.Errorf("intact copy back: report %+v", p.Report)
+	}
+}
+
+// Every known copy's state unknown this pass, none known intact: a segment
+// lost before stays lost (the pass would otherwise find nothing to do).
+func TestLostStaysLostWhenEveryCopyUnknown(t *testing.T) {
+	w := newWorld(5, 3, seg("a", 1, 2, 3)).anomaly(1, "a", TimedOut, 0, false).anomaly(2, "a", TimedOut, 0, false).down(3, time.Second)
+	if p := w.plan(); p.Report.IsLost("a") || len(p.Actions) != 0 {
+		t.Errorf("never lost: plan:\n%sreport %+v", ops(p), p.Report)
+	}
+	w.in.Lost = []meta.SegmentID{"a"}
+	if p := w.plan(); !p.Report.IsLost("a") || ops(p) != "report_failed a no_intact_source\n" {
+		t.Errorf("lost before: plan:\n%sreport %+v", ops(p), p.Report)
+	}
+}

@@ -214,6 +214,9 @@ type Plan struct {
 	// that became fully healthy (or left the metadata) is dropped, so a
 	// later loss is reported unacknowledged.
 	Acknowledged []meta.SegmentID `json:"acknowledged,omitempty"`
+	// Lost are the segments of Report.Lost, sorted; feed them back as the
+	// next Input.Lost.
+	Lost []meta.SegmentID `json:"lost,omitempty"`
 }
 
 // Refusal remembers that Source refused to be a backfill source for
@@ -362,4 +365,9 @@ type Input struct {
 	// Acknowledged are the segments whose loss an operator acknowledged,
 	// in any order (the previous Plan.Acknowledged plus new ones).
 	Acknowledged []meta.SegmentID
+	// Lost is the previous Plan.Lost. A segment lost on the previous pass
+	// stays lost (reported, not merely deferred) while none of its copies
+	// is known intact, even if some copy's state is unknown this pass (a
+	// timed-out probe, a broker within its grace delay).
+	Lost []meta.SegmentID
 }

@@ -26,6 +26,7 @@ type Planner struct {
 	refused  []Refusal        // Input.Refused, sorted by segment then source
 	acked    []meta.SegmentID // Input.Acknowledged, sorted
 	inForce  []Refusal        // the refusals applied this pass
+	wasLost  []meta.SegmentID // Input.Lost, sorted
 }
 
 // anom is one anomaly of one copy, flattened out of the reports.
@@ -137,6 +138,10 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 		p.segment(snap, t, in, hold, &plan, &backfills)
 	}
 	slices.Sort(plan.Acknowledged)
+	for _, l := range rep.Lost {
+		plan.Lost = append(plan.Lost, l.Segment)
+	}
+	slices.Sort(plan.Lost)
 	p.settle(snap, in, &plan)
 	return plan, nil
 }
@@ -150,6 +155,8 @@ func (p *Planner) memory(in Input) {
 	p.acked = append(p.acked[:0], in.Acknowledged...)
 	slices.Sort(p.acked)
 	p.acked = slices.Compact(p.acked)
+	p.wasLost = append(p.wasLost[:0], in.Lost...)
+	slices.Sort(p.wasLost)
 }
 
 func cmpRefusal(a, b Refusal) int {
@@ -476,7 +483,11 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, seg: t.seg})
 		}
 	}
-	if !needPlace && short == 0 {
+	// Lost last pass and no copy known intact now (a timed-out probe or a
+	// broker within its grace proves nothing): still lost.
+	_, wasLost := slices.BinarySearch(p.wasLost, seg.ID)
+	stillLost := wasLost && t.healthy == 0
+	if !needPlace && short == 0 && !stillLost {
 		return
 	}
 
@@ -490,7 +501,7 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 	}
 	src, capped := p.source(seg, states, pol.MaxBackfillsPerBroker)
 	if src < 0 {
-		if capped || unknown > 0 {
+		if capped || (unknown > 0 && !stillLost) {
 			rep.Deferred++ // a source exists but is busy, or may answer next tick
 			return
 		}

@@ -49,7 +49,7 @@ func TestSimulation(t *testing.T) {
 	})
 	// Every kind of step must have happened somewhere, or the simulation
 	// is not exercising what it claims to.
-	for _, k := range []string{"healed", "resumed", "settled", "confirmed", "deleted", "stale", "aborted", "held", "failed:no_spare_broker", "failed:backfill_failed", "deleted_corrupt"} {
+	for _, k := range []string{"healed", "resumed", "settled", "confirmed", "deleted", "stale", "aborted", "held", "failed:no_spare_broker", "failed:backfill_failed", "deleted_corrupt", "scrubbed", "refused", "lost"} {
 		if total[k] == 0 {
 			t.Errorf("no %s in %d seeds: %v", k, n, total)
 		}

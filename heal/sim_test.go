@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -74,6 +75,13 @@ type sim struct {
 	// end; fillStarted is called (without the lock) when the first waits.
 	blockFills  bool
 	fillStarted func()
+
+	// lostSeg has no intact copy from the start (every copy corrupt): it
+	// must be reported lost on every pass once a leader has seen it, cost
+	// no read and keep its copies. lostSince is the tick the current
+	// leader first reported it (-1: not yet).
+	lostSeg   meta.SegmentID
+	lostSince int
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -390,6 +398,9 @@ func (b simBrokers) Delete(ctx context.Context, id meta.BrokerID, seg meta.Segme
 	if c := br.copies[seg]; ok && c.intact(cur) && !s.intactElsewhere(cur, id) {
 		s.violate("delete %s@%d: the last intact copy", seg, id)
 	}
+	if ok && !s.intactElsewhere(cur, 0) && !br.copies[seg].intact(cur) {
+		s.violate("delete %s@%d: a copy of a segment with no intact copy", seg, id)
+	}
 	if c := br.copies[seg]; c != nil && c.corrupt {
 		s.stats["deleted_corrupt"]++
 	}
@@ -462,8 +473,12 @@ func (s *sim) fault() {
 		c.latched = true
 	case k == 8: // lose leadership during the next pass
 		s.cancelAfter = 1 + s.rng.IntN(6)
-	case k == 9 && c != nil && s.intactElsewhere(sg, r): // in-place corruption the scrubber finds
-		c.corrupt = true
+	case k == 9 && c != nil && s.intactElsewhere(sg, r): // in-place corruption
+		if s.rng.IntN(2) == 0 {
+			c.corrupt = true // the scrubber found it
+		} else {
+			c.rotten = true // not yet: a backfill from it is refused
+		}
 	}
 }
 
@@ -482,7 +497,7 @@ func mapsKeys[K comparable, V any](m map[K]V) []K {
 func (s *sim) converged() (bool, string) {
 	snap := s.snap()
 	for _, sg := range snap.Segments {
-		if !sg.Sealed {
+		if !sg.Sealed || sg.ID == s.lostSeg {
 			continue
 		}
 		if len(sg.Replicas) < snap.ReplicationFactor {
@@ -534,6 +549,33 @@ func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) 
 	if lostBytes != rep.LostBytes {
 		s.violate("lost bytes %d, entries sum to %d", rep.LostBytes, lostBytes)
 	}
+	if s.lostSeg != "" {
+		if n := s.reads[s.lostSeg] + s.sets[s.lostSeg]; n != 0 {
+			s.violate("%d reads or commands for %s, which has no intact copy", n, s.lostSeg)
+		}
+		switch {
+		case rep.Index == 0: // the pass failed before planning
+		case rep.IsLost(s.lostSeg) && s.lostSince < 0:
+			s.lostSince = s.tick
+		case !rep.IsLost(s.lostSeg) && s.lostSince >= 0:
+			s.violate("%s reported lost since tick %d, not now: failed %+v", s.lostSeg, s.lostSince, rep.Failed)
+		}
+	}
+}
+
+// scrub plays the brokers' scrubbers: a rotten copy is found (reported
+// corrupt from then on) with some chance each tick, and surely once faults
+// stop.
+func (s *sim) scrub() {
+	for _, id := range slices.Sorted(maps.Keys(s.brokers)) {
+		b := s.brokers[id]
+		for _, seg := range slices.Sorted(maps.Keys(b.copies)) {
+			if c := b.copies[seg]; c.rotten && (!s.faulty || s.chance(0.2, "scrub", id, seg)) {
+				c.rotten, c.corrupt = false, true
+				s.stats["scrubbed"]++
+			}
+		}
+	}
 }
 
 func (s *sim) count(rep Report) {
@@ -547,6 +589,8 @@ func (s *sim) count(rep Report) {
 	s.stats["deleted"] += len(rep.Deleted)
 	s.stats["stale"] += len(rep.Stale)
 	s.stats["deferred"] += rep.Deferred
+	s.stats["lost"] += len(rep.Lost)
+	s.stats["refused"] += rep.Refused
 	if rep.Aborted {
 		s.stats["aborted"]++
 	}
@@ -565,6 +609,16 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 		bound               = 40 // ticks to converge once faults stop
 	)
 	s := newSim(t, seed, nBrokers, nSegs, rf)
+	// One segment lost from the start: every copy corrupt.
+	for _, sg := range s.snap().Segments {
+		if sg.Sealed && s.rng.IntN(4) == 0 {
+			s.lostSeg, s.lostSince = sg.ID, -1
+			for _, r := range sg.Replicas {
+				s.brokers[r].copies[sg.ID].corrupt = true
+			}
+			break
+		}
+	}
 	initial := map[meta.SegmentID][]meta.BrokerID{}
 	for _, sg := range s.snap().Segments {
 		initial[sg.ID] = sg.Replicas
@@ -608,7 +662,7 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 			victim := meta.BrokerID(1 + s.rng.IntN(nBrokers))
 			ok := true
 			for _, sg := range s.snap().Segments {
-				if sg.Sealed && !s.intactElsewhere(sg, victim) {
+				if sg.Sealed && sg.ID != s.lostSeg && !s.intactElsewhere(sg, victim) {
 					ok = false
 				}
 			}
@@ -619,6 +673,7 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 				s.fault()
 			}
 		}
+		s.scrub()
 		ctx, cancel := context.WithCancel(context.Background())
 		s.cancel, s.calls = cancel, 0
 		lostLeader := s.cancelAfter > 0
@@ -644,6 +699,9 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 			coord = newCoord() // a new leader takes over
 		}
 		s.checkTick(rep, initial)
+		if lostLeader {
+			s.lostSince = -1 // the new leader has no memory of the loss
+		}
 		s.count(rep)
 		if len(s.violations) > 0 {
 			s.mu.Unlock()
@@ -662,6 +720,9 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 			t.Logf("failed: %+v", f)
 		}
 		fail("not converged %d ticks after faults stopped: %s; last report %s", bound, why, coord.Last().String())
+	}
+	if last := coord.Last(); s.lostSeg != "" && !last.IsLost(s.lostSeg) {
+		fail("%s, every copy corrupt, not reported lost on the last pass: %s", s.lostSeg, coord.Last().String())
 	}
 	s.stats["converged_after"] += done - faultTicks
 	return s.stats
