@@ -59,8 +59,8 @@ type Config struct {
 }
 
 // Coordinator runs heal passes while its caller holds leadership. Run and
-// Pass must not be called concurrently with each other; Last and Release
-// are safe at any time.
+// Pass must not be called concurrently with each other; Last, Release and
+// Acknowledge are safe at any time.
 type Coordinator struct {
 	cfg     Config
 	planner Planner
@@ -139,12 +139,14 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 // Run runs one pass now and one per value received from tick, until ctx is
 // done (the caller cancels it when leadership is lost) or tick is closed.
 // Each Run is a leadership term: the brokers' last-seen times start at the
-// term's first pass, so the grace delay runs from then. A failed pass is
+// term's first pass, so the grace delay runs from then, and the memory of
+// refused sources starts empty (operators' acknowledgements are kept). A failed pass is
 // logged and reported and the next tick tries again. Run returns ctx.Err()
 // or nil when tick closes.
 func (c *Coordinator) Run(ctx context.Context, tick <-chan time.Time) error {
 	c.seen = nil
 	c.cursor = CopyRef{}
+	c.refused, c.fills, c.lost = nil, nil, nil // a new term tries each lost segment once more
 	for {
 		if _, err := c.Pass(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("heal pass failed", "err", err)

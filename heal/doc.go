@@ -18,8 +18,9 @@
 //
 //	snap := control.Snapshot(ctx)
 //	reports := probe every registered broker at snap.Index
-//	plan := planner.Plan(Input{snap, reports, seen, now, policy, cursor})
+//	plan := planner.Plan(Input{snap, reports, seen, now, policy, cursor, refused, acked, lost})
 //	execute plan (see Plan for the order contract); report plan.Report
+//	cursor, refused, acked, lost = plan's, plus the refusals execution found
 //
 // The rules, from the specification (SEED.txt):
 //
@@ -52,6 +53,13 @@
 //     broker it stays in the set behind the healthy replicas and the
 //     segment is reported no_spare_broker with its copies on every pass. A
 //     dropped latched copy is deleted only after the new set is recorded.
+//   - A corrupt copy (Kind Corrupt: the broker's scrubber found a checksum
+//     mismatch in a copy of the right size, issue 7) is treated as lost,
+//     exactly like a latched one: never a backfill source, replaced from an
+//     intact replica (ReplaceCorruptCopy), deleted only after the set
+//     leaving it out is recorded, kept behind the healthy replicas when no
+//     broker is spare. A segment whose every copy is corrupt is reported
+//     failed (no_intact_source) and lost, and no copy of it is deleted.
 //
 // Beyond the seed: risk order (fewest healthy copies first); a grace delay
 // (Policy.Grace) before a broker that stopped answering counts as dead,
@@ -74,6 +82,22 @@
 // them and leaves the segment's set as it was (Report.Returned,
 // BytesSaved; Config.ReturnCheck).
 //
+// Honest loss reporting (issue 8): a sealed segment with no intact copy
+// that can be read (every replica dead, latched, missing, short, corrupt,
+// or refused as a source) is listed once per pass in Report.Lost, with its
+// offsets, size and recorded replicas, on every pass until it heals
+// (LostBytes and len(Lost) are the gauges); once lost it stays listed while
+// no copy is known intact, even through a timed-out probe (Input.Lost). It
+// costs its replicas no reads: a backfill whose source refused (an error
+// wrapping ErrSourceRefused, or Config.RefuseAfter failures in a row)
+// becomes a Refusal, and while the segment's version and its replicas'
+// probe states are unchanged (Action.State) the planner plans no read from
+// that copy again (Input.Refused, Plan.Refused); with every source refused
+// the segment is lost and nothing is planned for it. Any change lifts the
+// refusals, and so does a new leadership term. An operator acknowledges a
+// lost segment (Coordinator.Acknowledge, Input.Acknowledged): it stays in
+// Report.Lost, marked, until it is healthy again.
+//
 // Invariants:
 //
 //  1. A healed replica set never names a broker twice, never names a dead
@@ -86,10 +110,17 @@
 //     it out was recorded; no copy is confirmed unless it was settled in the
 //     same pass.
 //  4. A segment that cannot be healed is in Report.Failed on every pass
-//     until it is healed.
+//     until it is healed; one with no readable intact copy is also in
+//     Report.Lost, once per pass.
 //  5. The planner's work and allocations over a healthy segment are
 //     constant: it iterates the snapshot once, merges the sorted anomalies
 //     against it and builds no per-segment map.
+//  6. No copy of a segment is deleted unless the recorded set keeps an
+//     intact copy: a latched or corrupt copy is deleted only after its
+//     replacement was backfilled (from an intact source) and recorded.
+//  7. While a Refusal is in force, no Backfill names its copy as source
+//     (and no DurableEnd is asked for a segment none of whose copies can
+//     be read).
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;
 // Plans and Reports it returns share no memory with it. The Coordinator

@@ -55,7 +55,7 @@ func drawWorld(t *rapid.T) (*world, map[meta.BrokerID]brokerFate) {
 			w.report(b).LatchUnknown = rapid.IntRange(0, 9).Draw(t, "latchunknown") == 0
 		}
 	}
-	kinds := []Kind{KindUnknown, KindUnknown, KindUnknown, Missing, Short, Overrun, Latched, TimedOut}
+	kinds := []Kind{KindUnknown, KindUnknown, KindUnknown, Missing, Short, Overrun, Latched, TimedOut, Corrupt}
 	for _, s := range segs {
 		for _, r := range s.Replicas {
 			if fate[r] != fateUp {
@@ -118,7 +118,8 @@ func TestPlanProperties(t *testing.T) {
 				if (a.Op == ResumeShortCopy) != cur.HasReplica(a.Target) {
 					t.Fatalf("%s: target membership wrong", a)
 				}
-				if a.Op == ReplaceDeadReplica && fate[a.Replaces] != fateDead || a.Op == ReplaceLatchedCopy && kind(cur.ID, a.Replaces) != Latched {
+				if a.Op == ReplaceDeadReplica && fate[a.Replaces] != fateDead || a.Op == ReplaceLatchedCopy && kind(cur.ID, a.Replaces) != Latched ||
+					a.Op == ReplaceCorruptCopy && kind(cur.ID, a.Replaces) != Corrupt {
 					t.Fatalf("%s: replaces a replica that is not lost that way", a)
 				}
 			case a.Op == SetReplicas:
@@ -148,14 +149,35 @@ func TestPlanProperties(t *testing.T) {
 					}
 				}
 				for _, r := range c.Expected {
-					if !slices.Contains(c.Replicas, r) && fate[r] != fateDead && kind(cur.ID, r) != Latched {
-						t.Fatalf("%s drops %d, which is neither dead nor latched", a, r)
+					if k := kind(cur.ID, r); !slices.Contains(c.Replicas, r) && fate[r] != fateDead && k != Latched && k != Corrupt {
+						t.Fatalf("%s drops %d, which is neither dead, latched nor corrupt", a, r)
 					}
 				}
 			case a.Op == DeleteDroppedCopy:
-				if kind(cur.ID, a.Target) != Latched {
-					t.Fatalf("%s: deletes a copy that is not latched", a)
+				if k := kind(cur.ID, a.Target); k != Latched && k != Corrupt {
+					t.Fatalf("%s: deletes a copy that is neither latched nor corrupt", a)
 				}
+				// Invariant 6: only behind a backfill from an intact source.
+				if !slices.ContainsFunc(p.Actions, func(b Action) bool {
+					return b.Op.IsBackfill() && b.Op != ResumeShortCopy && b.Segment.ID == a.Segment.ID && b.Replaces == a.Target
+				}) {
+					t.Fatalf("%s: no backfill replaces it", a)
+				}
+			}
+		}
+		// Lost is exactly the failures with no readable intact copy, once
+		// each; and none of them has a backfill planned.
+		for _, f := range p.Report.Failed {
+			if lost := f.Reason == AllReplicasDead || f.Reason == NoIntactSource; lost != p.Report.IsLost(f.Segment) {
+				t.Fatalf("%s failed %s, lost %v: %+v", f.Segment, f.Reason, p.Report.IsLost(f.Segment), p.Report.Lost)
+			}
+		}
+		if len(p.Lost) != len(p.Report.Lost) {
+			t.Fatalf("plan lost %v, report %+v", p.Lost, p.Report.Lost)
+		}
+		for _, l := range p.Report.Lost {
+			if slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Segment.ID == l.Segment && a.Op != ReportFailed }) {
+				t.Fatalf("lost %s has actions:\n%s", l.Segment, ops(p))
 			}
 		}
 		// A failure is reported on every pass until it is healed: the same
