@@ -493,7 +493,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 			run(a, []meta.BrokerID{a.Target, a.Source}, func(ctx context.Context) error {
 				from, err := c.cfg.Backfiller.DurableEnd(ctx, a.Target, a.Segment)
 				if err != nil {
-					return fmt.Errorf("durable end: %w", err)
+					return fmt.Errorf("%w: %w", errDurableEnd, err)
 				}
 				n, err := c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment, from)
 				mu.Lock()
@@ -627,6 +627,10 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 	return rep
 }
 
+// errDurableEnd marks a backfill that failed asking the target for its
+// durable end, before the source was read.
+var errDurableEnd = errors.New("durable end")
+
 // refusal is the Refusal a failed backfill a would record.
 func refusal(a Action) Refusal {
 	return Refusal{Segment: a.Segment.ID, Source: a.Source, Version: a.Segment.Version, State: a.State}
@@ -639,7 +643,9 @@ func refusal(a Action) Refusal {
 func (c *Coordinator) refusedBy(a Action, err error) bool {
 	rf := refusal(a)
 	if !errors.Is(err, ErrSourceRefused) {
-		if c.cfg.RefuseAfter < 0 {
+		if c.cfg.RefuseAfter < 0 || errors.Is(err, errDurableEnd) {
+			// The target could not say where its copy ends: not the
+			// source's doing.
 			return false
 		}
 		if c.fills == nil {

@@ -310,8 +310,14 @@ func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, 
 		if started != nil {
 			started()
 		}
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second): // never cancelled: fail, do not hang
+		}
 		s.mu.Lock()
+		if ctx.Err() == nil {
+			return 0, errors.New("sim: blocked backfill never cancelled")
+		}
 		return 0, ctx.Err()
 	}
 	tb, sb := s.brokers[target], s.brokers[source]
