@@ -11,7 +11,7 @@ import (
 )
 
 // The demo's stages, in the order they run.
-var allStages = []string{"kill", "delete", "truncate", "extend", "bitflip", "restart", "latch", "leader"}
+var allStages = []string{"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader"}
 
 // demoOptions are the flags of `malachi demo`.
 type demoOptions struct {
@@ -169,7 +169,7 @@ func (o *demoOptions) validate() error {
 func (o *demoOptions) infeasible(st string, before []string) string {
 	has := func(s string) bool { return slices.Contains(before, s) }
 	down := 0 // brokers down when st runs
-	if has("kill") && !has("restart") && (st == "latch" || st == "leader") {
+	if has("kill") && !has("restart") {
 		down = 1
 	}
 	live := o.Brokers - down
@@ -184,6 +184,10 @@ func (o *demoOptions) infeasible(st string, before []string) string {
 	case "restart":
 		if !has("kill") {
 			return "restarts the broker the kill stage killed; add kill"
+		}
+	case "bitflip":
+		if o.ScrubEvery > 0 && live < o.RF+1 {
+			return fmt.Sprintf("a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker): %d live brokers for replication factor %d leave none", live, o.RF)
 		}
 	case "latch":
 		if live < o.RF+1 {

@@ -46,6 +46,8 @@ func TestParseDemoFlagsErrors(t *testing.T) {
 		{[]string{"--brokers", "3", "--faults", "kill"}, "--faults kill: killing one of 3 brokers leaves 2 for replication factor 3"},
 		{[]string{"--faults", "restart"}, "restarts the broker the kill stage killed"},
 		{[]string{"--brokers", "4", "--faults", "kill,latch"}, "--faults latch: a latched copy is replaced on a spare broker: 3 live brokers"},
+		{[]string{"--brokers", "4", "--faults", "kill,bitflip"}, "--faults bitflip: a copy the scrubber finds corrupt is replaced on a spare broker"},
+		{[]string{"--brokers", "3", "--faults", "bitflip"}, "3 live brokers for replication factor 3 leave none"},
 		{[]string{"--tick", "0s"}, "--tick 0s"},
 		{[]string{"--copies", "0"}, "--copies 0"},
 		{[]string{"--stage-timeout", "-1s"}, "--stage-timeout -1s"},
@@ -64,18 +66,18 @@ func TestDefaultStagesDroppedWhenInfeasible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend", "bitflip"}) {
+	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend"}) {
 		t.Fatalf("3 brokers at RF 3: stages %v", o.Stages)
 	}
 	skipped := o.skippedStages()
-	for _, st := range []string{"kill", "restart", "latch", "leader"} {
+	for _, st := range []string{"kill", "restart", "bitflip", "latch", "leader"} {
 		if skipped[st] == "" {
 			t.Errorf("stage %s dropped without a reason: %v", st, skipped)
 		}
 	}
 	// Explicit stages are run in the fixed order whatever the order given.
-	o, err = parseDemoFlags([]string{"--faults", "leader,delete,kill"}, io.Discard)
-	if err != nil || !slices.Equal(o.Stages, []string{"kill", "delete", "leader"}) {
+	o, err = parseDemoFlags([]string{"--faults", "leader,delete,restart,kill"}, io.Discard)
+	if err != nil || !slices.Equal(o.Stages, []string{"kill", "restart", "delete", "leader"}) {
 		t.Fatalf("%v, %v", o.Stages, err)
 	}
 	// Without a restart, the leader kill comes on top of the first kill.

@@ -10,10 +10,13 @@
 // of real malachid processes on free loopback ports with a short tick and
 // grace delay, loads sealed segments through POST /v1/load, and then runs
 // its stages in order, each waiting until the cluster is healthy again:
-// kill (a follower, kill -9), delete, truncate, extend and bitflip (copy
-// files changed directly under <data_dir>/copies/), restart (the killed
-// broker comes back), latch (POST /v1/faults/latch/{id}) and leader (the
-// control plane's leader, kill -9). Progress shows as bars on a terminal,
+// kill (a follower, kill -9), restart (the killed broker comes back on its
+// old data: its latches cleared, its intact copies serving), delete,
+// truncate, extend and bitflip (copy files changed directly under
+// <data_dir>/copies/), latch (POST /v1/faults/latch/{id}) and leader (the
+// control plane's leader, kill -9). A stage that cannot heal on the
+// cluster asked for (no spare broker, no quorum) is dropped from the
+// default list with its reason in the report, or refused with --faults. Progress shows as bars on a terminal,
 // as plain lines otherwise; the report ends the run, as text or --json.
 //
 // The usage loop of a stage: inject; poll every --poll (100 ms) (GET /v1/health,

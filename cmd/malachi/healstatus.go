@@ -82,32 +82,6 @@ func findReport(status json.RawMessage) (healReport, bool) {
 	return healReport{}, false
 }
 
-// hasKey reports whether any object in the document has the key (at any
-// depth), to tell which features a plugin exposes.
-func hasKey(status json.RawMessage, key string) bool {
-	var root any
-	if len(status) == 0 || json.Unmarshal(status, &root) != nil {
-		return false
-	}
-	queue := []any{root}
-	for len(queue) > 0 {
-		n := queue[0]
-		queue = queue[1:]
-		switch x := n.(type) {
-		case map[string]any:
-			if _, ok := x[key]; ok {
-				return true
-			}
-			for _, v := range x {
-				queue = append(queue, v)
-			}
-		case []any:
-			queue = append(queue, x...)
-		}
-	}
-	return false
-}
-
 // pluginStatus mirrors plugin.Status, the JSON of a broker's /v1/status
 // when the plugin is enabled.
 type pluginStatus struct {
