@@ -339,3 +339,35 @@ func TestLostStaysLostWhenEveryCopyUnknown(t *testing.T) {
 		t.Errorf("lost before: plan:\n%sreport %+v", ops(p), p.Report)
 	}
 }
+
+// durableFailFake cannot tell any target's durable end.
+type durableFailFake struct{ *fakeBrokers }
+
+func (d durableFailFake) DurableEnd(ctx context.Context, b meta.BrokerID, s meta.Segment) (int64, error) {
+	d.fakeBrokers.log("durable %s@%d", s.ID, b)
+	return 0, errors.New("disk: EIO")
+}
+
+// A target that cannot say where its copy ends is the target's problem:
+// it never counts against the source, and the segment is not lost.
+func TestCoordinatorDurableEndFailureNotARefusal(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(2, "a", Short, 10, false)
+	f := newFake(w)
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: durableFailFake{f}, Settler: f, Deleter: f,
+		Policy: DefaultPolicy(), Now: func() time.Time { return w.in.Now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := 0; pass < 5; pass++ {
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.IsLost("a") || rep.FailedReason("a") != BackfillFailed || !strings.Contains(rep.Failed[0].Err, "durable end: disk: EIO") {
+			t.Fatalf("pass %d: %+v", pass, rep.Failed)
+		}
+	}
+	if len(c.refused) != 0 || len(c.fills) != 0 {
+		t.Errorf("refused %v fills %v", c.refused, c.fills)
+	}
+}

@@ -79,7 +79,8 @@ type Anomaly struct {
 
 // ProbeReport is one broker's answer to Prober.Probe for one tick. It
 // carries anomalies and counts only: a copy that is not listed is intact
-// (present, exactly its sealed size or confirmed, not latched). Network cost
+// (present, exactly its sealed size or confirmed, not latched, not found
+// corrupt by the broker's scrubber). Network cost
 // therefore grows with what is wrong, not with what is stored.
 type ProbeReport struct {
 	Broker meta.BrokerID `json:"broker"`

@@ -99,6 +99,9 @@ var seedRows = []seedRow{
 		}, "resume_short_copy a 1<-3 from=400\n", nil},
 	{"P5.3", "In-place corruption that keeps the byte size is out of this probe's reach", "a copy of the right size is intact to the pass",
 		func() *world { return newWorld(3, 3, seg("a", 1, 2, 3)) }, "", nil},
+	{"P5.3", "In-place corruption that keeps the byte size is out of this probe's reach", "what the Scrubber finds (Kind Corrupt) is a lost copy, replaced from an intact one (more: TestCorruptCopy)",
+		func() *world { return newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(3, "a", Corrupt, 0, false) },
+		"replace_corrupt_copy a 4<-1\nset_replicas a [1 2 3]->[1 2 4]\ndelete_dropped_copy a 3\n", nil},
 	{"P6.1", "The same probe answers the opposite question at no extra cost", "one report carries a short copy and an overrun copy; both are acted on",
 		func() *world {
 			return newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(1, "a", Short, 1, false).anomaly(1, "b", Overrun, 1040, false)
