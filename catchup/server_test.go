@@ -18,13 +18,13 @@ import (
 // fixture is a Server over a fileSource and a Client over a fileSink, on
 // loopback, with one segment of n random bytes.
 type fixture struct {
-	src   *fileSource
-	sink  *fileSink
-	srv   *Server
-	cl    *Client
-	addr  string
-	seg   meta.Segment
-	data  []byte
+	src  *fileSource
+	sink *fileSink
+	srv  *Server
+	cl   *Client
+	addr string
+	seg  meta.Segment
+	data []byte
 }
 
 func newFixture(t testing.TB, n int, lim Limits, sendMode, recvMode Mode) *fixture {
