@@ -53,7 +53,7 @@ type scanResult struct {
 
 // scanBufSize is the read size of a scan: large enough that a scan runs at
 // sequential-read speed.
-const scanBufSize = 1 << 20
+const scanBufSize = 256 << 10
 
 // scanner reads a file through one buffer, front to back.
 type scanner struct {
