@@ -29,8 +29,7 @@ func TestKilledTargetResumes(t *testing.T) {
 	src := openDB(t, t.TempDir(), store.Options{})
 	seg, bounds := sealed(t, src, "seg-kill", 0, 200, 40000, 11) // ~4 MiB
 	size := seg.ByteSize + store.FooterSize
-	th, _ := NewThrottle(Limits{BytesPerSecond: 2 << 20}) // ~2 s per run
-	srv := &Server{Source: StoreSource{DB: src}, Secret: testSecret, Throttle: th}
+	srv := &Server{Source: StoreSource{DB: src}, Secret: testSecret}
 	addr := startServer(t, srv)
 	dstDir := t.TempDir()
 	segJSON, _ := json.Marshal(seg)
@@ -104,7 +103,10 @@ func killChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &Client{Secret: testSecret}
+	// 2 MiB/s in chunks of 256 KiB: about 2 s for the copy, progress
+	// (and so the kill) every 256 KiB.
+	th, _ := NewThrottle(Limits{BytesPerSecond: 2 << 20})
+	cl := &Client{Secret: testSecret, Throttle: th}
 	_, err = cl.Fetch(context.Background(), os.Getenv("CATCHUP_KILL_ADDR"), seg, StoreSink{DB: db}, func(done, total int64) {
 		fmt.Printf("progress %d %d\n", done, total)
 	})
