@@ -24,6 +24,9 @@
 //   - TestScrubberReplacesFlippedCopy: a bit flipped in place (same size,
 //     invisible to the probe) is found by the scrubber, the copy replaced
 //     from an intact replica and deleted.
+//   - TestIntegrityPassHealsInPlace: a deleted and a truncated copy are
+//     backfilled in place, an extended one settled back to size; no replica
+//     set changes.
 //   - TestBadConfigExit2: a bad configuration exits 2, naming key and value.
 //   - TestHealTime: the performance goal, logged (never asserted):
 //     MALACHI_E2E_SEGMENTS=500 for the full size.

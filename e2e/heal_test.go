@@ -419,3 +419,52 @@ func TestScrubberReplacesFlippedCopy(t *testing.T) {
 	snap, _ := c.metadata(c.anyAlive())
 	c.checkCopies(snap)
 }
+
+// The integrity pass on live brokers: a deleted copy and a truncated one
+// are backfilled in place (resuming at the durable end), an extended one is
+// settled back to its sealed size; no replica set changes.
+func TestIntegrityPassHealsInPlace(t *testing.T) {
+	c := startCluster(t, clusterOpts{n: 3, rf: 3, heal: true})
+	leader := c.waitLeader(10 * time.Second)
+	c.load(leader, 6, 64, 2048, "i")
+	c.eventually(20*time.Second, "loaded copies confirmed", func() bool {
+		st, err := c.status(c.leader())
+		return err == nil && st.LastPass != nil && st.LastPass.Anomalies == 0 && len(st.LastPass.Unsettled) == 0
+	})
+	before, _ := c.metadata(leader)
+	segs := before.Segments
+	faults := []struct {
+		kind string
+		seg  meta.Segment
+		on   int
+		req  map[string]any
+	}{
+		{"delete", segs[0], int(segs[0].Replicas[0]), nil},
+		{"truncate", segs[1], int(segs[1].Replicas[1]), map[string]any{"at": segs[1].ByteSize / 3}},
+		{"extend", segs[2], int(segs[2].Replicas[2]), map[string]any{"bytes": 5000}},
+	}
+	start := time.Now()
+	for _, f := range faults {
+		if err := c.post(f.on, "/v1/faults/"+f.kind+"/"+string(f.seg.ID), f.req, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually(30*time.Second, "every damaged copy exact again", func() bool {
+		for _, f := range faults {
+			ci, ok := c.copies(f.on)[string(f.seg.ID)]
+			if !ok || !ci.Sealed || ci.Size != f.seg.ByteSize+40 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("delete, truncate and extend healed in place in %v", time.Since(start).Round(time.Millisecond))
+	after, _ := c.metadata(c.leader())
+	for _, s := range after.Segments {
+		old, _ := before.Segment(s.ID)
+		if s.Version != old.Version {
+			t.Errorf("%s: replica set changed (%v v%d -> %v v%d); in-place repairs need no command", s.ID, old.Replicas, old.Version, s.Replicas, s.Version)
+		}
+	}
+	c.checkCopies(after)
+}
