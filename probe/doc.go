@@ -30,13 +30,15 @@
 // KindAuto opens the ring if it can and logs which engine it uses and why
 // ("probe: engine chosen"); when the ring is refused it uses the syscall
 // engine and the reason names the refusal. While both exist, Auto answers a
-// sample of every ExploreEvery-th large batch with the engine not in use,
-// keeps a per-path cost estimate for each (the ring's first run only warms
-// it up: io-wq spawns its workers then) and moves to the faster
-// one when it is at least 10% faster ("probe: engine changed",
-// Choice().Reason quotes both costs). The sample runs before the rest of
-// its batch, so on a cold cache it pays for the directories the batch
-// shares; that keeps it from looking cheaper than it is. Batches under
+// sample (ExploreSample paths) of its first large batches, and then of every
+// ExploreEvery-th one, with the engine not in use, measures the cost per
+// path of both in that batch (the ring's first run only warms it up: io-wq
+// spawns its workers then), and moves to the other engine when it was at
+// least 10% faster in the same batch, so a warm-cache figure is never
+// weighed against a cold-cache one ("probe: engine changed"; Choice().Reason
+// quotes both costs). The sample runs before the rest of its batch, so on a
+// cold cache it pays for the directories the batch shares, which keeps it
+// from looking cheaper than it is. Batches under
 // SmallBatch paths always use plain syscalls.
 //
 // Invariants:

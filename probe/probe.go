@@ -186,8 +186,11 @@ type Prober struct {
 	cur     Kind
 	reason  string
 	nsPer   [3]float64 // measured ns per path, by Kind; 0 = not measured
-	runs    [3]int     // timed runs, by Kind; the first only warms up
+	runs    [3]int     // timed runs, by Kind; the ring's first only warms it up
 	batches int
+	// compared: a batch has measured both engines, so a choice rests on
+	// two figures taken under the same cache state.
+	compared bool
 }
 
 // New starts a Prober. With KindURing it fails if io_uring is refused
@@ -270,30 +273,33 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 		other = KindURing
 	}
 	k := 0 // paths answered by the other engine, from off on
-	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (p.nsPer[other] == 0 || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
+	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (!p.compared || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
 		k = s
 	}
 	if k == 0 {
-		if err := p.timed(ctx, p.cur, span{out, paths}); err != nil {
-			return err
-		}
-	} else {
-		// The sample window moves through the batch, so that neither engine
-		// always meets the same (warmer or colder) paths.
-		off := (p.batches * k) % (n - k + 1)
-		if err := p.timed(ctx, other, span{out[off : off+k], paths[off : off+k]}); err != nil {
-			return err
-		}
-		if err := p.timed(ctx, p.cur, span{out[:off], paths[:off]}, span{out[off+k:], paths[off+k:]}); err != nil {
-			return err
-		}
+		_, err := p.timed(ctx, p.cur, span{out, paths})
+		return err
 	}
-	if p.nsPer[other] > 0 && p.nsPer[p.cur] > 0 && p.nsPer[other] < 0.9*p.nsPer[p.cur] {
+	// The sample window moves through the batch, so that neither engine
+	// always meets the same (warmer or colder) paths.
+	off := (p.batches * k) % (n - k + 1)
+	otherNs, err := p.timed(ctx, other, span{out[off : off+k], paths[off : off+k]})
+	if err != nil {
+		return err
+	}
+	curNs, err := p.timed(ctx, p.cur, span{out[:off], paths[:off]}, span{out[off+k:], paths[off+k:]})
+	if err != nil || otherNs <= 0 || curNs <= 0 {
+		return err
+	}
+	// Decide only on figures of one batch: a cost measured on a warm cache
+	// is never weighed against one measured on a cold cache.
+	p.compared = true
+	if otherNs < 0.9*curNs {
 		old := p.cur
 		p.cur = other
-		p.reason = fmt.Sprintf("measured %.0f ns/path against %.0f ns/path for %s", p.nsPer[other], p.nsPer[old], old)
+		p.reason = fmt.Sprintf("measured %.0f ns/path against %.0f ns/path for %s in one batch", otherNs, curNs, old)
 		p.log.Info().Str("engine", p.cur.String()).Str("previous", old.String()).
-			Float64("ns_per_path", p.nsPer[p.cur]).Float64("previous_ns_per_path", p.nsPer[old]).
+			Float64("ns_per_path", otherNs).Float64("previous_ns_per_path", curNs).
 			Msg("probe: engine changed")
 	}
 	return nil
@@ -305,9 +311,11 @@ type span struct {
 	paths []string
 }
 
-// timed runs one engine over one or two spans and folds its cost per path into the estimate, unless the context ended
-// during the run (a partial run measures nothing).
-func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) error {
+// timed runs one engine over one or two spans and returns its cost per
+// path, folded into the estimate Measured reports too; 0 when the run
+// measured nothing: the context ended during it (a partial run), or it was
+// the ring's first run (io-wq spawns its workers then).
+func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) (float64, error) {
 	start := p.now()
 	total := 0
 	for _, s := range spans {
@@ -315,17 +323,15 @@ func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) error {
 			continue
 		}
 		if err := p.engine(k).Probe(ctx, s.paths, s.out); err != nil {
-			return err
+			return 0, err
 		}
 		total += len(s.paths)
 	}
 	if ctx.Err() != nil || total == 0 {
-		return nil
+		return 0, nil
 	}
-	// The first run of the ring pays for its start (io-wq spawns its
-	// workers): it measures nothing.
 	if p.runs[k]++; k == KindURing && p.runs[k] == 1 {
-		return nil
+		return 0, nil
 	}
 	ns := float64(p.now().Sub(start).Nanoseconds()) / float64(total)
 	if p.nsPer[k] == 0 {
@@ -333,7 +339,7 @@ func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) error {
 	} else {
 		p.nsPer[k] = 0.7*p.nsPer[k] + 0.3*ns
 	}
-	return nil
+	return ns, nil
 }
 
 func (p *Prober) engine(k Kind) Engine {

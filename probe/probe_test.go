@@ -370,16 +370,17 @@ func TestAutoFollowsMeasurement(t *testing.T) {
 			}
 		}
 	}
+	probe() // the ring's first run only warms it up: nothing compared yet
 	probe()
-	if c := p.Choice(); c.Kind != KindURing || s.paths != 100 || u.paths != 900 {
-		t.Fatalf("first batch: choice %v, syscall answered %d, uring %d; want uring, 100, 900", c, s.paths, u.paths)
+	if c := p.Choice(); c.Kind != KindURing || s.paths != 200 || u.paths != 1800 {
+		t.Fatalf("first two batches: choice %v, syscall answered %d, uring %d; want uring, 200, 1800", c, s.paths, u.paths)
 	}
-	probe() // the sample measured syscall; the ring's first run only warmed it up
-	if c := p.Choice(); c.Kind != KindURing || s.paths != 100 || u.paths != 1900 {
-		t.Fatalf("second batch: choice %v, syscall answered %d, uring %d; want uring, 100, 1900", c, s.paths, u.paths)
+	probe() // compared: no sample until the ExploreEvery-th batch
+	if s.paths != 200 || u.paths != 2800 {
+		t.Fatalf("third batch: syscall answered %d, uring %d; want 200, 2800", s.paths, u.paths)
 	}
 	uCost = 10 * time.Microsecond // io_uring got slower than syscalls
-	for range 8 {
+	for range 5 {
 		probe()
 	}
 	if c := p.Choice(); c.Kind != KindSyscall || !strings.Contains(c.Reason, "ns/path") {
