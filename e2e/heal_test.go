@@ -245,15 +245,15 @@ func TestHealDisabled(t *testing.T) {
 		if err := c.get(b.id, "/v1/status", &st); err != nil || st["heal"] != "disabled" {
 			t.Errorf("broker %d status: %v %v", b.id, st, err)
 		}
-		// Only the broker's own state: copies/, confirm/ (the store) and
-		// raft/ (the control plane). The plugin created nothing.
+		// Only the broker's own state: copies/, confirm/ and LOCK (the
+		// store) and raft/ (the control plane). The plugin created nothing.
 		ents, err := os.ReadDir(b.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range ents {
 			switch e.Name() {
-			case "copies", "confirm", "raft":
+			case "copies", "confirm", "LOCK", "raft":
 			default:
 				t.Errorf("broker %d: unexpected %s in its data dir", b.id, filepath.Join(b.dir, e.Name()))
 			}
