@@ -421,7 +421,9 @@ func (b *broker) place() ([]meta.BrokerID, error) {
 		rf = b.cfg.ReplicationFactor
 	}
 	contact := b.lastContact()
-	horizon := time.Now().Add(-2 * max(b.cfg.Raft.HeartbeatTimeout, 100*time.Millisecond))
+	// Heard from within five heartbeats (at least 2 s): a loaded follower
+	// is not left out of new replica sets, a dead one soon is.
+	horizon := time.Now().Add(-max(5*b.cfg.Raft.HeartbeatTimeout, 2*time.Second))
 	var live []meta.BrokerID
 	for _, br := range snap.Brokers {
 		if t, ok := contact[br.ID]; ok && (br.ID == b.self || t.After(horizon)) && br.AdminAddr != "" {
