@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,6 +69,7 @@ type DB struct {
 
 	closed atomic.Bool
 	bufs   sync.Pool
+	lock   io.Closer // flock on dir/LOCK
 
 	mu sync.Mutex // protects m
 	m  map[meta.SegmentID]*copyState
@@ -135,8 +137,14 @@ func Open(dir string, opts Options) (*DB, error) {
 	if err := fsys.MkdirAll(db.copies, 0o755); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	db.lock = lock
 	ents, err := fsys.ReadDir(db.copies)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	for _, e := range ents {
@@ -185,6 +193,9 @@ func (db *DB) Close() error {
 		db.conf = nil
 	}
 	db.confMu.Unlock()
+	if err := db.lock.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -34,6 +34,8 @@ var (
 	// (a failed MANIFEST or WAL write); confirmations are unavailable until
 	// a restart. The copies are not affected.
 	ErrConfirmState = errors.New("store: confirmation state failed")
+	// ErrInUse: Open of a directory another open DB owns (flock on LOCK).
+	ErrInUse = errors.New("store: directory in use")
 	// ErrInvalid: a request with bad arguments; nothing was changed.
 	ErrInvalid = errors.New("store: invalid request")
 

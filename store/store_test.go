@@ -209,6 +209,9 @@ func TestCreateExistsAndBadInput(t *testing.T) {
 	// A file already on disk but unknown to this DB.
 	writeFile(t, copyPath(dir, "disk"), nil)
 	wantIs(t, "Create over an existing file", db.Create("disk", 0), store.ErrExists)
+	if _, err := store.Open(dir, store.Options{}); !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("second Open of an open directory: %v", err)
+	}
 	if _, err := store.Open(dir, store.Options{Preallocate: -1}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("Open with negative Preallocate: %v", err)
 	}
