@@ -27,7 +27,8 @@ type Mode uint8
 
 const (
 	// ModeDefault is the path measured faster on this end: see
-	// DefaultSendMode and DefaultRecvMode.
+	// DefaultSendMode (write(2) to a loopback peer, sendfile(2) to any
+	// other) and DefaultRecvMode (splice(2)).
 	ModeDefault Mode = iota
 	// ModeZeroCopy moves bytes without copying them through user space:
 	// sendfile(2) from the file to the socket on the source, splice(2)
@@ -42,30 +43,39 @@ const (
 	ModeReadWrite
 )
 
-// The defaults: zero copy at both ends.
+// The defaults, measured (bench/README.md; BenchmarkCatchup and
+// BenchmarkSplicePipe): the target splices (DefaultRecvMode); the source
+// uses sendfile(2) towards a remote peer and plain write(2) towards a
+// loopback one (DefaultSendMode).
 //
-// The throwaway measurement had a write(2) sender beat sendfile(2)
-// into a splice receiver on loopback. Two causes, both measured
-// (BenchmarkSplicePipe, 256 MiB in one process): with the default 64 KiB
-// pipe (16 slots) a sendfile sender's skbs, made of page-cache pages,
-// fill the pipe after about 64 KiB, so the receiver needs ~8,700 splice
-// calls per 256 MiB and 1.5-1.6 CPU s/GB; the 1 MiB pipe catchup asks for
-// needs ~1,100 calls and 0.8 CPU s/GB. What remains is the placement of the
-// one copy a buffered target file needs: with sendfile the receiver's
-// pipe→file copy reads cold page-cache pages and is the only copy, on one
-// core; a write sender does half the memory traffic on the other core, which
-// on a 2-core loopback box can raise one stream's speed (in process: 660-800
-// vs 315-390 MB/s) at no lower total CPU. In the two-process benchmark
-// (BenchmarkCatchup, 1 GiB, 3 runs, on a box shared with ~6 busy jobs) the
-// medians did not separate: zerocopy 578 MB/s and 1.10 CPU s/GB over both
-// ends, write→splice 485 MB/s and 1.13, io.Copy at both ends 754 MB/s and
-// 1.21; 4 streams: zerocopy 448 MB/s and 1.69, io.Copy 393 MB/s and 1.55.
-// With no measured win for the write sender, and sendfile sparing the
-// source two copies per byte on a real NIC, sendfile stays the default.
-const (
-	DefaultSendMode = ModeZeroCopy
-	DefaultRecvMode = ModeZeroCopy
-)
+// Why sendfile loses on loopback. With sendfile the source hands TCP its
+// page-cache pages by reference, so the only copy left is the target's
+// pipe→file copy, which then reads the source's cold page-cache pages and
+// does all the memory traffic on one core; a write(2) source does its copy
+// on the other core and the target copies out of freshly written, cached
+// socket pages. BenchmarkCatchup, 1 GiB, 1 stream, 5 runs each, medians
+// (shared 2-core VM, load 10-16): sendfile→splice 591 MB/s and 1.23 CPU
+// s/GB over both ends (0.79 of it on the target); write→splice 913 MB/s and
+// 0.82 (0.41 on the target); io.Copy at both ends 762 MB/s and 0.93; iperf3
+// -P 1 1406 MB/s. The splice pipe's size matters too: a sendfile source's
+// skbs are made of page-sized fragments, one pipe slot each, so the default
+// 64 KiB pipe (16 slots) needs ~8,700 splice calls per 256 MiB and 1.5 CPU
+// s/GB where the 1 MiB pipe catchup asks for needs ~1,100 and 0.8.
+//
+// Towards a real NIC there is no target copying out of the source's page
+// cache, and sendfile spares the source two copies per byte, so sendfile
+// stays the choice there (reasoned, not measured on this machine).
+const DefaultRecvMode = ModeZeroCopy
+
+// DefaultSendMode returns the send path ModeDefault selects for a
+// connection to peer: ModeReadWrite for a loopback address, ModeZeroCopy
+// otherwise.
+func DefaultSendMode(peer net.Addr) Mode {
+	if ta, ok := peer.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
+		return ModeReadWrite
+	}
+	return ModeZeroCopy
+}
 
 func (m Mode) String() string {
 	switch m {
