@@ -545,14 +545,21 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 	rep.Resumed = resumed
 
 	// Phase 2: commands, only for segments whose backfills all succeeded.
+	// They run concurrently, bounded by Concurrency (a consensus engine
+	// batches concurrent proposals into one log write), and their outcomes
+	// are folded in plan (risk) order.
 	recorded := map[meta.SegmentID]bool{}
+	type outcome struct {
+		a   Action
+		err error
+		ran bool
+	}
+	var outs []*outcome
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	var cwg sync.WaitGroup
 	for _, a := range plan.Actions {
-		if a.Op != SetReplicas {
+		if a.Op != SetReplicas || ctx.Err() != nil {
 			continue
-		}
-		if ctx.Err() != nil {
-			rep.Aborted = true
-			return rep
 		}
 		if _, bad := failed[a.Segment.ID]; bad {
 			continue // invariant 3: never record a set whose backfill failed
@@ -560,8 +567,23 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		if returned[a.Segment.ID] {
 			continue // a replaced replica came back: no churn
 		}
-		err := c.cfg.Control.SetReplicas(ctx, a.Command)
+		o := &outcome{a: a}
+		outs = append(outs, o)
+		sem <- struct{}{}
+		cwg.Add(1)
+		go func() {
+			defer func() { <-sem; cwg.Done() }()
+			if ctx.Err() == nil {
+				o.ran = true
+				o.err = c.cfg.Control.SetReplicas(ctx, o.a.Command)
+			}
+		}()
+	}
+	cwg.Wait()
+	for _, o := range outs {
+		a, err := o.a, o.err
 		switch {
+		case !o.ran:
 		case err == nil:
 			recorded[a.Segment.ID] = true
 			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {
@@ -572,11 +594,13 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		case errors.Is(err, meta.ErrStaleReplicas):
 			rep.Stale = append(rep.Stale, a.Segment.ID)
 		case ctx.Err() != nil:
-			rep.Aborted = true
-			return rep
 		default:
 			rep.Failed = append(rep.Failed, Failure{Segment: a.Segment.ID, Reason: CommandFailed, Err: err.Error()})
 		}
+	}
+	if ctx.Err() != nil {
+		rep.Aborted = true
+		return rep
 	}
 	// Segments healed by in-place resumes alone.
 	for _, r := range resumed {
