@@ -191,15 +191,19 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	p.srv = &server{self: p.deps.Self, db: p.deps.Store, cp: p.deps.Control, stat: p.engines.stat,
 		fetch: p.engines.fetch, cfg: p.cfg, log: p.log, metrics: p.metrics}
 	if p.cfg.ScrubInterval > 0 {
-		p.scrub = newScrubber(p.cfg, p.deps.Self, p.deps.Store, p.deps.Control, p.metrics, p.log, p.now)
-		p.srv.scrub = p.scrub
+		sc, err := newScrubber(p.cfg, p.deps.Self, p.deps.Store, p.deps.Control, p.metrics, p.log, p.now)
+		if err != nil {
+			return err
+		}
+		p.scrub = sc
+		p.srv.scrub = sc
 		sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			p.scrub.run(sctx)
+			sc.run(sctx, p.log)
 		}()
-		p.closers = append(p.closers, func() error { scancel(); <-done; return nil })
+		p.closers = append(p.closers, func() error { scancel(); <-done; return sc.close() })
 	}
 
 	dl, err := net.Listen("tcp", p.cfg.DataListen)

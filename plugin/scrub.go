@@ -3,43 +3,28 @@ package plugin
 import (
 	"context"
 	"errors"
-	"slices"
-	"sync"
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/scrub"
 	"github.com/malachi-log/malachi/store"
 )
 
-// scrubber verifies this broker's sealed copies in the background: every
-// frame's CRC, the offsets, the footer and the frames' checksum against the
-// metadata (store.Verify), at a bounded read rate. It is what finds the
-// in-place corruption the size probe cannot see by construction: a copy
-// that fails is remembered, by file identity, and reported by the probe as
-// heal.Corrupt until the file changes (replaced by a backfill, deleted).
-// The marks live in memory: after a restart the next cycle finds the copy
-// again.
+// scrubber runs the broker's scrub.Scrubber: it verifies this broker's
+// sealed copies in the background at a bounded rate (store.Verify: every
+// frame's CRC, the offsets, the footer and the checksum against the
+// metadata). It finds the in-place corruption the size probe cannot see by
+// construction: a copy that fails is remembered by file identity, in Pebble
+// under <data_dir>/scrub so that it survives a restart, and reported by the
+// probe as heal.Corrupt until the file changes or is deleted. Progress is
+// kept there too: a restarted broker resumes after the last copy verified.
 type scrubber struct {
-	self     meta.BrokerID
-	db       *store.DB
-	cp       ControlPlane
-	interval time.Duration
-	lim      *rate.Limiter
-	log      zerolog.Logger
-	metrics  *metrics
-	now      func() time.Time
-
-	mu      sync.Mutex
-	corrupt map[meta.SegmentID]scrubMark
-	status  ScrubStatus
-}
-
-type scrubMark struct {
-	ident  store.FileIdentity
-	reason string
+	s       *scrub.Scrubber
+	metrics *metrics
 }
 
 // ScrubStatus is the scrubber's part of /status.
@@ -56,150 +41,72 @@ type ScrubStatus struct {
 	CycleSeconds float64 `json:"cycle_seconds,omitempty"`
 }
 
-func newScrubber(cfg Config, self meta.BrokerID, db *store.DB, cp ControlPlane, m *metrics, log zerolog.Logger, now func() time.Time) *scrubber {
-	lim := rate.NewLimiter(rate.Inf, 0)
-	if cfg.ScrubBytesPerSecond > 0 {
-		lim = rate.NewLimiter(rate.Limit(cfg.ScrubBytesPerSecond), int(min(cfg.ScrubBytesPerSecond, 16<<20)))
-	}
-	return &scrubber{self: self, db: db, cp: cp, interval: cfg.ScrubInterval, lim: lim, metrics: m, now: now,
-		log: log.With().Str("component", "scrub").Logger(), corrupt: map[meta.SegmentID]scrubMark{},
-		status: ScrubStatus{Enabled: cfg.ScrubInterval > 0}}
-}
-
 // firstScrubDelay bounds the wait before the first cycle: a broker that
 // restarts more often than the interval is still scrubbed, and a broker
 // that just started is not read end to end while it catches up.
 const firstScrubDelay = 5 * time.Minute
 
-// run waits, scrubs one cycle, waits interval, and again, until ctx is
-// done.
-func (s *scrubber) run(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(min(s.interval, firstScrubDelay)):
+func newScrubber(cfg Config, self meta.BrokerID, db *store.DB, cp ControlPlane, m *metrics, log zerolog.Logger, now func() time.Time) (*scrubber, error) {
+	sc := &scrubber{metrics: m}
+	s, err := scrub.Open(scrub.Config{
+		Dir:            filepath.Join(cfg.DataDir, "scrub"),
+		Self:           self,
+		BytesPerSecond: cfg.ScrubBytesPerSecond,
+		RoundPause:     cfg.ScrubInterval,
+		FirstDelay:     min(cfg.ScrubInterval, firstScrubDelay),
+		Logger:         log,
+		Now:            now,
+		OnVerify:       sc.verified,
+		OnRound:        func(scrub.Stats) { m.scrubCycles.Inc() },
+	}, db, cp)
+	if err != nil {
+		return nil, fmt.Errorf("plugin: heal.scrub_interval = %q: %w", cfg.ScrubInterval, err)
 	}
-	for {
-		start := s.now()
-		s.cycle(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		s.mu.Lock()
-		s.status.Cycles++
-		s.status.LastCycleAt = s.now()
-		s.status.CycleSeconds = s.now().Sub(start).Seconds()
-		s.mu.Unlock()
-		s.metrics.scrubCycles.Inc()
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.interval):
-		}
+	sc.s = s
+	m.scrubCorrupt.Set(float64(s.Stats().Corrupt))
+	return sc, nil
+}
+
+func (sc *scrubber) verified(_ meta.SegmentID, bytes int64, _ error) {
+	sc.metrics.scrubBytes.Add(float64(bytes))
+	sc.metrics.scrubCorrupt.Set(float64(sc.s.Stats().Corrupt))
+}
+
+// run scrubs until ctx is done.
+func (sc *scrubber) run(ctx context.Context, log zerolog.Logger) {
+	if err := sc.s.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error().Err(err).Msg("scrub stopped")
 	}
 }
 
-// cycle verifies every sealed copy the local metadata assigns here.
-func (s *scrubber) cycle(ctx context.Context) {
-	snap := s.cp.Snapshot()
-	for i := range snap.Segments {
-		seg := snap.Segments[i]
-		if ctx.Err() != nil {
-			return
-		}
-		if !seg.Sealed || !seg.HasReplica(s.self) || s.db.LatchErr(seg.ID) != nil {
-			continue
-		}
-		fi, err := s.db.Identity(seg.ID)
-		if err != nil || fi.Size != seg.ByteSize+store.FooterSize {
-			continue // missing, short or overrun: the probe reports it
-		}
-		if !s.wait(ctx, fi.Size) {
-			return
-		}
-		err = s.db.Verify(seg.ID, seg)
-		s.metrics.scrubBytes.Add(float64(fi.Size))
-		s.mu.Lock()
-		s.status.Verified++
-		s.status.BytesRead += fi.Size
-		s.mu.Unlock()
-		switch {
-		case err == nil:
-			s.clear(seg.ID)
-		case errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrShort) || errors.Is(err, store.ErrNotSealed):
-			s.mark(seg.ID, fi, err.Error())
-		default:
-			// Latched (an I/O error: the probe reports it), busy (being
-			// received), gone: not this scrubber's finding.
-			s.log.Debug().Err(err).Str("segment", string(seg.ID)).Msg("scrub: verify did not run")
-		}
-	}
-}
+func (sc *scrubber) close() error { return sc.s.Close() }
 
-// wait takes n bytes from the rate limiter, in bursts it can grant.
-func (s *scrubber) wait(ctx context.Context, n int64) bool {
-	if s.lim.Limit() == rate.Inf {
-		return ctx.Err() == nil
+// clear forgets any finding on id: the copy was deleted.
+func (sc *scrubber) clear(id meta.SegmentID) error {
+	if err := sc.s.Forget(id); err != nil {
+		return err
 	}
-	for n > 0 {
-		k := min(n, int64(s.lim.Burst()))
-		if err := s.lim.WaitN(ctx, int(k)); err != nil {
-			return false
-		}
-		n -= k
-	}
-	return true
-}
-
-func (s *scrubber) mark(id meta.SegmentID, fi store.FileIdentity, reason string) {
-	s.mu.Lock()
-	_, had := s.corrupt[id]
-	s.corrupt[id] = scrubMark{ident: fi, reason: reason}
-	s.mu.Unlock()
-	if !had {
-		s.metrics.scrubCorrupt.Inc()
-		s.log.Error().Str("segment", string(id)).Str("reason", reason).Msg("scrub: copy corrupt")
-	}
-}
-
-func (s *scrubber) clear(id meta.SegmentID) {
-	s.mu.Lock()
-	_, had := s.corrupt[id]
-	delete(s.corrupt, id)
-	s.mu.Unlock()
-	if had {
-		s.metrics.scrubCorrupt.Dec()
-	}
+	sc.metrics.scrubCorrupt.Set(float64(sc.s.Stats().Corrupt))
+	return nil
 }
 
 // corruptNow reports whether the copy of id at identity (dev, ino, size)
-// is the one the scrubber found corrupt. A different file clears the mark.
-func (s *scrubber) corruptNow(id meta.SegmentID, dev, ino uint64, size int64) bool {
-	if s == nil {
+// is the one the scrubber found corrupt. A nil scrubber finds nothing.
+func (sc *scrubber) corruptNow(id meta.SegmentID, dev, ino uint64, size int64) bool {
+	if sc == nil {
 		return false
 	}
-	s.mu.Lock()
-	m, ok := s.corrupt[id]
-	s.mu.Unlock()
-	if !ok {
-		return false
-	}
-	if m.ident.Dev == dev && m.ident.Ino == ino && m.ident.Size == size {
-		return true
-	}
-	s.clear(id)
-	return false
+	_, bad := sc.s.Corrupt(id, store.FileIdentity{Dev: dev, Ino: ino, Size: size})
+	return bad
 }
 
 // snapshot returns the status, with the corrupt list sorted.
-func (s *scrubber) snapshot() ScrubStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.status
-	st.Corrupt = nil
-	for id := range s.corrupt {
-		st.Corrupt = append(st.Corrupt, id)
+func (sc *scrubber) snapshot() ScrubStatus {
+	st := sc.s.Stats()
+	out := ScrubStatus{Enabled: true, Cycles: st.Rounds, Verified: st.CopiesVerified, BytesRead: int64(st.BytesVerified),
+		LastCycleAt: st.LastRoundAt, CycleSeconds: st.RoundSeconds}
+	for _, f := range sc.s.Findings() {
+		out.Corrupt = append(out.Corrupt, f.Segment)
 	}
-	slices.Sort(st.Corrupt)
-	return st
+	return out
 }

@@ -278,7 +278,9 @@ func (s *server) delete(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	if s.scrub != nil {
-		s.scrub.clear(req.Segment)
+		if err := s.scrub.clear(req.Segment); err != nil {
+			return nil, err
+		}
 	}
 	s.log.Info().Str("segment", string(req.Segment)).Msg("copy deleted")
 	return empty{}, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -21,30 +22,44 @@ import (
 
 // Copies is what the scrubber needs of the broker's store; *store.DB has it.
 type Copies interface {
-	// List returns the segment ids of every local copy, sorted.
-	List() []meta.SegmentID
 	// Identity stats the copy's file without opening it.
 	Identity(id meta.SegmentID) (store.FileIdentity, error)
 	// Verify checks every frame, the offsets, the footer and the checksum
 	// against seg; corruption wraps store.ErrCorrupt.
 	Verify(id meta.SegmentID, seg meta.Segment) error
+	// LatchErr is non-nil for a copy latched failed in storage.
+	LatchErr(id meta.SegmentID) error
 }
 
-// Segments looks up the metadata of a segment; cluster.Node has it.
+// Segments gives the metadata the scrubber walks; cluster.Node has it.
 type Segments interface {
-	Segment(id meta.SegmentID) (meta.Segment, bool)
+	// Snapshot returns the metadata, segments sorted by id.
+	Snapshot() meta.Snapshot
 }
 
 // Config sets the scrubber up.
 type Config struct {
 	// Dir is the Pebble directory for progress and findings.
 	Dir string
-	// BytesPerSecond bounds the read rate. It must be positive.
+	// Self is this broker: only the sealed copies the metadata assigns to
+	// it are scrubbed.
+	Self meta.BrokerID
+	// BytesPerSecond bounds the read rate; 0 means unlimited.
 	BytesPerSecond int64
 	// RoundPause is the wait after a full round over every copy.
 	RoundPause time.Duration
+	// FirstDelay is the wait before the first round, so that a broker that
+	// just started is not read end to end while it catches up.
+	FirstDelay time.Duration
 	// Logger receives findings and round summaries.
 	Logger zerolog.Logger
+	// OnVerify, when set, is called after each copy verified, with its
+	// size and Verify's error; OnRound after each full round. Both are
+	// called from Run's goroutine, with no lock held (for metrics).
+	OnVerify func(id meta.SegmentID, bytes int64, err error)
+	OnRound  func(Stats)
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
 }
 
 // DefaultBytesPerSecond is 32 MiB/s: a few percent of one disk.
@@ -55,11 +70,14 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		return errors.New("scrub: config dir is empty")
 	}
-	if c.BytesPerSecond <= 0 {
-		return fmt.Errorf("scrub: config bytes_per_second %d: want > 0", c.BytesPerSecond)
+	if c.Self == 0 {
+		return errors.New("scrub: config self is broker 0")
 	}
-	if c.RoundPause < 0 {
-		return fmt.Errorf("scrub: config round_pause %s: want >= 0", c.RoundPause)
+	if c.BytesPerSecond < 0 {
+		return fmt.Errorf("scrub: config bytes_per_second %d: want >= 0 (0 for unlimited)", c.BytesPerSecond)
+	}
+	if c.RoundPause < 0 || c.FirstDelay < 0 {
+		return fmt.Errorf("scrub: config round_pause %s, first_delay %s: want >= 0", c.RoundPause, c.FirstDelay)
 	}
 	return nil
 }
@@ -79,7 +97,11 @@ type Stats struct {
 	Rounds         uint64 `json:"rounds"`
 	CopiesVerified uint64 `json:"copies_verified"`
 	BytesVerified  uint64 `json:"bytes_verified"`
-	Corrupt        int    `json:"corrupt"`
+	// Corrupt is the number of current findings.
+	Corrupt int `json:"corrupt"`
+	// LastRoundAt and RoundSeconds describe the last full round.
+	LastRoundAt  time.Time `json:"last_round_at,omitzero"`
+	RoundSeconds float64   `json:"round_seconds,omitempty"`
 }
 
 // Scrubber verifies one broker's sealed copies in the background.
@@ -113,8 +135,15 @@ func Open(cfg Config, copies Copies, segs Segments) (*Scrubber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scrub: open %s: %w", cfg.Dir, err)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	lim := rate.NewLimiter(rate.Inf, chunk)
+	if cfg.BytesPerSecond > 0 {
+		lim = rate.NewLimiter(rate.Limit(cfg.BytesPerSecond), chunk)
+	}
 	s := &Scrubber{cfg: cfg, copies: copies, segs: segs, db: db,
-		lim:      rate.NewLimiter(rate.Limit(cfg.BytesPerSecond), chunk),
+		lim:      lim,
 		log:      cfg.Logger.With().Str("component", "scrub").Logger(),
 		findings: map[meta.SegmentID]Finding{}}
 	if err := s.loadFindings(); err != nil {
@@ -178,52 +207,74 @@ func (s *Scrubber) Stats() Stats {
 // Run scrubs until ctx ends, round after round, resuming after the copy
 // recorded last. It returns ctx's error, or a Pebble error.
 func (s *Scrubber) Run(ctx context.Context) error {
+	if err := sleep(ctx, s.cfg.FirstDelay); err != nil {
+		return err
+	}
 	for {
 		if err := s.Round(ctx); err != nil {
 			return err
 		}
-		if s.cfg.RoundPause > 0 {
-			t := time.NewTimer(s.cfg.RoundPause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
+		if err := sleep(ctx, s.cfg.RoundPause); err != nil {
+			return err
 		}
 	}
 }
 
-// Round verifies every sealed copy once, starting after the saved cursor
-// and wrapping around to it, then clears the cursor.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Round verifies every sealed copy the metadata assigns to this broker
+// once, in segment order starting after the saved cursor and wrapping
+// around to it, then clears the cursor.
 func (s *Scrubber) Round(ctx context.Context) error {
+	start := s.cfg.Now()
 	cursor, err := s.cursor()
 	if err != nil {
 		return err
 	}
-	ids := s.copies.List()
-	start, _ := slices.BinarySearch(ids, cursor)
-	if start < len(ids) && ids[start] == cursor {
-		start++
-	}
-	order := append(ids[start:len(ids):len(ids)], ids[:start]...)
-	for _, id := range order {
+	snap := s.segs.Snapshot()
+	segs := snap.Segments
+	first := sort.Search(len(segs), func(i int) bool { return segs[i].ID > cursor })
+	for k := range segs {
+		seg := &segs[(first+k)%len(segs)]
+		if !seg.Sealed || !seg.HasReplica(s.cfg.Self) {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.verify(ctx, id); err != nil {
+		if err := s.verify(ctx, seg); err != nil {
 			return err
 		}
-		if err := s.db.Set(keyCursor, []byte(id), pebble.NoSync); err != nil {
-			return fmt.Errorf("scrub: save cursor %s: %w", id, err)
+		if err := s.db.Set(keyCursor, []byte(seg.ID), pebble.NoSync); err != nil {
+			return fmt.Errorf("scrub: save cursor %s: %w", seg.ID, err)
 		}
+	}
+	if err := s.db.Delete(keyCursor, pebble.Sync); err != nil {
+		return fmt.Errorf("scrub: clear cursor: %w", err)
 	}
 	s.mu.Lock()
 	s.stats.Rounds++
+	s.stats.LastRoundAt = s.cfg.Now()
+	s.stats.RoundSeconds = s.stats.LastRoundAt.Sub(start).Seconds()
 	st := s.stats
 	s.mu.Unlock()
-	s.log.Debug().Uint64("round", st.Rounds).Int("copies", len(ids)).Int("corrupt", st.Corrupt).Msg("scrub round done")
-	return s.db.Delete(keyCursor, pebble.Sync)
+	s.log.Debug().Uint64("round", st.Rounds).Int("corrupt", st.Corrupt).Float64("seconds", st.RoundSeconds).Msg("scrub round done")
+	if s.cfg.OnRound != nil {
+		s.cfg.OnRound(st)
+	}
+	return nil
 }
 
 func (s *Scrubber) cursor() (meta.SegmentID, error) {
@@ -238,24 +289,25 @@ func (s *Scrubber) cursor() (meta.SegmentID, error) {
 	return meta.SegmentID(v), nil
 }
 
-// verify checks one copy, paying for its bytes first. Only a sealed segment
-// is verified; a copy that changes file while it is read is left for the
-// next round.
-func (s *Scrubber) verify(ctx context.Context, id meta.SegmentID) error {
-	seg, ok := s.segs.Segment(id)
-	if !ok || !seg.Sealed {
+// verify checks one copy, paying for its bytes first. A copy whose size
+// is not its sealed size plus footer is the probe's business (missing,
+// short, overrun); a copy that changes file while it is read is left for
+// the next round.
+func (s *Scrubber) verify(ctx context.Context, seg *meta.Segment) error {
+	id := seg.ID
+	if s.copies.LatchErr(id) != nil {
 		return nil
 	}
 	before, err := s.copies.Identity(id)
-	if err != nil {
-		return nil // gone or latched: the probe reports it
+	if err != nil || before.Size != seg.ByteSize+store.FooterSize {
+		return nil
 	}
 	for left := before.Size; left > 0; left -= chunk {
 		if err := s.lim.WaitN(ctx, int(min(left, chunk))); err != nil {
 			return err
 		}
 	}
-	verr := s.copies.Verify(id, seg)
+	verr := s.copies.Verify(id, *seg)
 	after, err := s.copies.Identity(id)
 	if err != nil || after != before {
 		return nil
@@ -264,28 +316,30 @@ func (s *Scrubber) verify(ctx context.Context, id meta.SegmentID) error {
 	s.stats.CopiesVerified++
 	s.stats.BytesVerified += uint64(before.Size)
 	s.mu.Unlock()
+	if s.cfg.OnVerify != nil {
+		defer s.cfg.OnVerify(id, before.Size, verr)
+	}
+	f := Finding{Segment: id, Identity: before, Reason: fmt.Sprint(verr), At: s.cfg.Now().UTC()}
+	var ce *store.CorruptError
+	var se *store.ShortError
 	switch {
 	case verr == nil:
 		return s.clear(id)
-	case errors.Is(verr, store.ErrCorrupt):
-		f := Finding{Segment: id, Identity: before, Reason: verr.Error(), At: time.Now().UTC()}
-		var ce *store.CorruptError
-		if errors.As(verr, &ce) {
-			f.Offset = ce.Offset
-		}
+	case errors.As(verr, &ce):
+		f.Offset = ce.Offset
 		return s.record(f)
-	case errors.Is(verr, store.ErrShort) && before.Size >= seg.ByteSize:
-		// The file is long enough but its frames end early: a damaged
+	case errors.As(verr, &se):
+		// The file has its full size but its frames end early: a damaged
 		// header inside, not a truncation (which the probe sees by size).
-		f := Finding{Segment: id, Identity: before, Reason: verr.Error(), At: time.Now().UTC()}
-		var se *store.ShortError
-		if errors.As(verr, &se) {
-			f.Offset = se.End.Bytes
-		}
+		f.Offset = se.End.Bytes
+		return s.record(f)
+	case errors.Is(verr, store.ErrNotSealed):
+		// Full size, but no valid footer where the frames end.
+		f.Offset = seg.ByteSize
 		return s.record(f)
 	default:
-		// Short, latched or unsealed copies are the probe's and the
-		// integrity pass's business, not corruption that keeps the size.
+		// Latched by an I/O error during the read (the probe reports
+		// it), busy (being received), gone: not a finding.
 		return nil
 	}
 }

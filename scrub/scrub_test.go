@@ -16,7 +16,14 @@ import (
 // segTable is the metadata side: the sealed segments by id.
 type segTable map[meta.SegmentID]meta.Segment
 
-func (t segTable) Segment(id meta.SegmentID) (meta.Segment, bool) { s, ok := t[id]; return s, ok }
+func (t segTable) Snapshot() meta.Snapshot {
+	tb := meta.NewTable(1)
+	for _, seg := range t {
+		tb.Apply(1, meta.CreateSegment{Segment: meta.Segment{ID: seg.ID, StartOffset: seg.StartOffset, Replicas: seg.Replicas}})
+		tb.Apply(2, meta.SealSegment{ID: seg.ID, Length: seg.Length, ByteSize: seg.ByteSize, Checksum: seg.Checksum})
+	}
+	return tb.Snapshot()
+}
 
 // countingCopies cancels ctx after n verifications, to stop a round midway.
 type countingCopies struct {
@@ -89,7 +96,7 @@ func (f *fixture) flip(t *testing.T, id meta.SegmentID, at int64) {
 
 func (f *fixture) open(t *testing.T, copies Copies) *Scrubber {
 	t.Helper()
-	s, err := Open(Config{Dir: filepath.Join(f.dir, "scrub"), BytesPerSecond: 1 << 40, Logger: zerolog.Nop()}, copies, f.segs)
+	s, err := Open(Config{Dir: filepath.Join(f.dir, "scrub"), Self: 1, Logger: zerolog.Nop()}, copies, f.segs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +203,7 @@ func TestRoundResumesAfterRestart(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []Config{{}, {Dir: "x"}, {Dir: "x", BytesPerSecond: 1, RoundPause: -1}} {
+	for _, c := range []Config{{}, {Dir: "x"}, {Dir: "x", Self: 1, BytesPerSecond: -1}, {Dir: "x", Self: 1, RoundPause: -1}} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil", c)
 		}
