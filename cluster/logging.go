@@ -11,26 +11,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// pebbleLogger adapts zerolog to pebble.Logger, so Pebble never writes to
-// stderr on its own. Fatalf logs at fatal level and panics: Pebble calls
-// it on a broken invariant and does not expect it to return, and a
-// library must not os.Exit its host.
-type pebbleLogger struct{ log zerolog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...any) {
-	l.log.Info().Str("component", "pebble").Msg(strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-
-func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.log.Error().Str("component", "pebble").Msg(strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-
-func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
-	l.log.WithLevel(zerolog.FatalLevel).Str("component", "pebble").Msg(msg)
-	panic("cluster: pebble fatal: " + msg)
-}
-
 // hclogger adapts zerolog to hclog.Logger for hashicorp/raft. Key/value
 // pairs become zerolog fields; a name becomes the "component" field.
 type hclogger struct {

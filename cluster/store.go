@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/internal/pebblelog"
 )
 
 // ErrKeyNotFound is what the StableStore returns for a key never set.
@@ -49,7 +51,7 @@ var (
 // through log, never to stderr.
 func openLogStore(dir string, log zerolog.Logger) (*logStore, error) {
 	opts := &pebble.Options{
-		Logger: pebbleLogger{log: log},
+		Logger: pebblelog.New(log, "raft-log"),
 		// The raft log is small and written sequentially: keep memory low.
 		MemTableSize:                4 << 20,
 		MemTableStopWritesThreshold: 4,

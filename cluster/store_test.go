@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 	"pgregory.net/rapid"
+
+	"github.com/malachi-log/malachi/internal/pebblelog"
 )
 
 func openTestStore(t testing.TB, dir string) *logStore {
@@ -236,7 +238,7 @@ func TestLoggersGoToZerolog(t *testing.T) {
 		t.Errorf("SetLevel did not silence: %s", out)
 	}
 	buf.Reset()
-	pebbleLogger{log: zl}.Infof("compaction %d", 7)
+	pebblelog.New(zl, "raft-log").Infof("compaction %d", 7)
 	if !strings.Contains(buf.String(), `"message":"compaction 7"`) || !strings.Contains(buf.String(), `"component":"pebble"`) {
 		t.Errorf("pebble adapter output %s", buf.String())
 	}
@@ -245,5 +247,5 @@ func TestLoggersGoToZerolog(t *testing.T) {
 			t.Error("pebble Fatalf returned")
 		}
 	}()
-	pebbleLogger{log: zl}.Fatalf("broken")
+	pebblelog.New(zl, "raft-log").Fatalf("broken")
 }
