@@ -216,7 +216,9 @@ func TestProbeDeadlineMidBatch(t *testing.T) {
 					t.Fatalf("%d: unexpected %v", i, r.Err)
 				}
 			}
-			if el > d+time.Second {
+			// A sanity bound only (the machine may be loaded): the proof
+			// that the deadline cut the batch is the late entries below.
+			if el > d+5*time.Second {
 				t.Fatalf("Probe took %v with a %v deadline", el, d)
 			}
 			t.Logf("deadline %v: %d answered, %d missing, %d late, took %v", d, answered, missing, late, el)
