@@ -468,3 +468,78 @@ func TestIntegrityPassHealsInPlace(t *testing.T) {
 	}
 	c.checkCopies(after)
 }
+
+// Honest loss reporting (issue 8): a segment whose every copy is gone is
+// reported lost on every pass with its replicas, counted in the lost
+// gauges, and an operator's acknowledgement (sent to a follower, forwarded
+// to the leader) keeps it listed, marked acknowledged. The other segments
+// stay healthy and nothing is deleted or re-recorded for the lost one.
+func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
+	c := startCluster(t, clusterOpts{n: 3, rf: 3, heal: true})
+	leader := c.waitLeader(10 * time.Second)
+	c.load(leader, 4, 32, 1024, "l")
+	c.eventually(20*time.Second, "loaded copies confirmed", func() bool {
+		st, err := c.status(c.leader())
+		return err == nil && st.LastPass != nil && st.LastPass.Anomalies == 0 && len(st.LastPass.Unsettled) == 0
+	})
+	before, _ := c.metadata(leader)
+	lost := before.Segments[0]
+	for _, r := range lost.Replicas {
+		if err := c.post(int(r), "/v1/faults/delete/"+string(lost.ID), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lostIn := func(r *heal.Report) (heal.LostSegment, bool) {
+		for _, l := range r.Lost {
+			if l.Segment == lost.ID {
+				return l, true
+			}
+		}
+		return heal.LostSegment{}, false
+	}
+	var passes uint64
+	c.eventually(20*time.Second, "the segment reported lost", func() bool {
+		st, err := c.status(c.leader())
+		if err != nil || st.LastPass == nil {
+			return false
+		}
+		l, ok := lostIn(st.LastPass)
+		passes = st.Passes
+		return ok && meta.SameReplicas(l.Replicas, lost.Replicas) && l.ByteSize == lost.ByteSize
+	})
+	// Reported again on later passes, not once.
+	c.eventually(20*time.Second, "still reported lost two passes later", func() bool {
+		st, err := c.status(c.leader())
+		if err != nil || st.LastPass == nil || st.Passes < passes+2 {
+			return false
+		}
+		_, ok := lostIn(st.LastPass)
+		return ok
+	})
+	ld := c.leader()
+	if got := c.metric(ld, "malachi_heal_lost_segments"); got != 1 {
+		t.Fatalf("lost_segments gauge = %v, want 1", got)
+	}
+	if got := c.metric(ld, "malachi_heal_lost_bytes"); got != float64(lost.ByteSize) {
+		t.Fatalf("lost_bytes gauge = %v, want %d", got, lost.ByteSize)
+	}
+	follower := c.anyAlive(ld)
+	if err := c.post(follower, "/v1/heal/acknowledge/"+string(lost.ID), nil, nil); err != nil {
+		t.Fatalf("acknowledge through follower %d: %v", follower, err)
+	}
+	if err := c.post(follower, "/v1/heal/acknowledge/"+string(before.Segments[1].ID), nil, nil); err == nil {
+		t.Fatal("acknowledging a healthy segment was accepted")
+	}
+	c.eventually(10*time.Second, "the lost segment marked acknowledged", func() bool {
+		st, err := c.status(c.leader())
+		if err != nil || st.LastPass == nil {
+			return false
+		}
+		l, ok := lostIn(st.LastPass)
+		return ok && l.Acknowledged
+	})
+	after, _ := c.metadata(c.leader())
+	if s, _ := after.Segment(lost.ID); s.Version != lost.Version {
+		t.Fatalf("lost segment re-recorded: %v v%d -> %v v%d", lost.Replicas, lost.Version, s.Replicas, s.Version)
+	}
+}

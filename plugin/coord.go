@@ -270,6 +270,19 @@ func (p *Plugin) Release() error {
 	return nil
 }
 
+// Acknowledge marks a lost segment as acknowledged by an operator: the
+// reports keep it, marked so. It returns ErrNotCoordinator off the
+// coordinator, and heal's ErrInvalid or ErrNotLost unchanged.
+func (p *Plugin) Acknowledge(id meta.SegmentID) error {
+	p.mu.Lock()
+	t := p.term
+	p.mu.Unlock()
+	if t == nil {
+		return ErrNotCoordinator
+	}
+	return t.c.Acknowledge(id)
+}
+
 // zerologHandler is a slog.Handler writing to a zerolog.Logger, so heal's
 // events land in the broker's log.
 type zerologHandler struct {

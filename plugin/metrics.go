@@ -14,6 +14,8 @@ type metrics struct {
 	underReplicated prometheus.Gauge
 	failed          *prometheus.GaugeVec // by reason
 	unsettled       prometheus.Gauge
+	lostSegments    prometheus.Gauge
+	lostBytes       prometheus.Gauge
 	confirmed       prometheus.Counter
 	healed          prometheus.Counter
 	stale           prometheus.Counter
@@ -45,6 +47,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.underReplicated = prometheus.NewGauge(prometheus.GaugeOpts(f("under_replicated_segments", "Sealed segments below their replication factor at the last pass (leader only).")))
 	m.failed = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("failed_segments", "Segments that could not be healed at the last pass, by reason (leader only).")), []string{"reason"})
 	m.unsettled = prometheus.NewGauge(prometheus.GaugeOpts(f("unsettled_copies", "Overrun copies not yet confirmed at the last pass (leader only).")))
+	m.lostSegments = prometheus.NewGauge(prometheus.GaugeOpts(f("lost_segments", "Sealed segments with no intact copy left at the last pass, acknowledged or not (leader only).")))
+	m.lostBytes = prometheus.NewGauge(prometheus.GaugeOpts(f("lost_bytes", "Bytes of the lost segments at the last pass (leader only).")))
 	m.confirmed = prometheus.NewCounter(prometheus.CounterOpts(f("confirmed_copies_total", "Copies of this broker confirmed exact.")))
 	m.healed = prometheus.NewCounter(prometheus.CounterOpts(f("segments_healed_total", "Replica sets recorded by this instance's coordinator.")))
 	m.stale = prometheus.NewCounter(prometheus.CounterOpts(f("stale_commands_total", "SetSegmentReplicas refused as stale (compare-and-set lost).")))
@@ -62,7 +66,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.scrubCycles = prometheus.NewCounter(prometheus.CounterOpts(f("scrub_cycles_total", "Full scrub cycles over this broker's sealed copies.")))
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts(f("leader", "1 while this instance runs the coordinator.")))
 	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
-	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.confirmed, m.healed, m.stale, m.backfillBytes,
+	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.confirmed, m.healed, m.stale, m.backfillBytes,
 		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
@@ -76,6 +80,8 @@ func (m *metrics) observePass(r *heal.Report, seconds float64) {
 	m.passSeconds.Observe(seconds)
 	m.underReplicated.Set(float64(r.UnderReplicated))
 	m.unsettled.Set(float64(len(r.Unsettled)))
+	m.lostSegments.Set(float64(len(r.Lost)))
+	m.lostBytes.Set(float64(r.LostBytes))
 	counts := map[heal.Reason]int{}
 	for _, f := range r.Failed {
 		counts[f.Reason]++

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/malachi-log/malachi/cluster"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
@@ -137,6 +138,7 @@ func (b *broker) routes() http.Handler {
 	mux.HandleFunc("GET /v1/status", handle(b.status))
 	mux.HandleFunc("POST /v1/faults/{kind}/{id}", handle(b.fault))
 	mux.HandleFunc("POST /v1/heal/release", handle(b.release))
+	mux.HandleFunc("POST /v1/heal/acknowledge/{id}", handle(b.acknowledge))
 	mux.HandleFunc("GET /v1/plan", handle(b.plan))
 	// Between brokers: signed with the cluster secret when one is set.
 	mux.HandleFunc("POST /v1/internal/apply", b.internal(b.internalApply))
@@ -830,25 +832,53 @@ func (b *broker) status(r *http.Request) (any, error) {
 // release lifts a mass-failure hold on the coordinator: here when this
 // broker runs it, else on the leader.
 func (b *broker) release(r *http.Request) (any, error) {
+	return b.onCoordinator(r, "/v1/heal/release", b.healRelease, map[string]any{"released": true, "broker": b.self})
+}
+
+// acknowledge marks a lost segment acknowledged by an operator: the
+// reports keep it, marked so.
+func (b *broker) acknowledge(r *http.Request) (any, error) {
+	id := meta.SegmentID(r.PathValue("id"))
+	ack := func() error {
+		err := b.heal.Acknowledge(id)
+		switch {
+		case errors.Is(err, heal.ErrInvalid):
+			return fmt.Errorf("%w: %v", errBadRequest, err)
+		case errors.Is(err, heal.ErrNotLost):
+			return fmt.Errorf("%w: %v", errNotFound, err)
+		}
+		return err
+	}
+	return b.onCoordinator(r, "/v1/heal/acknowledge/"+string(id), ack, map[string]any{"acknowledged": id, "broker": b.self})
+}
+
+func (b *broker) healRelease() error { return b.heal.Release() }
+
+// onCoordinator runs fn here when this broker runs the coordinator, else
+// posts path to the leader's admin API and returns its answer.
+func (b *broker) onCoordinator(r *http.Request, path string, fn func() error, ok any) (any, error) {
 	if b.heal == nil {
 		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
 	}
-	err := b.heal.Release()
+	err := fn()
 	if errors.Is(err, plugin.ErrNotCoordinator) && !b.node.IsLeader() {
 		id, addr, lerr := b.leaderAdmin()
 		if lerr != nil {
 			return nil, lerr
 		}
 		var out map[string]any
-		if err := b.post(r.Context(), addr, "/v1/heal/release", struct{}{}, &out); err != nil {
-			return nil, fmt.Errorf("release on leader %d: %w", id, err)
+		if err := b.post(r.Context(), addr, path, struct{}{}, &out); err != nil {
+			return nil, fmt.Errorf("%s on leader %d: %w", path, id, err)
 		}
 		return out, nil
 	}
-	if err != nil {
+	if errors.Is(err, plugin.ErrNotCoordinator) {
 		return nil, fmt.Errorf("%w: %v", errNoLeader, err)
 	}
-	return map[string]any{"released": true, "broker": b.self}, nil
+	if err != nil {
+		return nil, err
+	}
+	return ok, nil
 }
 
 // plan answers the dry run of the next heal pass (heal.Plan as JSON),
