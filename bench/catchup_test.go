@@ -28,11 +28,11 @@ import (
 // loopback from a source broker to a target, with 1 and with 4 transfers
 // at once, through each data path:
 //
-//	mode=zerocopy         sendfile(2) on the source, splice(2) on the target (the default towards a remote peer)
+//	mode=zerocopy         sendfile(2) on the source, splice(2) on the target (the default)
 //	mode=iocopy           io.CopyBuffer with a 1 MiB buffer at both ends, over wrappers
 //	                      that hide io.ReaderFrom/io.WriterTo (pread+write, read+pwrite)
 //	mode=sendfile-iocopy  sendfile on the source, io.CopyBuffer on the target
-//	mode=iocopy-splice    io.CopyBuffer on the source, splice on the target (the default on loopback)
+//	mode=iocopy-splice    io.CopyBuffer on the source, splice on the target
 //	mode=iperf3           iperf3 -P 1 -n <size> over loopback, the ceiling (skipped without iperf3)
 //
 // How CPU is measured: the source (a catchup.Server over a store.DB) and

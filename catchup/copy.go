@@ -27,8 +27,7 @@ type Mode uint8
 
 const (
 	// ModeDefault is the path measured faster on this end: see
-	// DefaultSendMode (write(2) to a loopback peer, sendfile(2) to any
-	// other) and DefaultRecvMode (splice(2)).
+	// DefaultSendMode and DefaultRecvMode.
 	ModeDefault Mode = iota
 	// ModeZeroCopy moves bytes without copying them through user space:
 	// sendfile(2) from the file to the socket on the source, splice(2)
@@ -43,39 +42,32 @@ const (
 	ModeReadWrite
 )
 
-// The defaults, measured (bench/README.md; BenchmarkCatchup and
-// BenchmarkSplicePipe): the target splices (DefaultRecvMode); the source
-// uses sendfile(2) towards a remote peer and plain write(2) towards a
-// loopback one (DefaultSendMode).
+// The defaults: zero copy at both ends, measured (bench/README.md).
 //
-// Why sendfile loses on loopback. With sendfile the source hands TCP its
-// page-cache pages by reference, so the only copy left is the target's
-// pipe→file copy, which then reads the source's cold page-cache pages and
-// does all the memory traffic on one core; a write(2) source does its copy
-// on the other core and the target copies out of freshly written, cached
-// socket pages. BenchmarkCatchup, 1 GiB, 1 stream, 5 runs each, medians
-// (shared 2-core VM, load 10-16): sendfile→splice 591 MB/s and 1.23 CPU
-// s/GB over both ends (0.79 of it on the target); write→splice 913 MB/s and
-// 0.82 (0.41 on the target); io.Copy at both ends 762 MB/s and 0.93; iperf3
-// -P 1 1406 MB/s. The splice pipe's size matters too: a sendfile source's
-// skbs are made of page-sized fragments, one pipe slot each, so the default
-// 64 KiB pipe (16 slots) needs ~8,700 splice calls per 256 MiB and 1.5 CPU
-// s/GB where the 1 MiB pipe catchup asks for needs ~1,100 and 0.8.
+// BenchmarkCatchup, 1 GiB in the page cache over loopback, source and
+// target in separate processes, 4 interleaved rounds, medians (shared 2-core
+// VM, load 3-7): sendfile→splice 1347 MB/s and 1.05 CPU s/GB over both
+// ends; write→splice 990 MB/s and 0.84; io.Copy at both ends 1092 MB/s and
+// 0.94; iperf3 -P 1 1703 MB/s and 0.66. So the zero-copy source is the
+// faster one here, and stays the default. It is not the cheaper one on
+// loopback: with sendfile the source hands TCP its page-cache pages by
+// reference, so the only copy left, the target's pipe→file copy, reads the
+// source's cold pages from memory (0.6-0.7 CPU s/GB on the target against
+// 0.35-0.45 behind a write(2) source, which copies on its own core). Towards
+// a real NIC that copy does not exist and sendfile spares the source two
+// copies per byte.
 //
-// Towards a real NIC there is no target copying out of the source's page
-// cache, and sendfile spares the source two copies per byte, so sendfile
-// stays the choice there (reasoned, not measured on this machine).
-const DefaultRecvMode = ModeZeroCopy
-
-// DefaultSendMode returns the send path ModeDefault selects for a
-// connection to peer: ModeReadWrite for a loopback address, ModeZeroCopy
-// otherwise.
-func DefaultSendMode(peer net.Addr) Mode {
-	if ta, ok := peer.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
-		return ModeReadWrite
-	}
-	return ModeZeroCopy
-}
+// The throwaway measurement had a write(2) source beat sendfile;
+// the cause found is the splice pipe's size: a sendfile source's skbs are
+// made of page-sized fragments, one pipe slot each, so a default 64 KiB pipe
+// (16 slots) moves ~64 KiB per splice call (~8,700 calls per 256 MiB, 1.5
+// CPU s/GB in BenchmarkSplicePipe) where the 1 MiB pipe catchup asks for
+// needs ~1,100 calls and 0.8 CPU s/GB. A write(2) source's 32 KiB fragments
+// hide the problem.
+const (
+	DefaultSendMode = ModeZeroCopy
+	DefaultRecvMode = ModeZeroCopy
+)
 
 func (m Mode) String() string {
 	switch m {

@@ -2,10 +2,8 @@
 // to a target broker over TCP, zero-copy at both ends: sendfile(2) from the
 // copy file into the socket on the source, splice(2) from the socket
 // through a pipe into the copy file at the right offset on the target. It
-// decides nothing: the heal pass says what to copy from where. Towards a
-// loopback peer the source writes instead of sendfile by default, which
-// measured faster and cheaper there (see DefaultSendMode); Mode selects
-// either path explicitly.
+// decides nothing: the heal pass says what to copy from where. Mode selects
+// the plain read/write path instead, at either end.
 //
 // # Usage
 //

@@ -44,8 +44,7 @@ type Server struct {
 	// Throttle limits this broker's outgoing transfers; nil: no limits,
 	// DefaultIdleTimeout.
 	Throttle *Throttle
-	// Mode selects the send path; ModeDefault is DefaultSendMode of the
-	// peer's address.
+	// Mode selects the send path; ModeDefault is DefaultSendMode.
 	Mode Mode
 	// MaxSkew bounds the request timestamp's distance from Now; 0 means
 	// DefaultMaxSkew. Nonces are remembered for that long, so a replayed
@@ -223,7 +222,7 @@ func (s *Server) handle(conn net.Conn) {
 		return
 	}
 	start := time.Now()
-	sent, err := sendRange(ctx, conn, f, req.from, n, s.Mode.resolve(DefaultSendMode(conn.RemoteAddr())), s.Throttle, &s.stats, nil)
+	sent, err := sendRange(ctx, conn, f, req.from, n, s.Mode.resolve(DefaultSendMode), s.Throttle, &s.stats, nil)
 	s.stats.bytes.Add(uint64(sent))
 	if err != nil {
 		s.stats.failed.Add(1)
