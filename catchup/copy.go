@@ -48,8 +48,10 @@ const (
 // target in separate processes, 4 interleaved rounds, medians (shared 2-core
 // VM, load 3-7): sendfile→splice 1347 MB/s and 1.05 CPU s/GB over both
 // ends; write→splice 990 MB/s and 0.84; io.Copy at both ends 1092 MB/s and
-// 0.94; iperf3 -P 1 1703 MB/s and 0.66. So the zero-copy source is the
-// faster one here, and stays the default. It is not the cheaper one on
+// 0.94; iperf3 -P 1 1703 MB/s and 0.66. With 4 transfers at once (3
+// rounds): sendfile→splice 1656 MB/s and 0.96; write→splice 1392 and 0.98;
+// io.Copy at both ends 532 and 2.09. So the zero-copy source is the faster
+// one here, and stays the default. It is not the cheaper one on
 // loopback: with sendfile the source hands TCP its page-cache pages by
 // reference, so the only copy left, the target's pipe→file copy, reads the
 // source's cold pages from memory (0.6-0.7 CPU s/GB on the target against
