@@ -139,6 +139,12 @@ func pump(ctx context.Context, conn net.Conn, n int64, th *Throttle, progress fu
 		if err := conn.SetDeadline(time.Now().Add(idle)); err != nil {
 			return done, err
 		}
+		// After the deadline is refreshed: a cancellation that came
+		// before it is seen here, one that comes after it moves the
+		// deadline into the past (the AfterFunc above) and cuts step.
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
 		m, err := step(done, c)
 		done += int64(m)
 		if m > 0 && progress != nil {
