@@ -8,43 +8,31 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	ioengine "github.com/malachi-log/malachi/internal/engine"
 )
 
-// Kind names a sync engine.
-type Kind uint8
+// Kind names an fsync engine.
+type Kind = ioengine.Kind
 
 const (
 	// KindAuto (the zero value, a configuration only) uses io_uring where
 	// the kernel allows it and plain system calls otherwise.
-	KindAuto Kind = iota
+	KindAuto = ioengine.Auto
 	// KindURing submits one IORING_OP_FSYNC per distinct path of a batch,
 	// all in flight at once.
-	KindURing
+	KindURing = ioengine.URing
 	// KindSyscall calls fsync(2) (or fdatasync(2)) once per path, in order.
-	KindSyscall
+	KindSyscall = ioengine.Syscall
 )
 
-// String is the name used in configuration and metric labels.
-func (k Kind) String() string {
-	switch k {
-	case KindAuto:
-		return "auto"
-	case KindURing:
-		return "uring"
-	case KindSyscall:
-		return "syscall"
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
-
-// ParseKind is the inverse of String.
+// ParseKind parses an engine name: "auto", "uring" or "syscall".
 func ParseKind(s string) (Kind, error) {
-	for _, k := range []Kind{KindAuto, KindURing, KindSyscall} {
-		if k.String() == s {
-			return k, nil
-		}
+	k, err := ioengine.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("fsync: %w", err)
 	}
-	return 0, fmt.Errorf("fsync: unknown engine %q (want auto, uring or syscall)", s)
+	return k, nil
 }
 
 var (

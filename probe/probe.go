@@ -9,44 +9,31 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	ioengine "github.com/malachi-log/malachi/internal/engine"
 )
 
 // Kind names a probe engine.
-type Kind uint8
+type Kind = ioengine.Kind
 
 const (
 	// KindAuto (the zero value) is a configuration, never a chosen engine:
 	// use io_uring where the kernel allows it, the syscall engine otherwise,
 	// and keep measuring both to use the faster one.
-	KindAuto Kind = iota
+	KindAuto = ioengine.Auto
 	// KindURing batches STATX operations through an io_uring ring.
-	KindURing
+	KindURing = ioengine.URing
 	// KindSyscall calls statx(2) once per path.
-	KindSyscall
+	KindSyscall = ioengine.Syscall
 )
 
-// String is the engine's name as configured and as exposed in metric
-// labels: "auto", "uring", "syscall".
-func (k Kind) String() string {
-	switch k {
-	case KindAuto:
-		return "auto"
-	case KindURing:
-		return "uring"
-	case KindSyscall:
-		return "syscall"
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
-
-// ParseKind is the inverse of String.
+// ParseKind parses an engine name: "auto", "uring" or "syscall".
 func ParseKind(s string) (Kind, error) {
-	for _, k := range []Kind{KindAuto, KindURing, KindSyscall} {
-		if k.String() == s {
-			return k, nil
-		}
+	k, err := ioengine.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("probe: %w", err)
 	}
-	return 0, fmt.Errorf("probe: unknown engine %q (want auto, uring or syscall)", s)
+	return k, nil
 }
 
 var (
