@@ -16,6 +16,8 @@ type metrics struct {
 	unsettled       prometheus.Gauge
 	lostSegments    prometheus.Gauge
 	lostBytes       prometheus.Gauge
+	returned        prometheus.Counter
+	bytesSaved      prometheus.Counter
 	confirmed       prometheus.Counter
 	healed          prometheus.Counter
 	stale           prometheus.Counter
@@ -49,6 +51,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.unsettled = prometheus.NewGauge(prometheus.GaugeOpts(f("unsettled_copies", "Overrun copies not yet confirmed at the last pass (leader only).")))
 	m.lostSegments = prometheus.NewGauge(prometheus.GaugeOpts(f("lost_segments", "Sealed segments with no intact copy left at the last pass, acknowledged or not (leader only).")))
 	m.lostBytes = prometheus.NewGauge(prometheus.GaugeOpts(f("lost_bytes", "Bytes of the lost segments at the last pass (leader only).")))
+	m.returned = prometheus.NewCounter(prometheus.CounterOpts(f("returned_segments_total", "Segments whose backfills were cancelled because the replica they replaced came back (leader only).")))
+	m.bytesSaved = prometheus.NewCounter(prometheus.CounterOpts(f("returned_bytes_saved_total", "Bytes those cancelled backfills would have copied (leader only).")))
 	m.confirmed = prometheus.NewCounter(prometheus.CounterOpts(f("confirmed_copies_total", "Copies of this broker confirmed exact.")))
 	m.healed = prometheus.NewCounter(prometheus.CounterOpts(f("segments_healed_total", "Replica sets recorded by this instance's coordinator.")))
 	m.stale = prometheus.NewCounter(prometheus.CounterOpts(f("stale_commands_total", "SetSegmentReplicas refused as stale (compare-and-set lost).")))
@@ -66,7 +70,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.scrubCycles = prometheus.NewCounter(prometheus.CounterOpts(f("scrub_cycles_total", "Full scrub cycles over this broker's sealed copies.")))
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts(f("leader", "1 while this instance runs the coordinator.")))
 	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
-	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.confirmed, m.healed, m.stale, m.backfillBytes,
+	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
 		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
@@ -82,6 +86,8 @@ func (m *metrics) observePass(r *heal.Report, seconds float64) {
 	m.unsettled.Set(float64(len(r.Unsettled)))
 	m.lostSegments.Set(float64(len(r.Lost)))
 	m.lostBytes.Set(float64(r.LostBytes))
+	m.returned.Add(float64(len(r.Returned)))
+	m.bytesSaved.Add(float64(r.BytesSaved))
 	counts := map[heal.Reason]int{}
 	for _, f := range r.Failed {
 		counts[f.Reason]++
