@@ -427,10 +427,7 @@ func TestIntegrityPassHealsInPlace(t *testing.T) {
 	c := startCluster(t, clusterOpts{n: 3, rf: 3, heal: true})
 	leader := c.waitLeader(10 * time.Second)
 	c.load(leader, 6, 64, 2048, "i")
-	c.eventually(20*time.Second, "loaded copies confirmed", func() bool {
-		st, err := c.status(c.leader())
-		return err == nil && st.LastPass != nil && st.LastPass.Anomalies == 0 && len(st.LastPass.Unsettled) == 0
-	})
+	c.waitConfirmed(6)
 	before, _ := c.metadata(leader)
 	segs := before.Segments
 	faults := []struct {
@@ -478,10 +475,7 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	c := startCluster(t, clusterOpts{n: 3, rf: 3, heal: true})
 	leader := c.waitLeader(10 * time.Second)
 	c.load(leader, 4, 32, 1024, "l")
-	c.eventually(20*time.Second, "loaded copies confirmed", func() bool {
-		st, err := c.status(c.leader())
-		return err == nil && st.LastPass != nil && st.LastPass.Anomalies == 0 && len(st.LastPass.Unsettled) == 0
-	})
+	c.waitConfirmed(4)
 	before, _ := c.metadata(leader)
 	lost := before.Segments[0]
 	for _, r := range lost.Replicas {
