@@ -76,6 +76,7 @@ type Coordinator struct {
 	mu      sync.Mutex
 	last    Report
 	release bool
+	held    string                  // the last pass's HoldReason, to log its start and end
 	acked   map[meta.SegmentID]bool // acknowledged lost segments
 }
 
@@ -314,6 +315,13 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	if plan.Report.HoldReason == "" {
 		c.release = false // the hold cleared: a new one may arise
 	}
+	switch held := plan.Report.HoldReason; {
+	case held != "" && c.held == "":
+		c.cfg.Logger.Warn("heal: mass-failure hold: placement of new replicas held", "reason", held)
+	case held == "" && c.held != "":
+		c.cfg.Logger.Info("heal: mass-failure hold lifted", "was", c.held)
+	}
+	c.held = plan.Report.HoldReason
 	for _, id := range in.Acknowledged {
 		if _, still := slices.BinarySearch(plan.Acknowledged, id); !still {
 			delete(c.acked, id) // healthy again or gone: a new loss is new
