@@ -165,9 +165,17 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed = true
+	// Healthy in a pass that started after the return: two passes on from
+	// the one running now (the last report may still be from before the
+	// broker counted dead, when it was only suspect).
+	st0, err := c.status(c.leader())
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.eventually(60*time.Second, "the cluster healthy again with the broker back", func() bool {
 		st, err := c.status(c.leader())
-		return err == nil && st.LastPass != nil && st.LastPass.Sealed == 12 && st.LastPass.Anomalies == 0 && len(st.LastPass.Dead) == 0 && st.LastPass.UnderReplicated == 0
+		return err == nil && st.LastPass != nil && st.Passes >= st0.Passes+2 && st.LastPass.Sealed == 12 && st.LastPass.Anomalies == 0 &&
+			len(st.LastPass.Dead) == 0 && len(st.LastPass.Suspect) == 0 && st.LastPass.UnderReplicated == 0
 	})
 	ld := c.leader()
 	returned := c.metric(ld, "malachi_heal_returned_segments_total")
