@@ -74,7 +74,7 @@ func (sc *scrubber) verified(_ meta.SegmentID, bytes int64, _ error) {
 
 // run scrubs until ctx is done.
 func (sc *scrubber) run(ctx context.Context, log zerolog.Logger) {
-	if err := sc.s.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := sc.s.Run(ctx); !errors.Is(err, context.Canceled) {
 		log.Error().Err(err).Msg("scrub stopped")
 	}
 }
