@@ -227,7 +227,16 @@ func TestApplyOnFollowerNamesLeader(t *testing.T) {
 	if _, ok := c.nodes[li].Segment("x"); ok {
 		t.Fatal("a command refused on a follower reached the leader")
 	}
-	// Invalid commands are refused before they are proposed.
+	// Invalid commands are refused before they are proposed. The index is
+	// read once the bootstrap's replication factor is applied: the leader
+	// proposes it on its own, shortly after it is elected.
+	for deadline := time.Now().Add(10 * time.Second); c.nodes[li].Snapshot().ReplicationFactor == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the bootstrap replication factor was never applied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.settle(li)
 	before := c.nodes[li].Snapshot().Index
 	_, err = c.nodes[li].Apply(context.Background(), meta.CreateSegment{Segment: seg("../x", 1)})
 	if !errors.Is(err, meta.ErrInvalid) {
