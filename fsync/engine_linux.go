@@ -5,7 +5,6 @@ package fsync
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/malachi-log/malachi/internal/uring"
@@ -28,35 +27,18 @@ func openForSync(path string, dir bool) (int, error) {
 
 func closeFD(fd int) { _ = unix.Close(fd) }
 
-// sysEngine calls fsync(2) or fdatasync(2) once per descriptor, in order.
-type sysEngine struct{ closed atomic.Bool }
-
-// NewSyscall returns the engine that syncs one descriptor per system call.
-func NewSyscall() Engine { return &sysEngine{} }
-
-func (e *sysEngine) Kind() Kind { return KindSyscall }
-
-// Close makes a running Sync answer its remaining descriptors ErrClosed.
-func (e *sysEngine) Close() error { e.closed.Store(true); return nil }
-
-func (e *sysEngine) Sync(fds []int, dataOnly []bool, errs []error) {
-	for i, fd := range fds {
-		if e.closed.Load() {
-			errs[i] = ErrClosed
-			continue
-		}
+// syncFD fsyncs (or fdatasyncs) fd, retrying on EINTR.
+func syncFD(fd int, dataOnly bool) error {
+	for {
 		var err error
-		for {
-			if dataOnly[i] {
-				err = unix.Fdatasync(fd)
-			} else {
-				err = unix.Fsync(fd)
-			}
-			if err != unix.EINTR {
-				break
-			}
+		if dataOnly {
+			err = unix.Fdatasync(fd)
+		} else {
+			err = unix.Fsync(fd)
 		}
-		errs[i] = err
+		if err != unix.EINTR {
+			return err
+		}
 	}
 }
 

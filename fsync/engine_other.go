@@ -4,7 +4,6 @@ package fsync
 
 import (
 	"os"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/malachi-log/malachi/internal/uring"
@@ -27,23 +26,9 @@ func openForSync(path string, dir bool) (int, error) {
 
 func closeFD(fd int) { _ = syscall.Close(fd) }
 
-type sysEngine struct{ closed atomic.Bool }
-
-// NewSyscall returns the engine that syncs one descriptor per system call.
-func NewSyscall() Engine { return &sysEngine{} }
-
-func (e *sysEngine) Kind() Kind   { return KindSyscall }
-func (e *sysEngine) Close() error { e.closed.Store(true); return nil }
-
-func (e *sysEngine) Sync(fds []int, dataOnly []bool, errs []error) {
-	for i, fd := range fds {
-		if e.closed.Load() {
-			errs[i] = ErrClosed
-			continue
-		}
-		errs[i] = syscall.Fsync(fd)
-	}
-}
+// syncFD fsyncs fd; elsewhere than Linux there is no data-only variant
+// in package syscall, so dataOnly syncs everything.
+func syncFD(fd int, _ bool) error { return syscall.Fsync(fd) }
 
 // NewURing fails off Linux with an error matching uring.ErrUnavailable.
 func NewURing(entries, maxWorkers uint32) (Engine, error) {

@@ -347,16 +347,26 @@ func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, 
 	return seg.ByteSize + simFooter - from, nil
 }
 
+// upBroker takes one simulated step and returns broker id if it is up.
+// The caller holds s.mu.
+func (s *sim) upBroker(ctx context.Context, id meta.BrokerID) (*simBroker, error) {
+	if err := s.step(ctx); err != nil {
+		return nil, err
+	}
+	br := s.brokers[id]
+	if !br.up {
+		return nil, errors.New("sim: broker down")
+	}
+	return br, nil
+}
+
 func (b simBrokers) Settle(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.step(ctx); err != nil {
+	br, err := s.upBroker(ctx, id)
+	if err != nil {
 		return err
-	}
-	br := s.brokers[id]
-	if !br.up {
-		return errors.New("sim: broker down")
 	}
 	c := br.copies[seg.ID]
 	if c == nil || c.latched || c.size < seg.ByteSize {
@@ -370,12 +380,9 @@ func (b simBrokers) Confirm(ctx context.Context, id meta.BrokerID, seg meta.Segm
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.step(ctx); err != nil {
+	br, err := s.upBroker(ctx, id)
+	if err != nil {
 		return err
-	}
-	br := s.brokers[id]
-	if !br.up {
-		return errors.New("sim: broker down")
 	}
 	c := br.copies[seg.ID]
 	if c == nil || c.latched || c.size != seg.ByteSize+simFooter {

@@ -575,20 +575,9 @@ func (b *broker) append(ctx context.Context, id meta.SegmentID, req RecordsReque
 	}
 	unlock := b.lockSegment(id)
 	defer unlock()
-	res := make([]AppendResponse, len(seg.Replicas))
-	snap := b.node.Snapshot()
-	g, gctx := errgroup.WithContext(ctx)
-	for i, rb := range seg.Replicas {
-		br, ok := snap.Broker(rb)
-		if !ok {
-			return AppendResponse{}, fmt.Errorf("%w: replica %d of %s is not registered", errNotFound, rb, id)
-		}
-		g.Go(func() error {
-			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(id)+"/append", req, &res[i])
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return AppendResponse{}, fmt.Errorf("append to %s: %w", id, err)
+	res, err := onReplicas[AppendResponse](ctx, b, seg, "append", req)
+	if err != nil {
+		return AppendResponse{}, err
 	}
 	for i := range res {
 		if res[i] != res[0] {
@@ -596,6 +585,28 @@ func (b *broker) append(ctx context.Context, id meta.SegmentID, req RecordsReque
 		}
 	}
 	return res[0], nil
+}
+
+// onReplicas posts req to /v1/internal/copies/<id>/<op> on every replica
+// of seg at once and returns their answers in replica order; the first
+// error cancels the others.
+func onReplicas[T any](ctx context.Context, b *broker, seg meta.Segment, op string, req any) ([]T, error) {
+	res := make([]T, len(seg.Replicas))
+	snap := b.node.Snapshot()
+	g, gctx := errgroup.WithContext(ctx)
+	for i, rb := range seg.Replicas {
+		br, ok := snap.Broker(rb)
+		if !ok {
+			return nil, fmt.Errorf("%w: replica %d of %s is not registered", errNotFound, rb, seg.ID)
+		}
+		g.Go(func() error {
+			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(seg.ID)+"/"+op, req, &res[i])
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, seg.ID, err)
+	}
+	return res, nil
 }
 
 func (b *broker) sealSegment(r *http.Request) (any, error) {
@@ -616,20 +627,9 @@ func (b *broker) seal(ctx context.Context, id meta.SegmentID) (SealResponse, err
 	}
 	unlock := b.lockSegment(id)
 	defer unlock()
-	seals := make([]sealResult, len(seg.Replicas))
-	snap := b.node.Snapshot()
-	g, gctx := errgroup.WithContext(ctx)
-	for i, rb := range seg.Replicas {
-		br, ok := snap.Broker(rb)
-		if !ok {
-			return SealResponse{}, fmt.Errorf("%w: replica %d of %s is not registered", errNotFound, rb, id)
-		}
-		g.Go(func() error {
-			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(id)+"/seal", struct{}{}, &seals[i])
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return SealResponse{}, fmt.Errorf("seal %s: %w", id, err)
+	seals, err := onReplicas[sealResult](ctx, b, seg, "seal", struct{}{})
+	if err != nil {
+		return SealResponse{}, err
 	}
 	for i := range seals {
 		if seals[i] != seals[0] {
