@@ -11,7 +11,10 @@ import (
 )
 
 // The demo's stages, in the order they run.
-var allStages = []string{"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader"}
+var allStages = []string{
+	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader",
+	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
+}
 
 // demoOptions are the flags of `malachi demo`.
 type demoOptions struct {
@@ -164,6 +167,10 @@ func (o *demoOptions) validate() error {
 	return nil
 }
 
+// reviving are the stages that restart every dead broker before they
+// inject their fault.
+var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost"}
+
 // infeasible says why stage st cannot heal on this cluster after the
 // stages before it, or "".
 func (o *demoOptions) infeasible(st string, before []string) string {
@@ -171,6 +178,9 @@ func (o *demoOptions) infeasible(st string, before []string) string {
 	down := 0 // brokers down when st runs
 	if has("kill") && !has("restart") {
 		down = 1
+	}
+	if slices.Contains(reviving, st) {
+		down = 0 // the stage restarts every dead broker first (reviveAll)
 	}
 	live := o.Brokers - down
 	switch st {
@@ -199,6 +209,31 @@ func (o *demoOptions) infeasible(st string, before []string) string {
 		}
 		if live-1 <= o.Brokers/2 {
 			return fmt.Sprintf("killing the leader leaves %d of %d brokers: no quorum", live-1, o.Brokers)
+		}
+	case "pause", "diskfull", "readonly":
+		if live < o.RF+1 {
+			return fmt.Sprintf("the faulted broker's copies are replaced on a spare broker: %d brokers for replication factor %d leave none", live, o.RF)
+		}
+		if live < 3 {
+			return fmt.Sprintf("with one of %d brokers out the control plane has no quorum; want --brokers 3 or more", live)
+		}
+	case "swap":
+		if o.RF < 2 {
+			return "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more"
+		}
+		if live < 3 {
+			return fmt.Sprintf("with one of %d brokers down the control plane has no quorum; want --brokers 3 or more", live)
+		}
+	case "backfill-kill":
+		if live < o.RF+2 {
+			return fmt.Sprintf("two brokers die, one during the other's backfill: %d brokers for replication factor %d; want --brokers %d or more", live, o.RF, o.RF+2)
+		}
+		if live-2 <= o.Brokers/2 {
+			return fmt.Sprintf("two of %d brokers down leaves no quorum; want --brokers 5 or more", o.Brokers)
+		}
+	case "nospare":
+		if o.RF < 2 || live < 3 {
+			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
 		}
 	}
 	return ""

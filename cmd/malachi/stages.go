@@ -31,6 +31,20 @@ func (d *demo) stage(ctx context.Context, st string) (faultReport, error) {
 		return d.stageLatch(ctx)
 	case "restart":
 		return d.stageRestart(ctx)
+	case "pause":
+		return d.stagePause(ctx)
+	case "swap":
+		return d.stageSwap(ctx)
+	case "diskfull":
+		return d.stageDiskFull(ctx)
+	case "readonly":
+		return d.stageReadOnly(ctx)
+	case "backfill-kill":
+		return d.stageBackfillKill(ctx)
+	case "nospare":
+		return d.stageNoSpare(ctx)
+	case "lost":
+		return d.stageLost(ctx)
 	}
 	return faultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
 }
@@ -392,29 +406,12 @@ func (d *demo) stageRestart(ctx context.Context) (faultReport, error) {
 	fr.What = fmt.Sprintf("restart broker %d", b.ID)
 	d.logf("stage restart: broker %d starts again on its old data directory", b.ID)
 	start := time.Now()
-	if err := d.c.startBroker(b); err != nil {
+	if err := d.restart(ctx, b); err != nil {
 		fr.Error = err.Error()
-		return fr, err
+		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
 	d.killed = nil
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := b.client.Health(hctx)
-		cancel()
-		if err == nil && h.Leader != 0 {
-			break
-		}
-		if e := d.c.unexpectedExit(); e != nil {
-			fr.Error = e.Error()
-			return fr, e
-		}
-		if ctx.Err() != nil || time.Since(start) > d.o.StageTimeout {
-			fr.Error = fmt.Sprintf("broker %d (admin %s) not back after %v: %v", b.ID, b.Admin, time.Since(start).Round(time.Millisecond), err)
-			return fr, fatal(ctx, fmt.Errorf("%s", fr.Error), d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	err := d.waitHealed(ctx, &fr, "rejoining", start, nil, d.o.StageTimeout)
 	fr.Detected = fr.Healed
 	if cs, ok := d.last.Copies[b.ID]; ok {
@@ -431,4 +428,58 @@ func (d *demo) stageRestart(ctx context.Context) (faultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	return fr, nil
+}
+
+// restart starts broker b's process again on its data directory and waits
+// until it answers and knows a leader.
+func (d *demo) restart(ctx context.Context, b *broker) error {
+	start := time.Now()
+	if err := d.c.startBroker(b); err != nil {
+		return err
+	}
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := b.client.Health(hctx)
+		cancel()
+		if err == nil && h.Leader != 0 {
+			return nil
+		}
+		if e := d.c.unexpectedExit(); e != nil {
+			return e
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Since(start) > d.o.StageTimeout {
+			return fmt.Errorf("broker %d (admin %s) not back after %v: %v", b.ID, b.Admin, time.Since(start).Round(time.Millisecond), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reviveAll restarts every broker whose process is not running (a stage
+// before left it dead) and waits until the cluster is healthy again, so
+// that the next stage starts from every broker up and every segment at its
+// replication factor. It does nothing when every broker runs.
+func (d *demo) reviveAll(ctx context.Context) error {
+	var dead []*broker
+	for _, b := range d.c.brokers {
+		if !b.alive() {
+			dead = append(dead, b)
+		}
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	for _, b := range dead {
+		d.logf("  restarting broker %d before the stage", b.ID)
+		if err := d.restart(ctx, b); err != nil {
+			return err
+		}
+		if d.killed == b {
+			d.killed = nil
+		}
+	}
+	tmp := faultReport{Stage: "revive"}
+	return d.waitHealed(ctx, &tmp, "brokers back", time.Now(), nil, d.o.StageTimeout)
 }
