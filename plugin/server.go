@@ -104,8 +104,10 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 	// One deadline for waiting on the metadata and for the stat batch: the
 	// caller's, when it sent one, within heal.probe_deadline.
 	deadline := s.cfg.ProbeDeadline
-	if req.DeadlineMillis > 0 {
-		deadline = min(deadline, time.Duration(req.DeadlineMillis)*time.Millisecond)
+	if req.DeadlineMillis > 0 && req.DeadlineMillis < deadline.Milliseconds() {
+		// Compared in milliseconds: a huge deadline_ms would overflow a
+		// Duration and come out negative.
+		deadline = time.Duration(req.DeadlineMillis) * time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
@@ -288,6 +290,9 @@ func (s *server) delete(ctx context.Context, body []byte) (any, error) {
 
 // latched lists the latched local copies.
 func (s *server) latched(ctx context.Context, body []byte) (any, error) {
+	if err := decode(body, &empty{}); err != nil {
+		return nil, err
+	}
 	var out LatchedResponse
 	for _, id := range s.db.List() {
 		if s.db.LatchErr(id) != nil {
