@@ -126,12 +126,19 @@ func writeErr(w http.ResponseWriter, status int, err error) {
 	_ = json.NewEncoder(w).Encode(wireError{Code: codeOf(err), Message: err.Error()})
 }
 
-// decode parses an RPC request strictly: unknown fields are errors.
+// decode parses an RPC request strictly: one JSON object, no unknown
+// fields, nothing after it. The error wraps store.ErrInvalid.
 func decode(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: request: empty body, want a JSON object", store.ErrInvalid)
+		}
 		return fmt.Errorf("%w: request: %v", store.ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: request: data after the JSON object at byte %d", store.ErrInvalid, dec.InputOffset())
 	}
 	return nil
 }
