@@ -40,6 +40,9 @@ type demo struct {
 	watchDead meta.BrokerID
 	deadSeen  time.Time
 	madeDir   bool // the demo created o.Dir (a temporary directory)
+	// auditsPassed counts the auditor's full reads of a copy file that
+	// passed (a cached result is not counted again).
+	auditsPassed int
 }
 
 // runDemo runs the demo and returns the process exit status.
@@ -73,16 +76,12 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 		}
 	}
 	d.rep.TotalSeconds = time.Since(start).Seconds()
-	d.rep.AuditBytes = d.aud.BytesRead
-	failedByPass := 0
-	if d.last != nil {
-		if r, ok := findReport(d.last.Status); ok {
-			failedByPass = len(r.Failed)
-		}
-	}
-	d.rep.Verification = d.verificationText()
 	sortFaults(d.rep.Faults)
-	d.rep.finish(d.lastEv, failedByPass, runErr)
+	final, failedByPass := d.finalCheck(d.rep.destroyedIDs())
+	d.rep.AuditBytes = d.aud.BytesRead
+	d.rep.Summary.CopiesVerified = d.auditsPassed
+	d.rep.Verification = d.verificationText()
+	d.rep.finish(final, failedByPass, runErr)
 	d.cleanup(runErr == nil && d.rep.OK)
 	if o.JSON {
 		_ = d.rep.writeJSON(stdout)
@@ -378,6 +377,39 @@ func (d *demo) observe(v *view) evaluation {
 	return e
 }
 
+// finalCheck evaluates the last view with the segments of destroyed left
+// out (the lost stage destroyed them on purpose and they were reported as
+// required), counts the replica copies found intact, and returns the
+// evaluation with the number of segments the last heal pass reports
+// failed, the destroyed ones left out too.
+func (d *demo) finalCheck(destroyed []meta.SegmentID) (evaluation, int) {
+	if d.last == nil {
+		return d.lastEv, 0
+	}
+	v := *d.last
+	v.Snap.Segments = slices.DeleteFunc(slices.Clone(v.Snap.Segments), func(s meta.Segment) bool {
+		return slices.Contains(destroyed, s.ID)
+	})
+	intact := 0
+	e := evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc localCopy, listed bool) string {
+		why := d.checkCopy(b, seg, lc, listed)
+		if why == "" && seg.HasReplica(b) {
+			intact++
+		}
+		return why
+	})
+	d.rep.Summary.CopiesVerifiedAtEnd = intact
+	failed := 0
+	if r, ok := findReport(d.last.Status); ok {
+		for _, f := range r.Failed {
+			if !slices.Contains(destroyed, f.Segment) {
+				failed++
+			}
+		}
+	}
+	return e, failed
+}
+
 // liveSet is the brokers whose process runs.
 func (d *demo) liveSet() map[meta.BrokerID]bool {
 	live := map[meta.BrokerID]bool{}
@@ -400,7 +432,12 @@ func (d *demo) checkCopy(b meta.BrokerID, seg meta.Segment, lc localCopy, listed
 	if br == nil {
 		return "unknown broker"
 	}
-	if err := d.aud.Check(br.copyPath(seg.ID), seg); err != nil {
+	read := d.aud.BytesRead
+	err := d.aud.Check(br.copyPath(seg.ID), seg)
+	if d.aud.BytesRead != read && err == nil {
+		d.auditsPassed++ // the auditor read the file (not a cached result)
+	}
+	if err != nil {
 		if os.IsNotExist(err) {
 			return "listed by its broker but no file on disk"
 		}

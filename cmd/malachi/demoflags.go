@@ -235,6 +235,9 @@ func (o *demoOptions) infeasible(st string, before []string) string {
 		if o.RF < 2 || live < 3 {
 			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
 		}
+		if o.RF <= o.Brokers/2 {
+			return fmt.Sprintf("no spare broker means only %d of %d brokers running: no quorum; want --rf more than half of --brokers", o.RF, o.Brokers)
+		}
 	}
 	return ""
 }

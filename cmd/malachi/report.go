@@ -52,6 +52,13 @@ type demoReport struct {
 	LoadSeconds  float64 `json:"load_seconds"`
 	LoadBytes    int64   `json:"load_bytes"`
 	TotalSeconds float64 `json:"total_seconds"`
+	// Summary is the run in the few figures the README quotes.
+	Summary summary `json:"summary"`
+	// Destroyed lists the segments the lost stage destroyed on purpose,
+	// reported lost on every pass and acknowledged: they are not counted
+	// in Failed or DataLossSegments (only when that stage held; otherwise
+	// they count as any other loss).
+	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
 	// Verification says what "verified" meant in this run.
 	Verification []string      `json:"verification"`
 	Faults       []faultReport `json:"faults"`
@@ -106,10 +113,77 @@ type faultReport struct {
 	// backfills: where the healing time went.
 	MaxPassSeconds      float64 `json:"max_pass_seconds"`
 	BackfillPassSeconds float64 `json:"backfill_pass_seconds"`
-	Note                string  `json:"note,omitempty"`
-	Error               string  `json:"error,omitempty"`
+	// Destroyed: the lost stage's segments, with how they were reported.
+	// For that stage Healed means reported as required, not repaired.
+	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
+	Note      string             `json:"note,omitempty"`
+	Error     string             `json:"error,omitempty"`
 
 	healedAt time.Time // when the view that found it healed was taken
+}
+
+// destroyedSegment is a segment whose every copy the lost stage destroyed.
+type destroyedSegment struct {
+	Segment meta.SegmentID `json:"segment"`
+	How     string         `json:"how"`
+	Copies  int            `json:"copies"`
+	// PassesReported counts the heal passes observed listing it lost;
+	// PassesMissed those after its first report that did not.
+	PassesReported int `json:"passes_reported"`
+	PassesMissed   int `json:"passes_missed"`
+	// ReportedAfterSeconds: from the fault to the first pass reporting it.
+	ReportedAfterSeconds *float64 `json:"reported_after_seconds"`
+	Acknowledged         bool     `json:"acknowledged"`
+	// FilesKept counts the damaged copies still on disk, unchanged, at the
+	// end of the stage (damaged in place only).
+	FilesKept int `json:"files_kept,omitempty"`
+}
+
+// summary is the run's headline figures.
+type summary struct {
+	// FaultsInjected counts the stages that injected their fault;
+	// FaultsSurvived those that then healed (for lost: reported as
+	// required).
+	FaultsInjected int `json:"faults_injected"`
+	FaultsSurvived int `json:"faults_survived"`
+	// SegmentsChecked counts the sealed segments of the final check, the
+	// destroyed ones included; SegmentsHealthy those found healthy.
+	SegmentsChecked int `json:"segments_checked"`
+	SegmentsHealthy int `json:"segments_healthy"`
+	// CopiesVerified counts the demo's own audits of copy files that
+	// passed over the run (each a full read of one version of a file);
+	// CopiesVerifiedAtEnd the replica copies found intact in the final
+	// check.
+	CopiesVerified      int `json:"copies_verified"`
+	CopiesVerifiedAtEnd int `json:"copies_verified_at_end"`
+	// BytesRereplicated is demoReport.BytesRereplicated.
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
+	// SecondsToHeal is each injected stage's seconds_to_heal, in order.
+	SecondsToHeal []stageSeconds `json:"seconds_to_heal"`
+	// SegmentsLost is DataLossSegments: segments with no intact copy
+	// that were not destroyed on purpose.
+	SegmentsLost      int `json:"segments_lost"`
+	SegmentsDestroyed int `json:"segments_destroyed"`
+}
+
+type stageSeconds struct {
+	Stage   string   `json:"stage"`
+	Seconds *float64 `json:"seconds"`
+}
+
+// destroyedIDs are the segments the lost stage destroyed when it held
+// (every one reported lost on every pass, none of Y's files deleted,
+// acknowledged): only then are they set apart from real loss.
+func (r *demoReport) destroyedIDs() []meta.SegmentID {
+	var out []meta.SegmentID
+	for _, f := range r.Faults {
+		if f.Stage == "lost" && f.Injected && f.Healed {
+			for _, ds := range f.Destroyed {
+				out = append(out, ds.Segment)
+			}
+		}
+	}
+	return out
 }
 
 func seconds(d time.Duration) *float64 {
@@ -125,8 +199,16 @@ func fmtSeconds(p *float64) string {
 }
 
 // finish fills the end-of-run fields from the last evaluation and decides OK:
-// every stage that ran healed, and every segment is healthy.
+// every stage that ran healed, and every segment is healthy. The caller
+// leaves the segments of destroyedIDs out of e and failedByPass; they are
+// then listed in Destroyed, and expected in the segment count.
 func (r *demoReport) finish(e evaluation, failedByPass int, runErr error) {
+	r.Destroyed = nil
+	for _, f := range r.Faults {
+		if f.Stage == "lost" && f.Injected && f.Healed {
+			r.Destroyed = append(r.Destroyed, f.Destroyed...)
+		}
+	}
 	r.UnderReplicated = e.UnderReplicated
 	r.Failed = e.Damaged
 	if failedByPass > r.Failed {
@@ -163,7 +245,30 @@ func (r *demoReport) finish(e evaluation, failedByPass int, runErr error) {
 	if runErr != nil {
 		r.Error = runErr.Error()
 	}
-	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed
+	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
+	r.summarize(e)
+}
+
+// summarize fills Summary from the stages and the final evaluation;
+// CopiesVerified and CopiesVerifiedAtEnd are the caller's, kept.
+func (r *demoReport) summarize(e evaluation) {
+	s := summary{
+		CopiesVerified: r.Summary.CopiesVerified, CopiesVerifiedAtEnd: r.Summary.CopiesVerifiedAtEnd,
+		SegmentsChecked: e.Sealed + len(r.Destroyed), SegmentsHealthy: e.Healthy,
+		BytesRereplicated: r.BytesRereplicated, SegmentsLost: r.DataLossSegments, SegmentsDestroyed: len(r.Destroyed),
+		SecondsToHeal: []stageSeconds{},
+	}
+	for _, f := range r.Faults {
+		if !f.Injected {
+			continue
+		}
+		s.FaultsInjected++
+		if f.Healed {
+			s.FaultsSurvived++
+		}
+		s.SecondsToHeal = append(s.SecondsToHeal, stageSeconds{Stage: f.Stage, Seconds: f.SecondsToHeal})
+	}
+	r.Summary = s
 }
 
 // writeJSON prints the report as indented JSON.
@@ -207,25 +312,44 @@ func (r *demoReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "re-replicated      %s received by backfills (brokers' metrics), %s estimated from copy sizes\n", formatBytes(r.BytesRereplicated), formatBytes(r.BytesEstimated))
 	fmt.Fprintf(w, "audited            %s of copies read and checked by the demo itself\n", formatBytes(r.AuditBytes))
 	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
-	fmt.Fprintf(w, "\n%-9s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	for _, ds := range r.Destroyed {
+		ack := "not acknowledged"
+		if ds.Acknowledged {
+			ack = "acknowledged"
+		}
+		fmt.Fprintf(w, "destroyed          %s on purpose (%s): reported lost on %d passes, missed %d, %s\n", ds.Segment, ds.How, ds.PassesReported, ds.PassesMissed, ack)
+	}
+	sm := r.Summary
+	fmt.Fprintf(w, "\nsummary            faults injected %d, survived %d; segments checked %d (%d healthy, %d destroyed on purpose), lost %d\n",
+		sm.FaultsInjected, sm.FaultsSurvived, sm.SegmentsChecked, sm.SegmentsHealthy, sm.SegmentsDestroyed, sm.SegmentsLost)
+	fmt.Fprintf(w, "                   copies verified %d by the demo's audits over the run, %d intact in the final check; %s re-replicated\n",
+		sm.CopiesVerified, sm.CopiesVerifiedAtEnd, formatBytes(sm.BytesRereplicated))
+	if len(sm.SecondsToHeal) > 0 {
+		var parts []string
+		for _, st := range sm.SecondsToHeal {
+			parts = append(parts, st.Stage+" "+fmtSeconds(st.Seconds))
+		}
+		fmt.Fprintf(w, "                   seconds to heal: %s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
 	for _, f := range r.Faults {
 		if !f.Injected {
-			fmt.Fprintf(w, "%-9s skipped: %s\n", f.Stage, f.Skipped)
+			fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
 			continue
 		}
 		grace := "-"
 		if f.GraceWaitSeconds != nil {
 			grace = fmtSeconds(f.GraceWaitSeconds)
 		}
-		fmt.Fprintf(w, "%-9s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), formatBytes(f.BytesRereplicated))
+		fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), formatBytes(f.BytesRereplicated))
 		if f.BackfillPassSeconds > 0 {
-			fmt.Fprintf(w, "          heal passes seen: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
+			fmt.Fprintf(w, "              heal passes seen: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
 		}
 		if f.Note != "" {
-			fmt.Fprintf(w, "          note: %s\n", f.Note)
+			fmt.Fprintf(w, "              note: %s\n", f.Note)
 		}
 		if f.Error != "" {
-			fmt.Fprintf(w, "          error: %s\n", f.Error)
+			fmt.Fprintf(w, "              error: %s\n", f.Error)
 		}
 	}
 	fmt.Fprintf(w, "\nverified means:\n")

@@ -48,7 +48,7 @@ func TestReportJSONShape(t *testing.T) {
 	}
 	var text bytes.Buffer
 	r.writeText(&text)
-	for _, want := range []string{"HEALED", "seconds_to_heal    1.250s", "bitflip   skipped: no scrubber"} {
+	for _, want := range []string{"HEALED", "seconds_to_heal    1.250s", "bitflip       skipped: no scrubber"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
