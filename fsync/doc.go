@@ -11,6 +11,14 @@
 // KindAuto uses io_uring where the kernel allows it, says which and why in
 // Choice and in a log event ("fsync: engine chosen").
 //
+// Filesystem sync: a batch holding at least Config.FilesystemSyncMin
+// distinct directories on one ext4 or XFS filesystem (Linux 5.8 or later,
+// where syncfs reports writeback errors) answers them with one syncfs(2) of
+// that filesystem, while the machine's dirty page cache is at most
+// Config.FilesystemSyncMaxDirty: one journal commit carries every entry,
+// where a late fsync of the batch would also send the device its own cache
+// flush. Stats counts both kinds.
+//
 // Usage:
 //
 //	s, err := fsync.New(fsync.DefaultConfig())
@@ -27,6 +35,9 @@
 //  2. Within one batch each distinct (path, directory) is opened and synced
 //     once; a full sync covers data-only requests for the same path; every
 //     request of the batch gets that sync's result.
+//     A filesystem sync covers every directory of its group the same way:
+//     it starts after they were queued, and each gets its result wrapped
+//     with its own path.
 //  3. Every request is answered exactly once: nil, the open or fsync errno
 //     (wrapped with the path), or ErrClosed.
 //  4. A descriptor stays open until the kernel has answered its fsync; the

@@ -37,7 +37,11 @@ const (
 // batch of dirty directories, shuts the file system down while the batch
 // waits at the engine, and checks that every caller gets EIO wrapped with
 // its path, from both engines. Root only.
-func TestFsyncErrorReachesEveryCaller(t *testing.T) {
+// loopExt4 mounts a new 64 MiB ext4 on a loop device under a temporary
+// directory and returns the mount point; cleanup unmounts and detaches.
+// Root only: it skips otherwise.
+func loopExt4(t *testing.T) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for losetup and mount")
 	}
@@ -46,41 +50,63 @@ func TestFsyncErrorReachesEveryCaller(t *testing.T) {
 			t.Skipf("%s not installed", tool)
 		}
 	}
+	base := t.TempDir()
+	img := filepath.Join(base, "disk.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	loop := run(t, "losetup", "--find", "--show", img)
+	t.Cleanup(func() {
+		if err := exec.Command("losetup", "-d", loop).Run(); err != nil {
+			t.Errorf("losetup -d %s: %v", loop, err)
+		}
+	})
+	run(t, "mkfs.ext4", "-q", loop)
+	mnt := filepath.Join(base, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mount", loop, mnt)
+	t.Cleanup(func() {
+		for range 50 {
+			if exec.Command("umount", mnt).Run() == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("umount %s failed", mnt)
+	})
+	return mnt
+}
+
+// shutdown makes every later sync of the filesystem at mnt fail with EIO
+// (FS_IOC_SHUTDOWN); it reports false when the kernel refuses.
+func shutdown(t *testing.T, mnt string) bool {
+	t.Helper()
+	m, err := os.Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	flag := uint32(fsGoingNoLogFlush)
+	_, _, en := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), fsShutdown, uintptr(unsafe.Pointer(&flag)))
+	if en != 0 {
+		t.Logf("FS_IOC_SHUTDOWN: %v", en)
+	}
+	return en == 0
+}
+
+func TestFsyncErrorReachesEveryCaller(t *testing.T) {
 	for _, k := range []Kind{KindURing, KindSyscall} {
 		t.Run("engine="+k.String(), func(t *testing.T) {
-			base := t.TempDir()
-			img := filepath.Join(base, "disk.img")
-			f, err := os.Create(img)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Truncate(64 << 20); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
-			loop := run(t, "losetup", "--find", "--show", img)
-			t.Cleanup(func() {
-				if err := exec.Command("losetup", "-d", loop).Run(); err != nil {
-					t.Errorf("losetup -d %s: %v", loop, err)
-				}
-			})
-			run(t, "mkfs.ext4", "-q", loop)
-			mnt := filepath.Join(base, "mnt")
-			if err := os.Mkdir(mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			run(t, "mount", loop, mnt)
-			t.Cleanup(func() {
-				for range 50 {
-					if exec.Command("umount", mnt).Run() == nil {
-						return
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				t.Errorf("umount %s failed", mnt)
-			})
-
+			mnt := loopExt4(t)
 			cfg := DefaultConfig()
+			cfg.FilesystemSyncMin = 0 // the engines' own fsyncs are under test
 			g := &gated{Engine: engine(t, k, cfg.RingEntries), entered: make(chan int, 4), release: make(chan struct{}, 4)}
 			s := newSyncer(cfg, g, "test")
 			defer s.Close()
@@ -114,17 +140,10 @@ func TestFsyncErrorReachesEveryCaller(t *testing.T) {
 			if n := <-g.entered; n != 8 {
 				t.Fatalf("batch holds %d fsyncs, want 8 (16 requests, 8 distinct)", n)
 			}
-			m, err := os.Open(mnt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			flag := uint32(fsGoingNoLogFlush)
-			_, _, en := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), fsShutdown, uintptr(unsafe.Pointer(&flag)))
-			m.Close()
-			if en != 0 {
+			if !shutdown(t, mnt) {
 				g.release <- struct{}{}
 				<-done
-				t.Skipf("FS_IOC_SHUTDOWN: %v", en)
+				t.Skip("the kernel refused FS_IOC_SHUTDOWN")
 			}
 			g.release <- struct{}{}
 			if err := <-done; err != nil {
@@ -143,5 +162,57 @@ func TestFsyncErrorReachesEveryCaller(t *testing.T) {
 				t.Fatalf("stats %+v, want 16 fsyncs for 32 requests", st)
 			}
 		})
+	}
+}
+
+// TestFilesystemSyncErrorReachesEveryCaller: a batch of 20 directories on
+// one ext4 is answered by one syncfs; after the filesystem is shut down,
+// every caller gets EIO wrapped with its own path.
+func TestFilesystemSyncErrorReachesEveryCaller(t *testing.T) {
+	mnt := loopExt4(t)
+	cfg := DefaultConfig()
+	cfg.Engine = KindSyscall
+	s := newSyncer(cfg, NewSyscall(), "test")
+	defer s.Close()
+	if s.fsSyncOff != "" {
+		t.Skipf("filesystem syncs off: %s", s.fsSyncOff)
+	}
+	s.dirty = func() (int64, error) { return 0, nil } // the machine's page cache is not under test
+	reqs := make([]Request, 20)
+	for i := range reqs {
+		d := filepath.Join(mnt, "d"+strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = Request{Path: d, Dir: true}
+	}
+	errs := make([]error, len(reqs))
+	if err := s.Sync(context.Background(), reqs, errs); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("healthy file system: %s: %v", reqs[i].Path, e)
+		}
+	}
+	for _, r := range reqs {
+		if err := os.WriteFile(filepath.Join(r.Path, "new.log"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !shutdown(t, mnt) {
+		t.Skip("the kernel refused FS_IOC_SHUTDOWN")
+	}
+	if err := s.Sync(context.Background(), reqs, errs); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if !errors.Is(e, syscall.EIO) || !strings.Contains(e.Error(), reqs[i].Path) {
+			t.Fatalf("after shutdown: %s: %v, want EIO naming the path", reqs[i].Path, e)
+		}
+	}
+	t.Logf("after shutdown: %v", errs[0])
+	if st := s.Stats(); st.FilesystemSyncs != 2 || st.FilesystemSynced != 40 || st.Syncs != 0 {
+		t.Fatalf("stats %+v, want 2 filesystem syncs covering 40 directories and no fsync", st)
 	}
 }

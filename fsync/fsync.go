@@ -77,13 +77,27 @@ type Config struct {
 	// MaxBatch bounds the distinct paths synced in one batch; more wait for
 	// the next.
 	MaxBatch int
+	// FilesystemSyncMin: when a batch holds at least this many distinct
+	// directories on one ext4 or XFS filesystem, one syncfs(2) of that
+	// filesystem makes all their entries durable instead of an fsync each:
+	// the journal commit is what makes an entry durable, and one commit
+	// carries them all, where each late fsync of a batch would also send
+	// the device its own cache flush. 0 turns it off.
+	FilesystemSyncMin int
+	// FilesystemSyncMaxDirty: the filesystem sync is used only while the
+	// machine's page cache waiting for writeback (/proc/meminfo Dirty +
+	// Writeback) is at most this many bytes, because syncfs also writes
+	// back every dirty page of the filesystem (a broker that does not
+	// fsync its appends may have gigabytes of them); above it the batch
+	// fsyncs each directory.
+	FilesystemSyncMaxDirty int64
 	// Logger receives the engine choice. Zero: silent.
 	Logger zerolog.Logger
 }
 
 // DefaultConfig is what the plugin uses unless configured otherwise.
 func DefaultConfig() Config {
-	return Config{Engine: KindAuto, RingEntries: 256, MaxWorkers: 128, MaxBatch: 4096}
+	return Config{Engine: KindAuto, RingEntries: 256, MaxWorkers: 128, MaxBatch: 4096, FilesystemSyncMin: 16, FilesystemSyncMaxDirty: 16 << 20}
 }
 
 // Validate names the first field out of range.
@@ -97,6 +111,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fsync: Config.MaxWorkers = %d: want 0..4096", c.MaxWorkers)
 	case c.MaxBatch <= 0:
 		return fmt.Errorf("fsync: Config.MaxBatch = %d: want > 0", c.MaxBatch)
+	case c.FilesystemSyncMin < 0:
+		return fmt.Errorf("fsync: Config.FilesystemSyncMin = %d: want 0 (off) or more", c.FilesystemSyncMin)
+	case c.FilesystemSyncMaxDirty < 0:
+		return fmt.Errorf("fsync: Config.FilesystemSyncMaxDirty = %d: want 0 or more", c.FilesystemSyncMaxDirty)
 	}
 	return nil
 }
@@ -113,7 +131,11 @@ func (c Choice) String() string { return c.Kind.String() + " (" + c.Reason + ")"
 type Stats struct {
 	Batches  uint64 // batches run
 	Requests uint64 // requests answered, duplicates included
-	Syncs    uint64 // fsyncs issued: one per distinct path per batch
+	Syncs    uint64 // fsyncs issued: one per distinct path per batch not covered by a filesystem sync
+	// FilesystemSyncs counts syncfs calls, FilesystemSynced the distinct
+	// directories they covered (see Config.FilesystemSyncMin).
+	FilesystemSyncs  uint64
+	FilesystemSynced uint64
 }
 
 // call is one caller's requests; the committer answers each.
@@ -149,6 +171,11 @@ type Syncer struct {
 	closed  bool
 	stats   Stats
 	exited  chan struct{}
+
+	// fsSyncOff says why filesystem syncs are not used ("" when they are);
+	// dirty reads the page cache awaiting writeback (a seam for tests).
+	fsSyncOff string
+	dirty     func() (int64, error)
 
 	// The committer's reused batch state.
 	batch    []item
@@ -200,6 +227,16 @@ func newSyncer(cfg Config, e Engine, reason string) *Syncer {
 		choice: Choice{Kind: e.Kind(), Reason: reason},
 		exited: make(chan struct{}),
 		index:  make(map[key]int),
+		dirty:  dirtyBytes,
+	}
+	switch {
+	case cfg.FilesystemSyncMin == 0:
+		s.fsSyncOff = "Config.FilesystemSyncMin is 0"
+	default:
+		s.fsSyncOff = fsSyncSupported()
+	}
+	if s.fsSyncOff != "" && cfg.FilesystemSyncMin > 0 {
+		cfg.Logger.Info().Str("reason", s.fsSyncOff).Msg("fsync: directory batches are not synced with syncfs")
 	}
 	s.cond = sync.NewCond(&s.mu)
 	go s.commit()
@@ -303,11 +340,13 @@ func (s *Syncer) commit() {
 		}
 		s.batch, s.pending = s.take(s.batch[:0])
 		s.mu.Unlock()
-		syncs := s.run()
+		syncs, fsSyncs, fsSynced := s.run()
 		s.mu.Lock()
 		s.stats.Batches++
 		s.stats.Requests += uint64(len(s.batch))
 		s.stats.Syncs += uint64(syncs)
+		s.stats.FilesystemSyncs += uint64(fsSyncs)
+		s.stats.FilesystemSynced += uint64(fsSynced)
 		s.mu.Unlock()
 		s.answerBatch()
 	}
@@ -334,8 +373,9 @@ func (s *Syncer) take(batch []item) ([]item, []item) {
 }
 
 // run syncs the current batch, leaving each distinct path's result in
-// s.errs; it returns the number of fsyncs issued.
-func (s *Syncer) run() int {
+// s.errs; it returns the number of fsyncs issued, of filesystem syncs, and
+// of directories those covered.
+func (s *Syncer) run() (syncs, fsSyncs, fsSynced int) {
 	clear(s.index)
 	s.distinct = s.distinct[:0]
 	for _, it := range s.batch {
@@ -351,9 +391,16 @@ func (s *Syncer) run() int {
 	s.fds = grow(s.fds, n)
 	s.dataOnly = grow(s.dataOnly, n)
 	s.errs = grow(s.errs, n)
+	for i := range n {
+		s.fds[i] = 0 // 0: to open; -1: answered (s.errs[i] holds the result)
+	}
+	fsSyncs, fsSynced = s.syncFilesystems()
 	// Open every path first, then sync the ones that opened.
 	open := 0
 	for i, r := range s.distinct {
+		if s.fds[i] < 0 {
+			continue
+		}
 		fd, err := openForSync(r.Path, r.Dir)
 		if err != nil {
 			s.errs[i] = fmt.Errorf("fsync: open %s: %w", r.Path, err)
@@ -387,9 +434,58 @@ func (s *Syncer) run() int {
 			}
 		}
 		closeFD(s.fds[i])
+		s.fds[i] = -1
 		j++
 	}
-	return open
+	return open, fsSyncs, fsSynced
+}
+
+// syncFilesystems answers the batch's directories that share an ext4 or
+// XFS filesystem with at least FilesystemSyncMin others with one syncfs of
+// that filesystem (see Config.FilesystemSyncMin), marking them answered
+// (s.fds[i] = -1, s.errs[i] the result). A directory stat cannot see is
+// left to its own fsync, which reports what is wrong with it.
+func (s *Syncer) syncFilesystems() (syncs, covered int) {
+	if s.fsSyncOff != "" {
+		return 0, 0
+	}
+	dirs := 0
+	for _, r := range s.distinct {
+		if r.Dir {
+			dirs++
+		}
+	}
+	if dirs < s.cfg.FilesystemSyncMin {
+		return 0, 0
+	}
+	if d, err := s.dirty(); err != nil || d > s.cfg.FilesystemSyncMaxDirty {
+		return 0, 0
+	}
+	byDev := map[uint64][]int{}
+	for i, r := range s.distinct {
+		if !r.Dir {
+			continue
+		}
+		if dev, ok := dirDevice(r.Path); ok {
+			byDev[dev] = append(byDev[dev], i)
+		}
+	}
+	for _, group := range byDev {
+		first := s.distinct[group[0]].Path
+		if len(group) < s.cfg.FilesystemSyncMin || !journaled(first) {
+			continue
+		}
+		err := syncFilesystem(first)
+		for _, i := range group {
+			s.fds[i], s.errs[i] = -1, nil
+			if err != nil {
+				s.errs[i] = fmt.Errorf("fsync: %s: filesystem sync (with %d other directories): %w", s.distinct[i].Path, len(group)-1, err)
+			}
+		}
+		syncs++
+		covered += len(group)
+	}
+	return syncs, covered
 }
 
 // answerBatch hands every caller of the batch its path's result.

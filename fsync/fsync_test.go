@@ -54,6 +54,7 @@ func engines(t *testing.T, gate bool, fn func(t *testing.T, s *Syncer, g *gated)
 		t.Run("engine="+k.String(), func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.RingEntries = 8
+			cfg.FilesystemSyncMin = 0 // the engines' own fsyncs are under test
 			e := engine(t, k, cfg.RingEntries)
 			var g *gated
 			if gate {
@@ -284,6 +285,7 @@ func TestBadInput(t *testing.T) {
 func TestMaxBatch(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxBatch = 3
+	cfg.FilesystemSyncMin = 0
 	s := newSyncer(cfg, NewSyscall(), "test")
 	defer s.Close()
 	d := dirs(t, 10)
