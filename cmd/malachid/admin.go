@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -98,11 +99,22 @@ func errorOf(code, msg string) error {
 	return fmt.Errorf("malachid: remote %s: %s", code, msg)
 }
 
-func decodeBody(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+// maxAdminBody bounds an admin request body.
+const maxAdminBody = 256 << 20
+
+// readBody reads r's body, at most maxAdminBody bytes.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody))
 	if err != nil {
-		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: body: %v", errBadRequest, err)
 	}
+	return body, nil
+}
+
+// decodeJSON parses body into v strictly: one JSON object, no unknown
+// fields, nothing after it. An empty body leaves v as it is (every admin
+// body is optional or has defaults). Errors wrap errBadRequest.
+func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
@@ -111,7 +123,19 @@ func decodeBody(r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: body: %v", errBadRequest, err)
 	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: body: data after the JSON object at byte %d", errBadRequest, dec.InputOffset())
+	}
 	return nil
+}
+
+// parseSegmentID checks a segment id taken from a request path.
+func parseSegmentID(s string) (meta.SegmentID, error) {
+	id := meta.SegmentID(s)
+	if err := id.Validate(); err != nil {
+		return "", fmt.Errorf("path: %w", err)
+	}
+	return id, nil
 }
 
 // handle adapts a func returning (answer, error) to an http.HandlerFunc.
@@ -175,6 +199,30 @@ func adminMAC(secret []byte, path string, ts int64, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// adminSkew is how far an internal call's timestamp may be from the clock.
+const adminSkew = time.Minute
+
+// verifyAdmin checks the authHeader value header ("<unix-millis> <hex
+// MAC>") of an internal call to path with body; the error wraps errUnauth
+// and says what was wrong, never the secret.
+func verifyAdmin(secret []byte, path, header string, body []byte, now time.Time) error {
+	ts, mac, ok := strings.Cut(header, " ")
+	if header == "" || !ok {
+		return fmt.Errorf("%w: missing or malformed %s header", errUnauth, authHeader)
+	}
+	n, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s timestamp %q", errUnauth, authHeader, ts)
+	}
+	if skew := now.Sub(time.UnixMilli(n)); skew > adminSkew || skew < -adminSkew {
+		return fmt.Errorf("%w: timestamp %v off by %v, more than %v", errUnauth, time.UnixMilli(n).UTC(), skew, adminSkew)
+	}
+	if !hmac.Equal([]byte(mac), []byte(adminMAC(secret, path, n, body))) {
+		return fmt.Errorf("%w: bad signature (is heal.secret the same on every broker?)", errUnauth)
+	}
+	return nil
+}
+
 // internal wraps a broker-to-broker handler: it checks the signature when
 // this broker has a cluster secret.
 func (b *broker) internal(f func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
@@ -185,11 +233,8 @@ func (b *broker) internal(f func(r *http.Request, body []byte) (any, error)) htt
 			return
 		}
 		if b.secret != nil {
-			ts, mac, _ := strings.Cut(r.Header.Get(authHeader), " ")
-			n, perr := strconv.ParseInt(ts, 10, 64)
-			skew := time.Since(time.UnixMilli(n))
-			if perr != nil || skew > time.Minute || skew < -time.Minute || !hmac.Equal([]byte(mac), []byte(adminMAC(b.secret, r.URL.Path, n, body))) {
-				writeError(w, errUnauth)
+			if err := verifyAdmin(b.secret, r.URL.Path, r.Header.Get(authHeader), body, time.Now()); err != nil {
+				writeError(w, err)
 				return
 			}
 		}
@@ -307,12 +352,24 @@ func isConnErr(err error) bool {
 	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "EOF")
 }
 
-func (b *broker) internalApply(r *http.Request, body []byte) (any, error) {
+// parseApply decodes and checks the body of POST /v1/internal/apply.
+func parseApply(body []byte) (meta.Command, error) {
 	var req applyRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Command) == 0 {
+		return nil, fmt.Errorf("%w: body: no command", errBadRequest)
 	}
 	c, err := meta.DecodeCommand(req.Command)
+	if err != nil {
+		return nil, fmt.Errorf("%w: command: %w", errBadRequest, err)
+	}
+	return c, nil
+}
+
+func (b *broker) internalApply(r *http.Request, body []byte) (any, error) {
+	c, err := parseApply(body)
 	if err != nil {
 		return nil, err
 	}
@@ -332,9 +389,28 @@ type CreateRequest struct {
 	Replicas    []meta.BrokerID `json:"replicas,omitempty"` // optional: chosen by the leader when empty
 }
 
-func (b *broker) createSegment(r *http.Request) (any, error) {
+// parseCreate decodes and checks the body of POST /v1/segments.
+func parseCreate(body []byte) (CreateRequest, error) {
 	var req CreateRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := decodeJSON(body, &req); err != nil {
+		return CreateRequest{}, err
+	}
+	if err := req.ID.Validate(); err != nil {
+		return CreateRequest{}, err
+	}
+	if err := meta.ValidateReplicas(req.Replicas); err != nil {
+		return CreateRequest{}, fmt.Errorf("replicas: %w", err)
+	}
+	return req, nil
+}
+
+func (b *broker) createSegment(r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	req, err := parseCreate(body)
+	if err != nil {
 		return nil, err
 	}
 	return b.create(r.Context(), req)
@@ -552,12 +628,33 @@ func (b *broker) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, 
 	}
 }
 
-func (b *broker) appendRecords(r *http.Request) (any, error) {
+// parseRecords decodes and checks the path id and the body of POST
+// /v1/segments/{id}/records (and of its internal twin).
+func parseRecords(pathID string, body []byte) (meta.SegmentID, RecordsRequest, error) {
+	id, err := parseSegmentID(pathID)
+	if err != nil {
+		return "", RecordsRequest{}, err
+	}
 	var req RecordsRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := decodeJSON(body, &req); err != nil {
+		return "", RecordsRequest{}, err
+	}
+	if err := req.check(); err != nil {
+		return "", RecordsRequest{}, err
+	}
+	return id, req, nil
+}
+
+func (b *broker) appendRecords(r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
 		return nil, err
 	}
-	return b.append(r.Context(), meta.SegmentID(r.PathValue("id")), req)
+	id, req, err := parseRecords(r.PathValue("id"), body)
+	if err != nil {
+		return nil, err
+	}
+	return b.append(r.Context(), id, req)
 }
 
 // append writes the records on every replica (each syncs before it
@@ -610,7 +707,11 @@ func onReplicas[T any](ctx context.Context, b *broker, seg meta.Segment, op stri
 }
 
 func (b *broker) sealSegment(r *http.Request) (any, error) {
-	return b.seal(r.Context(), meta.SegmentID(r.PathValue("id")))
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	return b.seal(r.Context(), id)
 }
 
 // SealResponse is what every replica sealed and the metadata recorded.
@@ -665,19 +766,54 @@ type LoadResponse struct {
 	Seconds  float64 `json:"seconds"`
 }
 
-func (b *broker) load(r *http.Request) (any, error) {
+// parseLoad decodes and checks the body of POST /v1/load, filling in the
+// defaults; every segment id it names is valid.
+func parseLoad(body []byte) (LoadRequest, error) {
 	req := LoadRequest{Segments: 1, RecordsPerSegment: 256, RecordSize: 4096, Prefix: "s"}
-	if err := decodeBody(r, &req); err != nil {
-		return nil, err
+	if err := decodeJSON(body, &req); err != nil {
+		return LoadRequest{}, err
 	}
 	if req.Segments < 1 || req.Segments > 1_000_000 {
-		return nil, fmt.Errorf("%w: segments = %d: want 1 to 1000000", errBadRequest, req.Segments)
+		return LoadRequest{}, fmt.Errorf("%w: segments = %d: want 1 to 1000000", errBadRequest, req.Segments)
 	}
-	if req.RecordsPerSegment < 1 || req.RecordSize < 0 || req.RecordSize > 16<<20 {
-		return nil, fmt.Errorf("%w: records_per_segment = %d, record_size = %d", errBadRequest, req.RecordsPerSegment, req.RecordSize)
+	if req.RecordsPerSegment < 1 || req.RecordsPerSegment > 1<<20 {
+		return LoadRequest{}, fmt.Errorf("%w: records_per_segment = %d: want 1 to %d", errBadRequest, req.RecordsPerSegment, 1<<20)
 	}
-	if req.Concurrency <= 0 {
+	if req.RecordSize < 0 || req.RecordSize > 16<<20 {
+		return LoadRequest{}, fmt.Errorf("%w: record_size = %d: want 0 to %d", errBadRequest, req.RecordSize, 16<<20)
+	}
+	if req.First < 0 || req.First > math.MaxInt32 {
+		return LoadRequest{}, fmt.Errorf("%w: first = %d: want 0 to %d", errBadRequest, req.First, math.MaxInt32)
+	}
+	if req.Concurrency < 0 || req.Concurrency > 1024 {
+		return LoadRequest{}, fmt.Errorf("%w: concurrency = %d: want 0 (8) to 1024", errBadRequest, req.Concurrency)
+	}
+	if req.Concurrency == 0 {
 		req.Concurrency = 8
+	}
+	// Only the digits differ between the ids: the first and the last
+	// (the longest) stand for all.
+	for _, n := range []int{req.First, req.First + req.Segments - 1} {
+		if err := loadID(req.Prefix, n).Validate(); err != nil {
+			return LoadRequest{}, fmt.Errorf("%w: prefix = %q: %w", errBadRequest, req.Prefix, err)
+		}
+	}
+	return req, nil
+}
+
+// loadID is the id of the n-th segment of a load.
+func loadID(prefix string, n int) meta.SegmentID {
+	return meta.SegmentID(fmt.Sprintf("%s-%05d", prefix, n))
+}
+
+func (b *broker) load(r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	req, err := parseLoad(body)
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	var mu sync.Mutex
@@ -685,7 +821,7 @@ func (b *broker) load(r *http.Request) (any, error) {
 	g, ctx := errgroup.WithContext(r.Context())
 	g.SetLimit(req.Concurrency)
 	for i := 0; i < req.Segments; i++ {
-		id := meta.SegmentID(fmt.Sprintf("%s-%05d", req.Prefix, req.First+i))
+		id := loadID(req.Prefix, req.First+i)
 		g.Go(func() error {
 			if _, err := b.create(ctx, CreateRequest{ID: id}); err != nil {
 				return err
@@ -724,11 +860,14 @@ type sealResult struct {
 }
 
 func (b *broker) internalCreate(r *http.Request, body []byte) (any, error) {
-	var req copyCreate
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
 	}
-	id := meta.SegmentID(r.PathValue("id"))
+	var req copyCreate
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
 	if err := b.db.Create(id, req.StartOffset); err != nil {
 		// A retried create: an empty copy at the same start offset is it.
 		if errors.Is(err, store.ErrExists) {
@@ -742,17 +881,13 @@ func (b *broker) internalCreate(r *http.Request, body []byte) (any, error) {
 }
 
 func (b *broker) internalAppend(r *http.Request, body []byte) (any, error) {
-	var req RecordsRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
-	}
-	if err := req.check(); err != nil {
+	id, req, err := parseRecords(r.PathValue("id"), body)
+	if err != nil {
 		return nil, err
 	}
-	id := meta.SegmentID(r.PathValue("id"))
 	var next uint64
 	n := 0
-	err := req.payloads(func(p []byte) error {
+	err = req.payloads(func(p []byte) error {
 		off, err := b.db.Append(id, p)
 		next, n = off+1, n+1
 		return err
@@ -774,7 +909,14 @@ func (b *broker) internalAppend(r *http.Request, body []byte) (any, error) {
 }
 
 func (b *broker) internalSeal(r *http.Request, body []byte) (any, error) {
-	s, err := b.db.Seal(meta.SegmentID(r.PathValue("id")))
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(body, &struct{}{}); err != nil {
+		return nil, err
+	}
+	s, err := b.db.Seal(id)
 	if err != nil {
 		return nil, err
 	}
@@ -838,7 +980,10 @@ func (b *broker) release(r *http.Request) (any, error) {
 // acknowledge marks a lost segment acknowledged by an operator: the
 // reports keep it, marked so.
 func (b *broker) acknowledge(r *http.Request) (any, error) {
-	id := meta.SegmentID(r.PathValue("id"))
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
 	ack := func() error {
 		err := b.heal.Acknowledge(id)
 		switch {
@@ -931,24 +1076,51 @@ type FaultRequest struct {
 	Bytes int64 `json:"bytes,omitempty"`
 }
 
+// faultKinds are the faults POST /v1/faults/{kind}/{id} injects.
+var faultKinds = []string{"latch", "delete", "truncate", "extend", "flip"}
+
+// parseFault decodes and checks the path and the body of POST
+// /v1/faults/{kind}/{id}.
+func parseFault(kind, pathID string, body []byte) (string, meta.SegmentID, FaultRequest, error) {
+	known := false
+	for _, k := range faultKinds {
+		known = known || k == kind
+	}
+	if !known {
+		return "", "", FaultRequest{}, fmt.Errorf("%w: fault %q: want latch, delete, truncate, extend or flip", errBadRequest, kind)
+	}
+	id, err := parseSegmentID(pathID)
+	if err != nil {
+		return "", "", FaultRequest{}, err
+	}
+	var req FaultRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return "", "", FaultRequest{}, err
+	}
+	if req.At < 0 || req.Bytes < 0 || req.Bytes > 1<<40 {
+		return "", "", FaultRequest{}, fmt.Errorf("%w: fault %s: at = %d, bytes = %d: want 0 or more (bytes at most 1 TiB)", errBadRequest, kind, req.At, req.Bytes)
+	}
+	return kind, id, req, nil
+}
+
 // fault injects one fault into a local copy: latch, delete, truncate,
 // extend or flip (fault_injection only).
 func (b *broker) fault(r *http.Request) (any, error) {
 	if b.faults == nil {
 		return nil, errNoFaults
 	}
-	kind, id := r.PathValue("kind"), meta.SegmentID(r.PathValue("id"))
-	if err := id.Validate(); err != nil {
+	body, err := readBody(r)
+	if err != nil {
 		return nil, err
 	}
-	var req FaultRequest
-	if err := decodeBody(r, &req); err != nil {
+	kind, id, req, err := parseFault(r.PathValue("kind"), r.PathValue("id"), body)
+	if err != nil {
 		return nil, err
 	}
 	path := b.db.Path(id)
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: copy %s: %v", errNotFound, id, err)
+	fi, serr := os.Stat(path)
+	if serr != nil {
+		return nil, fmt.Errorf("%w: copy %s: %v", errNotFound, id, serr)
 	}
 	switch kind {
 	case "latch":
