@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -38,6 +39,13 @@ type clusterConfig struct {
 	ScrubRate  int64
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
+	// LoopBroker, when set, is the broker whose <data_dir>/copies is a
+	// loop-mounted ext4 of LoopBytes bytes (see loopDisk), mounted by
+	// Start before that broker starts and unmounted by Stop. Where the
+	// mount cannot be made, Start says why in cluster.loopSkip and the
+	// broker runs on the plain directory.
+	LoopBroker meta.BrokerID
+	LoopBytes  int64
 }
 
 // broker is one malachid process of the demo's cluster.
@@ -60,6 +68,15 @@ type cluster struct {
 	cfg     clusterConfig
 	secret  string
 	brokers []*broker
+
+	// loop is the loop-mounted copies disk of loopBroker, nil when none is
+	// mounted; loopSkip says why a requested one could not be made.
+	// INVARIANT: a non-nil loop is closed (unmounted, detached) by Stop.
+	loop       *loopDisk
+	loopBroker *broker
+	loopSkip   string
+	// loopCloseErr is what closing the loop disk in Stop returned.
+	loopCloseErr error
 }
 
 // copyPath is where broker b keeps its copy of segment id (STORE_API.md).
@@ -169,7 +186,8 @@ func (c *cluster) configText(b *broker) string {
 	return s.String()
 }
 
-// Start writes every config and starts every broker.
+// Start writes every config, mounts the loop disk when asked for
+// (LoopBroker) and starts every broker.
 func (c *cluster) Start() error {
 	for _, b := range c.brokers {
 		if err := os.MkdirAll(b.Dir, 0o755); err != nil {
@@ -177,6 +195,11 @@ func (c *cluster) Start() error {
 		}
 		if err := os.WriteFile(b.ConfigPath, []byte(c.configText(b)), 0o600); err != nil {
 			return err
+		}
+	}
+	if b := c.broker(c.cfg.LoopBroker); b != nil && c.loop == nil {
+		if err := c.mountCopiesDisk(b, c.cfg.LoopBytes); err != nil {
+			c.loopSkip = err.Error()
 		}
 	}
 	for _, b := range c.brokers {
@@ -235,8 +258,165 @@ func (c *cluster) Kill(b *broker) error {
 	}
 }
 
-// Stop ends every broker still running: SIGTERM, then SIGKILL after a grace.
+// copiesImage is where broker b's loop disk image lives: beside its
+// data_dir, never inside the mount.
+func (b *broker) copiesImage() string {
+	return filepath.Join(filepath.Dir(b.Dir), "copies.img")
+}
+
+// mountCopiesDisk mounts a loop ext4 of size bytes at b's <data_dir>/copies,
+// which must be empty or absent; b must not be running.
+func (c *cluster) mountCopiesDisk(b *broker, size int64) error {
+	if b.alive() {
+		return fmt.Errorf("broker %d runs: its copies disk is mounted before it starts", b.ID)
+	}
+	dir := filepath.Join(b.Dir, "copies")
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return fmt.Errorf("broker %d: %s is not empty (%s): nothing is mounted over copies", b.ID, dir, ents[0].Name())
+	}
+	l, err := mountLoop(b.copiesImage(), dir, size)
+	if err != nil {
+		return fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
+	}
+	c.loop, c.loopBroker = l, b
+	return nil
+}
+
+// moveCopiesToDisk moves stopped broker b's copies onto a new loop ext4 of
+// size bytes mounted at <data_dir>/copies: mount it aside, copy every file
+// over (synced), then swap the directories. On an error b's copies are
+// where they were and nothing stays mounted. The copies' file identities
+// change, so their confirmations no longer apply: heal confirms them again.
+func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int64, err error) {
+	if b.alive() {
+		return 0, 0, fmt.Errorf("broker %d runs: stop it before moving its copies", b.ID)
+	}
+	dir := filepath.Join(b.Dir, "copies")
+	old := filepath.Join(b.Dir, "copies.before-loop")
+	if err := os.Rename(dir, old); err != nil {
+		return 0, 0, fmt.Errorf("moving broker %d's copies aside: %w", b.ID, err)
+	}
+	undo := func() {
+		if c.loop != nil {
+			c.loop.Close()
+			c.loop, c.loopBroker = nil, nil
+		}
+		os.Remove(dir)
+		os.Rename(old, dir)
+	}
+	if err := c.mountCopiesDisk(b, size); err != nil {
+		undo()
+		return 0, 0, err
+	}
+	ents, err := os.ReadDir(old)
+	if err != nil {
+		undo()
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		n, err := copyFileSynced(filepath.Join(old, e.Name()), filepath.Join(dir, e.Name()))
+		if err != nil {
+			undo()
+			return 0, 0, fmt.Errorf("moving broker %d's copies onto its loop disk: %w", b.ID, err)
+		}
+		files++
+		bytes += n
+	}
+	if err := syncDir(dir); err != nil {
+		undo()
+		return 0, 0, err
+	}
+	if err := os.RemoveAll(old); err != nil {
+		return files, bytes, fmt.Errorf("removing broker %d's old copies directory: %w", b.ID, err)
+	}
+	return files, bytes, nil
+}
+
+func copyFileSynced(from, to string) (int64, error) {
+	src, err := os.Open(from)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(dst, src)
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("copying %s to %s: %w", from, to, err)
+	}
+	return n, nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// sendSignal sends sig to b's running process (SIGSTOP, SIGCONT).
+func (c *cluster) sendSignal(b *broker, sig syscall.Signal) error {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.mu.Unlock()
+	if cmd == nil || done == nil || !b.alive() {
+		return fmt.Errorf("signal %v to broker %d: not running", sig, b.ID)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to broker %d (pid %d): %w", sig, b.ID, cmd.Process.Pid, err)
+	}
+	return nil
+}
+
+// Terminate stops b as an operator would, SIGTERM and SIGKILL after 10 s,
+// and waits for it to exit. Like Kill, it is on purpose: not an
+// unexpected exit.
+func (c *cluster) Terminate(b *broker) error {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.killed = true
+	b.mu.Unlock()
+	if cmd == nil || done == nil {
+		return fmt.Errorf("broker %d was never started", b.ID)
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot act on SIGTERM
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM to broker %d (pid %d): %w", b.ID, cmd.Process.Pid, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-done:
+		return fmt.Errorf("broker %d (pid %d) ignored SIGTERM for 10s and was killed", b.ID, cmd.Process.Pid)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("broker %d (pid %d) did not exit 10s after SIGKILL", b.ID, cmd.Process.Pid)
+	}
+}
+
+// Stop ends every broker still running: SIGTERM, then SIGKILL after a
+// grace; then it unmounts and detaches the loop disk, if any.
 func (c *cluster) Stop() {
+	defer c.closeLoop()
 	var wg sync.WaitGroup
 	for _, b := range c.brokers {
 		b.mu.Lock()
@@ -253,6 +433,7 @@ func (c *cluster) Stop() {
 				return
 			default:
 			}
+			_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot act on SIGTERM
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-done:
@@ -263,6 +444,16 @@ func (c *cluster) Stop() {
 		}()
 	}
 	wg.Wait()
+}
+
+// closeLoop unmounts and detaches the loop disk; its brokers must have
+// exited. The error is kept in loopCloseErr.
+func (c *cluster) closeLoop() {
+	if c.loop == nil {
+		return
+	}
+	c.loopCloseErr = c.loop.Close()
+	c.loop, c.loopBroker = nil, nil
 }
 
 // unexpectedExit names a broker that exited without the demo killing it.
