@@ -642,7 +642,20 @@ func (d *demo) stageNoSpare(ctx context.Context) (faultReport, error) {
 	}
 	fr.Detected = tally.detected()
 
-	// Spares back: the latched copy must be replaced.
+	// Spares back: the latched copy must be replaced. A restarted broker
+	// may still hold an old intact copy (from before it was killed),
+	// resumed in place at no cost: the estimate counts what each file
+	// lacked before the restart.
+	sizeBefore := map[meta.BrokerID]int64{}
+	for _, b := range d.c.brokers {
+		if fi, err := os.Stat(b.copyPath(id)); err == nil && b.ID != lb.ID {
+			sizeBefore[b.ID] = fi.Size()
+		}
+	}
+	setBefore := []meta.BrokerID{}
+	if s, ok := d.last.Snap.Segment(id); ok {
+		setBefore = slices.Clone(s.Replicas)
+	}
 	restartAt := time.Now()
 	for _, b := range d.c.brokers {
 		if !b.alive() {
@@ -658,7 +671,13 @@ func (d *demo) stageNoSpare(ctx context.Context) (faultReport, error) {
 	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
 	fr.Passes += healed.Passes
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	fr.BytesEstimated = v.seg.ByteSize + footerSize
+	if s, ok := d.last.Snap.Segment(id); ok {
+		for _, r := range s.Replicas {
+			if !slices.Contains(setBefore, r) {
+				fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
+			}
+		}
+	}
 	if err != nil {
 		fr.Error = strings.TrimPrefix(fr.Error+"; ", "; ") + "after the restarts: " + err.Error()
 		return fr, fatal(ctx, err, d)
@@ -965,7 +984,7 @@ func (d *demo) stageLost(ctx context.Context) (faultReport, error) {
 		}
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
-	addNote(&fr, "destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed, %d passes unseen between polls); %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
+	addNote(&fr, "seconds_to_heal is, for this stage, from the fault to both reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed, %d passes unseen between polls); %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
 		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.Unseen, kept, len(yFiles), y.ID, len(acked))
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
