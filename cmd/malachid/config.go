@@ -89,7 +89,7 @@ func (c *Config) parsePeers() ([]peer, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("%w: peers[%d] = %q: want id=host:port", errConfig, i, s)
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		if err := dialable(addr); err != nil {
 			return nil, fmt.Errorf("%w: peers[%d] = %q: address: %v", errConfig, i, s, err)
 		}
 		if seen[id] {
@@ -99,6 +99,50 @@ func (c *Config) parsePeers() ([]peer, error) {
 		ps = append(ps, peer{id, addr})
 	}
 	return ps, nil
+}
+
+// dialable checks that addr is a host:port other brokers can dial: a host,
+// not the unspecified address, and a port from 1 to 65535 (the raft
+// transport advertises it as is).
+func dialable(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	if host == "" {
+		return errors.New("no host: peers must be able to dial it")
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("host %s is unspecified: peers must be able to dial it", host)
+	}
+	return nil
+}
+
+// validate checks the raft timings by the rules cluster.Config.Validate
+// applies, naming the keys, so that a bad one is refused before anything
+// is created under data_dir.
+func (r RaftConfig) validate() error {
+	bad := func(key string, v time.Duration, why string) error {
+		return fmt.Errorf("%w: raft.%s = %q: %s", errConfig, key, v, why)
+	}
+	switch {
+	case r.HeartbeatTimeout < 5*time.Millisecond:
+		return bad("heartbeat_timeout", r.HeartbeatTimeout, "want at least 5ms")
+	case r.ElectionTimeout < 5*time.Millisecond:
+		return bad("election_timeout", r.ElectionTimeout, "want at least 5ms")
+	case r.ElectionTimeout < r.HeartbeatTimeout:
+		return bad("election_timeout", r.ElectionTimeout, fmt.Sprintf("want at least raft.heartbeat_timeout (%v)", r.HeartbeatTimeout))
+	case r.LeaderLeaseTimeout < 5*time.Millisecond:
+		return bad("leader_lease_timeout", r.LeaderLeaseTimeout, "want at least 5ms")
+	case r.LeaderLeaseTimeout > r.HeartbeatTimeout:
+		return bad("leader_lease_timeout", r.LeaderLeaseTimeout, fmt.Sprintf("want at most raft.heartbeat_timeout (%v)", r.HeartbeatTimeout))
+	case r.CommitTimeout < time.Millisecond:
+		return bad("commit_timeout", r.CommitTimeout, "want at least 1ms")
+	}
+	return nil
 }
 
 // Validate checks c; the error names the key and value.
@@ -114,8 +158,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: %s = %q: want host:port", errConfig, a.k, a.v)
 		}
 	}
+	if err := dialable(c.RaftListen); err != nil {
+		return fmt.Errorf("%w: raft_listen = %q: %v", errConfig, c.RaftListen, err)
+	}
 	if c.ReplicationFactor < 1 {
 		return fmt.Errorf("%w: replication_factor = %d: want at least 1", errConfig, c.ReplicationFactor)
+	}
+	if err := c.Raft.validate(); err != nil {
+		return err
 	}
 	ps, err := c.parsePeers()
 	if err != nil {
@@ -189,7 +239,38 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 	if cfg.DataDir != "" {
 		cfg.DataDir = filepath.Clean(cfg.DataDir)
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	// The secret is read here, before anything is created under data_dir:
+	// a missing, unreadable or short secret file is a bad configuration.
+	if err := cfg.checkSecret(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// checkSecret reads the cluster secret, when one is configured, and checks
+// its length: it signs the internal admin calls even with heal disabled.
+func (c *Config) checkSecret() error {
+	if c.Heal.Secret == "" && c.Heal.SecretFile == "" {
+		return nil
+	}
+	if c.Heal.Secret != "" && c.Heal.SecretFile != "" {
+		return fmt.Errorf("%w: heal.secret_file = %q: set heal.secret or heal.secret_file, not both", errConfig, c.Heal.SecretFile)
+	}
+	s, err := readSecret(c.Heal)
+	if err != nil {
+		return err
+	}
+	if len(s) < plugin.MinSecretLen {
+		key, val := "heal.secret", fmt.Sprintf("<%d bytes>", len(s))
+		if c.Heal.SecretFile != "" {
+			key, val = "heal.secret_file", fmt.Sprintf("%q (%d bytes)", c.Heal.SecretFile, len(s))
+		}
+		return fmt.Errorf("%w: %s = %s: want a secret of at least %d bytes", errConfig, key, val, plugin.MinSecretLen)
+	}
+	return nil
 }
 
 // pending records a flag's raw value; it is applied after the file.

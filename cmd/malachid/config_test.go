@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,6 +29,7 @@ peers = ["1=127.0.0.1:7101", "2=127.0.0.1:7102"]
 replication_factor = 2
 [raft]
 heartbeat_timeout = "100ms"
+leader_lease_timeout = "50ms"
 [heal]
 enabled = false
 secret = "0123456789abcdef"
@@ -73,5 +76,114 @@ func TestLoadConfigErrorsNameKeyAndValue(t *testing.T) {
 		if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want errConfig containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// brokenTOML is a valid broker file with heal enabled, but for its %[1]s
+// (data_dir), %[2]s (extra top-level keys), %[3]s (extra [raft] keys) and
+// %[4]s (extra [heal] keys).
+const brokenTOML = `
+id = 2
+data_dir = %[1]q
+admin_listen = "127.0.0.1:7002"
+raft_listen = "127.0.0.1:7102"
+peers = ["1=127.0.0.1:7101", "2=127.0.0.1:7102"]
+%[2]s
+[raft]
+heartbeat_timeout = "100ms"
+leader_lease_timeout = "50ms"
+%[3]s
+[heal]
+enabled = true
+rpc_listen = "127.0.0.1:7202"
+data_listen = "127.0.0.1:7302"
+%[4]s
+`
+
+// TestMalformedConfigFilesChangeNothing runs the broker's main on broken
+// files: each exits 2 with an error naming the key and the value (and the
+// line of a syntax error), and data_dir does not exist afterwards.
+func TestMalformedConfigFilesChangeNothing(t *testing.T) {
+	const secret = `secret = "0123456789abcdef"`
+	secrets := t.TempDir()
+	empty := filepath.Join(secrets, "empty")
+	short := filepath.Join(secrets, "short")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(secrets, "missing")
+	for _, tc := range []struct {
+		name            string
+		top, raft, heal string
+		dataDir         string // "" for a fresh one under the test's directory
+		raw             string // the whole file instead of brokenTOML
+		path            string // the --config path instead of the file
+		want            []string
+	}{
+		{name: "syntax error", raw: "id = 2\ndata_dir = \"%s\"\nadmin_listen = \n", want: []string{"line 3", "admin_listen"}},
+		{name: "unknown key", top: "rack = \"r1\"\nbogus = 1", heal: secret, want: []string{`unknown key "bogus"`}},
+		{name: "unknown heal key", heal: secret + "\nsecrte = \"x\"", want: []string{`unknown key "heal.secrte"`}},
+		{name: "wrong type", top: "replication_factor = \"three\"", heal: secret, want: []string{"replication_factor", "string"}},
+		{name: "id negative", raw: "id = -1\n", want: []string{"id", "-1"}},
+		{name: "huge number", top: "preallocate = 99999999999999999999", heal: secret, want: []string{"line 7", "99999999999999999999"}},
+		{name: "bad duration", heal: secret + "\ntick = \"soon\"", want: []string{"tick", "soon"}},
+		{name: "zero duration", heal: secret + "\ntick = \"0s\"", want: []string{`heal.tick = "0s"`}},
+		{name: "raft timings", raft: `election_timeout = "1ms"`, heal: secret, want: []string{`raft.election_timeout = "1ms"`}},
+		{name: "lease over heartbeat", raw: "id = 1\ndata_dir = \"%s\"\n[raft]\nheartbeat_timeout = \"100ms\"\n", want: []string{`raft.leader_lease_timeout = "300ms"`, "at most raft.heartbeat_timeout (100ms)"}},
+		{name: "commit timeout 0", raft: `commit_timeout = "0s"`, heal: secret, want: []string{`raft.commit_timeout = "0s"`}},
+		{name: "negative preallocate", top: "preallocate = -1", heal: secret, want: []string{"preallocate = -1"}},
+		{name: "negative settle batch", heal: secret + "\nsettle_batch = -3", want: []string{"heal.settle_batch = -3"}},
+		{name: "negative rate", heal: secret + "\nbackfill_bytes_per_second = -1", want: []string{"heal.backfill_bytes_per_second = -1"}},
+		{name: "replication factor 0", top: "replication_factor = 0", heal: secret, want: []string{"replication_factor = 0"}},
+		{name: "key set twice", top: `admin_listen = "127.0.0.1:1"`, heal: secret, want: []string{"line 7", "admin_listen", "already been defined"}},
+		{name: "bad admin address", raw: "id = 1\ndata_dir = \"%s\"\nadmin_listen = \"nowhere\"\n", want: []string{`admin_listen = "nowhere"`, "host:port"}},
+		{name: "bad rpc address", raw: "id = 1\ndata_dir = \"%s\"\n[heal]\nenabled = true\nsecret = \"0123456789abcdef\"\nrpc_listen = \"127.0.0.1\"\n", want: []string{`heal.rpc_listen = "127.0.0.1"`, "host:port"}},
+		{name: "raft port 0", raw: "id = 1\ndata_dir = \"%s\"\nraft_listen = \"127.0.0.1:0\"\n", want: []string{`raft_listen = "127.0.0.1:0"`, "port"}},
+		{name: "unspecified peer", raw: "id = 1\ndata_dir = \"%s\"\nraft_listen = \"127.0.0.1:7101\"\npeers = [\"1=127.0.0.1:7101\", \"2=0.0.0.0:7102\"]\n", want: []string{`peers[1] = "2=0.0.0.0:7102"`, "unspecified"}},
+		{name: "duplicate peers", raw: "id = 1\ndata_dir = \"%s\"\nraft_listen = \"127.0.0.1:7101\"\npeers = [\"1=127.0.0.1:7101\", \"1=127.0.0.1:7103\"]\n", want: []string{`peers[1] = "1=127.0.0.1:7103"`, "listed twice"}},
+		{name: "id 0", raw: "id = 0\ndata_dir = \"%s\"\n", want: []string{"id = 0"}},
+		{name: "empty data_dir", raw: "id = 1\ndata_dir = \"\"\n", dataDir: "-", want: []string{`data_dir = ""`}},
+		{name: "no secret", want: []string{`heal.secret = ""`, "required"}},
+		{name: "short secret", heal: `secret = "tiny"`, want: []string{"heal.secret = <4 bytes>", "at least 16"}},
+		{name: "both secrets", heal: secret + fmt.Sprintf("\nsecret_file = %q", empty), want: []string{"heal.secret_file", "not both"}},
+		{name: "secret file missing", heal: fmt.Sprintf("secret_file = %q", missing), want: []string{fmt.Sprintf("heal.secret_file = %q", missing), "no such file"}},
+		{name: "secret file empty", heal: fmt.Sprintf("secret_file = %q", empty), want: []string{fmt.Sprintf("heal.secret_file = %q (0 bytes)", empty)}},
+		{name: "secret file short, heal off", raw: fmt.Sprintf("id = 1\ndata_dir = \"%%s\"\n[heal]\nsecret_file = %q\n", short), want: []string{fmt.Sprintf("heal.secret_file = %q (4 bytes)", short)}},
+		{name: "config missing", path: filepath.Join(secrets, "nope.toml"), want: []string{"nope.toml", "no such file"}},
+		{name: "config is a directory", path: secrets, want: []string{secrets, "is a directory"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			text := fmt.Sprintf(brokenTOML, dataDir, tc.top, tc.raft, tc.heal)
+			if tc.raw != "" {
+				text = tc.raw
+				if strings.Contains(text, "%s") {
+					text = fmt.Sprintf(text, dataDir)
+				}
+			}
+			path := tc.path
+			if path == "" {
+				path = writeTOML(t, text)
+			}
+			args := []string{"--config", path}
+			if _, err := loadConfig(args, io.Discard); err == nil {
+				t.Fatalf("loadConfig accepted:\n%s", text) // run would start a broker
+			}
+			var stderr bytes.Buffer
+			if code := run(args, &stderr); code != 2 {
+				t.Errorf("exit %d, want 2: %s", code, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("error %q does not name %q", strings.TrimSpace(stderr.String()), w)
+				}
+			}
+			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+				t.Errorf("data_dir %s exists after a refused config (%v)", dataDir, err)
+			}
+		})
 	}
 }
