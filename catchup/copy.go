@@ -190,6 +190,7 @@ func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 		if sc, ok := conn.(syscall.Conn); ok {
 			if step, closer, ok := spliceStep(sc, f, off, st, pipeSize); ok {
 				defer closer()
+				preallocate(f, off, n)
 				return pump(ctx, conn, n, th, progress, step)
 			}
 		}

@@ -52,6 +52,11 @@
 //     at a time (the Sink holds it exclusively). A transfer that does not
 //     commit leaves the copy at its durable end: never past a damaged
 //     frame, never cut below bytes that were already valid.
+//     The zero-copy target first reserves the blocks of [Resume, Size)
+//     with fallocate(2) FALLOC_FL_KEEP_SIZE (best effort): the file's size
+//     grows only as bytes land, and a cut transfer's reserved blocks past
+//     the end are the copy's own, reused by the resuming transfer or freed
+//     when the Sink cuts or removes the copy.
 //  5. A Fetch reports success only after the Sink verified the whole copy
 //     against the metadata and synced file and directory.
 //  6. All transfers sharing a Throttle together take at most

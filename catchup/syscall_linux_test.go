@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestZeroCopySyscalls proves which system calls move the bytes: it runs a
@@ -26,7 +28,7 @@ func TestZeroCopySyscalls(t *testing.T) {
 		t.Skip("strace not installed (apt-get install strace): cannot trace the transfer's system calls")
 	}
 	out := filepath.Join(t.TempDir(), "trace.txt")
-	cmd := exec.Command(strace, "-f", "-qq", "-e", "trace=sendfile,splice,copy_file_range", "-o", out,
+	cmd := exec.Command(strace, "-f", "-qq", "-e", "trace=sendfile,splice,copy_file_range,fallocate", "-o", out,
 		os.Args[0], "-test.run=^TestZeroCopySyscalls$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), "CATCHUP_STRACE_CHILD=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -44,12 +46,49 @@ func TestZeroCopySyscalls(t *testing.T) {
 	spliceIn := count(`(?m)splice\(\d+, NULL, \d+, NULL, \d+`)     // socket → pipe
 	spliceOut := count(`(?m)splice\(\d+, NULL, \d+, \[\d+\], \d+`) // pipe → copy at an explicit offset
 	cfr := count(`(?m)copy_file_range\(`)
-	t.Logf("trace: %d sendfile, %d splice socket→pipe, %d splice pipe→file, %d copy_file_range", sendfile, spliceIn, spliceOut, cfr)
+	falloc := count(`(?m)fallocate\(\d+, FALLOC_FL_KEEP_SIZE, 0, 4194304\)`) // the whole range, once
+	t.Logf("trace: %d sendfile, %d splice socket→pipe, %d splice pipe→file, %d copy_file_range, %d fallocate", sendfile, spliceIn, spliceOut, cfr, falloc)
+	if falloc != 1 {
+		t.Fatalf("want one fallocate(KEEP_SIZE) of the whole range before the splices, got %d:\n%.2000s", falloc, trace)
+	}
 	if sendfile == 0 || spliceIn == 0 || spliceOut == 0 {
 		t.Fatalf("zero-copy calls missing from the trace:\n%.2000s", trace)
 	}
 	if cfr != 0 {
 		t.Fatalf("copy_file_range appeared: Go's own fast path ran")
+	}
+}
+
+// The zero-copy target reserves the whole range before the first byte
+// lands, without growing the file ahead of the bytes: mid-transfer the file
+// is as long as what arrived and already holds blocks for all of it.
+func TestZeroCopyPreallocates(t *testing.T) {
+	fx := newFixture(t, 8<<20, Limits{}, ModeZeroCopy, ModeZeroCopy)
+	path := filepath.Join(fx.sink.dir, string(fx.seg.ID))
+	checked := false
+	_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, func(done, total int64) {
+		if checked || done == 0 || done == total {
+			return
+		}
+		checked = true
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Errorf("stat mid-transfer: %v", err)
+			return
+		}
+		if st.Size != done || st.Blocks*512 < total {
+			t.Errorf("after %d of %d bytes: size %d, %d bytes allocated; want size %d and at least %d allocated",
+				done, total, st.Size, st.Blocks*512, done, total)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !checked {
+		t.Fatal("no progress call between the first and the last byte")
+	}
+	if got := fx.targetBytes(t); !bytes.Equal(got, fx.data) {
+		t.Fatal("target differs from the source")
 	}
 }
 
