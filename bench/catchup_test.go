@@ -411,7 +411,7 @@ func runIperf3(b *testing.B, size int64, streams int) {
 		}
 		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 		l.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		srv := exec.CommandContext(ctx, bin, "-s", "-1", "-B", "127.0.0.1", "-p", port)
 		if err := srv.Start(); err != nil {
 			b.Fatal(err)
@@ -432,7 +432,7 @@ func runIperf3(b *testing.B, size int64, streams int) {
 		cancel()
 		if err != nil {
 			// iperf3 now and then never finishes a test on this box.
-			b.Skipf("iperf3 did not finish within a minute: %v\n%s", err, out)
+			b.Skipf("iperf3 did not finish within 20 s: %v\n%s", err, out)
 		}
 		var r struct {
 			End struct {
