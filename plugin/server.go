@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -211,6 +212,15 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	}
 	if req.Source == s.self {
 		return nil, fmt.Errorf("%w: backfill %s: source is the target (broker %d)", store.ErrInvalid, req.Segment.ID, s.self)
+	}
+	if req.Source == 0 {
+		return nil, fmt.Errorf("%w: backfill %s: source broker id 0 is reserved", store.ErrInvalid, req.Segment.ID)
+	}
+	if host, port, err := net.SplitHostPort(req.SourceAddr); err != nil || host == "" || port == "" {
+		return nil, fmt.Errorf("%w: backfill %s: source_addr %q: want host:port", store.ErrInvalid, req.Segment.ID, req.SourceAddr)
+	}
+	if req.From < 0 || req.From > req.Segment.ByteSize+store.FooterSize {
+		return nil, fmt.Errorf("%w: backfill %s: from %d outside the copy's %d bytes", store.ErrInvalid, req.Segment.ID, req.From, req.Segment.ByteSize+store.FooterSize)
 	}
 	if s.cfg.BackfillTimeout > 0 {
 		var cancel context.CancelFunc
