@@ -59,6 +59,14 @@ func decodePassStatus(raw json.RawMessage) (passStatus, bool) {
 	}, true
 }
 
+// decodePassStatusReleased: the last pass of a status document ran under
+// an operator's release of the mass-failure brake (its report keeps the
+// hold's reason, with hold_released, and placement went ahead).
+func decodePassStatusReleased(raw json.RawMessage) bool {
+	p, ok := decodePassStatus(raw)
+	return ok && p.HoldReleased
+}
+
 // failedReason is the reason the pass reports seg failed with, or "".
 func (p passStatus) failedReason(seg meta.SegmentID) string {
 	for _, f := range p.Failed {

@@ -360,9 +360,35 @@ type transfers struct {
 	BytesTotal int64 // their sealed sizes
 }
 
+// copyFiles is what a broker's copies directory held: size by segment.
+type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
+
+// listCopyFiles reads the copies directory of every running broker.
+func (d *demo) listCopyFiles() copyFiles {
+	out := copyFiles{}
+	for _, b := range d.c.running() {
+		ents, err := os.ReadDir(filepath.Join(b.Dir, "copies"))
+		if err != nil {
+			continue
+		}
+		m := map[meta.SegmentID]int64{}
+		for _, de := range ents {
+			if id, ok := strings.CutSuffix(de.Name(), ".seg"); ok {
+				if fi, err := de.Info(); err == nil {
+					m[meta.SegmentID(id)] = fi.Size()
+				}
+			}
+		}
+		out[b.ID] = m
+	}
+	return out
+}
+
 // scanTransfers stats the copies of segs on every running broker not in
-// skip and outside the segment's replica set in segs.
-func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
+// skip and outside the segment's replica set in segs, leaving out the
+// files baseline lists with the same size: copies left behind by earlier
+// stages (a paused broker keeps its old copies) are not transfers.
+func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copyFiles, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
 	out := map[meta.BrokerID]transfers{}
 	for _, b := range d.c.running() {
 		if slices.Contains(skip, b.ID) {
@@ -384,6 +410,9 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, skip ...meta.
 			}
 			fi, err := de.Info()
 			if err != nil {
+				continue
+			}
+			if was, ok := baseline[b.ID][seg.ID]; ok && was == fi.Size() {
 				continue
 			}
 			full := seg.ByteSize + footerSize
@@ -442,6 +471,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 		m[a.ID] = 0
 	}
 	before := d.backfillBytes(ctx)
+	baseline := d.listCopyFiles()
 	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.pid(), len(targetsA))
 	d.watchDead, d.deadSeen = a.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
@@ -469,7 +499,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 			fr.Error = fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout)
 			return fr, nil
 		}
-		found := d.scanTransfers(segs, a.ID, leader)
+		found := d.scanTransfers(segs, baseline, a.ID, leader)
 		best, empty := meta.BrokerID(0), meta.BrokerID(0)
 		for id, t := range found {
 			if t.Bytes > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
