@@ -126,7 +126,9 @@ type faultReport struct {
 type destroyedSegment struct {
 	Segment meta.SegmentID `json:"segment"`
 	How     string         `json:"how"`
-	Copies  int            `json:"copies"`
+	// Copies counts the copy files destroyed: every replica's, and any
+	// left outside the replica set by earlier stages.
+	Copies int `json:"copies"`
 	// PassesReported counts the heal passes observed listing it lost;
 	// PassesMissed those after its first report that did not.
 	PassesReported int `json:"passes_reported"`
