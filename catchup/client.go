@@ -44,6 +44,15 @@ type Target interface {
 	Abort() error
 }
 
+// Failer is an optional capability of a Target, found by type assertion:
+// after a write to its file failed outside File's methods (splice through
+// the descriptor, which the File cannot see), Fetch finishes the target
+// with Fail instead of Abort, so that the sink can mark the copy failed
+// (the store latches it) as it would for a failed WriteAt.
+type Failer interface {
+	Fail(op string, err error) error
+}
+
 // Progress is called as bytes arrive, with done counting the bytes of the
 // copy that are in place (the resumed prefix included) out of total. It is
 // called from the fetching goroutine, once at the start and after every
@@ -125,7 +134,12 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, sink 
 	defer func() {
 		res.Took = time.Since(start)
 		if !committed {
-			if aerr := t.Abort(); aerr != nil {
+			var te *targetError
+			if f, ok := t.(Failer); ok && errors.As(err, &te) {
+				if ferr := f.Fail("write", te.err); ferr != nil {
+					err = errors.Join(err, fmt.Errorf("%w: segment %s: %w", ErrTarget, seg.ID, ferr))
+				}
+			} else if aerr := t.Abort(); aerr != nil {
 				err = errors.Join(err, fmt.Errorf("%w: segment %s: abort: %w", ErrTarget, seg.ID, aerr))
 			}
 		}
@@ -193,7 +207,7 @@ func (c *Client) receive(ctx context.Context, addr string, seg meta.Segment, t T
 	if err != nil {
 		var te *targetError
 		if errors.As(err, &te) {
-			return got, fmt.Errorf("%w: segment %s: %d of %d bytes written from byte %d: %w", ErrTarget, seg.ID, got, n, from, te.err)
+			return got, fmt.Errorf("%w: segment %s: %d of %d bytes written from byte %d: %w", ErrTarget, seg.ID, got, n, from, te)
 		}
 		return got, fmt.Errorf("%w: segment %s from %s: %d of %d bytes received from byte %d: %w", ErrCut, seg.ID, addr, got, n, from, err)
 	}

@@ -61,8 +61,9 @@ func loopExt4(t *testing.T, size int64) string {
 	return mnt
 }
 
-// A target whose disk fills up mid-transfer reports ENOSPC, is left at its
-// last valid frame, and resumes from there once space is freed.
+// A target whose disk fills up mid-transfer reports ENOSPC and latches its
+// copy; after a restart the copy is at its last valid frame, and resumes
+// from there once space is freed.
 func TestFaultTargetDiskFull(t *testing.T) {
 	mnt := loopExt4(t, 48<<20)
 	fx := newStoreFixture(t, store.Options{}, filepath.Join(mnt, "broker"))
@@ -88,6 +89,16 @@ func TestFaultTargetDiskFull(t *testing.T) {
 	if !errors.Is(err, ErrTarget) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("fetch onto a full disk: %v, want %v wrapping ENOSPC", err, ErrTarget)
 	}
+	// The failed write latched the copy, whichever path wrote it (splice
+	// or WriteAt): heal replaces a latched copy elsewhere instead of
+	// retrying the full disk forever. A restart (a new Open) clears it.
+	if lerr := fx.dst.LatchErr(seg.ID); !errors.Is(lerr, store.ErrLatched) || !errors.Is(lerr, syscall.ENOSPC) {
+		t.Fatalf("after ENOSPC (fetch: %v) the copy's latch is %v, want %v wrapping ENOSPC", err, lerr, store.ErrLatched)
+	}
+	if err := fx.dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fx.dst = openDB(t, filepath.Join(mnt, "broker"), store.Options{})
 	end, err := fx.dst.DurableEnd(seg.ID)
 	if err != nil {
 		t.Fatal(err)

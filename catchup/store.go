@@ -71,6 +71,9 @@ func (t storeTarget) Size() int64   { return t.size }
 func (t storeTarget) File() File    { return t.t.File() }
 func (t storeTarget) Abort() error  { return t.t.Abort() }
 
+// Fail implements Failer: store.Target.Fail latches the copy.
+func (t storeTarget) Fail(op string, err error) error { return t.t.Fail(op, err) }
+
 func (t storeTarget) Commit() error {
 	err := t.t.Commit()
 	if err != nil && !errors.Is(err, store.ErrLatched) && (errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrShort)) {

@@ -263,7 +263,7 @@ func (t *Target) cut(n int64, r scanResult) error {
 
 // Abort cuts the copy at its durable end, syncs it and releases it.
 func (t *Target) Abort() error {
-	c, db := t.c, t.db
+	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.done {
@@ -271,6 +271,34 @@ func (t *Target) Abort() error {
 	}
 	t.done = true
 	defer t.release()
+	return t.abort()
+}
+
+// Fail finishes the Target after an I/O error of a write made to File
+// through its descriptor (splice), which File's own methods could not
+// see: like Abort it cuts the copy at its durable end when the disk still
+// allows it, and it latches the copy with cause either way (invariant 4:
+// an ENOSPC or EROFS of a transfer latches the copy as a failed WriteAt
+// does). It returns the latch error, joined with the cut's error.
+func (t *Target) Fail(op string, cause error) error {
+	c, db := t.c, t.db
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.done {
+		return fmt.Errorf("%w: fail %s: target already finished", ErrClosed, c.id)
+	}
+	t.done = true
+	defer t.release()
+	var aerr error
+	if c.latch == nil {
+		aerr = t.abort()
+	}
+	return errors.Join(db.fail(c, "catch-up "+op, cause), aerr)
+}
+
+// abort is Abort's cut. Caller holds c.mu.
+func (t *Target) abort() error {
+	c, db := t.c, t.db
 	if c.latch != nil {
 		return fmt.Errorf("abort %s: %w", c.id, c.latch)
 	}
