@@ -59,7 +59,7 @@ func runTool(name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// mountLoop makes a size-byte sparse image, formats it ext4 (4 KiB blocks,
+// mountLoop makes a size-byte (whole MiB) sparse image, formats it ext4 (4 KiB blocks,
 // no blocks reserved for root: the demo runs as root and the disk must be
 // able to fill) and mounts it at dir with errors=remount-ro. On an error
 // nothing is left attached or mounted.
@@ -67,8 +67,8 @@ func mountLoop(image, dir string, size int64) (*loopDisk, error) {
 	if why := loopUnavailable(); why != "" {
 		return nil, errors.New(why)
 	}
-	if size < 8<<20 {
-		return nil, fmt.Errorf("loop disk %s: size %d bytes: want at least 8 MiB", image, size)
+	if size < 8<<20 || size%(1<<20) != 0 {
+		return nil, fmt.Errorf("loop disk %s: size %d bytes: want a whole number of MiB, at least 8", image, size)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("loop disk mount point: %w", err)
@@ -85,12 +85,20 @@ func mountLoop(image, dir string, size int64) (*loopDisk, error) {
 		os.Remove(image)
 		return nil, fmt.Errorf("loop disk image %s: %w", image, err)
 	}
-	out, err := runTool("losetup", "--find", "--show", image)
-	if err != nil {
+	// stdout only: losetup's warnings go to stderr.
+	cmd := exec.Command("losetup", "--find", "--show", image)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	dev := strings.TrimSpace(string(out))
+	if err != nil || !strings.HasPrefix(dev, "/dev/loop") || strings.ContainsAny(dev, " \n") {
+		if strings.HasPrefix(dev, "/dev/loop") {
+			exec.Command("losetup", "-d", dev).Run()
+		}
 		os.Remove(image)
-		return nil, fmt.Errorf("attaching a loop device: %w", err)
+		return nil, fmt.Errorf("attaching a loop device (losetup --find --show %s): %v: %s%s", image, err, out, strings.TrimSpace(stderr.String()))
 	}
-	l := &loopDisk{Image: image, Dev: strings.TrimSpace(out), Dir: dir, Size: size}
+	l := &loopDisk{Image: image, Dev: dev, Dir: dir, Size: size}
 	if _, err := runTool("mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096", l.Dev); err != nil {
 		l.detach()
 		return nil, err

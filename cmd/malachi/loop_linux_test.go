@@ -19,6 +19,12 @@ func TestLoopDisk(t *testing.T) {
 	}
 	root := t.TempDir()
 	img, dir := filepath.Join(root, "copies.img"), filepath.Join(root, "data", "copies")
+	if _, err := mountLoop(img, dir, 32<<20+512); err == nil || !strings.Contains(err.Error(), "whole number of MiB") {
+		t.Fatalf("mountLoop of 32 MiB + 512 B: %v, want a refusal naming the size", err)
+	}
+	if _, err := os.Stat(img); !errors.Is(err, os.ErrNotExist) || strings.Contains(losetupAll(t), img) {
+		t.Fatalf("a refused mountLoop left %s behind (stat: %v)", img, err)
+	}
 	l, err := mountLoop(img, dir, 32<<20)
 	if err != nil {
 		if strings.Contains(err.Error(), "losetup") {

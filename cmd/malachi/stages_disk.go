@@ -1,14 +1,511 @@
 package main
 
-import "context"
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
-// Stages that fault a broker's filesystem: diskfull, readonly. (Being
-// written; each reports Skipped.)
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Stages that fault a broker's copies disk, a loop-mounted ext4 at its
+// <data_dir>/copies (loopDisk says why only the copies): diskfull fills
+// it, readonly makes it read-only under the live broker as an ext4 error
+// with errors=remount-ro does.
+//
+// What the cluster must then write there, in both: in-place backfills of
+// copies the demo damages on that disk (a short copy is resumed in place
+// by the integrity pass), and new segments placed on that broker (POST
+// /v1/load through the leader). That is what a production disk fault
+// looks like to a broker: it keeps its intact copies and serves them, and
+// fails every write. The checks: the copies that cannot be written are
+// latched and replaced from intact replicas on other brokers, the
+// broker's intact copies stay in their sets and serving, the errors name
+// the cause (ENOSPC, EROFS) in the brokers' logs, no write that was
+// acknowledged is lost (every sealed segment, including those the stage
+// wrote, is at its replication factor and verified); then the operator's
+// remedy (remove the filler; or stop, unmount, e2fsck -y, mount, start)
+// and everything is checked again.
+
+// diskFiller is the filler file's name in the copies directory: no .seg
+// suffix, so the store never takes it for a copy.
+const diskFiller = "demo-disk-filler"
+
+// copiesDisk returns the loop-mounted copies disk and its broker, mounting
+// one first when the cluster started without (the demo did not ask for it
+// before the brokers started): a running follower is stopped, its copies
+// moved onto a new loop ext4 at <data_dir>/copies, and it is started
+// again. It sets fr.Skipped when no loop disk can be had.
+func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopDisk, error) {
+	if d.c.loop != nil && d.c.loopBroker != nil {
+		if !d.c.loopBroker.alive() {
+			if err := d.restart(ctx, d.c.loopBroker); err != nil {
+				return nil, nil, err
+			}
+		}
+		return d.c.loopBroker, d.c.loop, nil
+	}
+	if d.c.loopSkip != "" {
+		fr.Skipped = "no loop-mounted copies disk: " + d.c.loopSkip
+		return nil, nil, nil
+	}
+	if why := loopUnavailable(); why != "" {
+		fr.Skipped = "no loop-mounted copies disk: " + why
+		return nil, nil, nil
+	}
+	b := d.pickDiskBroker()
+	if b == nil {
+		fr.Skipped = "no running follower to give a loop-mounted copies disk"
+		return nil, nil, nil
+	}
+	size := d.copiesDiskSize()
+	d.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first: stop, copy, mount at %s, start",
+		b.ID, formatBytes(size), filepath.Join(b.Dir, "copies"))
+	if err := d.c.Terminate(b); err != nil {
+		return nil, nil, err
+	}
+	files, n, err := d.c.moveCopiesToDisk(b, size)
+	if rerr := d.restart(ctx, b); rerr != nil {
+		return nil, nil, rerr
+	}
+	if err != nil {
+		fr.Skipped = "no loop-mounted copies disk: " + err.Error()
+		tmp := faultReport{Stage: "loop-undo"}
+		return nil, nil, d.waitHealed(ctx, &tmp, "broker back on its old copies", time.Now(), nil, d.o.StageTimeout)
+	}
+	d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
+	addDiskNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one)", b.ID, files, formatBytes(n))
+	tmp := faultReport{Stage: "loop-mount"}
+	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", time.Now(), nil, d.o.StageTimeout); err != nil {
+		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
+	}
+	return b, d.c.loop, nil
+}
+
+// pickDiskBroker chooses a running broker other than the leader.
+func (d *demo) pickDiskBroker() *broker {
+	var cands []*broker
+	for _, b := range d.c.running() {
+		if d.last == nil || b.ID != d.last.Leader {
+			cands = append(cands, b)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[d.rng.IntN(len(cands))]
+}
+
+// copiesDiskSize is the loop disk's size: room for one copy of every
+// segment (a broker holds at most one copy of each) and the stages' new
+// writes, a quarter more, and ext4's journal and tables. The image is
+// sparse: only what is written takes space.
+func (d *demo) copiesDiskSize() int64 {
+	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
+	per := max(d.rep.SegmentBytes, 4096) + footerSize
+	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
+}
+
+// addDiskNote appends a sentence to fr.Note.
+func addDiskNote(fr *faultReport, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if fr.Note == "" {
+		fr.Note = s
+		return
+	}
+	fr.Note += "; " + s
+}
+
+// diskCopies chooses up to n healthy sealed segments with a copy on b.
+func (d *demo) diskCopies(b *broker, n int) []meta.Segment {
+	var segs []meta.Segment
+	for _, s := range d.last.Snap.Segments {
+		if _, bad := d.lastEv.Unhealthy[s.ID]; !s.Sealed || bad || !s.HasReplica(b.ID) {
+			continue
+		}
+		if _, ok := d.last.Copies[b.ID][s.ID]; ok {
+			segs = append(segs, s)
+		}
+	}
+	d.rng.Shuffle(len(segs), func(i, j int) { segs[i], segs[j] = segs[j], segs[i] })
+	return segs[:min(n, len(segs))]
+}
+
+// cutCopies truncates each copy's file on b to a random length in its
+// first half, so that an in-place backfill must write at least half a
+// segment.
+func (d *demo) cutCopies(fr *faultReport, b *broker, segs []meta.Segment, pre map[meta.SegmentID]map[meta.BrokerID]int64) {
+	for _, s := range segs {
+		path := b.copyPath(s.ID)
+		fi, err := os.Stat(path)
+		if err == nil && fi.Size() < 2 {
+			err = fmt.Errorf("%s: %w", path, errEmptyCopy)
+		}
+		if err == nil {
+			at := d.rng.Int64N(fi.Size() / 2)
+			if err = os.Truncate(path, at); err == nil {
+				fr.Copies = append(fr.Copies, diskFault{Kind: "truncate", Path: path, SizeBefore: fi.Size(), SizeAfter: at, Offset: at})
+				pre[s.ID][b.ID] = at
+			}
+		}
+		d.aud.Forget(path)
+		if err != nil {
+			fr.Error = fmt.Sprintf("truncating %s on broker %d: %v", s.ID, b.ID, err)
+		}
+	}
+}
+
+// frozen runs fn with b stopped (SIGSTOP), so that no heal pass sees a
+// half-made fault; b is continued (SIGCONT) whatever fn returns. The pause
+// is milliseconds, far below the grace delay.
+func (d *demo) frozen(b *broker, fn func() error) error {
+	if err := d.c.sendSignal(b, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	err := fn()
+	if cerr := d.c.sendSignal(b, syscall.SIGCONT); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// diskWrites are the stage's new segments written while the disk is
+// faulted: acknowledged ones must survive; refused ones were never
+// acknowledged.
+type diskWrites struct {
+	tried, acked int
+	refused      []string // the errors, in order
+}
+
+// writeSegments writes n new sealed segments, one POST /v1/load each, so
+// that the leader's rotating placement puts some on the faulted broker.
+func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrites {
+	recs, rsize := recordShape(d.o.SegmentSize)
+	var w diskWrites
+	for i := 0; i < n; i++ {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		req := loadRequest{Segments: 1, RecordsPerSegment: recs, RecordSize: rsize, Prefix: prefix, First: i, Concurrency: 1}
+		_, err := d.leaderClient(ctx).Load(lctx, req)
+		cancel()
+		w.tried++
+		if err != nil {
+			w.refused = append(w.refused, err.Error())
+			continue
+		}
+		w.acked++
+	}
+	return w
+}
+
+func (w diskWrites) String() string {
+	s := fmt.Sprintf("%d of %d new segments written and acknowledged", w.acked, w.tried)
+	if len(w.refused) > 0 {
+		s += fmt.Sprintf(", %d refused (first: %s)", len(w.refused), firstLine(w.refused[0], 240))
+	}
+	return s
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+// logMarks are the brokers' log sizes at a moment, to read what they
+// logged after it.
+type logMarks map[meta.BrokerID]int64
+
+func (d *demo) markLogs() logMarks {
+	m := logMarks{}
+	for _, b := range d.c.brokers {
+		if fi, err := os.Stat(b.LogPath); err == nil {
+			m[b.ID] = fi.Size()
+		}
+	}
+	return m
+}
+
+// grep counts the lines the brokers logged since the marks that contain
+// needle (case-insensitive), per broker, and returns the first.
+func (m logMarks) grep(bs []*broker, needle string) (map[meta.BrokerID]int, string) {
+	counts := map[meta.BrokerID]int{}
+	first := ""
+	needle = strings.ToLower(needle)
+	for _, b := range bs {
+		f, err := os.Open(b.LogPath)
+		if err != nil {
+			continue
+		}
+		if _, err := f.Seek(m[b.ID], io.SeekStart); err == nil {
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				if strings.Contains(strings.ToLower(sc.Text()), needle) {
+					counts[b.ID]++
+					if first == "" {
+						first = fmt.Sprintf("broker %d: %s", b.ID, firstLine(sc.Text(), 300))
+					}
+				}
+			}
+		}
+		f.Close()
+	}
+	return counts, first
+}
+
+func (d *demo) noteCause(fr *faultReport, m logMarks, needle string) bool {
+	counts, first := m.grep(d.c.brokers, needle)
+	if len(counts) == 0 {
+		addDiskNote(fr, "no broker's log names %q", needle)
+		return false
+	}
+	var parts []string
+	for _, b := range d.c.brokers {
+		if n := counts[b.ID]; n > 0 {
+			parts = append(parts, fmt.Sprintf("broker %d: %d", b.ID, n))
+		}
+	}
+	addDiskNote(fr, "%q in the logs (%s lines), e.g. %s", needle, strings.Join(parts, ", "), first)
+	return true
+}
+
+// keptReplicas counts the segments whose replica set names b.
+func keptReplicas(v *view, b meta.BrokerID) int {
+	n := 0
+	for _, s := range v.Snap.Segments {
+		if s.Sealed && s.HasReplica(b) {
+			n++
+		}
+	}
+	return n
+}
+
+// diskStart is what both disk stages do first: revive, find the disk and
+// its broker, free space the diskfull stage may have left taken.
+func (d *demo) diskStart(ctx context.Context, fr *faultReport) (*broker, *loopDisk, error) {
+	if err := d.reviveAll(ctx); err != nil {
+		return nil, nil, err
+	}
+	b, l, err := d.copiesDisk(ctx, fr)
+	if err != nil || fr.Skipped != "" {
+		return nil, nil, err
+	}
+	fr.Broker = b.ID
+	return b, l, nil
+}
+
+// finishDisk waits for the cluster to heal the fault and fills in the
+// report's timings and bytes.
+func (d *demo) finishDisk(ctx context.Context, fr *faultReport, label string, start time.Time, targets []meta.SegmentID, pre map[meta.SegmentID]map[meta.BrokerID]int64, before map[meta.BrokerID]counterReading) error {
+	err := d.waitHealed(ctx, fr, label, start, targets, d.o.StageTimeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	if err != nil {
+		fr.Error = err.Error()
+	}
+	return err
+}
 
 func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
-	return faultReport{Stage: "diskfull", Skipped: "not built yet"}, nil
+	fr := faultReport{Stage: "diskfull"}
+	b, l, err := d.diskStart(ctx, &fr)
+	if err != nil || fr.Skipped != "" {
+		if fr.Skipped != "" {
+			d.logf("stage diskfull: skipped: %s", fr.Skipped)
+		}
+		return fr, err
+	}
+	segs := d.diskCopies(b, d.o.Copies)
+	var targets []meta.SegmentID
+	for _, s := range segs {
+		targets = append(targets, s.ID)
+	}
+	pre := d.sizes(targets)
+	before := d.backfillBytes(ctx)
+	marks := d.markLogs()
+	keptBefore := keptReplicas(d.last, b.ID)
+	filler := filepath.Join(l.Dir, diskFiller)
+	var filled, free int64
+	start := time.Now()
+	err = d.frozen(b, func() error {
+		d.cutCopies(&fr, b, segs, pre)
+		var err error
+		if filled, err = l.Fill(filler, 0); err != nil {
+			return err
+		}
+		free, err = l.Free()
+		return err
+	})
+	if err != nil {
+		fr.Error = err.Error()
+		os.Remove(filler)
+		return fr, fatal(ctx, err, d)
+	}
+	fr.Injected = true
+	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s filler, %s left free; %d of its copies truncated to under half",
+		b.ID, formatBytes(l.Size), formatBytes(filled), formatBytes(free), len(fr.Copies))
+	d.logf("stage diskfull: %s", fr.What)
+	w := d.writeSegments(ctx, "diskfull", d.o.Brokers)
+	d.logf("  writes while full: %s", w)
+	addDiskNote(&fr, "while full: %s", w)
+	herr := d.finishDisk(ctx, &fr, "healing around the full disk", start, targets, pre, before)
+	d.noteCause(&fr, marks, "no space left on device")
+	if herr == nil {
+		addDiskNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, keptReplicas(d.last, b.ID), keptBefore)
+	}
+	// The remedy: free the space; everything is checked again.
+	if err := os.Remove(filler); err != nil {
+		fr.Error = fmt.Sprintf("removing the filler %s: %v", filler, err)
+		return fr, fatal(ctx, err, d)
+	}
+	freed, _ := l.Free()
+	if herr != nil {
+		return fr, fatal(ctx, herr, d)
+	}
+	tmp := faultReport{Stage: "diskfull-freed"}
+	if err := d.waitHealed(ctx, &tmp, "after freeing the disk", time.Now(), nil, d.o.StageTimeout); err != nil {
+		fr.Healed = false
+		fr.Error = "after the filler was removed: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	addDiskNote(&fr, "filler removed (%s free): healthy again %ss later", formatBytes(freed), fmtSeconds(tmp.SecondsToHeal))
+	return fr, nil
 }
 
 func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
-	return faultReport{Stage: "readonly", Skipped: "not built yet"}, nil
+	fr := faultReport{Stage: "readonly"}
+	b, l, err := d.diskStart(ctx, &fr)
+	if err != nil || fr.Skipped != "" {
+		if fr.Skipped != "" {
+			d.logf("stage readonly: skipped: %s", fr.Skipped)
+		}
+		return fr, err
+	}
+	segs := d.diskCopies(b, d.o.Copies)
+	var targets []meta.SegmentID
+	for _, s := range segs {
+		targets = append(targets, s.ID)
+	}
+	pre := d.sizes(targets)
+	before := d.backfillBytes(ctx)
+	marks := d.markLogs()
+	keptBefore := keptReplicas(d.last, b.ID)
+	var how string
+	start := time.Now()
+	err = d.frozen(b, func() error {
+		d.cutCopies(&fr, b, segs, pre)
+		// Cut copies reach the disk before it stops taking writes.
+		if err := syncDir(l.Dir); err != nil {
+			return err
+		}
+		syscall.Sync()
+		var err error
+		how, err = l.GoReadOnly()
+		return err
+	})
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	fr.Injected = true
+	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
+		b.ID, how, len(fr.Copies))
+	d.logf("stage readonly: %s", fr.What)
+	w := d.writeSegments(ctx, "readonly", d.o.Brokers)
+	d.logf("  writes while read-only: %s", w)
+	addDiskNote(&fr, "while read-only: %s", w)
+	herr := d.finishDisk(ctx, &fr, "healing around the read-only disk", start, targets, pre, before)
+	d.noteCause(&fr, marks, "read-only file system")
+	if herr == nil {
+		addDiskNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, keptReplicas(d.last, b.ID), keptBefore)
+	}
+	if herr != nil && ctx.Err() != nil {
+		return fr, ctx.Err()
+	}
+	// The operator's remedy: stop the broker, unmount, e2fsck -y, mount,
+	// start it; everything is checked again.
+	rstart := time.Now()
+	fsck, err := d.recoverDisk(ctx, b, l)
+	if err != nil {
+		fr.Healed = false
+		fr.Error = "recovering the disk: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	if herr != nil {
+		return fr, fatal(ctx, herr, d)
+	}
+	tmp := faultReport{Stage: "readonly-recovered"}
+	if err := d.waitHealed(ctx, &tmp, "after e2fsck and restart", rstart, nil, d.o.StageTimeout); err != nil {
+		fr.Healed = false
+		fr.Error = "after the disk was recovered: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	addDiskNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %ss after the stop", fsck, fmtSeconds(tmp.SecondsToHeal))
+	if n := orphans(d.last, b.ID); n > 0 {
+		addDiskNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", b.ID, n)
+	}
+	return fr, nil
+}
+
+// recoverDisk is the operator's remedy for a read-only disk: stop b, unmount,
+// e2fsck -f -y, mount, start b. It returns e2fsck's verdict in words.
+func (d *demo) recoverDisk(ctx context.Context, b *broker, l *loopDisk) (string, error) {
+	d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", b.ID, l.Dir, l.Dev)
+	if err := d.c.Terminate(b); err != nil {
+		return "", err
+	}
+	if err := l.Unmount(); err != nil {
+		return "", err
+	}
+	out, ferr := l.Fsck()
+	verdict := "e2fsck -f -y (clean)"
+	if strings.Contains(out, "MODIFIED") {
+		verdict = "e2fsck -f -y (errors corrected)"
+	}
+	if err := l.Mount(); err != nil {
+		return "", errors.Join(ferr, err)
+	}
+	if ferr != nil {
+		return "", ferr
+	}
+	if ro, err := l.ReadOnly(); err != nil || ro {
+		return "", fmt.Errorf("%s still read-only after e2fsck and mount (%v)", l.Dir, err)
+	}
+	d.aud.forgetDir(l.Dir)
+	if err := d.restart(ctx, b); err != nil {
+		return "", err
+	}
+	return verdict, nil
+}
+
+// orphans counts the copies b lists of sealed segments whose replica set
+// does not name b.
+func orphans(v *view, b meta.BrokerID) int {
+	n := 0
+	for id := range v.Copies[b] {
+		if s, ok := v.Snap.Segment(id); ok && s.Sealed && !s.HasReplica(b) {
+			n++
+		}
+	}
+	return n
+}
+
+// forgetDir drops the audit results of every file in dir: the files under
+// a mount point may change without their keys showing it (e2fsck).
+func (a *auditor) forgetDir(dir string) {
+	for p := range a.cache {
+		if filepath.Dir(p) == dir {
+			delete(a.cache, p)
+		}
+	}
 }
