@@ -282,57 +282,48 @@ func (c *cluster) mountCopiesDisk(b *broker, size int64) error {
 	return nil
 }
 
-// moveCopiesToDisk moves stopped broker b's copies onto a new loop ext4 of
-// size bytes mounted at <data_dir>/copies: mount it aside, copy every file
-// over (synced), then swap the directories. On an error b's copies are
-// where they were and nothing stays mounted. The copies' file identities
-// change, so their confirmations no longer apply: heal confirms them again.
+// moveCopiesToDisk puts broker b's copies on a new loop ext4 of size
+// bytes while b runs: the disk is mounted aside, every copy file is copied
+// onto it (synced), and the mount is moved over <data_dir>/copies (mount
+// --move). A sealed copy holds no descriptor (store), so the broker's next
+// request on it opens the file on the new disk; the old files stay under
+// the mount point, hidden. b must be idle (the cluster healthy: no
+// transfer writing a copy). The copies' file identities change, so their
+// confirmations no longer apply: heal confirms them again. Stopping b
+// instead would outlast the grace delay and have its replicas replaced.
+// On an error nothing stays mounted.
 func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int64, err error) {
-	if b.alive() {
-		return 0, 0, fmt.Errorf("broker %d runs: stop it before moving its copies", b.ID)
-	}
 	dir := filepath.Join(b.Dir, "copies")
-	old := filepath.Join(b.Dir, "copies.before-loop")
-	if err := os.Rename(dir, old); err != nil {
-		return 0, 0, fmt.Errorf("moving broker %d's copies aside: %w", b.ID, err)
-	}
-	undo := func() {
-		if c.loop != nil {
-			c.loop.Close()
-			c.loop, c.loopBroker = nil, nil
-		}
-		os.Remove(dir)
-		os.Rename(old, dir)
-	}
-	if err := c.mountCopiesDisk(b, size); err != nil {
-		undo()
-		return 0, 0, err
-	}
-	ents, err := os.ReadDir(old)
+	aside := filepath.Join(filepath.Dir(b.Dir), "copies.mnt")
+	l, err := mountLoop(b.copiesImage(), aside, size)
 	if err != nil {
-		undo()
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
 	}
+	ents, err := os.ReadDir(dir)
 	for _, e := range ents {
+		if err != nil {
+			break
+		}
 		if !e.Type().IsRegular() {
 			continue
 		}
-		n, err := copyFileSynced(filepath.Join(old, e.Name()), filepath.Join(dir, e.Name()))
-		if err != nil {
-			undo()
-			return 0, 0, fmt.Errorf("moving broker %d's copies onto its loop disk: %w", b.ID, err)
-		}
+		var n int64
+		n, err = copyFileSynced(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name()))
 		files++
 		bytes += n
 	}
-	if err := syncDir(dir); err != nil {
-		undo()
-		return 0, 0, err
+	if err == nil {
+		err = syncDir(aside)
 	}
-	if err := os.RemoveAll(old); err != nil {
-		return files, bytes, fmt.Errorf("removing broker %d's old copies directory: %w", b.ID, err)
+	if err == nil {
+		if err = l.MoveTo(dir); err == nil {
+			os.Remove(aside)
+			c.loop, c.loopBroker = l, b
+			return files, bytes, nil
+		}
 	}
-	return files, bytes, nil
+	l.Close()
+	return 0, 0, fmt.Errorf("moving broker %d's copies onto its loop disk: %w", b.ID, err)
 }
 
 func copyFileSynced(from, to string) (int64, error) {

@@ -118,6 +118,16 @@ func (l *loopDisk) Mount() error {
 	return nil
 }
 
+// MoveTo moves the mount from Dir to dir (mount --move), over whatever
+// dir holds; dir becomes Dir.
+func (l *loopDisk) MoveTo(dir string) error {
+	if _, err := runTool("mount", "--move", l.Dir, dir); err != nil {
+		return err
+	}
+	l.Dir = dir
+	return nil
+}
+
 // Mounted reports whether Dir is a mount point of Dev (/proc/self/mounts).
 func (l *loopDisk) Mounted() bool {
 	_, ok := l.mountOptions()

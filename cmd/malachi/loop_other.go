@@ -19,6 +19,7 @@ func loopUnavailable() string { return errNoLoop.Error() }
 func mountLoop(image, dir string, size int64) (*loopDisk, error) { return nil, errNoLoop }
 
 func (l *loopDisk) Mount() error                                 { return errNoLoop }
+func (l *loopDisk) MoveTo(dir string) error                      { return errNoLoop }
 func (l *loopDisk) Mounted() bool                                { return false }
 func (l *loopDisk) Unmount() error                               { return errNoLoop }
 func (l *loopDisk) Fsck() (string, error)                        { return "", errNoLoop }
