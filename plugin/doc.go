@@ -64,6 +64,12 @@
 //     identity, in memory; the probe reports a marked copy as corrupt until
 //     its file changes. The scrubber never repairs, moves or deletes
 //     anything itself.
+//  8. Every RPC body is decoded strictly (one JSON object, no unknown
+//     field, nothing after it) and checked (segment ids, sizes, a backfill's
+//     source) before anything is touched: an unauthenticated (401) or
+//     malformed (400, code "invalid") request changes no copy, no
+//     confirmation and no metadata (FuzzRPCDecode). A well-formed backfill
+//     that then fails leaves at most an empty target copy it created.
 //
 // # Concurrency and crashes
 //

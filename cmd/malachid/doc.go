@@ -58,6 +58,14 @@
 //  3. Every command the broker proposes is safe to retry after a leader
 //     change: register and seal are idempotent, a create that landed is
 //     found and answered as is.
+//  4. A configuration is refused (exit 2) before anything is created under
+//     data_dir: syntax, unknown keys, types, values, raft timings, dialable
+//     addresses and the secret (read from heal.secret_file, at least 16
+//     bytes) are all checked by loadConfig.
+//  5. Admin request bodies and path ids are decoded and checked (parse*
+//     in admin.go) before any copy or metadata is touched: strict JSON, no
+//     unknown field, valid segment ids; a refused or unauthenticated
+//     internal call says why (FuzzAdminRequest).
 //
 // # Crashes
 //
