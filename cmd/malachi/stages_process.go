@@ -856,6 +856,7 @@ func (d *demo) stageLost(ctx context.Context) (faultReport, error) {
 	// old copies; an intact one would rightly heal the segment).
 	hit := func(seg meta.Segment, kind string) int {
 		n := 0
+		var first *diskFault
 		for _, b := range d.c.brokers {
 			path := b.copyPath(seg.ID)
 			if _, err := os.Stat(path); err != nil {
@@ -874,9 +875,12 @@ func (d *demo) stageLost(ctx context.Context) (faultReport, error) {
 			case "delete":
 				df, err = deleteCopyFile(path)
 			case "bitflip":
-				df, err = bitflipCopyFile(path, seg.ByteSize, d.rng)
+				df, err = d.sameDamage(path, seg, first, func() (diskFault, error) { return bitflipCopyFile(path, seg.ByteSize, d.rng) })
 			case "truncate":
-				df, err = truncateCopyFile(path, d.rng)
+				df, err = d.sameDamage(path, seg, first, func() (diskFault, error) { return truncateCopyFile(path, d.rng) })
+			}
+			if err == nil && first == nil {
+				first = &df
 			}
 			d.aud.Forget(path)
 			if err != nil {
@@ -1048,6 +1052,41 @@ func (d *demo) stageLost(ctx context.Context) (faultReport, error) {
 		fr.SecondsToHeal = seconds(last.Sub(start)) // to both reported lost
 	}
 	return fr, nil
+}
+
+// sameDamage damages the copy at path: with first nil by fresh, else
+// exactly as first was damaged (the same bit of the same byte flipped, or
+// cut at the same byte). Copies are byte-identical, so every copy then
+// lacks the same bytes: no two of them make an intact copy together (a
+// resume cuts a copy back to its first bad frame and fetches the rest from
+// another, which with a different flip would have healed the segment).
+func (d *demo) sameDamage(path string, seg meta.Segment, first *diskFault, fresh func() (diskFault, error)) (diskFault, error) {
+	if first == nil {
+		return fresh()
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return diskFault{}, fmt.Errorf("%s fault: %w", first.Kind, err)
+	}
+	df := *first
+	df.Path, df.SizeBefore = path, fi.Size()
+	switch first.Kind {
+	case "bitflip":
+		if err := flipBitAt(path, first.Offset, first.Bit); err != nil {
+			return diskFault{}, fmt.Errorf("bitflip fault: %s: %w", path, err)
+		}
+	case "truncate":
+		if err := os.Truncate(path, first.Offset); err != nil {
+			return diskFault{}, fmt.Errorf("truncate fault: %w", err)
+		}
+	default:
+		return diskFault{}, fmt.Errorf("sameDamage: %s: no such damage %q for %s", path, first.Kind, seg.ID)
+	}
+	df.SizeAfter = df.SizeBefore
+	if first.Kind == "truncate" {
+		df.SizeAfter = first.Offset
+	}
+	return df, nil
 }
 
 func later(a, b time.Time) time.Time {
