@@ -14,7 +14,20 @@
 // old data: its latches cleared, its intact copies serving), delete,
 // truncate, extend and bitflip (copy files changed directly under
 // <data_dir>/copies/), latch (POST /v1/faults/latch/{id}) and leader (the
-// control plane's leader, kill -9). A stage that cannot heal on the
+// control plane's leader, kill -9). Process and data-directory stages
+// (stages_process.go) follow, each first restarting any broker left dead
+// (nospare reuses a healthy cluster of at least RF brokers as it is):
+// pause (SIGSTOP of a follower past the grace delay until its replicas
+// moved and verified, then SIGCONT: it must rejoin), swap (a follower
+// killed, its data directory renamed aside and an empty one put in its
+// place: it restarts with no copies, raft log or Pebble state), backfill-
+// kill (a follower killed, then, while its backfills run, kill -9 of a
+// broker with bytes of them on disk), nospare (a copy latched while exactly
+// RF brokers run: reported no_spare_broker on every pass, kept in the set,
+// readable from the other copies; replaced once the others come back) and
+// lost (every copy file of X deleted, every copy of Y damaged the same
+// way: both reported lost on every pass for at least ten passes, Y's files
+// kept, both acknowledged through POST /v1/heal/acknowledge/{id}). A stage that cannot heal on the
 // cluster asked for (no spare broker, no quorum) is dropped from the
 // default list with its reason in the report, or refused with --faults. Progress shows as bars on a terminal,
 // as plain lines otherwise; the report ends the run, as text or --json.
@@ -56,6 +69,18 @@
 //     --faults asks for it. Not repaired in time, its bits are flipped back
 //     by the demo, the stage says whether a scrubber had found it, and it
 //     counts as not healed (exit status 1).
+//  5. Destroyed on purpose is not data loss only when it was reported:
+//     the lost stage's segments are left out of failed and
+//     data_loss_segments (and listed under destroyed) only if each was
+//     reported lost on every heal pass observed after its first report,
+//     on at least ten, no damaged file of Y went missing or changed size,
+//     and both were marked acknowledged; otherwise they count as any loss
+//     and the run fails. A pass the demo did not see (the pass counter
+//     jumped between two polls) is counted as unseen, never as reported.
+//  6. The summary's copies_verified counts the demo's full reads of a
+//     copy file that passed its audit (a cached result is not a new
+//     read); copies_verified_at_end the replica copies found intact in the
+//     final check.
 //
 // Concurrency and crash contract: the demo's brokers are its children, each
 // in its own process group. They are stopped (SIGTERM, then SIGKILL after
