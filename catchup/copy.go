@@ -188,7 +188,7 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64), pipeSize int) (int64, error) {
 	if mode == ModeZeroCopy {
 		if sc, ok := conn.(syscall.Conn); ok {
-			if step, closer, ok := spliceStep(sc, f, off, st, pipeSize); ok {
+			if step, closer, ok := spliceStep(sc, f, off, st, pipeSize, th.idle()); ok {
 				defer closer()
 				preallocate(f, off, n)
 				return pump(ctx, conn, n, th, progress, step)

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +24,8 @@ import (
 //     parks on the poller), then pipe → copy file at an explicit offset
 //     (the off_out pointer: the file's own position is never used). The
 //     pipe is this transfer's own, sized to maxChunk with F_SETPIPE_SZ.
+//     Before it, fallocate(2) reserves the range (preallocate), and
+//     SO_RCVLOWAT on the socket batches wake-ups (wakeMark).
 //
 // Neither path goes through io.Copy, so Go's own sendfile/splice/
 // copy_file_range fast paths are never involved. TestZeroCopySyscalls
@@ -69,7 +73,7 @@ func sendfileStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64,
 	}, true
 }
 
-func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int) (func(int64, int) (int, error), func(), bool) {
+func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle time.Duration) (func(int64, int) (int, error), func(), bool) {
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return nil, nil, false
@@ -93,10 +97,14 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int) (fun
 		}
 	}
 	closer := func() { unix.Close(pr); unix.Close(pw) }
+	mark := wakeMark{rc: rc, budget: min(maxWakeWait, idle/1000)}
 	step := func(done int64, c int) (int, error) {
 		pos := off + done
 		got := 0
+		start := time.Now()
+		defer func() { mark.observe(got, time.Since(start)) }()
 		for got < c {
+			mark.apply(c - got)
 			var m int64
 			var serr error
 			err := rc.Read(func(sock uintptr) bool {
@@ -135,6 +143,66 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int) (fun
 		return got, nil
 	}
 	return step, closer, true
+}
+
+// The splice target's wake-up mark. When the target drains the socket
+// faster than bytes arrive, every splice finds a few tens of KiB, parks on
+// the poller and is woken again: a round trip through epoll, the scheduler
+// and Go's netpoller per loopback skb. SO_RCVLOWAT makes the kernel wake
+// the reader only once that many bytes are queued (or the peer closed).
+// BenchmarkCatchup, 1 GiB, interleaved rounds, medians: a fixed 256 KiB
+// mark took 0.71 → 0.58 CPU s/GB over both ends and 940 → 1410 MB/s (9
+// rounds, load 8-10); this adaptive one 0.58 → 0.54 and 2310 → 2350 MB/s
+// (5 rounds, load 4).
+//
+// The mark is what arrives in budget at the rate the last chunk measured,
+// at most maxWakeMark, at least 1 (the kernel's default), never more than
+// the chunk still wants, and rounded down to a power of two so that it is
+// set only when it changes. budget is min(maxWakeWait, IdleTimeout/1000):
+// a transfer whose rate falls more than a thousandfold within one chunk
+// and stays there for IdleTimeout looks idle and is cut, then resumes like
+// any cut transfer; a slow transfer sets a small mark and waits no longer
+// than it did without one.
+const (
+	maxWakeMark = 256 << 10
+	maxWakeWait = 10 * time.Millisecond
+)
+
+type wakeMark struct {
+	rc     syscall.RawConn
+	budget time.Duration
+	want   int // from the last chunk's rate; 0 before the first
+	set    int // the socket's SO_RCVLOWAT; 0 means the default (1)
+}
+
+// observe records that a chunk moved n bytes in d.
+func (w *wakeMark) observe(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	if d <= 0 {
+		w.want = maxWakeMark
+		return
+	}
+	w.want = int(min(float64(maxWakeMark), float64(n)*float64(w.budget)/float64(d)))
+}
+
+// apply sets the mark for a read that wants at most left more bytes.
+func (w *wakeMark) apply(left int) {
+	v := min(w.want, left)
+	if v > 1 {
+		v = 1 << (bits.Len(uint(v)) - 1)
+	} else {
+		v = 1
+	}
+	if v == w.set || (w.set == 0 && v == 1) {
+		return
+	}
+	w.rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, v) == nil {
+			w.set = v
+		}
+	})
 }
 
 // preallocate reserves f's blocks for [off, off+n) with fallocate(2)

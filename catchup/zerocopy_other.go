@@ -2,7 +2,10 @@
 
 package catchup
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // Without Linux's sendfile(2)/splice(2) semantics ModeZeroCopy falls back
 // to the read/write path.
@@ -11,7 +14,7 @@ func sendfileStep(syscall.Conn, File, int64, *counters) (func(int64, int) (int, 
 	return nil, false
 }
 
-func spliceStep(syscall.Conn, File, int64, *counters, int) (func(int64, int) (int, error), func(), bool) {
+func spliceStep(syscall.Conn, File, int64, *counters, int, time.Duration) (func(int64, int) (int, error), func(), bool) {
 	return nil, nil, false
 }
 
