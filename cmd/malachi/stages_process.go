@@ -967,15 +967,30 @@ func (d *demo) stageLost(ctx context.Context) (faultReport, error) {
 			add(fmt.Sprintf("%s not reported lost on %d passes after its first report", id, m))
 		}
 	}
-	// Y's damaged copies are the last remains: none may be gone.
+	// Y's damaged copies are the last remains: none may be gone, and its
+	// replicas' copies must be as the fault left them. A leftover copy
+	// outside the set may have been picked as the target of a backfill
+	// while the scrubber had not yet found every replica corrupt: the
+	// catch-up then cuts it back to its last valid frame (the same bytes
+	// are damaged in every copy, so what it drops is still in the
+	// replicas' copies); that is noted, not counted as a deletion.
 	kept := 0
 	for path, size := range yFiles {
+		inSet := false
+		for _, r := range y.Replicas {
+			if b := d.c.broker(r); b != nil && b.copyPath(y.ID) == path {
+				inSet = true
+			}
+		}
 		fi, err := os.Stat(path)
 		switch {
 		case err != nil:
 			add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
+		case fi.Size() != size && inSet:
+			add(fmt.Sprintf("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
 		case fi.Size() != size:
-			add(fmt.Sprintf("damaged copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
+			addNote(&fr, "%s's leftover copy %s (outside its replica set) was a backfill target and cut back from %d to %d bytes, its valid frames; the file is kept", y.ID, path, size, fi.Size())
+			kept++
 		default:
 			kept++
 		}
