@@ -475,6 +475,8 @@ func runIperf3(b *testing.B, size int64, streams int) {
 //	              1 MiB pipe, then pipe → target file at an explicit offset
 //	              (what ModeZeroCopy's target does after its socket splice);
 //	              pipe-to-file-cpu-s/GB is the second call alone
+//	floor=splice-fallocate  the same after fallocate(FALLOC_FL_KEEP_SIZE) of
+//	              the whole range, as the catchup target does now
 //
 // The work runs on one locked OS thread and cpu-s/GB is that thread's
 // getrusage(RUSAGE_THREAD) around exactly the system calls.
@@ -486,7 +488,7 @@ func BenchmarkCatchupFloor(b *testing.B) {
 		b.Fatal(err)
 	}
 	target := filepath.Join(dir, "floor")
-	for _, floor := range []string{"pwrite", "splice"} {
+	for _, floor := range []string{"pwrite", "splice", "splice-fallocate"} {
 		b.Run(fmt.Sprintf("floor=%s/size=%s", floor, fx.label), func(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -503,14 +505,14 @@ func BenchmarkCatchupFloor(b *testing.B) {
 				wall, cpu, pipeToFile = wall+w, cpu+c, pipeToFile+p
 			}
 			b.StopTimer()
-			if err := sameFile(fx.path, target); floor == "splice" && err != nil {
+			if err := sameFile(fx.path, target); floor != "pwrite" && err != nil {
 				b.Fatal(err)
 			}
 			os.Remove(target)
 			gb := float64(b.N) * float64(size) / 1e9
 			b.ReportMetric(gb*1e3/wall.Seconds(), "MB/s")
 			b.ReportMetric(cpu.Seconds()/gb, "cpu-s/GB")
-			if floor == "splice" {
+			if floor != "pwrite" {
 				b.ReportMetric(pipeToFile.Seconds()/gb, "pipe-to-file-cpu-s/GB")
 			}
 		})
@@ -585,6 +587,13 @@ func writeFloor(floor, source, target string, size int64) (wall, cpu, pipeToFile
 		return 0, 0, 0, err
 	}
 	fd, sfd := int(f.Fd()), int(src.Fd())
+	if floor == "splice-fallocate" {
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, size); err != nil {
+			f.Close()
+			return 0, 0, 0, fmt.Errorf("fallocate of %d bytes: %w", size, err)
+		}
+		floor = "splice"
+	}
 	for off := int64(0); off < size && err == nil; {
 		n := int(min(int64(len(buf)), size-off))
 		switch floor {
