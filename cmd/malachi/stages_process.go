@@ -525,7 +525,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 		// milliseconds): a target holding a full new copy while the
 		// metadata still lists A for its segments is inside the pass
 		// (the pass records the sets only after all its backfills).
-		if waited && i%16 == 0 && lb != nil {
+		if i%16 == 0 && lb != nil {
 			mctx, cancel := context.WithTimeout(ctx, time.Second)
 			snap, err := lb.client.Metadata(mctx)
 			cancel()
@@ -535,13 +535,30 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 					pending++
 				}
 			}
-			if err == nil && pending > 0 {
+			if err == nil && (waited || pending == 0) {
 				for id, t := range found {
 					if best == 0 || t.Complete > found[best].Complete {
 						best = id
 					}
 				}
-				b, seen, how = d.c.broker(best), found[best], fmt.Sprintf("complete but unrecorded (%d of A's sets still pending)", pending)
+				if best == 0 {
+					// Nothing moved (placed where an intact leftover
+					// copy was): any other follower.
+					b = d.pickFollower(a.ID)
+					if b == nil {
+						fr.Error = "no follower left to kill"
+						return fr, nil
+					}
+					best = b.ID
+				}
+				b, seen = d.c.broker(best), found[best]
+				how = fmt.Sprintf("complete but unrecorded (%d of broker %d's sets still pending)", pending, a.ID)
+				if pending == 0 {
+					// Every set recorded before a scan caught a transfer
+					// (segments that copy in milliseconds): B still dies,
+					// and the note says the window was missed.
+					how = "MISSED the in-flight window: every set of the pass was recorded before a scan saw a transfer in flight"
+				}
 				break
 			}
 		}
