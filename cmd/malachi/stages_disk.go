@@ -82,18 +82,25 @@ func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopD
 	return b, d.c.loop, nil
 }
 
-// pickDiskBroker chooses a running broker other than the leader.
+// pickDiskBroker chooses the running broker other than the leader that
+// holds the most sealed replicas (an earlier stage may have left one with
+// copies its sets no longer name, which would make the fault moot).
 func (d *demo) pickDiskBroker() *broker {
-	var cands []*broker
+	var best *broker
+	most := -1
 	for _, b := range d.c.running() {
-		if d.last == nil || b.ID != d.last.Leader {
-			cands = append(cands, b)
+		if d.last != nil && b.ID == d.last.Leader {
+			continue
+		}
+		n := 0
+		if d.last != nil {
+			n = keptReplicas(d.last, b.ID)
+		}
+		if n > most {
+			best, most = b, n
 		}
 	}
-	if len(cands) == 0 {
-		return nil
-	}
-	return cands[d.rng.IntN(len(cands))]
+	return best
 }
 
 // copiesDiskSize is the loop disk's size: room for one copy of every
