@@ -3,6 +3,7 @@ GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 BENCH_OUT ?= bench/report.txt
+FUZZTIME ?= 30s
 
 .PHONY: help build test bench lint demo faults fuzz clean
 
@@ -13,6 +14,7 @@ help:
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
 	@echo "faults  the fault suite against real processes and disks (root)"
+	@echo "fuzz    every fuzz target for FUZZTIME (30s) each; plain go test runs their seed corpora"
 
 build:
 	$(GO) build ./...
@@ -36,6 +38,15 @@ demo:
 
 faults:
 	$(GO) test -race -count=1 -timeout 60m -run 'Fault' ./...
+
+# Every func FuzzXxx in a _test.go file, one at a time, package by package.
+fuzz:
+	@set -e; for dir in $$(grep -l '^func Fuzz' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do \
+		for name in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | cut -c6-); do \
+			echo "== $$name in ./$$dir for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$dir/; \
+		done; \
+	done
 
 clean:
 	rm -rf bin $(BENCH_OUT)
