@@ -73,13 +73,48 @@ func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopD
 		fr.Skipped = "no loop-mounted copies disk: " + err.Error()
 		return nil, nil, nil
 	}
+	// After the move: a pass that began before it saw the old files.
+	movedAt := time.Now()
 	d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
 	addDiskNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, formatBytes(n))
 	tmp := faultReport{Stage: "loop-mount"}
-	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", time.Now(), nil, d.o.StageTimeout); err != nil {
+	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
+		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
+	}
+	if err := d.waitSettled(ctx, movedAt); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
 	return b, d.c.loop, nil
+}
+
+// waitSettled waits for a heal pass that started after since and left
+// nothing unsettled or unconfirmed: the moved copies' new file identities
+// are confirmed again, so that the fault that follows hits only the
+// copies it damages (a settle on a read-only disk latches its copy).
+func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
+	deadline := time.Now().Add(d.o.StageTimeout)
+	why := "no heal pass seen"
+	for time.Now().Before(deadline) {
+		v, err := d.c.poll(ctx, false)
+		if err != nil {
+			why = err.Error()
+		} else if _, started, _, ok := lastPass(v.Status); !ok {
+			why = "no heal report in the leader's /v1/status"
+		} else if started.IsZero() || !started.After(since) {
+			why = "no heal pass started since the copies moved"
+		} else if clean, cwhy := passClean(v); !clean {
+			why = cwhy
+		} else {
+			d.observe(v)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.o.Poll):
+		}
+	}
+	return fmt.Errorf("copies not confirmed again after %v: %s", d.o.StageTimeout, why)
 }
 
 // pickDiskBroker chooses the running broker other than the leader that
@@ -368,8 +403,18 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 	w := d.writeSegments(ctx, "diskfull", d.o.Brokers)
 	d.logf("  writes while full: %s", w)
 	addDiskNote(&fr, "while full: %s", w)
+	// A second broker dies while the disk is full, when the cluster can
+	// spare it: its replicas need new homes, and the full broker, which
+	// the placement may well choose, must fail as a target (its backfills
+	// latch on ENOSPC) and be avoided for that segment.
+	dead, deadSegs := d.killBeside(&fr, b, "full", pre)
+	targets = append(targets, deadSegs...)
 	herr := d.finishDisk(ctx, &fr, "healing around the full disk", start, targets, pre, before)
 	d.noteCause(&fr, marks, "no space left on device")
+	if err := d.reviveBeside(ctx, &fr, dead, b, "full", marks); err != nil {
+		os.Remove(filler)
+		return fr, fatal(ctx, err, d)
+	}
 	if herr == nil {
 		addDiskNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, keptReplicas(d.last, b.ID), keptBefore)
 	}
@@ -390,6 +435,67 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 	}
 	addDiskNote(&fr, "filler removed (%s free): healthy again %s later", formatBytes(freed), fmtSeconds(tmp.SecondsToHeal))
 	return fr, nil
+}
+
+// killBeside kills a running follower other than the faulted broker full
+// (its disk "full" or "read-only") when the cluster keeps a spare target
+// and its quorum without both, and returns it (nil when not).
+func (d *demo) killBeside(fr *faultReport, full *broker, state string, pre map[meta.SegmentID]map[meta.BrokerID]int64) (*broker, []meta.SegmentID) {
+	run := d.c.running()
+	if len(run)-2 < d.o.RF || len(run)-1 <= len(d.c.brokers)/2 {
+		addDiskNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), d.o.RF, state)
+		return nil, nil
+	}
+	var victim *broker
+	most := -1
+	for _, b := range run {
+		if b == full || b.ID == d.last.Leader {
+			continue
+		}
+		if n := keptReplicas(d.last, b.ID); n > most {
+			victim, most = b, n
+		}
+	}
+	if victim == nil {
+		return nil, nil
+	}
+	var segs []meta.SegmentID
+	for _, s := range d.last.Snap.Segments {
+		if s.Sealed && s.HasReplica(victim.ID) {
+			segs = append(segs, s.ID)
+		}
+	}
+	for id, m := range d.sizes(segs) {
+		m[victim.ID] = 0
+		if _, ok := pre[id]; !ok {
+			pre[id] = m
+		}
+	}
+	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
+	if err := d.c.Kill(victim); err != nil {
+		addDiskNote(fr, "killing broker %d: %v", victim.ID, err)
+		return nil, nil
+	}
+	return victim, segs
+}
+
+// reviveBeside notes what the heal did with dead's replicas while full's
+// disk was faulted, and starts dead again. Nil dead does nothing.
+func (d *demo) reviveBeside(ctx context.Context, fr *faultReport, dead, full *broker, state string, marks logMarks) error {
+	if dead == nil {
+		return nil
+	}
+	counts, _ := marks.grep(d.c.brokers, fmt.Sprintf(" to %d from ", full.ID))
+	tried := 0
+	for _, n := range counts {
+		tried += n
+	}
+	addDiskNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
+	if err := d.restart(ctx, dead); err != nil {
+		fr.Error = err.Error()
+		return err
+	}
+	return nil
 }
 
 func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
@@ -434,8 +540,13 @@ func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 	w := d.writeSegments(ctx, "readonly", d.o.Brokers)
 	d.logf("  writes while read-only: %s", w)
 	addDiskNote(&fr, "while read-only: %s", w)
+	dead, deadSegs := d.killBeside(&fr, b, "read-only", pre)
+	targets = append(targets, deadSegs...)
 	herr := d.finishDisk(ctx, &fr, "healing around the read-only disk", start, targets, pre, before)
 	d.noteCause(&fr, marks, "read-only file system")
+	if err := d.reviveBeside(ctx, &fr, dead, b, "read-only", marks); err != nil {
+		return fr, fatal(ctx, err, d)
+	}
 	if herr == nil {
 		addDiskNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, keptReplicas(d.last, b.ID), keptBefore)
 	}
