@@ -193,3 +193,73 @@ func TestUnescapeMount(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterCopiesDisk: the cluster mounts a broker's copies disk (before
+// start, or under existing copies by moving them), and Stop unmounts and
+// detaches it.
+func TestClusterCopiesDisk(t *testing.T) {
+	if why := loopUnavailable(); why != "" {
+		t.Skip(why)
+	}
+	c, err := newCluster(clusterConfig{Root: t.TempDir(), Brokers: 2, RF: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	b1, b2 := c.brokers[0], c.brokers[1]
+
+	// Before start: an empty copies directory gets the disk.
+	if err := c.mountCopiesDisk(b1, 16<<20); err != nil {
+		if strings.Contains(err.Error(), "losetup") {
+			t.Skipf("no loop device here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	dir1 := filepath.Join(b1.Dir, "copies")
+	if !mountsHold(t, dir1) || c.loopBroker != b1 {
+		t.Fatalf("%s not mounted (loop broker %v)", dir1, c.loopBroker)
+	}
+	c.Stop()
+	if mountsHold(t, dir1) || strings.Contains(losetupAll(t), b1.copiesImage()) || c.loop != nil || c.loopCloseErr != nil {
+		t.Fatalf("after Stop: mounted %v, losetup -a:\n%s\nclose error %v", mountsHold(t, dir1), losetupAll(t), c.loopCloseErr)
+	}
+
+	// Existing copies are moved onto a new disk; the old files stay hidden
+	// under the mount point.
+	dir2 := filepath.Join(b2.Dir, "copies")
+	if err := os.MkdirAll(dir2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s-00001.seg", "s-00002.seg"} {
+		if err := os.WriteFile(filepath.Join(dir2, name), []byte("copy "+name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, n, err := c.moveCopiesToDisk(b2, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files != 2 || n != int64(2*len("copy s-00001.seg")) || !mountsHold(t, dir2) {
+		t.Fatalf("moved %d files, %d bytes, mounted %v; want 2 files, both bytes, mounted", files, n, mountsHold(t, dir2))
+	}
+	if got, err := os.ReadFile(filepath.Join(dir2, "s-00002.seg")); err != nil || string(got) != "copy s-00002.seg" {
+		t.Fatalf("moved copy reads %q, %v", got, err)
+	}
+	var st1, st2 syscall.Stat_t
+	if err := syscall.Stat(dir2, &st1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(b2.Dir, &st2); err != nil {
+		t.Fatal(err)
+	}
+	if st1.Dev == st2.Dev {
+		t.Fatalf("%s is on the data directory's device: the move did not mount over it", dir2)
+	}
+	c.Stop()
+	if mountsHold(t, dir2) || strings.Contains(losetupAll(t), b2.copiesImage()) {
+		t.Fatalf("after Stop: %s mounted or its image attached:\n%s", dir2, losetupAll(t))
+	}
+	if got, err := os.ReadFile(filepath.Join(dir2, "s-00001.seg")); err != nil || string(got) != "copy s-00001.seg" {
+		t.Fatalf("after unmounting, the original copy reads %q, %v", got, err)
+	}
+}
