@@ -27,7 +27,18 @@
 // readable from the other copies; replaced once the others come back) and
 // lost (every copy file of X deleted, every copy of Y damaged the same
 // way: both reported lost on every pass for at least ten passes, Y's files
-// kept, both acknowledged through POST /v1/heal/acknowledge/{id}). A stage that cannot heal on the
+// kept, both acknowledged through POST /v1/heal/acknowledge/{id}). The
+// disk stages (stages_disk.go; root, losetup, mkfs.ext4 and e2fsck needed,
+// else reported skipped with why) run on one follower's <data_dir>/copies
+// as a loop-mounted ext4 (loop_linux.go: the raft log and Pebble stay on
+// the demo's directory): diskfull (some of its copies cut short, the disk
+// filled by a fallocated filler, new segments written, a second broker
+// killed: its cut copies latch on ENOSPC and are replaced elsewhere, new
+// replicas avoid it, its intact copies keep serving; then the filler goes)
+// and readonly (copies cut, then an ext4 error with errors=remount-ro
+// under the live broker; same checks with EROFS; then stop, umount,
+// e2fsck -f -y, mount, start). The loop disk is unmounted and detached
+// when the cluster stops. A stage that cannot heal on the
 // cluster asked for (no spare broker, no quorum) is dropped from the
 // default list with its reason in the report, or refused with --faults. Progress shows as bars on a terminal,
 // as plain lines otherwise; the report ends the run, as text or --json.
