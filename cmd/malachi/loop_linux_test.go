@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
 )
 
 // TestLoopDisk mounts a loop ext4, fills it, makes it read-only under an
@@ -261,5 +265,77 @@ func TestClusterCopiesDisk(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(dir2, "s-00001.seg")); err != nil || string(got) != "copy s-00001.seg" {
 		t.Fatalf("after unmounting, the original copy reads %q, %v", got, err)
+	}
+}
+
+// TestClusterStartsOnCopiesDisk starts real brokers with broker 1's copies
+// on a loop disk mounted before it starts (lost+found and all): the store
+// opens it, copies land on it, and Stop leaves no mount or loop device.
+func TestClusterStartsOnCopiesDisk(t *testing.T) {
+	if why := loopUnavailable(); why != "" {
+		t.Skip(why)
+	}
+	malachid, _ := binaries(t)
+	c, err := newCluster(clusterConfig{Bin: malachid, Root: t.TempDir(), Brokers: 3, RF: 3,
+		Tick: 200 * time.Millisecond, Grace: time.Second, RaftTimeout: time.Second, LoopBroker: 1, LoopBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if c.loopSkip != "" {
+		t.Skipf("no loop disk: %s", c.loopSkip)
+	}
+	b1 := c.broker(1)
+	dir := filepath.Join(b1.Dir, "copies")
+	if !mountsHold(t, dir) {
+		t.Fatalf("%s not mounted after Start", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lost+found")); err != nil {
+		t.Fatalf("lost+found: %v (the test wants the store to face it)", err)
+	}
+	ctx := context.Background()
+	leader, err := c.WaitReady(ctx, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := c.broker(leader).client
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = lc.Load(ctx, loadRequest{Segments: 2, RecordsPerSegment: 4, RecordSize: 100, Prefix: "t", Concurrency: 1})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // brokers still registering
+	}
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	for _, id := range []meta.SegmentID{"t-00000", "t-00001"} {
+		fi, err := os.Stat(b1.copyPath(id))
+		if err != nil || fi.Size() == 0 {
+			t.Fatalf("copy %s on broker 1's loop disk: %v", id, err)
+		}
+	}
+	copies, err := b1.client.Copies(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cp := range copies {
+		if !strings.HasSuffix(string(cp.ID), "-00000") && !strings.HasSuffix(string(cp.ID), "-00001") {
+			t.Errorf("broker 1 lists a copy %q that is not a segment it holds", cp.ID)
+		}
+	}
+	if len(copies) != 2 {
+		t.Errorf("broker 1 lists %d copies, want 2", len(copies))
+	}
+	if err := c.unexpectedExit(); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	if mountsHold(t, dir) || strings.Contains(losetupAll(t), b1.copiesImage()) || c.loopCloseErr != nil {
+		t.Fatalf("after Stop: mounted %v, close error %v, losetup -a:\n%s", mountsHold(t, dir), c.loopCloseErr, losetupAll(t))
 	}
 }
