@@ -14,10 +14,10 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// TestLoopDisk mounts a loop ext4, fills it, makes it read-only under an
+// TestFaultLoopDisk mounts a loop ext4, fills it, makes it read-only under an
 // open file, recovers it (unmount, e2fsck, mount), and checks that Close
 // leaves no mount (/proc/mounts) and no loop device (losetup -a).
-func TestLoopDisk(t *testing.T) {
+func TestFaultLoopDisk(t *testing.T) {
 	if why := loopUnavailable(); why != "" {
 		t.Skip(why)
 	}
@@ -198,10 +198,10 @@ func TestUnescapeMount(t *testing.T) {
 	}
 }
 
-// TestClusterCopiesDisk: the cluster mounts a broker's copies disk (before
+// TestFaultClusterCopiesDisk: the cluster mounts a broker's copies disk (before
 // start, or under existing copies by moving them), and Stop unmounts and
 // detaches it.
-func TestClusterCopiesDisk(t *testing.T) {
+func TestFaultClusterCopiesDisk(t *testing.T) {
 	if why := loopUnavailable(); why != "" {
 		t.Skip(why)
 	}
@@ -268,10 +268,10 @@ func TestClusterCopiesDisk(t *testing.T) {
 	}
 }
 
-// TestClusterStartsOnCopiesDisk starts real brokers with broker 1's copies
+// TestFaultClusterStartsOnCopiesDisk starts real brokers with broker 1's copies
 // on a loop disk mounted before it starts (lost+found and all): the store
 // opens it, copies land on it, and Stop leaves no mount or loop device.
-func TestClusterStartsOnCopiesDisk(t *testing.T) {
+func TestFaultClusterStartsOnCopiesDisk(t *testing.T) {
 	if why := loopUnavailable(); why != "" {
 		t.Skip(why)
 	}
