@@ -45,19 +45,19 @@ const (
 // The defaults: zero copy at both ends, measured (bench/README.md).
 //
 // BenchmarkCatchup, 1 GiB in the page cache over loopback, source and
-// target in separate processes, 4 interleaved rounds, medians (shared 2-core
-// VM, load 3-7): sendfile→splice 1347 MB/s and 1.05 CPU s/GB over both
-// ends; write→splice 990 MB/s and 0.84; io.Copy at both ends 1092 MB/s and
-// 0.94; iperf3 -P 1 1703 MB/s and 0.66. With 4 transfers at once (3
-// rounds): sendfile→splice 1656 MB/s and 0.96; write→splice 1392 and 0.98;
-// io.Copy at both ends 532 and 2.09. So the zero-copy source is the faster
-// one here, and stays the default. It is not the cheaper one on
-// loopback: with sendfile the source hands TCP its page-cache pages by
-// reference, so the only copy left, the target's pipe→file copy, reads the
-// source's cold pages from memory (0.6-0.7 CPU s/GB on the target against
-// 0.35-0.45 behind a write(2) source, which copies on its own core). Towards
-// a real NIC that copy does not exist and sendfile spares the source two
-// copies per byte.
+// target in separate processes, interleaved rounds, medians (shared 2-core
+// VM, load 0.6-6.6), with the target's preallocation and wake-up mark:
+// sendfile→splice 2950 MB/s and 0.52 CPU s/GB over both ends (14 rounds);
+// write→splice 2670 and 0.49 (6); io.Copy at both ends 2540 and 0.65 (14);
+// iperf3 -P 1 3440 and 0.40 (11). With 4 transfers at once (6 rounds):
+// sendfile→splice 1800 MB/s and 0.59, io.Copy 1960 and 0.64. So the
+// zero-copy source is the faster one here, and stays the default. It is
+// not the cheapest on loopback: with sendfile the source hands TCP its
+// page-cache pages by reference, so the only copy left, the target's
+// pipe→file copy, reads the source's cold pages from memory (0.27 CPU s/GB
+// on the target against 0.23 behind a write(2) source, which copies on its
+// own core). Towards a real NIC that copy does not exist and sendfile
+// spares the source two copies per byte.
 //
 // The throwaway measurement had a write(2) source beat sendfile;
 // the cause found is the splice pipe's size: a sendfile source's skbs are
