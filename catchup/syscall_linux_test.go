@@ -156,3 +156,23 @@ func TestWakeMark(t *testing.T) {
 		}
 	}
 }
+
+// A throttled source: after the first chunk the mark follows its rate
+// down, and every chunk still ends when its last byte lands (the mark never
+// asks for more than the chunk still wants).
+func TestWakeMarkSlowSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 2.5 MiB at 4 MiB/s")
+	}
+	fx := newFixture(t, 5<<19, Limits{BytesPerSecond: 4 << 20}, ModeZeroCopy, ModeZeroCopy)
+	start := time.Now()
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil); err != nil {
+		t.Fatalf("throttled fetch: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("2.5 MiB at 4 MiB/s took %v: a wake-up waited past the chunk's end", took)
+	}
+	if got := fx.targetBytes(t); !bytes.Equal(got, fx.data) {
+		t.Fatal("target differs from the source")
+	}
+}

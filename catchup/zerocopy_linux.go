@@ -158,11 +158,13 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle
 // The mark is what arrives in budget at the rate the last chunk measured,
 // at most maxWakeMark, at least 1 (the kernel's default), never more than
 // the chunk still wants, and rounded down to a power of two so that it is
-// set only when it changes. budget is min(maxWakeWait, IdleTimeout/1000):
-// a transfer whose rate falls more than a thousandfold within one chunk
-// and stays there for IdleTimeout looks idle and is cut, then resumes like
-// any cut transfer; a slow transfer sets a small mark and waits no longer
-// than it did without one.
+// set only when it changes. Because the mark never exceeds what the chunk
+// still wants, a chunk ends when its last byte lands, as without a mark;
+// the socket's deadline is per chunk (pump), so the mark cannot make a
+// transfer look idle. budget is min(maxWakeWait, IdleTimeout/1000), so a
+// slow or throttled source sets a small mark, and a wake-up comes later
+// than without one by about budget times the factor the rate fell by
+// within the chunk.
 const (
 	maxWakeMark = 256 << 10
 	maxWakeWait = 10 * time.Millisecond
