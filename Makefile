@@ -3,6 +3,7 @@ GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 BENCH_OUT ?= bench/report.txt
+FAULTS_OUT ?= faults-report.json
 FUZZTIME ?= 30s
 
 .PHONY: help build test bench lint demo faults fuzz clean
@@ -13,7 +14,7 @@ help:
 	@echo "bench   run every benchmark with -benchmem and write $(BENCH_OUT)"
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
-	@echo "faults  the fault suite against real processes and disks (root)"
+	@echo "faults  the fault suite: every demo stage on 5 real brokers (report in $(FAULTS_OUT)), then every TestFault* test (root for loop disks)"
 	@echo "fuzz    every fuzz target for FUZZTIME (30s) each; plain go test runs their seed corpora"
 
 build:
@@ -37,6 +38,7 @@ demo:
 	@if [ -d cmd/malachi ]; then $(GO) run ./cmd/malachi demo; else echo "demo: not built yet"; fi
 
 faults:
+	$(GO) run ./cmd/malachi demo --json > $(FAULTS_OUT)
 	$(GO) test -race -count=1 -timeout 60m -run 'Fault' ./...
 
 # Every func FuzzXxx in a _test.go file, one at a time, package by package.
@@ -49,4 +51,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(BENCH_OUT)
+	rm -rf bin $(BENCH_OUT) $(FAULTS_OUT)
