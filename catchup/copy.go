@@ -120,32 +120,64 @@ type targetError struct{ err error }
 func (e *targetError) Error() string { return e.err.Error() }
 func (e *targetError) Unwrap() error { return e.err }
 
-// pump moves n bytes in chunks, one call of step per chunk. Before each
-// chunk it takes the chunk's tokens from the throttle and pushes the
-// socket's deadline one idle timeout ahead; after it, it reports progress.
-// Cancelling ctx interrupts a blocked step through the deadline. It returns
-// the bytes moved.
+// keepAlive pushes a transfer's socket deadline one idle timeout ahead.
+// pump refreshes it before every chunk; the splice target's step calls
+// touch as bytes land, so a chunk slower than the idle timeout is not cut
+// while bytes still move.
+type keepAlive struct {
+	ctx  context.Context
+	conn net.Conn
+	idle time.Duration
+	last time.Time
+}
+
+// refresh pushes the deadline and then reports a cancelled ctx: a
+// cancellation that came before it is seen here, one that comes after it
+// moves the deadline into the past (pump's AfterFunc) and cuts the next
+// wait.
+func (a *keepAlive) refresh() error {
+	a.last = time.Now()
+	if err := a.conn.SetDeadline(a.last.Add(a.idle)); err != nil {
+		return err
+	}
+	return a.ctx.Err()
+}
+
+// due reports whether an eighth of the idle timeout passed since the last
+// refresh.
+func (a *keepAlive) due() bool { return time.Since(a.last) >= a.idle/8 }
+
+// touch refreshes the deadline when it is due; steps call it after moving
+// bytes. A nil *keepAlive does nothing.
+func (a *keepAlive) touch() error {
+	if a == nil || !a.due() {
+		return nil
+	}
+	return a.refresh()
+}
+
+// pump moves n bytes in chunks of the throttle's size, one call of step
+// per chunk. Before each chunk it takes the chunk's tokens from the
+// throttle and pushes the socket's deadline one idle timeout ahead (step
+// may push it again as bytes move); after it, it reports progress.
+// Cancelling ctx interrupts a blocked step through the deadline. It
+// returns the bytes moved.
 func pump(ctx context.Context, conn net.Conn, n int64, th *Throttle, progress func(int64),
-	step func(off int64, c int) (int, error)) (int64, error) {
+	step func(off int64, c int, alive *keepAlive) (int, error)) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	chunk, idle := th.chunkSize(), th.idle()
+	chunk := th.chunkSize()
+	alive := &keepAlive{ctx: ctx, conn: conn, idle: th.idle()}
 	var done int64
 	for done < n {
 		c := int(min(int64(chunk), n-done))
 		if err := th.wait(ctx, c); err != nil {
 			return done, err
 		}
-		if err := conn.SetDeadline(time.Now().Add(idle)); err != nil {
+		if err := alive.refresh(); err != nil {
 			return done, err
 		}
-		// After the deadline is refreshed: a cancellation that came
-		// before it is seen here, one that comes after it moves the
-		// deadline into the past (the AfterFunc above) and cuts step.
-		if err := ctx.Err(); err != nil {
-			return done, err
-		}
-		m, err := step(done, c)
+		m, err := step(done, c, alive)
 		done += int64(m)
 		if m > 0 && progress != nil {
 			progress(done)
@@ -173,7 +205,7 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 	// so Go cannot switch to its own sendfile/splice: pread(2) and
 	// write(2) through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
-	return pump(ctx, conn, n, th, progress, func(done int64, c int) (int, error) {
+	return pump(ctx, conn, n, th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
 		src := io.NewSectionReader(f, off+done, int64(c))
 		m, err := io.CopyBuffer(countWriter{conn, &st.write}, countReader{src, &st.read}, buf)
 		if err == nil && m < int64(c) {
@@ -198,7 +230,7 @@ func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 	// io.CopyBuffer over wrappers that hide io.ReaderFrom/io.WriterTo:
 	// read(2) from the socket, pwrite(2) into the copy, through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
-	return pump(ctx, conn, n, th, progress, func(done int64, c int) (int, error) {
+	return pump(ctx, conn, n, th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
 		dst := &offsetWriter{f: f, off: off + done, n: &st.write}
 		m, err := io.CopyBuffer(dst, countReader{io.LimitReader(conn, int64(c)), &st.read}, buf)
 		if err == nil && m < int64(c) {

@@ -68,10 +68,11 @@
 // Server and Client are safe for concurrent use; each transfer runs in its
 // own goroutine (server) or the caller's (client) and has its own
 // connection, pipe and deadline. The socket's deadline is pushed one idle
-// timeout ahead before every chunk, so a stalled peer ends the transfer
-// after IdleTimeout; cancelling the context ends it at once. A target
-// process killed mid-transfer leaves unsynced bytes that the store's
-// durable-end scan judges on the next OpenTarget, exactly like a cut
+// timeout ahead before every chunk (and on the zero-copy target as bytes
+// land within one), so a stalled peer ends the transfer after
+// IdleTimeout; cancelling the context ends it at once. A target process
+// killed mid-transfer leaves unsynced bytes that the store's durable-end
+// scan judges on the next OpenTarget, exactly like a cut
 // connection. The source side holds nothing but an open read-only
 // descriptor per transfer.
 package catchup

@@ -19,8 +19,11 @@ type Limits struct {
 	// QueueWait is how long a transfer waits for a free slot before it is
 	// refused with ErrBusy. 0 refuses at once.
 	QueueWait time.Duration
-	// IdleTimeout ends a transfer whose socket moves no byte for this long
-	// (a deadline set before every chunk). 0 means DefaultIdleTimeout.
+	// IdleTimeout ends a transfer whose socket moves no byte for this long.
+	// The deadline is pushed before every chunk and, on the zero-copy
+	// target, again as bytes land within one; elsewhere it is pushed per
+	// chunk only, so there a chunk (1 MiB, or the throttle's) must move
+	// within IdleTimeout. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
 }
 

@@ -31,12 +31,16 @@ import (
 // copy_file_range fast paths are never involved. TestZeroCopySyscalls
 // proves the calls under strace; Stats counts them.
 
-func sendfileStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64, int) (int, error), bool) {
+func sendfileStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64, int, *keepAlive) (int, error), bool) {
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return nil, false
 	}
-	return func(done int64, c int) (int, error) {
+	// The deadline is pushed per chunk only (alive is unused): a blocked
+	// sendfile waits until TCP wakes it with about a third of the send
+	// buffer free (over 1 MiB with autotuned buffers), so with 1 MiB chunks
+	// a wake-up mostly ends the chunk anyway.
+	return func(done int64, c int, _ *keepAlive) (int, error) {
 		pos := off + done
 		sent := 0
 		var serr error
@@ -73,7 +77,7 @@ func sendfileStep(sc syscall.Conn, f File, off int64, st *counters) (func(int64,
 	}, true
 }
 
-func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle time.Duration) (func(int64, int) (int, error), func(), bool) {
+func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle time.Duration) (func(int64, int, *keepAlive) (int, error), func(), bool) {
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return nil, nil, false
@@ -98,7 +102,7 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle
 	}
 	closer := func() { unix.Close(pr); unix.Close(pw) }
 	mark := wakeMark{rc: rc, budget: min(maxWakeWait, idle/1000)}
-	step := func(done int64, c int) (int, error) {
+	step := func(done int64, c int, alive *keepAlive) (int, error) {
 		pos := off + done
 		got := 0
 		start := time.Now()
@@ -138,6 +142,11 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle
 				m -= k
 				got += int(k)
 			}
+			if got < c {
+				if err := alive.touch(); err != nil {
+					return got, err
+				}
+			}
 		}
 		runtime.KeepAlive(f)
 		return got, nil
@@ -159,12 +168,13 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle
 // at most maxWakeMark, at least 1 (the kernel's default), never more than
 // the chunk still wants, and rounded down to a power of two so that it is
 // set only when it changes. Because the mark never exceeds what the chunk
-// still wants, a chunk ends when its last byte lands, as without a mark;
-// the socket's deadline is per chunk (pump), so the mark cannot make a
-// transfer look idle. budget is min(maxWakeWait, IdleTimeout/1000), so a
-// slow or throttled source sets a small mark, and a wake-up comes later
-// than without one by about budget times the factor the rate fell by
-// within the chunk.
+// still wants, a chunk ends when its last byte lands, as without a mark.
+// budget is min(maxWakeWait, IdleTimeout/1000), so a slow or throttled
+// source sets a small mark, and a wake-up comes later than without one by
+// about budget times the factor the rate fell by within the chunk: only a
+// transfer whose rate falls more than a thousandfold within one chunk and
+// stays there for IdleTimeout looks idle (the deadline moves as bytes
+// land); it is cut and resumes like any cut transfer.
 const (
 	maxWakeMark = 256 << 10
 	maxWakeWait = 10 * time.Millisecond

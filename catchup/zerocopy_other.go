@@ -10,11 +10,11 @@ import (
 // Without Linux's sendfile(2)/splice(2) semantics ModeZeroCopy falls back
 // to the read/write path.
 
-func sendfileStep(syscall.Conn, File, int64, *counters) (func(int64, int) (int, error), bool) {
+func sendfileStep(syscall.Conn, File, int64, *counters) (func(int64, int, *keepAlive) (int, error), bool) {
 	return nil, false
 }
 
-func spliceStep(syscall.Conn, File, int64, *counters, int, time.Duration) (func(int64, int) (int, error), func(), bool) {
+func spliceStep(syscall.Conn, File, int64, *counters, int, time.Duration) (func(int64, int, *keepAlive) (int, error), func(), bool) {
 	return nil, nil, false
 }
 
