@@ -361,24 +361,48 @@ func (d *demo) finishDisk(ctx context.Context, fr *faultReport, label string, st
 	return err
 }
 
-func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
-	fr := faultReport{Stage: "diskfull"}
-	b, l, err := d.diskStart(ctx, &fr)
+// diskRun is what a disk stage notes before its fault: the broker of the
+// copies disk, the copies it damages (targets), their sizes, the catch-up
+// counters, the log marks and how many replicas the broker holds.
+type diskRun struct {
+	b       *broker
+	l       *loopDisk
+	segs    []meta.Segment
+	targets []meta.SegmentID
+	pre     map[meta.SegmentID]map[meta.BrokerID]int64
+	before  map[meta.BrokerID]counterReading
+	marks   logMarks
+	kept    int
+}
+
+// beginDisk readies the copies disk (diskStart) and notes the diskRun; nil
+// when the stage cannot run (fr.Skipped, logged) or failed (the error).
+func (d *demo) beginDisk(ctx context.Context, fr *faultReport) (*diskRun, error) {
+	b, l, err := d.diskStart(ctx, fr)
 	if err != nil || fr.Skipped != "" {
 		if fr.Skipped != "" {
-			d.logf("stage diskfull: skipped: %s", fr.Skipped)
+			d.logf("stage %s: skipped: %s", fr.Stage, fr.Skipped)
 		}
+		return nil, err
+	}
+	r := &diskRun{b: b, l: l, segs: d.diskCopies(b, d.o.Copies)}
+	for _, s := range r.segs {
+		r.targets = append(r.targets, s.ID)
+	}
+	r.pre = d.sizes(r.targets)
+	r.before = d.backfillBytes(ctx)
+	r.marks = d.markLogs()
+	r.kept = keptReplicas(d.last, b.ID)
+	return r, nil
+}
+
+func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
+	fr := faultReport{Stage: "diskfull"}
+	r, err := d.beginDisk(ctx, &fr)
+	if r == nil {
 		return fr, err
 	}
-	segs := d.diskCopies(b, d.o.Copies)
-	var targets []meta.SegmentID
-	for _, s := range segs {
-		targets = append(targets, s.ID)
-	}
-	pre := d.sizes(targets)
-	before := d.backfillBytes(ctx)
-	marks := d.markLogs()
-	keptBefore := keptReplicas(d.last, b.ID)
+	b, l, segs, targets, pre, before, marks, keptBefore := r.b, r.l, r.segs, r.targets, r.pre, r.before, r.marks, r.kept
 	filler := filepath.Join(l.Dir, diskFiller)
 	var filled, free int64
 	start := time.Now()
@@ -500,22 +524,11 @@ func (d *demo) reviveBeside(ctx context.Context, fr *faultReport, dead, full *br
 
 func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 	fr := faultReport{Stage: "readonly"}
-	b, l, err := d.diskStart(ctx, &fr)
-	if err != nil || fr.Skipped != "" {
-		if fr.Skipped != "" {
-			d.logf("stage readonly: skipped: %s", fr.Skipped)
-		}
+	r, err := d.beginDisk(ctx, &fr)
+	if r == nil {
 		return fr, err
 	}
-	segs := d.diskCopies(b, d.o.Copies)
-	var targets []meta.SegmentID
-	for _, s := range segs {
-		targets = append(targets, s.ID)
-	}
-	pre := d.sizes(targets)
-	before := d.backfillBytes(ctx)
-	marks := d.markLogs()
-	keptBefore := keptReplicas(d.last, b.ID)
+	b, l, segs, targets, pre, before, marks, keptBefore := r.b, r.l, r.segs, r.targets, r.pre, r.before, r.marks, r.kept
 	var how string
 	start := time.Now()
 	err = d.frozen(b, func() error {

@@ -87,23 +87,33 @@ func addNote(fr *faultReport, format string, args ...any) {
 	}
 }
 
+// victimFollower restarts every dead broker, then picks a running
+// follower that holds sealed replicas, and returns it with those
+// segments; nil when there is none (fr.Skipped says so) or on error.
+func (d *demo) victimFollower(ctx context.Context, fr *faultReport) (*broker, []meta.SegmentID, error) {
+	if err := d.reviveAll(ctx); err != nil {
+		fr.Error = err.Error()
+		return nil, nil, err
+	}
+	b := d.pickFollower()
+	if b == nil {
+		fr.Skipped = "no running follower holds sealed replicas"
+		return nil, nil, nil
+	}
+	fr.Broker = b.ID
+	return b, d.sealedOn(b.ID), nil
+}
+
 // stagePause stops a follower with SIGSTOP: its process lives but answers
 // nothing. Past the grace delay the heal pass counts it dead and moves its
 // replicas; once they are all re-replicated and verified it gets SIGCONT
 // and must rejoin: the cluster is then healthy with every broker running.
 func (d *demo) stagePause(ctx context.Context) (faultReport, error) {
 	fr := faultReport{Stage: "pause"}
-	if err := d.reviveAll(ctx); err != nil {
-		fr.Error = err.Error()
+	b, targets, err := d.victimFollower(ctx, &fr)
+	if b == nil {
 		return fr, err
 	}
-	b := d.pickFollower()
-	if b == nil {
-		fr.Skipped = "no running follower holds sealed replicas"
-		return fr, nil
-	}
-	targets := d.sealedOn(b.ID)
-	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage pause: SIGSTOP broker %d (pid %d), which holds %d sealed replicas", b.ID, b.pid(), len(targets))
 	pre := d.sizes(targets)
@@ -205,7 +215,7 @@ func (d *demo) stagePause(ctx context.Context) (faultReport, error) {
 	resumed = true
 	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
 	rejoin := faultReport{Stage: "pause-rejoin"}
-	err := d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
+	err = d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
 	if err == nil {
 		err = d.waitNotDead(ctx, b.ID, d.o.StageTimeout)
 	}
@@ -258,17 +268,10 @@ func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.D
 // with the demo's directory when that is removed after a healthy run).
 func (d *demo) stageSwap(ctx context.Context) (faultReport, error) {
 	fr := faultReport{Stage: "swap"}
-	if err := d.reviveAll(ctx); err != nil {
-		fr.Error = err.Error()
+	b, targets, err := d.victimFollower(ctx, &fr)
+	if b == nil {
 		return fr, err
 	}
-	b := d.pickFollower()
-	if b == nil {
-		fr.Skipped = "no running follower holds sealed replicas"
-		return fr, nil
-	}
-	targets := d.sealedOn(b.ID)
-	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
 	pre := d.sizes(targets)
 	for _, m := range pre {
@@ -309,7 +312,7 @@ func (d *demo) stageSwap(ctx context.Context) (faultReport, error) {
 		d.logf("  brokers not yet agreed on a leader: %v", err)
 	}
 	upAt := time.Now()
-	err := d.waitHealed(ctx, &fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout)
+	err = d.waitHealed(ctx, &fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout)
 	fr.Detected = fr.Healed
 	fr.BytesEstimated = d.estimateBytes(pre)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
