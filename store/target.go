@@ -200,15 +200,11 @@ func (t *Target) File() File { return t.tf }
 // cuts the copy at its last valid frame (at 0 if the frames disagree with
 // the checksum), releases it and returns the *ShortError or *CorruptError.
 // Either way the Target is finished.
-func (t *Target) Commit() error {
+func (t *Target) Commit() error { return t.finish("commit", t.commit) }
+
+// commit is Commit's work. Caller holds c.mu.
+func (t *Target) commit() error {
 	c, db := t.c, t.db
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.done {
-		return fmt.Errorf("%w: commit %s: target already finished", ErrClosed, c.id)
-	}
-	t.done = true
-	defer t.release()
 	if c.latch != nil {
 		return fmt.Errorf("commit %s: %w", c.id, c.latch)
 	}
@@ -262,17 +258,7 @@ func (t *Target) cut(n int64, r scanResult) error {
 }
 
 // Abort cuts the copy at its durable end, syncs it and releases it.
-func (t *Target) Abort() error {
-	c := t.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.done {
-		return fmt.Errorf("%w: abort %s: target already finished", ErrClosed, c.id)
-	}
-	t.done = true
-	defer t.release()
-	return t.abort()
-}
+func (t *Target) Abort() error { return t.finish("abort", t.abort) }
 
 // Fail finishes the Target after an I/O error of a write made to File
 // through its descriptor (splice), which File's own methods could not
@@ -281,19 +267,28 @@ func (t *Target) Abort() error {
 // an ENOSPC or EROFS of a transfer latches the copy as a failed WriteAt
 // does). It returns the latch error, joined with the cut's error.
 func (t *Target) Fail(op string, cause error) error {
-	c, db := t.c, t.db
+	return t.finish("fail", func() error {
+		var aerr error
+		if t.c.latch == nil {
+			aerr = t.abort()
+		}
+		return errors.Join(t.db.fail(t.c, "catch-up "+op, cause), aerr)
+	})
+}
+
+// finish runs body, the work of Commit, Abort or Fail (op), with the copy
+// locked, then releases the Target: it finishes once, and a later call
+// fails with ErrClosed without running body.
+func (t *Target) finish(op string, body func() error) error {
+	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.done {
-		return fmt.Errorf("%w: fail %s: target already finished", ErrClosed, c.id)
+		return fmt.Errorf("%w: %s %s: target already finished", ErrClosed, op, c.id)
 	}
 	t.done = true
 	defer t.release()
-	var aerr error
-	if c.latch == nil {
-		aerr = t.abort()
-	}
-	return errors.Join(db.fail(c, "catch-up "+op, cause), aerr)
+	return body()
 }
 
 // abort is Abort's cut. Caller holds c.mu.
