@@ -39,25 +39,10 @@ func fsSyncSupported() string {
 
 // kernelVersion parses the "6.18" of "6.18.44-fc-v1098".
 func kernelVersion(rel string) (major, minor int, ok bool) {
-	var parts [2]int
-	for i := range parts {
-		j := 0
-		for j < len(rel) && rel[j] >= '0' && rel[j] <= '9' {
-			j++
-		}
-		if j == 0 {
-			return 0, 0, false
-		}
-		parts[i], _ = strconv.Atoi(rel[:j])
-		rel = rel[j:]
-		if i == 0 {
-			if len(rel) == 0 || rel[0] != '.' {
-				return 0, 0, false
-			}
-			rel = rel[1:]
-		}
+	if _, err := fmt.Sscanf(rel, "%d.%d", &major, &minor); err != nil {
+		return 0, 0, false
 	}
-	return parts[0], parts[1], true
+	return major, minor, true
 }
 
 // dirDevice returns the device of the directory at path, or ok false when
