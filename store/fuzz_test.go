@@ -24,7 +24,7 @@ func refEnd(data []byte, limit int64, start uint64, startKnown bool) (bytes int6
 			break
 		}
 		fr := data[pos : pos+FrameHeaderSize+n]
-		if crc32.Checksum(fr[4:], crc32.MakeTable(crc32.Castagnoli)) != binary.LittleEndian.Uint32(h[0:4]) {
+		if crc32.Checksum(fr[4:], castagnoli) != binary.LittleEndian.Uint32(h[0:4]) {
 			break
 		}
 		off := binary.LittleEndian.Uint64(h[8:16])
