@@ -47,7 +47,7 @@ func TestNothingWritesToStderr(t *testing.T) {
 			restored = true
 		}
 	}
-	defer restore()
+	defer restore() // t.Fatal runs it too, before the failure is printed
 
 	logs := &lockedBuf{}
 	opts := store.Options{Logger: zerolog.New(logs).Level(zerolog.DebugLevel), ConfirmMinFree: -1}
@@ -55,13 +55,11 @@ func TestNothingWritesToStderr(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		db, err := store.Open(dir, opts)
 		if err != nil {
-			restore()
 			t.Fatal(err)
 		}
 		id := meta.SegmentID([]string{"sa", "sb"}[round])
 		fill(t, db, id, 0, 3)
 		if _, err := db.Seal(id); err != nil {
-			restore()
 			t.Fatal(err)
 		}
 		fi, err := db.Identity(id)
@@ -69,11 +67,9 @@ func TestNothingWritesToStderr(t *testing.T) {
 			err = db.Confirm(id, fi)
 		}
 		if err != nil {
-			restore()
 			t.Fatal(err)
 		}
 		if err := db.Close(); err != nil {
-			restore()
 			t.Fatal(err)
 		}
 	}
