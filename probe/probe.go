@@ -173,11 +173,13 @@ type Prober struct {
 	cur     Kind
 	reason  string
 	nsPer   [3]float64 // measured ns per path, by Kind; 0 = not measured
-	runs    [3]int     // timed runs, by Kind; the ring's first only warms it up
 	batches int
 	// compared: a batch has measured both engines, so a choice rests on
 	// two figures taken under the same cache state.
 	compared bool
+	// ringWarm: the ring has had its first timed run, which only warms
+	// it up (io-wq spawns its workers then) and measures nothing.
+	ringWarm bool
 }
 
 // New starts a Prober. With KindURing it fails if io_uring is refused
@@ -317,7 +319,8 @@ func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) (float64, err
 	if ctx.Err() != nil || total == 0 {
 		return 0, nil
 	}
-	if p.runs[k]++; k == KindURing && p.runs[k] == 1 {
+	if k == KindURing && !p.ringWarm {
+		p.ringWarm = true
 		return 0, nil
 	}
 	ns := float64(p.now().Sub(start).Nanoseconds()) / float64(total)
