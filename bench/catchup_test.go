@@ -175,16 +175,6 @@ func readFooter(path string) (store.Footer, bool) {
 	return store.DecodeFooter(buf[:])
 }
 
-// selfCPU is the user and system CPU time of this process so far, every
-// thread included.
-func selfCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams int) {
 	// The source broker.
 	sender := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
@@ -297,7 +287,7 @@ func catchupSender(t *testing.T, dir string, mode catchup.Mode) {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "rusage" {
-			fmt.Println("rusage", int64(selfCPU()))
+			fmt.Println("rusage", int64(cpuTime()))
 		}
 	}
 }
@@ -344,7 +334,7 @@ func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
 		if err := recyclePageCache(dir, int64(streams)*(seg.ByteSize+store.FooterSize)); err != nil {
 			t.Fatal(err)
 		}
-		w0, c0 := time.Now(), selfCPU()
+		w0, c0 := time.Now(), cpuTime()
 		errs := make(chan error, streams)
 		for _, p := range paths {
 			go func() {
@@ -358,7 +348,7 @@ func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
 			}
 		}
 		wall += time.Since(w0)
-		cpu += selfCPU() - c0
+		cpu += cpuTime() - c0
 		if r == rounds-1 {
 			for _, p := range paths {
 				if err := sameFile(os.Getenv("MALACHI_CATCHUP_SOURCE"), p); err != nil {
