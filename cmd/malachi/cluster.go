@@ -361,20 +361,6 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// sendSignal sends sig to b's running process (SIGSTOP, SIGCONT).
-func (c *cluster) sendSignal(b *broker, sig syscall.Signal) error {
-	b.mu.Lock()
-	cmd, done := b.cmd, b.done
-	b.mu.Unlock()
-	if cmd == nil || done == nil || !b.alive() {
-		return fmt.Errorf("signal %v to broker %d: not running", sig, b.ID)
-	}
-	if err := cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("signal %v to broker %d (pid %d): %w", sig, b.ID, cmd.Process.Pid, err)
-	}
-	return nil
-}
-
 // Terminate stops b as an operator would, SIGTERM and SIGKILL after 10 s,
 // and waits for it to exit. Like Kill, it is on purpose: not an
 // unexpected exit.

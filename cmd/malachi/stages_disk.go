@@ -201,11 +201,11 @@ func (d *demo) cutCopies(fr *faultReport, b *broker, segs []meta.Segment, pre ma
 // half-made fault; b is continued (SIGCONT) whatever fn returns. The pause
 // is milliseconds, far below the grace delay.
 func (d *demo) frozen(b *broker, fn func() error) error {
-	if err := d.c.sendSignal(b, syscall.SIGSTOP); err != nil {
+	if err := b.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	err := fn()
-	if cerr := d.c.sendSignal(b, syscall.SIGCONT); cerr != nil && err == nil {
+	if cerr := b.signal(syscall.SIGCONT); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
