@@ -115,19 +115,14 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (faultRe
 		}
 		b = cands[d.rng.IntN(len(cands))]
 	}
-	var targets []meta.SegmentID
-	for _, s := range v.Snap.Segments {
-		if s.Sealed && s.HasReplica(b.ID) {
-			targets = append(targets, s.ID)
-		}
-	}
+	targets := d.sealedOn(b.ID)
 	role := "broker"
 	if leader {
 		role = "leader"
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets))
-	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.cmd.Process.Pid, len(targets))
+	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.pid(), len(targets))
 	pre := d.sizes(targets)
 	for _, m := range pre {
 		m[b.ID] = 0

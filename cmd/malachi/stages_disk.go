@@ -129,7 +129,7 @@ func (d *demo) pickDiskBroker() *broker {
 		}
 		n := 0
 		if d.last != nil {
-			n = keptReplicas(d.last, b.ID)
+			n = len(d.sealedOn(b.ID))
 		}
 		if n > most {
 			best, most = b, n
@@ -323,17 +323,6 @@ func (d *demo) noteCause(fr *faultReport, m logMarks, needle string) bool {
 	return true
 }
 
-// keptReplicas counts the segments whose replica set names b.
-func keptReplicas(v *view, b meta.BrokerID) int {
-	n := 0
-	for _, s := range v.Snap.Segments {
-		if s.Sealed && s.HasReplica(b) {
-			n++
-		}
-	}
-	return n
-}
-
 // diskStart is what both disk stages do first: revive, find the disk and
 // its broker, free space the diskfull stage may have left taken.
 func (d *demo) diskStart(ctx context.Context, fr *faultReport) (*broker, *loopDisk, error) {
@@ -392,7 +381,7 @@ func (d *demo) beginDisk(ctx context.Context, fr *faultReport) (*diskRun, error)
 	r.pre = d.sizes(r.targets)
 	r.before = d.backfillBytes(ctx)
 	r.marks = d.markLogs()
-	r.kept = keptReplicas(d.last, b.ID)
+	r.kept = len(d.sealedOn(b.ID))
 	return r, nil
 }
 
@@ -440,7 +429,7 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	if herr == nil {
-		addDiskNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, keptReplicas(d.last, b.ID), keptBefore)
+		addDiskNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, len(d.sealedOn(b.ID)), keptBefore)
 	}
 	// The remedy: free the space; everything is checked again.
 	if err := os.Remove(filler); err != nil {
@@ -476,19 +465,14 @@ func (d *demo) killBeside(fr *faultReport, full *broker, state string, pre map[m
 		if b == full || b.ID == d.last.Leader {
 			continue
 		}
-		if n := keptReplicas(d.last, b.ID); n > most {
+		if n := len(d.sealedOn(b.ID)); n > most {
 			victim, most = b, n
 		}
 	}
 	if victim == nil {
 		return nil, nil
 	}
-	var segs []meta.SegmentID
-	for _, s := range d.last.Snap.Segments {
-		if s.Sealed && s.HasReplica(victim.ID) {
-			segs = append(segs, s.ID)
-		}
-	}
+	segs := d.sealedOn(victim.ID)
 	for id, m := range d.sizes(segs) {
 		m[victim.ID] = 0
 		if _, ok := pre[id]; !ok {
@@ -561,7 +545,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	if herr == nil {
-		addDiskNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, keptReplicas(d.last, b.ID), keptBefore)
+		addDiskNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, len(d.sealedOn(b.ID)), keptBefore)
 	}
 	if herr != nil && ctx.Err() != nil {
 		return fr, ctx.Err()
