@@ -109,7 +109,7 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		return bad("Dir is empty")
 	}
-	if err := checkAddr(c.Addr); err != nil {
+	if err := CheckAddr(c.Addr); err != nil {
 		return bad("Addr %q: %v", c.Addr, err)
 	}
 	if len(c.Peers) == 0 {
@@ -120,7 +120,7 @@ func (c Config) Validate() error {
 		if p.ID == 0 {
 			return bad("Peers[%d].ID 0: broker id 0 is reserved", i)
 		}
-		if err := checkAddr(p.Addr); err != nil {
+		if err := CheckAddr(p.Addr); err != nil {
 			return bad("Peers[%d].Addr %q: %v", i, p.Addr, err)
 		}
 		for j, q := range c.Peers[:i] {
@@ -168,7 +168,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func checkAddr(addr string) error {
+// CheckAddr checks that addr is a host:port other brokers can dial: a
+// host, not the unspecified address, and a port from 1 to 65535 (the raft
+// transport advertises it as is). Validate applies it to Addr and every
+// peer's address.
+func CheckAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err

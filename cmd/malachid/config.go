@@ -89,7 +89,7 @@ func (c *Config) parsePeers() ([]peer, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("%w: peers[%d] = %q: want id=host:port", errConfig, i, s)
 		}
-		if err := dialable(addr); err != nil {
+		if err := cluster.CheckAddr(addr); err != nil {
 			return nil, fmt.Errorf("%w: peers[%d] = %q: address: %v", errConfig, i, s, err)
 		}
 		if seen[id] {
@@ -99,26 +99,6 @@ func (c *Config) parsePeers() ([]peer, error) {
 		ps = append(ps, peer{id, addr})
 	}
 	return ps, nil
-}
-
-// dialable checks that addr is a host:port other brokers can dial: a host,
-// not the unspecified address, and a port from 1 to 65535 (the raft
-// transport advertises it as is).
-func dialable(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return fmt.Errorf("port %q: want 1 to 65535", port)
-	}
-	if host == "" {
-		return errors.New("no host: peers must be able to dial it")
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("host %s is unspecified: peers must be able to dial it", host)
-	}
-	return nil
 }
 
 // validate checks the raft timings by the rules cluster.Config.Validate
@@ -158,7 +138,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: %s = %q: want host:port", errConfig, a.k, a.v)
 		}
 	}
-	if err := dialable(c.RaftListen); err != nil {
+	if err := cluster.CheckAddr(c.RaftListen); err != nil {
 		return fmt.Errorf("%w: raft_listen = %q: %v", errConfig, c.RaftListen, err)
 	}
 	if c.ReplicationFactor < 1 {
