@@ -69,6 +69,16 @@ func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.Broke
 	return out
 }
 
+// sizesLosing is sizes with the copies on lost counted as gone: what a
+// fault that takes lost's copies leaves to heal.
+func (d *demo) sizesLosing(targets []meta.SegmentID, lost meta.BrokerID) map[meta.SegmentID]map[meta.BrokerID]int64 {
+	out := d.sizes(targets)
+	for _, m := range out {
+		m[lost] = 0
+	}
+	return out
+}
+
 // estimateBytes is what healing the targets must have moved, from the
 // copies' sizes after the fault (pre) and the final replica sets: every
 // copy on a final replica that was missing or short needed the rest of its
@@ -123,10 +133,7 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (faultRe
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets))
 	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.pid(), len(targets))
-	pre := d.sizes(targets)
-	for _, m := range pre {
-		m[b.ID] = 0
-	}
+	pre := d.sizesLosing(targets, b.ID)
 	before := d.backfillBytes(ctx)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()

@@ -473,8 +473,7 @@ func (d *demo) killBeside(fr *faultReport, full *broker, state string, pre map[m
 		return nil, nil
 	}
 	segs := d.sealedOn(victim.ID)
-	for id, m := range d.sizes(segs) {
-		m[victim.ID] = 0
+	for id, m := range d.sizesLosing(segs, victim.ID) {
 		if _, ok := pre[id]; !ok {
 			pre[id] = m
 		}

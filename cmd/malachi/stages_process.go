@@ -116,10 +116,7 @@ func (d *demo) stagePause(ctx context.Context) (faultReport, error) {
 	}
 	fr.What = fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage pause: SIGSTOP broker %d (pid %d), which holds %d sealed replicas", b.ID, b.pid(), len(targets))
-	pre := d.sizes(targets)
-	for _, m := range pre {
-		m[b.ID] = 0
-	}
+	pre := d.sizesLosing(targets, b.ID)
 	before := d.backfillBytes(ctx)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
@@ -273,10 +270,7 @@ func (d *demo) stageSwap(ctx context.Context) (faultReport, error) {
 		return fr, err
 	}
 	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
-	pre := d.sizes(targets)
-	for _, m := range pre {
-		m[b.ID] = 0
-	}
+	pre := d.sizesLosing(targets, b.ID)
 	before := d.backfillBytes(ctx)
 	d.logf("stage swap: kill -9 broker %d (pid %d), then an empty data directory in place of %s", b.ID, b.pid(), b.Dir)
 	killAt := time.Now()
@@ -469,10 +463,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 		s, _ := d.last.Snap.Segment(id)
 		segs[id] = *s
 	}
-	pre := d.sizes(targetsA)
-	for _, m := range pre {
-		m[a.ID] = 0
-	}
+	pre := d.sizesLosing(targetsA, a.ID)
 	before := d.backfillBytes(ctx)
 	baseline := d.listCopyFiles()
 	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.pid(), len(targetsA))
