@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -40,7 +41,7 @@ type clusterConfig struct {
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
 	// LoopBroker, when set, is the broker whose <data_dir>/copies is a
-	// loop-mounted ext4 of LoopBytes bytes (see loopDisk), mounted by
+	// loop-mounted ext4 of LoopBytes bytes (see cluster.loop), mounted by
 	// Start before that broker starts and unmounted by Stop. Where the
 	// mount cannot be made, Start says why in cluster.loopSkip and the
 	// broker runs on the plain directory.
@@ -72,7 +73,19 @@ type cluster struct {
 	// loop is the loop-mounted copies disk of loopBroker, nil when none is
 	// mounted; loopSkip says why a requested one could not be made.
 	// INVARIANT: a non-nil loop is closed (unmounted, detached) by Stop.
-	loop       *loopDisk
+	//
+	// What is mounted is the broker's <data_dir>/copies only, like Kafka's
+	// log.dirs kept apart from its metadata: the raft log, the Pebble
+	// confirmation DB and the scrubber's state stay on the demo's directory.
+	// Pebble treats a failed write as fatal by design (store's ConfirmMinFree
+	// guard keeps it from writing on a nearly full disk), so a full or
+	// read-only disk under it would be a broker crash, not the copy-disk fault
+	// the diskfull and readonly stages are about. mkfs leaves a lost+found
+	// directory in the mount; it stays (e2fsck -y would make it again anyway):
+	// store.Open registers regular files named <segment-id>.seg only and skips
+	// everything else, so lost+found and the stage's filler file are never
+	// taken for copies.
+	loop       *loopdisk.Disk
 	loopBroker *broker
 	loopSkip   string
 	// loopCloseErr is what closing the loop disk in Stop returned.
@@ -238,14 +251,24 @@ func (c *cluster) startBroker(b *broker) error {
 	return nil
 }
 
+// stopOnPurpose marks b's coming exit as intended (Kill, Terminate: not
+// an unexpected exit) and returns its process and the channel closed when
+// it exited; it fails when b was never started.
+func (b *broker) stopOnPurpose() (*exec.Cmd, <-chan struct{}, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.killed = true
+	if b.cmd == nil || b.done == nil {
+		return nil, nil, fmt.Errorf("broker %d was never started", b.ID)
+	}
+	return b.cmd, b.done, nil
+}
+
 // Kill sends SIGKILL to b and waits for it to exit: the demo's broker crash.
 func (c *cluster) Kill(b *broker) error {
-	b.mu.Lock()
-	cmd, done := b.cmd, b.done
-	b.killed = true
-	b.mu.Unlock()
-	if cmd == nil || done == nil {
-		return fmt.Errorf("broker %d was never started", b.ID)
+	cmd, done, err := b.stopOnPurpose()
+	if err != nil {
+		return err
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("kill -9 broker %d (pid %d): %w", b.ID, cmd.Process.Pid, err)
@@ -274,7 +297,7 @@ func (c *cluster) mountCopiesDisk(b *broker, size int64) error {
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return fmt.Errorf("broker %d: %s is not empty (%s): nothing is mounted over copies", b.ID, dir, ents[0].Name())
 	}
-	l, err := mountLoop(b.copiesImage(), dir, size)
+	l, err := loopdisk.Create(b.copiesImage(), dir, size)
 	if err != nil {
 		return fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
 	}
@@ -295,7 +318,7 @@ func (c *cluster) mountCopiesDisk(b *broker, size int64) error {
 func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int64, err error) {
 	dir := filepath.Join(b.Dir, "copies")
 	aside := filepath.Join(filepath.Dir(b.Dir), "copies.mnt")
-	l, err := mountLoop(b.copiesImage(), aside, size)
+	l, err := loopdisk.Create(b.copiesImage(), aside, size)
 	if err != nil {
 		return 0, 0, fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
 	}
@@ -365,12 +388,9 @@ func syncDir(dir string) error {
 // and waits for it to exit. Like Kill, it is on purpose: not an
 // unexpected exit.
 func (c *cluster) Terminate(b *broker) error {
-	b.mu.Lock()
-	cmd, done := b.cmd, b.done
-	b.killed = true
-	b.mu.Unlock()
-	if cmd == nil || done == nil {
-		return fmt.Errorf("broker %d was never started", b.ID)
+	cmd, done, err := b.stopOnPurpose()
+	if err != nil {
+		return err
 	}
 	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot act on SIGTERM
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
