@@ -131,18 +131,11 @@ func TestReportDestroyedSetApart(t *testing.T) {
 	if len(s.SecondsToHeal) != 2 || s.SecondsToHeal[0].Stage != "pause" || *s.SecondsToHeal[0].Seconds != 2 {
 		t.Errorf("seconds_to_heal %+v", s.SecondsToHeal)
 	}
-	var buf bytes.Buffer
-	if err := r.writeJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc, js := reportJSON(t, r)
 	sm, _ := doc["summary"].(map[string]any)
 	for _, k := range []string{"faults_injected", "faults_survived", "segments_checked", "copies_verified", "bytes_rereplicated", "seconds_to_heal", "segments_lost"} {
 		if _, ok := sm[k]; !ok {
-			t.Errorf("summary lacks %q: %s", k, buf.String())
+			t.Errorf("summary lacks %q: %s", k, js)
 		}
 	}
 	var text bytes.Buffer

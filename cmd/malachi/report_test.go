@@ -14,6 +14,21 @@ func healedStage(name string, secs float64, bytes int64) faultReport {
 	return faultReport{Stage: name, Injected: true, Detected: true, Healed: true, SecondsToHeal: &secs, BytesRereplicated: bytes, BytesEstimated: bytes}
 }
 
+// reportJSON is r as written by writeJSON, decoded, and its text for
+// failure messages.
+func reportJSON(t *testing.T, r *demoReport) (map[string]any, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := r.writeJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	return doc, buf.String()
+}
+
 func TestReportJSONShape(t *testing.T) {
 	r := &demoReport{Brokers: 5, ReplicationFactor: 3, Segments: 2}
 	kill := healedStage("kill", 1.25, 3<<20)
@@ -23,17 +38,10 @@ func TestReportJSONShape(t *testing.T) {
 	if !r.OK {
 		t.Fatalf("all healed, not OK: %+v", r)
 	}
-	var buf bytes.Buffer
-	if err := r.writeJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc, js := reportJSON(t, r)
 	for _, k := range []string{"segments", "under_replicated", "failed", "data_loss_segments", "seconds_to_heal", "grace_wait_seconds", "bytes_rereplicated", "faults", "ok"} {
 		if _, ok := doc[k]; !ok {
-			t.Errorf("JSON report lacks %q: %s", k, buf.String())
+			t.Errorf("JSON report lacks %q: %s", k, js)
 		}
 	}
 	if doc["seconds_to_heal"] != 1.25 || doc["grace_wait_seconds"] != 1.0 {
