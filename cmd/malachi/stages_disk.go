@@ -12,11 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/meta"
 )
 
 // Stages that fault a broker's copies disk, a loop-mounted ext4 at its
-// <data_dir>/copies (loopDisk says why only the copies): diskfull fills
+// <data_dir>/copies (cluster.loop says why only the copies): diskfull fills
 // it, readonly makes it read-only under the live broker as an ext4 error
 // with errors=remount-ro does.
 //
@@ -43,7 +44,7 @@ const diskFiller = "demo-disk-filler"
 // before the brokers started): a running follower is stopped, its copies
 // moved onto a new loop ext4 at <data_dir>/copies, and it is started
 // again. It sets fr.Skipped when no loop disk can be had.
-func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopDisk, error) {
+func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopdisk.Disk, error) {
 	if d.c.loop != nil && d.c.loopBroker != nil {
 		if !d.c.loopBroker.alive() {
 			if err := d.restart(ctx, d.c.loopBroker); err != nil {
@@ -56,7 +57,7 @@ func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopD
 		fr.Skipped = "no loop-mounted copies disk: " + d.c.loopSkip
 		return nil, nil, nil
 	}
-	if why := loopUnavailable(); why != "" {
+	if why := loopdisk.Unavailable(); why != "" {
 		fr.Skipped = "no loop-mounted copies disk: " + why
 		return nil, nil, nil
 	}
@@ -325,7 +326,7 @@ func (d *demo) noteCause(fr *faultReport, m logMarks, needle string) bool {
 
 // diskStart is what both disk stages do first: revive, find the disk and
 // its broker, free space the diskfull stage may have left taken.
-func (d *demo) diskStart(ctx context.Context, fr *faultReport) (*broker, *loopDisk, error) {
+func (d *demo) diskStart(ctx context.Context, fr *faultReport) (*broker, *loopdisk.Disk, error) {
 	if err := d.reviveAll(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -355,7 +356,7 @@ func (d *demo) finishDisk(ctx context.Context, fr *faultReport, label string, st
 // counters, the log marks and how many replicas the broker holds.
 type diskRun struct {
 	b       *broker
-	l       *loopDisk
+	l       *loopdisk.Disk
 	segs    []meta.Segment
 	targets []meta.SegmentID
 	pre     map[meta.SegmentID]map[meta.BrokerID]int64
@@ -576,7 +577,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 
 // recoverDisk is the operator's remedy for a read-only disk: stop b, unmount,
 // e2fsck -f -y, mount, start b. It returns e2fsck's verdict in words.
-func (d *demo) recoverDisk(ctx context.Context, b *broker, l *loopDisk) (string, error) {
+func (d *demo) recoverDisk(ctx context.Context, b *broker, l *loopdisk.Disk) (string, error) {
 	d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", b.ID, l.Dir, l.Dev)
 	if err := d.c.Terminate(b); err != nil {
 		return "", err
