@@ -169,14 +169,7 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (faultRe
 	// latest; earlier when a heal pass that started before then already
 	// listed it dead. Measuring from there, a wait for the next tick
 	// counts as healing time, never as grace.
-	deadAt := killAt.Add(d.o.Grace)
-	if !d.deadSeen.IsZero() {
-		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(killAt))
-		if d.deadSeen.Before(deadAt) {
-			deadAt = d.deadSeen
-		}
-	}
-	fr.GraceWaitSeconds = seconds(deadAt.Sub(killAt))
+	deadAt := d.deadMoment(&fr, killAt, true)
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 	}

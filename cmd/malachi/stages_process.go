@@ -60,7 +60,8 @@ func (c *cluster) without(id meta.BrokerID) *cluster {
 
 // deadMoment sets fr's grace fields for broker faulted at faultAt and
 // returns the moment it counts as dead: faultAt + grace, or the start of an
-// earlier heal pass that listed it dead (as in stageKill) when passStart.
+// earlier heal pass that listed it dead when passStart (a killed broker:
+// stageKill, stageBackfillKill).
 // A stopped broker's probe hangs until its timeout, so the pass that lists
 // it dead started long before it decided so: without passStart the start
 // of such a pass is only reported (dead_seen_seconds), and the broker
