@@ -77,7 +77,7 @@ func (d *demo) copiesDisk(ctx context.Context, fr *faultReport) (*broker, *loopd
 	// After the move: a pass that began before it saw the old files.
 	movedAt := time.Now()
 	d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
-	addDiskNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, formatBytes(n))
+	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, formatBytes(n))
 	tmp := faultReport{Stage: "loop-mount"}
 	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
@@ -147,16 +147,6 @@ func (d *demo) copiesDiskSize() int64 {
 	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
 	per := max(d.rep.SegmentBytes, 4096) + footerSize
 	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
-}
-
-// addDiskNote appends a sentence to fr.Note.
-func addDiskNote(fr *faultReport, format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	if fr.Note == "" {
-		fr.Note = s
-		return
-	}
-	fr.Note += "; " + s
 }
 
 // diskCopies chooses up to n healthy sealed segments with a copy on b.
@@ -311,7 +301,7 @@ func (m logMarks) grep(bs []*broker, needle string) (map[meta.BrokerID]int, stri
 func (d *demo) noteCause(fr *faultReport, m logMarks, needle string) bool {
 	counts, first := m.grep(d.c.brokers, needle)
 	if len(counts) == 0 {
-		addDiskNote(fr, "no broker's log names %q", needle)
+		addNote(fr, "no broker's log names %q", needle)
 		return false
 	}
 	var parts []string
@@ -320,7 +310,7 @@ func (d *demo) noteCause(fr *faultReport, m logMarks, needle string) bool {
 			parts = append(parts, fmt.Sprintf("broker %d: %d", b.ID, n))
 		}
 	}
-	addDiskNote(fr, "%q in the logs (%s lines), e.g. %s", needle, strings.Join(parts, ", "), first)
+	addNote(fr, "%q in the logs (%s lines), e.g. %s", needle, strings.Join(parts, ", "), first)
 	return true
 }
 
@@ -416,7 +406,7 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 	d.logf("stage diskfull: %s", fr.What)
 	w := d.writeSegments(ctx, "diskfull", d.o.Brokers)
 	d.logf("  writes while full: %s", w)
-	addDiskNote(&fr, "while full: %s", w)
+	addNote(&fr, "while full: %s", w)
 	// A second broker dies while the disk is full, when the cluster can
 	// spare it: its replicas need new homes, and the full broker, which
 	// the placement may well choose, must fail as a target (its backfills
@@ -430,7 +420,7 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	if herr == nil {
-		addDiskNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, len(d.sealedOn(b.ID)), keptBefore)
+		addNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, len(d.sealedOn(b.ID)), keptBefore)
 	}
 	// The remedy: free the space; everything is checked again.
 	if err := os.Remove(filler); err != nil {
@@ -447,7 +437,7 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 		fr.Error = "after the filler was removed: " + err.Error()
 		return fr, fatal(ctx, err, d)
 	}
-	addDiskNote(&fr, "filler removed (%s free): healthy again %s later", formatBytes(freed), fmtSeconds(tmp.SecondsToHeal))
+	addNote(&fr, "filler removed (%s free): healthy again %s later", formatBytes(freed), fmtSeconds(tmp.SecondsToHeal))
 	return fr, nil
 }
 
@@ -457,7 +447,7 @@ func (d *demo) stageDiskFull(ctx context.Context) (faultReport, error) {
 func (d *demo) killBeside(fr *faultReport, full *broker, state string, pre map[meta.SegmentID]map[meta.BrokerID]int64) (*broker, []meta.SegmentID) {
 	run := d.c.running()
 	if len(run)-2 < d.o.RF || len(run)-1 <= len(d.c.brokers)/2 {
-		addDiskNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), d.o.RF, state)
+		addNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), d.o.RF, state)
 		return nil, nil
 	}
 	var victim *broker
@@ -481,7 +471,7 @@ func (d *demo) killBeside(fr *faultReport, full *broker, state string, pre map[m
 	}
 	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
 	if err := d.c.Kill(victim); err != nil {
-		addDiskNote(fr, "killing broker %d: %v", victim.ID, err)
+		addNote(fr, "killing broker %d: %v", victim.ID, err)
 		return nil, nil
 	}
 	return victim, segs
@@ -498,7 +488,7 @@ func (d *demo) reviveBeside(ctx context.Context, fr *faultReport, dead, full *br
 	for _, n := range counts {
 		tried += n
 	}
-	addDiskNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
+	addNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
 	if err := d.restart(ctx, dead); err != nil {
 		fr.Error = err.Error()
 		return err
@@ -536,7 +526,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 	d.logf("stage readonly: %s", fr.What)
 	w := d.writeSegments(ctx, "readonly", d.o.Brokers)
 	d.logf("  writes while read-only: %s", w)
-	addDiskNote(&fr, "while read-only: %s", w)
+	addNote(&fr, "while read-only: %s", w)
 	dead, deadSegs := d.killBeside(&fr, b, "read-only", pre)
 	targets = append(targets, deadSegs...)
 	herr := d.finishDisk(ctx, &fr, "healing around the read-only disk", start, targets, pre, before)
@@ -545,7 +535,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	if herr == nil {
-		addDiskNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, len(d.sealedOn(b.ID)), keptBefore)
+		addNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, len(d.sealedOn(b.ID)), keptBefore)
 	}
 	if herr != nil && ctx.Err() != nil {
 		return fr, ctx.Err()
@@ -568,9 +558,9 @@ func (d *demo) stageReadOnly(ctx context.Context) (faultReport, error) {
 		fr.Error = "after the disk was recovered: " + err.Error()
 		return fr, fatal(ctx, err, d)
 	}
-	addDiskNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", fsck, fmtSeconds(tmp.SecondsToHeal))
+	addNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", fsck, fmtSeconds(tmp.SecondsToHeal))
 	if n := orphans(d.last, b.ID); n > 0 {
-		addDiskNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", b.ID, n)
+		addNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", b.ID, n)
 	}
 	return fr, nil
 }

@@ -79,6 +79,7 @@ func (d *demo) deadMoment(fr *faultReport, faultAt time.Time, passStart bool) ti
 	return deadAt
 }
 
+// addNote appends a sentence to fr.Note, after a "; " when it has one.
 func addNote(fr *faultReport, format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	if fr.Note == "" {
