@@ -532,6 +532,15 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 		l, ok := lostIn(st.LastPass)
 		return ok && l.Acknowledged
 	})
+	// The dry run asked of a follower comes from the leader's coordinator
+	// and still reports the segment lost.
+	var dry heal.Plan
+	if err := c.get(follower, "/v1/plan", &dry); err != nil {
+		t.Fatalf("dry run through follower %d: %v", follower, err)
+	}
+	if l, ok := lostIn(&dry.Report); !ok || !l.Acknowledged {
+		t.Fatalf("dry run through follower %d: lost %+v, want %s listed acknowledged", follower, dry.Report.Lost, lost.ID)
+	}
 	after, _ := c.metadata(c.leader())
 	if s, _ := after.Segment(lost.ID); s.Version != lost.Version {
 		t.Fatalf("lost segment re-recorded: %v v%d -> %v v%d", lost.Replicas, lost.Version, s.Replicas, s.Version)

@@ -227,7 +227,7 @@ func verifyAdmin(secret []byte, path, header string, body []byte, now time.Time)
 // this broker has a cluster secret.
 func (b *broker) internal(f func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody))
 		if err != nil {
 			writeError(w, fmt.Errorf("%w: body: %v", errBadRequest, err))
 			return
@@ -254,11 +254,25 @@ func (b *broker) post(ctx context.Context, addr, path string, req, resp any) err
 	if err != nil {
 		return err
 	}
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+	return b.call(ctx, http.MethodPost, addr, path, body, resp)
+}
+
+// call sends method path with body (nil: none) to another broker's admin
+// API, signed when this broker has a cluster secret, and decodes the answer
+// into resp (nil: discarded); an error answer comes back as the sentinel
+// its code names.
+func (b *broker) call(ctx context.Context, method, addr, path string, body []byte, resp any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	r, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
 	if err != nil {
 		return err
 	}
-	r.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
 	if b.secret != nil {
 		ts := time.Now().UnixMilli()
 		r.Header.Set(authHeader, strconv.FormatInt(ts, 10)+" "+adminMAC(b.secret, path, ts, body))
@@ -268,7 +282,7 @@ func (b *broker) post(ctx context.Context, addr, path string, req, resp any) err
 		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
 	}
 	defer res.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(res.Body, 256<<20))
+	out, err := io.ReadAll(io.LimitReader(res.Body, maxAdminBody))
 	if err != nil {
 		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
 	}
@@ -1046,27 +1060,11 @@ func (b *broker) plan(r *http.Request) (any, error) {
 	if lerr != nil {
 		return nil, lerr
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/plan", nil)
-	if err != nil {
-		return nil, err
-	}
-	res, err := b.hc.Do(req)
-	if err != nil {
+	var out json.RawMessage
+	if err := b.call(ctx, http.MethodGet, addr, "/v1/plan", nil, &out); err != nil {
 		return nil, fmt.Errorf("plan from leader %d: %w", id, err)
 	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 256<<20))
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode != http.StatusOK {
-		var ae adminError
-		if json.Unmarshal(body, &ae) == nil && ae.Code != "" {
-			return nil, errorOf(ae.Code, ae.Message)
-		}
-		return nil, fmt.Errorf("plan from leader %d: HTTP %d", id, res.StatusCode)
-	}
-	return json.RawMessage(body), nil
+	return out, nil
 }
 
 // FaultRequest optionally parameterises a fault: the byte position of a
