@@ -6,30 +6,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
 
 // The fault tests run the store on a small ext4 file system on a loop
-// device that each test makes, fills and breaks. They need root and
-// losetup, mkfs.ext4, mount and umount.
+// device (internal/loopdisk) that each test makes, fills and breaks. They
+// need root and losetup, mkfs.ext4, mount and umount.
 
 type ext4 struct {
-	img, dev, mnt string
-}
-
-func mustRun(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	*loopdisk.Disk
 }
 
 // mkExt4 makes an ext4 image of sizeMB MiB, attaches it to a loop device and
@@ -45,94 +35,49 @@ func mkExt4(t *testing.T, sizeMB int) *ext4 {
 			t.Skipf("fault test needs %s: %v", tool, err)
 		}
 	}
+	if why := loopdisk.Unavailable(); why != "" {
+		t.Skipf("fault test: %s", why)
+	}
 	tmp := t.TempDir()
-	e := &ext4{img: filepath.Join(tmp, "disk.img"), mnt: filepath.Join(tmp, "mnt")}
-	if err := os.Mkdir(e.mnt, 0o755); err != nil {
-		t.Fatal(err)
+	d, err := loopdisk.Create(filepath.Join(tmp, "disk.img"), filepath.Join(tmp, "mnt"), int64(sizeMB)<<20)
+	if errors.Is(err, loopdisk.ErrNoDevice) {
+		t.Skipf("no loop device available: %v", err)
 	}
-	f, err := os.Create(e.img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(int64(sizeMB) << 20); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	out, err := exec.Command("losetup", "--find", "--show", e.img).CombinedOutput()
-	if err != nil {
-		t.Skipf("no loop device available: %v: %s", err, out)
-	}
-	e.dev = strings.TrimSpace(string(out))
 	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", e.dev).CombinedOutput(); err != nil {
-			t.Errorf("losetup -d %s: %v: %s", e.dev, err, out)
+		if err := d.Close(); err != nil {
+			t.Errorf("closing the loop disk: %v", err)
 		}
 	})
-	// No reserved blocks: root would use them and the disk would never fill.
-	mustRun(t, "mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096", e.dev)
-	e.mount(t)
-	t.Cleanup(func() { e.umount(t) })
-	return e
+	return &ext4{d}
 }
 
-func (e *ext4) mount(t *testing.T) {
-	t.Helper()
-	mustRun(t, "mount", "-o", "errors=remount-ro", e.dev, e.mnt)
-}
-
-func (e *ext4) umount(t *testing.T) {
-	t.Helper()
-	var out []byte
-	var err error
-	for i := 0; i < 50; i++ {
-		if !e.mounted() {
-			return
-		}
-		out, err = exec.Command("umount", e.mnt).CombinedOutput()
-		if err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Errorf("umount %s: %v: %s", e.mnt, err, out)
-	exec.Command("umount", "-l", e.mnt).Run()
-}
-
-func (e *ext4) mounted() bool {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return false
-	}
-	return bytes.Contains(b, []byte(" "+e.mnt+" "))
-}
-
-// remount unmounts and mounts again, so that what the test reads next comes
-// from the disk, not the page cache.
+// remount unmounts, runs e2fsck -f -y and mounts again, so that what the
+// test reads next comes from the disk, not the page cache.
 func (e *ext4) remount(t *testing.T) {
 	t.Helper()
-	e.umount(t)
-	if _, err := exec.LookPath("e2fsck"); err == nil {
-		// Exit codes 1 and 2 mean errors were corrected.
-		exec.Command("e2fsck", "-fy", e.dev).Run()
+	if err := e.Unmount(); err != nil {
+		t.Fatal(err)
 	}
-	e.mount(t)
+	if out, err := e.Fsck(); err != nil {
+		t.Logf("%v\n%s", err, out)
+	}
+	if err := e.Mount(); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// goReadOnly turns the mounted file system read-only under open files: a
-// plain `mount -o remount,ro` is refused (EBUSY) while a file is open for
-// writing, so then an ext4 error is raised through sysfs, which with
-// errors=remount-ro remounts it read-only as a real disk error would.
+// goReadOnly turns the mounted file system read-only under open files, as
+// a real disk error does with errors=remount-ro (loopdisk.Disk.GoReadOnly).
 func (e *ext4) goReadOnly(t *testing.T) (how string) {
 	t.Helper()
-	out, err := exec.Command("mount", "-o", "remount,ro", e.mnt).CombinedOutput()
-	if err == nil {
-		return "mount -o remount,ro"
+	how, err := e.GoReadOnly()
+	if err != nil {
+		t.Skipf("cannot make the file system read-only: %v", err)
 	}
-	trig := filepath.Join("/sys/fs/ext4", filepath.Base(e.dev), "trigger_fs_error")
-	if werr := os.WriteFile(trig, []byte("malachi fault test\n"), 0); werr != nil {
-		t.Skipf("cannot make the file system read-only: remount: %v: %s; %s: %v", err, out, trig, werr)
-	}
-	return "ext4 error (errors=remount-ro) after `mount -o remount,ro`: " + strings.TrimSpace(string(out))
+	return how
 }
 
 // fillDisk writes a filler file until the file system is full.
@@ -199,7 +144,7 @@ func TestFaultENOSPCDuringAppend(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			e := mkExt4(t, 16)
-			dir := filepath.Join(e.mnt, "db")
+			dir := filepath.Join(e.Dir, "db")
 			db := open(t, dir, store.Options{Preallocate: pre})
 			const id = meta.SegmentID("full")
 			if err := db.Create(id, 0); err != nil {
@@ -244,7 +189,7 @@ func TestFaultENOSPCDuringAppend(t *testing.T) {
 
 func TestFaultENOSPCDuringSettle(t *testing.T) {
 	e := mkExt4(t, 16)
-	dir := filepath.Join(e.mnt, "db")
+	dir := filepath.Join(e.Dir, "db")
 	db := open(t, dir, store.Options{})
 	const id = meta.SegmentID("settle")
 	if err := db.Create(id, 0); err != nil {
@@ -264,7 +209,7 @@ func TestFaultENOSPCDuringSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	seg := meta.Segment{ID: id, Length: n, ByteSize: int64(len(frames)), Sealed: true, Checksum: meta.CRC32C(crc32c(frames))}
-	filler := fillDisk(t, e.mnt)
+	filler := fillDisk(t, e.Dir)
 	res, err := db.Settle(id, seg)
 	if err == nil {
 		t.Fatalf("Settle on a full disk succeeded: %+v", res)
@@ -299,7 +244,7 @@ func TestFaultReadOnlyUnderLiveCopy(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			e := mkExt4(t, 16)
-			dir := filepath.Join(e.mnt, "db")
+			dir := filepath.Join(e.Dir, "db")
 			// Pebble keeps its WAL open for writing, which alone would make
 			// `mount -o remount,ro` busy: its confirmations live elsewhere.
 			if err := os.MkdirAll(dir, 0o755); err != nil {
