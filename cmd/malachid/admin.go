@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1080,11 +1081,7 @@ var faultKinds = []string{"latch", "delete", "truncate", "extend", "flip"}
 // parseFault decodes and checks the path and the body of POST
 // /v1/faults/{kind}/{id}.
 func parseFault(kind, pathID string, body []byte) (string, meta.SegmentID, FaultRequest, error) {
-	known := false
-	for _, k := range faultKinds {
-		known = known || k == kind
-	}
-	if !known {
+	if !slices.Contains(faultKinds, kind) {
 		return "", "", FaultRequest{}, fmt.Errorf("%w: fault %q: want latch, delete, truncate, extend or flip", errBadRequest, kind)
 	}
 	id, err := parseSegmentID(pathID)
