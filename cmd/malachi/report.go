@@ -173,17 +173,24 @@ type stageSeconds struct {
 	Seconds *float64 `json:"seconds"`
 }
 
-// destroyedIDs are the segments the lost stage destroyed when it held
-// (every one reported lost on every pass, none of Y's files deleted,
-// acknowledged): only then are they set apart from real loss.
-func (r *demoReport) destroyedIDs() []meta.SegmentID {
-	var out []meta.SegmentID
+// heldDestroyed is what the lost stage destroyed when it held (every
+// segment reported lost on every pass, none of Y's files deleted,
+// acknowledged): only then is it set apart from real loss.
+func (r *demoReport) heldDestroyed() []destroyedSegment {
+	var out []destroyedSegment
 	for _, f := range r.Faults {
 		if f.Stage == "lost" && f.Injected && f.Healed {
-			for _, ds := range f.Destroyed {
-				out = append(out, ds.Segment)
-			}
+			out = append(out, f.Destroyed...)
 		}
+	}
+	return out
+}
+
+// destroyedIDs are the segments of heldDestroyed.
+func (r *demoReport) destroyedIDs() []meta.SegmentID {
+	var out []meta.SegmentID
+	for _, ds := range r.heldDestroyed() {
+		out = append(out, ds.Segment)
 	}
 	return out
 }
@@ -205,12 +212,7 @@ func fmtSeconds(p *float64) string {
 // leaves the segments of destroyedIDs out of e and failedByPass; they are
 // then listed in Destroyed, and expected in the segment count.
 func (r *demoReport) finish(e evaluation, failedByPass int, runErr error) {
-	r.Destroyed = nil
-	for _, f := range r.Faults {
-		if f.Stage == "lost" && f.Injected && f.Healed {
-			r.Destroyed = append(r.Destroyed, f.Destroyed...)
-		}
-	}
+	r.Destroyed = r.heldDestroyed()
 	r.UnderReplicated = e.UnderReplicated
 	r.Failed = e.Damaged
 	if failedByPass > r.Failed {
