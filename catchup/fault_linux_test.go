@@ -5,17 +5,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/store"
-	"golang.org/x/sys/unix"
 )
 
-// loopExt4 formats a size-byte image as ext4, loop-mounts it and returns
-// the mount point. Unmount and detach run at cleanup, even on failure.
-func loopExt4(t *testing.T, size int64) string {
+// loopExt4 formats a size-byte image as ext4, loop-mounts it
+// (internal/loopdisk) and returns the disk. Unmount and detach run at
+// cleanup, even on failure.
+func loopExt4(t *testing.T, size int64) *loopdisk.Disk {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to loop-mount an ext4 image")
@@ -25,65 +25,39 @@ func loopExt4(t *testing.T, size int64) string {
 			t.Skipf("%s not installed: cannot loop-mount an ext4 image", tool)
 		}
 	}
-	run := func(name string, args ...string) string {
-		t.Helper()
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
+	if why := loopdisk.Unavailable(); why != "" {
+		t.Skipf("cannot loop-mount an ext4 image: %s", why)
 	}
 	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, "disk.img"), filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
+	d, err := loopdisk.Create(filepath.Join(dir, "disk.img"), filepath.Join(dir, "mnt"), size)
+	if errors.Is(err, loopdisk.ErrNoDevice) {
+		t.Skipf("losetup refused (no loop devices in this container?): %v", err)
 	}
-	f, err := os.Create(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Truncate(size)
-	f.Close()
-	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
-	if err != nil {
-		t.Skipf("losetup refused (no loop devices in this container?): %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
-	run("mkfs.ext4", "-q", "-F", "-m", "0", dev)
-	run("mount", "-t", "ext4", dev, mnt)
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-			exec.Command("umount", "-l", mnt).Run()
+		if err := d.Close(); err != nil {
+			t.Errorf("closing the loop disk: %v", err)
 		}
 	})
-	return mnt
+	return d
 }
 
 // A target whose disk fills up mid-transfer reports ENOSPC and latches its
 // copy; after a restart the copy is at its last valid frame, and resumes
 // from there once space is freed.
 func TestFaultTargetDiskFull(t *testing.T) {
-	mnt := loopExt4(t, 48<<20)
+	disk := loopExt4(t, 48<<20)
+	mnt := disk.Dir
 	fx := newStoreFixture(t, store.Options{}, filepath.Join(mnt, "broker"))
 	seg, bounds := sealed(t, fx.src, "seg-full", 0, 400, 60000, 8) // ~12 MiB
 
 	// Leave about 4 MiB free.
-	var st unix.Statfs_t
-	if err := unix.Statfs(mnt, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
 	filler := filepath.Join(mnt, "filler")
-	ff, err := os.Create(filler)
-	if err != nil {
+	if _, err := disk.Fill(filler, 4<<20); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Fallocate(int(ff.Fd()), 0, 0, free-4<<20); err != nil {
-		t.Fatal(err)
-	}
-	ff.Close()
 
 	res, err := fx.fetch(fx.addr, seg)
 	if !errors.Is(err, ErrTarget) || !errors.Is(err, syscall.ENOSPC) {
