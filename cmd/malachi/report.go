@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -291,13 +293,8 @@ func (r *demoReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "\n== report: %s ==\n", verdict)
 	fmt.Fprintf(w, "cluster            %d brokers, replication factor %d, %d sealed segments of %s\n", r.Brokers, r.ReplicationFactor, r.Segments, formatBytes(r.SegmentBytes))
 	if len(r.Config) > 0 {
-		keys := make([]string, 0, len(r.Config))
-		for k := range r.Config {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		var parts []string
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(r.Config)) {
 			parts = append(parts, k+"="+r.Config[k])
 		}
 		fmt.Fprintf(w, "config             %s\n", strings.Join(parts, " "))
