@@ -317,7 +317,7 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	}
 	switch held := plan.Report.HoldReason; {
 	case held != "" && c.held == "":
-		c.cfg.Logger.Warn("heal: mass-failure hold: placement of new replicas held", "reason", held)
+		c.cfg.Logger.Warn("heal: mass-failure hold: no backfill starts", "reason", held)
 	case held == "" && c.held != "":
 		c.cfg.Logger.Info("heal: mass-failure hold lifted", "was", c.held)
 	}
