@@ -12,18 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 	"unsafe"
-)
 
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
+	"github.com/malachi-log/malachi/internal/loopdisk"
+)
 
 // fsShutdown is FS_IOC_SHUTDOWN (_IOR('X', 125, __u32)) and its flag
 // FS_GOING_FLAGS_NOLOGFLUSH: the file system fails every later fsync with
@@ -33,13 +25,9 @@ const (
 	fsGoingNoLogFlush = 2
 )
 
-// TestFsyncErrorReachesEveryCaller mounts ext4 on a loop device, opens a
-// batch of dirty directories, shuts the file system down while the batch
-// waits at the engine, and checks that every caller gets EIO wrapped with
-// its path, from both engines. Root only.
-// loopExt4 mounts a new 64 MiB ext4 on a loop device under a temporary
-// directory and returns the mount point; cleanup unmounts and detaches.
-// Root only: it skips otherwise.
+// loopExt4 mounts a new 64 MiB ext4 on a loop device (internal/loopdisk)
+// under a temporary directory and returns the mount point; cleanup
+// unmounts and detaches. Root only: it skips otherwise.
 func loopExt4(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -50,38 +38,20 @@ func loopExt4(t *testing.T) string {
 			t.Skipf("%s not installed", tool)
 		}
 	}
+	if why := loopdisk.Unavailable(); why != "" {
+		t.Skip(why)
+	}
 	base := t.TempDir()
-	img := filepath.Join(base, "disk.img")
-	f, err := os.Create(img)
+	d, err := loopdisk.Create(filepath.Join(base, "disk.img"), filepath.Join(base, "mnt"), 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(64 << 20); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	loop := run(t, "losetup", "--find", "--show", img)
 	t.Cleanup(func() {
-		if err := exec.Command("losetup", "-d", loop).Run(); err != nil {
-			t.Errorf("losetup -d %s: %v", loop, err)
+		if err := d.Close(); err != nil {
+			t.Errorf("closing the loop disk: %v", err)
 		}
 	})
-	run(t, "mkfs.ext4", "-q", loop)
-	mnt := filepath.Join(base, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run(t, "mount", loop, mnt)
-	t.Cleanup(func() {
-		for range 50 {
-			if exec.Command("umount", mnt).Run() == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Errorf("umount %s failed", mnt)
-	})
-	return mnt
+	return d.Dir
 }
 
 // shutdown makes every later sync of the filesystem at mnt fail with EIO
@@ -101,6 +71,10 @@ func shutdown(t *testing.T, mnt string) bool {
 	return en == 0
 }
 
+// TestFsyncErrorReachesEveryCaller mounts ext4 on a loop device, opens a
+// batch of dirty directories, shuts the file system down while the batch
+// waits at the engine, and checks that every caller gets EIO wrapped with
+// its path, from both engines. Root only.
 func TestFsyncErrorReachesEveryCaller(t *testing.T) {
 	for _, k := range []Kind{KindURing, KindSyscall} {
 		t.Run("engine="+k.String(), func(t *testing.T) {
