@@ -477,7 +477,7 @@ func passClean(v *view) (bool, string) {
 		return false, fmt.Sprintf("heal pass: %d failed (%s: %s)", len(r.Failed), r.Failed[0].Segment, r.Failed[0].Reason)
 	case len(r.Unsettled) > 0:
 		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
-	case r.HoldReason != "" && !decodePassStatusReleased(v.Status):
+	case r.HoldReason != "" && !r.HoldReleased:
 		return false, "heal pass on hold: " + r.HoldReason
 	}
 	return true, ""

@@ -26,6 +26,8 @@ type healReport struct {
 	Unsettled       []copyRef        `json:"unsettled"`
 	Settling        []copyRef        `json:"settling"`
 	HoldReason      string           `json:"hold_reason"`
+	HoldReleased    bool             `json:"hold_released"`
+	Lost            []lostEntry      `json:"lost"`
 	Healed          []meta.SegmentID `json:"healed"`
 	Resumed         []copyRef        `json:"resumed"`
 	Settled         []copyRef        `json:"settled"`

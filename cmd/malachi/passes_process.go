@@ -45,26 +45,11 @@ func decodePassStatus(raw json.RawMessage) (passStatus, bool) {
 	if !ok || st.LastPass == nil {
 		return passStatus{}, false
 	}
-	var lost struct {
-		LastPass struct {
-			Lost         []lostEntry `json:"lost"`
-			HoldReleased bool        `json:"hold_released"`
-		} `json:"last_pass"`
-	}
-	_ = json.Unmarshal(raw, &lost) // same document decodeStatus accepted
 	return passStatus{
 		Leader: st.Broker, Passes: st.Passes, Hold: st.Hold, Index: st.LastPass.Index,
-		Dead: st.LastPass.Dead, Failed: st.LastPass.Failed, Lost: lost.LastPass.Lost,
-		HoldReleased: lost.LastPass.HoldReleased,
+		Dead: st.LastPass.Dead, Failed: st.LastPass.Failed, Lost: st.LastPass.Lost,
+		HoldReleased: st.LastPass.HoldReleased,
 	}, true
-}
-
-// decodePassStatusReleased: the last pass of a status document ran under
-// an operator's release of the mass-failure brake (its report keeps the
-// hold's reason, with hold_released, and placement went ahead).
-func decodePassStatusReleased(raw json.RawMessage) bool {
-	p, ok := decodePassStatus(raw)
-	return ok && p.HoldReleased
 }
 
 // failedReason is the reason the pass reports seg failed with, or "".

@@ -96,8 +96,8 @@ func TestDecodePassStatus(t *testing.T) {
 	if p.Leader != 2 || p.Passes != 7 || p.Index != 40 || !lost || !l.Acknowledged || p.failedReason("x") != "no_intact_source" || !p.HoldReleased || p.Hold == "" || len(p.Dead) != 1 {
 		t.Errorf("decoded %+v", p)
 	}
-	if !decodePassStatusReleased(raw) {
-		t.Error("hold_released not seen")
+	if r, ok := findReport(raw); !ok || !r.HoldReleased || len(r.Lost) != 1 {
+		t.Errorf("findReport: hold_released or lost not seen: %+v", r)
 	}
 	if _, ok := decodePassStatus(json.RawMessage(`{"heal":"disabled"}`)); ok {
 		t.Error("a disabled plugin decoded as a pass")
