@@ -690,17 +690,19 @@ func (db *DB) Delete(id meta.SegmentID) error {
 		return db.fail(c, "delete", err)
 	}
 	db.forget(c)
+	// The file is gone: make its removal durable even when forgetting its
+	// confirmation fails (a full disk refuses Pebble writes), and report both.
+	var uerr, serr error
 	if err := db.unconfirm(id); err != nil {
-		return fmt.Errorf("store: delete %s: confirmations: %w", id, err)
+		uerr = fmt.Errorf("store: delete %s: confirmations: %w", id, err)
 	}
-	var err error
 	if db.syncer != nil {
-		err = db.syncer.SyncDir(context.Background(), db.copies)
+		serr = db.syncer.SyncDir(context.Background(), db.copies)
 	} else {
-		err = db.fs.SyncDir(db.copies)
+		serr = db.fs.SyncDir(db.copies)
 	}
-	if err != nil {
-		return fmt.Errorf("store: delete %s: directory sync: %w", id, err)
+	if serr != nil {
+		serr = fmt.Errorf("store: delete %s: directory sync: %w", id, serr)
 	}
-	return nil
+	return errors.Join(uerr, serr)
 }
