@@ -1,9 +1,8 @@
-// Package pebblelog routes Pebble's log messages to zerolog, so that no
-// Pebble instance of ours writes to stderr on its own.
 package pebblelog
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
@@ -17,14 +16,19 @@ func New(l zerolog.Logger, store string) pebble.Logger {
 
 type logger struct{ l zerolog.Logger }
 
-func (p logger) Infof(format string, args ...any) { p.l.Info().Msgf(format, args...) }
+func (p logger) Infof(format string, args ...any) { p.l.Info().Msg(line(format, args)) }
 
-func (p logger) Errorf(format string, args ...any) { p.l.Error().Msgf(format, args...) }
+func (p logger) Errorf(format string, args ...any) { p.l.Error().Msg(line(format, args)) }
+
+// line formats one message without the newline Pebble ends most with.
+func line(format string, args []any) string {
+	return strings.TrimSpace(fmt.Sprintf(format, args...))
+}
 
 // Fatalf logs at fatal level and panics: Pebble calls it on a broken
 // invariant and does not expect it to return.
 func (p logger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	msg := line(format, args)
 	p.l.WithLevel(zerolog.FatalLevel).Msg(msg)
 	panic("pebble: " + msg)
 }
