@@ -87,11 +87,8 @@ func (d *demo) backfillBytes(ctx context.Context) map[meta.BrokerID]counterReadi
 			if err != nil {
 				return
 			}
-			b.mu.Lock()
-			pid := b.cmd.Process.Pid
-			b.mu.Unlock()
 			mu.Lock()
-			out[b.ID] = counterReading{pid: pid, value: v}
+			out[b.ID] = counterReading{pid: b.pid(), value: v}
 			mu.Unlock()
 		}()
 	}
