@@ -53,11 +53,11 @@ type Report struct {
 	// ones this pass selected (round-robin, bounded by the settle batch).
 	Unsettled []CopyRef `json:"unsettled,omitempty"`
 	Settling  []CopyRef `json:"settling,omitempty"`
-	// HoldReason is set when the mass-failure brake holds placement of
-	// new replicas this pass; empty otherwise.
+	// HoldReason is set when the mass-failure brake holds this pass's
+	// backfills and placements of new replicas; empty otherwise.
 	HoldReason string `json:"hold_reason,omitempty"`
 	// HoldReleased says an operator lifted the hold named by HoldReason
-	// for this pass: placement went ahead.
+	// for this pass: backfills and placement went ahead.
 	HoldReleased bool `json:"hold_released,omitempty"`
 
 	// Execution results, filled by the Coordinator.

@@ -236,7 +236,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	}
 	fmt.Fprintf(w, "heal: engines probe=%s fsync=%s; %d passes run by broker %d\n", ps.ProbeEngine, ps.FsyncEngine, ps.Passes, ps.Broker)
 	if ps.Hold != "" {
-		fmt.Fprintf(w, "heal: HOLDING new placements: %s (lift it with: malachi release --admin %s)\n", ps.Hold, st.Admin)
+		fmt.Fprintf(w, "heal: HOLDING backfills and new placements: %s (lift it with: malachi release --admin %s)\n", ps.Hold, st.Admin)
 	}
 	if r := ps.LastPass; r != nil {
 		fmt.Fprintf(w, "last pass at %s (%.3fs, index %d): under_replicated=%d failed=%d unsettled=%d backfills=%d commands=%d deferred=%d bytes_copied=%s\n",
