@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +82,94 @@ func BenchmarkCatchup(b *testing.B) {
 	b.Run(fmt.Sprintf("mode=iperf3/size=%s/streams=1", fx.label), func(b *testing.B) {
 		runIperf3(b, fx.seg.ByteSize+store.FooterSize, 1)
 	})
+}
+
+// BenchmarkCatchupPaired compares the zero-copy path with the io.Copy
+// baseline round by round. Each iteration is one round: zerocopy and
+// iocopy each move the copy once (streams transfers at once), in an order
+// that alternates between rounds, between the same two child processes
+// (the sender serves each mode on its own listener). The wall and CPU
+// figures are BenchmarkCatchup's, taken per transfer; the sender's CPU is
+// asked for over a control connection right before and after each one, so
+// neither end's window holds the other mode or the page-cache recycling.
+//
+// On a shared VM the CPU time of a process swings by tens of percent from
+// one second to the next with the host's load (the guest sees no steal
+// time); the two transfers of a round are a second apart, so their ratio
+// is far steadier than the ratio of separate runs. Run it with
+// -benchtime Nx for N rounds.
+//
+// Metrics: each mode's median MB/s and CPU s/GB (both ends, receiver,
+// sender), and the median over rounds of zerocopy's CPU and MB/s divided
+// by iocopy's in the same round (cpu-ratio, MB/s-ratio).
+func BenchmarkCatchupPaired(b *testing.B) {
+	fx := catchupFixture(b)
+	for _, streams := range []int{1, 4} {
+		b.Run(fmt.Sprintf("size=%s/streams=%d", fx.label, streams), func(b *testing.B) {
+			runPaired(b, fx, streams)
+		})
+	}
+}
+
+func runPaired(b *testing.B, fx catchupFix, streams int) {
+	names := []string{"zerocopy", "iocopy"}
+	modes := []catchup.Mode{catchup.ModeZeroCopy, catchup.ModeReadWrite}
+	src := startSource(b, fx, modes...)
+	defer src.Close()
+	b.ResetTimer()
+	out, err := targetCommand(b, fx, "paired", modes, src.addrs, src.ctl, streams).Output()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("receiver: %v\n%s", err, out)
+	}
+	gb := float64(streams) * float64(fx.seg.ByteSize+store.FooterSize) / 1e9
+	type figures struct{ mbps, cpu, recv, send float64 }
+	rounds := make([][]figures, b.N)
+	for i := range rounds {
+		rounds[i] = make([]figures, len(modes))
+	}
+	seen := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		var r, i int
+		var wall, recv, send time.Duration
+		if _, err := fmt.Sscanf(line, "transfer %d %d %d %d %d", &r, &i, &wall, &recv, &send); err != nil {
+			continue
+		}
+		if r < 0 || r >= b.N || i < 0 || i >= len(modes) {
+			b.Fatalf("receiver said %q", line)
+		}
+		rounds[r][i] = figures{gb * 1e3 / wall.Seconds(), (recv + send).Seconds() / gb, recv.Seconds() / gb, send.Seconds() / gb}
+		seen++
+	}
+	if seen != b.N*len(modes) {
+		b.Fatalf("receiver reported %d transfers, want %d:\n%s", seen, b.N*len(modes), out)
+	}
+	pick := func(f func(r []figures) float64) float64 {
+		v := make([]float64, len(rounds))
+		for k, r := range rounds {
+			v[k] = f(r)
+		}
+		return median(v)
+	}
+	for i, name := range names {
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].mbps }), name+"-MB/s")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].cpu }), name+"-cpu-s/GB")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].recv }), name+"-recv-cpu-s/GB")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].send }), name+"-send-cpu-s/GB")
+	}
+	b.ReportMetric(pick(func(r []figures) float64 { return r[0].cpu / r[1].cpu }), "cpu-ratio")
+	b.ReportMetric(pick(func(r []figures) float64 { return r[0].mbps / r[1].mbps }), "MB/s-ratio")
+}
+
+// median returns the median of v (the mean of the middle two for an even
+// count); v is sorted in place.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 var benchSecret = []byte("malachi-bench-cluster-secret")
@@ -175,49 +264,83 @@ func readFooter(path string) (store.Footer, bool) {
 	return store.DecodeFooter(buf[:])
 }
 
-func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams int) {
-	// The source broker.
-	sender := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
-	sender.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD=sender", "MALACHI_CATCHUP_DIR="+fx.dir,
-		"MALACHI_CATCHUP_MODE="+strconv.Itoa(int(send)))
-	sender.Stderr = os.Stderr
-	in, err := sender.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	outPipe, err := sender.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sender.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer sender.Wait()
-	defer in.Close()
-	out := bufio.NewScanner(outPipe)
-	addr := expectLine(b, out, "addr")
-	senderCPU := func() time.Duration {
-		fmt.Fprintln(in, "rusage")
-		ns, _ := strconv.ParseInt(expectLine(b, out, "rusage"), 10, 64)
-		return time.Duration(ns)
-	}
+// sourceBroker is the sender child of a catch-up benchmark.
+type sourceBroker struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	ctl   string   // the control listener's address
+	addrs []string // one data listener per mode
+}
 
-	// The target broker: b.N rounds of streams concurrent transfers.
-	segJSON, _ := json.Marshal(fx.seg)
-	recvDir := filepath.Join(benchRoot(b), "catchup-target")
-	if err := os.MkdirAll(recvDir, 0o755); err != nil {
+// startSource starts the sender child serving fx's store, one data
+// listener per mode; Close ends it.
+func startSource(b *testing.B, fx catchupFix, modes ...catchup.Mode) *sourceBroker {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
+	cmd.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD=sender", "MALACHI_CATCHUP_DIR="+fx.dir,
+		"MALACHI_CATCHUP_MODE="+formatModes(modes))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
 		b.Fatal(err)
 	}
-	receiver := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
-	receiver.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD=receiver", "MALACHI_CATCHUP_DIR="+recvDir,
-		"MALACHI_CATCHUP_MODE="+strconv.Itoa(int(recv)), "MALACHI_CATCHUP_ADDR="+addr,
-		"MALACHI_CATCHUP_SEG="+string(segJSON), "MALACHI_CATCHUP_SOURCE="+fx.path,
-		"MALACHI_CATCHUP_STREAMS="+strconv.Itoa(streams), "MALACHI_CATCHUP_ROUNDS="+strconv.Itoa(b.N))
-	receiver.Stderr = os.Stderr
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	s := &sourceBroker{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	s.ctl = expectLine(b, s.out, "ctl")
+	s.addrs = strings.Fields(expectLine(b, s.out, "addr"))
+	return s
+}
+
+// cpu asks the sender child for its CPU time so far.
+func (s *sourceBroker) cpu(b *testing.B) time.Duration {
+	fmt.Fprintln(s.in, "rusage")
+	ns, err := strconv.ParseInt(expectLine(b, s.out, "rusage"), 10, 64)
+	if err != nil {
+		b.Fatalf("sender's rusage: %v", err)
+	}
+	return time.Duration(ns)
+}
+
+func (s *sourceBroker) Close() {
+	s.in.Close()
+	s.cmd.Wait()
+}
+
+func formatModes(modes []catchup.Mode) string {
+	var parts []string
+	for _, m := range modes {
+		parts = append(parts, strconv.Itoa(int(m)))
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseModes(t *testing.T, s string) []catchup.Mode {
+	var modes []catchup.Mode
+	for _, part := range strings.Split(s, ",") {
+		m, err := strconv.Atoi(part)
+		if err != nil {
+			t.Fatalf("MALACHI_CATCHUP_MODE=%q: %v", s, err)
+		}
+		modes = append(modes, catchup.Mode(m))
+	}
+	return modes
+}
+
+func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams int) {
+	src := startSource(b, fx, send)
+	defer src.Close()
+	// The target broker: b.N rounds of streams concurrent transfers.
+	receiver := targetCommand(b, fx, "receiver", []catchup.Mode{recv}, src.addrs, "", streams)
 	b.ResetTimer()
-	s0 := senderCPU()
+	s0 := src.cpu(b)
 	res, err := receiver.Output()
-	s1 := senderCPU()
+	s1 := src.cpu(b)
 	b.StopTimer()
 	if err != nil {
 		b.Fatalf("receiver: %v\n%s", err, res)
@@ -231,6 +354,27 @@ func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams in
 	b.ReportMetric((s1-s0).Seconds()/gb, "send-cpu-s/GB")
 	b.ReportMetric(recvCPU.Seconds()/gb, "recv-cpu-s/GB")
 	b.ReportMetric((s1-s0+recvCPU).Seconds()/gb, "cpu-s/GB")
+}
+
+// targetCommand is the receiver child of a catch-up benchmark: role
+// "receiver" or "paired", b.N rounds of streams concurrent transfers from
+// addrs (one per mode), ctl the sender's control address (paired only).
+func targetCommand(b *testing.B, fx catchupFix, role string, modes []catchup.Mode, addrs []string, ctl string, streams int) *exec.Cmd {
+	segJSON, err := json.Marshal(fx.seg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(benchRoot(b), "catchup-target")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
+	cmd.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD="+role, "MALACHI_CATCHUP_DIR="+dir,
+		"MALACHI_CATCHUP_MODE="+formatModes(modes), "MALACHI_CATCHUP_ADDR="+strings.Join(addrs, " "),
+		"MALACHI_CATCHUP_CTL="+ctl, "MALACHI_CATCHUP_SEG="+string(segJSON), "MALACHI_CATCHUP_SOURCE="+fx.path,
+		"MALACHI_CATCHUP_STREAMS="+strconv.Itoa(streams), "MALACHI_CATCHUP_ROUNDS="+strconv.Itoa(b.N))
+	cmd.Stderr = os.Stderr
+	return cmd
 }
 
 func expectLine(b *testing.B, s *bufio.Scanner, word string) string {
@@ -260,30 +404,63 @@ func TestCatchupBenchChild(t *testing.T) {
 	if role == "" {
 		t.Skip("only run as a child of BenchmarkCatchup")
 	}
-	mode, _ := strconv.Atoi(os.Getenv("MALACHI_CATCHUP_MODE"))
+	modes := parseModes(t, os.Getenv("MALACHI_CATCHUP_MODE"))
 	dir := os.Getenv("MALACHI_CATCHUP_DIR")
 	switch role {
 	case "sender":
-		catchupSender(t, dir, catchup.Mode(mode))
+		catchupSender(t, dir, modes)
 	case "receiver":
-		catchupReceiver(t, dir, catchup.Mode(mode))
+		catchupReceiver(t, dir, modes[0])
+	case "paired":
+		pairedReceiver(t, dir, modes)
 	}
 }
 
-func catchupSender(t *testing.T, dir string, mode catchup.Mode) {
+// catchupSender serves dir's store with one catchup.Server per mode, each
+// on its own listener, printing "addr" and the listeners' addresses in
+// mode order, then "ctl" and the address of a control listener that
+// answers every line it reads with this process's CPU time in
+// nanoseconds (BenchmarkCatchupPaired's receiver asks it around each
+// transfer). A "rusage" line on stdin is answered the same way on stdout.
+func catchupSender(t *testing.T, dir string, modes []catchup.Mode) {
 	db, err := store.Open(dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Secret: benchSecret, Mode: mode}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs := make([]string, len(modes))
+	for i, mode := range modes {
+		srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Secret: benchSecret, Mode: mode}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(l)
+		defer srv.Close()
+		addrs[i] = l.Addr().String()
+	}
+	ctl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(l)
-	defer srv.Close()
-	fmt.Println("addr", l.Addr())
+	defer ctl.Close()
+	go func() {
+		for {
+			c, err := ctl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				in := bufio.NewScanner(c)
+				for in.Scan() {
+					fmt.Fprintln(c, int64(cpuTime()))
+				}
+			}()
+		}
+	}()
+	fmt.Println("ctl", ctl.Addr())
+	fmt.Println("addr", strings.Join(addrs, " "))
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "rusage" {
@@ -315,52 +492,119 @@ func (t benchTarget) File() catchup.File { return t.f }
 func (t benchTarget) Commit() error      { return t.f.Close() }
 func (t benchTarget) Abort() error       { return t.f.Close() }
 
-func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
-	var seg meta.Segment
-	if err := json.Unmarshal([]byte(os.Getenv("MALACHI_CATCHUP_SEG")), &seg); err != nil {
+// target is the receiver child's side of a catch-up benchmark, read from
+// its environment (see targetCommand).
+type target struct {
+	dir     string
+	seg     meta.Segment
+	source  string // the source copy's path, to compare with
+	addrs   []string
+	streams int
+	rounds  int
+	paths   []string // one file per stream
+}
+
+func readTarget(t *testing.T, dir string) target {
+	tg := target{dir: dir, source: os.Getenv("MALACHI_CATCHUP_SOURCE"), addrs: strings.Fields(os.Getenv("MALACHI_CATCHUP_ADDR"))}
+	if err := json.Unmarshal([]byte(os.Getenv("MALACHI_CATCHUP_SEG")), &tg.seg); err != nil {
 		t.Fatal(err)
 	}
-	streams, _ := strconv.Atoi(os.Getenv("MALACHI_CATCHUP_STREAMS"))
-	rounds, _ := strconv.Atoi(os.Getenv("MALACHI_CATCHUP_ROUNDS"))
-	addr := os.Getenv("MALACHI_CATCHUP_ADDR")
-	cl := &catchup.Client{Secret: benchSecret, Mode: mode}
-	paths := make([]string, streams)
-	for i := range paths {
-		paths[i] = filepath.Join(dir, fmt.Sprintf("target-%d", i))
-		os.Remove(paths[i])
+	tg.streams, _ = strconv.Atoi(os.Getenv("MALACHI_CATCHUP_STREAMS"))
+	tg.rounds, _ = strconv.Atoi(os.Getenv("MALACHI_CATCHUP_ROUNDS"))
+	for i := range tg.streams {
+		p := filepath.Join(dir, fmt.Sprintf("target-%d", i))
+		os.Remove(p)
+		tg.paths = append(tg.paths, p)
 	}
-	var wall, cpu time.Duration
-	for r := range rounds {
-		if err := recyclePageCache(dir, int64(streams)*(seg.ByteSize+store.FooterSize)); err != nil {
+	return tg
+}
+
+// recycle recycles as much page cache as the next transfer writes.
+func (tg target) recycle(t *testing.T) {
+	if err := recyclePageCache(tg.dir, int64(tg.streams)*(tg.seg.ByteSize+store.FooterSize)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// transfer moves the copy once per stream, all at once, from addr with cl,
+// and returns the wall and CPU time of the transfers. With check it
+// compares every target with the source afterwards; the targets are
+// removed.
+func (tg target) transfer(t *testing.T, cl *catchup.Client, addr string, check bool) (wall, cpu time.Duration) {
+	w0, c0 := time.Now(), cpuTime()
+	errs := make(chan error, tg.streams)
+	for _, p := range tg.paths {
+		go func() {
+			_, err := cl.Fetch(context.Background(), addr, tg.seg, benchSink{path: p}, nil)
+			errs <- err
+		}()
+	}
+	for range tg.streams {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
-		w0, c0 := time.Now(), cpuTime()
-		errs := make(chan error, streams)
-		for _, p := range paths {
-			go func() {
-				_, err := cl.Fetch(context.Background(), addr, seg, benchSink{path: p}, nil)
-				errs <- err
-			}()
-		}
-		for range streams {
-			if err := <-errs; err != nil {
+	}
+	wall, cpu = time.Since(w0), cpuTime()-c0
+	for _, p := range tg.paths {
+		if check {
+			if err := sameFile(tg.source, p); err != nil {
 				t.Fatal(err)
 			}
 		}
-		wall += time.Since(w0)
-		cpu += cpuTime() - c0
-		if r == rounds-1 {
-			for _, p := range paths {
-				if err := sameFile(os.Getenv("MALACHI_CATCHUP_SOURCE"), p); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		for _, p := range paths {
-			os.Remove(p)
-		}
+		os.Remove(p)
+	}
+	return wall, cpu
+}
+
+func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
+	tg := readTarget(t, dir)
+	cl := &catchup.Client{Secret: benchSecret, Mode: mode}
+	var wall, cpu time.Duration
+	for r := range tg.rounds {
+		tg.recycle(t)
+		w, c := tg.transfer(t, cl, tg.addrs[0], r == tg.rounds-1)
+		wall, cpu = wall+w, cpu+c
 	}
 	fmt.Printf("result %d %d\n", int64(wall), int64(cpu))
+}
+
+// pairedReceiver runs BenchmarkCatchupPaired's rounds: in each, every mode
+// moves the copy once, in an order that rotates from round to round, and
+// the sender's CPU time is asked for around each transfer. It prints one
+// line per transfer: "transfer <round> <mode index> <wall ns> <recv ns> <send ns>".
+func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
+	tg := readTarget(t, dir)
+	ctl, err := net.Dial("tcp", os.Getenv("MALACHI_CATCHUP_CTL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	answers := bufio.NewScanner(ctl)
+	senderCPU := func() time.Duration {
+		fmt.Fprintln(ctl, "cpu")
+		if !answers.Scan() {
+			t.Fatalf("sender's control connection: %v", answers.Err())
+		}
+		ns, err := strconv.ParseInt(answers.Text(), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ns)
+	}
+	clients := make([]*catchup.Client, len(modes))
+	for i, m := range modes {
+		clients[i] = &catchup.Client{Secret: benchSecret, Mode: m}
+	}
+	for r := range tg.rounds {
+		for k := range modes {
+			i := (r + k) % len(modes)
+			tg.recycle(t)
+			s0 := senderCPU()
+			wall, cpu := tg.transfer(t, clients[i], tg.addrs[i], r == tg.rounds-1)
+			s1 := senderCPU()
+			fmt.Printf("transfer %d %d %d %d %d\n", r, i, int64(wall), int64(cpu), int64(s1-s0))
+		}
+	}
 }
 
 func sameFile(a, b string) error {

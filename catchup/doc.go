@@ -52,7 +52,11 @@
 //     at a time (the Sink holds it exclusively). A transfer that does not
 //     commit leaves the copy at its durable end: never past a damaged
 //     frame, never cut below bytes that were already valid.
-//     The zero-copy target first reserves the blocks of [Resume, Size)
+//     The zero-copy target writes the file in aligned units (writeAlign)
+//     and may hold less than one unit in its pipe between writes; when a
+//     transfer stops for any reason, what the pipe holds is written
+//     before the error is returned, so a cut keeps every byte that
+//     arrived. The zero-copy target first reserves the blocks of [Resume, Size)
 //     with fallocate(2) FALLOC_FL_KEEP_SIZE (best effort): the file's size
 //     grows only as bytes land, and a cut transfer's reserved blocks past
 //     the end are the copy's own, reused by the resuming transfer or freed

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -58,6 +59,36 @@ func TestZeroCopySyscalls(t *testing.T) {
 	}
 	if cfr != 0 {
 		t.Fatalf("copy_file_range appeared: Go's own fast path ran")
+	}
+	// Every pipe → file write ends on a writeAlign boundary of the file
+	// (the chunks of this 4 MiB transfer end on such boundaries too).
+	for _, m := range regexp.MustCompile(`(?m)splice\(\d+, NULL, \d+, \[(\d+)\], (\d+)`).FindAllSubmatch(trace, -1) {
+		off, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		n, _ := strconv.ParseInt(string(m[2]), 10, 64)
+		if (off+n)%writeAlign != 0 {
+			t.Errorf("a write into the copy at [%d, %d) does not end on a %d-byte boundary", off, off+n, writeAlign)
+		}
+	}
+}
+
+// Pipes smaller than the write unit still move every byte: the unit
+// shrinks to a quarter of the pipe (at least a page), and a one-page pipe
+// that fills before a page is complete is emptied instead of waited on
+// (EAGAIN with bytes in the socket).
+func TestZeroCopySmallPipes(t *testing.T) {
+	for _, pipe := range []int{4096, 16 << 10, 64 << 10} {
+		t.Run(strconv.Itoa(pipe), func(t *testing.T) {
+			fx := newFixture(t, 3<<20+12345, Limits{IdleTimeout: 5 * time.Second}, ModeZeroCopy, ModeZeroCopy)
+			fx.cl.pipeSize = pipe
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := fx.cl.Fetch(ctx, fx.addr, fx.seg, fx.sink, nil); err != nil {
+				t.Fatalf("pipe of %d bytes: %v", pipe, err)
+			}
+			if got := fx.targetBytes(t); !bytes.Equal(got, fx.data) {
+				t.Fatal("target differs from the source")
+			}
+		})
 	}
 }
 
