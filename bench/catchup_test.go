@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -116,49 +117,61 @@ func runPaired(b *testing.B, fx catchupFix, streams int) {
 	modes := []catchup.Mode{catchup.ModeZeroCopy, catchup.ModeReadWrite}
 	src := startSource(b, fx, modes...)
 	defer src.Close()
+	cmd := targetCommand(b, fx, "paired", modes, src.addrs, src.ctl, streams)
+	if bin, err := exec.LookPath("iperf3"); err == nil && streams == 1 {
+		names = append(names, "iperf3")
+		cmd.Env = append(cmd.Env, "MALACHI_CATCHUP_IPERF3="+bin)
+	}
 	b.ResetTimer()
-	out, err := targetCommand(b, fx, "paired", modes, src.addrs, src.ctl, streams).Output()
+	out, err := cmd.Output()
 	b.StopTimer()
 	if err != nil {
 		b.Fatalf("receiver: %v\n%s", err, out)
 	}
-	gb := float64(streams) * float64(fx.seg.ByteSize+store.FooterSize) / 1e9
-	type figures struct{ mbps, cpu, recv, send float64 }
-	rounds := make([][]figures, b.N)
+	rounds := make([][]figures, b.N) // a zero figures: iperf3 did not finish
 	for i := range rounds {
-		rounds[i] = make([]figures, len(modes))
+		rounds[i] = make([]figures, len(names))
 	}
 	seen := 0
 	for _, line := range strings.Split(string(out), "\n") {
 		var r, i int
-		var wall, recv, send time.Duration
-		if _, err := fmt.Sscanf(line, "transfer %d %d %d %d %d", &r, &i, &wall, &recv, &send); err != nil {
+		var f figures
+		if _, err := fmt.Sscanf(line, "figures %d %d %g %g %g", &r, &i, &f.mbps, &f.recv, &f.send); err != nil {
 			continue
 		}
-		if r < 0 || r >= b.N || i < 0 || i >= len(modes) {
+		if r < 0 || r >= b.N || i < 0 || i >= len(names) {
 			b.Fatalf("receiver said %q", line)
 		}
-		rounds[r][i] = figures{gb * 1e3 / wall.Seconds(), (recv + send).Seconds() / gb, recv.Seconds() / gb, send.Seconds() / gb}
+		rounds[r][i] = f
 		seen++
 	}
-	if seen != b.N*len(modes) {
-		b.Fatalf("receiver reported %d transfers, want %d:\n%s", seen, b.N*len(modes), out)
+	if seen < b.N*len(modes) {
+		b.Fatalf("receiver reported %d transfers, want at least %d:\n%s", seen, b.N*len(modes), out)
 	}
-	pick := func(f func(r []figures) float64) float64 {
-		v := make([]float64, len(rounds))
-		for k, r := range rounds {
-			v[k] = f(r)
+	// pick is the median of f over the rounds in which every mode in
+	// need has figures.
+	pick := func(f func(r []figures) float64, need ...int) float64 {
+		var v []float64
+		for _, r := range rounds {
+			if !slices.ContainsFunc(need, func(i int) bool { return r[i].mbps == 0 }) {
+				v = append(v, f(r))
+			}
+		}
+		if len(v) == 0 {
+			return math.NaN()
 		}
 		return median(v)
 	}
 	for i, name := range names {
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].mbps }), name+"-MB/s")
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].cpu }), name+"-cpu-s/GB")
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].recv }), name+"-recv-cpu-s/GB")
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].send }), name+"-send-cpu-s/GB")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].mbps }, i), name+"-MB/s")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].cpu() }, i), name+"-cpu-s/GB")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].recv }, i), name+"-recv-cpu-s/GB")
+		b.ReportMetric(pick(func(r []figures) float64 { return r[i].send }, i), name+"-send-cpu-s/GB")
 	}
-	b.ReportMetric(pick(func(r []figures) float64 { return r[0].cpu / r[1].cpu }), "cpu-ratio")
-	b.ReportMetric(pick(func(r []figures) float64 { return r[0].mbps / r[1].mbps }), "MB/s-ratio")
+	for j := 1; j < len(names); j++ {
+		b.ReportMetric(pick(func(r []figures) float64 { return r[0].cpu() / r[j].cpu() }, 0, j), "cpu-vs-"+names[j])
+		b.ReportMetric(pick(func(r []figures) float64 { return r[0].mbps / r[j].mbps }, 0, j), "MB/s-vs-"+names[j])
+	}
 }
 
 // median returns the median of v (the mean of the middle two for an even
@@ -569,9 +582,11 @@ func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
 }
 
 // pairedReceiver runs BenchmarkCatchupPaired's rounds: in each, every mode
-// moves the copy once, in an order that rotates from round to round, and
-// the sender's CPU time is asked for around each transfer. It prints one
-// line per transfer: "transfer <round> <mode index> <wall ns> <recv ns> <send ns>".
+// moves the copy once, and then iperf3 once where MALACHI_CATCHUP_IPERF3
+// names it, in an order that rotates from round to round; the sender's CPU
+// time is asked for around each transfer. It prints one line per transfer:
+// "figures <round> <index> <MB/s> <recv cpu s/GB> <send cpu s/GB>", iperf3's
+// index coming after the modes' (no line when iperf3 did not finish).
 func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
 	tg := readTarget(t, dir)
 	ctl, err := net.Dial("tcp", os.Getenv("MALACHI_CATCHUP_CTL"))
@@ -595,14 +610,26 @@ func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
 	for i, m := range modes {
 		clients[i] = &catchup.Client{Secret: benchSecret, Mode: m}
 	}
+	iperf3 := os.Getenv("MALACHI_CATCHUP_IPERF3")
+	entries := len(modes)
+	if iperf3 != "" {
+		entries++
+	}
+	gb := float64(tg.streams) * float64(tg.seg.ByteSize+store.FooterSize) / 1e9
 	for r := range tg.rounds {
-		for k := range modes {
-			i := (r + k) % len(modes)
+		for k := range entries {
+			i := (r + k) % entries
+			if i == len(modes) {
+				if f, err := iperf3Once(iperf3, tg.seg.ByteSize+store.FooterSize, tg.streams); err == nil {
+					fmt.Printf("figures %d %d %g %g %g\n", r, i, f.mbps, f.recv, f.send)
+				}
+				continue
+			}
 			tg.recycle(t)
 			s0 := senderCPU()
 			wall, cpu := tg.transfer(t, clients[i], tg.addrs[i], r == tg.rounds-1)
 			s1 := senderCPU()
-			fmt.Printf("transfer %d %d %d %d %d\n", r, i, int64(wall), int64(cpu), int64(s1-s0))
+			fmt.Printf("figures %d %d %g %g %g\n", r, i, gb*1e3/wall.Seconds(), cpu.Seconds()/gb, (s1-s0).Seconds()/gb)
 		}
 	}
 }
@@ -639,62 +666,81 @@ func runIperf3(b *testing.B, size int64, streams int) {
 	}
 	var mbps, send, recv float64
 	for range b.N {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		f, err := iperf3Once(bin, size, streams)
 		if err != nil {
-			b.Fatal(err)
+			b.Skip(err) // iperf3 now and then never finishes a test on this box
 		}
-		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		srv := exec.CommandContext(ctx, bin, "-s", "-1", "-B", "127.0.0.1", "-p", port)
-		if err := srv.Start(); err != nil {
-			b.Fatal(err)
-		}
-		var out []byte
-		for try := 0; ; try++ {
-			out, err = exec.CommandContext(ctx, bin, "-c", "127.0.0.1", "-p", port, "-P", strconv.Itoa(streams),
-				"-n", strconv.FormatInt(size*int64(streams), 10), "-J").Output()
-			if err == nil || try == 50 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			srv.Process.Kill()
-		}
-		srv.Wait()
-		cancel()
-		if err != nil {
-			// iperf3 now and then never finishes a test on this box.
-			b.Skipf("iperf3 did not finish within 20 s: %v\n%s", err, out)
-		}
-		var r struct {
-			End struct {
-				SumReceived struct {
-					Seconds       float64 `json:"seconds"`
-					Bytes         float64 `json:"bytes"`
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-				CPU struct {
-					Host   float64 `json:"host_total"`
-					Remote float64 `json:"remote_total"`
-				} `json:"cpu_utilization_percent"`
-			} `json:"end"`
-		}
-		if err := json.Unmarshal(out, &r); err != nil {
-			b.Fatal(err)
-		}
-		s := r.End.SumReceived
-		gb := s.Bytes / 1e9
-		mbps += s.BitsPerSecond / 8 / 1e6
-		send += r.End.CPU.Host / 100 * s.Seconds / gb
-		recv += r.End.CPU.Remote / 100 * s.Seconds / gb
+		mbps, send, recv = mbps+f.mbps, send+f.send, recv+f.recv
 	}
 	n := float64(b.N)
 	b.ReportMetric(mbps/n, "MB/s")
 	b.ReportMetric(send/n, "send-cpu-s/GB")
 	b.ReportMetric(recv/n, "recv-cpu-s/GB")
 	b.ReportMetric((send+recv)/n, "cpu-s/GB")
+}
+
+// figures are one transfer's (or one round's median) MB/s and CPU seconds
+// per GB at each end.
+type figures struct{ mbps, recv, send float64 }
+
+func (f figures) cpu() float64 { return f.recv + f.send }
+
+// iperf3Once moves size bytes per stream over loopback with iperf3 (a
+// one-off server and a client, -P streams) and returns its throughput and
+// its own CPU figures (cpu_utilization_percent of each end). An iperf3
+// that has not finished after 20 s is an error.
+func iperf3Once(bin string, size int64, streams int) (figures, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return figures{}, err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := exec.CommandContext(ctx, bin, "-s", "-1", "-B", "127.0.0.1", "-p", port)
+	if err := srv.Start(); err != nil {
+		return figures{}, err
+	}
+	var out []byte
+	for try := 0; ; try++ {
+		out, err = exec.CommandContext(ctx, bin, "-c", "127.0.0.1", "-p", port, "-P", strconv.Itoa(streams),
+			"-n", strconv.FormatInt(size*int64(streams), 10), "-J").Output()
+		if err == nil || try == 50 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		srv.Process.Kill()
+	}
+	srv.Wait()
+	if err != nil {
+		return figures{}, fmt.Errorf("iperf3 did not finish within 20 s: %v\n%s", err, out)
+	}
+	var r struct {
+		End struct {
+			SumReceived struct {
+				Seconds       float64 `json:"seconds"`
+				Bytes         float64 `json:"bytes"`
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+			CPU struct {
+				Host   float64 `json:"host_total"`
+				Remote float64 `json:"remote_total"`
+			} `json:"cpu_utilization_percent"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return figures{}, fmt.Errorf("iperf3's JSON: %w", err)
+	}
+	sum := r.End.SumReceived
+	gb := sum.Bytes / 1e9
+	return figures{
+		mbps: sum.BitsPerSecond / 8 / 1e6,
+		send: r.End.CPU.Host / 100 * sum.Seconds / gb,
+		recv: r.End.CPU.Remote / 100 * sum.Seconds / gb,
+	}, nil
 }
 
 // BenchmarkCatchupFloor measures what the target's page-cache write costs
