@@ -56,7 +56,7 @@
 //     and may hold less than one unit in its pipe between writes; when a
 //     transfer stops for any reason, what the pipe holds is written
 //     before the error is returned, so a cut keeps every byte that
-//     arrived. The zero-copy target first reserves the blocks of [Resume, Size)
+//     arrived. It first reserves the blocks of [Resume, Size)
 //     with fallocate(2) FALLOC_FL_KEEP_SIZE (best effort): the file's size
 //     grows only as bytes land, and a cut transfer's reserved blocks past
 //     the end are the copy's own, reused by the resuming transfer or freed

@@ -122,6 +122,9 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle
 				if e == unix.EINTR {
 					continue
 				}
+				if e == nil && k == 0 {
+					e = io.ErrNoProgress // the pipe holds w bytes: cannot happen
+				}
 				if e != nil {
 					return &targetError{fmt.Errorf("splice into the copy at byte %d: %w", pos, e)}
 				}
