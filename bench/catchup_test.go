@@ -151,7 +151,6 @@ func runPaired(b *testing.B, fx catchupFix, entries []pairedEntry, streams int) 
 		names, sends, recvs = append(names, e.name), append(sends, e.send), append(recvs, e.recv)
 	}
 	src := startSource(b, fx, sends...)
-	defer src.Close()
 	cmd := targetCommand(b, fx, "paired", recvs, src.addrs, src.ctl, streams)
 	if bin, err := exec.LookPath("iperf3"); err == nil && streams == 1 {
 		names = append(names, "iperf3")
@@ -314,11 +313,12 @@ func readFooter(path string) (store.Footer, bool) {
 
 // sourceBroker is the sender child of a catch-up benchmark.
 type sourceBroker struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Scanner
-	ctl   string   // the control listener's address
-	addrs []string // one data listener per mode
+	cmd     *exec.Cmd
+	in      io.WriteCloser // closed to end the child
+	ctl     string         // the control listener's address
+	addrs   []string       // one data listener per mode
+	conn    net.Conn       // the parent's own control connection
+	answers *bufio.Scanner
 }
 
 // startSource starts the sender child serving fx's store, one data
@@ -339,23 +339,41 @@ func startSource(b *testing.B, fx catchupFix, modes ...catchup.Mode) *sourceBrok
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	s := &sourceBroker{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
-	s.ctl = expectLine(b, s.out, "ctl")
-	s.addrs = strings.Fields(expectLine(b, s.out, "addr"))
+	s := &sourceBroker{cmd: cmd, in: in}
+	b.Cleanup(s.close)
+	out := bufio.NewScanner(outPipe)
+	s.ctl = expectLine(b, out, "ctl")
+	s.addrs = strings.Fields(expectLine(b, out, "addr"))
+	if s.conn, err = net.Dial("tcp", s.ctl); err != nil {
+		b.Fatalf("sender's control listener: %v", err)
+	}
+	s.answers = bufio.NewScanner(s.conn)
 	return s
 }
 
 // cpu asks the sender child for its CPU time so far.
-func (s *sourceBroker) cpu(b *testing.B) time.Duration {
-	fmt.Fprintln(s.in, "rusage")
-	ns, err := strconv.ParseInt(expectLine(b, s.out, "rusage"), 10, 64)
+func (s *sourceBroker) cpu(tb testing.TB) time.Duration {
+	return askCPU(tb, s.conn, s.answers)
+}
+
+// askCPU asks a sender child's control connection for the child's CPU
+// time so far.
+func askCPU(tb testing.TB, conn net.Conn, answers *bufio.Scanner) time.Duration {
+	fmt.Fprintln(conn, "cpu")
+	if !answers.Scan() {
+		tb.Fatalf("sender's control connection: %v", answers.Err())
+	}
+	ns, err := strconv.ParseInt(answers.Text(), 10, 64)
 	if err != nil {
-		b.Fatalf("sender's rusage: %v", err)
+		tb.Fatalf("sender's CPU time %q: %v", answers.Text(), err)
 	}
 	return time.Duration(ns)
 }
 
-func (s *sourceBroker) Close() {
+func (s *sourceBroker) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
 	s.in.Close()
 	s.cmd.Wait()
 }
@@ -382,7 +400,6 @@ func parseModes(t *testing.T, s string) []catchup.Mode {
 
 func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams int) {
 	src := startSource(b, fx, send)
-	defer src.Close()
 	// The target broker: b.N rounds of streams concurrent transfers.
 	receiver := targetCommand(b, fx, "receiver", []catchup.Mode{recv}, src.addrs, "", streams)
 	b.ResetTimer()
@@ -465,11 +482,10 @@ func TestCatchupBenchChild(t *testing.T) {
 }
 
 // catchupSender serves dir's store with one catchup.Server per mode, each
-// on its own listener, printing "addr" and the listeners' addresses in
-// mode order, then "ctl" and the address of a control listener that
-// answers every line it reads with this process's CPU time in
-// nanoseconds (BenchmarkCatchupPaired's receiver asks it around each
-// transfer). A "rusage" line on stdin is answered the same way on stdout.
+// on its own listener, printing "ctl" and the address of a control
+// listener that answers every line it reads with this process's CPU time
+// in nanoseconds, then "addr" and the data listeners' addresses in mode
+// order. It ends when its standard input closes.
 func catchupSender(t *testing.T, dir string, modes []catchup.Mode) {
 	db, err := store.Open(dir, store.Options{})
 	if err != nil {
@@ -509,12 +525,7 @@ func catchupSender(t *testing.T, dir string, modes []catchup.Mode) {
 	}()
 	fmt.Println("ctl", ctl.Addr())
 	fmt.Println("addr", strings.Join(addrs, " "))
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		if in.Text() == "rusage" {
-			fmt.Println("rusage", int64(cpuTime()))
-		}
-	}
+	io.Copy(io.Discard, os.Stdin)
 }
 
 // benchSink receives into plain files and commits nothing (see
@@ -630,17 +641,7 @@ func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
 	}
 	defer ctl.Close()
 	answers := bufio.NewScanner(ctl)
-	senderCPU := func() time.Duration {
-		fmt.Fprintln(ctl, "cpu")
-		if !answers.Scan() {
-			t.Fatalf("sender's control connection: %v", answers.Err())
-		}
-		ns, err := strconv.ParseInt(answers.Text(), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return time.Duration(ns)
-	}
+	senderCPU := func() time.Duration { return askCPU(t, ctl, answers) }
 	clients := make([]*catchup.Client, len(modes))
 	for i, m := range modes {
 		clients[i] = &catchup.Client{Secret: benchSecret, Mode: m}

@@ -31,9 +31,20 @@ type Limits struct {
 const DefaultIdleTimeout = 30 * time.Second
 
 // maxChunk is the most bytes moved between two deadline refreshes, two
-// progress callbacks and two token-bucket waits. It is also the pipe size
-// asked for by the splice path and the buffer size of the read/write path.
+// progress callbacks and two token-bucket waits, but on the zero-copy
+// target without a byte cap (spliceChunk). It is also the pipe size asked
+// for by the splice path and the buffer size of the read/write path.
 const maxChunk = 1 << 20
+
+// spliceChunk is the zero-copy target's chunk when no byte cap applies.
+// The target pushes its deadline as bytes land, so a chunk only spaces
+// progress callbacks and bounds its socket reads: near a chunk's end the
+// wake-up mark must fall to what the chunk still wants, and each end cost
+// a few small wake-ups. BenchmarkCatchupPaired, 1 GiB, 12 rounds, twice,
+// against 1 MiB chunks: CPU over both ends 0.90-0.91x, MB/s 1.13x (16 MiB:
+// 0.92x; 64 MiB: 0.98x, its first chunk waits on every skb, before the
+// mark knows the rate).
+const spliceChunk = 4 << 20
 
 // DefaultLimits returns limits suited to a broker on a 10 GbE link: no
 // bandwidth cap, 4 transfers at once, a 10 s queue, a 30 s idle timeout.
@@ -106,6 +117,15 @@ func (t *Throttle) idle() time.Duration {
 func (t *Throttle) chunkSize() int {
 	if t == nil {
 		return maxChunk
+	}
+	return t.chunk
+}
+
+// spliceChunkSize is the zero-copy target's chunk: spliceChunk without a
+// byte cap, else the throttle's.
+func (t *Throttle) spliceChunkSize() int {
+	if t == nil || t.bucket == nil {
+		return spliceChunk
 	}
 	return t.chunk
 }
