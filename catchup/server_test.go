@@ -310,6 +310,30 @@ func TestLimitsValidate(t *testing.T) {
 	}
 }
 
+// The zero-copy target moves spliceChunk per chunk only without a byte
+// cap: under one, every chunk waits for its tokens, so it stays the
+// throttle's (at most maxChunk, the token bucket's burst).
+func TestSpliceChunkSize(t *testing.T) {
+	var none *Throttle
+	uncapped, _ := NewThrottle(DefaultLimits())
+	capped, _ := NewThrottle(Limits{BytesPerSecond: 100 << 20})
+	slow, _ := NewThrottle(Limits{BytesPerSecond: 64 << 10})
+	for _, c := range []struct {
+		name string
+		th   *Throttle
+		want int
+	}{
+		{"no throttle", none, spliceChunk},
+		{"no byte cap", uncapped, spliceChunk},
+		{"100 MiB/s", capped, maxChunk},
+		{"64 KiB/s", slow, 8 << 10},
+	} {
+		if got := c.th.spliceChunkSize(); got != c.want {
+			t.Errorf("%s: splice chunk %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
 func TestThrottleQueues(t *testing.T) {
 	th, _ := NewThrottle(Limits{MaxTransfers: 1, QueueWait: 5 * time.Second})
 	rel, err := th.acquire(context.Background())
