@@ -64,17 +64,9 @@ import (
 func BenchmarkCatchup(b *testing.B) {
 	fx := catchupFixture(b)
 	warnPageReporting(b)
-	modes := []struct {
-		name       string
-		send, recv catchup.Mode
-	}{
-		{"zerocopy", catchup.ModeZeroCopy, catchup.ModeZeroCopy},
-		{"iocopy", catchup.ModeReadWrite, catchup.ModeReadWrite},
-		{"sendfile-iocopy", catchup.ModeZeroCopy, catchup.ModeReadWrite},
-		{"iocopy-splice", catchup.ModeReadWrite, catchup.ModeZeroCopy},
-	}
+	zc, rw := catchup.ModeZeroCopy, catchup.ModeReadWrite
 	for _, streams := range []int{1, 4} {
-		for _, m := range modes {
+		for _, m := range []dataPath{{"zerocopy", zc, zc}, {"iocopy", rw, rw}, {"sendfile-iocopy", zc, rw}, {"iocopy-splice", rw, zc}} {
 			b.Run(fmt.Sprintf("mode=%s/size=%s/streams=%d", m.name, fx.label, streams), func(b *testing.B) {
 				runCatchup(b, fx, m.send, m.recv, streams)
 			})
@@ -118,13 +110,13 @@ func BenchmarkCatchupPaired(b *testing.B) {
 	zc, rw := catchup.ModeZeroCopy, catchup.ModeReadWrite
 	for _, set := range []struct {
 		name    string
-		entries []pairedEntry
+		entries []dataPath
 		streams []int
 	}{
 		// The goals: zero copy against the io.Copy baseline.
-		{"goal", []pairedEntry{{"zerocopy", zc, zc}, {"iocopy", rw, rw}}, []int{1, 4}},
+		{"goal", []dataPath{{"zerocopy", zc, zc}, {"iocopy", rw, rw}}, []int{1, 4}},
 		// Which end gains what: each zero-copy end alone.
-		{"ends", []pairedEntry{{"zerocopy", zc, zc}, {"iocopy-splice", rw, zc}, {"sendfile-iocopy", zc, rw}}, []int{1}},
+		{"ends", []dataPath{{"zerocopy", zc, zc}, {"iocopy-splice", rw, zc}, {"sendfile-iocopy", zc, rw}}, []int{1}},
 	} {
 		for _, streams := range set.streams {
 			b.Run(fmt.Sprintf("set=%s/size=%s/streams=%d", set.name, fx.label, streams), func(b *testing.B) {
@@ -134,9 +126,9 @@ func BenchmarkCatchupPaired(b *testing.B) {
 	}
 }
 
-// pairedEntry is one data path of BenchmarkCatchupPaired: the source's
-// and the target's mode.
-type pairedEntry struct {
+// dataPath is one way through a catch-up benchmark: the source's and the
+// target's mode.
+type dataPath struct {
 	name       string
 	send, recv catchup.Mode
 }
@@ -144,7 +136,7 @@ type pairedEntry struct {
 // runPaired runs b.N rounds of entries (and of iperf3 -P 1 where
 // installed and streams is 1) and reports each one's medians and the
 // first entry's per-round ratios against every other.
-func runPaired(b *testing.B, fx catchupFix, entries []pairedEntry, streams int) {
+func runPaired(b *testing.B, fx catchupFix, entries []dataPath, streams int) {
 	var names []string
 	var sends, recvs []catchup.Mode
 	for _, e := range entries {
@@ -197,10 +189,10 @@ func runPaired(b *testing.B, fx catchupFix, entries []pairedEntry, streams int) 
 		return median(v)
 	}
 	for i, name := range names {
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].mbps }, i), name+"-MB/s")
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].cpu() }, i), name+"-cpu-s/GB")
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].recv }, i), name+"-recv-cpu-s/GB")
-		b.ReportMetric(pick(func(r []figures) float64 { return r[i].send }, i), name+"-send-cpu-s/GB")
+		reportFigures(b, name+"-", pick(func(r []figures) float64 { return r[i].mbps }, i),
+			pick(func(r []figures) float64 { return r[i].cpu() }, i),
+			pick(func(r []figures) float64 { return r[i].recv }, i),
+			pick(func(r []figures) float64 { return r[i].send }, i))
 	}
 	for j := 1; j < len(names); j++ {
 		b.ReportMetric(pick(func(r []figures) float64 { return r[0].cpu() / r[j].cpu() }, 0, j), "cpu-vs-"+names[j])
@@ -322,7 +314,7 @@ type sourceBroker struct {
 }
 
 // startSource starts the sender child serving fx's store, one data
-// listener per mode; Close ends it.
+// listener per mode; it ends with b (Cleanup).
 func startSource(b *testing.B, fx catchupFix, modes ...catchup.Mode) *sourceBroker {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
 	cmd.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD=sender", "MALACHI_CATCHUP_DIR="+fx.dir,
@@ -414,11 +406,8 @@ func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams in
 	if _, err := fmt.Sscanf(resultLine(res), "result %d %d", &wall, &recvCPU); err != nil {
 		b.Fatalf("receiver said %q: %v", res, err)
 	}
-	gb := float64(b.N*streams) * float64(fx.seg.ByteSize+store.FooterSize) / 1e9
-	b.ReportMetric(gb*1e3/wall.Seconds(), "MB/s")
-	b.ReportMetric((s1-s0).Seconds()/gb, "send-cpu-s/GB")
-	b.ReportMetric(recvCPU.Seconds()/gb, "recv-cpu-s/GB")
-	b.ReportMetric((s1-s0+recvCPU).Seconds()/gb, "cpu-s/GB")
+	f := transferFigures(b.N*streams, fx.seg, wall, recvCPU, s1-s0)
+	reportFigures(b, "", f.mbps, f.cpu(), f.recv, f.send)
 }
 
 // targetCommand is the receiver child of a catch-up benchmark: role
@@ -651,21 +640,21 @@ func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
 	if iperf3 != "" {
 		entries++
 	}
-	gb := float64(tg.streams) * float64(tg.seg.ByteSize+store.FooterSize) / 1e9
 	for r := range tg.rounds {
 		for k := range entries {
 			i := (r + k) % entries
+			var f figures
 			if i == len(modes) {
-				if f, err := iperf3Once(iperf3, tg.seg.ByteSize+store.FooterSize, tg.streams); err == nil {
-					fmt.Printf("figures %d %d %g %g %g\n", r, i, f.mbps, f.recv, f.send)
+				if f, err = iperf3Once(iperf3, tg.seg.ByteSize+store.FooterSize, tg.streams); err != nil {
+					continue
 				}
-				continue
+			} else {
+				tg.recycle(t)
+				s0 := senderCPU()
+				wall, cpu := tg.transfer(t, clients[i], tg.addrs[i], r == tg.rounds-1)
+				f = transferFigures(tg.streams, tg.seg, wall, cpu, senderCPU()-s0)
 			}
-			tg.recycle(t)
-			s0 := senderCPU()
-			wall, cpu := tg.transfer(t, clients[i], tg.addrs[i], r == tg.rounds-1)
-			s1 := senderCPU()
-			fmt.Printf("figures %d %d %g %g %g\n", r, i, gb*1e3/wall.Seconds(), cpu.Seconds()/gb, (s1-s0).Seconds()/gb)
+			fmt.Printf("figures %d %d %g %g %g\n", r, i, f.mbps, f.recv, f.send)
 		}
 	}
 }
@@ -709,10 +698,7 @@ func runIperf3(b *testing.B, size int64, streams int) {
 		mbps, send, recv = mbps+f.mbps, send+f.send, recv+f.recv
 	}
 	n := float64(b.N)
-	b.ReportMetric(mbps/n, "MB/s")
-	b.ReportMetric(send/n, "send-cpu-s/GB")
-	b.ReportMetric(recv/n, "recv-cpu-s/GB")
-	b.ReportMetric((send+recv)/n, "cpu-s/GB")
+	reportFigures(b, "", mbps/n, (send+recv)/n, recv/n, send/n)
 }
 
 // figures are one transfer's (or one round's median) MB/s and CPU seconds
@@ -720,6 +706,22 @@ func runIperf3(b *testing.B, size int64, streams int) {
 type figures struct{ mbps, recv, send float64 }
 
 func (f figures) cpu() float64 { return f.recv + f.send }
+
+// transferFigures are the figures of copies transfers of seg's copy that
+// took wall in all, with recv and send the CPU time of each end.
+func transferFigures(copies int, seg meta.Segment, wall, recv, send time.Duration) figures {
+	gb := float64(copies) * float64(seg.ByteSize+store.FooterSize) / 1e9
+	return figures{mbps: gb * 1e3 / wall.Seconds(), recv: recv.Seconds() / gb, send: send.Seconds() / gb}
+}
+
+// reportFigures reports MB/s, CPU s/GB over both ends and at each end,
+// each metric's unit after prefix.
+func reportFigures(b *testing.B, prefix string, mbps, cpu, recv, send float64) {
+	b.ReportMetric(mbps, prefix+"MB/s")
+	b.ReportMetric(cpu, prefix+"cpu-s/GB")
+	b.ReportMetric(recv, prefix+"recv-cpu-s/GB")
+	b.ReportMetric(send, prefix+"send-cpu-s/GB")
+}
 
 // iperf3Once moves size bytes per stream over loopback with iperf3 (a
 // one-off server and a client, -P streams) and returns its throughput and
