@@ -19,6 +19,7 @@ usage:
   malachi plan   --admin host:port [--json]
   malachi load   --admin host:port --segments N --records R --size B [--prefix p]
   malachi release --admin host:port   (lift a mass-failure hold for the next pass)
+  malachi cert   create-ca | create-broker ID --host H... | create-client NAME --role R | list
 
 Run "malachi <command> -h" for a command's flags.
 `
@@ -63,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runLoad(ctx, rest, stdout, stderr)
 	case "release":
 		err = runRelease(ctx, rest, stdout, stderr)
+	case "cert":
+		err = runCert(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

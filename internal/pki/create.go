@@ -321,3 +321,6 @@ func readKey(path string) (crypto.Signer, error) {
 	}
 	return s, nil
 }
+
+// ReadCertificate reads the first certificate of a PEM file.
+func ReadCertificate(path string) (*x509.Certificate, error) { return readCert(path) }
