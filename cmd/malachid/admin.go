@@ -1,24 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +21,7 @@ import (
 
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
@@ -37,95 +32,40 @@ var (
 	errBadRequest = errors.New("malachid: bad request")
 	errNoLeader   = errors.New("malachid: no leader reachable")
 	errDisagree   = errors.New("malachid: replicas disagree")
-	errNoFaults   = errors.New("malachid: fault injection is off (fault_injection = false)")
 	errNotFound   = errors.New("malachid: not found")
 )
 
-type adminError struct {
-	Code    string `json:"code"`
-	Message string `json:"error"`
-}
-
-var adminCodes = []struct {
-	code   string
-	status int
-	err    error
-}{
-	{"bad_request", http.StatusBadRequest, errBadRequest},
-	{"invalid", http.StatusBadRequest, meta.ErrInvalid},
-	{"invalid", http.StatusBadRequest, store.ErrInvalid},
-	{"not_found", http.StatusNotFound, errNotFound},
-	{"unknown_segment", http.StatusNotFound, meta.ErrUnknownSegment},
-	{"unknown_copy", http.StatusNotFound, store.ErrUnknownCopy},
-	{"segment_exists", http.StatusConflict, meta.ErrSegmentExists},
-	{"copy_exists", http.StatusConflict, store.ErrExists},
-	{"stale_replicas", http.StatusConflict, meta.ErrStaleReplicas},
-	{"sealed", http.StatusConflict, meta.ErrSealed},
-	{"sealed", http.StatusConflict, store.ErrSealed},
-	{"not_sealed", http.StatusConflict, meta.ErrNotSealed},
-	{"latched", http.StatusConflict, store.ErrLatched},
-	{"disagree", http.StatusConflict, errDisagree},
-	{"faults_off", http.StatusForbidden, errNoFaults},
-	{"unauthenticated", http.StatusUnauthorized, errUnauth},
-	{"not_leader", http.StatusServiceUnavailable, cluster.ErrNotLeader},
-	{"no_leader", http.StatusServiceUnavailable, errNoLeader},
-	{"leadership_lost", http.StatusServiceUnavailable, cluster.ErrLeadershipLost},
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	code, status := "internal", http.StatusInternalServerError
-	for _, c := range adminCodes {
-		if errors.Is(err, c.err) {
-			code, status = c.code, c.status
-			break
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(adminError{Code: code, Message: err.Error()})
-}
-
-// errorOf rebuilds an error from an admin answer's code.
-func errorOf(code, msg string) error {
-	for _, c := range adminCodes {
-		if c.code == code {
-			return fmt.Errorf("%w: %s", c.err, msg)
-		}
-	}
-	return fmt.Errorf("malachid: remote %s: %s", code, msg)
+// adminCodes are the admin API's errors on the wire (package rpc adds its
+// own: unauthenticated, forbidden, bad_request, deadline, canceled).
+var adminCodes = rpc.Codes{
+	{Name: "bad_request", Status: http.StatusBadRequest, Err: errBadRequest},
+	{Name: "invalid", Status: http.StatusBadRequest, Err: meta.ErrInvalid},
+	{Name: "invalid", Status: http.StatusBadRequest, Err: store.ErrInvalid},
+	{Name: "not_found", Status: http.StatusNotFound, Err: errNotFound},
+	{Name: "unknown_segment", Status: http.StatusNotFound, Err: meta.ErrUnknownSegment},
+	{Name: "unknown_copy", Status: http.StatusNotFound, Err: store.ErrUnknownCopy},
+	{Name: "segment_exists", Status: http.StatusConflict, Err: meta.ErrSegmentExists},
+	{Name: "copy_exists", Status: http.StatusConflict, Err: store.ErrExists},
+	{Name: "stale_replicas", Status: http.StatusConflict, Err: meta.ErrStaleReplicas},
+	{Name: "sealed", Status: http.StatusConflict, Err: meta.ErrSealed},
+	{Name: "sealed", Status: http.StatusConflict, Err: store.ErrSealed},
+	{Name: "not_sealed", Status: http.StatusConflict, Err: meta.ErrNotSealed},
+	{Name: "latched", Status: http.StatusConflict, Err: store.ErrLatched},
+	{Name: "disagree", Status: http.StatusConflict, Err: errDisagree},
+	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: cluster.ErrNotLeader},
+	{Name: "no_leader", Status: http.StatusServiceUnavailable, Err: errNoLeader},
+	{Name: "leadership_lost", Status: http.StatusServiceUnavailable, Err: cluster.ErrLeadershipLost},
 }
 
 // maxAdminBody bounds an admin request body.
 const maxAdminBody = 256 << 20
 
-// readBody reads r's body, at most maxAdminBody bytes.
-func readBody(r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody))
-	if err != nil {
-		return nil, fmt.Errorf("%w: body: %v", errBadRequest, err)
-	}
-	return body, nil
-}
-
 // decodeJSON parses body into v strictly: one JSON object, no unknown
 // fields, nothing after it. An empty body leaves v as it is (every admin
 // body is optional or has defaults). Errors wrap errBadRequest.
 func decodeJSON(body []byte, v any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: body: %v", errBadRequest, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: body: data after the JSON object at byte %d", errBadRequest, dec.InputOffset())
+	if err := rpc.DecodeOptional(body, v); err != nil {
+		return fmt.Errorf("%w: %w", errBadRequest, err)
 	}
 	return nil
 }
@@ -139,38 +79,52 @@ func parseSegmentID(s string) (meta.SegmentID, error) {
 	return id, nil
 }
 
-// handle adapts a func returning (answer, error) to an http.HandlerFunc.
-func handle(f func(r *http.Request) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		v, err := f(r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, v)
-	}
-}
+// adminHandler is an admin route: the request and its body (read, bounded).
+type adminHandler func(r *http.Request, body []byte) (any, error)
 
+// routes are the admin API. Who may call what (rpc.Viewers, Operators,
+// Brokers) is the README's Security section; /v1/faults/* exists only
+// with fault_injection.
 func (b *broker) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/health", handle(b.health))
-	mux.HandleFunc("GET /v1/metadata", handle(func(r *http.Request) (any, error) { return b.node.Snapshot(), nil }))
-	mux.HandleFunc("POST /v1/segments", handle(b.createSegment))
-	mux.HandleFunc("POST /v1/segments/{id}/records", handle(b.appendRecords))
-	mux.HandleFunc("POST /v1/segments/{id}/seal", handle(b.sealSegment))
-	mux.HandleFunc("POST /v1/load", handle(b.load))
-	mux.HandleFunc("GET /v1/copies", handle(b.copies))
-	mux.HandleFunc("GET /v1/status", handle(b.status))
-	mux.HandleFunc("POST /v1/faults/{kind}/{id}", handle(b.fault))
-	mux.HandleFunc("POST /v1/heal/release", handle(b.release))
-	mux.HandleFunc("POST /v1/heal/acknowledge/{id}", handle(b.acknowledge))
-	mux.HandleFunc("GET /v1/plan", handle(b.plan))
-	// Between brokers: signed with the cluster secret when one is set.
-	mux.HandleFunc("POST /v1/internal/apply", b.internal(b.internalApply))
-	mux.HandleFunc("POST /v1/internal/copies/{id}/create", b.internal(b.internalCreate))
-	mux.HandleFunc("POST /v1/internal/copies/{id}/append", b.internal(b.internalAppend))
-	mux.HandleFunc("POST /v1/internal/copies/{id}/seal", b.internal(b.internalSeal))
+	srv := &rpc.Server{Certs: b.certs, Insecure: b.cfg.Insecure, Codes: adminCodes, MaxBody: maxAdminBody,
+		Logger: b.log.With().Str("component", "admin").Logger()}
+	for _, rt := range []struct {
+		pattern string
+		roles   rpc.Roles
+		h       adminHandler
+	}{
+		{"GET /v1/health", rpc.Viewers, b.health},
+		{"GET /v1/metadata", rpc.Viewers, func(*http.Request, []byte) (any, error) { return b.node.Snapshot(), nil }},
+		{"GET /v1/copies", rpc.Viewers, b.copies},
+		{"GET /v1/status", rpc.Viewers, b.status},
+		{"GET /v1/plan", rpc.Viewers, b.plan},
+		{"POST /v1/segments", rpc.Operators, b.createSegment},
+		{"POST /v1/segments/{id}/records", rpc.Operators, b.appendRecords},
+		{"POST /v1/segments/{id}/seal", rpc.Operators, b.sealSegment},
+		{"POST /v1/load", rpc.Operators, b.load},
+		{"POST /v1/heal/release", rpc.Operators, b.release},
+		{"POST /v1/heal/acknowledge/{id}", rpc.Operators, b.acknowledge},
+		// Between brokers: a follower forwards to the leader.
+		{"POST /v1/internal/apply", rpc.Brokers, b.internalApply},
+		{"POST /v1/internal/segments", rpc.Brokers, b.createSegment},
+		{"POST /v1/internal/copies/{id}/create", rpc.Brokers, b.internalCreate},
+		{"POST /v1/internal/copies/{id}/append", rpc.Brokers, b.internalAppend},
+		{"POST /v1/internal/copies/{id}/seal", rpc.Brokers, b.internalSeal},
+		{"POST /v1/internal/heal/release", rpc.Brokers, b.release},
+		{"POST /v1/internal/heal/acknowledge/{id}", rpc.Brokers, b.acknowledge},
+		{"GET /v1/internal/plan", rpc.Brokers, b.plan},
+	} {
+		srv.Handle(mux, rt.pattern, rt.roles, adapt(rt.h))
+	}
+	if b.faults != nil {
+		srv.Handle(mux, "POST /v1/faults/{kind}/{id}", rpc.Operators, adapt(b.fault))
+	}
 	return mux
+}
+
+func adapt(h adminHandler) rpc.Handler {
+	return func(_ context.Context, r *rpc.Request) (any, error) { return h(r.HTTP, r.Body) }
 }
 
 // Health is the answer of GET /v1/health.
@@ -182,120 +136,25 @@ type Health struct {
 	Index    uint64        `json:"index"`
 }
 
-func (b *broker) health(r *http.Request) (any, error) {
+func (b *broker) health(*http.Request, []byte) (any, error) {
 	id, _ := b.node.Leader()
 	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index}, nil
 }
 
 // ---- forwarding to the leader ----
 
-const authHeader = "Malachi-Admin-Auth"
-
-var errUnauth = errors.New("malachid: unauthenticated internal call")
-
-func adminMAC(secret []byte, path string, ts int64, body []byte) string {
-	h := hmac.New(sha256.New, secret)
-	sum := sha256.Sum256(body)
-	fmt.Fprintf(h, "admin\n%s\n%d\n%x", path, ts, sum)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// adminSkew is how far an internal call's timestamp may be from the clock.
-const adminSkew = time.Minute
-
-// verifyAdmin checks the authHeader value header ("<unix-millis> <hex
-// MAC>") of an internal call to path with body; the error wraps errUnauth
-// and says what was wrong, never the secret.
-func verifyAdmin(secret []byte, path, header string, body []byte, now time.Time) error {
-	ts, mac, ok := strings.Cut(header, " ")
-	if header == "" || !ok {
-		return fmt.Errorf("%w: missing or malformed %s header", errUnauth, authHeader)
-	}
-	n, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: %s timestamp %q", errUnauth, authHeader, ts)
-	}
-	if skew := now.Sub(time.UnixMilli(n)); skew > adminSkew || skew < -adminSkew {
-		return fmt.Errorf("%w: timestamp %v off by %v, more than %v", errUnauth, time.UnixMilli(n).UTC(), skew, adminSkew)
-	}
-	if !hmac.Equal([]byte(mac), []byte(adminMAC(secret, path, n, body))) {
-		return fmt.Errorf("%w: bad signature (is heal.secret the same on every broker?)", errUnauth)
-	}
-	return nil
-}
-
-// internal wraps a broker-to-broker handler: it checks the signature when
-// this broker has a cluster secret.
-func (b *broker) internal(f func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxAdminBody))
-		if err != nil {
-			writeError(w, fmt.Errorf("%w: body: %v", errBadRequest, err))
-			return
-		}
-		if b.secret != nil {
-			if err := verifyAdmin(b.secret, r.URL.Path, r.Header.Get(authHeader), body, time.Now()); err != nil {
-				writeError(w, err)
-				return
-			}
-		}
-		v, err := f(r, body)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, v)
-	}
-}
-
-// post sends a JSON request to another broker's admin API and decodes the
-// answer; an error answer comes back as the sentinel its code names.
+// post sends a JSON request to another broker's admin API with this
+// broker's certificate and decodes the answer; an error answer comes back
+// as the sentinel its code names.
 func (b *broker) post(ctx context.Context, addr, path string, req, resp any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	return b.call(ctx, http.MethodPost, addr, path, body, resp)
+	return b.call(ctx, http.MethodPost, addr, path, req, resp)
 }
 
-// call sends method path with body (nil: none) to another broker's admin
-// API, signed when this broker has a cluster secret, and decodes the answer
-// into resp (nil: discarded); an error answer comes back as the sentinel
-// its code names.
-func (b *broker) call(ctx context.Context, method, addr, path string, body []byte, resp any) error {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	r, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		r.Header.Set("Content-Type", "application/json")
-	}
-	if b.secret != nil {
-		ts := time.Now().UnixMilli()
-		r.Header.Set(authHeader, strconv.FormatInt(ts, 10)+" "+adminMAC(b.secret, path, ts, body))
-	}
-	res, err := b.hc.Do(r)
-	if err != nil {
+// call sends method path with req (nil: no body) to another broker's
+// admin API and decodes the answer into resp (nil: discarded).
+func (b *broker) call(ctx context.Context, method, addr, path string, req, resp any) error {
+	if err := b.rpc.Call(ctx, method, addr, path, req, resp); err != nil {
 		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(res.Body, maxAdminBody))
-	if err != nil {
-		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
-	}
-	if res.StatusCode != http.StatusOK {
-		var ae adminError
-		if json.Unmarshal(out, &ae) == nil && ae.Code != "" {
-			return errorOf(ae.Code, ae.Message)
-		}
-		return fmt.Errorf("malachid: %s %s: HTTP %d: %.200s", addr, path, res.StatusCode, out)
-	}
-	if resp != nil {
-		return json.Unmarshal(out, resp)
 	}
 	return nil
 }
@@ -419,11 +278,7 @@ func parseCreate(body []byte) (CreateRequest, error) {
 	return req, nil
 }
 
-func (b *broker) createSegment(r *http.Request) (any, error) {
-	body, err := readBody(r)
-	if err != nil {
-		return nil, err
-	}
+func (b *broker) createSegment(r *http.Request, body []byte) (any, error) {
 	req, err := parseCreate(body)
 	if err != nil {
 		return nil, err
@@ -444,7 +299,7 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 				_, addr, err := b.leaderAdmin()
 				if err == nil {
 					var seg meta.Segment
-					err = b.post(ctx, addr, "/v1/segments", req, &seg)
+					err = b.post(ctx, addr, "/v1/internal/segments", req, &seg)
 					if err == nil || !(errors.Is(err, errNoLeader) || errors.Is(err, cluster.ErrNotLeader) || isConnErr(err)) {
 						return seg, err
 					}
@@ -660,11 +515,7 @@ func parseRecords(pathID string, body []byte) (meta.SegmentID, RecordsRequest, e
 	return id, req, nil
 }
 
-func (b *broker) appendRecords(r *http.Request) (any, error) {
-	body, err := readBody(r)
-	if err != nil {
-		return nil, err
-	}
+func (b *broker) appendRecords(r *http.Request, body []byte) (any, error) {
 	id, req, err := parseRecords(r.PathValue("id"), body)
 	if err != nil {
 		return nil, err
@@ -721,7 +572,7 @@ func onReplicas[T any](ctx context.Context, b *broker, seg meta.Segment, op stri
 	return res, nil
 }
 
-func (b *broker) sealSegment(r *http.Request) (any, error) {
+func (b *broker) sealSegment(r *http.Request, _ []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -821,11 +672,7 @@ func loadID(prefix string, n int) meta.SegmentID {
 	return meta.SegmentID(fmt.Sprintf("%s-%05d", prefix, n))
 }
 
-func (b *broker) load(r *http.Request) (any, error) {
-	body, err := readBody(r)
-	if err != nil {
-		return nil, err
-	}
+func (b *broker) load(r *http.Request, body []byte) (any, error) {
 	req, err := parseLoad(body)
 	if err != nil {
 		return nil, err
@@ -948,7 +795,7 @@ type Copy struct {
 	Sealed  bool           `json:"sealed"`
 }
 
-func (b *broker) copies(r *http.Request) (any, error) {
+func (b *broker) copies(r *http.Request, _ []byte) (any, error) {
 	out := []Copy{}
 	for _, id := range b.db.List() {
 		c := Copy{ID: id, Latched: b.db.LatchErr(id) != nil}
@@ -979,7 +826,7 @@ func hasFooter(path string, size int64) bool {
 	return ok
 }
 
-func (b *broker) status(r *http.Request) (any, error) {
+func (b *broker) status(r *http.Request, _ []byte) (any, error) {
 	if b.heal == nil {
 		return map[string]string{"heal": "disabled"}, nil
 	}
@@ -988,13 +835,13 @@ func (b *broker) status(r *http.Request) (any, error) {
 
 // release lifts a mass-failure hold on the coordinator: here when this
 // broker runs it, else on the leader.
-func (b *broker) release(r *http.Request) (any, error) {
-	return b.onCoordinator(r, "/v1/heal/release", b.healRelease, map[string]any{"released": true, "broker": b.self})
+func (b *broker) release(r *http.Request, _ []byte) (any, error) {
+	return b.onCoordinator(r, "/v1/internal/heal/release", b.healRelease, map[string]any{"released": true, "broker": b.self})
 }
 
 // acknowledge marks a lost segment acknowledged by an operator: the
 // reports keep it, marked so.
-func (b *broker) acknowledge(r *http.Request) (any, error) {
+func (b *broker) acknowledge(r *http.Request, _ []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -1009,7 +856,7 @@ func (b *broker) acknowledge(r *http.Request) (any, error) {
 		}
 		return err
 	}
-	return b.onCoordinator(r, "/v1/heal/acknowledge/"+string(id), ack, map[string]any{"acknowledged": id, "broker": b.self})
+	return b.onCoordinator(r, "/v1/internal/heal/acknowledge/"+string(id), ack, map[string]any{"acknowledged": id, "broker": b.self})
 }
 
 func (b *broker) healRelease() error { return b.heal.Release() }
@@ -1044,7 +891,7 @@ func (b *broker) onCoordinator(r *http.Request, path string, fn func() error, ok
 // plan answers the dry run of the next heal pass (heal.Plan as JSON),
 // computed by the coordinator: here when this broker leads, else proxied
 // to the leader.
-func (b *broker) plan(r *http.Request) (any, error) {
+func (b *broker) plan(r *http.Request, _ []byte) (any, error) {
 	if b.heal == nil {
 		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
 	}
@@ -1062,7 +909,7 @@ func (b *broker) plan(r *http.Request) (any, error) {
 		return nil, lerr
 	}
 	var out json.RawMessage
-	if err := b.call(ctx, http.MethodGet, addr, "/v1/plan", nil, &out); err != nil {
+	if err := b.call(ctx, http.MethodGet, addr, "/v1/internal/plan", nil, &out); err != nil {
 		return nil, fmt.Errorf("plan from leader %d: %w", id, err)
 	}
 	return out, nil
@@ -1100,14 +947,7 @@ func parseFault(kind, pathID string, body []byte) (string, meta.SegmentID, Fault
 
 // fault injects one fault into a local copy: latch, delete, truncate,
 // extend or flip (fault_injection only).
-func (b *broker) fault(r *http.Request) (any, error) {
-	if b.faults == nil {
-		return nil, errNoFaults
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return nil, err
-	}
+func (b *broker) fault(r *http.Request, body []byte) (any, error) {
 	kind, id, req, err := parseFault(r.PathValue("kind"), r.PathValue("id"), body)
 	if err != nil {
 		return nil, err

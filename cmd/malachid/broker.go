@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/cluster"
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
@@ -31,8 +32,8 @@ type broker struct {
 	node      *cluster.Node
 	heal      *plugin.Plugin
 	faults    *faultFS
-	hc        *http.Client
-	secret    []byte // signs internal admin calls; nil when none is configured
+	certs     *pki.Certs  // nil in insecure mode
+	rpc       *rpc.Client // calls other brokers' admin APIs with certs
 	adminAddr string
 	admin     *http.Server
 	adminDone chan struct{}
@@ -57,15 +58,13 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 			b.Close()
 		}
 	}()
-	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
-		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
-	b.hc = &http.Client{Transport: tr}
-	b.closers = append(b.closers, func() error { tr.CloseIdleConnections(); return nil })
-	if cfg.Heal.Secret != "" || cfg.Heal.SecretFile != "" {
-		if b.secret, err = readSecret(cfg.Heal); err != nil {
+	if !cfg.Insecure {
+		if b.certs, err = cfg.loadCerts(); err != nil {
 			return nil, err
 		}
 	}
+	b.rpc = rpc.NewClient(b.certs, adminCodes, 0)
+	b.closers = append(b.closers, func() error { b.rpc.Close(); return nil })
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("malachid: data_dir = %q: %w", cfg.DataDir, err)
 	}
@@ -135,12 +134,12 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 	}
 
 	// The admin API.
-	l, err := net.Listen("tcp", cfg.AdminListen)
+	l, err := rpc.Listen(cfg.AdminListen, b.certs)
 	if err != nil {
 		return nil, fmt.Errorf("malachid: admin_listen = %q: %w", cfg.AdminListen, err)
 	}
 	b.adminAddr = l.Addr().String()
-	b.admin = &http.Server{Handler: b.routes(), ReadHeaderTimeout: 10 * time.Second}
+	b.admin = rpc.NewHTTPServer(b.routes(), log.With().Str("component", "admin").Logger())
 	b.adminDone = make(chan struct{})
 	go func() {
 		defer close(b.adminDone)
@@ -186,6 +185,24 @@ func (b *broker) Close() error {
 	return b.closeErr
 }
 
+// reloadCerts reads the certificates again (SIGHUP): new connections of
+// every listener and dialer use them; a failed reload keeps the old ones.
+func (b *broker) reloadCerts() {
+	if b.certs == nil {
+		b.log.Warn().Msg("SIGHUP: insecure mode has no certificates to reload")
+		return
+	}
+	if err := b.certs.Reload(); err != nil {
+		b.log.Error().Err(err).Msg("SIGHUP: certificates not reloaded; the previous ones stay in use")
+		return
+	}
+	ev := b.log.Info()
+	for _, e := range b.certs.Expiries() {
+		ev = ev.Time(e.File, e.NotAfter)
+	}
+	ev.Msg("SIGHUP: certificates reloaded")
+}
+
 // lastContact reports the control plane's last contact with each voter.
 func (b *broker) lastContact() map[meta.BrokerID]time.Time {
 	ms := b.node.Members()
@@ -223,21 +240,6 @@ func (b *broker) register(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// readSecret reads the cluster secret from the heal config.
-func readSecret(c plugin.Config) ([]byte, error) {
-	if c.SecretFile == "" {
-		return []byte(c.Secret), nil
-	}
-	s, err := os.ReadFile(c.SecretFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: heal.secret_file = %q: %v", errConfig, c.SecretFile, err)
-	}
-	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
-		s = s[:len(s)-1]
-	}
-	return s, nil
 }
 
 // faultFS wraps the store's FS: an armed path fails its next OpenFile with

@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/malachi-log/malachi/cluster"
+	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 )
@@ -36,6 +37,12 @@ type Config struct {
 	LogLevel          string        `toml:"log_level"`
 	LogFormat         string        `toml:"log_format"`
 	Preallocate       int64         `toml:"preallocate"`
+	// CertsDir holds ca.crt, broker.crt and broker.key (`malachi cert`);
+	// "" means data_dir/certs.
+	CertsDir string `toml:"certs_dir"`
+	// Insecure runs every listener in plaintext without authentication:
+	// loopback addresses only, and said loudly (log, metric, status).
+	Insecure bool `toml:"insecure"`
 	Raft              RaftConfig    `toml:"raft"`
 	Heal              plugin.Config `toml:"heal"`
 }
@@ -179,7 +186,7 @@ func (c *Config) Validate() error {
 	if err := c.Heal.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	return nil
+	return c.checkInsecure()
 }
 
 // loadConfig builds the configuration from defaults, the file named by
@@ -222,35 +229,65 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
-	// The secret is read here, before anything is created under data_dir:
-	// a missing, unreadable or short secret file is a bad configuration.
-	if err := cfg.checkSecret(); err != nil {
-		return cfg, err
+	// The certificates are read here, before anything is created under
+	// data_dir: missing, unreadable or foreign ones are a bad configuration.
+	if !cfg.Insecure {
+		if _, err := cfg.loadCerts(); err != nil {
+			return cfg, err
+		}
 	}
 	return cfg, nil
 }
 
-// checkSecret reads the cluster secret, when one is configured, and checks
-// its length: it signs the internal admin calls even with heal disabled.
-func (c *Config) checkSecret() error {
-	if c.Heal.Secret == "" && c.Heal.SecretFile == "" {
+// certsDir is certs_dir, or data_dir/certs.
+func (c *Config) certsDir() string {
+	if c.CertsDir != "" {
+		return c.CertsDir
+	}
+	return filepath.Join(c.DataDir, "certs")
+}
+
+// loadCerts loads this broker's certificates and checks that they name it.
+func (c *Config) loadCerts() (*pki.Certs, error) {
+	dir := c.certsDir()
+	certs, err := pki.LoadBroker(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: certs_dir = %q: %w (make them with `malachi cert`, or set insecure = true for a plaintext cluster on loopback)", errConfig, dir, err)
+	}
+	if id := certs.Identity(); uint32(id.Broker) != c.ID {
+		return nil, fmt.Errorf("%w: certs_dir = %q: %s names %s, but this is broker %d", errConfig, dir, pki.BrokerCert, id, c.ID)
+	}
+	return certs, nil
+}
+
+// checkInsecure refuses a plaintext listener on anything but loopback.
+func (c *Config) checkInsecure() error {
+	if !c.Insecure {
 		return nil
 	}
-	if c.Heal.Secret != "" && c.Heal.SecretFile != "" {
-		return fmt.Errorf("%w: heal.secret_file = %q: set heal.secret or heal.secret_file, not both", errConfig, c.Heal.SecretFile)
+	addrs := []struct{ k, v string }{{"admin_listen", c.AdminListen}, {"raft_listen", c.RaftListen}}
+	if c.Heal.Enabled {
+		addrs = append(addrs, struct{ k, v string }{"heal.rpc_listen", c.Heal.RPCListen}, struct{ k, v string }{"heal.data_listen", c.Heal.DataListen})
 	}
-	s, err := readSecret(c.Heal)
-	if err != nil {
-		return err
-	}
-	if len(s) < plugin.MinSecretLen {
-		key, val := "heal.secret", fmt.Sprintf("<%d bytes>", len(s))
-		if c.Heal.SecretFile != "" {
-			key, val = "heal.secret_file", fmt.Sprintf("%q (%d bytes)", c.Heal.SecretFile, len(s))
+	for _, a := range addrs {
+		if !isLoopback(a.v) {
+			return fmt.Errorf("%w: insecure = true with %s = %q: plaintext listeners only on loopback addresses; give the broker certificates (certs_dir) instead", errConfig, a.k, a.v)
 		}
-		return fmt.Errorf("%w: %s = %s: want a secret of at least %d bytes", errConfig, key, val, plugin.MinSecretLen)
 	}
 	return nil
+}
+
+// isLoopback reports whether host:port names a loopback host.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // pending records a flag's raw value; it is applied after the file.

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/meta"
 )
 
 func writeTOML(t *testing.T, s string) string {
@@ -27,6 +30,7 @@ admin_listen = "127.0.0.1:7002"
 raft_listen = "127.0.0.1:7102"
 peers = ["1=127.0.0.1:7101", "2=127.0.0.1:7102"]
 replication_factor = 2
+insecure = true
 [raft]
 heartbeat_timeout = "100ms"
 leader_lease_timeout = "50ms"
@@ -53,6 +57,23 @@ func TestLoadConfigFileThenFlags(t *testing.T) {
 	}
 }
 
+// TestCertificatesNameThisBroker: a broker refuses another broker's
+// certificate, and starts with its own.
+func TestCertificatesNameThisBroker(t *testing.T) {
+	l, err := pki.CreateLocal(t.TempDir(), []meta.BrokerID{1, 2}, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeTOML(t, goodTOML)
+	_, err = loadConfig([]string{"--config", p, "--insecure=false", "--certs_dir", l.BrokerDir(1)}, io.Discard)
+	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), "names broker 1, but this is broker 2") {
+		t.Fatalf("broker 2 with broker 1's certificate: %v", err)
+	}
+	if _, err := loadConfig([]string{"--config", p, "--insecure=false", "--certs_dir", l.BrokerDir(2)}, io.Discard); err != nil {
+		t.Fatalf("broker 2 with its own certificate: %v", err)
+	}
+}
+
 func TestLoadConfigErrorsNameKeyAndValue(t *testing.T) {
 	for _, tc := range []struct {
 		toml string
@@ -70,6 +91,9 @@ func TestLoadConfigErrorsNameKeyAndValue(t *testing.T) {
 		{goodTOML, []string{"--log_level=loud"}, `log_level = "loud"`},
 		{goodTOML, []string{"--heal.enabled=maybe"}, `--heal.enabled = "maybe"`},
 		{"id = \"two\"\n", nil, "id"},
+		{goodTOML, []string{"--insecure=false"}, `certs_dir = "/tmp/x/b2/certs"`},
+		{goodTOML, []string{"--admin_listen=10.1.2.3:7002"}, `insecure = true with admin_listen = "10.1.2.3:7002"`},
+		{goodTOML, []string{"--raft_listen=10.1.2.3:7102", "--peers="}, `insecure = true with raft_listen = "10.1.2.3:7102"`},
 	} {
 		p := writeTOML(t, tc.toml)
 		_, err := loadConfig(append([]string{"--config", p}, tc.args...), io.Discard)
@@ -89,6 +113,7 @@ admin_listen = "127.0.0.1:7002"
 raft_listen = "127.0.0.1:7102"
 peers = ["1=127.0.0.1:7101", "2=127.0.0.1:7102"]
 %[2]s
+insecure = true
 [raft]
 heartbeat_timeout = "100ms"
 leader_lease_timeout = "50ms"

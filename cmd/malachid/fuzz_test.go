@@ -8,15 +8,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -142,11 +144,9 @@ func FuzzAdminRequest(f *testing.F) {
 		rt := adminRoutes[route]
 		got, err := parseAdmin(route, pathID, kind, body)
 		if err != nil {
-			w := httptest.NewRecorder()
-			writeError(w, err)
-			var ae adminError
-			if jerr := json.Unmarshal(w.Body.Bytes(), &ae); jerr != nil || w.Code != 400 || (ae.Code != "bad_request" && ae.Code != "invalid") || ae.Message == "" {
-				t.Fatalf("%s: refusal %v answers HTTP %d %q, want 400 bad_request or invalid", rt.name, err, w.Code, w.Body.Bytes())
+			code, status := adminCodes.Encode(err)
+			if status != 400 || (code != "bad_request" && code != "invalid") || err.Error() == "" {
+				t.Fatalf("%s: refusal %v answers HTTP %d %s, want 400 bad_request or invalid", rt.name, err, status, code)
 			}
 			return
 		}
@@ -244,16 +244,29 @@ func adminState(t *testing.T, b *broker) string {
 	return s.String()
 }
 
-// TestAdminRefusesBadRequestsChangingNothing sends malformed, escaping and
-// unauthenticated requests to the admin API of a real one-broker cluster
-// (raft, store and listener real) over its socket: each is refused with a
-// status and code that fit and an error naming the problem, and neither
-// the copies nor the metadata change.
-func TestAdminRefusesBadRequestsChangingNothing(t *testing.T) {
-	const secret = "0123456789abcdef-admin"
+// adminFixture is a real one-broker cluster (raft, store and listener
+// real, fault injection on) with its certificates, and HTTPS clients of
+// every kind of caller.
+type adminFixture struct {
+	b       *broker
+	clients map[string]*http.Client // "none", "viewer", "operator", "broker", "other-ca"
+}
+
+func newAdminFixture(t *testing.T) *adminFixture {
+	t.Helper()
+	root := t.TempDir()
+	l, err := pki.CreateLocal(filepath.Join(root, "certs"), []meta.BrokerID{1, 2}, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.CreateLocal(filepath.Join(root, "other"), []meta.BrokerID{1}, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := DefaultConfig()
-	cfg.DataDir, cfg.AdminListen, cfg.RaftListen = filepath.Join(t.TempDir(), "data"), "127.0.0.1:0", freeAddr(t)
-	cfg.ReplicationFactor, cfg.FaultInjection, cfg.Heal.Secret = 1, true, secret
+	cfg.DataDir, cfg.AdminListen, cfg.RaftListen = filepath.Join(root, "data"), "127.0.0.1:0", freeAddr(t)
+	cfg.CertsDir = l.BrokerDir(1)
+	cfg.ReplicationFactor, cfg.FaultInjection = 1, true
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -262,7 +275,7 @@ func TestAdminRefusesBadRequestsChangingNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		snap := b.node.Snapshot()
 		if br, ok := snap.Broker(1); ok && br.AdminAddr != "" && b.node.IsLeader() {
@@ -272,79 +285,203 @@ func TestAdminRefusesBadRequestsChangingNothing(t *testing.T) {
 			t.Fatal("the broker did not lead and register within 10s")
 		}
 	}
-	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	post := func(path, body string, hdr map[string]string) (int, adminError) {
-		req, err := http.NewRequest(http.MethodPost, "http://"+b.adminAddr+path, strings.NewReader(body))
+	load := func(c *pki.Certs, err error) *http.Client {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		res, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var ae adminError
-		_ = json.NewDecoder(res.Body).Decode(&ae)
-		return res.StatusCode, ae
+		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: c.ClientConfig()}}
 	}
-	signed := func(path, body string, at time.Time, key string) map[string]string {
-		ts := at.UnixMilli()
-		return map[string]string{authHeader: fmt.Sprintf("%d %s", ts, adminMAC([]byte(key), path, ts, []byte(body)))}
+	f := &adminFixture{b: b, clients: map[string]*http.Client{
+		"viewer":   load(pki.LoadClient(l.ClientDir(), "viewer")),
+		"operator": load(pki.LoadClient(l.ClientDir(), "operator")),
+		"broker":   load(pki.LoadBroker(l.BrokerDir(2))),
+	}}
+	// No certificate: trusts the server, presents nothing.
+	v, _ := pki.LoadClient(l.ClientDir(), "viewer")
+	none := v.ClientConfig()
+	none.GetClientCertificate = nil
+	f.clients["none"] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: none}}
+	// Another CA's operator, who skips verifying the server to get as far
+	// as the request.
+	oc, err := pki.LoadClient(other.ClientDir(), "operator")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code, ae := post("/v1/segments", `{"id":"good","replicas":[1]}`, nil); code != 200 {
-		t.Fatalf("create: HTTP %d %+v", code, ae)
+	stranger := oc.ClientConfig()
+	stranger.VerifyConnection = nil
+	f.clients["other-ca"] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: stranger}}
+	return f
+}
+
+// answer is an admin error body.
+type answer struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (f *adminFixture) do(t *testing.T, who, method, path, body string) (int, answer) {
+	t.Helper()
+	req, err := http.NewRequest(method, "https://"+f.b.adminAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code, ae := post("/v1/segments/good/records", `{"count":3,"size":10}`, nil); code != 200 {
-		t.Fatalf("append: HTTP %d %+v", code, ae)
+	res, err := f.clients[who].Do(req)
+	if err != nil {
+		t.Fatalf("%s %s as %s: %v", method, path, who, err)
 	}
-	now := time.Now()
+	defer res.Body.Close()
+	var a answer
+	_ = json.NewDecoder(res.Body).Decode(&a)
+	return res.StatusCode, a
+}
+
+// TestAdminRefusesBadRequestsChangingNothing sends malformed and escaping
+// requests, with the right certificates, to the admin API of a real
+// one-broker cluster over its socket: each is refused with a status and
+// code that fit and an error naming the problem, and neither the copies
+// nor the metadata change.
+func TestAdminRefusesBadRequestsChangingNothing(t *testing.T) {
+	f := newAdminFixture(t)
+	if code, a := f.do(t, "operator", "POST", "/v1/segments", `{"id":"good","replicas":[1]}`); code != 200 {
+		t.Fatalf("create: HTTP %d %+v", code, a)
+	}
+	if code, a := f.do(t, "operator", "POST", "/v1/segments/good/records", `{"count":3,"size":10}`); code != 200 {
+		t.Fatalf("append: HTTP %d %+v", code, a)
+	}
 	for _, tc := range []struct {
-		name, path, body string
-		hdr              map[string]string
-		status           int
-		code, want       string
+		name, who, path, body string
+		status                int
+		code, want            string
 	}{
-		{"create escaping id", "/v1/segments", `{"id":"../good"}`, nil, 400, "invalid", "starts with a dot"},
-		{"create unknown field", "/v1/segments", `{"id":"x","bogus":1}`, nil, 400, "bad_request", `unknown field "bogus"`},
-		{"create trailing data", "/v1/segments", `{"id":"x"} {"id":"y"}`, nil, 400, "bad_request", "data after the JSON object"},
-		{"create truncated", "/v1/segments", `{"id":"x",`, nil, 400, "bad_request", "unexpected EOF"},
-		{"create twice-listed replica", "/v1/segments", `{"id":"x","replicas":[1,1]}`, nil, 400, "invalid", "appears twice"},
-		{"create huge offset", "/v1/segments", `{"id":"x","start_offset":1e30}`, nil, 400, "bad_request", "cannot unmarshal number"},
-		{"create existing", "/v1/segments", `{"id":"good","start_offset":9}`, nil, 409, "segment_exists", "good"},
-		{"append negative count", "/v1/segments/good/records", `{"count":-1}`, nil, 400, "bad_request", "count = -1"},
-		{"append both forms", "/v1/segments/good/records", `{"count":1,"records":["YQ=="]}`, nil, 400, "bad_request", "not both"},
-		{"append bad base64", "/v1/segments/good/records", `{"records":["!!"]}`, nil, 400, "bad_request", "records[0]"},
-		{"append huge size", "/v1/segments/good/records", `{"count":1,"size":99999999999}`, nil, 400, "bad_request", "size = 99999999999"},
-		{"append wrong type", "/v1/segments/good/records", `{"count":"3"}`, nil, 400, "bad_request", "cannot unmarshal string"},
-		{"append escaped path", "/v1/segments/..%2Fgood/records", `{"count":1}`, nil, 400, "invalid", "starts with a dot"},
-		{"seal dot id", "/v1/segments/.hidden/seal", ``, nil, 400, "invalid", "starts with a dot"},
-		{"seal unknown", "/v1/segments/nope/seal", ``, nil, 404, "unknown_segment", "nope"},
-		{"load zero", "/v1/load", `{"segments":0}`, nil, 400, "bad_request", "segments = 0"},
-		{"load escaping prefix", "/v1/load", `{"prefix":"../x"}`, nil, 400, "bad_request", `prefix = "../x"`},
-		{"load negative first", "/v1/load", `{"first":-5}`, nil, 400, "bad_request", "first = -5"},
-		{"fault unknown kind", "/v1/faults/melt/good", ``, nil, 400, "bad_request", `fault "melt"`},
-		{"fault negative at", "/v1/faults/truncate/good", `{"at":-1}`, nil, 400, "bad_request", "at = -1"},
-		{"fault unknown copy", "/v1/faults/truncate/ghost", ``, nil, 404, "not_found", "ghost"},
-		{"acknowledge dot id", "/v1/heal/acknowledge/.x", ``, nil, 400, "invalid", "starts with a dot"},
-		{"internal apply unsigned", "/v1/internal/apply", `{"command":{"op":"set_replication_factor","args":{"factor":3}}}`, nil, 401, "unauthenticated", "missing or malformed"},
-		{"internal create unsigned", "/v1/internal/copies/evil/create", `{}`, nil, 401, "unauthenticated", "missing or malformed"},
-		{"internal append wrong secret", "/v1/internal/copies/good/append", `{"count":1}`, signed("/v1/internal/copies/good/append", `{"count":1}`, now, "another-secret-0123456"), 401, "unauthenticated", "bad signature"},
-		{"internal seal stale", "/v1/internal/copies/good/seal", `{}`, signed("/v1/internal/copies/good/seal", `{}`, now.Add(-2*adminSkew), secret), 401, "unauthenticated", "more than 1m0s"},
-		{"internal seal bad timestamp", "/v1/internal/copies/good/seal", `{}`, map[string]string{authHeader: "soon 00"}, 401, "unauthenticated", `timestamp "soon"`},
-		{"internal create other path", "/v1/internal/copies/evil/create", `{}`, signed("/v1/internal/copies/good/create", `{}`, now, secret), 401, "unauthenticated", "bad signature"},
-		{"internal apply bad command", "/v1/internal/apply", `{"command":{"op":"create_segment","args":{}}}`, signed("/v1/internal/apply", `{"command":{"op":"create_segment","args":{}}}`, now, secret), 400, "bad_request", "empty replica set"},
-		{"internal create escaping", "/v1/internal/copies/..%2Fevil/create", `{}`, signed("/v1/internal/copies/../evil/create", `{}`, now, secret), 400, "invalid", "starts with a dot"},
+		{"create escaping id", "operator", "/v1/segments", `{"id":"../good"}`, 400, "invalid", "starts with a dot"},
+		{"create unknown field", "operator", "/v1/segments", `{"id":"x","bogus":1}`, 400, "bad_request", `unknown field "bogus"`},
+		{"create trailing data", "operator", "/v1/segments", `{"id":"x"} {"id":"y"}`, 400, "bad_request", "data after the JSON object"},
+		{"create truncated", "operator", "/v1/segments", `{"id":"x",`, 400, "bad_request", "unexpected EOF"},
+		{"create twice-listed replica", "operator", "/v1/segments", `{"id":"x","replicas":[1,1]}`, 400, "invalid", "appears twice"},
+		{"create huge offset", "operator", "/v1/segments", `{"id":"x","start_offset":1e30}`, 400, "bad_request", "cannot unmarshal number"},
+		{"create existing", "operator", "/v1/segments", `{"id":"good","start_offset":9}`, 409, "segment_exists", "good"},
+		{"append negative count", "operator", "/v1/segments/good/records", `{"count":-1}`, 400, "bad_request", "count = -1"},
+		{"append both forms", "operator", "/v1/segments/good/records", `{"count":1,"records":["YQ=="]}`, 400, "bad_request", "not both"},
+		{"append bad base64", "operator", "/v1/segments/good/records", `{"records":["!!"]}`, 400, "bad_request", "records[0]"},
+		{"append huge size", "operator", "/v1/segments/good/records", `{"count":1,"size":99999999999}`, 400, "bad_request", "size = 99999999999"},
+		{"append wrong type", "operator", "/v1/segments/good/records", `{"count":"3"}`, 400, "bad_request", "cannot unmarshal string"},
+		{"append escaped path", "operator", "/v1/segments/..%2Fgood/records", `{"count":1}`, 400, "invalid", "starts with a dot"},
+		{"seal dot id", "operator", "/v1/segments/.hidden/seal", ``, 400, "invalid", "starts with a dot"},
+		{"seal unknown", "operator", "/v1/segments/nope/seal", ``, 404, "unknown_segment", "nope"},
+		{"load zero", "operator", "/v1/load", `{"segments":0}`, 400, "bad_request", "segments = 0"},
+		{"load escaping prefix", "operator", "/v1/load", `{"prefix":"../x"}`, 400, "bad_request", `prefix = "../x"`},
+		{"load negative first", "operator", "/v1/load", `{"first":-5}`, 400, "bad_request", "first = -5"},
+		{"fault unknown kind", "operator", "/v1/faults/melt/good", ``, 400, "bad_request", `fault "melt"`},
+		{"fault negative at", "operator", "/v1/faults/truncate/good", `{"at":-1}`, 400, "bad_request", "at = -1"},
+		{"fault unknown copy", "operator", "/v1/faults/truncate/ghost", ``, 404, "not_found", "ghost"},
+		{"acknowledge dot id", "operator", "/v1/heal/acknowledge/.x", ``, 400, "invalid", "starts with a dot"},
+		{"internal apply bad command", "broker", "/v1/internal/apply", `{"command":{"op":"create_segment","args":{}}}`, 400, "bad_request", "empty replica set"},
+		{"internal create escaping", "broker", "/v1/internal/copies/..%2Fevil/create", `{}`, 400, "invalid", "starts with a dot"},
 	} {
-		before := adminState(t, b)
-		status, ae := post(tc.path, tc.body, tc.hdr)
-		if status != tc.status || ae.Code != tc.code || !strings.Contains(ae.Message, tc.want) {
-			t.Errorf("%s: POST %s %s: HTTP %d %+v, want %d %s naming %q", tc.name, tc.path, tc.body, status, ae, tc.status, tc.code, tc.want)
+		before := adminState(t, f.b)
+		status, a := f.do(t, tc.who, "POST", tc.path, tc.body)
+		if status != tc.status || a.Code != tc.code || !strings.Contains(a.Message, tc.want) {
+			t.Errorf("%s: POST %s %s: HTTP %d %+v, want %d %s naming %q", tc.name, tc.path, tc.body, status, a, tc.status, tc.code, tc.want)
 		}
-		if after := adminState(t, b); after != before {
+		if after := adminState(t, f.b); after != before {
 			t.Errorf("%s: state changed:\n%s\n->\n%s", tc.name, before, after)
 		}
+	}
+}
+
+// TestAdminRoleMatrix calls every admin route as every kind of caller (no
+// certificate, another CA's operator, viewer, operator, broker): a caller
+// the route does not allow gets 401 (no or untrusted certificate) or 403
+// (a role it does not allow) with a message naming what was missing, and
+// nothing changes; an allowed caller gets past authorization (the
+// state-changing routes are sent requests that then fail validation, so
+// the test itself changes nothing either).
+func TestAdminRoleMatrix(t *testing.T) {
+	f := newAdminFixture(t)
+	if code, a := f.do(t, "operator", "POST", "/v1/segments", `{"id":"good","replicas":[1]}`); code != 200 {
+		t.Fatalf("create: HTTP %d %+v", code, a)
+	}
+	view, oper, brok := []string{"viewer", "operator"}, []string{"operator"}, []string{"broker"}
+	for _, rt := range []struct {
+		method, path, body string
+		allowed            []string
+	}{
+		{"GET", "/v1/health", "", view},
+		{"GET", "/v1/metadata", "", view},
+		{"GET", "/v1/copies", "", view},
+		{"GET", "/v1/status", "", view},
+		{"GET", "/v1/plan", "", view},
+		{"POST", "/v1/segments", `{"id":"../x"}`, oper},
+		{"POST", "/v1/segments/good/records", `{"count":-1}`, oper},
+		{"POST", "/v1/segments/.x/seal", "", oper},
+		{"POST", "/v1/load", `{"segments":0}`, oper},
+		{"POST", "/v1/heal/release", "", oper},
+		{"POST", "/v1/heal/acknowledge/.x", "", oper},
+		{"POST", "/v1/faults/melt/good", "", oper},
+		{"POST", "/v1/internal/apply", `{"command":{"op":"set_replication_factor","args":{"factor":0}}}`, brok},
+		{"POST", "/v1/internal/segments", `{"id":"../x"}`, brok},
+		{"POST", "/v1/internal/copies/.x/create", `{}`, brok},
+		{"POST", "/v1/internal/copies/good/append", `{"count":-1}`, brok},
+		{"POST", "/v1/internal/copies/.x/seal", `{}`, brok},
+		{"POST", "/v1/internal/heal/release", "", brok},
+		{"POST", "/v1/internal/heal/acknowledge/.x", "", brok},
+		{"GET", "/v1/internal/plan", "", brok},
+	} {
+		for _, who := range []string{"none", "other-ca", "viewer", "operator", "broker"} {
+			before := adminState(t, f.b)
+			status, a := f.do(t, who, rt.method, rt.path, rt.body)
+			allowed := slices.Contains(rt.allowed, who)
+			switch {
+			case allowed && (status == 401 || status == 403):
+				t.Errorf("%s %s as %s: HTTP %d %+v, want allowed", rt.method, rt.path, who, status, a)
+			case !allowed && (who == "none" || who == "other-ca") && (status != 401 || a.Code != "unauthenticated"):
+				t.Errorf("%s %s as %s: HTTP %d %+v, want 401 unauthenticated", rt.method, rt.path, who, status, a)
+			case !allowed && who != "none" && who != "other-ca" && (status != 403 || !strings.Contains(a.Message, "needs a certificate of role")):
+				t.Errorf("%s %s as %s: HTTP %d %+v, want 403 naming the role", rt.method, rt.path, who, status, a)
+			}
+			if who == "none" && !allowed && !strings.Contains(a.Message, "no client certificate") {
+				t.Errorf("%s %s without a certificate: %q does not say the certificate is missing", rt.method, rt.path, a.Message)
+			}
+			if who == "other-ca" && !allowed && !strings.Contains(a.Message, "another CA") {
+				t.Errorf("%s %s with another CA: %q does not name the CA", rt.method, rt.path, a.Message)
+			}
+			if after := adminState(t, f.b); !allowed && after != before {
+				t.Errorf("%s %s as %s: refused, yet the state changed:\n%s\n->\n%s", rt.method, rt.path, who, before, after)
+			}
+		}
+	}
+	// Plaintext on the TLS listener: refused before any route.
+	before := adminState(t, f.b)
+	res, err := http.Post("http://"+f.b.adminAddr+"/v1/load", "application/json", strings.NewReader(`{"segments":1}`))
+	if err == nil {
+		res.Body.Close()
+		if res.StatusCode == 200 {
+			t.Fatal("a plaintext load was accepted")
+		}
+	}
+	if after := adminState(t, f.b); after != before {
+		t.Fatalf("a plaintext request changed the state")
+	}
+}
+
+// TestFaultRoutesOnlyWithFaultInjection: without fault_injection the
+// routes do not exist (404), even for an operator.
+func TestFaultRoutesOnlyWithFaultInjection(t *testing.T) {
+	f := newAdminFixture(t)
+	f.b.faults = nil
+	l, err := rpc.Listen("127.0.0.1:0", f.b.certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := rpc.NewHTTPServer(f.b.routes(), zerolog.Nop())
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	res, err := f.clients["operator"].Post("https://"+l.Addr().String()+"/v1/faults/delete/good", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("POST /v1/faults/delete/good without fault_injection: HTTP %d, want 404", res.StatusCode)
 	}
 }

@@ -39,8 +39,20 @@ func run(args []string, stderr io.Writer) int {
 		}
 		return 1
 	}
-	log.Info().Str("admin", b.adminAddr).Bool("heal", cfg.Heal.Enabled).Msg("broker ready")
-	<-ctx.Done()
+	if cfg.Insecure {
+		log.Warn().Msg("INSECURE MODE: every listener is plaintext and accepts anyone who can reach it (insecure = true); loopback only")
+	}
+	log.Info().Str("admin", b.adminAddr).Bool("heal", cfg.Heal.Enabled).Bool("insecure", cfg.Insecure).Msg("broker ready")
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			b.reloadCerts()
+		}
+	}
 	log.Info().Msg("shutting down")
 	if err := b.Close(); err != nil {
 		log.Error().Err(err).Msg("shutdown")
