@@ -26,25 +26,25 @@ var errConfig = errors.New("malachid: bad config")
 // Config is the broker's configuration: a TOML file, then flags. Every key
 // is also a flag named by its dotted path (--heal.enabled=true).
 type Config struct {
-	ID                uint32        `toml:"id"`
-	DataDir           string        `toml:"data_dir"`
-	Rack              string        `toml:"rack"`
-	AdminListen       string        `toml:"admin_listen"`
-	RaftListen        string        `toml:"raft_listen"`
-	Peers             []string      `toml:"peers"`
-	ReplicationFactor int           `toml:"replication_factor"`
-	FaultInjection    bool          `toml:"fault_injection"`
-	LogLevel          string        `toml:"log_level"`
-	LogFormat         string        `toml:"log_format"`
-	Preallocate       int64         `toml:"preallocate"`
+	ID                uint32   `toml:"id"`
+	DataDir           string   `toml:"data_dir"`
+	Rack              string   `toml:"rack"`
+	AdminListen       string   `toml:"admin_listen"`
+	RaftListen        string   `toml:"raft_listen"`
+	Peers             []string `toml:"peers"`
+	ReplicationFactor int      `toml:"replication_factor"`
+	FaultInjection    bool     `toml:"fault_injection"`
+	LogLevel          string   `toml:"log_level"`
+	LogFormat         string   `toml:"log_format"`
+	Preallocate       int64    `toml:"preallocate"`
 	// CertsDir holds ca.crt, broker.crt and broker.key (`malachi cert`);
 	// "" means data_dir/certs.
 	CertsDir string `toml:"certs_dir"`
 	// Insecure runs every listener in plaintext without authentication:
 	// loopback addresses only, and said loudly (log, metric, status).
-	Insecure bool `toml:"insecure"`
-	Raft              RaftConfig    `toml:"raft"`
-	Heal              plugin.Config `toml:"heal"`
+	Insecure bool          `toml:"insecure"`
+	Raft     RaftConfig    `toml:"raft"`
+	Heal     plugin.Config `toml:"heal"`
 }
 
 // RaftConfig tunes the control plane's consensus engine.
