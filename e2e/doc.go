@@ -4,7 +4,11 @@
 // (MALACHI_E2E_DIR chooses where, e.g. /dev/shm), drives it through the
 // admin API, kills brokers with SIGKILL or stops them with SIGTERM, and
 // reads the outcome from the replicated metadata, the brokers' copies and
-// the plugin's /status and /metrics.
+// the plugin's /status and /metrics. Every cluster runs in secure mode: the
+// harness writes a CA, a certificate per broker (its certs_dir, outside its
+// data_dir) and the operator and viewer clients under the test's directory
+// (pki.CreateLocal), and calls every API over mutual TLS as the operator
+// (internal/rpc).
 //
 // What each test shows:
 //
@@ -27,7 +31,9 @@
 //   - TestIntegrityPassHealsInPlace: a deleted and a truncated copy are
 //     backfilled in place, an extended one settled back to size; no replica
 //     set changes.
-//   - TestBadConfigExit2: a bad configuration exits 2, naming key and value.
+//   - TestBadConfigExit2: a bad configuration exits 2, naming key and value:
+//     no certificates without insecure = true (certs_dir), insecure mode on
+//     an address other than loopback, another broker's certificate.
 //   - TestHealTime: the performance goal, logged (never asserted):
 //     MALACHI_E2E_SEGMENTS=500 for the full size.
 //

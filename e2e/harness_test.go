@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +14,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -73,11 +72,16 @@ type broker struct {
 	exit                   error
 }
 
-// cluster is a set of malachid processes on loopback.
+// cluster is a set of malachid processes on loopback, each with its
+// certificate of the cluster's CA, called over mutual TLS as the
+// operator.
 type cluster struct {
 	t       *testing.T
 	brokers []*broker
-	hc      *http.Client
+	certs   pki.Local
+	// rpc calls the admin APIs and the plugins' /metrics; slow calls
+	// POST /v1/load, which may take minutes.
+	rpc, slow *rpc.Client
 }
 
 type clusterOpts struct {
@@ -107,7 +111,8 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		t.Cleanup(func() { os.RemoveAll(root) })
 	}
 	ports := freePorts(t, 4*o.n)
-	c := &cluster{t: t, hc: &http.Client{Timeout: 10 * time.Second}}
+	c := &cluster{t: t}
+	c.makeCerts(filepath.Join(root, "certs"), o.n)
 	var peers []string
 	for i := 0; i < o.n; i++ {
 		b := &broker{id: i + 1, dir: filepath.Join(root, fmt.Sprintf("b%d", i+1))}
@@ -127,6 +132,7 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		b.logPath = filepath.Join(root, fmt.Sprintf("b%d.log", b.id))
 		toml := fmt.Sprintf(`id = %d
 data_dir = %q
+certs_dir = %q
 admin_listen = %q
 raft_listen = %q
 peers = [%s]
@@ -147,7 +153,7 @@ secret = %q
 tick = %q
 grace = %q
 %s
-`, b.id, b.dir, b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, secret, o.tick, o.grace, extra)
+`, b.id, b.dir, c.certs.BrokerDir(meta.BrokerID(b.id)), b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, secret, o.tick, o.grace, extra)
 		if err := os.WriteFile(b.cfg, []byte(toml), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -168,6 +174,29 @@ grace = %q
 	c.waitLeader(20 * time.Second)
 	c.waitRegistered(20 * time.Second)
 	return c
+}
+
+// makeCerts writes a CA, the certificates of brokers 1..n (valid for
+// 127.0.0.1 and localhost) and the operator and viewer clients under dir,
+// and makes the cluster's clients with the operator's.
+func (c *cluster) makeCerts(dir string, n int) {
+	c.t.Helper()
+	ids := make([]meta.BrokerID, n)
+	for i := range ids {
+		ids[i] = meta.BrokerID(i + 1)
+	}
+	l, err := pki.CreateLocal(dir, ids, []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	op, err := pki.LoadClient(l.ClientDir(), string(pki.RoleOperator))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.certs = l
+	c.rpc = rpc.NewClient(op, nil, 10*time.Second)
+	c.slow = rpc.NewClient(op, nil, 5*time.Minute)
+	c.t.Cleanup(func() { c.rpc.Close(); c.slow.Close() })
 }
 
 func logTail(t *testing.T, b *broker) {
@@ -264,36 +293,22 @@ type health struct {
 	IsLeader bool `json:"is_leader"`
 }
 
+// get calls GET path on broker id's admin API as the operator.
 func (c *cluster) get(id int, path string, v any) error {
-	res, err := c.hc.Get("http://" + c.b(id).admin + path)
-	if err != nil {
-		return err
+	if err := c.rpc.Call(context.Background(), http.MethodGet, c.b(id).admin, path, nil, v); err != nil {
+		return fmt.Errorf("broker %d: %w", id, err)
 	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s on broker %d: HTTP %d: %s", path, id, res.StatusCode, body)
-	}
-	return json.Unmarshal(body, v)
+	return nil
 }
 
+// post calls POST path on broker id's admin API as the operator.
 func (c *cluster) post(id int, path string, req, v any) error {
-	body, _ := json.Marshal(req)
-	hc := c.hc
+	rc := c.rpc
 	if path == "/v1/load" {
-		hc = &http.Client{Timeout: 5 * time.Minute}
+		rc = c.slow
 	}
-	res, err := hc.Post("http://"+c.b(id).admin+path, "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s on broker %d: HTTP %d: %s", path, id, res.StatusCode, out)
-	}
-	if v != nil {
-		return json.Unmarshal(out, v)
+	if err := rc.Call(context.Background(), http.MethodPost, c.b(id).admin, path, req, v); err != nil {
+		return fmt.Errorf("broker %d: %w", id, err)
 	}
 	return nil
 }
@@ -460,14 +475,13 @@ func dialable(addr string) bool {
 	return true
 }
 
-// metric scrapes one unlabelled metric from broker id's plugin /metrics.
+// metric scrapes one unlabelled metric from broker id's plugin /metrics
+// (HTTPS, as the operator); -1 when it cannot.
 func (c *cluster) metric(id int, name string) float64 {
-	res, err := c.hc.Get("http://" + c.b(id).rpc + "/metrics")
+	body, err := c.rpc.GetRaw(context.Background(), c.b(id).rpc, "/metrics")
 	if err != nil {
 		return -1
 	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -275,15 +276,26 @@ func TestHealDisabled(t *testing.T) {
 	}
 }
 
-// A bad configuration exits with status 2 and names the key and value.
+// A bad configuration exits with status 2 and names the key and value:
+// among them a broker without certificates that is not in insecure mode,
+// insecure mode on an address other than loopback, and another broker's
+// certificate.
 func TestBadConfigExit2(t *testing.T) {
+	l, err := pki.CreateLocal(filepath.Join(t.TempDir(), "certs"), []meta.BrokerID{1, 2}, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCerts := t.TempDir()
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--data_dir", t.TempDir(), "--heal.enabled", "--heal.secret", secret, "--heal.tick", "0s"}, `heal.tick = "0s"`},
-		{[]string{"--data_dir", t.TempDir(), "--heal.enabled"}, `heal.secret = ""`},
-		{[]string{"--data_dir", t.TempDir(), "--replication_factor", "zero"}, `--replication_factor = "zero"`},
+		{[]string{"--data_dir", t.TempDir(), "--insecure", "--heal.enabled", "--heal.secret", secret, "--heal.tick", "0s"}, `heal.tick = "0s"`},
+		{[]string{"--data_dir", noCerts}, fmt.Sprintf("certs_dir = %q", filepath.Join(noCerts, "certs"))},
+		{[]string{"--data_dir", t.TempDir(), "--insecure", "--admin_listen", "10.1.2.3:7001"}, `insecure = true with admin_listen = "10.1.2.3:7001"`},
+		{[]string{"--data_dir", t.TempDir(), "--insecure", "--admin_listen", "0.0.0.0:0"}, `insecure = true with admin_listen = "0.0.0.0:0"`},
+		{[]string{"--data_dir", t.TempDir(), "--certs_dir", l.BrokerDir(2)}, "names broker 2, but this is broker 1"},
+		{[]string{"--data_dir", t.TempDir(), "--certs_dir", l.BrokerDir(1), "--replication_factor", "zero"}, `--replication_factor = "zero"`},
 		{[]string{"--data_dir", t.TempDir(), "--nonsense"}, "nonsense"},
 	} {
 		cmd := exec.Command(binary, tc.args...)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -40,6 +42,11 @@ type clusterConfig struct {
 	ScrubRate  int64
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
+	// Insecure runs the brokers with insecure = true: plaintext on
+	// loopback, no certificates. Otherwise newCluster makes a CA, a
+	// certificate per broker and the operator and viewer clients under
+	// Root/certs, and the demo calls the brokers as "operator".
+	Insecure bool
 	// LoopBroker, when set, is the broker whose <data_dir>/copies is a
 	// loop-mounted ext4 of LoopBytes bytes (see cluster.loop), mounted by
 	// Start before that broker starts and unmounted by Stop. Where the
@@ -55,7 +62,8 @@ type broker struct {
 	Dir                    string // data_dir
 	Admin, Raft, RPC, Data string // host:port
 	ConfigPath, LogPath    string
-	client                 *adminClient
+	client                 *adminClient // its admin API
+	plugin                 *adminClient // its plugin's rpc_listen (/metrics)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -66,7 +74,14 @@ type broker struct {
 
 // cluster runs the brokers as real processes on loopback.
 type cluster struct {
-	cfg     clusterConfig
+	cfg clusterConfig
+	// certs is the layout of the cluster's certificates (Root/certs);
+	// zero with cfg.Insecure. They live outside every data_dir, so a
+	// broker whose data directory is swapped keeps its identity.
+	certs pki.Local
+	// rpc is the demo's one client of every broker, as "operator".
+	rpc *rpc.Client
+	// secret is heal.secret, while the plugin still requires one.
 	secret  string
 	brokers []*broker
 
@@ -144,6 +159,9 @@ func newCluster(cfg clusterConfig) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{cfg: cfg, secret: hex.EncodeToString(sb[:])}
+	if err := c.makeCerts(); err != nil {
+		return nil, err
+	}
 	for i := 0; i < cfg.Brokers; i++ {
 		dir := filepath.Join(cfg.Root, fmt.Sprintf("b%d", i+1))
 		b := &broker{
@@ -156,10 +174,45 @@ func newCluster(cfg clusterConfig) (*cluster, error) {
 			ConfigPath: filepath.Join(dir, "malachid.toml"),
 			LogPath:    filepath.Join(dir, "malachid.log"),
 		}
-		b.client = newAdminClient(b.Admin, 30*time.Second)
+		b.client = newAdminClient(b.Admin, c.rpc, cfg.Insecure)
+		b.plugin = newAdminClient(b.RPC, c.rpc, cfg.Insecure)
 		c.brokers = append(c.brokers, b)
 	}
 	return c, nil
+}
+
+// makeCerts writes the cluster's certificates under Root/certs (valid
+// for 127.0.0.1 and localhost) and makes the demo's client with the
+// operator's; with cfg.Insecure, a plaintext client and no files.
+func (c *cluster) makeCerts() error {
+	const timeout = 30 * time.Second
+	if c.cfg.Insecure {
+		c.rpc = rpc.NewClient(nil, adminCodes, timeout)
+		return nil
+	}
+	ids := make([]meta.BrokerID, c.cfg.Brokers)
+	for i := range ids {
+		ids[i] = meta.BrokerID(i + 1)
+	}
+	l, err := pki.CreateLocal(filepath.Join(c.cfg.Root, "certs"), ids, []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		return fmt.Errorf("the cluster's certificates: %w", err)
+	}
+	certs, err := pki.LoadClient(l.ClientDir(), string(pki.RoleOperator))
+	if err != nil {
+		return fmt.Errorf("the demo's operator certificate: %w", err)
+	}
+	c.certs, c.rpc = l, rpc.NewClient(certs, adminCodes, timeout)
+	return nil
+}
+
+// cliFlags are the flags that let `malachi status` and the other
+// commands talk to this cluster as the operator.
+func (c *cluster) cliFlags() []string {
+	if c.cfg.Insecure {
+		return []string{"--insecure"}
+	}
+	return []string{"--certs-dir", c.certs.ClientDir(), "--user", string(pki.RoleOperator)}
 }
 
 // configText is broker b's TOML file (MALACHID_API.md).
@@ -177,6 +230,11 @@ func (c *cluster) configText(b *broker) string {
 	fmt.Fprintf(&s, "peers = [%s]\n", strings.Join(peers, ", "))
 	fmt.Fprintf(&s, "replication_factor = %d\n", c.cfg.RF)
 	fmt.Fprintf(&s, "fault_injection = true\n")
+	if c.cfg.Insecure {
+		fmt.Fprintf(&s, "insecure = true\n")
+	} else {
+		fmt.Fprintf(&s, "certs_dir = %q\n", c.certs.BrokerDir(b.ID))
+	}
 	fmt.Fprintf(&s, "\n[raft]\n")
 	fmt.Fprintf(&s, "heartbeat_timeout = %q\n", c.cfg.RaftTimeout.String())
 	fmt.Fprintf(&s, "election_timeout = %q\n", c.cfg.RaftTimeout.String())

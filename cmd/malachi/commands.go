@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -64,6 +65,9 @@ type clusterStatus struct {
 	OnDownBrokers int `json:"on_down_brokers"`
 	// Heal is the leader's heal status (the plugin's /status) as served.
 	Heal json.RawMessage `json:"heal,omitempty"`
+	// Insecure: asked with --insecure, in plaintext without certificates,
+	// which only a cluster in insecure mode answers.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -72,6 +76,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	admin := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
+	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -81,7 +86,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *timeout <= 0 {
 		return usageErr("status: --timeout %v: want more than zero", *timeout)
 	}
-	st, err := gatherStatus(ctx, *admin, *timeout)
+	rc, err := conn.client("status", *timeout)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	st, err := gatherStatus(ctx, *admin, rc, conn.insecure)
 	if err != nil {
 		return err
 	}
@@ -96,9 +106,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // gatherStatus asks the broker at admin for the metadata, then every
 // registered broker for its health and copies, then the leader for its heal
-// status.
-func gatherStatus(ctx context.Context, admin string, timeout time.Duration) (*clusterStatus, error) {
-	c := newAdminClient(admin, timeout)
+// status, all through rc (insecure: made without certificates).
+func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bool) (*clusterStatus, error) {
+	c := newAdminClient(admin, rc, insecure)
 	h, err := c.Health(ctx)
 	if err != nil {
 		return nil, err
@@ -111,12 +121,12 @@ func gatherStatus(ctx context.Context, admin string, timeout time.Duration) (*cl
 	// follower's view may lag the last commands.
 	if h.Leader != 0 && h.Leader != h.ID {
 		if lb, ok := snap.Broker(h.Leader); ok && lb.AdminAddr != "" {
-			if ls, err := newAdminClient(lb.AdminAddr, timeout).Metadata(ctx); err == nil {
+			if ls, err := newAdminClient(lb.AdminAddr, rc, insecure).Metadata(ctx); err == nil {
 				snap = ls
 			}
 		}
 	}
-	st := &clusterStatus{Admin: admin, Index: snap.Index, Leader: h.Leader, ReplicationFactor: snap.ReplicationFactor}
+	st := &clusterStatus{Admin: admin, Index: snap.Index, Leader: h.Leader, ReplicationFactor: snap.ReplicationFactor, Insecure: insecure}
 	brokers := snap.Brokers
 	if len(brokers) == 0 {
 		brokers = []meta.Broker{{ID: h.ID, AdminAddr: admin}}
@@ -137,7 +147,7 @@ func gatherStatus(ctx context.Context, admin string, timeout time.Duration) (*cl
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bc := newAdminClient(bs.AdminAddr, timeout)
+			bc := newAdminClient(bs.AdminAddr, rc, insecure)
 			bh, err := bc.Health(ctx)
 			if err != nil {
 				bs.Error = err.Error()
@@ -205,6 +215,9 @@ func gatherStatus(ctx context.Context, admin string, timeout time.Duration) (*cl
 
 func writeStatus(w io.Writer, st *clusterStatus) {
 	fmt.Fprintf(w, "cluster at index %d, replication factor %d, leader broker %d (asked %s)\n", st.Index, st.ReplicationFactor, st.Leader, st.Admin)
+	if st.Insecure {
+		fmt.Fprintf(w, "INSECURE MODE: the cluster answered in plaintext without certificates (insecure = true): anyone who reaches its ports may read and change it\n")
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nBROKER\tADMIN\tSTATE\tCOPIES\tLATCHED\tHEAL\tRACK")
 	for _, b := range st.Brokers {
@@ -259,9 +272,6 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	}
 }
 
-// planPaths are the admin paths tried, in order, for the dry run.
-var planPaths = []string{"/v1/plan", "/v1/heal/plan"}
-
 // planDoc mirrors heal.Plan with string ops and reasons.
 type planDoc struct {
 	Index   uint64       `json:"index"`
@@ -311,16 +321,21 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	admin := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print the plan as JSON, as the leader served it")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout (the dry run probes every broker)")
+	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := validateAddr("admin", *admin); err != nil {
 		return fmt.Errorf("%w: plan: %v", errUsage, err)
 	}
+	rc, err := conn.client("plan", *timeout)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
 	// The dry run is the coordinator's; any broker forwards it to the
 	// leader.
-	c := newAdminClient(*admin, *timeout)
-	raw, err := fetchPlan(ctx, c)
+	raw, err := newAdminClient(*admin, rc, conn.insecure).Plan(ctx)
 	if err != nil {
 		return err
 	}
@@ -334,22 +349,6 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	writePlan(stdout, p)
 	return nil
-}
-
-// fetchPlan asks the broker for a dry run of the next heal pass.
-func fetchPlan(ctx context.Context, c *adminClient) (json.RawMessage, error) {
-	var lastErr error
-	for _, path := range planPaths {
-		raw, err := c.Get(ctx, path)
-		if err == nil {
-			return raw, nil
-		}
-		lastErr = err
-		if !strings.Contains(err.Error(), "404") {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("broker %s serves no dry run (tried %s): %w", c.addr, strings.Join(planPaths, ", "), lastErr)
 }
 
 func writePlan(w io.Writer, p planDoc) {
@@ -379,6 +378,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prefix := fs.String("prefix", "", "segment id prefix (default: the broker's)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "request timeout")
 	asJSON := fs.Bool("json", false, "print the broker's answer as JSON")
+	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -397,7 +397,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case *prefix != "" && meta.SegmentID(*prefix).Validate() != nil:
 		return usageErr("load: --prefix %q: %v", *prefix, meta.SegmentID(*prefix).Validate())
 	}
-	c := newAdminClient(*admin, *timeout)
+	rc, err := conn.client("load", *timeout)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	c := newAdminClient(*admin, rc, conn.insecure)
 	start := time.Now()
 	raw, err := c.Load(ctx, loadRequest{Segments: *segments, RecordsPerSegment: *records, RecordSize: int(size), Prefix: *prefix})
 	if err != nil {
@@ -422,14 +427,19 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", "", "host:port of any broker's admin API")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := validateAddr("admin", *admin); err != nil {
 		return fmt.Errorf("%w: release: %v", errUsage, err)
 	}
-	c := newAdminClient(*admin, *timeout)
-	if err := c.do(ctx, "POST", "/v1/heal/release", nil, nil); err != nil {
+	rc, err := conn.client("release", *timeout)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if err := newAdminClient(*admin, rc, conn.insecure).Release(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "mass-failure hold released for the next heal pass (asked %s)\n", *admin)

@@ -61,7 +61,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 		rep: &demoReport{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
 			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
 			"heal.scrub_interval": o.ScrubEvery.String(), "heal.scrub_bytes_per_second": fmt.Sprint(o.ScrubRate),
-			"raft.heartbeat_timeout": o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(),
+			"raft.heartbeat_timeout": o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(), "insecure": fmt.Sprint(o.Insecure),
 		}},
 	}
 	d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("seed %d (--seed to replay the same victims)", seed))
@@ -130,6 +130,9 @@ func (d *demo) cleanup(ok bool) {
 		for _, b := range d.c.running() {
 			d.logf("  broker %d  admin %s  data %s  log %s", b.ID, b.Admin, b.Dir, b.LogPath)
 		}
+		if run := d.c.running(); len(run) > 0 {
+			d.logf("  ask it with: malachi status --admin %s %s", run[0].Admin, strings.Join(d.c.cliFlags(), " "))
+		}
 		return
 	}
 	d.c.Stop()
@@ -162,12 +165,17 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, ScrubEvery: d.o.ScrubEvery, ScrubRate: d.o.ScrubRate, Keep: d.o.Keep})
+	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, ScrubEvery: d.o.ScrubEvery, ScrubRate: d.o.ScrubRate, Keep: d.o.Keep, Insecure: d.o.Insecure})
 	if err != nil {
 		return err
 	}
 	d.c = c
 	d.logf("starting %d brokers (replication factor %d, heal.tick %v, heal.grace %v, heal.settle_batch %d, raft timeouts %v) under %s", d.o.Brokers, d.o.RF, d.o.Tick, d.o.Grace, d.o.SettleBatch, d.o.RaftTimeout, d.o.Dir)
+	if d.o.Insecure {
+		d.logf("INSECURE MODE (--insecure): every listener is plaintext and unauthenticated, on loopback")
+	} else {
+		d.logf("mutual TLS: a CA, a certificate per broker and the operator and viewer clients under %s", c.certs.Root)
+	}
 	if err := c.Start(); err != nil {
 		return err
 	}
@@ -319,10 +327,11 @@ func (d *demo) load(ctx context.Context) error {
 			}
 			lastErr = err
 		}
-		// A leader change refuses or cuts a load short (503): what was
-		// sealed is counted again and the rest loaded under new ids; a
-		// segment left active is ignored (only sealed segments are healed).
-		if ctx.Err() != nil || !errors.Is(lastErr, errAdmin) && !errors.Is(lastErr, errUnreachable) || !strings.Contains(lastErr.Error(), "503") || retries == 10 {
+		// A leader change refuses or cuts a load short (errUnavailable):
+		// what was sealed is counted again and the rest loaded under new
+		// ids; a segment left active is ignored (only sealed segments are
+		// healed).
+		if ctx.Err() != nil || !errors.Is(lastErr, errUnavailable) || retries == 10 {
 			p.Finish("failed")
 			return fmt.Errorf("loading segments: %w", lastErr)
 		}

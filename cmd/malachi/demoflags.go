@@ -38,6 +38,9 @@ type demoOptions struct {
 	ScrubRate    int64
 	StageTimeout time.Duration
 	Seed         uint64
+	// Insecure runs the cluster in plaintext without certificates
+	// (insecure = true in every broker's config).
+	Insecure bool
 }
 
 // errUsage marks a bad command line: the CLI exits with status 2.
@@ -72,6 +75,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
+	fs.BoolVar(&o.Insecure, "insecure", false, "run the brokers in plaintext without certificates (insecure = true); by default the demo makes a CA, broker and client certificates under --dir/certs and every connection is mutual TLS")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -20,8 +20,11 @@ func TestParseDemoFlagsDefaults(t *testing.T) {
 	if !slices.Equal(o.Stages, allStages) {
 		t.Fatalf("5 brokers at RF 3 run every stage, got %v", o.Stages)
 	}
-	o, err = parseDemoFlags([]string{"--brokers", "4", "--segments", "20", "--segment-size", "64KiB", "--json", "--keep", "--grace", "500ms"}, io.Discard)
-	if err != nil || o.Brokers != 4 || o.SegmentSize != 64<<10 || !o.JSON || !o.Keep || o.Grace != 500*time.Millisecond {
+	if o.Insecure {
+		t.Fatal("the demo runs in insecure mode by default")
+	}
+	o, err = parseDemoFlags([]string{"--brokers", "4", "--segments", "20", "--segment-size", "64KiB", "--json", "--keep", "--grace", "500ms", "--insecure"}, io.Discard)
+	if err != nil || o.Brokers != 4 || o.SegmentSize != 64<<10 || !o.JSON || !o.Keep || o.Grace != 500*time.Millisecond || !o.Insecure {
 		t.Fatalf("%+v, %v", o, err)
 	}
 	if want := slices.DeleteFunc(slices.Clone(allStages), func(s string) bool { return s == "backfill-kill" }); !slices.Equal(o.Stages, want) {
@@ -100,8 +103,9 @@ func TestCommandFlagErrors(t *testing.T) {
 		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1", "--size", "1", "--prefix", "a/b"}, 2, `--prefix "a/b"`},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{nil, 2, "usage:"},
-		{[]string{"status", "--admin", "127.0.0.1:1"}, 1, "broker unreachable: broker 127.0.0.1:1: GET /v1/health"},
-		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1", "--size", "4KiB"}, 1, "broker 127.0.0.1:1: POST /v1/load"},
+		{[]string{"status", "--admin", "127.0.0.1:1", "--insecure"}, 1, "broker unreachable: broker 127.0.0.1:1: GET /v1/health"},
+		{[]string{"load", "--admin", "127.0.0.1:1", "--segments", "1", "--records", "1", "--size", "4KiB", "--insecure"}, 1, "broker unreachable: broker 127.0.0.1:1: POST /v1/load"},
+		{[]string{"status", "--admin", "127.0.0.1:1", "--certs-dir", "/nonexistent"}, 1, "--certs-dir /nonexistent: pki: certs directory"},
 		{[]string{"demo", "--brokers", "-1"}, 2, "--brokers -1"},
 		{[]string{"demo", "--poll", "0s"}, 2, "--poll 0s"},
 		{[]string{"demo", "--malachid", "/nonexistent/malachid", "--json"}, 1, ""},

@@ -1,10 +1,20 @@
 // Command malachi is the operator CLI of Malachi heal.
 //
-//	malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep]
+//	malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--insecure]
 //	malachi status --admin host:port [--json]
 //	malachi plan   --admin host:port [--json]
 //	malachi load   --admin host:port --segments N --records R --size B
 //	malachi release --admin host:port
+//	malachi cert   create-ca | create-broker | create-client | list
+//
+// status, plan, load and release call the admin API through internal/rpc
+// over mutual TLS with a client certificate (--certs-dir, --user), or in
+// plaintext with --insecure; a refusal says what was missing (no client
+// certificate, the role the route needs). The demo makes its own CA,
+// broker and client certificates under its directory (certs/, outside
+// every data_dir, so restarted and swapped brokers keep them), gives each
+// broker its certs_dir and calls every broker as "operator"; --insecure
+// runs it the old plaintext way (insecure = true).
 //
 // demo builds (or takes, --malachid) the reference broker, starts a cluster
 // of real malachid processes on free loopback ports with a short tick and

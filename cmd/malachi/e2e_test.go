@@ -185,6 +185,31 @@ func TestDemoEndToEnd(t *testing.T) {
 	waitNoProcesses(t, malachid, 10*time.Second)
 }
 
+// --insecure runs the old plaintext way: no certificates anywhere, every
+// broker in insecure mode, and the kill still healed.
+func TestDemoInsecure(t *testing.T) {
+	malachid, _ := binaries(t)
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"demo", "--malachid", malachid, "--brokers", "4", "--rf", "3", "--segments", "6", "--segment-size", "16KiB",
+		"--faults", "kill,restart", "--insecure", "--json", "--dir", dir, "--stage-timeout", "60s"}, &out, &errb)
+	var rep demoReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out.String(), errb.String())
+	}
+	if code != 0 || !rep.OK || rep.Config["insecure"] != "true" || len(rep.Faults) != 2 || !rep.Faults[0].Healed {
+		t.Fatalf("exit %d, ok %v, config %v, faults %+v\n%s", code, rep.OK, rep.Config, rep.Faults, errb.String())
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "b1", "malachid.toml"))
+	if err != nil || !strings.Contains(string(cfg), "insecure = true") || strings.Contains(string(cfg), "certs_dir") {
+		t.Fatalf("broker 1's config: %v\n%s", err, cfg)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "certs")); !os.IsNotExist(err) {
+		t.Fatalf("%s/certs: %v, want no certificates", dir, err)
+	}
+	waitNoProcesses(t, malachid, 10*time.Second)
+}
+
 // A bit flip keeps the size: with the scrubber off it goes undetected,
 // which the demo must say (and exit 1) rather than hide; it then puts the
 // bits back, so nothing is lost.
@@ -273,16 +298,20 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	}
 	t.Logf("cluster ready in %v", time.Since(start))
 	admin := c.brokers[1].Admin
+	// cli is a command line of cmd as the cluster's operator.
+	cli := func(cmd string, args ...string) []string {
+		return append(append([]string{cmd}, c.cliFlags()...), args...)
+	}
 	defer func(t0 time.Time) { t.Logf("commands took %v", time.Since(t0)) }(time.Now())
 	var out, errb strings.Builder
-	if code := run([]string{"load", "--admin", admin, "--segments", "5", "--records", "8", "--size", "1KiB", "--prefix", "t"}, &out, &errb); code != 0 {
+	if code := run(cli("load", "--admin", admin, "--segments", "5", "--records", "8", "--size", "1KiB", "--prefix", "t"), &out, &errb); code != 0 {
 		t.Fatalf("load: exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(out.String(), "loaded 5 sealed segments of 8 records") {
 		t.Errorf("load output: %s", out.String())
 	}
 	out.Reset()
-	if code := run([]string{"status", "--admin", admin, "--json"}, &out, &errb); code != 0 {
+	if code := run(cli("status", "--admin", admin, "--json"), &out, &errb); code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errb.String())
 	}
 	var st clusterStatus
@@ -297,6 +326,7 @@ func TestCommandsAgainstCluster(t *testing.T) {
 			t.Errorf("broker %+v", b)
 		}
 	}
+	checkRefusals(t, c, admin, cli)
 	// A broker down (not the leader, so that no election runs) shows by
 	// name and address.
 	victim := c.brokers[2]
@@ -307,7 +337,7 @@ func TestCommandsAgainstCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if code := run([]string{"status", "--admin", admin}, &out, &errb); code != 0 {
+	if code := run(cli("status", "--admin", admin), &out, &errb); code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{"DOWN", victim.Admin, "segments: 5 (5 sealed, 0 active)", "with a replica on a down broker 5"} {
@@ -317,7 +347,7 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	if code := run([]string{"plan", "--admin", admin}, &out, &errb); code != 0 {
+	if code := run(cli("plan", "--admin", admin), &out, &errb); code != 0 {
 		t.Fatalf("plan: exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{"dry run of the next heal pass at index", "nothing is executed", "would find: sealed=5"} {
@@ -327,7 +357,7 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	}
 	t.Logf("plan with broker %d down:\n%s", victim.ID, out.String())
 	out.Reset()
-	if code := run([]string{"plan", "--admin", admin, "--json"}, &out, &errb); code != 0 {
+	if code := run(cli("plan", "--admin", admin, "--json"), &out, &errb); code != 0 {
 		t.Fatalf("plan --json: exit %d: %s", code, errb.String())
 	}
 	var p planDoc
@@ -339,7 +369,7 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out.Reset()
-		run([]string{"plan", "--admin", admin}, &out, &errb)
+		run(cli("plan", "--admin", admin), &out, &errb)
 		if strings.Contains(out.String(), "report_failed") || time.Now().After(deadline) {
 			break
 		}
@@ -352,7 +382,7 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		out.Reset()
-		run([]string{"status", "--admin", admin}, &out, &errb)
+		run(cli("status", "--admin", admin), &out, &errb)
 		if strings.Contains(out.String(), "failed no_spare_broker: 5") || time.Now().After(deadline) {
 			break
 		}
@@ -362,7 +392,35 @@ func TestCommandsAgainstCluster(t *testing.T) {
 		t.Errorf("status past the grace delay:\n%s", out.String())
 	}
 	out.Reset()
-	if code := run([]string{"release", "--admin", admin}, &out, &errb); code != 0 || !strings.Contains(out.String(), "released") {
+	if code := run(cli("release", "--admin", admin), &out, &errb); code != 0 || !strings.Contains(out.String(), "released") {
 		t.Fatalf("release: exit %d: %s %s", code, out.String(), errb.String())
+	}
+}
+
+// checkRefusals: on cluster c, the viewer reads but may not load and
+// plaintext reaches nothing; both refusals say why and change nothing
+// (the 5 segments loaded before stay the only ones).
+func checkRefusals(t *testing.T, c *cluster, admin string, cli func(string, ...string) []string) {
+	t.Helper()
+	var out, errb strings.Builder
+	var st clusterStatus
+	viewer := []string{"--certs-dir", c.certs.ClientDir(), "--user", "viewer"}
+	if code := run(append([]string{"status", "--admin", admin, "--json"}, viewer...), &out, &errb); code != 0 {
+		t.Fatalf("status as viewer: exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run(append([]string{"load", "--admin", admin, "--segments", "1", "--records", "1", "--size", "1KiB", "--prefix", "v"}, viewer...), &out, &errb); code != 1 || !strings.Contains(errb.String(), "needs a certificate of role operator") {
+		t.Errorf("load as viewer: exit %d, stderr %q; want exit 1 naming the operator role", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"status", "--admin", admin, "--insecure"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "HTTPS") {
+		t.Errorf("status --insecure against a TLS cluster: exit %d, stderr %q; want exit 1 saying it wants HTTPS", code, errb.String())
+	}
+	out.Reset()
+	if code := run(cli("status", "--admin", admin, "--json"), &out, &errb); code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errb.String())
+	}
+	if err := json.Unmarshal([]byte(out.String()), &st); err != nil || st.Sealed != 5 || st.Insecure {
+		t.Fatalf("after the refusals: %+v %v, want the 5 sealed segments only, not insecure", st, err)
 	}
 }

@@ -14,12 +14,18 @@ import (
 const usage = `malachi: the operator CLI of Malachi heal
 
 usage:
-  malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--malachid path] [--faults list]
+  malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--malachid path] [--faults list] [--insecure]
   malachi status --admin host:port [--json]
   malachi plan   --admin host:port [--json]
   malachi load   --admin host:port --segments N --records R --size B [--prefix p]
   malachi release --admin host:port   (lift a mass-failure hold for the next pass)
   malachi cert   create-ca | create-broker ID --host H... | create-client NAME --role R | list
+
+status, plan, load and release speak mutual TLS with a client certificate:
+--certs-dir DIR (default $MALACHI_CERTS_DIR, else ./certs) holds ca.crt and
+client.NAME.crt/.key, --user NAME chooses one (default: the only one), and
+--insecure speaks plaintext to a cluster run with insecure = true. status
+and plan need role viewer or operator; load and release role operator.
 
 Run "malachi <command> -h" for a command's flags.
 `

@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,24 +17,21 @@ import (
 // (plugin/metrics.go).
 const backfillMetric = "malachi_heal_backfill_bytes_total"
 
-// scrapeCounter reads one unlabelled sample from a Prometheus text
-// exposition at http://addr/metrics.
-func scrapeCounter(ctx context.Context, addr, name string) (float64, error) {
+// scrapeCounter reads one unlabelled sample from the Prometheus text
+// exposition a plugin serves at GET /metrics on its rpc_listen, p (HTTPS
+// with the client's certificate, or plaintext in insecure mode).
+func scrapeCounter(ctx context.Context, p *adminClient, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	body, err := p.GetRaw(ctx, "/metrics")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("plugin: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	v, err := parseSample(bufio.NewScanner(bytes.NewReader(body)), name)
 	if err != nil {
-		return 0, fmt.Errorf("%w: plugin %s: GET /metrics: %v", errUnreachable, addr, err)
+		return 0, fmt.Errorf("plugin %s: GET /metrics: %w", p.addr, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%w: plugin %s: GET /metrics: %s", errAdmin, addr, resp.Status)
-	}
-	return parseSample(bufio.NewScanner(resp.Body), name)
+	return v, nil
 }
 
 // parseSample finds "name value" (or "name{} value") in exposition lines.
@@ -83,7 +80,7 @@ func (d *demo) backfillBytes(ctx context.Context) map[meta.BrokerID]counterReadi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := scrapeCounter(ctx, b.RPC, backfillMetric)
+			v, err := scrapeCounter(ctx, b.plugin, backfillMetric)
 			if err != nil {
 				return
 			}

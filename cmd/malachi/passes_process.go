@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -284,12 +282,12 @@ func (d *demo) release(ctx context.Context, id meta.BrokerID) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return b.client.do(rctx, http.MethodPost, "/v1/heal/release", struct{}{}, nil)
+	return b.client.Release(rctx)
 }
 
 // acknowledge posts POST /v1/heal/acknowledge/{id} to broker b.
 func acknowledge(ctx context.Context, b *broker, id meta.SegmentID) error {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return b.client.do(actx, http.MethodPost, "/v1/heal/acknowledge/"+url.PathEscape(string(id)), struct{}{}, nil)
+	return b.client.Acknowledge(actx, id)
 }
