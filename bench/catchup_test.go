@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	cryptotls "crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/catchup"
+	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 	"golang.org/x/sys/unix"
@@ -37,6 +39,11 @@ import (
 //	mode=sendfile-iocopy  sendfile on the source, io.CopyBuffer on the target
 //	mode=iocopy-splice    io.CopyBuffer on the source, splice on the target
 //	mode=iperf3           iperf3 -P 1 -n <size> over loopback, the ceiling (skipped without iperf3)
+//
+// Every transfer presents a catch-up ticket, as brokers do: the target
+// child signs one per transfer with its broker certificate (untimed, it
+// stands for the coordinator's) and the source verifies it (timed, on the
+// source's CPU), both through internal/pki over a throwaway cluster CA.
 //
 // How CPU is measured: the source (a catchup.Server over a store.DB) and
 // the target (a catchup.Client) each run in their own child process, this
@@ -66,9 +73,9 @@ func BenchmarkCatchup(b *testing.B) {
 	warnPageReporting(b)
 	zc, rw := catchup.ModeZeroCopy, catchup.ModeReadWrite
 	for _, streams := range []int{1, 4} {
-		for _, m := range []dataPath{{"zerocopy", zc, zc}, {"iocopy", rw, rw}, {"sendfile-iocopy", zc, rw}, {"iocopy-splice", rw, zc}} {
+		for _, m := range []dataPath{{"zerocopy", zc, zc, false}, {"iocopy", rw, rw, false}, {"sendfile-iocopy", zc, rw, false}, {"iocopy-splice", rw, zc, false}} {
 			b.Run(fmt.Sprintf("mode=%s/size=%s/streams=%d", m.name, fx.label, streams), func(b *testing.B) {
-				runCatchup(b, fx, m.send, m.recv, streams)
+				runCatchup(b, fx, m, streams)
 			})
 		}
 	}
@@ -88,8 +95,11 @@ func BenchmarkCatchup(b *testing.B) {
 // before and after each one, so neither end's window holds another entry
 // or the page-cache recycling.
 //
-//	set=goal  zerocopy (sendfile → splice) and iocopy (the io.Copy
-//	          baseline), at 1 and 4 streams: the issue's goals
+//	set=goal  zerocopy (sendfile → splice), iocopy (the io.Copy
+//	          baseline) and tls (the encrypted data path: TLS 1.3 with
+//	          broker certificates, user-space copies at both ends), at 1
+//	          and 4 streams: the issue's goals and what confidentiality
+//	          costs
 //	set=ends  zerocopy, iocopy-splice and sendfile-iocopy: what each
 //	          zero-copy end brings alone
 //
@@ -113,10 +123,11 @@ func BenchmarkCatchupPaired(b *testing.B) {
 		entries []dataPath
 		streams []int
 	}{
-		// The issue's goals: zero copy against the io.Copy baseline.
-		{"goal", []dataPath{{"zerocopy", zc, zc}, {"iocopy", rw, rw}}, []int{1, 4}},
+		// The issue's goals: zero copy against the io.Copy baseline, and
+		// the TLS data path beside them.
+		{"goal", []dataPath{{"zerocopy", zc, zc, false}, {"iocopy", rw, rw, false}, {"tls", rw, rw, true}}, []int{1, 4}},
 		// Which end gains what: each zero-copy end alone.
-		{"ends", []dataPath{{"zerocopy", zc, zc}, {"iocopy-splice", rw, zc}, {"sendfile-iocopy", zc, rw}}, []int{1}},
+		{"ends", []dataPath{{"zerocopy", zc, zc, false}, {"iocopy-splice", rw, zc, false}, {"sendfile-iocopy", zc, rw, false}}, []int{1}},
 	} {
 		for _, streams := range set.streams {
 			b.Run(fmt.Sprintf("set=%s/size=%s/streams=%d", set.name, fx.label, streams), func(b *testing.B) {
@@ -127,10 +138,12 @@ func BenchmarkCatchupPaired(b *testing.B) {
 }
 
 // dataPath is one way through a catch-up benchmark: the source's and the
-// target's mode.
+// target's mode, and whether the connection is TLS (then both ends copy
+// in user space whatever their mode).
 type dataPath struct {
 	name       string
 	send, recv catchup.Mode
+	tls        bool
 }
 
 // runPaired runs b.N rounds of entries (and of iperf3 -P 1 where
@@ -138,12 +151,11 @@ type dataPath struct {
 // first entry's per-round ratios against every other.
 func runPaired(b *testing.B, fx catchupFix, entries []dataPath, streams int) {
 	var names []string
-	var sends, recvs []catchup.Mode
 	for _, e := range entries {
-		names, sends, recvs = append(names, e.name), append(sends, e.send), append(recvs, e.recv)
+		names = append(names, e.name)
 	}
-	src := startSource(b, fx, sends...)
-	cmd := targetCommand(b, fx, "paired", recvs, src.addrs, src.ctl, streams)
+	src := startSource(b, fx, entries)
+	cmd := targetCommand(b, fx, "paired", entries, src, streams)
 	if bin, err := exec.LookPath("iperf3"); err == nil && streams == 1 {
 		names = append(names, "iperf3")
 		cmd.Env = append(cmd.Env, "MALACHI_CATCHUP_IPERF3="+bin)
@@ -211,7 +223,32 @@ func median(v []float64) float64 {
 	return (v[n/2-1] + v[n/2]) / 2
 }
 
-var benchSecret = []byte("malachi-bench-cluster-secret")
+// The brokers of the catch-up benchmarks: the source, and the target
+// (which also issues the tickets, standing in for the coordinator).
+const (
+	benchSourceID meta.BrokerID = 1
+	benchTargetID meta.BrokerID = 2
+)
+
+// benchCerts writes a throwaway cluster CA and the two brokers'
+// certificates (for 127.0.0.1) into a directory that ends with b.
+func benchCerts(b *testing.B) pki.Local {
+	l, err := pki.CreateLocal(filepath.Join(b.TempDir(), "certs"), []meta.BrokerID{benchSourceID, benchTargetID}, []string{"127.0.0.1"})
+	if err != nil {
+		b.Fatalf("catch-up benchmark certificates: %v", err)
+	}
+	return l
+}
+
+// loadBroker loads broker id's certificates from the certs root in the
+// child's environment.
+func loadBroker(t *testing.T, id meta.BrokerID) *pki.Certs {
+	c, err := pki.LoadBroker(pki.Local{Root: os.Getenv("MALACHI_CATCHUP_CERTS")}.BrokerDir(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 type catchupFix struct {
 	dir   string // the source store
@@ -307,18 +344,26 @@ func readFooter(path string) (store.Footer, bool) {
 type sourceBroker struct {
 	cmd     *exec.Cmd
 	in      io.WriteCloser // closed to end the child
+	certs   pki.Local      // the cluster's certificates, for both children
 	ctl     string         // the control listener's address
-	addrs   []string       // one data listener per mode
+	addrs   []string       // one data listener per path
 	conn    net.Conn       // the parent's own control connection
 	answers *bufio.Scanner
 }
 
 // startSource starts the sender child serving fx's store, one data
-// listener per mode; it ends with b (Cleanup).
-func startSource(b *testing.B, fx catchupFix, modes ...catchup.Mode) *sourceBroker {
+// listener per path (its send mode, over TLS or not); it ends with b
+// (Cleanup).
+func startSource(b *testing.B, fx catchupFix, paths []dataPath) *sourceBroker {
+	var modes []catchup.Mode
+	for _, p := range paths {
+		modes = append(modes, p.send)
+	}
+	certs := benchCerts(b)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
 	cmd.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD=sender", "MALACHI_CATCHUP_DIR="+fx.dir,
-		"MALACHI_CATCHUP_MODE="+formatModes(modes))
+		"MALACHI_CATCHUP_MODE="+formatModes(modes), "MALACHI_CATCHUP_TLS="+formatTLS(paths),
+		"MALACHI_CATCHUP_CERTS="+certs.Root)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -331,7 +376,7 @@ func startSource(b *testing.B, fx catchupFix, modes ...catchup.Mode) *sourceBrok
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	s := &sourceBroker{cmd: cmd, in: in}
+	s := &sourceBroker{cmd: cmd, in: in, certs: certs}
 	b.Cleanup(s.close)
 	out := bufio.NewScanner(outPipe)
 	s.ctl = expectLine(b, out, "ctl")
@@ -378,6 +423,31 @@ func formatModes(modes []catchup.Mode) string {
 	return strings.Join(parts, ",")
 }
 
+// formatTLS says which paths speak TLS, "1" or "0" each, comma-separated.
+func formatTLS(paths []dataPath) string {
+	var parts []string
+	for _, p := range paths {
+		parts = append(parts, map[bool]string{false: "0", true: "1"}[p.tls])
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseTLS reads formatTLS's list for n paths; an empty one is no TLS.
+func parseTLS(t *testing.T, s string, n int) []bool {
+	on := make([]bool, n)
+	if s == "" {
+		return on
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != n {
+		t.Fatalf("MALACHI_CATCHUP_TLS=%q: want %d entries", s, n)
+	}
+	for i, p := range parts {
+		on[i] = p == "1"
+	}
+	return on
+}
+
 func parseModes(t *testing.T, s string) []catchup.Mode {
 	var modes []catchup.Mode
 	for _, part := range strings.Split(s, ",") {
@@ -390,10 +460,10 @@ func parseModes(t *testing.T, s string) []catchup.Mode {
 	return modes
 }
 
-func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams int) {
-	src := startSource(b, fx, send)
+func runCatchup(b *testing.B, fx catchupFix, path dataPath, streams int) {
+	src := startSource(b, fx, []dataPath{path})
 	// The target broker: b.N rounds of streams concurrent transfers.
-	receiver := targetCommand(b, fx, "receiver", []catchup.Mode{recv}, src.addrs, "", streams)
+	receiver := targetCommand(b, fx, "receiver", []dataPath{path}, src, streams)
 	b.ResetTimer()
 	s0 := src.cpu(b)
 	res, err := receiver.Output()
@@ -412,8 +482,17 @@ func runCatchup(b *testing.B, fx catchupFix, send, recv catchup.Mode, streams in
 
 // targetCommand is the receiver child of a catch-up benchmark: role
 // "receiver" or "paired", b.N rounds of streams concurrent transfers from
-// addrs (one per mode), ctl the sender's control address (paired only).
-func targetCommand(b *testing.B, fx catchupFix, role string, modes []catchup.Mode, addrs []string, ctl string, streams int) *exec.Cmd {
+// src's data listeners (one per path), asking src's control listener for
+// its CPU time (paired only).
+func targetCommand(b *testing.B, fx catchupFix, role string, paths []dataPath, src *sourceBroker, streams int) *exec.Cmd {
+	var modes []catchup.Mode
+	for _, p := range paths {
+		modes = append(modes, p.recv)
+	}
+	ctl := ""
+	if role == "paired" {
+		ctl = src.ctl
+	}
 	segJSON, err := json.Marshal(fx.seg)
 	if err != nil {
 		b.Fatal(err)
@@ -424,7 +503,8 @@ func targetCommand(b *testing.B, fx catchupFix, role string, modes []catchup.Mod
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCatchupBenchChild$")
 	cmd.Env = append(os.Environ(), "MALACHI_CATCHUP_CHILD="+role, "MALACHI_CATCHUP_DIR="+dir,
-		"MALACHI_CATCHUP_MODE="+formatModes(modes), "MALACHI_CATCHUP_ADDR="+strings.Join(addrs, " "),
+		"MALACHI_CATCHUP_MODE="+formatModes(modes), "MALACHI_CATCHUP_TLS="+formatTLS(paths),
+		"MALACHI_CATCHUP_CERTS="+src.certs.Root, "MALACHI_CATCHUP_ADDR="+strings.Join(src.addrs, " "),
 		"MALACHI_CATCHUP_CTL="+ctl, "MALACHI_CATCHUP_SEG="+string(segJSON), "MALACHI_CATCHUP_SOURCE="+fx.path,
 		"MALACHI_CATCHUP_STREAMS="+strconv.Itoa(streams), "MALACHI_CATCHUP_ROUNDS="+strconv.Itoa(b.N))
 	cmd.Stderr = os.Stderr
@@ -459,31 +539,41 @@ func TestCatchupBenchChild(t *testing.T) {
 		t.Skip("only run as a child of BenchmarkCatchup")
 	}
 	modes := parseModes(t, os.Getenv("MALACHI_CATCHUP_MODE"))
+	tls := parseTLS(t, os.Getenv("MALACHI_CATCHUP_TLS"), len(modes))
 	dir := os.Getenv("MALACHI_CATCHUP_DIR")
 	switch role {
 	case "sender":
-		catchupSender(t, dir, modes)
+		catchupSender(t, dir, modes, tls)
 	case "receiver":
-		catchupReceiver(t, dir, modes[0])
+		catchupReceiver(t, dir, modes[0], tls[0])
 	case "paired":
-		pairedReceiver(t, dir, modes)
+		pairedReceiver(t, dir, modes, tls)
 	}
 }
 
-// catchupSender serves dir's store with one catchup.Server per mode, each
-// on its own listener, printing "ctl" and the address of a control
-// listener that answers every line it reads with this process's CPU time
-// in nanoseconds, then "addr" and the data listeners' addresses in mode
-// order. It ends when its standard input closes.
-func catchupSender(t *testing.T, dir string, modes []catchup.Mode) {
+// catchupSender serves dir's store as broker benchSourceID with one
+// catchup.Server per mode (over TLS where tls says), each on its own
+// listener and checking tickets, printing "ctl" and the address of a
+// control listener that answers every line it reads with this process's
+// CPU time in nanoseconds, then "addr" and the data listeners' addresses
+// in mode order. It ends when its standard input closes.
+func catchupSender(t *testing.T, dir string, modes []catchup.Mode, tls []bool) {
 	db, err := store.Open(dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	certs := loadBroker(t, benchSourceID)
 	addrs := make([]string, len(modes))
 	for i, mode := range modes {
-		srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Secret: benchSecret, Mode: mode}
+		srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Self: benchSourceID, Tickets: certs, Mode: mode}
+		if tls[i] {
+			srv.TLS = certs.ServerConfig()
+			srv.TLS.VerifyConnection = func(cs cryptotls.ConnectionState) error {
+				_, err := certs.VerifyPeer(cs.PeerCertificates)
+				return err
+			}
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -541,8 +631,10 @@ func (t benchTarget) Commit() error      { return t.f.Close() }
 func (t benchTarget) Abort() error       { return t.f.Close() }
 
 // target is the receiver child's side of a catch-up benchmark, read from
-// its environment (see targetCommand).
+// its environment (see targetCommand). It issues its own tickets, as
+// broker benchTargetID, standing in for the coordinator.
 type target struct {
+	certs   *pki.Certs
 	dir     string
 	seg     meta.Segment
 	source  string // the source copy's path, to compare with
@@ -553,7 +645,8 @@ type target struct {
 }
 
 func readTarget(t *testing.T, dir string) target {
-	tg := target{dir: dir, source: os.Getenv("MALACHI_CATCHUP_SOURCE"), addrs: strings.Fields(os.Getenv("MALACHI_CATCHUP_ADDR"))}
+	tg := target{dir: dir, source: os.Getenv("MALACHI_CATCHUP_SOURCE"), addrs: strings.Fields(os.Getenv("MALACHI_CATCHUP_ADDR")),
+		certs: loadBroker(t, benchTargetID)}
 	if err := json.Unmarshal([]byte(os.Getenv("MALACHI_CATCHUP_SEG")), &tg.seg); err != nil {
 		t.Fatal(err)
 	}
@@ -574,16 +667,37 @@ func (tg target) recycle(t *testing.T) {
 	}
 }
 
+// client is the receiver's catch-up client for mode, over TLS with this
+// broker's certificate when tls is set.
+func (tg target) client(mode catchup.Mode, tls bool) *catchup.Client {
+	cl := &catchup.Client{Mode: mode}
+	if tls {
+		cl.TLS = tg.certs.ClientConfig()
+	}
+	return cl
+}
+
 // transfer moves the copy once per stream, all at once, from addr with cl,
-// and returns the wall and CPU time of the transfers. With check it
-// compares every target with the source afterwards; the targets are
-// removed.
+// and returns the wall and CPU time of the transfers. Each transfer's
+// ticket is issued before the timing starts. With check it compares every
+// target with the source afterwards; the targets are removed.
 func (tg target) transfer(t *testing.T, cl *catchup.Client, addr string, check bool) (wall, cpu time.Duration) {
+	tickets := make([][]byte, len(tg.paths))
+	for i := range tickets {
+		var err error
+		tickets[i], err = catchup.IssueTicket(tg.certs, catchup.Ticket{
+			Segment: tg.seg, From: 0, To: tg.seg.ByteSize + store.FooterSize,
+			Source: benchSourceID, Target: benchTargetID, Issuer: benchTargetID, Expires: time.Now().Add(time.Minute),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	w0, c0 := time.Now(), cpuTime()
 	errs := make(chan error, tg.streams)
-	for _, p := range tg.paths {
+	for i, p := range tg.paths {
 		go func() {
-			_, err := cl.Fetch(context.Background(), addr, tg.seg, benchSink{path: p}, nil)
+			_, err := cl.Fetch(context.Background(), addr, tg.seg, tickets[i], benchSink{path: p}, nil)
 			errs <- err
 		}()
 	}
@@ -604,9 +718,9 @@ func (tg target) transfer(t *testing.T, cl *catchup.Client, addr string, check b
 	return wall, cpu
 }
 
-func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
+func catchupReceiver(t *testing.T, dir string, mode catchup.Mode, tls bool) {
 	tg := readTarget(t, dir)
-	cl := &catchup.Client{Secret: benchSecret, Mode: mode}
+	cl := tg.client(mode, tls)
 	var wall, cpu time.Duration
 	for r := range tg.rounds {
 		tg.recycle(t)
@@ -616,13 +730,13 @@ func catchupReceiver(t *testing.T, dir string, mode catchup.Mode) {
 	fmt.Printf("result %d %d\n", int64(wall), int64(cpu))
 }
 
-// pairedReceiver runs BenchmarkCatchupPaired's rounds: in each, every mode
-// moves the copy once, and then iperf3 once where MALACHI_CATCHUP_IPERF3
+// pairedReceiver runs BenchmarkCatchupPaired's rounds: in each, every path
+// (a mode, over TLS where tls says) moves the copy once, and then iperf3 once where MALACHI_CATCHUP_IPERF3
 // names it, in an order that rotates from round to round; the sender's CPU
 // time is asked for around each transfer. It prints one line per transfer:
 // "figures <round> <index> <MB/s> <recv cpu s/GB> <send cpu s/GB>", iperf3's
 // index coming after the modes' (no line when iperf3 did not finish).
-func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
+func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode, tls []bool) {
 	tg := readTarget(t, dir)
 	ctl, err := net.Dial("tcp", os.Getenv("MALACHI_CATCHUP_CTL"))
 	if err != nil {
@@ -633,7 +747,7 @@ func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode) {
 	senderCPU := func() time.Duration { return askCPU(t, ctl, answers) }
 	clients := make([]*catchup.Client, len(modes))
 	for i, m := range modes {
-		clients[i] = &catchup.Client{Secret: benchSecret, Mode: m}
+		clients[i] = tg.client(m, tls[i])
 	}
 	iperf3 := os.Getenv("MALACHI_CATCHUP_IPERF3")
 	entries := len(modes)

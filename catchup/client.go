@@ -2,7 +2,7 @@ package catchup
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -71,8 +71,15 @@ type Result struct {
 // exported fields before the first Fetch and do not change them. Safe for
 // concurrent use.
 type Client struct {
-	// Secret is the cluster secret; at least MinSecretLen bytes. Required.
-	Secret []byte
+	// Insecure lets Fetch send a request without a ticket (a nil
+	// ticket), which only a Server with Insecure set serves: for
+	// clusters without certificates on loopback only.
+	Insecure bool
+	// TLS, when set, wraps the data connection in TLS 1.3 and receives
+	// with user-space copies (no splice). It must present this broker's
+	// certificate and trust the cluster CA; an empty ServerName is taken
+	// from the address dialed. The request still carries its ticket.
+	TLS *tls.Config
 	// Throttle limits this broker's incoming transfers; nil: no limits,
 	// DefaultIdleTimeout.
 	Throttle *Throttle
@@ -81,8 +88,6 @@ type Client struct {
 	// Dial opens the data connection; nil uses a net.Dialer whose timeout
 	// is the idle timeout.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Now is the clock for request timestamps; nil means time.Now.
-	Now func() time.Time
 	// Logger receives one event per fetch. The zero Logger discards.
 	Logger zerolog.Logger
 
@@ -97,26 +102,35 @@ func (c *Client) Stats() Stats { return c.stats.snapshot() }
 
 // Fetch brings the local copy of seg up to date from the Server at addr:
 // it opens the target through sink (which cuts it back to its durable
-// end), asks for exactly the missing bytes [Resume, Size), writes them at
-// offset Resume, and commits (verifies and syncs). seg must be sealed and
-// valid. progress may be nil.
+// end), asks for exactly the missing bytes [Resume, Size) over one
+// connection, presenting ticket, writes them at offset Resume, and commits
+// (verifies and syncs). seg must be sealed and valid. ticket is the opaque
+// ticket the coordinator issued for this transfer (IssueTicket); nil only
+// with Insecure. It admits one request: a Fetch that fails after the
+// server accepted it (ErrCut, ErrTarget, ErrVerify) has spent it, and the
+// next Fetch needs a new one. progress may be nil.
 //
 // A fetch cut at any byte (connection closed, idle timeout, ctx) aborts
 // the target back to its durable end and returns an error wrapping ErrCut;
 // the next Fetch resumes there. Errors: a server refusal (*RemoteError,
-// wrapping ErrUnauthenticated, ErrBadName, ErrLatched, ... as its Code
-// says), ErrBusy when this end's Throttle has no free slot, ErrCut,
-// ErrVerify when the copy arrived but failed verification (left at its
-// last valid frame), ErrTarget when the local copy could not be prepared
-// or written (the cause is wrapped too, e.g. syscall.ENOSPC), ErrMalformed
-// or ErrBadName for a bad seg, which changes nothing.
-func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, sink Sink, progress Progress) (res Result, err error) {
+// wrapping ErrUnauthenticated, ErrForbidden, ErrBadName, ErrLatched, ... as
+// its Code says), ErrUnauthenticated for a nil ticket without Insecure
+// (nothing is touched) or a refused TLS handshake, ErrBusy when this end's
+// Throttle has no free slot, ErrCut, ErrVerify when the copy arrived but
+// failed verification (left at its last valid frame), ErrTarget when the
+// local copy could not be prepared or written (the cause is wrapped too,
+// e.g. syscall.ENOSPC), ErrMalformed or ErrBadName for a bad seg, which
+// changes nothing.
+func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte, sink Sink, progress Progress) (res Result, err error) {
 	start := time.Now()
 	if err := checkSegment(seg); err != nil {
 		return res, err
 	}
-	if len(c.Secret) < MinSecretLen {
-		return res, fmt.Errorf("catchup: Client.Secret has %d bytes, want at least %d", len(c.Secret), MinSecretLen)
+	if len(ticket) == 0 && !c.Insecure {
+		return res, fmt.Errorf("%w: segment %s: no ticket (the coordinator issues one per transfer; Client.Insecure fetches without)", ErrUnauthenticated, seg.ID)
+	}
+	if len(ticket) > MaxTicketLen {
+		return res, fmt.Errorf("%w: segment %s: ticket of %d bytes, at most %d", ErrMalformed, seg.ID, len(ticket), MaxTicketLen)
 	}
 	log := c.Logger.With().Str("segment", string(seg.ID)).Str("source", addr).Logger()
 	release, err := c.Throttle.acquire(ctx)
@@ -156,7 +170,7 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, sink 
 		progress(res.From, res.Size)
 	}
 	if res.From < res.Size {
-		res.Received, err = c.receive(ctx, addr, seg, t, res.From, res.Size, progress)
+		res.Received, err = c.receive(ctx, addr, &request{seg: seg, from: res.From, to: res.Size, ticket: ticket}, t, progress)
 		if err != nil {
 			if res.Received > 0 || res.From > 0 {
 				c.stats.failed.Add(1)
@@ -190,9 +204,10 @@ func checkSegment(seg meta.Segment) error {
 	return nil
 }
 
-// receive asks addr for [from, to) of seg and writes it into t's file.
-func (c *Client) receive(ctx context.Context, addr string, seg meta.Segment, t Target, from, to int64, progress Progress) (int64, error) {
-	conn, err := c.open(ctx, addr, seg, from, to)
+// receive sends req to addr and writes the answer's bytes into t's file.
+func (c *Client) receive(ctx context.Context, addr string, req *request, t Target, progress Progress) (int64, error) {
+	seg, from, to := req.seg, req.from, req.to
+	conn, err := c.open(ctx, addr, req)
 	if err != nil {
 		return 0, err
 	}
@@ -202,7 +217,11 @@ func (c *Client) receive(ctx context.Context, addr string, seg meta.Segment, t T
 		onChunk = func(done int64) { progress(from+done, to) }
 	}
 	n := to - from
-	got, err := recvRange(ctx, conn, t.File(), from, n, c.Mode.resolve(DefaultRecvMode), c.Throttle, &c.stats, onChunk, c.pipeSize)
+	mode := c.Mode.resolve(DefaultRecvMode)
+	if c.TLS != nil {
+		mode = ModeReadWrite
+	}
+	got, err := recvRange(ctx, conn, t.File(), from, n, mode, c.Throttle, &c.stats, onChunk, c.pipeSize)
 	c.stats.bytes.Add(uint64(got))
 	if err != nil {
 		var te *targetError
@@ -214,10 +233,11 @@ func (c *Client) receive(ctx context.Context, addr string, seg meta.Segment, t T
 	return got, nil
 }
 
-// open dials addr, sends the request for [from, to) and reads the answer.
-// On success the connection is positioned at the first data byte.
-func (c *Client) open(ctx context.Context, addr string, seg meta.Segment, from, to int64) (net.Conn, error) {
-	idle := c.Throttle.idle()
+// open dials addr (and shakes hands over TLS with c.TLS), sends req and
+// reads the answer. On success the connection is positioned at the first
+// data byte.
+func (c *Client) open(ctx context.Context, addr string, req *request) (net.Conn, error) {
+	seg, idle := req.seg, c.Throttle.idle()
 	dial := c.Dial
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: idle}).DialContext
@@ -234,34 +254,66 @@ func (c *Client) open(ctx context.Context, addr string, seg meta.Segment, from, 
 	}()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	now := time.Now
-	if c.Now != nil {
-		now = c.Now
-	}
-	req := request{seg: seg, from: from, to: to, time: now()}
-	if _, err := rand.Read(req.nonce[:]); err != nil {
-		return nil, err
+	conn.SetDeadline(time.Now().Add(idle))
+	if c.TLS != nil {
+		tc := tls.Client(conn, c.tlsConfig(addr))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, c.tlsErr(ctx, seg, addr, "TLS handshake", err)
+		}
+		conn = tc
 	}
 	var b [maxRequest]byte
-	conn.SetDeadline(time.Now().Add(idle))
-	if _, err := conn.Write(appendRequest(b[:0], &req, c.Secret)); err != nil {
-		return nil, c.cutErr(ctx, seg, addr, "sending the request", err)
+	if _, err := conn.Write(appendRequest(b[:0], req)); err != nil {
+		return nil, c.tlsErr(ctx, seg, addr, "sending the request", err)
 	}
 	resp, err := readResponse(conn)
 	if err != nil {
 		if errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
 			return nil, fmt.Errorf("segment %s from %s: %w", seg.ID, addr, err)
 		}
-		return nil, c.cutErr(ctx, seg, addr, "reading the answer", err)
+		return nil, c.tlsErr(ctx, seg, addr, "reading the answer", err)
 	}
 	if resp.code != CodeOK {
 		return nil, fmt.Errorf("segment %s: %w", seg.ID, &RemoteError{Addr: addr, Code: resp.code, Message: resp.msg})
 	}
-	if resp.count != to-from {
-		return nil, fmt.Errorf("%w: segment %s from %s: server announces %d bytes for [%d, %d)", ErrMalformed, seg.ID, addr, resp.count, from, to)
+	if resp.count != req.to-req.from {
+		return nil, fmt.Errorf("%w: segment %s from %s: server announces %d bytes for [%d, %d)", ErrMalformed, seg.ID, addr, resp.count, req.from, req.to)
 	}
 	ok = true
 	return conn, nil
+}
+
+// tlsConfig is c.TLS for a connection to addr: TLS 1.3 at least, and the
+// server name taken from addr when c.TLS names none.
+func (c *Client) tlsConfig(addr string) *tls.Config {
+	cfg := c.TLS.Clone()
+	cfg.MinVersion = tls.VersionTLS13
+	if cfg.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			cfg.ServerName = host
+		}
+	}
+	return cfg
+}
+
+// tlsErr classifies an error of the connection: the TLS layer refusing a
+// certificate, at either end, is ErrUnauthenticated; a server that does
+// not speak TLS is ErrMalformed; anything else cuts the transfer
+// (cutErr).
+func (c *Client) tlsErr(ctx context.Context, seg meta.Segment, addr, what string, err error) error {
+	var cve *tls.CertificateVerificationError
+	var rhe tls.RecordHeaderError
+	var oe *net.OpError
+	switch {
+	case c.TLS == nil:
+	case errors.As(err, &cve):
+		return fmt.Errorf("%w: segment %s: %s with %s: the server's certificate: %w", ErrUnauthenticated, seg.ID, what, addr, err)
+	case errors.As(err, &oe) && oe.Op == "remote error":
+		return fmt.Errorf("%w: segment %s: %s with %s: the server refused this broker's certificate: %w", ErrUnauthenticated, seg.ID, what, addr, err)
+	case errors.As(err, &rhe):
+		return fmt.Errorf("%w: segment %s: %s with %s: the server does not speak TLS (is its Server.TLS set?): %w", ErrMalformed, seg.ID, what, addr, err)
+	}
+	return c.cutErr(ctx, seg, addr, what, err)
 }
 
 func (c *Client) cutErr(ctx context.Context, seg meta.Segment, addr, what string, err error) error {

@@ -101,16 +101,18 @@ type Stats struct {
 	Splice    uint64 // splice(2) calls (socket→pipe and pipe→file)
 	Read      uint64 // read(2)/pread(2) calls of ModeReadWrite
 	Write     uint64 // write(2)/pwrite(2) calls of ModeReadWrite
+	Refused   uint64 // requests and TLS handshakes refused, any code (Server only)
 }
 
 type counters struct {
-	transfers, failed, bytes, sendfile, splice, read, write atomic.Uint64
+	transfers, failed, bytes, sendfile, splice, read, write, refused atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Transfers: c.transfers.Load(), Failed: c.failed.Load(), Bytes: c.bytes.Load(),
 		Sendfile: c.sendfile.Load(), Splice: c.splice.Load(), Read: c.read.Load(), Write: c.write.Load(),
+		Refused: c.refused.Load(),
 	}
 }
 

@@ -3,52 +3,98 @@
 // copy file into the socket on the source, splice(2) from the socket
 // through a pipe into the copy file at the right offset on the target. It
 // decides nothing: the heal pass says what to copy from where. Mode selects
-// the plain read/write path instead, at either end.
+// the plain read/write path instead, at either end; Server.TLS and
+// Client.TLS an encrypted one (user-space copies). Each transfer is
+// authorized by a single-use ticket the coordinator signs.
 //
 // # Usage
 //
 // Every broker runs a Server on its dedicated data listener and keeps one
-// Client:
+// Client; the leader's coordinator issues one ticket per transfer:
 //
 //	th, _ := catchup.NewThrottle(catchup.DefaultLimits())
-//	srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Secret: secret, Throttle: th, Logger: log}
+//	srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Self: self, Tickets: certs, Throttle: th, Logger: log}
 //	go srv.Serve(ln)
-//	cl := &catchup.Client{Secret: secret, Throttle: th}
-//	res, err := cl.Fetch(ctx, sourceDataAddr, seg, catchup.StoreSink{DB: db}, bar.Progress)
+//	// coordinator, per backfill:
+//	ticket, _ := catchup.IssueTicket(certs, catchup.Ticket{Segment: seg, To: seg.ByteSize + store.FooterSize,
+//		Source: src, Target: dst, Issuer: self, Expires: now.Add(time.Minute)})
+//	// target, in the backfill RPC that carried the ticket:
+//	cl := &catchup.Client{Throttle: th}
+//	res, err := cl.Fetch(ctx, sourceDataAddr, seg, ticket, catchup.StoreSink{DB: db}, bar.Progress)
 //
 // Fetch opens the target copy (the Sink cuts it back to its durable end),
-// requests exactly [Resume, ByteSize+FooterSize), writes the bytes at
-// offset Resume, and commits: the Sink verifies every frame's CRC, the
-// contiguous offsets, the footer and the checksum against seg, then syncs
-// file and directory. On any error the target is aborted back to its
-// durable end and the caller simply calls Fetch again later (from the same
-// or another source): it resumes where the valid bytes end.
+// requests exactly [Resume, ByteSize+FooterSize) over one connection,
+// writes the bytes at offset Resume, and commits: the Sink verifies every
+// frame's CRC, the contiguous offsets, the footer and the checksum against
+// seg, then syncs file and directory. On any error the target is aborted
+// back to its durable end and the caller calls Fetch again later, with a
+// new ticket (from the same or another source): it resumes where the
+// valid bytes end.
 //
 // # Protocol
 //
-// One request per connection (see protocol.go for the layout): a 80-byte
-// fixed header (version, range, the target's expectation of the sealed copy:
-// start offset, length, byte size, checksum; a timestamp and a nonce), the
-// segment id, and an HMAC-SHA256 over all of it keyed with the cluster
-// secret. The server answers a 16-byte status, either CodeOK with the count
-// of raw bytes that follow or a Code naming the refusal with a message.
-// Requests are refused, each with its own Code, when unauthenticated
-// (signature, clock skew, replayed nonce), malformed, of another version,
-// for a segment name that fails meta.SegmentID.Validate, out of range, for
-// an unknown, unsealed or latched copy, for a copy that does not match the
-// expectation, or when the broker is busy.
+// One request per connection (see protocol.go for the layout): a 64-byte
+// fixed header (version, range, the target's expectation of the sealed
+// copy: start offset, length, byte size, checksum; the ticket's length),
+// the segment id and the ticket. The server answers a 16-byte status,
+// either CodeOK with the count of raw bytes that follow or a Code naming
+// the refusal with a message. Requests are refused, each with its own
+// Code, when unauthenticated (no ticket, a ticket that is not one or whose
+// signature or certificate does not verify), forbidden (a genuine ticket
+// for another source, segment, expectation or range, expired, or spent),
+// malformed or truncated, of another version, for a segment name that
+// fails meta.SegmentID.Validate, out of range, for an unknown, unsealed or
+// latched copy, for a copy that does not match the expectation, or when
+// the broker is busy. A refusal is counted (Stats.Refused) and logged at
+// most once per remote IP per minute.
+//
+// # Tickets and the threat model
+//
+// A ticket (ticket.go) binds a segment and its expectation, the byte
+// range the holder may request, the source, target and issuing brokers,
+// an expiry and a random nonce, signed by the issuer's broker key; the
+// issuer's certificate travels in it and must chain to the cluster CA
+// (TicketVerifier). It is a bearer token: the data connection is plain TCP
+// so that bytes move zero-copy, and the target's identity is not verified
+// on it. The ticket reaches the target only over the mutually
+// authenticated backfill RPC; whoever captures it from the data
+// connection can at most race the target for the one transfer it grants,
+// and only before it expires. Without Server.TLS the copy's bytes cross
+// the network in the clear: set Server.TLS and Client.TLS (TLS 1.3, both
+// ends presenting broker certificates, user-space copies) where that
+// matters. Server.Insecure and Client.Insecure serve and send requests
+// without tickets, for clusters without certificates on loopback only.
+//
+// Single use: a ticket admits one request. The server spends it (keeps its
+// nonce until the ticket expires) when it answers CodeOK, before the first
+// byte of the copy; the transfer that follows may complete or be cut, and
+// the ticket never admits another. A request refused for any reason
+// leaves its ticket as it was. A Fetch opens exactly one connection, so a
+// resume after a cut is a new Fetch with a new ticket from the
+// coordinator (as the heal pass plans it: a new backfill). Tickets
+// expiring more than MaxTicketLife after the source's clock are refused,
+// so the spent set stays bounded; brokers' clocks must agree to well
+// within a ticket's life.
 //
 // # Invariants
 //
-//  1. Nothing about a segment is looked at, opened or logged before its
-//     request is authenticated; no length read from the wire sizes an
-//     allocation (both headers have fixed bounds checked before reading
-//     on).
-//  2. A segment name reaches the Source only after meta.SegmentID.Validate
+//  1. Nothing about a segment is compared with a copy, opened or logged
+//     before its request's ticket verified (signature, a CA-issued
+//     certificate naming the issuer broker) and was found to grant it:
+//     this source, the segment and expectation, the range, unexpired,
+//     unspent; on an Insecure server, a request without a ticket skips
+//     this. No length read from the wire sizes an allocation: every
+//     length field is checked against its fixed bound before reading on.
+//  2. A ticket admits at most one request that is answered CodeOK: after
+//     that, or after its expiry, it admits none, and it never admits a
+//     request for another source, segment, expectation or range. A
+//     refused request changes nothing but the refusal count and the log
+//     limiter.
+//  3. A segment name reaches the Source only after meta.SegmentID.Validate
 //     accepted it, so it cannot name a path outside the data directory.
-//  3. A server sends exactly the announced count of bytes from within the
+//  4. A server sends exactly the announced count of bytes from within the
 //     sealed copy, or closes the connection early; never other bytes.
-//  4. A target is written only at [Resume, Size) and only by one transfer
+//  5. A target is written only at [Resume, Size) and only by one transfer
 //     at a time (the Sink holds it exclusively). A transfer that does not
 //     commit leaves the copy at its durable end: never past a damaged
 //     frame, never cut below bytes that were already valid.
@@ -61,9 +107,9 @@
 //     grows only as bytes land, and a cut transfer's reserved blocks past
 //     the end are the copy's own, reused by the resuming transfer or freed
 //     when the Sink cuts or removes the copy.
-//  5. A Fetch reports success only after the Sink verified the whole copy
+//  6. A Fetch reports success only after the Sink verified the whole copy
 //     against the metadata and synced file and directory.
-//  6. All transfers sharing a Throttle together take at most
+//  7. All transfers sharing a Throttle together take at most
 //     BytesPerSecond tokens per second (in chunks of at most 1 MiB) and
 //     hold at most MaxTransfers slots.
 //

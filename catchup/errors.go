@@ -10,10 +10,19 @@ import (
 // Code; errors raised locally wrap the sentinel and, where there is one, the
 // underlying cause (a store error, a syscall errno, os.ErrDeadlineExceeded).
 var (
-	// ErrUnauthenticated: the request's HMAC does not verify with the
-	// cluster secret, its timestamp is outside the allowed skew, or its
-	// nonce was seen before. Permanent until the secrets or clocks agree.
+	// ErrUnauthenticated: the request carries no ticket where one is
+	// required, or its ticket is not one (malformed, a signature that does
+	// not verify, a certificate that does not chain to the cluster CA or
+	// names no broker, an issuer other than the certificate's), or the
+	// TLS handshake of the data connection failed. A fresh ticket from
+	// the coordinator, or matching certificates, are needed.
 	ErrUnauthenticated = errors.New("catchup: unauthenticated")
+	// ErrForbidden: the request's ticket is genuine but does not admit
+	// it: issued for another source broker, segment, expectation or
+	// range, expired, expiring further ahead than MaxTicketLife, or
+	// already used (a ticket admits one request). Ask the coordinator for
+	// a new ticket.
+	ErrForbidden = errors.New("catchup: forbidden")
 	// ErrMalformed: the request is not a well-formed catch-up request (bad
 	// magic, reserved bits, a segment name length of 0 or more than
 	// meta.MaxSegmentIDLen, an invalid expectation, from > to).
@@ -61,8 +70,8 @@ var (
 // Code is the status a server answers a request with. The zero value is OK.
 type Code uint8
 
-// Status codes on the wire. Values are part of protocol version 1: never
-// renumber, only append.
+// Status codes on the wire. Values are part of the protocol since version
+// 1: never renumber, only append.
 const (
 	CodeOK Code = iota
 	CodeUnauthenticated
@@ -76,6 +85,7 @@ const (
 	CodeMismatch
 	CodeBusy
 	CodeInternal
+	CodeForbidden // since protocol version 2
 	numCodes
 )
 
@@ -92,11 +102,13 @@ var codeErrs = [numCodes]error{
 	CodeMismatch:        ErrMismatch,
 	CodeBusy:            ErrBusy,
 	CodeInternal:        ErrInternal,
+	CodeForbidden:       ErrForbidden,
 }
 
 var codeNames = [numCodes]string{
 	"ok", "unauthenticated", "malformed", "unsupported-version", "bad-segment-name",
 	"out-of-range", "unknown-segment", "unsealed", "latched", "mismatch", "busy", "internal",
+	"forbidden",
 }
 
 // String returns a short name such as "latched".

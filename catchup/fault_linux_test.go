@@ -59,7 +59,7 @@ func TestFaultTargetDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := fx.fetch(fx.addr, seg)
+	res, err := fx.fetch(t, fx.addr, seg)
 	if !errors.Is(err, ErrTarget) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("fetch onto a full disk: %v, want %v wrapping ENOSPC", err, ErrTarget)
 	}
@@ -85,7 +85,7 @@ func TestFaultTargetDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	res, err = fx.fetch(fx.addr, seg)
+	res, err = fx.fetch(t, fx.addr, seg)
 	if err != nil {
 		t.Fatalf("fetch after freeing space: %v", err)
 	}

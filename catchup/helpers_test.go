@@ -2,7 +2,8 @@ package catchup
 
 import (
 	"bytes"
-	"context"
+	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +13,76 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/malachi-log/malachi/meta"
 )
 
-var testSecret = []byte("0123456789abcdef-test-secret")
+// The brokers of the unit tests: the coordinator issues the tickets, the
+// source serves, the target fetches.
+const (
+	testIssuer meta.BrokerID = 1
+	testSource meta.BrokerID = 2
+	testTarget meta.BrokerID = 3
+)
+
+// fakeKey is a test-only TicketSigner: an ed25519 key whose "certificate"
+// is the broker id it names (4 bytes, little-endian) and the public key.
+type fakeKey struct {
+	id   meta.BrokerID
+	priv ed25519.PrivateKey
+}
+
+func newFakeKey(id meta.BrokerID, seed byte) fakeKey {
+	return fakeKey{id: id, priv: ed25519.NewKeyFromSeed(bytes.Repeat([]byte{seed}, ed25519.SeedSize))}
+}
+
+func (k fakeKey) cert() []byte {
+	return append(binary.LittleEndian.AppendUint32(nil, uint32(k.id)), k.priv.Public().(ed25519.PublicKey)...)
+}
+
+func (k fakeKey) SignTicket(payload []byte) ([]byte, []byte, error) {
+	return ed25519.Sign(k.priv, payload), k.cert(), nil
+}
+
+// fakeCA is a test-only TicketVerifier: the one certificate it issued is
+// the only one it accepts (so the broker id it names is bound to its key).
+type fakeCA struct{ issued []byte }
+
+func (ca fakeCA) VerifyTicket(payload, sig, cert []byte) (meta.BrokerID, error) {
+	if !bytes.Equal(cert, ca.issued) {
+		return 0, errors.New("certificate not issued by the cluster CA")
+	}
+	if !ed25519.Verify(ed25519.PublicKey(cert[4:]), payload, sig) {
+		return 0, errors.New("signature does not match the certificate's key")
+	}
+	return meta.BrokerID(binary.LittleEndian.Uint32(cert)), nil
+}
+
+var (
+	testKey = newFakeKey(testIssuer, 1)
+	testCA  = fakeCA{issued: testKey.cert()}
+)
+
+// testTicket is the ticket of testKey for seg's whole copy [0, size),
+// from testSource to testTarget, expiring in a minute.
+func testTicket(seg meta.Segment, size int64) Ticket {
+	return Ticket{Segment: seg, From: 0, To: size, Source: testSource, Target: testTarget, Issuer: testIssuer,
+		Expires: time.Now().Add(time.Minute)}
+}
+
+// issue signs tk with testKey after edit (which may be nil).
+func issue(t testing.TB, tk Ticket, edit func(*Ticket)) []byte {
+	t.Helper()
+	if edit != nil {
+		edit(&tk)
+	}
+	b, err := IssueTicket(testKey, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
 
 // fileSource serves plain files by segment id; a unit-test Source for the
 // protocol layer (the store-backed tests use StoreSource).
@@ -178,7 +244,8 @@ func (p *proxy) run() {
 	}
 }
 
-// rawRequest sends req signed with secret to addr and returns the answer.
+// rawRequest sends the encoded request wire to addr and returns the
+// answer.
 func rawRequest(t testing.TB, addr string, wire []byte) (response, net.Conn) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
@@ -195,5 +262,3 @@ func rawRequest(t testing.TB, addr string, wire []byte) (response, net.Conn) {
 	}
 	return resp, conn
 }
-
-var _ = context.Background

@@ -3,6 +3,7 @@ package catchup
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -29,7 +30,7 @@ func TestKilledTargetResumes(t *testing.T) {
 	src := openDB(t, t.TempDir(), store.Options{})
 	seg, bounds := sealed(t, src, "seg-kill", 0, 200, 40000, 11) // ~4 MiB
 	size := seg.ByteSize + store.FooterSize
-	srv := &Server{Source: StoreSource{DB: src}, Secret: testSecret}
+	srv := &Server{Source: StoreSource{DB: src}, Self: testSource, Tickets: testCA}
 	addr := startServer(t, srv)
 	dstDir := t.TempDir()
 	segJSON, _ := json.Marshal(seg)
@@ -40,7 +41,8 @@ func TestKilledTargetResumes(t *testing.T) {
 		at := durable + 1 + rng.Int64N((size-durable)/2)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKilledTargetResumes$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "CATCHUP_KILL_CHILD=1", "CATCHUP_KILL_DIR="+dstDir,
-			"CATCHUP_KILL_ADDR="+addr, "CATCHUP_KILL_SEG="+string(segJSON))
+			"CATCHUP_KILL_ADDR="+addr, "CATCHUP_KILL_SEG="+string(segJSON),
+			"CATCHUP_KILL_TICKET="+hex.EncodeToString(storeTicket(t, seg, nil)))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -81,8 +83,8 @@ func TestKilledTargetResumes(t *testing.T) {
 		}
 	}
 	dst := openDB(t, dstDir, store.Options{})
-	cl := &Client{Secret: testSecret}
-	res, err := cl.Fetch(context.Background(), addr, seg, StoreSink{DB: dst}, nil)
+	cl := &Client{}
+	res, err := cl.Fetch(context.Background(), addr, seg, storeTicket(t, seg, nil), StoreSink{DB: dst}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +108,12 @@ func killChild(t *testing.T) {
 	// 2 MiB/s in chunks of 256 KiB: about 2 s for the copy, progress
 	// (and so the kill) every 256 KiB.
 	th, _ := NewThrottle(Limits{BytesPerSecond: 2 << 20})
-	cl := &Client{Secret: testSecret, Throttle: th}
-	_, err = cl.Fetch(context.Background(), os.Getenv("CATCHUP_KILL_ADDR"), seg, StoreSink{DB: db}, func(done, total int64) {
+	ticket, err := hex.DecodeString(os.Getenv("CATCHUP_KILL_TICKET"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &Client{Throttle: th}
+	_, err = cl.Fetch(context.Background(), os.Getenv("CATCHUP_KILL_ADDR"), seg, ticket, StoreSink{DB: db}, func(done, total int64) {
 		fmt.Printf("progress %d %d\n", done, total)
 	})
 	fmt.Println("done", err)

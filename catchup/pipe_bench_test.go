@@ -35,7 +35,7 @@ func BenchmarkSplicePipe(b *testing.B) {
 				start := time.Now()
 				for range b.N {
 					os.Remove(target)
-					if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, noCommitSink{fx.sink}, nil); err != nil {
+					if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(b, nil), noCommitSink{fx.sink}, nil); err != nil {
 						b.Fatal(err)
 					}
 				}

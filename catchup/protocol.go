@@ -1,22 +1,20 @@
 package catchup
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Wire format, protocol version 1. All integers little-endian.
+// Wire format, protocol version 2. All integers little-endian.
 //
-// Request (client → server), 80 + n + 32 bytes:
+// Request (client → server), 64 + n + t bytes:
 //
 //	0   4  magic "MLCQ"
-//	4   1  version (1)
+//	4   1  version (2)
 //	5   1  reserved, 0
 //	6   2  n: segment id length, 1..meta.MaxSegmentIDLen
 //	8   8  from: first byte wanted
@@ -25,16 +23,16 @@ import (
 //	32  8  expected checksum (meta.Checksum)
 //	40  8  expected start_offset
 //	48  8  expected length (records)
-//	56  8  timestamp, Unix nanoseconds
-//	64 16  nonce, random
-//	80  n  segment id
-//	.. 32  HMAC-SHA256(cluster secret, every byte before it)
+//	56  2  t: ticket length, 0..MaxTicketLen (0: no ticket, Insecure only)
+//	58  6  reserved, 0
+//	64  n  segment id
+//	..  t  ticket (ticket.go), opaque to the client
 //
 // Response (server → client), 16 + m bytes, then for CodeOK exactly count
 // raw bytes of the copy, [from, to):
 //
 //	0   4  magic "MLCR"
-//	4   1  version (1)
+//	4   1  version (2)
 //	5   1  code (Code)
 //	6   2  m: message length, at most maxMessage
 //	8   8  count: bytes that follow (to-from for CodeOK, else 0)
@@ -43,48 +41,41 @@ import (
 // Both sides read the fixed part into a fixed array and check every length
 // field against its bound before reading (or allocating) anything more.
 const (
-	// Version is the protocol version this build speaks.
-	Version = 1
+	// Version is the protocol version this build speaks. Version 1
+	// carried an HMAC over the request instead of a ticket.
+	Version = 2
 
 	reqMagic      = "MLCQ"
 	respMagic     = "MLCR"
-	reqFixedSize  = 80
-	macSize       = sha256.Size
+	reqFixedSize  = 64
 	respFixedSize = 16
 	maxMessage    = 1024
-	maxRequest    = reqFixedSize + meta.MaxSegmentIDLen + macSize
-
-	// MinSecretLen is the shortest cluster secret the Server and Client
-	// accept.
-	MinSecretLen = 16
+	maxRequest    = reqFixedSize + meta.MaxSegmentIDLen + MaxTicketLen
 )
 
 // request is a decoded catch-up request.
 type request struct {
 	seg      meta.Segment // ID, StartOffset, Length, ByteSize, Checksum; Sealed set
 	from, to int64
-	time     time.Time
-	nonce    [16]byte
+	ticket   []byte // as received; nil: none
 }
 
-// appendRequest appends the encoded, authenticated request to b.
-func appendRequest(b []byte, r *request, secret []byte) []byte {
-	start := len(b)
+// appendRequest appends the encoded request to b.
+func appendRequest(b []byte, r *request) []byte {
+	le := binary.LittleEndian
 	b = append(b, reqMagic...)
 	b = append(b, Version, 0)
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.seg.ID)))
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.from))
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.to))
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.seg.ByteSize))
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.seg.Checksum))
-	b = binary.LittleEndian.AppendUint64(b, r.seg.StartOffset)
-	b = binary.LittleEndian.AppendUint64(b, r.seg.Length)
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.time.UnixNano()))
-	b = append(b, r.nonce[:]...)
+	b = le.AppendUint16(b, uint16(len(r.seg.ID)))
+	b = le.AppendUint64(b, uint64(r.from))
+	b = le.AppendUint64(b, uint64(r.to))
+	b = le.AppendUint64(b, uint64(r.seg.ByteSize))
+	b = le.AppendUint64(b, uint64(r.seg.Checksum))
+	b = le.AppendUint64(b, r.seg.StartOffset)
+	b = le.AppendUint64(b, r.seg.Length)
+	b = le.AppendUint16(b, uint16(len(r.ticket)))
+	b = append(b, 0, 0, 0, 0, 0, 0)
 	b = append(b, r.seg.ID...)
-	m := hmac.New(sha256.New, secret)
-	m.Write(b[start:])
-	return m.Sum(b)
+	return append(b, r.ticket...)
 }
 
 // decodeError is a refusal found while decoding: the code to answer with
@@ -101,61 +92,73 @@ func refuse(c Code, format string, args ...any) *decodeError {
 	return &decodeError{code: c, msg: fmt.Sprintf(format, args...)}
 }
 
-// readRequest reads and authenticates one request from r. It never reads
-// more than maxRequest bytes and allocates nothing sized by the peer. A
-// non-nil *decodeError says what to answer; any other error is an I/O
-// error on r (the peer went away: answer nothing).
+// readRequest reads one request from r. It never reads more than
+// maxRequest bytes and allocates nothing sized by the peer. A non-nil
+// *decodeError says what to answer (a request cut short by the peer is
+// answered CodeMalformed); any other error is an I/O error on r (the peer
+// went away or stalled: answer nothing).
 //
-// Checks, in order: framing (magic, version, reserved, id length), the
-// HMAC, then the segment name and the expectation. Nothing about the
-// segment is looked at before the request is authenticated.
-func readRequest(r io.Reader, secret []byte) (*request, error) {
-	var buf [maxRequest]byte
-	if _, err := io.ReadFull(r, buf[:reqFixedSize]); err != nil {
-		return nil, err
+// Checks, in order: framing (magic, version, reserved, id and ticket
+// lengths), then the segment name, the expectation and the range on their
+// own. The ticket is only read here: the Server checks it before anything
+// about the segment is looked at.
+func readRequest(r io.Reader) (*request, error) {
+	var h [reqFixedSize]byte
+	if n, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, truncated(err, n, "its header", reqFixedSize)
 	}
-	h := buf[:reqFixedSize]
 	if string(h[0:4]) != reqMagic {
 		return nil, refuse(CodeMalformed, "bad magic %q, want %q", h[0:4], reqMagic)
 	}
 	if h[4] != Version {
 		return nil, refuse(CodeVersion, "protocol version %d, this server speaks %d", h[4], Version)
 	}
-	if h[5] != 0 {
-		return nil, refuse(CodeMalformed, "reserved byte is %#x, want 0", h[5])
+	if h[5] != 0 || string(h[58:64]) != "\x00\x00\x00\x00\x00\x00" {
+		return nil, refuse(CodeMalformed, "reserved bytes are %x %x, want zeros", h[5], h[58:64])
 	}
-	n := int(binary.LittleEndian.Uint16(h[6:8]))
+	le := binary.LittleEndian
+	n := int(le.Uint16(h[6:8]))
 	if n == 0 || n > meta.MaxSegmentIDLen {
 		return nil, refuse(CodeMalformed, "segment id length %d, want 1 to %d", n, meta.MaxSegmentIDLen)
 	}
-	total := reqFixedSize + n + macSize
-	if _, err := io.ReadFull(r, buf[reqFixedSize:total]); err != nil {
-		return nil, err
+	t := int(le.Uint16(h[56:58]))
+	if t > MaxTicketLen {
+		return nil, refuse(CodeMalformed, "ticket length %d, at most %d", t, MaxTicketLen)
 	}
-	m := hmac.New(sha256.New, secret)
-	m.Write(buf[:reqFixedSize+n])
-	if !hmac.Equal(m.Sum(nil), buf[reqFixedSize+n:total]) {
-		return nil, refuse(CodeUnauthenticated, "bad request signature (is the cluster secret the same on every broker?)")
+	// Fixed size, allocated only once the lengths passed their bounds.
+	buf := new([maxRequest - reqFixedSize]byte)
+	if got, err := io.ReadFull(r, buf[:n+t]); err != nil {
+		return nil, truncated(err, reqFixedSize+got, "the segment id and ticket its header announces", reqFixedSize+n+t)
 	}
-	le := binary.LittleEndian
 	req := &request{
 		from: int64(le.Uint64(h[8:16])),
 		to:   int64(le.Uint64(h[16:24])),
 		seg: meta.Segment{
-			ID:          meta.SegmentID(buf[reqFixedSize : reqFixedSize+n]),
+			ID:          meta.SegmentID(buf[:n]),
 			ByteSize:    int64(le.Uint64(h[24:32])),
 			Checksum:    meta.Checksum(le.Uint64(h[32:40])),
 			StartOffset: le.Uint64(h[40:48]),
 			Length:      le.Uint64(h[48:56]),
 			Sealed:      true,
 		},
-		time: time.Unix(0, int64(le.Uint64(h[56:64]))),
 	}
-	copy(req.nonce[:], h[64:80])
+	if t > 0 {
+		req.ticket = buf[n : n+t]
+	}
 	if err := req.check(); err != nil {
 		return req, err
 	}
 	return req, nil
+}
+
+// truncated turns a short read of a request into a refusal when the peer
+// sent part of it and then ended its side (it may still read the answer);
+// a peer that sent nothing, failed or stalled gets none.
+func truncated(err error, got int, what string, want int) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) && got > 0 {
+		return refuse(CodeMalformed, "truncated request: it ends after %d bytes, %s runs to %d", got, what, want)
+	}
+	return err
 }
 
 // check validates the segment name, the expectation and the range against

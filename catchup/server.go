@@ -2,6 +2,7 @@ package catchup
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/ratelog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -28,42 +30,67 @@ type Source interface {
 	OpenSource(seg meta.Segment) (f File, size int64, err error)
 }
 
-// DefaultMaxSkew is how far a request's timestamp may be from the server's
-// clock when Server.MaxSkew is 0.
-const DefaultMaxSkew = time.Minute
-
 // Server answers catch-up requests on a dedicated data listener: it
-// authenticates each request, checks it, and sends the requested range of
-// the sealed copy. Set the exported fields, then call Serve; do not change
-// them afterwards. Safe for concurrent use.
+// checks each request's ticket, then the request, and sends the requested
+// range of the sealed copy. Set the exported fields, then call Serve; do
+// not change them afterwards. Safe for concurrent use.
 type Server struct {
 	// Source opens the copies to send. Required.
 	Source Source
-	// Secret is the cluster secret; at least MinSecretLen bytes. Required.
-	Secret []byte
+	// Self is this (the source) broker: a ticket must name it as its
+	// source. Required with Tickets.
+	Self meta.BrokerID
+	// Tickets verifies the tickets' signatures. Required unless Insecure.
+	Tickets TicketVerifier
+	// Insecure serves requests that carry no ticket: anyone who reaches
+	// the listener may read any sealed copy. For clusters without
+	// certificates on loopback only. With Tickets set too, a request
+	// that does carry a ticket still has it checked; without, tickets are
+	// ignored.
+	Insecure bool
+	// TLS, when set, wraps every connection in TLS 1.3 and sends with
+	// user-space copies (no sendfile): for networks that need
+	// confidentiality. It must verify the client's certificate (ClientAuth
+	// tls.RequireAndVerifyClientCert, or a VerifyConnection that checks
+	// it). Requests still need a ticket.
+	TLS *tls.Config
 	// Throttle limits this broker's outgoing transfers; nil: no limits,
 	// DefaultIdleTimeout.
 	Throttle *Throttle
-	// Mode selects the send path; ModeDefault is DefaultSendMode.
+	// Mode selects the send path; ModeDefault is DefaultSendMode. With TLS
+	// it is always ModeReadWrite.
 	Mode Mode
-	// MaxSkew bounds the request timestamp's distance from Now; 0 means
-	// DefaultMaxSkew. Nonces are remembered for that long, so a replayed
-	// request is refused.
-	MaxSkew time.Duration
-	// Logger receives one event per refused or failed transfer (Warn) and
+	// Logger receives one event per failed transfer (Warn), per refused
+	// request or handshake (Warn, at most one per remote IP per
+	// ratelog.DefaultInterval, with the count of those not logged), and
 	// per completed one (Debug). The zero Logger discards.
 	Logger zerolog.Logger
-	// Now is the clock for request timestamps; nil means time.Now.
+	// Now is the clock for ticket expiries; nil means time.Now.
 	Now func() time.Time
 
+	tlsConfig *tls.Config // TLS raised to TLS 1.3: set under mu by the first Serve, before any connection
+	refusals  ratelog.Limiter
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
-	nonces    map[[16]byte]time.Time
-	wg        sync.WaitGroup
-	stats     counters
+	// tickets holds the nonce of every ticket in use or spent, until the
+	// ticket expires. INVARIANT: at most maxTickets entries, each
+	// expiring at most MaxTicketLife after it was added. Protected by mu.
+	tickets map[[16]byte]ticketUse
+	wg      sync.WaitGroup
+	stats   counters
 }
+
+// ticketUse is what a Server remembers of a ticket it admitted.
+type ticketUse struct {
+	expires time.Time
+	spent   bool // a transfer started with it; else a request holds it
+}
+
+// maxTickets bounds the tickets a Server remembers: at most this many
+// transfers per MaxTicketLife.
+const maxTickets = 1 << 16
 
 func (s *Server) now() time.Time {
 	if s.Now != nil {
@@ -72,27 +99,21 @@ func (s *Server) now() time.Time {
 	return time.Now()
 }
 
-func (s *Server) maxSkew() time.Duration {
-	if s.MaxSkew > 0 {
-		return s.MaxSkew
-	}
-	return DefaultMaxSkew
-}
-
 // Stats returns what the server did so far.
 func (s *Server) Stats() Stats { return s.stats.snapshot() }
 
 // Serve accepts connections on l and serves each in its own goroutine
 // until l fails or Close is called. It returns ErrServerClosed after Close,
-// a configuration error at once when Source or Secret is missing, or l's
-// Accept error. Serve closes l.
+// a configuration error (naming the field) at once when Source is missing,
+// Tickets is missing without Insecure, Self is missing with Tickets, or TLS
+// does not verify clients, or l's Accept error. Serve closes l.
 func (s *Server) Serve(l net.Listener) error {
 	defer l.Close()
-	if s.Source == nil {
-		return errors.New("catchup: Server.Source is nil")
+	if err := s.validate(); err != nil {
+		return err
 	}
-	if len(s.Secret) < MinSecretLen {
-		return fmt.Errorf("catchup: Server.Secret has %d bytes, want at least %d", len(s.Secret), MinSecretLen)
+	if s.Insecure {
+		s.Logger.Warn().Bool("tickets", s.Tickets != nil).Msg("catchup: insecure: requests without a ticket are served")
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -102,7 +123,10 @@ func (s *Server) Serve(l net.Listener) error {
 	if s.listeners == nil {
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[net.Conn]struct{})
-		s.nonces = make(map[[16]byte]time.Time)
+	}
+	if s.TLS != nil && s.tlsConfig == nil {
+		s.tlsConfig = s.TLS.Clone()
+		s.tlsConfig.MinVersion = tls.VersionTLS13
 	}
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
@@ -167,39 +191,204 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// validate checks the configuration; the error names the field.
+func (s *Server) validate() error {
+	switch {
+	case s.Source == nil:
+		return errors.New("catchup: Server.Source is nil")
+	case s.Tickets == nil && !s.Insecure:
+		return errors.New("catchup: Server.Tickets is nil: set a TicketVerifier, or Server.Insecure to serve requests without tickets")
+	case s.Tickets != nil && s.Self == 0:
+		return errors.New("catchup: Server.Self is 0: set this broker's id (a ticket names its source broker)")
+	}
+	if c := s.TLS; c != nil {
+		if len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
+			return errors.New("catchup: Server.TLS has no certificate (Certificates or GetCertificate)")
+		}
+		if c.ClientAuth != tls.RequireAndVerifyClientCert && c.VerifyConnection == nil && c.GetConfigForClient == nil {
+			return fmt.Errorf("catchup: Server.TLS does not verify client certificates (ClientAuth %v): set tls.RequireAndVerifyClientCert or a VerifyConnection", c.ClientAuth)
+		}
+	}
+	return nil
+}
+
 // handle serves one connection: one request, one answer.
 func (s *Server) handle(conn net.Conn) {
 	defer conn.Close()
-	log := s.Logger.With().Str("peer", conn.RemoteAddr().String()).Logger()
+	peer := conn.RemoteAddr().String()
+	log := s.Logger.With().Str("peer", peer).Logger()
 	if err := conn.SetDeadline(time.Now().Add(s.Throttle.idle())); err != nil {
 		return
 	}
-	req, err := readRequest(conn, s.Secret)
+	mode := s.Mode.resolve(DefaultSendMode)
+	if s.tlsConfig != nil {
+		tc, ok := s.handshake(conn, peer)
+		if !ok {
+			return
+		}
+		conn, mode = tc, ModeReadWrite
+	}
+	req, err := readRequest(conn)
 	var de *decodeError
 	if err != nil && !errors.As(err, &de) {
 		log.Debug().Err(err).Msg("catchup: reading request")
 		return
 	}
+	var tk *signedTicket
 	if de == nil {
-		de = s.admit(req)
+		tk, de = s.authorize(req)
 	}
 	if de != nil {
-		ev := log.Warn().Str("code", de.code.String()).Str("reason", de.msg)
-		if req != nil && de.code != CodeUnauthenticated {
-			ev = ev.Str("segment", string(req.seg.ID))
+		var seg meta.SegmentID
+		if tk != nil { // verified: its segment may be logged
+			seg = req.seg.ID
 		}
-		ev.Msg("catchup: request refused")
-		s.answer(conn, response{code: de.code, msg: de.msg})
+		s.refused(peer, de.code, de.msg, seg, tk)
+		s.answerRefusal(conn, response{code: de.code, msg: de.msg})
 		return
 	}
-	log = log.With().Str("segment", string(req.seg.ID)).Int64("from", req.from).Int64("to", req.to).Logger()
+	s.serve(conn, req, tk, mode, log)
+}
 
+// handshake runs the server's TLS handshake on conn. A client that does
+// not speak TLS is answered in plain text; a failed handshake is a
+// refusal.
+func (s *Server) handshake(conn net.Conn, peer string) (*tls.Conn, bool) {
+	tc := tls.Server(conn, s.tlsConfig)
+	err := tc.Handshake()
+	if err == nil {
+		return tc, true
+	}
+	var rhe tls.RecordHeaderError
+	if errors.As(err, &rhe) && rhe.Conn != nil {
+		msg := "this data listener speaks TLS: set Client.TLS"
+		s.refused(peer, CodeUnauthenticated, msg, "", nil)
+		s.answerRefusal(rhe.Conn, response{code: CodeUnauthenticated, msg: msg})
+		return nil, false
+	}
+	var ne net.Error
+	if errors.Is(err, io.EOF) || errors.As(err, &ne) && ne.Timeout() {
+		s.Logger.Debug().Str("peer", peer).Err(err).Msg("catchup: TLS handshake")
+		return nil, false
+	}
+	s.refused(peer, CodeUnauthenticated, "TLS handshake: "+err.Error(), "", nil)
+	// The alert is sent: let the client read it before the close resets
+	// the connection over its unread request.
+	drain(conn)
+	return nil, false
+}
+
+// authorize checks req's ticket: signature and issuer (CodeUnauthenticated),
+// then what it grants (CodeForbidden), and reserves its nonce. A request
+// without a ticket passes only on an Insecure server; with Insecure and no
+// Tickets, tickets are not checked. It changes nothing when it refuses.
+func (s *Server) authorize(req *request) (*signedTicket, *decodeError) {
+	if len(req.ticket) == 0 {
+		if s.Insecure {
+			return nil, nil
+		}
+		return nil, refuse(CodeUnauthenticated, "no ticket: this source serves only requests with a ticket from the coordinator")
+	}
+	if s.Tickets == nil {
+		return nil, nil
+	}
+	tk, de := decodeTicket(req.ticket)
+	if de != nil {
+		return nil, de
+	}
+	issuer, err := s.Tickets.VerifyTicket(tk.payload, tk.sig, tk.cert)
+	if err != nil {
+		return nil, refuse(CodeUnauthenticated, "ticket signature: %v", err)
+	}
+	if issuer == 0 || issuer != tk.Issuer {
+		return nil, refuse(CodeUnauthenticated, "ticket names issuer broker %d, its certificate names broker %d", tk.Issuer, issuer)
+	}
+	now := s.now()
+	if de := tk.grants(req, s.Self, now); de != nil {
+		return tk, de
+	}
+	return tk, s.reserve(tk, now)
+}
+
+// reserve records tk's nonce as in use: refused when it was used before
+// or is in use, and CodeBusy when maxTickets unexpired tickets are held.
+func (s *Server) reserve(tk *signedTicket, now time.Time) *decodeError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tickets == nil {
+		s.tickets = make(map[[16]byte]ticketUse)
+	}
+	if u, ok := s.tickets[tk.Nonce]; ok {
+		if u.spent {
+			return refuse(CodeForbidden, "segment %s: ticket already used (a ticket admits one transfer; ask the coordinator for a new one)", tk.Segment.ID)
+		}
+		return refuse(CodeForbidden, "segment %s: ticket in use by another request", tk.Segment.ID)
+	}
+	if len(s.tickets) >= maxTickets/2 {
+		for k, u := range s.tickets {
+			if !now.Before(u.expires) {
+				delete(s.tickets, k)
+			}
+		}
+	}
+	if len(s.tickets) >= maxTickets {
+		return refuse(CodeBusy, "%d unexpired tickets held: the replay set is full", len(s.tickets))
+	}
+	s.tickets[tk.Nonce] = ticketUse{expires: tk.Expires}
+	return nil
+}
+
+// settle ends a reservation: spent keeps the nonce until the ticket
+// expires (a transfer started with it), otherwise it is forgotten (the
+// request was refused before any byte was sent). A nil tk does nothing.
+func (s *Server) settle(tk *signedTicket, spent bool) {
+	if tk == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if spent {
+		s.tickets[tk.Nonce] = ticketUse{expires: tk.Expires, spent: true}
+	} else {
+		delete(s.tickets, tk.Nonce)
+	}
+}
+
+// refused counts a refusal and logs it, at most once per remote IP per
+// ratelog.DefaultInterval. segment is logged only when known to be
+// authorized (seg != ""); tk, when given, names the ticket's brokers.
+func (s *Server) refused(peer string, c Code, msg string, seg meta.SegmentID, tk *signedTicket) {
+	s.stats.refused.Add(1)
+	host, _, err := net.SplitHostPort(peer)
+	if err != nil {
+		host = peer
+	}
+	ok, suppressed := s.refusals.Allow(host, s.now())
+	if !ok {
+		return
+	}
+	ev := s.Logger.Warn().Str("peer", peer).Str("code", c.String()).Str("reason", msg).Int("suppressed", suppressed)
+	if seg != "" {
+		ev = ev.Str("segment", string(seg))
+	}
+	if tk != nil {
+		ev = ev.Uint32("issuer", uint32(tk.Issuer)).Uint32("target", uint32(tk.Target))
+	}
+	ev.Msg("catchup: request refused")
+}
+
+// serve sends the range req asks for, once its ticket (tk, nil on an
+// Insecure server) is reserved: the ticket is spent before the CodeOK
+// answer goes out, and released before a refusal is answered.
+func (s *Server) serve(conn net.Conn, req *request, tk *signedTicket, mode Mode, log zerolog.Logger) {
+	log = log.With().Str("segment", string(req.seg.ID)).Int64("from", req.from).Int64("to", req.to).Logger()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	refuseErr := func(err error) {
 		c := codeOf(err)
-		log.Warn().Str("code", c.String()).Err(err).Msg("catchup: request refused")
-		s.answer(conn, response{code: c, msg: err.Error()})
+		s.settle(tk, false)
+		s.refused(conn.RemoteAddr().String(), c, err.Error(), req.seg.ID, tk)
+		s.answerRefusal(conn, response{code: c, msg: err.Error()})
 	}
 	release, err := s.Throttle.acquire(ctx)
 	if err != nil {
@@ -218,11 +407,12 @@ func (s *Server) handle(conn net.Conn) {
 		return
 	}
 	n := req.to - req.from
+	s.settle(tk, true)
 	if !s.answer(conn, response{code: CodeOK, count: n}) {
 		return
 	}
 	start := time.Now()
-	sent, err := sendRange(ctx, conn, f, req.from, n, s.Mode.resolve(DefaultSendMode), s.Throttle, &s.stats, nil)
+	sent, err := sendRange(ctx, conn, f, req.from, n, mode, s.Throttle, &s.stats, nil)
 	s.stats.bytes.Add(uint64(sent))
 	if err != nil {
 		s.stats.failed.Add(1)
@@ -240,37 +430,23 @@ func (s *Server) handle(conn net.Conn) {
 	log.Debug().Int64("bytes", sent).Dur("took", time.Since(start)).Msg("catchup: sent")
 }
 
-// admit checks the request's timestamp and nonce.
-func (s *Server) admit(req *request) *decodeError {
-	now, skew := s.now(), s.maxSkew()
-	d := now.Sub(req.time)
-	if d > skew || d < -skew {
-		return refuse(CodeUnauthenticated, "request timestamp %s is %v from the server's clock, more than %v", req.time.UTC().Format(time.RFC3339Nano), d, skew)
+// answerRefusal answers a refusal, then half-closes and reads what the client
+// still sends (at most maxRequest bytes, within the connection's
+// deadline), so that closing with unread bytes does not reset the
+// connection before the answer is read.
+func (s *Server) answerRefusal(conn net.Conn, r response) {
+	if s.answer(conn, r) {
+		drain(conn)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.nonces == nil {
-		s.nonces = make(map[[16]byte]time.Time)
-	}
-	if _, seen := s.nonces[req.nonce]; seen {
-		return refuse(CodeUnauthenticated, "request replayed (nonce seen before)")
-	}
-	if len(s.nonces) >= maxNonces/2 {
-		for k, exp := range s.nonces {
-			if now.After(exp) {
-				delete(s.nonces, k)
-			}
-		}
-	}
-	if len(s.nonces) >= maxNonces {
-		return refuse(CodeBusy, "%d requests in %v: replay cache full", len(s.nonces), skew)
-	}
-	s.nonces[req.nonce] = req.time.Add(skew)
-	return nil
 }
 
-// maxNonces bounds the replay cache.
-const maxNonces = 1 << 16
+// drain half-closes conn and reads what the peer still sends, at most
+// maxRequest bytes within the connection's deadline.
+func drain(conn net.Conn) {
+	if tc, ok := conn.(interface{ CloseWrite() error }); ok && tc.CloseWrite() == nil {
+		io.Copy(io.Discard, io.LimitReader(conn, maxRequest))
+	}
+}
 
 func (s *Server) answer(conn net.Conn, r response) bool {
 	var b [respFixedSize + maxMessage]byte

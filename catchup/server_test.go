@@ -42,10 +42,23 @@ func newFixture(t testing.TB, n int, lim Limits, sendMode, recvMode Mode) *fixtu
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.srv = &Server{Source: fx.src, Secret: testSecret, Throttle: th, Mode: sendMode}
-	fx.cl = &Client{Secret: testSecret, Mode: recvMode}
+	fx.srv = &Server{Source: fx.src, Self: testSource, Tickets: testCA, Throttle: th, Mode: sendMode}
+	fx.cl = &Client{Mode: recvMode}
 	fx.addr = startServer(t, fx.srv)
 	return fx
+}
+
+// ticket is a fresh ticket for fx's whole copy; edit (may be nil) changes
+// it before it is signed.
+func (fx *fixture) ticket(t testing.TB, edit func(*Ticket)) []byte {
+	t.Helper()
+	return issue(t, testTicket(fx.seg, int64(len(fx.data))), edit)
+}
+
+// req is a request for [from, to) of fx's copy with a fresh ticket.
+func (fx *fixture) req(t testing.TB, from, to int64) *request {
+	t.Helper()
+	return &request{seg: fx.seg, from: from, to: to, ticket: fx.ticket(t, nil)}
 }
 
 func (fx *fixture) targetBytes(t testing.TB) []byte {
@@ -62,7 +75,7 @@ func TestFetchEveryModePair(t *testing.T) {
 			t.Run(send.String()+"-"+recv.String(), func(t *testing.T) {
 				fx := newFixture(t, 3<<20+12345, Limits{}, send, recv)
 				var last, calls atomic.Int64
-				res, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, func(done, total int64) {
+				res, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, func(done, total int64) {
 					if total != int64(len(fx.data)) || done < last.Load() {
 						t.Errorf("progress(%d, %d) after %d", done, total, last.Load())
 					}
@@ -78,6 +91,9 @@ func TestFetchEveryModePair(t *testing.T) {
 				if !bytes.Equal(fx.targetBytes(t), fx.data) {
 					t.Fatal("target differs from source")
 				}
+				// The server counts its transfer after its last write: it
+				// may lag the client's return.
+				waitFor(t, "the server to count its transfer", func() bool { return fx.srv.Stats().Transfers == 1 })
 				ss, cs := fx.srv.Stats(), fx.cl.Stats()
 				if ss.Transfers != 1 || ss.Bytes != uint64(len(fx.data)) || cs.Transfers != 1 {
 					t.Fatalf("server %+v client %+v", ss, cs)
@@ -97,10 +113,11 @@ func TestFetchEveryModePair(t *testing.T) {
 func TestFetchResumesFromTargetEnd(t *testing.T) {
 	fx := newFixture(t, 1<<20, Limits{}, ModeDefault, ModeDefault)
 	os.WriteFile(filepath.Join(fx.sink.dir, string(fx.seg.ID)), fx.data[:600000], 0o644)
-	res, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil)
+	res, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the server to count its transfer", func() bool { return fx.srv.Stats().Transfers == 1 })
 	if res.From != 600000 || res.Received != int64(len(fx.data))-600000 || fx.srv.Stats().Bytes != uint64(res.Received) {
 		t.Fatalf("result %+v, server sent %d", res, fx.srv.Stats().Bytes)
 	}
@@ -109,10 +126,15 @@ func TestFetchResumesFromTargetEnd(t *testing.T) {
 	}
 }
 
-func TestFetchWrongSecretRefused(t *testing.T) {
+// A ticket signed by a key the cluster CA did not certify is refused
+// before the source is opened; nothing reaches the target.
+func TestFetchUntrustedTicketRefused(t *testing.T) {
 	fx := newFixture(t, 1<<16, Limits{}, ModeDefault, ModeDefault)
-	fx.cl.Secret = []byte("not-the-cluster-secret!")
-	_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil)
+	forged, err := IssueTicket(newFakeKey(testIssuer, 9), testTicket(fx.seg, int64(len(fx.data))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fx.cl.Fetch(context.Background(), fx.addr, fx.seg, forged, fx.sink, nil)
 	var re *RemoteError
 	if !errors.Is(err, ErrUnauthenticated) || !errors.As(err, &re) || re.Code != CodeUnauthenticated {
 		t.Fatalf("got %v, want a remote %v", err, ErrUnauthenticated)
@@ -125,31 +147,12 @@ func TestFetchWrongSecretRefused(t *testing.T) {
 	}
 }
 
-func TestServerRefusesSkewAndReplay(t *testing.T) {
-	fx := newFixture(t, 1<<16, Limits{}, ModeDefault, ModeDefault)
-	old := &request{seg: fx.seg, from: 0, to: 10, time: time.Now().Add(-2 * DefaultMaxSkew)}
-	resp, _ := rawRequest(t, fx.addr, appendRequest(nil, old, testSecret))
-	if resp.code != CodeUnauthenticated {
-		t.Fatalf("stale timestamp: %+v", resp)
-	}
-	fresh := &request{seg: fx.seg, from: 0, to: 10, time: time.Now(), nonce: [16]byte{9}}
-	wire := appendRequest(nil, fresh, testSecret)
-	if resp, _ := rawRequest(t, fx.addr, wire); resp.code != CodeOK || resp.count != 10 {
-		t.Fatalf("first request: %+v", resp)
-	}
-	if resp, _ := rawRequest(t, fx.addr, wire); resp.code != CodeUnauthenticated {
-		t.Fatalf("replayed request: %+v", resp)
-	}
-}
-
 func TestServerRefusesBadNameBeforeOpening(t *testing.T) {
 	fx := newFixture(t, 1<<16, Limits{}, ModeDefault, ModeDefault)
 	for _, id := range []meta.SegmentID{"..", "../seg-1", "a/b", ".hidden"} {
-		req := &request{seg: fx.seg, from: 0, to: 10, time: time.Now()}
+		req := fx.req(t, 0, 10)
 		req.seg.ID = id
-		req.nonce[0] = byte(len(id))
-		req.nonce[1] = id[len(id)-1]
-		resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req, testSecret))
+		resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req))
 		if resp.code != CodeBadName {
 			t.Fatalf("id %q: %+v", id, resp)
 		}
@@ -160,20 +163,23 @@ func TestServerRefusesBadNameBeforeOpening(t *testing.T) {
 	// The client refuses it too, before touching the sink.
 	seg := fx.seg
 	seg.ID = "../../x"
-	if _, err := fx.cl.Fetch(context.Background(), fx.addr, seg, nil, nil); !errors.Is(err, ErrBadName) {
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, seg, fx.ticket(t, nil), nil, nil); !errors.Is(err, ErrBadName) {
 		t.Fatalf("client: got %v, want %v", err, ErrBadName)
 	}
 }
 
 func TestServerRefusesRangePastEnd(t *testing.T) {
 	fx := newFixture(t, 1<<16, Limits{}, ModeDefault, ModeDefault)
-	req := &request{seg: fx.seg, from: 0, to: int64(len(fx.data)) + 1, time: time.Now()}
-	resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req, testSecret))
+	// A ticket may grant more than the copy holds: the server checks the
+	// copy's real size too.
+	req := fx.req(t, 0, int64(len(fx.data))+1)
+	req.ticket = fx.ticket(t, func(tk *Ticket) { tk.To++ })
+	resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req))
 	if resp.code != CodeOutOfRange {
 		t.Fatalf("%+v", resp)
 	}
-	req = &request{seg: fx.seg, from: int64(len(fx.data)) - 5, to: int64(len(fx.data)), time: time.Now(), nonce: [16]byte{1}}
-	resp, conn := rawRequest(t, fx.addr, appendRequest(nil, req, testSecret))
+	req = fx.req(t, int64(len(fx.data))-5, int64(len(fx.data)))
+	resp, conn := rawRequest(t, fx.addr, appendRequest(nil, req))
 	if resp.code != CodeOK || resp.count != 5 {
 		t.Fatalf("last 5 bytes: %+v", resp)
 	}
@@ -194,7 +200,7 @@ func TestServerMapsSourceErrors(t *testing.T) {
 		{ErrUnknownSegment, CodeUnknownSegment}, {errors.New("disk on fire"), CodeInternal},
 	} {
 		fx.src.errs = map[meta.SegmentID]error{fx.seg.ID: c.err}
-		_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil)
+		_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil)
 		var re *RemoteError
 		if !errors.As(err, &re) || re.Code != c.code || !errors.Is(err, c.code.Err()) {
 			t.Fatalf("source error %v: got %v, want code %v", c.err, err, c.code)
@@ -206,14 +212,14 @@ func TestServerMapsSourceErrors(t *testing.T) {
 // transfer over the concurrency limit is refused with ErrBusy meanwhile.
 func TestServerBusyAndIdleTimeout(t *testing.T) {
 	fx := newFixture(t, 32<<20, Limits{MaxTransfers: 1, IdleTimeout: 300 * time.Millisecond}, ModeDefault, ModeDefault)
-	req := &request{seg: fx.seg, from: 0, to: int64(len(fx.data)), time: time.Now()}
-	resp, stalled := rawRequest(t, fx.addr, appendRequest(nil, req, testSecret))
+	resp, stalled := rawRequest(t, fx.addr, appendRequest(nil, fx.req(t, 0, int64(len(fx.data)))))
 	if resp.code != CodeOK {
 		t.Fatalf("%+v", resp)
 	}
 	// The stalled connection holds the only slot until the server's
 	// deadline fires.
-	_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil)
+	ticket := fx.ticket(t, nil)
+	_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, ticket, fx.sink, nil)
 	if !errors.Is(err, ErrBusy) {
 		t.Fatalf("second transfer: got %v, want %v", err, ErrBusy)
 	}
@@ -225,8 +231,9 @@ func TestServerBusyAndIdleTimeout(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stalled.Close()
-	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil); err != nil {
-		t.Fatalf("after the timeout: %v", err)
+	// The busy refusal left its ticket unspent: it admits the retry.
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, ticket, fx.sink, nil); err != nil {
+		t.Fatalf("after the timeout, with the ticket refused as busy: %v", err)
 	}
 }
 
@@ -243,17 +250,17 @@ func TestClientIdleTimeout(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		readRequest(c, testSecret)
+		readRequest(c)
 		c.Write(appendResponse(nil, response{code: CodeOK, count: 1000}))
 		c.Write(make([]byte, 100))
 		time.Sleep(5 * time.Second)
 	}()
 	th, _ := NewThrottle(Limits{IdleTimeout: 200 * time.Millisecond})
 	sink := &fileSink{dir: t.TempDir(), want: map[meta.SegmentID][]byte{"s": make([]byte, 1000)}}
-	cl := &Client{Secret: testSecret, Throttle: th}
+	cl := &Client{Throttle: th}
 	seg := meta.Segment{ID: "s", Length: 1, ByteSize: 960, Sealed: true, Checksum: meta.CRC32C(1)}
 	start := time.Now()
-	_, err = cl.Fetch(context.Background(), l.Addr().String(), seg, sink, nil)
+	_, err = cl.Fetch(context.Background(), l.Addr().String(), seg, issue(t, testTicket(seg, 1000), nil), sink, nil)
 	if !errors.Is(err, ErrCut) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("got %v, want %v wrapping %v", err, ErrCut, os.ErrDeadlineExceeded)
 	}
@@ -265,7 +272,7 @@ func TestClientIdleTimeout(t *testing.T) {
 func TestFetchContextCancel(t *testing.T) {
 	fx := newFixture(t, 8<<20, Limits{BytesPerSecond: 1 << 20}, ModeDefault, ModeDefault)
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err := fx.cl.Fetch(ctx, fx.addr, fx.seg, fx.sink, func(done, total int64) {
+	_, err := fx.cl.Fetch(ctx, fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, func(done, total int64) {
 		if done > 0 {
 			cancel()
 		}
@@ -285,7 +292,8 @@ func TestThrottleRateSharedAcrossTransfers(t *testing.T) {
 	start := time.Now()
 	errs := make(chan error, 2)
 	for _, s := range []*fileSink{fx.sink, sink2} {
-		go func() { _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, s, nil); errs <- err }()
+		ticket := fx.ticket(t, nil)
+		go func() { _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, ticket, s, nil); errs <- err }()
 	}
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -358,7 +366,7 @@ func TestThrottleQueues(t *testing.T) {
 // The defaults are zero copy at both ends: the counters show it.
 func TestDefaultModesAreZeroCopy(t *testing.T) {
 	fx := newFixture(t, 1<<20, Limits{}, ModeDefault, ModeDefault)
-	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil); err != nil {
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st := fx.srv.Stats(); st.Sendfile == 0 || st.Write != 0 {

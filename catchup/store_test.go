@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
@@ -75,14 +74,21 @@ func newStoreFixture(t testing.TB, srcOpts store.Options, dstDir string) *storeF
 		dstDir = t.TempDir()
 	}
 	fx.dst = openDB(t, dstDir, store.Options{})
-	fx.srv = &Server{Source: StoreSource{DB: fx.src}, Secret: testSecret}
-	fx.cl = &Client{Secret: testSecret}
+	fx.srv = &Server{Source: StoreSource{DB: fx.src}, Self: testSource, Tickets: testCA}
+	fx.cl = &Client{}
 	fx.addr = startServer(t, fx.srv)
 	return fx
 }
 
-func (fx *storeFixture) fetch(addr string, seg meta.Segment) (Result, error) {
-	return fx.cl.Fetch(context.Background(), addr, seg, StoreSink{DB: fx.dst}, nil)
+func (fx *storeFixture) fetch(t testing.TB, addr string, seg meta.Segment) (Result, error) {
+	return fx.cl.Fetch(context.Background(), addr, seg, storeTicket(t, seg, nil), StoreSink{DB: fx.dst}, nil)
+}
+
+// storeTicket is a fresh ticket for seg's whole sealed copy; edit (may be
+// nil) changes it before it is signed.
+func storeTicket(t testing.TB, seg meta.Segment, edit func(*Ticket)) []byte {
+	t.Helper()
+	return issue(t, testTicket(seg, seg.ByteSize+store.FooterSize), edit)
 }
 
 // checkSame asserts that the target's copy is byte-identical to the
@@ -116,7 +122,7 @@ func TestStoreFetchWholeCopy(t *testing.T) {
 	seg, _ := sealed(t, fx.src, "seg-whole", 500, 300, 20000, 1)
 	var calls int
 	var last int64
-	res, err := fx.cl.Fetch(context.Background(), fx.addr, seg, StoreSink{DB: fx.dst}, func(done, total int64) {
+	res, err := fx.cl.Fetch(context.Background(), fx.addr, seg, storeTicket(t, seg, nil), StoreSink{DB: fx.dst}, func(done, total int64) {
 		calls++
 		last = done
 	})
@@ -129,7 +135,7 @@ func TestStoreFetchWholeCopy(t *testing.T) {
 	}
 	fx.checkSame(t, seg)
 	// A complete copy needs no bytes: the second fetch only re-verifies.
-	res, err = fx.fetch(fx.addr, seg)
+	res, err = fx.fetch(t, fx.addr, seg)
 	if err != nil || res.From != size || res.Received != 0 {
 		t.Fatalf("second fetch: %+v, %v", res, err)
 	}
@@ -161,7 +167,7 @@ func TestStoreResumeAfterCutAtRandomByte(t *testing.T) {
 			// the data.
 			cut := rng.Int64N(respFixedSize + size - durable)
 			p := startProxy(t, fx.addr, cut, -1)
-			res, err := fx.fetch(p.addr(), seg)
+			res, err := fx.fetch(t, p.addr(), seg)
 			if !errors.Is(err, ErrCut) {
 				t.Fatalf("seed %d run %d: cut at %d: got %v, want %v", seed, cutRun, cut, err, ErrCut)
 			}
@@ -179,7 +185,7 @@ func TestStoreResumeAfterCutAtRandomByte(t *testing.T) {
 			}
 			durable = want
 		}
-		res, err := fx.fetch(fx.addr, seg)
+		res, err := fx.fetch(t, fx.addr, seg)
 		if err != nil {
 			t.Fatalf("seed %d: final fetch: %v", seed, err)
 		}
@@ -207,7 +213,7 @@ func TestStoreBitFlippedInFlightIsRejected(t *testing.T) {
 			at = size - 1 // the footer's own CRC
 		}
 		p := startProxy(t, fx.addr, -1, respFixedSize+at)
-		_, err := fx.fetch(p.addr(), seg)
+		_, err := fx.fetch(t, p.addr(), seg)
 		if !errors.Is(err, ErrVerify) || !(errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrShort)) {
 			t.Fatalf("seed %d: flip at byte %d: got %v, want %v", seed, at, err, ErrVerify)
 		}
@@ -222,7 +228,7 @@ func TestStoreBitFlippedInFlightIsRejected(t *testing.T) {
 		if err := fx.dst.Verify(seg.ID, seg); err == nil {
 			t.Fatalf("seed %d: a damaged copy verifies", seed)
 		}
-		res, err := fx.fetch(fx.addr, seg)
+		res, err := fx.fetch(t, fx.addr, seg)
 		if err != nil || res.From != want {
 			t.Fatalf("seed %d: refetch %+v, %v; want it to resume at %d", seed, res, err, want)
 		}
@@ -263,7 +269,7 @@ func TestStoreSourceRefusals(t *testing.T) {
 		{"unsealed", active, CodeUnsealed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := fx.fetch(fx.addr, c.seg)
+			_, err := fx.fetch(t, fx.addr, c.seg)
 			var re *RemoteError
 			if !errors.As(err, &re) || re.Code != c.code || !errors.Is(err, c.code.Err()) {
 				t.Fatalf("got %v, want code %v", err, c.code)
@@ -278,40 +284,45 @@ func TestStoreSourceRefusals(t *testing.T) {
 		t.Fatalf("source copy not latched: %v", err)
 	}
 	// The healthy copy still serves.
-	if _, err := fx.fetch(fx.addr, seg); err != nil {
+	if _, err := fx.fetch(t, fx.addr, seg); err != nil {
 		t.Fatal(err)
 	}
 	fx.checkSame(t, seg)
 }
 
-// The refusals the protocol owns, against the store: a wrong secret, a
-// path-escaping name, a range past the end. None opens or creates a file.
+// The refusals the protocol owns, against the store: an untrusted ticket,
+// a path-escaping name, a range past the end. None opens or creates a
+// file.
 func TestStoreProtocolRefusals(t *testing.T) {
 	fx := newStoreFixture(t, store.Options{}, "")
 	seg, _ := sealed(t, fx.src, "seg-p", 0, 10, 1000, 6)
 	size := seg.ByteSize + store.FooterSize
 
-	bad := &Client{Secret: []byte("some-other-cluster-secret")}
-	_, err := bad.Fetch(context.Background(), fx.addr, seg, StoreSink{DB: fx.dst}, nil)
+	forged, err := IssueTicket(newFakeKey(testIssuer, 9), testTicket(seg, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fx.cl.Fetch(context.Background(), fx.addr, seg, forged, StoreSink{DB: fx.dst}, nil)
 	if !errors.Is(err, ErrUnauthenticated) {
-		t.Fatalf("wrong secret: %v", err)
+		t.Fatalf("untrusted ticket: %v", err)
 	}
 
-	for i, id := range []meta.SegmentID{"../copies/seg-p", "..", "/etc/passwd", "seg-p/../../x"} {
+	for _, id := range []meta.SegmentID{"../copies/seg-p", "..", "/etc/passwd", "seg-p/../../x"} {
 		s := seg
 		s.ID = id
-		req := &request{seg: s, to: 10, time: time.Now(), nonce: [16]byte{byte(i), 1}}
-		if resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req, testSecret)); resp.code != CodeBadName {
+		req := &request{seg: s, to: 10, ticket: storeTicket(t, seg, nil)}
+		if resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req)); resp.code != CodeBadName {
 			t.Fatalf("id %q: %+v", id, resp)
 		}
 	}
-	for i, r := range [][2]int64{{0, size + 1}, {size, size + 1}, {size + 10, size + 20}} {
-		req := &request{seg: seg, from: r[0], to: r[1], time: time.Now(), nonce: [16]byte{byte(i), 2}}
-		if resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req, testSecret)); resp.code != CodeOutOfRange {
+	// Tickets that grant past the end: the copy's size is checked too.
+	for _, r := range [][2]int64{{0, size + 1}, {size, size + 1}, {size + 10, size + 20}} {
+		req := &request{seg: seg, from: r[0], to: r[1], ticket: storeTicket(t, seg, func(tk *Ticket) { tk.To = size + 20 })}
+		if resp, _ := rawRequest(t, fx.addr, appendRequest(nil, req)); resp.code != CodeOutOfRange {
 			t.Fatalf("range %v of %d: %+v", r, size, resp)
 		}
 	}
-	// The wrong-secret fetch opened its target (to learn where to resume)
+	// The untrusted fetch opened its target (to learn where to resume)
 	// and aborted it: nothing was written.
 	if end, err := fx.dst.DurableEnd(seg.ID); err != nil || end.FileSize != 0 {
 		t.Fatalf("target copy after the refusals: %+v, %v", end, err)

@@ -82,7 +82,7 @@ func TestZeroCopySmallPipes(t *testing.T) {
 			fx.cl.pipeSize = pipe
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if _, err := fx.cl.Fetch(ctx, fx.addr, fx.seg, fx.sink, nil); err != nil {
+			if _, err := fx.cl.Fetch(ctx, fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); err != nil {
 				t.Fatalf("pipe of %d bytes: %v", pipe, err)
 			}
 			if got := fx.targetBytes(t); !bytes.Equal(got, fx.data) {
@@ -99,7 +99,7 @@ func TestZeroCopyPreallocates(t *testing.T) {
 	fx := newFixture(t, 8<<20, Limits{}, ModeZeroCopy, ModeZeroCopy)
 	path := filepath.Join(fx.sink.dir, string(fx.seg.ID))
 	checked := false
-	_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, func(done, total int64) {
+	_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, func(done, total int64) {
 		if checked || done == 0 || done == total {
 			return
 		}
@@ -127,7 +127,7 @@ func TestZeroCopyPreallocates(t *testing.T) {
 
 func straceChild(t *testing.T) {
 	fx := newFixture(t, 4<<20, Limits{}, ModeZeroCopy, ModeZeroCopy)
-	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil); err != nil {
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); err != nil {
 		t.Fatal(err)
 	}
 	ss, cs := fx.srv.Stats(), fx.cl.Stats()
@@ -204,7 +204,7 @@ func TestSlowSourceNotIdle(t *testing.T) {
 	}
 	fx.cl.Throttle = th
 	start := time.Now()
-	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.sink, nil); err != nil {
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); err != nil {
 		t.Fatalf("1.5 MiB at 768 KiB/s with a %v idle timeout: %v", idle, err)
 	}
 	if took := time.Since(start); took < time.Second {
