@@ -59,7 +59,11 @@
 //  4. The replication factor is set once, from Config.ReplicationFactor,
 //     by a leader that finds none after a Barrier; it is never overwritten
 //     by that mechanism.
-//  5. Raft is never blocked by this package's consumers: NotifyCh and the
+//  5. A sealed segment's offsets, byte_size and checksum never change on a
+//     node (meta invariant 4): commands that would change them are refused
+//     by meta.Table.Apply, and a snapshot that would is refused by Restore
+//     (ErrBadSnapshot wrapping meta.ErrSealed), leaving the state as it was.
+//  6. Raft is never blocked by this package's consumers: NotifyCh and the
 //     observer are drained by the node's own goroutines; LeaderCh keeps
 //     only the latest transition.
 //

@@ -227,7 +227,10 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // Restore implements raft.FSM: it replaces the whole state with the one
-// a Persist wrote.
+// a Persist wrote. A snapshot that would change a segment this state holds
+// sealed (its offsets, byte_size or checksum, or unseal it: meta invariant
+// 4) is refused with an error wrapping ErrBadSnapshot and meta.ErrSealed
+// that names the segment and the field, and the state is left as it was.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	s, err := readSnapshot(rc)
@@ -236,6 +239,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	t := meta.TableFromSnapshot(s) // clones: the cache keeps s
 	f.mu.Lock()
+	if err := f.table.CheckRestore(&s); err != nil {
+		f.mu.Unlock()
+		f.log.Error().Err(err).Uint64("index", s.Index).Msg("cluster: snapshot refused: it would change a sealed segment")
+		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
 	f.table, f.cache, f.cacheOK, f.shared = t, s, true, false
 	f.applied = s.Index
 	f.factor = s.ReplicationFactor

@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -264,5 +266,48 @@ func TestApplyBatchResponses(t *testing.T) {
 	}
 	if f.applied != 4 {
 		t.Fatalf("applied %d, want 4", f.applied)
+	}
+}
+
+// A snapshot that would change a segment this node holds sealed (the
+// attack: byte_size 0 on sealed segments) is refused, naming the segment
+// and the field, and the state is left as it was; one that only adds to
+// the state restores.
+func TestRestoreRefusesSealedChange(t *testing.T) {
+	f := newFSM(zerolog.Nop())
+	fillFSM(t, f, 3)
+	before := f.snapshot()
+	persist := func(s meta.Snapshot) io.ReadCloser {
+		var buf bytes.Buffer
+		if err := writeSnapshot(&buf, &s); err != nil {
+			t.Fatal(err)
+		}
+		return io.NopCloser(&buf)
+	}
+	bad := copySnapshot(&before)
+	bad.Index += 10
+	for _, i := range []int{0, 2} {
+		bad.Segments[i].ByteSize = 0
+	}
+	err := f.Restore(persist(bad))
+	if !errors.Is(err, ErrBadSnapshot) || !errors.Is(err, meta.ErrSealed) ||
+		!strings.Contains(err.Error(), "seg-00000000") || !strings.Contains(err.Error(), "byte_size 1048576 -> 0") {
+		t.Fatalf("Restore(byte_size 0) = %v, want ErrBadSnapshot and meta.ErrSealed naming seg-00000000 and byte_size 1048576 -> 0", err)
+	}
+	if got := f.snapshot(); !reflect.DeepEqual(got, before) {
+		t.Fatal("a refused Restore changed the state")
+	}
+	if seg, _ := f.segment("seg-00000002"); seg.ByteSize != 1<<20 {
+		t.Fatalf("segment after refused restore: %+v", seg)
+	}
+
+	good := copySnapshot(&before)
+	good.Index += 10
+	good.Segments = append(good.Segments, meta.Segment{ID: "seg-99999999", StartOffset: 300, Replicas: []meta.BrokerID{1}})
+	if err := f.Restore(persist(good)); err != nil {
+		t.Fatalf("Restore of a snapshot that only adds a segment: %v", err)
+	}
+	if got := f.snapshot(); len(got.Segments) != 4 || got.Index != good.Index {
+		t.Fatalf("restored %d segments at index %d", len(got.Segments), got.Index)
 	}
 }

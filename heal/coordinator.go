@@ -69,9 +69,10 @@ type Coordinator struct {
 	pass    int
 	avoid   map[CopyRef]int // until which pass
 
-	refused []Refusal        // Input.Refused of the next pass
-	lost    []meta.SegmentID // Input.Lost of the next pass
-	fills   map[Refusal]int  // failed backfills per source and segment state, below RefuseAfter
+	refused   []Refusal        // Input.Refused of the next pass
+	conflicts []Conflict       // Input.Conflicts of the next pass
+	lost      []meta.SegmentID // Input.Lost of the next pass
+	fills     map[Refusal]int  // failed backfills per source and segment state, below RefuseAfter
 
 	mu      sync.Mutex
 	last    Report
@@ -148,6 +149,7 @@ func (c *Coordinator) Run(ctx context.Context, tick <-chan time.Time) error {
 	c.seen = nil
 	c.cursor = CopyRef{}
 	c.refused, c.fills, c.lost = nil, nil, nil // a new term tries each lost segment once more
+	c.conflicts = nil                          // and each conflicting copy: it refuses again, changing nothing
 	for {
 		if _, err := c.Pass(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("heal pass failed", "err", err)
@@ -285,6 +287,7 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 	}
 	sortRefs(in.Avoid)
 	in.Refused = slices.Clone(c.refused)
+	in.Conflicts = slices.Clone(c.conflicts)
 	in.Lost = c.lost
 	c.mu.Lock()
 	in.Release = c.release
@@ -330,6 +333,7 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	c.mu.Unlock()
 	c.cursor = plan.SettleCursor
 	c.refused = plan.Refused
+	c.conflicts = plan.Conflicts
 	c.lost = plan.Lost
 	rep := c.execute(ctx, plan)
 	c.mu.Lock()
@@ -401,7 +405,8 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 	var (
 		mu            sync.Mutex
 		wg            sync.WaitGroup
-		failed        = map[meta.SegmentID]string{} // a backfill of the segment failed
+		failed        = map[meta.SegmentID]string{}   // a backfill of the segment failed
+		conflicts     = map[meta.SegmentID]*Failure{} // a copy answered ErrSealConflict
 		settled       = map[CopyRef]bool{}
 		resumed       []CopyRef
 		returnedBytes int64
@@ -453,6 +458,14 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 			switch {
 			case err != nil && a.Op.IsBackfill() && returned[a.Segment.ID]:
 				// Cancelled: a replaced replica came back.
+			case err != nil && ctx.Err() == nil && errors.Is(err, ErrSealConflict):
+				// The target's own seal disagrees with the metadata; it
+				// changed nothing. Remembered: no command, no settle, no
+				// deletion for the segment while it lasts.
+				c.conflicted(a, err, conflicts)
+				if a.Op.IsBackfill() {
+					failed[a.Segment.ID] = err.Error()
+				}
 			case err != nil && a.Op.IsBackfill() && ctx.Err() == nil && c.refusedBy(a, err):
 				// The source refused: not read again for this segment
 				// until it changes; the target was not at fault.
@@ -537,6 +550,13 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 	for _, a := range plan.Actions {
 		if a.Op == SetReplicas {
 			commanded[a.Segment.ID] = true
+		}
+		if f, ok := conflicts[a.Segment.ID]; ok {
+			if f.Reason != ReasonNone {
+				rep.Failed = append(rep.Failed, *f)
+				f.Reason = ReasonNone // reported once
+			}
+			continue
 		}
 		if msg, ok := failed[a.Segment.ID]; ok && a.Op.IsBackfill() && !slices.ContainsFunc(rep.Failed, func(f Failure) bool {
 			return f.Segment == a.Segment.ID && f.Reason == BackfillFailed
@@ -657,6 +677,37 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) Report {
 		rep.Aborted = true
 	}
 	return rep
+}
+
+// conflicted records that a's target answered ErrSealConflict (err): a
+// Conflict for the next passes (and, for a new replica, the avoid list),
+// and the segment's SealConflict failure of this pass in byID. The caller
+// holds execute's lock.
+func (c *Coordinator) conflicted(a Action, err error, byID map[meta.SegmentID]*Failure) {
+	cf := Conflict{Segment: a.Segment.ID, Broker: a.Target, Version: a.Segment.Version, Seal: sealPrint(&a.Segment), State: a.TargetState}
+	if !slices.Contains(c.conflicts, cf) {
+		c.conflicts = append(c.conflicts, cf)
+		c.cfg.Logger.Error("heal: a copy's own seal disagrees with the metadata; the segment is left alone until an operator resolves it",
+			"segment", a.Segment.ID, "broker", a.Target, "op", a.Op.String(), "err", err)
+	}
+	if a.Op.IsBackfill() && a.Op != ResumeShortCopy {
+		// A new replica's broker holds a conflicting copy: placement
+		// picks another broker for a while (the planner only holds
+		// conflicts of replicas).
+		if c.avoid == nil {
+			c.avoid = map[CopyRef]int{}
+		}
+		c.avoid[CopyRef{a.Segment.ID, a.Target}] = c.pass + c.cfg.AvoidPasses
+	}
+	f := byID[a.Segment.ID]
+	if f == nil {
+		f = &Failure{Segment: a.Segment.ID, Reason: SealConflict, Err: fmt.Sprintf("%s on %d: %v", a.Op, a.Target, err)}
+		byID[a.Segment.ID] = f
+	}
+	if !slices.Contains(f.Copies, a.Target) {
+		f.Copies = append(f.Copies, a.Target)
+		slices.Sort(f.Copies)
+	}
 }
 
 // errDurableEnd marks a backfill that failed asking the target for its

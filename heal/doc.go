@@ -18,9 +18,9 @@
 //
 //	snap := control.Snapshot(ctx)
 //	reports := probe every registered broker at snap.Index
-//	plan := planner.Plan(Input{snap, reports, seen, now, policy, cursor, refused, acked, lost})
+//	plan := planner.Plan(Input{snap, reports, seen, now, policy, cursor, refused, conflicts, acked, lost})
 //	execute plan (see Plan for the order contract); report plan.Report
-//	cursor, refused, acked, lost = plan's, plus the refusals execution found
+//	cursor, refused, conflicts, acked, lost = plan's, plus the refusals and conflicts execution found
 //
 // The rules, from the specification (SEED.txt):
 //
@@ -60,6 +60,12 @@
 //     leaving it out is recorded, kept behind the healthy replicas when no
 //     broker is spare. A segment whose every copy is corrupt is reported
 //     failed (no_intact_source) and lost, and no copy of it is deleted.
+//
+// Beyond the seed, metadata cannot destroy data: a copy whose own valid
+// seal disagrees with the metadata (its broker answered a settle or a
+// backfill with ErrSealConflict, changing nothing) makes its segment
+// failed (seal_conflict) on every pass, with nothing else planned for it,
+// until the metadata or the copy changes (Conflict).
 //
 // Beyond the seed: risk order (fewest healthy copies first); a grace delay
 // (Policy.Grace) before a broker that stopped answering counts as dead,
@@ -121,6 +127,9 @@
 //  7. While a Refusal is in force, no Backfill names its copy as source
 //     (and no DurableEnd is asked for a segment none of whose copies can
 //     be read).
+//  8. While a Conflict is in force, its segment gets only a ReportFailed
+//     (SealConflict): none of its copies is settled, backfilled, replaced
+//     or deleted, and it is never reported healed.
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;
 // Plans and Reports it returns share no memory with it. The Coordinator

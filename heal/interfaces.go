@@ -60,7 +60,10 @@ type Backfiller interface {
 	// It returns the number of bytes transferred. A target that latched
 	// the copy, a source that refuses (latched, short, unsealed) or a
 	// checksum mismatch are all errors; the Coordinator reports them and
-	// never records a replica set that names target on their account.
+	// never records a replica set that names target on their account. A
+	// target whose existing copy carries its own valid seal disagreeing
+	// with seg refuses, changing nothing, with an error wrapping
+	// ErrSealConflict.
 	Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error)
 }
 
@@ -72,7 +75,9 @@ type Settler interface {
 	// syncing and rolling the log first if the copy is its active
 	// segment, then fences the copy and syncs its directory. It never
 	// confirms anything and it refuses (with an error) a copy whose frames
-	// end short of seg.ByteSize.
+	// end short of seg.ByteSize. A copy that carries its own valid seal
+	// disagreeing with seg is refused, changing nothing, with an error
+	// wrapping ErrSealConflict.
 	Settle(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error
 
 	// Confirm records, durably on broker, that its copy of seg has been

@@ -20,6 +20,14 @@ var ErrInvalid = errors.New("heal: invalid")
 // segment changes.
 var ErrSourceRefused = errors.New("heal: backfill source refused")
 
+// ErrSealConflict is what a Settler or Backfiller wraps when the broker
+// refused because its copy carries its own valid seal that disagrees with
+// the segment metadata (the plugin maps store.ErrSealConflict to it). The
+// broker changed nothing. The Coordinator records a Conflict: the segment
+// is reported SealConflict and left alone (no settle, backfill, replacement
+// or deletion) on every pass until the metadata or the copy changes.
+var ErrSealConflict = errors.New("heal: seal conflict")
+
 // ErrNotLost is returned by Coordinator.Acknowledge for a segment that the
 // last pass did not report lost.
 var ErrNotLost = errors.New("heal: segment not lost")
@@ -122,9 +130,15 @@ const (
 	// CommandFailed: SetReplicas failed for a reason other than a stale
 	// expected set (Coordinator only).
 	CommandFailed
+	// SealConflict: a replica's copy refused a settle or a backfill
+	// because its own valid seal disagrees with the metadata (see
+	// ErrSealConflict). Failure.Copies names those replicas. Nothing is
+	// planned for the segment, and no copy of it is settled, replaced or
+	// deleted, until the metadata or the copy changes (see Conflict).
+	SealConflict
 )
 
-var reasonNames = [...]string{"none", "all_replicas_dead", "no_spare_broker", "no_intact_source", "backfill_failed", "command_failed"}
+var reasonNames = [...]string{"none", "all_replicas_dead", "no_spare_broker", "no_intact_source", "backfill_failed", "command_failed", "seal_conflict"}
 
 // String returns the snake_case name of r.
 func (r Reason) String() string {
@@ -175,6 +189,10 @@ type Action struct {
 	// states when planned; an executor records it in a Refusal when the
 	// source refuses.
 	State uint64 `json:"state,omitempty"`
+	// TargetState is, for ResumeShortCopy and SettleOverrun, the
+	// fingerprint of Target's copy as probed when planned; an executor
+	// records it in a Conflict when the target answers ErrSealConflict.
+	TargetState uint64 `json:"target_state,omitempty"`
 }
 
 // Plan is the outcome of one pass: what to do, in risk order (the segments
@@ -217,6 +235,28 @@ type Plan struct {
 	// Lost are the segments of Report.Lost, sorted; feed them back as the
 	// next Input.Lost.
 	Lost []meta.SegmentID `json:"lost,omitempty"`
+	// Conflicts are the Input.Conflicts entries still in force; feed them
+	// back, with the conflicts this plan's execution adds, as the next
+	// Input.Conflicts.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
+}
+
+// Conflict remembers that Broker's copy of Segment refused a settle or a
+// backfill with ErrSealConflict while the segment was at Version with the
+// seal fingerprinted by Seal, and the copy was probed as State
+// (Action.TargetState). It is in force while Broker is a replica, the
+// version and the seal are unchanged and the copy is either probed as
+// State or not seen (dead, suspect, timed out): the copy then counts as
+// neither healthy nor lost, and the segment is reported SealConflict with
+// nothing else planned for it. Once the metadata is corrected or the copy
+// changes (an operator replaced or removed it) it is dropped and the
+// segment is planned afresh.
+type Conflict struct {
+	Segment meta.SegmentID `json:"segment"`
+	Broker  meta.BrokerID  `json:"broker"`
+	Version uint64         `json:"version"`
+	Seal    uint64         `json:"seal"`
+	State   uint64         `json:"state"`
 }
 
 // Refusal remembers that Source refused to be a backfill source for
@@ -365,6 +405,9 @@ type Input struct {
 	// Acknowledged are the segments whose loss an operator acknowledged,
 	// in any order (the previous Plan.Acknowledged plus new ones).
 	Acknowledged []meta.SegmentID
+	// Conflicts are the previous Plan.Conflicts plus the conflicts its
+	// execution recorded, in any order (see Conflict).
+	Conflicts []Conflict
 	// Lost is the previous Plan.Lost. A segment lost on the previous pass
 	// stays lost (reported, not merely deferred) while none of its copies
 	// is known intact, even if some copy's state is unknown this pass (a

@@ -27,6 +27,9 @@ type Planner struct {
 	acked    []meta.SegmentID // Input.Acknowledged, sorted
 	inForce  []Refusal        // the refusals applied this pass
 	wasLost  []meta.SegmentID // Input.Lost, sorted
+	conflict []Conflict       // Input.Conflicts, sorted by segment
+	held     []Conflict       // the conflicts applied this pass
+	prints   []uint64         // copyPrint of each replica, parallel to state
 }
 
 // anom is one anomaly of one copy, flattened out of the reports.
@@ -51,6 +54,7 @@ type unsettled struct {
 	ref         CopyRef
 	confirmable bool
 	seg         int32
+	print       uint64 // its copy's copyPrint
 }
 
 // copyState classifies one replica of a troubled segment.
@@ -64,6 +68,7 @@ const (
 	copyTimedOut                  // up, its probe timed out: unknown
 	copySuspect                   // broker not up, within its grace delay: unknown
 	copyRefused                   // up, intact to the probe, but refused as a source (Refusal in force)
+	copyConflict                  // up, its own seal disagrees with the metadata (Conflict in force): left alone
 	copyLatched                   // up, latched: lost
 	copyCorrupt                   // up, failed its checksum (scrubber): lost
 	copyDead                      // broker dead or unknown: lost
@@ -114,12 +119,17 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 
 	// Risk order: fewest healthy copies first, then snapshot order.
 	p.state = p.state[:0]
+	p.prints = p.prints[:0]
 	p.inForce = p.inForce[:0]
+	p.held = p.held[:0]
 	for i := range p.troubled {
 		p.classify(snap, &p.troubled[i], rep)
 	}
 	if len(p.inForce) > 0 {
 		plan.Refused = slices.Clone(p.inForce)
+	}
+	if len(p.held) > 0 {
+		plan.Conflicts = slices.Clone(p.held)
 	}
 	slices.SortFunc(p.troubled, func(a, b trouble) int {
 		if c := cmp.Compare(a.healthy, b.healthy); c != 0 {
@@ -157,6 +167,8 @@ func (p *Planner) memory(in Input) {
 	p.acked = slices.Compact(p.acked)
 	p.wasLost = append(p.wasLost[:0], in.Lost...)
 	slices.Sort(p.wasLost)
+	p.conflict = append(p.conflict[:0], in.Conflicts...)
+	slices.SortFunc(p.conflict, func(a, b Conflict) int { return cmp.Compare(a.Segment, b.Segment) })
 }
 
 func cmpRefusal(a, b Refusal) int {
@@ -170,6 +182,21 @@ func cmpRefusal(a, b Refusal) int {
 		return c
 	}
 	return cmp.Compare(a.State, b.State)
+}
+
+// sealPrint starts a segment's fingerprint (FNV-1a) with what sealing
+// fixed, so that a corrected seal lifts the refusals and conflicts
+// recorded under the old one even if the version did not move.
+func sealPrint(seg *meta.Segment) uint64 {
+	h := uint64(14695981039346656037)
+	for _, v := range [...]uint64{seg.StartOffset, seg.Length, uint64(seg.ByteSize), uint64(seg.Checksum)} {
+		for k := 0; k < 8; k++ {
+			h ^= v & 0xff
+			h *= 1099511628211
+			v >>= 8
+		}
+	}
+	return h
 }
 
 // fingerprint mixes one replica's raw state into h (FNV-1a over its id,
@@ -342,7 +369,7 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 	seg := &snap.Segments[t.seg]
 	t.st = int32(len(p.state))
 	healthy := int32(0)
-	fp := uint64(14695981039346656037)
+	fp := sealPrint(seg)
 	for _, r := range seg.Replicas {
 		st := copyDead
 		var an *anom
@@ -378,6 +405,7 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 		}
 		fp = fingerprint(fp, r, st, an)
 		p.state = append(p.state, st)
+		p.prints = append(p.prints, copyPrint(r, an))
 	}
 	t.fp = fp
 	// Refusals in force: the segment's version and raw states unchanged.
@@ -396,6 +424,7 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 			}
 		}
 	}
+	p.conflicts(seg, states, p.prints[t.st:])
 	for _, st := range states {
 		if st.healthy() {
 			healthy++
@@ -405,6 +434,37 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 	if int(healthy) < snap.ReplicationFactor {
 		rep.UnderReplicated++
 	}
+}
+
+// conflicts marks copyConflict the replicas of seg with a Conflict in
+// force: the segment's version and seal unchanged, the broker still a
+// replica, and its copy either reported as when the conflict was recorded
+// (prints) or not seen this pass (a dead, suspect or timed-out broker
+// proves nothing).
+func (p *Planner) conflicts(seg *meta.Segment, states []copyState, prints []uint64) {
+	if len(p.conflict) == 0 {
+		return
+	}
+	seal := sealPrint(seg)
+	k, _ := slices.BinarySearchFunc(p.conflict, seg.ID, func(c Conflict, id meta.SegmentID) int { return cmp.Compare(c.Segment, id) })
+	for ; k < len(p.conflict) && p.conflict[k].Segment == seg.ID; k++ {
+		c := p.conflict[k]
+		i := slices.Index(seg.Replicas, c.Broker)
+		if c.Version != seg.Version || c.Seal != seal || i < 0 || states[i] == copyConflict {
+			continue
+		}
+		if st := states[i]; st.unknown() || st == copyDead || prints[i] == c.State {
+			states[i] = copyConflict
+			p.held = append(p.held, c)
+		}
+	}
+}
+
+// copyPrint is the fingerprint of one replica's copy as its broker
+// reported it (an anomaly's kind, size and confirmation, or none), for a
+// Conflict.
+func copyPrint(r meta.BrokerID, a *anom) uint64 {
+	return fingerprint(14695981039346656037, r, 0, a)
 }
 
 // anomaly returns broker r's anomaly among t's, or nil.
@@ -454,9 +514,11 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 	states := p.state[t.st : int(t.st)+len(seg.Replicas)]
 	pol := in.Policy
 
-	var lost, dead, short, unknown, latchUnknown int
+	var lost, dead, short, unknown, latchUnknown, conflict int
 	for i, st := range states {
 		switch {
+		case st == copyConflict:
+			conflict++
 		case st.lost():
 			lost++
 			if st == copyDead {
@@ -477,11 +539,17 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 
 	// Overrun copies: listed, and selectable for settling only when their
 	// confirmation rules hold on this pass.
-	confirmable := !needPlace && short == 0 && unknown == 0 && latchUnknown == 0
+	confirmable := !needPlace && short == 0 && unknown == 0 && latchUnknown == 0 && conflict == 0
 	for i, st := range states {
 		if st == copyOverrun {
-			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, seg: t.seg})
+			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, seg: t.seg, print: p.prints[int(t.st)+i]})
 		}
+	}
+	if conflict > 0 {
+		// A copy's own seal disagrees with the metadata: which is right
+		// is for an operator to say. Nothing is cut, replaced or deleted.
+		p.fail(plan, seg, SealConflict, copiesIn(seg, states, copyConflict))
+		return
 	}
 	// Lost last pass and no copy known intact now (a timed-out probe or a
 	// broker within its grace proves nothing): still lost.
@@ -529,7 +597,8 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 			return
 		}
 		a := p.anomaly(t, seg.Replicas[i])
-		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size, State: t.fp})
+		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size,
+			State: t.fp, TargetState: p.prints[int(t.st)+i]})
 		n.busy++
 		s.busy++
 		*backfills++
@@ -568,6 +637,15 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 		p.unplan(plan, start)
 		return
 	}
+	p.placed(seg, t, states, s, rf, plan, backfills)
+}
+
+// placed appends the actions of the placement p.pl just made for t: one
+// backfill per added replica from s, the command, the deletions of the
+// dropped latched or corrupt copies, and the failure of a kept lost
+// replica.
+func (p *Planner) placed(seg *meta.Segment, t *trouble, states []copyState, s *node, rf int, plan *Plan, backfills *int) {
+	rep := &plan.Report
 	for k, id := range p.pl.added {
 		op, replaces := AddMissingReplica, meta.BrokerID(0)
 		if k < len(p.pl.replaced) {
@@ -601,6 +679,17 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 		// not a failure.
 		p.fail(plan, seg, NoSpareBroker, slices.Clone(p.pl.kept))
 	}
+}
+
+// copiesIn returns the replicas of seg whose copy is in state st.
+func copiesIn(seg *meta.Segment, states []copyState, st copyState) []meta.BrokerID {
+	var out []meta.BrokerID
+	for i, s := range states {
+		if s == st {
+			out = append(out, seg.Replicas[i])
+		}
+	}
+	return out
 }
 
 // lostCopies returns the replicas of seg whose copy is lost.
@@ -682,7 +771,7 @@ func (p *Planner) settle(snap *meta.Snapshot, in Input, plan *Plan) {
 		}
 		seg := &snap.Segments[u.seg]
 		plan.Actions = append(plan.Actions,
-			Action{Op: SettleOverrun, Segment: *seg, Target: u.ref.Broker},
+			Action{Op: SettleOverrun, Segment: *seg, Target: u.ref.Broker, TargetState: u.print},
 			Action{Op: ConfirmCopy, Segment: *seg, Target: u.ref.Broker})
 		rep.Settling = append(rep.Settling, u.ref)
 		plan.SettleCursor = u.ref

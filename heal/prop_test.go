@@ -233,6 +233,7 @@ type fakeBrokers struct {
 	reports   map[meta.BrokerID]ProbeReport
 	onCall    func(string)
 	settleErr error
+	fillErr   error // what a failing fill returns; "transfer broke" when nil
 }
 
 func (f *fakeBrokers) log(format string, args ...any) {
@@ -274,6 +275,9 @@ func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID
 	}
 	f.log("backfill %s %d<-%d from %d", s.ID, target, source, from)
 	if f.failFill != nil && f.failFill(target, s.ID) {
+		if f.fillErr != nil {
+			return 0, f.fillErr
+		}
 		return 0, errors.New("transfer broke")
 	}
 	return s.ByteSize - from, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // Command is a change to the metadata, applied by the control plane in log
@@ -127,17 +128,51 @@ func (c SetSegmentReplicas) ApplyTo(seg Segment) (Segment, error) {
 	return seg, nil
 }
 
-// ApplyTo applies c to seg, the current metadata of c's segment.
+// ApplyTo applies c to seg, the current metadata of c's segment. Sealing a
+// sealed segment again with the same values changes nothing; with other
+// values it is refused with an error wrapping ErrSealed that names each
+// field, its sealed value and the value c asked for (invariant 4).
 func (c SealSegment) ApplyTo(seg Segment) (Segment, error) {
+	next := seg
+	next.Length, next.ByteSize, next.Checksum, next.Sealed = c.Length, c.ByteSize, c.Checksum, true
 	if seg.Sealed {
-		if seg.Length == c.Length && seg.ByteSize == c.ByteSize && seg.Checksum == c.Checksum {
-			return seg, nil // idempotent
+		if err := SealedChange(c.Op(), seg, next); err != nil {
+			return seg, err
 		}
-		return seg, fmt.Errorf("%w: segment %s: sealed at length %d byte_size %d %s", ErrSealed, c.ID, seg.Length, seg.ByteSize, seg.Checksum)
+		return seg, nil // idempotent
 	}
-	seg.Length, seg.ByteSize, seg.Checksum, seg.Sealed = c.Length, c.ByteSize, c.Checksum, true
-	seg.Version++
-	return seg, seg.Validate()
+	next.Version++
+	return next, next.Validate()
+}
+
+// SealedChange returns nil unless prev is sealed and next changes what
+// sealing fixed (invariant 4): its start_offset, length, byte_size or
+// checksum, or its sealed flag. The error wraps ErrSealed and names op, the
+// segment and every such field with its old and new value.
+func SealedChange(op string, prev, next Segment) error {
+	if !prev.Sealed {
+		return nil
+	}
+	var diffs []string
+	if prev.StartOffset != next.StartOffset {
+		diffs = append(diffs, fmt.Sprintf("start_offset %d -> %d", prev.StartOffset, next.StartOffset))
+	}
+	if prev.Length != next.Length {
+		diffs = append(diffs, fmt.Sprintf("length %d -> %d", prev.Length, next.Length))
+	}
+	if prev.ByteSize != next.ByteSize {
+		diffs = append(diffs, fmt.Sprintf("byte_size %d -> %d", prev.ByteSize, next.ByteSize))
+	}
+	if prev.Checksum != next.Checksum {
+		diffs = append(diffs, fmt.Sprintf("checksum %v -> %v", prev.Checksum, next.Checksum))
+	}
+	if !next.Sealed {
+		diffs = append(diffs, "sealed true -> false")
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s: a sealed segment never changes: %s", ErrSealed, op, prev.ID, strings.Join(diffs, ", "))
 }
 
 // envelope is the wire form of a Command: {"op": ..., "args": {...}}.

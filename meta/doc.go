@@ -12,7 +12,11 @@
 //     directory and never escape it (see SegmentID.Validate).
 //  3. A replica set never names a broker twice and never names broker zero.
 //  4. A sealed segment carries a checksum; its offset range
-//     [StartOffset, StartOffset+Length) and ByteSize never change again.
+//     [StartOffset, StartOffset+Length), ByteSize and Checksum never change
+//     again: Table.Apply refuses any command that would change them (or
+//     unseal it) with ErrSealed, naming the field and both values, and
+//     Table.CheckRestore refuses such a snapshot. Sealing again with the
+//     same values changes nothing.
 //  5. Every change to a segment increments its Version; SetSegmentReplicas is
 //     a compare-and-set on the replica set it expects to replace, so a stale
 //     command is refused with ErrStaleReplicas and changes nothing.

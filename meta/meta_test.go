@@ -2,6 +2,7 @@ package meta
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -134,5 +135,106 @@ func TestTableCompareAndSet(t *testing.T) {
 	snap.Segments[0].Replicas[0] = 99
 	if seg, _ := tb.Segment("s1"); seg.Replicas[0] != 1 {
 		t.Fatal("snapshot aliases the table")
+	}
+}
+
+// A sealed segment's start_offset, length, byte_size and checksum never
+// change (invariant 4): a command that would change them is refused with
+// ErrSealed naming the segment, the field and both values, and changes
+// nothing; sealing again with the same values is idempotent.
+func TestSealedSegmentImmutable(t *testing.T) {
+	tb := NewTable(3)
+	if err := tb.Apply(1, CreateSegment{Segment{ID: "s1", StartOffset: 100, Replicas: []BrokerID{1, 2, 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	seal := SealSegment{ID: "s1", Length: 10, ByteSize: 263168, Checksum: CRC32C(0xabcd)}
+	if err := tb.Apply(2, seal); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := tb.Segment("s1")
+	if err := tb.Apply(3, seal); err != nil {
+		t.Fatalf("sealing again with the same values: %v", err)
+	}
+	if got, _ := tb.Segment("s1"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("idempotent re-seal changed the segment: %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct {
+		name  string
+		c     SealSegment
+		wants []string
+	}{
+		{"byte_size 0", SealSegment{ID: "s1", Length: 10, ByteSize: 0, Checksum: CRC32C(0xabcd)}, []string{"s1", "byte_size 263168 -> 0"}},
+		{"length", SealSegment{ID: "s1", Length: 0, ByteSize: 263168, Checksum: CRC32C(0xabcd)}, []string{"s1", "length 10 -> 0"}},
+		{"checksum", SealSegment{ID: "s1", Length: 10, ByteSize: 263168, Checksum: CRC32C(0)}, []string{"s1", "checksum crc32c:0000abcd -> crc32c:00000000"}},
+		{"all", SealSegment{ID: "s1", Length: 0, ByteSize: 0, Checksum: CRC32C(0)}, []string{"length 10 -> 0", "byte_size 263168 -> 0", "checksum crc32c:0000abcd -> crc32c:00000000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tb.Apply(9, tc.c)
+			if !errors.Is(err, ErrSealed) {
+				t.Fatalf("Apply(%+v) = %v, want ErrSealed", tc.c, err)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			if got, _ := tb.Segment("s1"); !reflect.DeepEqual(got, want) {
+				t.Fatalf("refused command changed the segment: %+v, want %+v", got, want)
+			}
+		})
+	}
+	// The other commands cannot reach these fields either.
+	if err := tb.Apply(10, CreateSegment{Segment{ID: "s1", StartOffset: 0, Replicas: []BrokerID{1}}}); !errors.Is(err, ErrSegmentExists) {
+		t.Fatalf("create over a sealed segment: %v", err)
+	}
+	if err := tb.Apply(11, SetSegmentReplicas{ID: "s1", Expected: []BrokerID{1, 2, 3}, Replicas: []BrokerID{1, 2, 4}}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := tb.Segment("s1")
+	if got.StartOffset != want.StartOffset || got.Length != want.Length || got.ByteSize != want.ByteSize || got.Checksum != want.Checksum || !got.Sealed {
+		t.Fatalf("set replicas changed the seal: %+v, want %+v", got, want)
+	}
+}
+
+// A snapshot that would change a sealed segment of the table is refused by
+// CheckRestore, naming the segment and the field; an equal or extending one
+// is not.
+func TestCheckRestoreSealed(t *testing.T) {
+	tb := NewTable(3)
+	mustApply := func(i uint64, c Command) {
+		t.Helper()
+		if err := tb.Apply(i, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustApply(1, CreateSegment{Segment{ID: "a", StartOffset: 0, Replicas: []BrokerID{1, 2, 3}}})
+	mustApply(2, SealSegment{ID: "a", Length: 10, ByteSize: 263168, Checksum: CRC32C(7)})
+	mustApply(3, CreateSegment{Segment{ID: "b", StartOffset: 10, Replicas: []BrokerID{1, 2, 3}}})
+
+	good := tb.Snapshot()
+	good.Index = 9
+	good.Segments = append(good.Segments, Segment{ID: "c", StartOffset: 20, Replicas: []BrokerID{1}})
+	good.Segments[1].Length, good.Segments[1].ByteSize, good.Segments[1].Checksum, good.Segments[1].Sealed = 3, 90, CRC32C(1), true
+	if err := tb.CheckRestore(&good); err != nil {
+		t.Fatalf("a snapshot that seals an active segment and adds one: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Segment)
+		want string
+	}{
+		{"byte_size 0", func(s *Segment) { s.ByteSize = 0 }, "byte_size 263168 -> 0"},
+		{"start_offset", func(s *Segment) { s.StartOffset = 5 }, "start_offset 0 -> 5"},
+		{"checksum", func(s *Segment) { s.Checksum = CRC32C(8) }, "checksum crc32c:00000007 -> crc32c:00000008"},
+		{"unsealed", func(s *Segment) { s.Sealed = false }, "sealed true -> false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := tb.Snapshot()
+			tc.edit(&bad.Segments[0])
+			err := tb.CheckRestore(&bad)
+			if !errors.Is(err, ErrSealed) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), " a:") {
+				t.Fatalf("CheckRestore = %v, want ErrSealed naming segment a and %q", err, tc.want)
+			}
+		})
 	}
 }

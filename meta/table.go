@@ -44,7 +44,9 @@ func (t *Table) Index() uint64 { return t.index }
 // that wraps ErrInvalid, ErrUnknownSegment, ErrSegmentExists,
 // ErrStaleReplicas, ErrSealed or ErrNotSealed when c cannot apply, and then
 // leaves the table unchanged but for the index: a refused command still
-// occupies its log position.
+// occupies its log position. Whatever the command, a change to a sealed
+// segment's start_offset, length, byte_size, checksum or sealed flag is
+// refused with ErrSealed (invariant 4).
 func (t *Table) Apply(index uint64, c Command) error {
 	if t.brokers == nil {
 		t.brokers, t.segments = map[BrokerID]Broker{}, map[SegmentID]Segment{}
@@ -74,7 +76,7 @@ func (t *Table) Apply(index uint64, c Command) error {
 		if err != nil {
 			return err
 		}
-		t.segments[c.ID] = next
+		return t.replace(c.Op(), seg, next)
 	case SetSegmentReplicas:
 		seg, ok := t.segments[c.ID]
 		if !ok {
@@ -84,11 +86,39 @@ func (t *Table) Apply(index uint64, c Command) error {
 		if err != nil {
 			return err
 		}
-		t.segments[c.ID] = next
+		return t.replace(c.Op(), seg, next)
 	case SetReplicationFactor:
 		t.factor = c.Factor
 	default:
 		panic(fmt.Sprintf("meta: Table.Apply: unknown command type %T", c))
+	}
+	return nil
+}
+
+// replace stores next in place of prev, the segment's current value, unless
+// that changes what sealing fixed (invariant 4): whatever a command's ApplyTo
+// computes, a sealed segment's offsets, size and checksum stay as they are.
+func (t *Table) replace(op string, prev, next Segment) error {
+	if err := SealedChange(op, prev, next); err != nil {
+		return err
+	}
+	t.segments[next.ID] = next
+	return nil
+}
+
+// CheckRestore returns nil unless installing s in place of t would change a
+// segment that t holds sealed (invariant 4): its start_offset, length,
+// byte_size or checksum, or unseal it. The error wraps ErrSealed and names
+// the first such segment (in s's order), the fields, and their old and new
+// values. A segment s does not hold is not checked.
+func (t *Table) CheckRestore(s *Snapshot) error {
+	for i := range s.Segments {
+		next := &s.Segments[i]
+		if prev, ok := t.segments[next.ID]; ok {
+			if err := SealedChange("restore snapshot", prev, *next); err != nil {
+				return fmt.Errorf("snapshot at index %d: %w", s.Index, err)
+			}
+		}
 	}
 	return nil
 }

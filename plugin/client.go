@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
 )
 
 // Client calls other instances' replication servers. It implements
@@ -57,7 +59,13 @@ func (c *Client) do(ctx context.Context, b meta.BrokerID, path string, req, resp
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	return call(ctx, c.hc, c.secret, b, br.RPCAddr, path, req, resp)
+	err = call(ctx, c.hc, c.secret, b, br.RPCAddr, path, req, resp)
+	if errors.Is(err, store.ErrSealConflict) {
+		// The broker's copy keeps its own seal: the coordinator leaves
+		// the segment alone (heal.SealConflict).
+		err = fmt.Errorf("%w: %w", heal.ErrSealConflict, err)
+	}
+	return err
 }
 
 // Probe implements heal.Prober.

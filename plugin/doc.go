@@ -36,7 +36,8 @@
 // AuthWindow of the server's clock) and the body's SHA-256. A failed RPC
 // answers {"code","message"}; the client turns the code back into the
 // sentinel (store.ErrLatched, store.ErrShort, meta.ErrStaleReplicas,
-// ErrLagging, ...) so errors.Is works across the wire. The data listener
+// ErrLagging, ...) so errors.Is works across the wire; store.ErrSealConflict
+// (409) also comes back wrapping heal.ErrSealConflict. The data listener
 // (heal.data_listen) is the catchup package's server: sendfile out, splice
 // in, its own HMAC per request.
 //

@@ -37,7 +37,7 @@ type metrics struct {
 	engine          *prometheus.GaugeVec // kind=probe|fsync, engine=uring|syscall
 }
 
-var failedReasons = []heal.Reason{heal.AllReplicasDead, heal.NoSpareBroker, heal.NoIntactSource, heal.BackfillFailed, heal.CommandFailed}
+var failedReasons = []heal.Reason{heal.AllReplicasDead, heal.NoSpareBroker, heal.NoIntactSource, heal.BackfillFailed, heal.CommandFailed, heal.SealConflict}
 
 func newMetrics(reg *prometheus.Registry) *metrics {
 	const ns, sub = "malachi", "heal"

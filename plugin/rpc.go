@@ -39,6 +39,7 @@ var errCodes = []struct {
 }{
 	{"unauthenticated", ErrUnauthenticated},
 	{"source_refused", heal.ErrSourceRefused},
+	{"seal_conflict", store.ErrSealConflict},
 	{"lagging", ErrLagging},
 	{"latched", store.ErrLatched},
 	{"unknown_copy", store.ErrUnknownCopy},
@@ -107,7 +108,7 @@ func rpcHandler(secret []byte, now func() time.Time, h handler) http.HandlerFunc
 				status = http.StatusBadRequest
 			case "unknown_copy", "unknown_segment":
 				status = http.StatusNotFound
-			case "latched", "short", "corrupt", "not_sealed", "sealed", "busy", "stale_replicas", "source_refused":
+			case "latched", "short", "corrupt", "not_sealed", "sealed", "busy", "stale_replicas", "source_refused", "seal_conflict":
 				status = http.StatusConflict
 			case "lagging", "deadline", "canceled", "stopped", "store_closed":
 				status = http.StatusServiceUnavailable

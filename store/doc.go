@@ -43,8 +43,9 @@
 //     reports a durable end past a damaged frame.
 //  2. A frame is acknowledged once a Sync that followed its Append returned
 //     nil. The store cuts frames only when asked to (Truncate, Settle to a
-//     shorter seal, a failed Commit); on its own it cuts only what lies past
-//     the durable end (a torn frame, a preallocated tail).
+//     shorter seal, a failed Commit; never against the copy's own seal, 8);
+//     on its own it cuts only what lies past the durable end (a torn frame,
+//     a preallocated tail).
 //  3. A copy with a valid footer agreeing with its frames is sealed and
 //     fenced: it refuses appends (ErrSealed), after a restart as well.
 //  4. An I/O error on a copy latches it in memory: every later request on
@@ -56,6 +57,12 @@
 //     size): a replaced or resized file is not confirmed.
 //  7. All file access goes through Options.FS (the seam store/errorfs
 //     wraps); Pebble logs only through Options.Logger.
+//  8. The store never cuts the frames that a copy's own valid seal footer
+//     covers on the word of the caller's metadata: when that footer (agreeing
+//     with the frames and their checksum) disagrees with the segment passed
+//     to Settle or OpenTarget (start offset, length, byte_size, checksum),
+//     they refuse with ErrSealConflict and leave the file byte for byte as
+//     it is, unlatched. A copy without such a footer follows the metadata.
 //
 // # Concurrency and crashes
 //

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/malachi-log/malachi/meta"
 )
 
 // Errors returned by the store. Match them with errors.Is; the returned
@@ -38,6 +40,12 @@ var (
 	ErrInUse = errors.New("store: directory in use")
 	// ErrInvalid: a request with bad arguments; nothing was changed.
 	ErrInvalid = errors.New("store: invalid request")
+	// ErrSealConflict: the copy carries its own valid seal footer (agreeing
+	// with its frames and their checksum) and the segment metadata the
+	// caller passed disagrees with it (start offset, length, byte_size or
+	// checksum). The store refused to cut, reseal or overwrite the copy and
+	// changed nothing (errors.As to *SealConflictError for both sides).
+	ErrSealConflict = errors.New("store: seal conflict")
 
 	// Reasons a durable-end scan stops before the end of the file; they
 	// are wrapped by a *CorruptError in End.Cause. ErrTorn and ErrZeroTail
@@ -116,3 +124,33 @@ func (e *latchError) Error() string {
 
 // Unwrap returns ErrLatched and the cause, so errors.Is finds both.
 func (e *latchError) Unwrap() []error { return []error{ErrLatched, e.cause} }
+
+// SealConflictError says that a copy's own valid seal footer disagrees with
+// the segment metadata a request carried, and that the request changed
+// nothing.
+type SealConflictError struct {
+	// Op is the refused request (settle, open target).
+	Op      string
+	Segment meta.SegmentID
+	// Footer is what the copy's footer records.
+	Footer Footer
+	// Meta is the segment metadata of the request.
+	Meta meta.Segment
+}
+
+func (e *SealConflictError) Error() string {
+	f, m := e.Footer, e.Meta
+	return fmt.Sprintf("%v: %s %s: the copy's seal footer records start_offset %d length %d byte_size %d checksum %v, "+
+		"the segment metadata says start_offset %d length %d byte_size %d checksum %v; the copy is left as it is",
+		ErrSealConflict, e.Op, e.Segment, f.StartOffset, f.Length, f.ByteSize, meta.CRC32C(f.FramesCRC),
+		m.StartOffset, m.Length, m.ByteSize, m.Checksum)
+}
+
+// Unwrap returns ErrSealConflict.
+func (e *SealConflictError) Unwrap() error { return ErrSealConflict }
+
+// footerAgrees reports whether ft records exactly seg's seal.
+func footerAgrees(ft Footer, seg meta.Segment) bool {
+	want, _ := seg.Checksum.Value()
+	return ft.StartOffset == seg.StartOffset && ft.Length == seg.Length && ft.ByteSize == seg.ByteSize && ft.FramesCRC == want
+}

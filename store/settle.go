@@ -63,11 +63,16 @@ func agree(r scanResult, seg meta.Segment) error {
 // (through Options.DirSyncer). Settling a settled copy costs one directory
 // sync.
 //
-// A copy whose valid frames end before seg.ByteSize is short: Settle
-// returns an error wrapping ErrShort (errors.As *ShortError gives its
-// durable end) and changes nothing beyond the roll. A copy whose frames
-// disagree with seg (count, offsets, checksum) returns ErrCorrupt. I/O
-// errors latch the copy (ErrLatched).
+// A copy that carries its own valid seal footer (agreeing with its frames
+// and their checksum) which disagrees with seg (start offset, length,
+// byte_size or checksum) is refused with a *SealConflictError
+// (ErrSealConflict): its file is left byte for byte as it is, nothing is
+// cut, no footer is written, the copy is not latched (invariant 8).
+// Otherwise seg wins: a copy whose valid frames end before seg.ByteSize is
+// short: Settle returns an error wrapping ErrShort (errors.As *ShortError
+// gives its durable end) and changes nothing beyond the roll. A copy whose
+// frames disagree with seg (count, offsets, checksum) returns ErrCorrupt.
+// I/O errors latch the copy (ErrLatched).
 func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) {
 	var res SettleResult
 	if err := checkSegment("settle", id, seg); err != nil {
@@ -97,6 +102,13 @@ func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) 
 	r, err := db.scanFile(c, "settle", f, scanOpts{limit: seg.ByteSize, start: seg.StartOffset, startKnown: true, whole: true})
 	if err != nil {
 		return res, err
+	}
+	if !r.Footer || !footerAgrees(r.footer, seg) || r.crc != r.footer.FramesCRC {
+		// Not already settled to seg: the copy's own seal, if it has
+		// one, must agree with seg before anything is cut (invariant 8).
+		if err := db.checkSeal(c, "settle", f, seg); err != nil {
+			return res, err
+		}
 	}
 	if err := agree(r, seg); err != nil {
 		c.adopt(r)
@@ -130,6 +142,24 @@ func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) 
 	}
 	res.End = r.End
 	return res, nil
+}
+
+// checkSeal reads the whole copy in f, unbounded by seg, and returns a
+// *SealConflictError when the copy carries its own valid seal (a footer
+// that ends its frames, agrees with them and records their checksum) that
+// disagrees with seg; nil when it carries none or an agreeing one. It
+// changes nothing but latches c on an I/O error. Caller holds c.mu.
+func (db *DB) checkSeal(c *copyState, op string, f File, seg meta.Segment) error {
+	r, err := db.scanFile(c, op, f, scanOpts{limit: -1, whole: true})
+	if err != nil {
+		return err
+	}
+	if !r.Footer || r.footer.FramesCRC != r.crc || footerAgrees(r.footer, seg) {
+		return nil
+	}
+	err = &SealConflictError{Op: op, Segment: c.id, Footer: r.footer, Meta: seg}
+	db.log.Error().Str("segment", string(c.id)).Err(err).Msg("store: request refused: the segment metadata disagrees with the copy's own seal")
+	return err
 }
 
 // Verify reads the whole copy of id and checks it against the sealed

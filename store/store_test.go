@@ -522,8 +522,10 @@ func TestFooterDisagreesWithSegment(t *testing.T) {
 	seg := segment("d", 0, 8)
 	seg.Checksum = meta.CRC32C(12345)
 	wantIs(t, "Verify with another checksum", db.Verify("d", seg), store.ErrCorrupt)
+	// The copy's own seal disagrees with the metadata: Settle refuses
+	// (invariant 8), OpenSource refuses as a source.
 	_, err := db.Settle("d", seg)
-	wantIs(t, "Settle with another checksum", err, store.ErrCorrupt)
+	wantIs(t, "Settle with another checksum", err, store.ErrSealConflict)
 	_, err = db.OpenSource("d", seg)
 	wantIs(t, "OpenSource with another checksum", err, store.ErrCorrupt)
 	seg = segment("d", 1, 8) // another start offset

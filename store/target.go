@@ -17,7 +17,9 @@ import (
 // Errors: ErrUnknownCopy (no copy, or its file is gone), ErrNotSealed (no
 // valid footer at seg.ByteSize), ErrLatched, ErrShort (the file is smaller
 // than seg.ByteSize+FooterSize), ErrCorrupt (the footer disagrees with seg),
-// ErrBusy.
+// ErrBusy. OpenSource never changes the copy, so a copy whose own seal
+// disagrees with seg is refused with one of these (a source refusal), not
+// with ErrSealConflict.
 func (db *DB) OpenSource(id meta.SegmentID, seg meta.Segment) (File, error) {
 	if err := checkSegment("open source", id, seg); err != nil {
 		return nil, err
@@ -100,8 +102,13 @@ type Target struct {
 // seg.ByteSize+FooterSize: there is nothing to transfer, and Commit verifies
 // it.
 //
-// Errors: ErrBusy (already held, or the copy is active), ErrLatched,
-// ErrInvalid, ErrClosed.
+// A copy that carries its own valid seal footer (agreeing with its frames
+// and their checksum) which disagrees with seg is refused with a
+// *SealConflictError (ErrSealConflict): nothing is cut, the file is left
+// byte for byte as it is and the copy is not held (invariant 8).
+//
+// Errors: ErrSealConflict, ErrBusy (already held, or the copy is active),
+// ErrLatched, ErrInvalid, ErrClosed.
 func (db *DB) OpenTarget(id meta.SegmentID, seg meta.Segment) (*Target, error) {
 	if err := checkSegment("open target", id, seg); err != nil {
 		return nil, err
@@ -166,6 +173,14 @@ func (db *DB) openTarget(c *copyState, seg meta.Segment, created bool) (*Target,
 		resume = seg.ByteSize + FooterSize
 	} else {
 		r.Footer = false
+	}
+	if r.FileSize > resume {
+		// About to cut: the copy's own seal, if it has one, must agree
+		// with seg (invariant 8).
+		if err := db.checkSeal(c, "open target", f, seg); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	if r.FileSize != resume {
 		if err := f.Truncate(resume); err != nil {
