@@ -66,8 +66,11 @@ type Coordinator struct {
 	planner Planner
 	cursor  CopyRef
 	seen    map[meta.BrokerID]time.Time
-	pass    int
-	avoid   map[CopyRef]int // until which pass
+	// authFailed are this pass's brokers whose probe failed on
+	// credentials (ErrUnauthenticated); they count as seen.
+	authFailed []AuthFailure
+	pass       int
+	avoid      map[CopyRef]int // until which pass
 
 	refused   []Refusal        // Input.Refused of the next pass
 	conflicts []Conflict       // Input.Conflicts of the next pass
@@ -242,6 +245,7 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 	}
 	reports := make([]ProbeReport, len(snap.Brokers))
 	ok := make([]bool, len(snap.Brokers))
+	authFailed := make([]string, len(snap.Brokers))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(c.cfg.Concurrency, 16))
 	for i, b := range snap.Brokers {
@@ -256,6 +260,10 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 				r.Broker = b.ID
 				err = r.Validate()
 			}
+			if errors.Is(err, ErrUnauthenticated) {
+				authFailed[i] = err.Error()
+				return
+			}
 			if err != nil {
 				c.cfg.Logger.Debug("heal: probe failed", "broker", b.ID, "err", err)
 				return
@@ -269,10 +277,16 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 	}
 	now := c.cfg.Now()
 	in := Input{Snapshot: snap, Now: now, Policy: c.cfg.Policy, SettleCursor: c.cursor}
+	c.authFailed = c.authFailed[:0]
 	for i := range reports {
 		if ok[i] {
 			in.Reports = append(in.Reports, reports[i])
 			c.seen[reports[i].Broker] = now
+		}
+		if authFailed[i] != "" {
+			// It answered: not dead, but not usable either (no report).
+			c.seen[snap.Brokers[i].ID] = now
+			c.authFailed = append(c.authFailed, AuthFailure{Broker: snap.Brokers[i].ID, Reason: authFailed[i]})
 		}
 	}
 	for _, b := range snap.Brokers {
@@ -336,6 +350,7 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	c.conflicts = plan.Conflicts
 	c.lost = plan.Lost
 	rep := c.execute(ctx, plan)
+	rep.AuthFailed = slices.Clone(c.authFailed)
 	c.mu.Lock()
 	c.last = rep
 	c.mu.Unlock()

@@ -28,6 +28,15 @@ var ErrSourceRefused = errors.New("heal: backfill source refused")
 // or deletion) on every pass until the metadata or the copy changes.
 var ErrSealConflict = errors.New("heal: seal conflict")
 
+// ErrUnauthenticated is what a Prober (or any of the Brokers methods)
+// wraps when the broker answered but one side could not authenticate the
+// other (another CA, a certificate naming another broker, an expired
+// one): the broker is up but unusable. The Coordinator reports it
+// (Report.AuthFailed) and never counts it dead for that, so its replicas
+// stay where they are while an operator fixes the certificates; it is
+// neither a source nor a target meanwhile.
+var ErrUnauthenticated = errors.New("heal: broker not authenticated")
+
 // ErrNotLost is returned by Coordinator.Acknowledge for a segment that the
 // last pass did not report lost.
 var ErrNotLost = errors.New("heal: segment not lost")

@@ -56,6 +56,11 @@ type Report struct {
 	// HoldReason is set when the mass-failure brake holds this pass's
 	// backfills and placements of new replicas; empty otherwise.
 	HoldReason string `json:"hold_reason,omitempty"`
+	// AuthFailed are the brokers whose probe this pass failed on
+	// credentials (ErrUnauthenticated: another CA, a certificate naming
+	// another broker, an expired one, on either side). They are not
+	// counted dead for it, and are neither sources nor targets.
+	AuthFailed []AuthFailure `json:"auth_failed,omitempty"`
 	// HoldReleased says an operator lifted the hold named by HoldReason
 	// for this pass: backfills and placement went ahead.
 	HoldReleased bool `json:"hold_released,omitempty"`
@@ -171,4 +176,11 @@ func (p Plan) String() string {
 	b.WriteString(p.Report.String())
 	b.WriteByte('\n')
 	return b.String()
+}
+
+// AuthFailure is a broker the coordinator could not authenticate, or that
+// refused the coordinator's credentials, and why.
+type AuthFailure struct {
+	Broker meta.BrokerID `json:"broker"`
+	Reason string        `json:"reason"`
 }

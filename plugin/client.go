@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
+	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
@@ -17,29 +19,31 @@ import (
 // heal.Brokers for the coordinator, resolving a broker's control and data
 // addresses from the metadata. It is safe for concurrent use.
 type Client struct {
-	hc      *http.Client
-	secret  []byte
+	rpc     *rpc.Client
+	certs   *pki.Certs // signs catch-up tickets; nil in insecure mode
+	self    meta.BrokerID
 	resolve func(meta.BrokerID) (meta.Broker, bool)
 	timeout time.Duration
+	now     func() time.Time
 }
 
 var _ heal.Brokers = (*Client)(nil)
 
-// NewClient returns a Client signing with secret. resolve returns the
-// registered broker (its RPCAddr and DataAddr); timeout bounds every call
-// but a probe (bounded by the caller's context) and a backfill.
-func NewClient(secret []byte, resolve func(meta.BrokerID) (meta.Broker, bool), timeout time.Duration) *Client {
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	return &Client{hc: &http.Client{Transport: tr}, secret: secret, resolve: resolve, timeout: timeout}
+// TicketLife is how long a catch-up ticket a Backfill hands its target
+// stays valid: the target presents it at once, so a minute is ample.
+const TicketLife = time.Minute
+
+// NewClient returns a Client of broker self that presents certs (nil:
+// plaintext, insecure mode) and signs each backfill's ticket with them.
+// resolve returns the registered broker (its RPCAddr and DataAddr);
+// timeout bounds every call but a probe (bounded by the caller's context)
+// and a backfill.
+func NewClient(certs *pki.Certs, self meta.BrokerID, resolve func(meta.BrokerID) (meta.Broker, bool), timeout time.Duration) *Client {
+	return &Client{rpc: rpc.NewClient(certs, errCodes, 0), certs: certs, self: self, resolve: resolve, timeout: timeout, now: time.Now}
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+func (c *Client) Close() { c.rpc.Close() }
 
 func (c *Client) addr(b meta.BrokerID) (meta.Broker, error) {
 	br, ok := c.resolve(b)
@@ -59,13 +63,20 @@ func (c *Client) do(ctx context.Context, b meta.BrokerID, path string, req, resp
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	err = call(ctx, c.hc, c.secret, b, br.RPCAddr, path, req, resp)
-	if errors.Is(err, store.ErrSealConflict) {
+	err = c.rpc.CallBroker(ctx, b, http.MethodPost, br.RPCAddr, path, req, resp)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrSealConflict):
 		// The broker's copy keeps its own seal: the coordinator leaves
 		// the segment alone (heal.SealConflict).
-		err = fmt.Errorf("%w: %w", heal.ErrSealConflict, err)
+		return fmt.Errorf("%w: %s to broker %d: %w", heal.ErrSealConflict, path, b, err)
+	case rpc.IsUnauthenticated(err):
+		// Not a silent broker: one that cannot be authenticated (or
+		// cannot authenticate this one) is reported, never counted dead.
+		return fmt.Errorf("%w: %s to broker %d: %w", heal.ErrUnauthenticated, path, b, err)
 	}
-	return err
+	return fmt.Errorf("plugin: %s to broker %d: %w", path, b, err)
 }
 
 // Probe implements heal.Prober.
@@ -105,8 +116,17 @@ func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg
 	if !ok || src.DataAddr == "" {
 		return 0, fmt.Errorf("%w: broker %d has no catch-up data address in the metadata", ErrUnknownBroker, source)
 	}
-	var resp BackfillResponse
 	req := BackfillRequest{Segment: seg, Source: source, SourceAddr: src.DataAddr, From: from}
+	if c.certs != nil {
+		t := catchup.Ticket{Segment: seg, From: 0, To: seg.ByteSize + store.FooterSize, Source: source, Target: target,
+			Issuer: c.self, Expires: c.now().Add(TicketLife)}
+		ticket, err := catchup.IssueTicket(c.certs, t)
+		if err != nil {
+			return 0, fmt.Errorf("plugin: backfill %s from broker %d to %d: %w", seg.ID, source, target, err)
+		}
+		req.Ticket = ticket
+	}
+	var resp BackfillResponse
 	if err := c.do(ctx, target, pathBackfill, req, &resp, false); err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,7 +225,15 @@ func (p *Plugin) recordPass(r *heal.Report, took time.Duration) {
 	p.status.LastPassAt = p.now()
 	p.status.LastPassSeconds = took.Seconds()
 	p.status.Hold = r.HoldReason
+	p.status.AuthFailed = r.AuthFailed
 	p.mu.Unlock()
+	p.metrics.auth.authFailed.Set(float64(len(r.AuthFailed)))
+	for _, a := range r.AuthFailed {
+		if ok, n := p.authLog.Allow(strconv.FormatUint(uint64(a.Broker), 10), p.now()); ok {
+			p.log.Error().Uint32("peer", uint32(a.Broker)).Str("reason", a.Reason).Int("suppressed_since_last", n).
+				Msg("heal: cannot authenticate broker: not probed, not a source or target, not counted dead")
+		}
+	}
 	ev := p.log.Info()
 	if len(r.Failed) > 0 || r.UnderReplicated > 0 {
 		ev = p.log.Warn()

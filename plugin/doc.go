@@ -10,7 +10,8 @@
 //	cfg := plugin.DefaultConfig()          // then the broker's [heal] table
 //	ds, name, closeDS, _ := plugin.NewDirSyncer(cfg, log) // only if cfg.Enabled
 //	db, _ := store.Open(dir, store.Options{DirSyncer: ds})
-//	p, err := plugin.New(cfg, plugin.Deps{Self: id, Store: db, Control: node, Logger: log, FsyncEngine: name})
+//	certs, _ := pki.LoadBroker(certsDir)   // the broker's certificate names id
+//	p, err := plugin.New(cfg, plugin.Deps{Self: id, Store: db, Control: node, Logger: log, FsyncEngine: name, Certs: certs})
 //	if err != nil { ... }                  // plugin.ErrConfig names the key and value
 //	if err := p.Start(ctx); err != nil { ... }
 //	defer p.Stop()
@@ -24,22 +25,28 @@
 //
 //	POST /rpc/v1/probe        {"index"}        -> heal.ProbeReport (anomalies and counts only)
 //	POST /rpc/v1/durable_end  {"segment"}      -> {"bytes",...}  (0 when there is no copy)
-//	POST /rpc/v1/backfill     {"segment","source","source_addr","from"} -> {"bytes"}: this broker pulls
+//	POST /rpc/v1/backfill     {"segment","source","source_addr","from","ticket"} -> {"bytes"}: this broker pulls
 //	POST /rpc/v1/settle       {"segment"}      -> what the settle did
 //	POST /rpc/v1/confirm      {"segment"}      -> {} (durable, keyed by file identity)
 //	POST /rpc/v1/delete       {"segment"}      -> {} (a missing copy is not an error)
 //	POST /rpc/v1/latched      {}               -> {"latched":[...]}
 //	GET  /metrics, GET /status
 //
-// Every /rpc request carries the Malachi-Auth header: an HMAC-SHA256 with
-// the cluster secret over the method, path, a millisecond timestamp (within
-// AuthWindow of the server's clock) and the body's SHA-256. A failed RPC
-// answers {"code","message"}; the client turns the code back into the
-// sentinel (store.ErrLatched, store.ErrShort, meta.ErrStaleReplicas,
-// ErrLagging, ...) so errors.Is works across the wire; store.ErrSealConflict
-// (409) also comes back wrapping heal.ErrSealConflict. The data listener
-// (heal.data_listen) is the catchup package's server: sendfile out, splice
-// in, its own HMAC per request.
+// The listener speaks mutual TLS 1.3 with the broker's certificates
+// (Deps.Certs, package internal/rpc): /rpc/* answers brokers only,
+// /metrics and /status viewers and operators; any other caller gets 401 or
+// 403 naming what was missing, and nothing runs. A failed RPC answers
+// {"code","message"}; the client turns the code back into the sentinel
+// (store.ErrLatched, store.ErrShort, meta.ErrStaleReplicas, ErrLagging,
+// ...) so errors.Is works across the wire; store.ErrSealConflict (409) also
+// comes back wrapping heal.ErrSealConflict, and a refusal of credentials
+// (either side's) wrapping heal.ErrUnauthenticated, which the coordinator
+// reports as auth_failed instead of counting the broker dead. The data
+// listener (heal.data_listen) is the catchup package's server: sendfile
+// out, splice in, each transfer authorized by the single-use ticket the
+// leader's coordinator signed and the backfill RPC carried (or over TLS
+// with heal.data_encryption). With Deps.Insecure, both listeners are
+// plaintext and unauthenticated (malachi_heal_insecure 1).
 //
 // # Invariants
 //

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/fsync"
+	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/probe"
 	"github.com/malachi-log/malachi/store"
@@ -28,7 +30,7 @@ type engines struct {
 	closers   []func() error
 }
 
-func openEngines(cfg Config, db *store.DB, secret []byte, fsyncName string, log zerolog.Logger) (engines, error) {
+func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 	var e engines
 	kind, err := probe.ParseKind(cfg.ProbeEngine)
 	if err != nil {
@@ -42,7 +44,7 @@ func openEngines(cfg Config, db *store.DB, secret []byte, fsyncName string, log 
 	}
 	e.stat = proberStatter{pr}
 	e.closers = append(e.closers, pr.Close)
-	e.fsyncName = fsyncName
+	e.fsyncName = deps.FsyncEngine
 	th, err := catchup.NewThrottle(catchup.Limits{
 		BytesPerSecond: cfg.BackfillBytesPerSecond,
 		MaxTransfers:   cfg.MaxBackfillsPerBroker,
@@ -53,7 +55,11 @@ func openEngines(cfg Config, db *store.DB, secret []byte, fsyncName string, log 
 		return e, fmt.Errorf("%w: catch-up limits: %v", ErrConfig, err)
 	}
 	e.throttle = th
-	e.fetch = &catchupFetcher{cl: &catchup.Client{Insecure: true, Throttle: th, Logger: log}, db: db} // TODO(integrator): tickets from the coordinator
+	cl := &catchup.Client{Insecure: deps.Insecure, Throttle: th, Logger: log}
+	if cfg.DataEncryption && deps.Certs != nil {
+		cl.TLS = deps.Certs.ClientConfig()
+	}
+	e.fetch = &catchupFetcher{cl: cl, db: deps.Store}
 	return e, nil
 }
 
@@ -99,8 +105,15 @@ func (s proberStatter) Stat(ctx context.Context, paths []string, deadline time.D
 
 // serveData runs the catch-up server on l until the returned stop is
 // called.
-func (e *engines) serveData(l net.Listener, db *store.DB, secret []byte, log zerolog.Logger) (stop func() error) {
-	srv := &catchup.Server{Source: catchup.StoreSource{DB: db}, Insecure: true, Throttle: e.throttle, Logger: log.With().Str("component", "catchup").Logger()} // TODO(integrator): tickets from the coordinator
+func (e *engines) serveData(l net.Listener, cfg Config, deps Deps, log zerolog.Logger) (stop func() error) {
+	srv := &catchup.Server{Source: catchup.StoreSource{DB: deps.Store}, Self: deps.Self, Insecure: deps.Insecure,
+		Throttle: e.throttle, Logger: log.With().Str("component", "catchup").Logger()}
+	if deps.Certs != nil {
+		srv.Tickets = deps.Certs
+		if cfg.DataEncryption {
+			srv.TLS = brokerServerTLS(deps.Certs)
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -121,8 +134,8 @@ type catchupFetcher struct {
 	db *store.DB
 }
 
-func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment) (int64, error) {
-	res, err := f.cl.Fetch(ctx, addr, seg, nil, catchup.StoreSink{DB: f.db}, nil) // TODO(integrator): tickets from the coordinator
+func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (int64, error) {
+	res, err := f.cl.Fetch(ctx, addr, seg, ticket, catchup.StoreSink{DB: f.db}, nil)
 	return res.Received, err
 }
 
@@ -149,4 +162,22 @@ func NewDirSyncer(cfg Config, log zerolog.Logger) (DirSyncer, string, func() err
 		return nil, "", nil, fmt.Errorf("plugin: heal.fsync_engine = %q: %w", cfg.FsyncEngine, err)
 	}
 	return s, s.Choice().Kind.String(), s.Close, nil
+}
+
+// brokerServerTLS is the data listener's TLS config with data_encryption:
+// the handshake must present a broker certificate of the cluster CA.
+func brokerServerTLS(certs *pki.Certs) *tls.Config {
+	cfg := certs.ServerConfig()
+	cfg.ClientAuth = tls.RequireAnyClientCert
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		id, err := certs.VerifyPeer(cs.PeerCertificates)
+		if err != nil {
+			return err
+		}
+		if id.Role != pki.RoleBroker {
+			return fmt.Errorf("%w: catch-up data from %s, not a broker", pki.ErrUntrusted, id)
+		}
+		return nil
+	}
+	return cfg
 }

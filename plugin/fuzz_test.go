@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"crypto/x509"
+
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/meta"
@@ -37,13 +39,13 @@ var rpcPaths = []struct {
 	{pathLatched, nil},
 }
 
-// Ways the fuzzer authenticates a request.
+// Who the fuzzer's request comes from: the TLS state the server sees.
 const (
-	authSigned   = iota // signed with the cluster secret at the server's time
-	authRaw             // the fuzzed header, verbatim
-	authOther           // signed with another secret
-	authStale           // signed, but two auth windows old
-	authTampered        // signed over another body
+	authBroker  = iota // broker 2's certificate of the cluster CA
+	authPlain          // no TLS at all
+	authNone           // TLS without a client certificate
+	authViewer         // a viewer's certificate: valid, not a broker
+	authOtherCA        // a broker certificate of another CA
 	numAuth
 )
 
@@ -53,9 +55,10 @@ const (
 type rpcFixture struct {
 	db   *store.DB
 	cp   *memCP
-	mux  *http.ServeMux
-	now  time.Time
+	mux  http.Handler
 	segs map[meta.SegmentID]meta.Segment
+	// chains are the certificates each auth mode presents.
+	chains map[int][]*x509.Certificate
 }
 
 func newRPCFixture(tb testing.TB) *rpcFixture {
@@ -68,12 +71,12 @@ func newRPCFixture(tb testing.TB) *rpcFixture {
 	tb.Cleanup(func() { db.Close() })
 	cp := newMemCP()
 	cfg := DefaultConfig()
-	cfg.Enabled, cfg.DataDir, cfg.Secret = true, dir, testSecret
+	cfg.Enabled, cfg.DataDir = true, dir
 	cfg.RPCListen, cfg.DataListen = "127.0.0.1:0", "127.0.0.2:0"
 	// Short bounds: a fuzzed probe of a future index, or a backfill from a
 	// fuzzed address, must not stall the fuzzer.
 	cfg.ProbeDeadline, cfg.BackfillTimeout, cfg.ScrubInterval = 5*time.Millisecond, 200*time.Millisecond, 0
-	p, err := New(cfg, Deps{Self: 1, Store: db, Control: cp, Logger: zerolog.Nop()})
+	p, err := New(cfg, Deps{Self: 1, Store: db, Control: cp, Logger: zerolog.Nop(), Certs: cp.certs(tb, 1)})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -85,9 +88,9 @@ func newRPCFixture(tb testing.TB) *rpcFixture {
 	if _, err := cp.Apply(context.Background(), meta.RegisterBroker{Broker: meta.Broker{ID: 1, RPCAddr: st.RPCAddr, DataAddr: st.DataAddr}}); err != nil {
 		tb.Fatal(err)
 	}
-	fx := &rpcFixture{db: db, cp: cp, now: time.UnixMilli(1_800_000_000_000), segs: map[meta.SegmentID]meta.Segment{}}
-	fx.mux = http.NewServeMux()
-	p.srv.routes(fx.mux, []byte(testSecret), func() time.Time { return fx.now })
+	fx := &rpcFixture{db: db, cp: cp, segs: map[meta.SegmentID]meta.Segment{}, mux: p.routes(),
+		chains: map[int][]*x509.Certificate{authBroker: chainOf(tb, cp.certs(tb, 2)), authViewer: chainOf(tb, cp.client(tb, "viewer")),
+			authOtherCA: chainOf(tb, otherCA(tb))}}
 	fx.seed(tb)
 	for _, s := range fx.segs {
 		c := s
@@ -187,18 +190,11 @@ type rpcCall struct {
 func (fx *rpcFixture) request(c rpcCall) (*http.Request, string, int) {
 	path := rpcPaths[int(c.route)%len(rpcPaths)].path
 	mode := int(c.auth) % numAuth
-	r := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(c.body))
-	switch mode {
-	case authSigned:
-		sign(r, []byte(testSecret), fx.now, c.body)
-	case authRaw:
-		r.Header.Set(AuthHeader, c.header)
-	case authOther:
-		sign(r, []byte("another-secret-of-16+"), fx.now, c.body)
-	case authStale:
-		sign(r, []byte(testSecret), fx.now.Add(-2*AuthWindow), c.body)
-	case authTampered:
-		sign(r, []byte(testSecret), fx.now, append([]byte("x"), c.body...))
+	r := httptest.NewRequest(http.MethodPost, "https://broker1"+path, bytes.NewReader(c.body))
+	if mode == authPlain {
+		r.TLS = nil
+	} else {
+		r.TLS.PeerCertificates = fx.chains[mode]
 	}
 	return r, path, mode
 }
@@ -250,19 +246,16 @@ func (fx *rpcFixture) check(t *testing.T, c rpcCall) {
 		t.Fatalf("%s: HTTP 200 with a body that is not JSON: %q", path, w.Body.Bytes())
 	}
 	switch mode {
-	case authOther, authStale, authTampered:
-		why := map[int]string{authOther: "bad signature", authStale: "off by", authTampered: "bad signature"}[mode]
-		if res.StatusCode != http.StatusUnauthorized || we.Code != "unauthenticated" || !strings.Contains(we.Message, why) {
-			t.Fatalf("%s: auth mode %d: HTTP %d %+v, want 401 unauthenticated naming %q", path, mode, res.StatusCode, we, why)
+	case authPlain, authNone, authOtherCA, authViewer:
+		why := map[int]string{authPlain: "plaintext request", authNone: "no client certificate", authOtherCA: "another CA", authViewer: "needs a certificate of role broker"}[mode]
+		status, code := http.StatusUnauthorized, "unauthenticated"
+		if mode == authViewer {
+			status, code = http.StatusForbidden, "forbidden"
 		}
-	case authRaw:
-		if res.StatusCode == http.StatusUnauthorized && !strings.Contains(we.Message, AuthHeader) && !strings.Contains(we.Message, "timestamp") && !strings.Contains(we.Message, "signature") {
-			t.Fatalf("%s: 401 that does not say what was wrong: %+v", path, we)
+		if res.StatusCode != status || we.Code != code || !strings.Contains(we.Message, why) {
+			t.Fatalf("%s: auth mode %d: HTTP %d %+v, want %d %s naming %q", path, mode, res.StatusCode, we, status, code, why)
 		}
-		if res.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("%s: a fuzzed %s header %q was accepted: HTTP %d", path, AuthHeader, c.header, res.StatusCode)
-		}
-	case authSigned:
+	case authBroker:
 		if why := malformed(path, c.body); why != "" {
 			if res.StatusCode != http.StatusBadRequest || we.Code != "invalid" || !strings.Contains(we.Message, "request") {
 				t.Fatalf("%s: body %q is malformed (%s): HTTP %d %+v, want 400 invalid naming the request", path, c.body, why, res.StatusCode, we)
@@ -319,13 +312,14 @@ func FuzzRPCDecode(f *testing.F) {
 			f.Add(uint8(route), uint8(auth), "", []byte(`{}`))
 		}
 	}
-	f.Add(uint8(0), uint8(authSigned), "", []byte(`{"index":1}`))
-	f.Add(uint8(1), uint8(authSigned), "", a)
-	f.Add(uint8(2), uint8(authSigned), "", bf)
-	f.Add(uint8(3), uint8(authSigned), "", b)
-	f.Add(uint8(4), uint8(authSigned), "", b)
-	f.Add(uint8(5), uint8(authSigned), "", []byte(`{"segment":"../x"}`))
-	f.Add(uint8(1), uint8(authRaw), "v1 1800000000000 00", a)
+	f.Add(uint8(0), uint8(authBroker), "", []byte(`{"index":1}`))
+	f.Add(uint8(1), uint8(authBroker), "", a)
+	f.Add(uint8(2), uint8(authBroker), "", bf)
+	f.Add(uint8(3), uint8(authBroker), "", b)
+	f.Add(uint8(4), uint8(authBroker), "", b)
+	f.Add(uint8(5), uint8(authBroker), "", []byte(`{"segment":"../x"}`))
+	f.Add(uint8(1), uint8(authPlain), "", a)
+	f.Add(uint8(1), uint8(authViewer), "", a)
 	f.Fuzz(func(t *testing.T, route, auth uint8, header string, body []byte) {
 		fx.check(t, rpcCall{route: route, auth: auth, header: header, body: body})
 	})
@@ -344,24 +338,24 @@ func TestRPCRefusesMalformedRequests(t *testing.T) {
 		code  int
 		want  string
 	}{
-		{"empty body", 1, authSigned, ``, 400, "empty body"},
-		{"truncated", 1, authSigned, string(a[:len(a)/2]), 400, "unexpected EOF"},
-		{"trailing data", 5, authSigned, `{"segment":"b"} {"segment":"a"}`, 400, "data after the JSON object"},
-		{"unknown field", 0, authSigned, `{"index":1,"indexx":2}`, 400, `unknown field "indexx"`},
-		{"wrong type", 0, authSigned, `{"index":"one"}`, 400, "cannot unmarshal string"},
-		{"huge number", 0, authSigned, `{"index":1e400}`, 400, "cannot unmarshal number"},
-		{"negative size", 3, authSigned, `{"segment":{"id":"a","length":1,"byte_size":-1,"replicas":[1]}}`, 400, "byte_size -1 is negative"},
-		{"path escape", 5, authSigned, `{"segment":"../a"}`, 400, `segment id "../a" starts with a dot`},
-		{"slash in id", 5, authSigned, `{"segment":"x/../a"}`, 400, `byte '/' at 1`},
-		{"latched with garbage", 6, authSigned, `garbage`, 400, "invalid character"},
-		{"backfill without source_addr", 2, authSigned, backfill(fx.segs["b"], 2, "", 0), 400, `source_addr "": want host:port`},
-		{"backfill from broker 0", 2, authSigned, backfill(fx.segs["b"], 0, "127.0.0.1:1", 0), 400, "source broker id 0"},
-		{"backfill from a negative byte", 2, authSigned, backfill(fx.segs["b"], 2, "127.0.0.1:1", -1), 400, "from -1 outside"},
-		{"backfill of an active segment", 2, authSigned, backfill(fx.segs["c"], 2, "127.0.0.1:1", 0), 400, "segment not sealed"},
-		{"no signature", 5, authRaw, `{"segment":"a"}`, 401, "missing or malformed Malachi-Auth header"},
-		{"wrong secret", 5, authOther, `{"segment":"a"}`, 401, "bad signature"},
-		{"stale", 5, authStale, `{"segment":"a"}`, 401, "more than 1m0s"},
-		{"tampered body", 5, authTampered, `{"segment":"a"}`, 401, "bad signature"},
+		{"empty body", 1, authBroker, ``, 400, "empty body"},
+		{"truncated", 1, authBroker, string(a[:len(a)/2]), 400, "unexpected EOF"},
+		{"trailing data", 5, authBroker, `{"segment":"b"} {"segment":"a"}`, 400, "data after the JSON object"},
+		{"unknown field", 0, authBroker, `{"index":1,"indexx":2}`, 400, `unknown field "indexx"`},
+		{"wrong type", 0, authBroker, `{"index":"one"}`, 400, "cannot unmarshal string"},
+		{"huge number", 0, authBroker, `{"index":1e400}`, 400, "cannot unmarshal number"},
+		{"negative size", 3, authBroker, `{"segment":{"id":"a","length":1,"byte_size":-1,"replicas":[1]}}`, 400, "byte_size -1 is negative"},
+		{"path escape", 5, authBroker, `{"segment":"../a"}`, 400, `segment id "../a" starts with a dot`},
+		{"slash in id", 5, authBroker, `{"segment":"x/../a"}`, 400, `byte '/' at 1`},
+		{"latched with garbage", 6, authBroker, `garbage`, 400, "invalid character"},
+		{"backfill without source_addr", 2, authBroker, backfill(fx.segs["b"], 2, "", 0), 400, `source_addr "": want host:port`},
+		{"backfill from broker 0", 2, authBroker, backfill(fx.segs["b"], 0, "127.0.0.1:1", 0), 400, "source broker id 0"},
+		{"backfill from a negative byte", 2, authBroker, backfill(fx.segs["b"], 2, "127.0.0.1:1", -1), 400, "from -1 outside"},
+		{"backfill of an active segment", 2, authBroker, backfill(fx.segs["c"], 2, "127.0.0.1:1", 0), 400, "segment not sealed"},
+		{"plaintext", 5, authPlain, `{"segment":"a"}`, 401, "plaintext request"},
+		{"no certificate", 5, authNone, `{"segment":"a"}`, 401, "no client certificate presented"},
+		{"another CA", 5, authOtherCA, `{"segment":"a"}`, 401, "signed by another CA"},
+		{"a viewer", 5, authViewer, `{"segment":"a"}`, 403, "needs a certificate of role broker"},
 	} {
 		before := fx.state(t)
 		r, path, _ := fx.request(rpcCall{route: uint8(tc.route), auth: uint8(tc.auth), body: []byte(tc.body)})
@@ -422,7 +416,7 @@ func (as *answerServer) set(status int, body []byte) {
 // client accepts is valid and from the broker it asked.
 func FuzzClientDecode(f *testing.F) {
 	as := newAnswerServer(f)
-	cl := NewClient([]byte(testSecret), func(id meta.BrokerID) (meta.Broker, bool) {
+	cl := NewClient(nil, 1, func(id meta.BrokerID) (meta.Broker, bool) {
 		return meta.Broker{ID: id, RPCAddr: as.addr, DataAddr: as.addr}, true
 	}, 2*time.Second)
 	f.Cleanup(cl.Close)
@@ -472,7 +466,7 @@ func FuzzClientDecode(f *testing.F) {
 			}
 			var we wireError
 			if json.Unmarshal(body, &we) == nil && we.Code != "" {
-				if want := errOf(we.Code); !errors.Is(err, want) {
+				if want := errors.Unwrap(errCodes.Decode(we.Code, "")); !errors.Is(err, want) {
 					t.Fatalf("HTTP %d code %q: %v, want it to wrap %v", code, we.Code, err, want)
 				}
 			} else if !errors.Is(err, ErrRemote) {
@@ -487,4 +481,10 @@ func FuzzClientDecode(f *testing.F) {
 			t.Fatalf("HTTP 200 %q is not JSON, yet accepted", body)
 		}
 	})
+}
+
+// wireError is the body of a failed RPC, as package rpc writes it.
+type wireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }

@@ -1,9 +1,13 @@
 package plugin
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/pki"
 )
 
 // metrics are one plugin instance's Prometheus collectors, registered on
@@ -35,6 +39,7 @@ type metrics struct {
 	scrubCycles     prometheus.Counter
 	leader          prometheus.Gauge
 	engine          *prometheus.GaugeVec // kind=probe|fsync, engine=uring|syscall
+	auth            authMetrics
 }
 
 var failedReasons = []heal.Reason{heal.AllReplicasDead, heal.NoSpareBroker, heal.NoIntactSource, heal.BackfillFailed, heal.CommandFailed, heal.SealConflict}
@@ -98,3 +103,74 @@ func (m *metrics) observePass(r *heal.Report, seconds float64) {
 	m.healed.Add(float64(len(r.Healed)))
 	m.stale.Add(float64(len(r.Stale)))
 }
+
+// CertWarning is how long before a certificate expires /status warns.
+const CertWarning = 30 * 24 * time.Hour
+
+// CertStatus is one of this broker's certificates in /status.
+type CertStatus struct {
+	File             string    `json:"file"`
+	NotAfter         time.Time `json:"not_after"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+	// Warning says the certificate expires within CertWarning (or has).
+	Warning string `json:"warning,omitempty"`
+}
+
+// certStatus reads certs' expiries at now.
+func certStatus(certs *pki.Certs, now time.Time) []CertStatus {
+	if certs == nil {
+		return nil
+	}
+	var out []CertStatus
+	for _, e := range certs.Expiries() {
+		left := e.NotAfter.Sub(now)
+		cs := CertStatus{File: e.File, NotAfter: e.NotAfter, ExpiresInSeconds: left.Seconds()}
+		switch {
+		case left <= 0:
+			cs.Warning = "expired: replace it and send SIGHUP"
+		case left < CertWarning:
+			cs.Warning = fmt.Sprintf("expires in %v: replace it and send SIGHUP", left.Round(time.Hour))
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// authMetrics are the security collectors: insecure mode, certificate
+// expiry, refused requests, brokers the coordinator cannot authenticate.
+type authMetrics struct {
+	refusedTotal *prometheus.CounterVec // by reason: unauthenticated, forbidden
+	authFailed   prometheus.Gauge
+}
+
+// watchCerts registers the security collectors on reg.
+func (m *metrics) watchCerts(reg *prometheus.Registry, certs *pki.Certs, insecure bool) {
+	const ns, sub = "malachi", "heal"
+	ins := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "insecure",
+		Help: "1 when this instance runs without authentication (insecure = true)."})
+	if insecure {
+		ins.Set(1)
+	}
+	m.auth.refusedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "auth_refused_total",
+		Help: "Requests to this instance's rpc_listen refused for their credentials, by reason (unauthenticated, forbidden)."}, []string{"reason"})
+	m.auth.authFailed = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "auth_failed_brokers",
+		Help: "Brokers the coordinator could not authenticate (or that refused it) at the last pass (leader only)."})
+	reg.MustRegister(ins, m.auth.refusedTotal, m.auth.authFailed)
+	if certs == nil {
+		return
+	}
+	for i, e := range certs.Expiries() {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "certificate_expiry_seconds",
+			Help: "Seconds until the certificate expires (negative once it has).", ConstLabels: prometheus.Labels{"file": e.File}},
+			func() float64 {
+				// Read again at each scrape: a reload (SIGHUP) replaces them.
+				if es := certs.Expiries(); i < len(es) {
+					return time.Until(es[i].NotAfter).Seconds()
+				}
+				return 0
+			}))
+	}
+}
+
+// refused counts a refusal of the rpc server.
+func (m *metrics) refused(reason string) { m.auth.refusedTotal.WithLabelValues(reason).Inc() }

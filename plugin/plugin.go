@@ -3,7 +3,6 @@ package plugin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +16,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/ratelog"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
@@ -65,6 +67,15 @@ type Deps struct {
 	// FsyncEngine names the store's directory-sync engine (from
 	// NewDirSyncer), for /status and the engine metric.
 	FsyncEngine string
+	// Certs are the broker's certificates (pki.LoadBroker): the control
+	// RPC and /metrics and /status are served and called over mutual TLS
+	// with them, and backfill tickets are signed and verified with them.
+	// Required unless Insecure.
+	Certs *pki.Certs
+	// Insecure runs the control RPC and the data listener in plaintext
+	// without authentication: for a cluster on loopback that asked for it
+	// (a broker's insecure = true). Exported as malachi_heal_insecure 1.
+	Insecure bool
 }
 
 // Plugin is one broker's instance of Malachi heal. New, then Start once,
@@ -72,7 +83,6 @@ type Deps struct {
 type Plugin struct {
 	cfg     Config
 	deps    Deps
-	secret  []byte
 	log     zerolog.Logger
 	metrics *metrics
 	now     func() time.Time
@@ -92,6 +102,7 @@ type Plugin struct {
 	term     *term     // the running coordinator, nil when not leading
 	prevTerm *term     // the last one stopped, and when (see startTerm)
 	lostAt   time.Time
+	authLog  ratelog.Limiter // one line per unauthenticated peer per minute
 }
 
 // Status is the JSON of /status: this instance's view of healing.
@@ -110,6 +121,14 @@ type Status struct {
 	LastPass        *heal.Report `json:"last_pass,omitempty"`
 	LastPassAt      time.Time    `json:"last_pass_at,omitzero"`
 	LastPassSeconds float64      `json:"last_pass_seconds,omitempty"`
+	// Insecure: this instance runs without authentication (Deps.Insecure).
+	Insecure bool `json:"insecure,omitempty"`
+	// Certificates are this broker's certificates and when they expire;
+	// Warning is set within CertWarning of the end.
+	Certificates []CertStatus `json:"certificates,omitempty"`
+	// AuthFailed are the brokers the coordinator could not authenticate
+	// (or that could not authenticate it) on its last pass, with why.
+	AuthFailed []heal.AuthFailure `json:"auth_failed,omitempty"`
 	// Hold is the mass-failure brake's reason, empty when not holding.
 	Hold string `json:"hold,omitempty"`
 	// Members is the control plane's view of the voters (Deps.LastContact).
@@ -143,16 +162,19 @@ func New(cfg Config, deps Deps) (*Plugin, error) {
 	if deps.Self == 0 || deps.Store == nil || deps.Control == nil {
 		return nil, fmt.Errorf("%w: plugin.Deps needs Self, Store and Control", ErrConfig)
 	}
-	secret, err := cfg.secret()
-	if err != nil {
-		return nil, err
+	if (deps.Certs == nil) == !deps.Insecure {
+		return nil, fmt.Errorf("%w: plugin.Deps needs Certs (the broker's certificates) or Insecure, and not both", ErrConfig)
 	}
-	p.secret = secret
+	if deps.Certs != nil && deps.Certs.Identity().Broker != deps.Self {
+		return nil, fmt.Errorf("%w: plugin.Deps.Certs names %s, but Self is broker %d", ErrConfig, deps.Certs.Identity(), deps.Self)
+	}
 	reg := deps.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	p.metrics = newMetrics(reg)
+	p.metrics.watchCerts(reg, deps.Certs, deps.Insecure)
+	p.status.Insecure = deps.Insecure
 	return p, nil
 }
 
@@ -177,7 +199,7 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 			p.closeAll()
 		}
 	}()
-	p.engines, err = openEngines(p.cfg, p.deps.Store, p.secret, p.deps.FsyncEngine, p.log)
+	p.engines, err = openEngines(p.cfg, p.deps, p.log)
 	if err != nil {
 		return err
 	}
@@ -186,7 +208,7 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	p.metrics.engine.WithLabelValues("probe", p.status.ProbeEngine).Set(1)
 	p.metrics.engine.WithLabelValues("fsync", p.status.FsyncEngine).Set(1)
 
-	p.client = NewClient(p.secret, p.resolve, p.cfg.RPCTimeout)
+	p.client = NewClient(p.deps.Certs, p.deps.Self, p.resolve, p.cfg.RPCTimeout)
 	p.closers = append(p.closers, func() error { p.client.Close(); return nil })
 	p.srv = &server{self: p.deps.Self, db: p.deps.Store, cp: p.deps.Control, stat: p.engines.stat,
 		fetch: p.engines.fetch, cfg: p.cfg, log: p.log, metrics: p.metrics}
@@ -206,24 +228,17 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 		p.closers = append(p.closers, func() error { scancel(); <-done; return sc.close() })
 	}
 
-	dl, err := net.Listen("tcp", p.cfg.DataListen)
+	dl, err := net.Listen("tcp", p.cfg.DataListen) // catchup wraps it in TLS with data_encryption
 	if err != nil {
 		return fmt.Errorf("plugin: heal.data_listen = %q: %w", p.cfg.DataListen, err)
 	}
-	stopData := p.engines.serveData(dl, p.deps.Store, p.secret, p.log)
+	stopData := p.engines.serveData(dl, p.cfg, p.deps, p.log)
 	p.closers = append(p.closers, stopData)
-	rl, err := net.Listen("tcp", p.cfg.RPCListen)
+	rl, err := rpc.Listen(p.cfg.RPCListen, p.deps.Certs)
 	if err != nil {
 		return fmt.Errorf("plugin: heal.rpc_listen = %q: %w", p.cfg.RPCListen, err)
 	}
-	mux := http.NewServeMux()
-	p.srv.routes(mux, p.secret, p.now)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(p.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(p.Status())
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := rpc.NewHTTPServer(p.routes(), p.log.With().Str("component", "rpc").Logger())
 	p.status.RPCAddr, p.status.DataAddr = rl.Addr().String(), dl.Addr().String()
 	p.wg.Add(1)
 	go func() {
@@ -315,11 +330,24 @@ func (p *Plugin) Status() Status {
 		}
 		slices.SortFunc(s.Members, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	}
+	s.Certificates = certStatus(p.deps.Certs, p.now())
 	return s
 }
 
 // Client returns the RPC client the coordinator uses (nil before Start).
 func (p *Plugin) Client() *Client { return p.client }
+
+// routes are the rpc_listen's: the RPCs for brokers, /metrics and
+// /status for viewers and operators.
+func (p *Plugin) routes() http.Handler {
+	mux := http.NewServeMux()
+	rpcs := &rpc.Server{Certs: p.deps.Certs, Insecure: p.deps.Insecure, Codes: errCodes, MaxBody: maxBody,
+		Logger: p.log.With().Str("component", "rpc").Logger(), Refused: p.metrics.refused}
+	p.srv.routes(mux, rpcs)
+	mux.Handle("GET /metrics", rpcs.WrapHTTP(rpc.Viewers, promhttp.HandlerFor(p.metrics.reg, promhttp.HandlerOpts{})))
+	rpcs.Handle(mux, "GET /status", rpc.Viewers, func(context.Context, *rpc.Request) (any, error) { return p.Status(), nil })
+	return mux
+}
 
 // resolve finds a broker's addresses in this node's metadata.
 func (p *Plugin) resolve(id meta.BrokerID) (meta.Broker, bool) {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
@@ -21,11 +24,13 @@ import (
 // memCP is an in-memory ControlPlane over meta.Table, for the layer-above
 // tests of the plugin: the stores, listeners and RPCs are real.
 type memCP struct {
-	mu     sync.Mutex
-	t      *meta.Table
-	index  uint64
-	leader bool
-	ch     chan bool
+	pkiOnce sync.Once
+	pki     pki.Local // the test's CA and certificates (certs)
+	mu      sync.Mutex
+	t       *meta.Table
+	index   uint64
+	leader  bool
+	ch      chan bool
 }
 
 func newMemCP() *memCP { return &memCP{t: meta.NewTable(3), ch: make(chan bool, 1)} }
@@ -65,7 +70,62 @@ func (m *memCP) must(t *testing.T, c meta.Command) {
 	}
 }
 
-const testSecret = "plugin-test-secret-0123"
+// certs loads broker id's certificates of the test's CA (made at first
+// use: brokers 1 to 9, valid for 127.0.0.1 and 127.0.0.2).
+func (m *memCP) certs(tb testing.TB, id meta.BrokerID) *pki.Certs {
+	tb.Helper()
+	m.makePKI(tb)
+	c, err := pki.LoadBroker(m.pki.BrokerDir(id))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// client loads the test CA's client "operator" or "viewer".
+func (m *memCP) client(tb testing.TB, name string) *pki.Certs {
+	tb.Helper()
+	m.makePKI(tb)
+	c, err := pki.LoadClient(m.pki.ClientDir(), name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+func (m *memCP) makePKI(tb testing.TB) {
+	m.pkiOnce.Do(func() {
+		l, err := pki.CreateLocal(tb.TempDir(), []meta.BrokerID{1, 2, 3, 4, 5, 6, 7, 8, 9}, []string{"127.0.0.1", "127.0.0.2"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		m.pki = l
+	})
+}
+
+// otherCA is broker 1 of a CA of its own.
+func otherCA(tb testing.TB) *pki.Certs {
+	tb.Helper()
+	l, err := pki.CreateLocal(tb.TempDir(), []meta.BrokerID{1}, []string{"127.0.0.1"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := pki.LoadBroker(l.BrokerDir(1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// chainOf is the certificate chain c presents.
+func chainOf(tb testing.TB, c *pki.Certs) []*x509.Certificate {
+	tb.Helper()
+	cert, err := c.ClientConfig().GetClientCertificate(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return []*x509.Certificate{cert.Leaf}
+}
 
 type instance struct {
 	id meta.BrokerID
@@ -84,13 +144,14 @@ func startInstance(t *testing.T, cp *memCP, id meta.BrokerID, mod func(*Config))
 	}
 	t.Cleanup(func() { db.Close() })
 	cfg := DefaultConfig()
-	cfg.Enabled, cfg.DataDir, cfg.Secret = true, dir, testSecret
+	cfg.Enabled, cfg.DataDir = true, dir
 	cfg.RPCListen, cfg.DataListen = "127.0.0.1:0", "127.0.0.2:0"
 	cfg.Tick, cfg.Grace, cfg.ProbeDeadline = 20*time.Millisecond, 200*time.Millisecond, time.Second
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := New(cfg, Deps{Self: id, Store: db, Control: cp, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	p, err := New(cfg, Deps{Self: id, Store: db, Control: cp, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Certs: cp.certs(t, id)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,20 +274,35 @@ func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
 	}
 }
 
-func TestRPCRefusesAnotherSecret(t *testing.T) {
+// TestRPCRefusesAnotherCA: a client of another CA is refused, over a real
+// socket, and the error is one the coordinator reports as auth_failed.
+func TestRPCRefusesAnotherCA(t *testing.T) {
 	cp := newMemCP()
 	in := startInstance(t, cp, 1, nil)
-	bad := NewClient([]byte("another-secret-0123456"), func(id meta.BrokerID) (meta.Broker, bool) {
+	resolve := func(id meta.BrokerID) (meta.Broker, bool) {
 		snap := cp.Snapshot()
 		return snap.Broker(id)
-	}, time.Second)
+	}
+	bad := NewClient(otherCA(t), 1, resolve, time.Second)
 	defer bad.Close()
 	_, err := bad.Probe(context.Background(), 1, 0)
-	if !errors.Is(err, ErrUnauthenticated) {
-		t.Fatalf("probe with another secret: %v, want ErrUnauthenticated", err)
+	if !errors.Is(err, heal.ErrUnauthenticated) || !strings.Contains(err.Error(), "another CA") {
+		t.Fatalf("probe from another CA: %v, want heal.ErrUnauthenticated naming the CA", err)
 	}
-	if _, err := bad.Latched(context.Background(), 1); !errors.Is(err, ErrUnauthenticated) {
-		t.Fatalf("latched with another secret: %v", err)
+	if _, err := bad.Latched(context.Background(), 1); !errors.Is(err, heal.ErrUnauthenticated) {
+		t.Fatalf("latched from another CA: %v", err)
+	}
+	// A viewer's certificate is valid but may not call the RPC.
+	viewer := NewClient(cp.client(t, "viewer"), 1, resolve, time.Second)
+	defer viewer.Close()
+	if _, err := viewer.Latched(context.Background(), 1); !errors.Is(err, rpc.ErrForbidden) || !strings.Contains(err.Error(), "needs a certificate of role broker") {
+		t.Fatalf("latched as a viewer: %v, want forbidden naming the role", err)
+	}
+	// The right CA, but the certificate of broker 3 answering for 1.
+	wrong := NewClient(cp.certs(t, 2), 2, func(meta.BrokerID) (meta.Broker, bool) { return resolve(1) }, time.Second)
+	defer wrong.Close()
+	if _, err := wrong.Latched(context.Background(), 3); !errors.Is(err, heal.ErrUnauthenticated) || !errors.Is(err, rpc.ErrWrongPeer) {
+		t.Fatalf("broker 1 answering for broker 3: %v, want ErrWrongPeer", err)
 	}
 	_ = in
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
@@ -40,7 +41,7 @@ type statter interface {
 // catch-up server at addr, resuming at the local durable end, and commits
 // it only once it verifies (catchup.Client over the local store).
 type fetcher interface {
-	Fetch(ctx context.Context, addr string, seg meta.Segment) (int64, error)
+	Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (int64, error)
 }
 
 // server is the replication server every enabled instance runs: it answers
@@ -57,8 +58,9 @@ type server struct {
 	scrub   *scrubber // nil when scrubbing is off
 }
 
-// routes registers the RPCs on mux, each behind authentication.
-func (s *server) routes(mux *http.ServeMux, secret []byte, now func() time.Time) {
+// routes registers the RPCs on mux, for brokers only (rpcs authenticates
+// and authorizes every request before its handler runs).
+func (s *server) routes(mux *http.ServeMux, rpcs *rpc.Server) {
 	for path, h := range map[string]handler{
 		pathProbe:      s.probe,
 		pathDurableEnd: s.durableEnd,
@@ -70,11 +72,11 @@ func (s *server) routes(mux *http.ServeMux, secret []byte, now func() time.Time)
 	} {
 		name := path[strings.LastIndexByte(path, '/')+1:]
 		obs := s.metrics.rpcSeconds.WithLabelValues(name)
-		mux.Handle("POST "+path, rpcHandler(secret, now, func(ctx context.Context, body []byte) (any, error) {
+		rpcs.Handle(mux, "POST "+path, rpc.Brokers, func(ctx context.Context, r *rpc.Request) (any, error) {
 			start := time.Now()
 			defer func() { obs.Observe(time.Since(start).Seconds()) }()
-			return h(ctx, body)
-		}))
+			return h(ctx, r.Body)
+		})
 	}
 }
 
@@ -228,7 +230,7 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	n, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment)
+	n, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment, req.Ticket)
 	if err != nil {
 		s.metrics.backfillErrors.Inc()
 		if sourceRefused(err) {

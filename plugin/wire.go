@@ -2,9 +2,9 @@ package plugin
 
 import "github.com/malachi-log/malachi/meta"
 
-// RPC paths on the control listener. Every one is a POST of a JSON body,
-// signed with the cluster secret (see AuthHeader), answered with JSON or a
-// wireError.
+// RPC paths on the control listener. Every one is a POST of a JSON body
+// from a broker authenticated by mutual TLS, answered with JSON or an
+// error {"code","message"} (package internal/rpc).
 const (
 	pathProbe      = "/rpc/v1/probe"
 	pathDurableEnd = "/rpc/v1/durable_end"
@@ -47,6 +47,9 @@ type BackfillRequest struct {
 	Source     meta.BrokerID `json:"source"`
 	SourceAddr string        `json:"source_addr"`
 	From       int64         `json:"from"`
+	// Ticket authorizes the transfer at the source's data listener
+	// (catchup.IssueTicket); absent only in insecure mode.
+	Ticket []byte `json:"ticket,omitempty"`
 }
 
 // BackfillResponse reports a committed backfill.

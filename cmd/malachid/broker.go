@@ -107,6 +107,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 		cc.SnapshotThreshold = r.SnapshotThreshold
 	}
 	cc.Logger = log
+	cc.Insecure = true // TODO(integrator): certificates
 	if b.node, err = cluster.Open(cc); err != nil {
 		if errors.Is(err, cluster.ErrConfig) {
 			return nil, fmt.Errorf("%w: %w", errConfig, err)
@@ -120,6 +121,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 		b.heal, err = plugin.New(cfg.Heal, plugin.Deps{
 			Self: b.self, Store: b.db, Control: b.node, LastContact: b.lastContact,
 			Logger: log, Registry: prometheus.NewRegistry(), FsyncEngine: fsyncEngine,
+			Certs: b.certs, Insecure: cfg.Insecure,
 		})
 		if err != nil {
 			if errors.Is(err, plugin.ErrConfig) {

@@ -172,6 +172,19 @@ func (s *Server) Handle(mux *http.ServeMux, pattern string, roles Roles, h Handl
 // Wrap returns h as an http.Handler behind authentication for roles.
 func (s *Server) Wrap(roles Roles, h Handler) http.Handler { return s.wrap(roles, h) }
 
+// WrapHTTP returns h behind authentication for roles, for an answer that
+// is not JSON (a Prometheus exposition): h sees only authorized requests.
+func (s *Server) WrapHTTP(roles Roles, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.authorize(r, roles); err != nil {
+			s.refuse(r, err)
+			s.writeError(w, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func (s *Server) wrap(roles Roles, h Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		peer, err := s.authorize(r, roles)
