@@ -36,7 +36,6 @@ heartbeat_timeout = "100ms"
 leader_lease_timeout = "50ms"
 [heal]
 enabled = false
-secret = "0123456789abcdef"
 tick = "250ms"
 `
 
@@ -129,17 +128,12 @@ data_listen = "127.0.0.1:7302"
 // files: each exits 2 with an error naming the key and the value (and the
 // line of a syntax error), and data_dir does not exist afterwards.
 func TestMalformedConfigFilesChangeNothing(t *testing.T) {
-	const secret = `secret = "0123456789abcdef"`
+	const secret = `data_encryption = false` // a valid [heal] line
 	secrets := t.TempDir()
-	empty := filepath.Join(secrets, "empty")
-	short := filepath.Join(secrets, "short")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+	emptyCerts := filepath.Join(secrets, "certs")
+	if err := os.MkdirAll(emptyCerts, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(short, []byte("0123\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	missing := filepath.Join(secrets, "missing")
 	for _, tc := range []struct {
 		name            string
 		top, raft, heal string
@@ -151,6 +145,7 @@ func TestMalformedConfigFilesChangeNothing(t *testing.T) {
 		{name: "syntax error", raw: "id = 2\ndata_dir = \"%s\"\nadmin_listen = \n", want: []string{"line 3", "admin_listen"}},
 		{name: "unknown key", top: "rack = \"r1\"\nbogus = 1", heal: secret, want: []string{`unknown key "bogus"`}},
 		{name: "unknown heal key", heal: secret + "\nsecrte = \"x\"", want: []string{`unknown key "heal.secrte"`}},
+		{name: "the removed secret", heal: `secret = "0123456789abcdef"`, want: []string{`unknown key "heal.secret"`}},
 		{name: "wrong type", top: "replication_factor = \"three\"", heal: secret, want: []string{"replication_factor", "string"}},
 		{name: "id negative", raw: "id = -1\n", want: []string{"id", "-1"}},
 		{name: "huge number", top: "preallocate = 99999999999999999999", heal: secret, want: []string{"line 7", "99999999999999999999"}},
@@ -165,18 +160,15 @@ func TestMalformedConfigFilesChangeNothing(t *testing.T) {
 		{name: "replication factor 0", top: "replication_factor = 0", heal: secret, want: []string{"replication_factor = 0"}},
 		{name: "key set twice", top: `admin_listen = "127.0.0.1:1"`, heal: secret, want: []string{"line 7", "admin_listen", "already been defined"}},
 		{name: "bad admin address", raw: "id = 1\ndata_dir = \"%s\"\nadmin_listen = \"nowhere\"\n", want: []string{`admin_listen = "nowhere"`, "host:port"}},
-		{name: "bad rpc address", raw: "id = 1\ndata_dir = \"%s\"\n[heal]\nenabled = true\nsecret = \"0123456789abcdef\"\nrpc_listen = \"127.0.0.1\"\n", want: []string{`heal.rpc_listen = "127.0.0.1"`, "host:port"}},
+		{name: "bad rpc address", raw: "id = 1\ndata_dir = \"%s\"\ninsecure = true\n[heal]\nenabled = true\nrpc_listen = \"127.0.0.1\"\n", want: []string{`heal.rpc_listen = "127.0.0.1"`, "host:port"}},
 		{name: "raft port 0", raw: "id = 1\ndata_dir = \"%s\"\nraft_listen = \"127.0.0.1:0\"\n", want: []string{`raft_listen = "127.0.0.1:0"`, "port"}},
 		{name: "unspecified peer", raw: "id = 1\ndata_dir = \"%s\"\nraft_listen = \"127.0.0.1:7101\"\npeers = [\"1=127.0.0.1:7101\", \"2=0.0.0.0:7102\"]\n", want: []string{`peers[1] = "2=0.0.0.0:7102"`, "unspecified"}},
 		{name: "duplicate peers", raw: "id = 1\ndata_dir = \"%s\"\nraft_listen = \"127.0.0.1:7101\"\npeers = [\"1=127.0.0.1:7101\", \"1=127.0.0.1:7103\"]\n", want: []string{`peers[1] = "1=127.0.0.1:7103"`, "listed twice"}},
 		{name: "id 0", raw: "id = 0\ndata_dir = \"%s\"\n", want: []string{"id = 0"}},
 		{name: "empty data_dir", raw: "id = 1\ndata_dir = \"\"\n", dataDir: "-", want: []string{`data_dir = ""`}},
-		{name: "no secret", want: []string{`heal.secret = ""`, "required"}},
-		{name: "short secret", heal: `secret = "tiny"`, want: []string{"heal.secret = <4 bytes>", "at least 16"}},
-		{name: "both secrets", heal: secret + fmt.Sprintf("\nsecret_file = %q", empty), want: []string{"heal.secret_file", "not both"}},
-		{name: "secret file missing", heal: fmt.Sprintf("secret_file = %q", missing), want: []string{fmt.Sprintf("heal.secret_file = %q", missing), "no such file"}},
-		{name: "secret file empty", heal: fmt.Sprintf("secret_file = %q", empty), want: []string{fmt.Sprintf("heal.secret_file = %q (0 bytes)", empty)}},
-		{name: "secret file short, heal off", raw: fmt.Sprintf("id = 1\ndata_dir = \"%%s\"\n[heal]\nsecret_file = %q\n", short), want: []string{fmt.Sprintf("heal.secret_file = %q (4 bytes)", short)}},
+		{name: "no certificates", raw: "id = 1\ndata_dir = \"%s\"\n", want: []string{`certs_dir = "`, "ca.crt", "malachi cert"}},
+		{name: "empty certs dir", raw: fmt.Sprintf("id = 1\ndata_dir = \"%%s\"\ncerts_dir = %q\n", emptyCerts), want: []string{fmt.Sprintf("certs_dir = %q", emptyCerts), "no such file"}},
+		{name: "insecure off loopback", raw: "id = 1\ndata_dir = \"%s\"\ninsecure = true\nadmin_listen = \"10.9.8.7:7001\"\n", want: []string{`insecure = true with admin_listen = "10.9.8.7:7001"`, "loopback"}},
 		{name: "config missing", path: filepath.Join(secrets, "nope.toml"), want: []string{"nope.toml", "no such file"}},
 		{name: "config is a directory", path: secrets, want: []string{secrets, "is a directory"}},
 	} {
