@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -44,10 +45,24 @@ func freeAddrs(t testing.TB, n int) []string {
 
 type testCluster struct {
 	t     testing.TB
+	pki   pki.Local // the cluster CA, brokers 1..n and the clients
 	cfgs  []Config
 	nodes []*Node // nil when closed
 }
 
+// testPKI writes a cluster CA with certificates for brokers ids (valid for
+// 127.0.0.1 and localhost) and the operator and viewer clients.
+func testPKI(t testing.TB, ids ...meta.BrokerID) pki.Local {
+	t.Helper()
+	l, err := pki.CreateLocal(t.TempDir(), ids, []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// newTestCluster opens n nodes on loopback over mutual TLS; tweak may
+// change each Config first (set Insecure and clear TLS for plain TCP).
 func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
 	addrs := freeAddrs(t, n)
@@ -56,9 +71,19 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		peers = append(peers, Peer{ID: meta.BrokerID(i + 1), Addr: a})
 	}
 	c := &testCluster{t: t}
+	var ids []meta.BrokerID
+	for _, p := range peers {
+		ids = append(ids, p.ID)
+	}
+	c.pki = testPKI(t, ids...)
 	for i := range n {
 		cfg := DefaultConfig()
 		cfg.ID, cfg.Addr, cfg.Dir, cfg.Peers = peers[i].ID, peers[i].Addr, t.TempDir(), peers
+		certs, err := pki.LoadBroker(c.pki.BrokerDir(cfg.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.TLS = certs
 		cfg.Logger = testLogger(t).With().Int("node", i+1).Logger()
 		if raceEnabled || os.Getenv("CLUSTER_TEST_SLOW") != "" {
 			// The race detector on a loaded 2-core box stalls goroutines

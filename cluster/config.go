@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -23,7 +24,7 @@ type Peer struct {
 }
 
 // Config configures one Node. Start from DefaultConfig and set ID, Dir,
-// Addr and Peers.
+// Addr, Peers and TLS (or Insecure).
 type Config struct {
 	// ID is this broker; it is the raft server id (its decimal form).
 	ID meta.BrokerID
@@ -40,6 +41,16 @@ type Config struct {
 	// ReplicationFactor is applied once, by the first leader, when the
 	// metadata has none yet (SetReplicationFactor at bootstrap).
 	ReplicationFactor int
+
+	// TLS is this broker's certificates (pki.LoadBroker; it must name
+	// broker ID). Raft then listens and dials only over mutual TLS: a
+	// peer must present a broker certificate of the cluster CA, and may
+	// speak only as the server id its certificate names (see doc.go).
+	TLS *pki.Certs
+	// Insecure runs raft over plain TCP instead, with no authentication:
+	// only for a cluster whose Addr and Peers are all loopback addresses
+	// (tests, the demo). Exactly one of TLS and Insecure is set.
+	Insecure bool
 
 	// Raft timings; see DefaultConfig for the defaults and the doc for
 	// production guidance.
@@ -82,8 +93,8 @@ const (
 )
 
 // DefaultConfig returns a Config with the default timings and
-// replication factor, a no-op logger, and no ID, Dir, Addr or Peers: it
-// does not Validate until those are set.
+// replication factor, a no-op logger, and no ID, Dir, Addr, Peers or TLS:
+// it does not Validate until those are set.
 func DefaultConfig() Config {
 	return Config{
 		ReplicationFactor:  DefaultReplicationFactor,
@@ -141,6 +152,9 @@ func (c Config) Validate() error {
 	if !self {
 		return bad("Peers %v: does not include this node (ID %d)", c.Peers, c.ID)
 	}
+	if p := c.transportProblem(); p != "" {
+		return bad("%s", p)
+	}
 	if c.ReplicationFactor < 1 {
 		return bad("ReplicationFactor %d: want at least 1", c.ReplicationFactor)
 	}
@@ -188,6 +202,41 @@ func CheckAddr(addr string) error {
 		return fmt.Errorf("host %s is unspecified: peers must be able to dial it", host)
 	}
 	return nil
+}
+
+// transportProblem says what is wrong with TLS and Insecure, or "":
+// exactly one is set, TLS names this broker, Insecure stays on loopback.
+func (c Config) transportProblem() string {
+	switch {
+	case c.TLS == nil && !c.Insecure:
+		return "TLS is nil: give the broker's certificates, or set Insecure for a plaintext cluster on loopback"
+	case c.TLS != nil && c.Insecure:
+		return "TLS and Insecure both set: choose one"
+	case c.TLS != nil:
+		if id := c.TLS.Identity(); id.Role != pki.RoleBroker || id.Broker != c.ID {
+			return fmt.Sprintf("TLS (%s) names %s, not broker %d (ID)", c.TLS.Dir(), id, c.ID)
+		}
+		return ""
+	}
+	if !isLoopback(c.Addr) {
+		return fmt.Sprintf("Insecure with Addr %q: plaintext raft only on loopback addresses", c.Addr)
+	}
+	for i, p := range c.Peers {
+		if !isLoopback(p.Addr) {
+			return fmt.Sprintf("Insecure with Peers[%d].Addr %q: plaintext raft only on loopback addresses", i, p.Addr)
+		}
+	}
+	return ""
+}
+
+// isLoopback reports whether addr's host is "localhost" or a loopback IP.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // raftConfig maps c onto hashicorp/raft's Config.

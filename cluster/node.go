@@ -131,13 +131,10 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot store %s: %w", snapDir, err)
 	}
-	adv, err := net.ResolveTCPAddr("tcp", cfg.Addr)
+	gate := newGate(cfg, log, n.now)
+	nt, err := openTransport(cfg, gate, hlog)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: Addr %q: %w", cfg.Addr, err)
-	}
-	nt, err := raft.NewTCPTransportWithLogger(cfg.Addr, adv, 3, 10*time.Second, hlog)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: listen on Addr %q: %w", cfg.Addr, err)
+		return nil, err
 	}
 	n.trans = newContactTransport(nt, n.now)
 
@@ -153,6 +150,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	gate.raft.Store(n.r)
 	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.LeaderObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
@@ -179,6 +177,29 @@ func Open(cfg Config) (*Node, error) {
 	ok = true
 	log.Info().Str("addr", cfg.Addr).Bool("existing_state", existing).Msg("cluster: node open")
 	return n, nil
+}
+
+// openTransport binds cfg.Addr: raft's NetworkTransport over mutual TLS
+// (tlsStream) with cfg.TLS, its plain TCP transport with cfg.Insecure.
+func openTransport(cfg Config, g *gate, hlog *hclogger) (*raft.NetworkTransport, error) {
+	if cfg.Insecure {
+		adv, err := net.ResolveTCPAddr("tcp", cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: Addr %q: %w", cfg.Addr, err)
+		}
+		nt, err := raft.NewTCPTransportWithLogger(cfg.Addr, adv, 3, 10*time.Second, hlog)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: listen on Addr %q: %w", cfg.Addr, err)
+		}
+		return nt, nil
+	}
+	st, err := newTLSStream(cfg.Addr, cfg.TLS, g)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listen on Addr %q: %w", cfg.Addr, err)
+	}
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
+	}), nil
 }
 
 // Close stops the node: raft shuts down (this node stops voting and

@@ -7,9 +7,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// contactTransport is raft's TCP transport, recording the time of every
-// AppendEntries RPC (heartbeat or replication) that got a response from
-// a peer. The leader sends a heartbeat to every follower every
+// contactTransport is raft's network transport (mutual TLS or plain
+// TCP, see openTransport), recording the time of every AppendEntries RPC
+// (heartbeat or replication) that got a response from a peer. The leader sends a heartbeat to every follower every
 // HeartbeatTimeout/10, so on the leader this is each voter's last
 // contact to within that interval plus one round trip.
 //
