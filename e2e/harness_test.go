@@ -41,8 +41,6 @@ func TestMain(m *testing.M) {
 	}())
 }
 
-const secret = "e2e-cluster-secret-0123456789"
-
 // freePorts returns n distinct free loopback ports.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
@@ -149,11 +147,10 @@ leader_lease_timeout = "250ms"
 enabled = %v
 rpc_listen = %q
 data_listen = %q
-secret = %q
 tick = %q
 grace = %q
 %s
-`, b.id, b.dir, c.certs.BrokerDir(meta.BrokerID(b.id)), b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, secret, o.tick, o.grace, extra)
+`, b.id, b.dir, c.certs.BrokerDir(meta.BrokerID(b.id)), b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, o.tick, o.grace, extra)
 		if err := os.WriteFile(b.cfg, []byte(toml), 0o644); err != nil {
 			t.Fatal(err)
 		}

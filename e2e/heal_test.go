@@ -286,17 +286,23 @@ func TestBadConfigExit2(t *testing.T) {
 		t.Fatal(err)
 	}
 	noCerts := t.TempDir()
+	oldSecret := filepath.Join(t.TempDir(), "old.toml")
+	if err := os.WriteFile(oldSecret, []byte("insecure = true\n[heal]\nsecret = \"0123456789abcdef0123\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--data_dir", t.TempDir(), "--insecure", "--heal.enabled", "--heal.secret", secret, "--heal.tick", "0s"}, `heal.tick = "0s"`},
+		{[]string{"--data_dir", t.TempDir(), "--insecure", "--heal.enabled", "--heal.tick", "0s"}, `heal.tick = "0s"`},
 		{[]string{"--data_dir", noCerts}, fmt.Sprintf("certs_dir = %q", filepath.Join(noCerts, "certs"))},
 		{[]string{"--data_dir", t.TempDir(), "--insecure", "--admin_listen", "10.1.2.3:7001"}, `insecure = true with admin_listen = "10.1.2.3:7001"`},
 		{[]string{"--data_dir", t.TempDir(), "--insecure", "--admin_listen", "0.0.0.0:0"}, `insecure = true with admin_listen = "0.0.0.0:0"`},
 		{[]string{"--data_dir", t.TempDir(), "--certs_dir", l.BrokerDir(2)}, "names broker 2, but this is broker 1"},
 		{[]string{"--data_dir", t.TempDir(), "--certs_dir", l.BrokerDir(1), "--replication_factor", "zero"}, `--replication_factor = "zero"`},
 		{[]string{"--data_dir", t.TempDir(), "--nonsense"}, "nonsense"},
+		// The cluster secret is gone with the certificates that replace it.
+		{[]string{"--config", oldSecret}, `unknown key "heal.secret"`},
 	} {
 		cmd := exec.Command(binary, tc.args...)
 		out, err := cmd.CombinedOutput()

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -80,9 +78,7 @@ type cluster struct {
 	// broker whose data directory is swapped keeps its identity.
 	certs pki.Local
 	// rpc is the demo's one client of every broker, as "operator".
-	rpc *rpc.Client
-	// secret is heal.secret, while the plugin still requires one.
-	secret  string
+	rpc     *rpc.Client
 	brokers []*broker
 
 	// loop is the loop-mounted copies disk of loopBroker, nil when none is
@@ -154,11 +150,7 @@ func newCluster(cfg clusterConfig) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	var sb [24]byte
-	if _, err := rand.Read(sb[:]); err != nil {
-		return nil, err
-	}
-	c := &cluster{cfg: cfg, secret: hex.EncodeToString(sb[:])}
+	c := &cluster{cfg: cfg}
 	if err := c.makeCerts(); err != nil {
 		return nil, err
 	}
@@ -244,7 +236,6 @@ func (c *cluster) configText(b *broker) string {
 	fmt.Fprintf(&s, "enabled = true\n")
 	fmt.Fprintf(&s, "rpc_listen = %q\n", b.RPC)
 	fmt.Fprintf(&s, "data_listen = %q\n", b.Data)
-	fmt.Fprintf(&s, "secret = %q\n", c.secret)
 	fmt.Fprintf(&s, "tick = %q\n", c.cfg.Tick.String())
 	fmt.Fprintf(&s, "grace = %q\n", c.cfg.Grace.String())
 	if c.cfg.SettleBatch > 0 {

@@ -49,7 +49,7 @@ func (d *demo) pickFollower(exclude ...meta.BrokerID) *broker {
 // never asks id (a stopped process would stall every call for its
 // timeout).
 func (c *cluster) without(id meta.BrokerID) *cluster {
-	sub := &cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc, secret: c.secret}
+	sub := &cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc}
 	for _, b := range c.brokers {
 		if b.ID != id {
 			sub.brokers = append(sub.brokers, b)
