@@ -107,7 +107,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 		cc.SnapshotThreshold = r.SnapshotThreshold
 	}
 	cc.Logger = log
-	cc.Insecure = true // TODO(integrator): certificates
+	cc.TLS, cc.Insecure = b.certs, cfg.Insecure
 	if b.node, err = cluster.Open(cc); err != nil {
 		if errors.Is(err, cluster.ErrConfig) {
 			return nil, fmt.Errorf("%w: %w", errConfig, err)
