@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/catchup"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/store"
 	"golang.org/x/sys/unix"
 )

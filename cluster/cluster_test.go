@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/rs/zerolog"
 )
 

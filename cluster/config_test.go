@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // TestValidateTransport: exactly one of TLS and Insecure, TLS naming this

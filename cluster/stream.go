@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // Limits of the TLS listener.

@@ -18,8 +18,8 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/rs/zerolog"
 )
 
@@ -364,8 +364,8 @@ func TestRaftRefusesForeignSnapshot(t *testing.T) {
 		t.Fatalf("an old-term snapshot from broker %d as itself: not answered, or installed (%+v)", a.ID, resp)
 	}
 	before := c.state(li)
-	if sendRPC(t, nil, leader.Addr, pairConfig(t, outsider, pki.BrokerCert, pki.BrokerKey), rpcInstallSnapshot, install(9, "127.0.0.1:9", term+1), data.Bytes(), nil) {
-		t.Error("a snapshot from broker 9, not a member: answered")
+	if sendRPC(t, nil, leader.Addr, pairConfig(t, outsider, pki.BrokerCert, pki.BrokerKey), rpcInstallSnapshot, install(9, "", term+1), data.Bytes(), nil) {
+		t.Error("a snapshot from broker 9, not a member (and advertising no address): answered")
 	}
 	if sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), rpcInstallSnapshot, install(b.ID, b.Addr, term+1), data.Bytes(), nil) {
 		t.Errorf("a snapshot from broker %d claiming broker %d: answered", a.ID, b.ID)
@@ -448,8 +448,10 @@ func TestRaftPortGarbage(t *testing.T) {
 		}
 	}
 	for _, raftSays := range []string{"failed to accept", "failed to decode", "failed to flush"} {
-		if l := log.lines(raftSays); len(l) != 0 {
-			t.Errorf("raft logged %q", l)
+		for _, l := range log.lines(raftSays) {
+			if !strings.Contains(l, "transport shutdown") { // raft, on an RPC in flight while node 1 closed
+				t.Errorf("raft logged %s", l)
+			}
 		}
 	}
 }

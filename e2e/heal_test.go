@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // victim returns a live non-leader broker that holds at least one replica.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/store"
 )
 

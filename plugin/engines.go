@@ -12,8 +12,8 @@ import (
 
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/fsync"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/probe"
 	"github.com/malachi-log/malachi/store"
 )

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // metrics are one plugin instance's Prometheus collectors, registered on

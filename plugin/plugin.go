@@ -16,10 +16,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/ratelog"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/store"
 )
 

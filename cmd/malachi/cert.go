@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // certsDirEnv names the environment variable that gives --certs-dir its

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/pki"
 )
 
 func TestCertCommands(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // Errors of the admin client. Match with errors.Is.

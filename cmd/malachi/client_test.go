@@ -10,9 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 var errFakeNotLeader = errors.New("fake: not the leader")

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/loopdisk"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // clusterConfig is what the demo's cluster is made of.

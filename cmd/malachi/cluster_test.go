@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/pki"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // A secure cluster gets its certificates under Root/certs, outside every

@@ -15,8 +15,8 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/malachi-log/malachi/cluster"
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
 )
 

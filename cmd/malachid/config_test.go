@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 func writeTOML(t *testing.T, s string) string {

@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // Client calls Servers. Safe for concurrent use.

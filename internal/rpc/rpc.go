@@ -38,8 +38,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/ratelog"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // Errors of the layer itself. Every Codes table includes them.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/malachi-log/malachi/internal/pki"
 	"github.com/malachi-log/malachi/internal/ratelog"
+	"github.com/malachi-log/malachi/pki"
 )
 
 // Listen binds addr; with certs, the listener speaks TLS 1.3 only with
