@@ -98,11 +98,7 @@ func (c *Client) call(ctx context.Context, want meta.BrokerID, method, addr, pat
 		return fmt.Errorf("rpc: %s %s at %s: reading answer: %w", method, path, addr, err)
 	}
 	if res.StatusCode != http.StatusOK {
-		var we wireError
-		if json.Unmarshal(out, &we) != nil || we.Code == "" {
-			return fmt.Errorf("%w: %s %s at %s: HTTP %d: %.200s", ErrRemote, method, path, addr, res.StatusCode, out)
-		}
-		return c.codes.Decode(we.Code, we.Message)
+		return c.answerError(method, addr, path, res.StatusCode, out)
 	}
 	if resp == nil {
 		return nil

@@ -90,11 +90,12 @@ func (cs Codes) Encode(err error) (string, int) {
 }
 
 // Decode rebuilds an error from a wire code and message: it wraps the
-// code's sentinel, or ErrRemote for an unknown code.
+// code's sentinel, or ErrRemote for an unknown code. The sentinel's own
+// text is not repeated when the message starts with it.
 func (cs Codes) Decode(code, msg string) error {
 	for _, c := range cs.all() {
 		if c.Name == code {
-			return fmt.Errorf("%w: %s", c.Err, msg)
+			return fmt.Errorf("%w: %s", c.Err, strings.TrimPrefix(msg, c.Err.Error()+": "))
 		}
 	}
 	return fmt.Errorf("%w: %s: %s", ErrRemote, code, msg)

@@ -133,6 +133,8 @@ func TestRolesMatrix(t *testing.T) {
 				t.Errorf("%s %s as %s: %v (handler ran %v), want ErrForbidden", rt.method, rt.path, who, err, ran)
 			case !want && !strings.Contains(err.Error(), "needs a certificate of role"):
 				t.Errorf("refusal does not say what was missing: %v", err)
+			case !want && strings.Count(err.Error(), "rpc: forbidden") != 1:
+				t.Errorf("refusal repeats its prefix: %v", err)
 			}
 		}
 	}
