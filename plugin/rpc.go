@@ -55,12 +55,6 @@ var errCodes = rpc.Codes{
 	{Name: "stopped", Status: http.StatusServiceUnavailable, Err: ErrClosed},
 }
 
-// codeOf names err on the wire.
-func codeOf(err error) string {
-	code, _ := errCodes.Encode(err)
-	return code
-}
-
 // maxBody bounds an RPC request or response body.
 const maxBody = 64 << 20
 
