@@ -60,19 +60,26 @@ type request struct {
 	ticket   []byte // as received; nil: none
 }
 
+// appendHead appends the 56 bytes a request and a ticket begin with:
+// magic, version, a reserved 0, the segment id's length, the byte range
+// and the expected segment (byte_size, checksum, start_offset, length).
+func appendHead(b []byte, magic string, version byte, seg meta.Segment, from, to int64) []byte {
+	le := binary.LittleEndian
+	b = append(b, magic...)
+	b = append(b, version, 0)
+	b = le.AppendUint16(b, uint16(len(seg.ID)))
+	b = le.AppendUint64(b, uint64(from))
+	b = le.AppendUint64(b, uint64(to))
+	b = le.AppendUint64(b, uint64(seg.ByteSize))
+	b = le.AppendUint64(b, uint64(seg.Checksum))
+	b = le.AppendUint64(b, seg.StartOffset)
+	return le.AppendUint64(b, seg.Length)
+}
+
 // appendRequest appends the encoded request to b.
 func appendRequest(b []byte, r *request) []byte {
-	le := binary.LittleEndian
-	b = append(b, reqMagic...)
-	b = append(b, Version, 0)
-	b = le.AppendUint16(b, uint16(len(r.seg.ID)))
-	b = le.AppendUint64(b, uint64(r.from))
-	b = le.AppendUint64(b, uint64(r.to))
-	b = le.AppendUint64(b, uint64(r.seg.ByteSize))
-	b = le.AppendUint64(b, uint64(r.seg.Checksum))
-	b = le.AppendUint64(b, r.seg.StartOffset)
-	b = le.AppendUint64(b, r.seg.Length)
-	b = le.AppendUint16(b, uint16(len(r.ticket)))
+	b = appendHead(b, reqMagic, Version, r.seg, r.from, r.to)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.ticket)))
 	b = append(b, 0, 0, 0, 0, 0, 0)
 	b = append(b, r.seg.ID...)
 	return append(b, r.ticket...)

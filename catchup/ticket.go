@@ -160,15 +160,7 @@ func (t *Ticket) check() error {
 
 func (t *Ticket) appendPayload(b []byte) []byte {
 	le := binary.LittleEndian
-	b = append(b, ticketMagic...)
-	b = append(b, ticketVersion, 0)
-	b = le.AppendUint16(b, uint16(len(t.Segment.ID)))
-	b = le.AppendUint64(b, uint64(t.From))
-	b = le.AppendUint64(b, uint64(t.To))
-	b = le.AppendUint64(b, uint64(t.Segment.ByteSize))
-	b = le.AppendUint64(b, uint64(t.Segment.Checksum))
-	b = le.AppendUint64(b, t.Segment.StartOffset)
-	b = le.AppendUint64(b, t.Segment.Length)
+	b = appendHead(b, ticketMagic, ticketVersion, t.Segment, t.From, t.To)
 	b = le.AppendUint32(b, uint32(t.Source))
 	b = le.AppendUint32(b, uint32(t.Target))
 	b = le.AppendUint32(b, uint32(t.Issuer))
