@@ -14,10 +14,20 @@
 // --peers=1=127.0.0.1:7101,2=...); a flag wins over the file. Defaults
 // (DefaultConfig): id 1, admin 127.0.0.1:7001, raft 127.0.0.1:7101,
 // replication_factor 3, raft heartbeat/election 400ms, lease 300ms, and
-// plugin.DefaultConfig() under [heal]. A bad configuration (unknown key,
-// bad value, missing secret with heal on) prints an error naming the key
-// and the value and exits with status 2. SIGINT/SIGTERM shut down cleanly
-// (exit 0).
+// plugin.DefaultConfig() under [heal], certs_dir data_dir/certs. A bad
+// configuration (unknown key, bad value, missing or foreign certificates,
+// insecure = true off loopback) prints an error naming the key and the
+// value and exits with status 2. SIGINT/SIGTERM shut down cleanly (exit 0);
+// SIGHUP reloads the certificates (a failed reload keeps the old ones).
+//
+// # Security
+//
+// Every listener speaks mutual TLS 1.3 with the broker's certificate
+// (certs_dir: ca.crt, broker.crt naming this id, broker.key): raft
+// (cluster), the admin API, the plugin's RPC. Admin routes check the
+// caller's role (internal/rpc): viewer for reads, operator for writes and
+// faults, brokers only for /v1/internal/*. insecure = true runs them all in
+// plaintext and is refused off loopback.
 //
 // # Admin API (HTTP/JSON)
 //
@@ -31,14 +41,17 @@
 //	GET  /v1/status                         the plugin's /status, or {"heal":"disabled"}
 //	GET  /v1/plan                           dry run of the next pass (heal.Plan), from the leader
 //	POST /v1/heal/release                   lift a mass-failure hold (on the leader)
+//	POST /v1/heal/acknowledge/{id}          acknowledge a lost segment (on the leader)
 //	POST /v1/faults/{latch|delete|truncate|extend|flip}/{id} {"at","bytes"}  fault_injection only
+//	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
 //
-// Errors answer {"code","error"} with a status that fits the code
-// (bad_request, not_found, segment_exists, stale_replicas, not_leader, ...).
+// Errors answer {"code","message"} with a status that fits the code
+// (unauthenticated 401, forbidden 403, bad_request, not_found,
+// segment_exists, stale_replicas, not_leader, ...).
 //
 // Metadata writes go through raft: a broker that is not the leader forwards
-// them to the leader's admin API (/v1/internal/apply, signed with the
-// cluster secret when one is configured), retrying across an election.
+// them to the leader's admin API (/v1/internal/apply, with this broker's
+// certificate), retrying across an election.
 // The write path: the leader places a new segment on min(RF, live brokers)
 // brokers (round-robin over those the control plane heard from recently),
 // creates the copy on each, then commits CreateSegment; records are
@@ -60,12 +73,14 @@
 //     found and answered as is.
 //  4. A configuration is refused (exit 2) before anything is created under
 //     data_dir: syntax, unknown keys, types, values, raft timings, dialable
-//     addresses and the secret (read from heal.secret_file, at least 16
-//     bytes) are all checked by loadConfig.
+//     addresses, plaintext only on loopback, and the certificates (they
+//     load, chain to ca.crt and name this broker) are all checked by
+//     loadConfig.
 //  5. Admin request bodies and path ids are decoded and checked (parse*
 //     in admin.go) before any copy or metadata is touched: strict JSON, no
-//     unknown field, valid segment ids; a refused or unauthenticated
-//     internal call says why (FuzzAdminRequest).
+//     unknown field, valid segment ids (FuzzAdminRequest); before that,
+//     the caller's certificate and role (TestAdminRoleMatrix): a refusal
+//     says what was missing and changes nothing.
 //
 // # Crashes
 //
