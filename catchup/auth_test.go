@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -164,31 +165,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// lockedBuffer is a log sink the server's goroutines and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
-}
-
 // A flood of refused requests from one address makes one log line per
 // minute, and every refusal is counted. The clock is the server's Now.
 func TestRefusalLogRateLimited(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	srv := &Server{Source: &fileSource{dir: t.TempDir()}, Self: testSource, Tickets: testCA, Now: clock, Logger: zerolog.New(&logs)}
 	addr := startServer(t, srv)
 	garbage := bytes.Repeat([]byte("x"), reqFixedSize)
@@ -197,14 +180,14 @@ func TestRefusalLogRateLimited(t *testing.T) {
 			t.Fatalf("garbage: %+v", resp)
 		}
 	}
-	if l := logs.lines(); len(l) != 1 || !strings.Contains(l[0], "request refused") || !strings.Contains(l[0], "bad magic") {
+	if l := logs.Lines(""); len(l) != 1 || !strings.Contains(l[0], "request refused") || !strings.Contains(l[0], "bad magic") {
 		t.Fatalf("20 refusals within a minute logged %d lines, want 1:\n%s", len(l), strings.Join(l, "\n"))
 	}
 	mu.Lock()
 	now = now.Add(time.Minute)
 	mu.Unlock()
 	rawRequest(t, addr, garbage)
-	l := logs.lines()
+	l := logs.Lines("")
 	if len(l) != 2 || !strings.Contains(l[1], `"suppressed":19`) {
 		t.Fatalf("a minute later: %d lines, want a second one counting 19 suppressed:\n%s", len(l), strings.Join(l, "\n"))
 	}

@@ -1,28 +1,16 @@
 package store_test
 
 import (
-	"bytes"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
 
 // TestNothingWritesToStderr runs the store, Pebble included, with file
 // descriptor 2 pointed at a file, and checks that the file stays empty:
@@ -49,7 +37,7 @@ func TestNothingWritesToStderr(t *testing.T) {
 	}
 	defer restore() // t.Fatal runs it too, before the failure is printed
 
-	logs := &lockedBuf{}
+	logs := &testlog.Buffer{}
 	opts := store.Options{Logger: zerolog.New(logs).Level(zerolog.DebugLevel), ConfirmMinFree: -1}
 	dir := t.TempDir()
 	for round := 0; round < 2; round++ {
@@ -81,7 +69,5 @@ func TestNothingWritesToStderr(t *testing.T) {
 	if len(out) != 0 {
 		t.Fatalf("the store or Pebble wrote %d bytes to stderr: %q", len(out), out)
 	}
-	logs.mu.Lock()
-	t.Logf("logger received %d bytes", logs.b.Len())
-	logs.mu.Unlock()
+	t.Logf("logger received %d bytes", len(logs.String()))
 }

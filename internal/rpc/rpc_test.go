@@ -6,13 +6,13 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -21,28 +21,10 @@ var errThing = errors.New("test: thing happened")
 
 var testCodes = Codes{{"thing", http.StatusConflict, errThing}}
 
-// syncBuffer is a log sink read by the test while servers write to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type fixture struct {
 	addr    string
 	calls   atomic.Int64
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 	local   pki.Local
 	server  *pki.Certs
 	refused atomic.Int64
@@ -55,7 +37,7 @@ func serve(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{logs: &syncBuffer{}, local: l}
+	f := &fixture{logs: &testlog.Buffer{}, local: l}
 	if f.server, err = pki.LoadBroker(l.BrokerDir(1)); err != nil {
 		t.Fatal(err)
 	}
