@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/raftwire"
 	"github.com/rs/zerolog"
 )
 
@@ -148,31 +148,13 @@ func (r *gateRig) next(t *testing.T) gotRPC {
 	}
 }
 
-// withLeader sets the deprecated Leader address, which raft still sends.
-func withLeader(r *raft.AppendEntriesRequest, addr string) *raft.AppendEntriesRequest {
-	//lint:ignore SA1019 raft still sends it, and reads it when Addr is empty
-	r.Leader = []byte(addr)
-	return r
-}
-
-// withCandidate sets the deprecated Candidate address, which raft still sends.
-func withCandidate(r *raft.RequestVoteRequest, addr string) *raft.RequestVoteRequest {
-	//lint:ignore SA1019 raft still sends it, and reads it when Addr is empty
-	r.Candidate = []byte(addr)
-	return r
-}
-
-func hdr(id, addr string) raft.RPCHeader {
-	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)}
-}
-
 // TestGatePassesWhatRaftSends sends every RPC type through raft's own
 // client transport to a raft transport reading through peerConn: each
 // arrives intact (the snapshot bytes too), so the gate parses raft's
 // framing as raft does and hands it on verbatim.
 func TestGatePassesWhatRaftSends(t *testing.T) {
 	r := newGateRig(t)
-	ae := withLeader(&raft.AppendEntriesRequest{RPCHeader: hdr("2", "a2"), Term: 5, PrevLogEntry: 9, PrevLogTerm: 4,
+	ae := raftwire.WithLeader(&raft.AppendEntriesRequest{RPCHeader: raftwire.Header("2", "a2"), Term: 5, PrevLogEntry: 9, PrevLogTerm: 4,
 		Entries: []*raft.Log{{Index: 10, Term: 5, Type: raft.LogCommand, Data: []byte("x")}, {Index: 11, Term: 5, Type: raft.LogCommand, Data: bytes.Repeat([]byte("y"), 70000)}}, LeaderCommitIndex: 10}, "a2")
 	if err := r.client.AppendEntries("2", "pipe", ae, &raft.AppendEntriesResponse{}); err != nil {
 		t.Fatal(err)
@@ -181,28 +163,28 @@ func TestGatePassesWhatRaftSends(t *testing.T) {
 	if !ok || got.Term != 5 || got.PrevLogEntry != 9 || len(got.Entries) != 2 || got.Entries[1].Index != 11 || !bytes.Equal(got.Entries[1].Data, ae.Entries[1].Data) {
 		t.Fatalf("AppendEntries arrived as %+v", got)
 	}
-	rv := withCandidate(&raft.RequestVoteRequest{RPCHeader: hdr("2", "a2"), Term: 6, LastLogIndex: 3, LeadershipTransfer: true}, "a2")
+	rv := raftwire.WithCandidate(&raft.RequestVoteRequest{RPCHeader: raftwire.Header("2", "a2"), Term: 6, LastLogIndex: 3, LeadershipTransfer: true}, "a2")
 	if err := r.client.RequestVote("2", "pipe", rv, &raft.RequestVoteResponse{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := r.next(t).cmd.(*raft.RequestVoteRequest); !ok || got.Term != 6 || !got.LeadershipTransfer || got.LastLogIndex != 3 {
 		t.Fatalf("RequestVote arrived as %+v", got)
 	}
-	pv := &raft.RequestPreVoteRequest{RPCHeader: hdr("2", "a2"), Term: 8, LastLogTerm: 2}
+	pv := &raft.RequestPreVoteRequest{RPCHeader: raftwire.Header("2", "a2"), Term: 8, LastLogTerm: 2}
 	if err := r.client.RequestPreVote("2", "pipe", pv, &raft.RequestPreVoteResponse{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := r.next(t).cmd.(*raft.RequestPreVoteRequest); !ok || got.Term != 8 || got.LastLogTerm != 2 {
 		t.Fatalf("RequestPreVote arrived as %+v", got)
 	}
-	if err := r.client.TimeoutNow("2", "pipe", &raft.TimeoutNowRequest{RPCHeader: hdr("2", "a2")}, &raft.TimeoutNowResponse{}); err != nil {
+	if err := r.client.TimeoutNow("2", "pipe", &raft.TimeoutNowRequest{RPCHeader: raftwire.Header("2", "a2")}, &raft.TimeoutNowResponse{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := r.next(t).cmd.(*raft.TimeoutNowRequest); !ok || string(got.ID) != "2" {
 		t.Fatalf("TimeoutNow arrived as %+v", got)
 	}
 	data := bytes.Repeat([]byte("snapshot"), 100000)
-	is := &raft.InstallSnapshotRequest{RPCHeader: hdr("2", "a2"), SnapshotVersion: 1, Term: 9, LastLogIndex: 40, Size: int64(len(data))}
+	is := &raft.InstallSnapshotRequest{RPCHeader: raftwire.Header("2", "a2"), SnapshotVersion: 1, Term: 9, LastLogIndex: 40, Size: int64(len(data))}
 	if err := r.client.InstallSnapshot("2", "pipe", is, &raft.InstallSnapshotResponse{}, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
@@ -226,30 +208,30 @@ func TestGateRefusesForgedHeaders(t *testing.T) {
 		send func() error
 	}{
 		{"claims broker 1", func() error {
-			return r.client.AppendEntries("2", "pipe", withLeader(&raft.AppendEntriesRequest{RPCHeader: hdr("1", "a1"), Term: 5}, "a1"), &raft.AppendEntriesResponse{})
+			return r.client.AppendEntries("2", "pipe", raftwire.WithLeader(&raft.AppendEntriesRequest{RPCHeader: raftwire.Header("1", "a1"), Term: 5}, "a1"), &raft.AppendEntriesResponse{})
 		}},
 		{"no server id", func() error {
-			return r.client.RequestVote("2", "pipe", withCandidate(&raft.RequestVoteRequest{RPCHeader: hdr("", ""), Term: 5, LeadershipTransfer: true}, "a2"), &raft.RequestVoteResponse{})
+			return r.client.RequestVote("2", "pipe", raftwire.WithCandidate(&raft.RequestVoteRequest{RPCHeader: raftwire.Header("", ""), Term: 5, LeadershipTransfer: true}, "a2"), &raft.RequestVoteResponse{})
 		}},
 		{"another address", func() error {
-			return r.client.RequestVote("2", "pipe", withCandidate(&raft.RequestVoteRequest{RPCHeader: hdr("2", "a2"), Term: 5}, "a1"), &raft.RequestVoteResponse{})
+			return r.client.RequestVote("2", "pipe", raftwire.WithCandidate(&raft.RequestVoteRequest{RPCHeader: raftwire.Header("2", "a2"), Term: 5}, "a1"), &raft.RequestVoteResponse{})
 		}},
 		{"claims a non-member", func() error {
-			return r.client.TimeoutNow("2", "pipe", &raft.TimeoutNowRequest{RPCHeader: hdr("3", "a3")}, &raft.TimeoutNowResponse{})
+			return r.client.TimeoutNow("2", "pipe", &raft.TimeoutNowRequest{RPCHeader: raftwire.Header("3", "a3")}, &raft.TimeoutNowResponse{})
 		}},
 		{"snapshot claiming broker 1", func() error {
-			is := &raft.InstallSnapshotRequest{RPCHeader: hdr("1", "a1"), SnapshotVersion: 1, Term: 9, Size: 3}
+			is := &raft.InstallSnapshotRequest{RPCHeader: raftwire.Header("1", "a1"), SnapshotVersion: 1, Term: 9, Size: 3}
 			return r.client.InstallSnapshot("2", "pipe", is, &raft.InstallSnapshotResponse{}, strings.NewReader("abc"))
 		}},
-		{"unknown rpc type", func() error { return rawRPC(r, 9, &raft.TimeoutNowRequest{RPCHeader: hdr("2", "a2")}) }},
-		{"garbage", func() error { return rawRPC(r, rpcAppendEntries, []byte("\xc1\xc1\xc1 not msgpack")) }},
+		{"unknown rpc type", func() error { return rawRPC(r, 9, &raft.TimeoutNowRequest{RPCHeader: raftwire.Header("2", "a2")}) }},
+		{"garbage", func() error { return rawRPC(r, raftwire.AppendEntries, raftwire.Raw("\xc1\xc1\xc1 not msgpack")) }},
 	}
 	for _, f := range forged {
 		if err := f.send(); err == nil {
 			t.Errorf("%s: answered", f.name)
 		}
 		// The valid RPC that follows is what raft sees next.
-		if err := r.client.TimeoutNow("2", "pipe", &raft.TimeoutNowRequest{RPCHeader: hdr("2", "a2")}, &raft.TimeoutNowResponse{}); err != nil {
+		if err := r.client.TimeoutNow("2", "pipe", &raft.TimeoutNowRequest{RPCHeader: raftwire.Header("2", "a2")}, &raft.TimeoutNowResponse{}); err != nil {
 			t.Fatalf("after %s: a valid RPC: %v", f.name, err)
 		}
 		if got, ok := r.next(t).cmd.(*raft.TimeoutNowRequest); !ok || string(got.ID) != "2" {
@@ -265,24 +247,21 @@ func TestGateRefusesForgedHeaders(t *testing.T) {
 	}
 }
 
-// rawRPC writes rpc type t and req (msgpack, or raw bytes) on a new
-// connection and reads the answer.
+// rawRPC writes rpc type t and req (raftwire.Encode) on a new connection
+// and reads the answer.
 func rawRPC(r *gateRig, t uint8, req any) error {
+	msg, err := raftwire.Encode(t, req)
+	if err != nil {
+		return err
+	}
 	c, err := r.dialer.Dial("pipe", time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	w := bufio.NewWriter(c)
-	w.WriteByte(t)
-	if b, ok := req.([]byte); ok {
-		w.Write(b)
-	} else if err := codec.NewEncoder(w, &codec.MsgpackHandle{}).Encode(req); err != nil {
-		return err
-	}
-	go w.Flush() // a pipe: the server may close before reading it all
-	var rpcErr string
-	if err := codec.NewDecoder(c, &codec.MsgpackHandle{}).Decode(&rpcErr); err != nil {
+	go c.Write(msg) // a pipe: the server may close before reading it all
+	rpcErr, err := raftwire.ReadAnswer(bufio.NewReader(c), nil)
+	if err != nil {
 		return err
 	}
 	return fmt.Errorf("answered (%q)", rpcErr)
@@ -293,7 +272,7 @@ func rawRPC(r *gateRig, t uint8, req any) error {
 // a valid one reaches raft, a forged one closes the connection.
 func TestGateParsesAfterSnapshot(t *testing.T) {
 	r := newGateRig(t)
-	data := bytes.Repeat([]byte{rpcAppendEntries}, 300000) // snapshot bytes that look like RPC types
+	data := bytes.Repeat([]byte{raftwire.AppendEntries}, 300000) // snapshot bytes that look like RPC types
 	for _, next := range []struct {
 		id      string
 		answers bool
@@ -302,32 +281,29 @@ func TestGateParsesAfterSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := bufio.NewWriter(c)
-		enc := codec.NewEncoder(w, &codec.MsgpackHandle{})
-		dec := codec.NewDecoder(c, &codec.MsgpackHandle{})
-		w.WriteByte(rpcInstallSnapshot)
-		enc.MustEncode(&raft.InstallSnapshotRequest{RPCHeader: hdr("2", "a2"), SnapshotVersion: 1, Term: 9, Size: int64(len(data))})
-		w.Write(data)
+		br := bufio.NewReader(c) // one reader for both answers: the decoder reads no further than each
+		is, err := raftwire.Encode(raftwire.InstallSnapshot, &raft.InstallSnapshotRequest{RPCHeader: raftwire.Header("2", "a2"), SnapshotVersion: 1, Term: 9, Size: int64(len(data))})
+		if err != nil {
+			t.Fatal(err)
+		}
 		flushed := make(chan error, 1)
-		go func() { flushed <- w.Flush() }() // a pipe: raft reads the snapshot only once dispatched
+		go func() { _, err := c.Write(append(is, data...)); flushed <- err }() // a pipe: raft reads the snapshot only once dispatched
 		if g := r.next(t); !bytes.Equal(g.data, data) {
 			t.Fatalf("snapshot bytes: got %d, want %d", len(g.data), len(data))
 		}
-		var rpcErr string
 		var resp raft.InstallSnapshotResponse
-		if err := dec.Decode(&rpcErr); err != nil {
-			t.Fatal(err)
-		}
-		if err := dec.Decode(&resp); err != nil || !resp.Success {
+		if _, err := raftwire.ReadAnswer(br, &resp); err != nil || !resp.Success {
 			t.Fatalf("snapshot response %+v, %v", resp, err)
 		}
 		if err := <-flushed; err != nil {
 			t.Fatal(err)
 		}
-		w.WriteByte(rpcTimeoutNow)
-		enc.MustEncode(&raft.TimeoutNowRequest{RPCHeader: hdr(next.id, "a"+next.id)})
-		go func() { flushed <- w.Flush() }()
-		err = dec.Decode(&rpcErr)
+		tn, err := raftwire.Encode(raftwire.TimeoutNow, &raft.TimeoutNowRequest{RPCHeader: raftwire.Header(next.id, "a"+next.id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, err := c.Write(tn); flushed <- err }()
+		_, err = raftwire.ReadAnswer(br, nil)
 		<-flushed
 		if answered := err == nil; answered != next.answers {
 			t.Fatalf("TimeoutNow claiming %s after a snapshot: answered %v (%v), want %v", next.id, answered, err, next.answers)
@@ -338,5 +314,18 @@ func TestGateParsesAfterSnapshot(t *testing.T) {
 			}
 		}
 		c.Close()
+	}
+}
+
+// TestRPCTypesAgree: the gate parses by the same rpc type bytes the tests
+// send with (raftwire checks its own against raft's transport).
+func TestRPCTypesAgree(t *testing.T) {
+	for _, c := range []struct{ gate, wire uint8 }{
+		{rpcAppendEntries, raftwire.AppendEntries}, {rpcRequestVote, raftwire.RequestVote}, {rpcInstallSnapshot, raftwire.InstallSnapshot},
+		{rpcTimeoutNow, raftwire.TimeoutNow}, {rpcRequestPreVote, raftwire.RequestPreVote},
+	} {
+		if c.gate != c.wire {
+			t.Errorf("the gate reads rpc type %d where raft writes %d", c.gate, c.wire)
+		}
 	}
 }

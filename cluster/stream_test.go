@@ -1,13 +1,11 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -16,89 +14,41 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/raftwire"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/rs/zerolog"
 )
 
-// rawBytes is sent as is by sendRPC, not msgpack-encoded.
-type rawBytes []byte
-
 // sendRPC dials addr from local (nil: any) over TLS with cfg, or plain
-// TCP when cfg is nil, writes rpc type typ and req encoded as raft's
-// client encodes it (or raw), then tail, and reports whether raft
-// answered (decoding the answer into resp) rather than closing the
-// connection. Neither within 10 s fails the test.
+// TCP when cfg is nil, writes rpc type typ and req (raftwire.Encode),
+// then tail, and reports whether raft answered (decoding the answer into
+// resp) rather than closing the connection. No connection, or neither
+// within 10 s, fails the test.
 func sendRPC(t testing.TB, local net.Addr, addr string, cfg *tls.Config, typ uint8, req any, tail []byte, resp any) bool {
 	t.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: local}
-	raw, err := d.Dial("tcp", addr)
+	ok, err := raftwire.Dialer{Local: local, TLS: cfg}.Send(addr, typ, req, tail, resp)
 	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	defer raw.Close()
-	raw.SetDeadline(time.Now().Add(10 * time.Second))
-	var c net.Conn = raw
-	if cfg != nil {
-		tc := tls.Client(raw, cfg)
-		if err := tc.Handshake(); err != nil {
-			return false
-		}
-		c = tc
-	}
-	w := bufio.NewWriter(c)
-	w.WriteByte(typ)
-	if b, ok := req.(rawBytes); ok {
-		w.Write(b)
-	} else if err := codec.NewEncoder(w, raftHandle()).Encode(req); err != nil {
 		t.Fatal(err)
 	}
-	w.Write(tail)
-	_ = w.Flush() // the server may have closed already
-	if cfg == nil {
-		raw.(*net.TCPConn).CloseWrite() // the server sees the end at once
-	}
-	br := bufio.NewReader(c)
-	if _, err := br.Peek(1); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("%s: neither answered nor closed within 10s", addr)
-		}
-		return false
-	}
-	dec := codec.NewDecoder(br, &codec.MsgpackHandle{})
-	var rpcErr string
-	if err := dec.Decode(&rpcErr); err != nil {
-		return false // not raft speaking (a TLS alert to a plaintext client)
-	}
-	if resp != nil {
-		if err := dec.Decode(resp); err != nil {
-			t.Fatalf("%s: decode the answer: %v", addr, err)
-		}
-	}
-	return true
-}
-
-// raftHandle is the msgpack handle of raft's client (msgpackUseNewTimeFormat
-// false).
-func raftHandle() *codec.MsgpackHandle {
-	h := &codec.MsgpackHandle{}
-	h.TimeNotBuiltin = true
-	return h
+	return ok
 }
 
 // pairConfig is an attacker's TLS client: it presents the pair in dir
 // (none when crt is "") and trusts any server.
 func pairConfig(t testing.TB, dir, crt, key string) *tls.Config {
 	t.Helper()
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
-	if crt != "" {
-		p, err := tls.LoadX509KeyPair(filepath.Join(dir, crt), filepath.Join(dir, key))
+	if crt == "" {
+		cfg, err := raftwire.ClientConfig("", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Certificates = []tls.Certificate{p}
+		return cfg
+	}
+	cfg, err := raftwire.ClientConfig(filepath.Join(dir, crt), filepath.Join(dir, key))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return cfg
 }
@@ -175,19 +125,6 @@ func captureLog(t testing.TB, buf io.Writer) func(*Config) {
 	}
 }
 
-// takeover is the RequestVote that, read by raft, deposes the leader
-// (LeadershipTransfer skips the check for a live leader) and leaves the
-// cluster at the last term (no leader can be elected after it).
-func takeover(id meta.BrokerID, addr string) *raft.RequestVoteRequest {
-	return withCandidate(&raft.RequestVoteRequest{RPCHeader: hdr(id.String(), addr), Term: math.MaxUint64,
-		LastLogIndex: math.MaxUint64, LastLogTerm: math.MaxUint64, LeadershipTransfer: true}, addr)
-}
-
-// staleVote is a harmless RequestVote (an old term): raft answers it.
-func staleVote(id meta.BrokerID, addr string) *raft.RequestVoteRequest {
-	return withCandidate(&raft.RequestVoteRequest{RPCHeader: hdr(id.String(), addr), Term: 1}, addr)
-}
-
 // TestRaftRefusesUnauthenticatedPeers: plaintext, TLS without a
 // certificate, a broker certificate of another CA, an expired broker
 // certificate of the cluster CA and a viewer's certificate never reach
@@ -201,7 +138,7 @@ func TestRaftRefusesUnauthenticatedPeers(t *testing.T) {
 	leader, a := c.cfgs[li], c.cfgs[(li+1)%3]
 
 	var resp raft.RequestVoteResponse
-	if !sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), rpcRequestVote, staleVote(a.ID, a.Addr), nil, &resp) || resp.Granted {
+	if !sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), raftwire.RequestVote, raftwire.StaleVote(a.ID, a.Addr), nil, &resp) || resp.Granted {
 		t.Fatalf("a stale vote from broker %d with its own certificate: not answered, or granted (%+v)", a.ID, resp)
 	}
 	before := c.state(li)
@@ -232,7 +169,7 @@ func TestRaftRefusesUnauthenticatedPeers(t *testing.T) {
 	// Each case from its own loopback address, so that each is logged.
 	srcs := loopbackSources(t, len(cases))
 	for i, tc := range cases {
-		if sendRPC(t, srcs[i], leader.Addr, tc.cfg, rpcRequestVote, takeover(a.ID, a.Addr), nil, nil) {
+		if sendRPC(t, srcs[i], leader.Addr, tc.cfg, raftwire.RequestVote, raftwire.Takeover(a.ID, a.Addr), nil, nil) {
 			t.Errorf("%s: raft answered a takeover vote", tc.name)
 		}
 	}
@@ -281,7 +218,7 @@ func TestRaftRefusesForgedServerID(t *testing.T) {
 	cli := c.brokerClient(a.ID)
 
 	var resp raft.RequestVoteResponse
-	if !sendRPC(t, nil, leader.Addr, cli, rpcRequestVote, staleVote(a.ID, a.Addr), nil, &resp) || resp.Granted {
+	if !sendRPC(t, nil, leader.Addr, cli, raftwire.RequestVote, raftwire.StaleVote(a.ID, a.Addr), nil, &resp) || resp.Granted {
 		t.Fatalf("a stale vote from broker %d as itself: not answered, or granted (%+v)", a.ID, resp)
 	}
 	before := c.state(li)
@@ -296,22 +233,22 @@ func TestRaftRefusesForgedServerID(t *testing.T) {
 	}
 	term := l.r.CurrentTerm() + 1
 	append1 := func(id meta.BrokerID, addr string) *raft.AppendEntriesRequest {
-		return withLeader(&raft.AppendEntriesRequest{RPCHeader: hdr(id.String(), addr), Term: term,
+		return raftwire.WithLeader(&raft.AppendEntriesRequest{RPCHeader: raftwire.Header(id.String(), addr), Term: term,
 			PrevLogEntry: last, PrevLogTerm: prev.Term, LeaderCommitIndex: last + 1,
 			Entries: []*raft.Log{{Index: last + 1, Term: term, Type: raft.LogCommand, Data: evil}}}, addr)
 	}
-	noID := takeover(a.ID, a.Addr)
+	noID := raftwire.Takeover(a.ID, a.Addr)
 	noID.ID = nil // a pre-v3 peer: raft would skip its membership check
 	for _, tc := range []struct {
 		name string
 		typ  uint8
 		req  any
 	}{
-		{fmt.Sprintf("a takeover vote claiming broker %d", b.ID), rpcRequestVote, takeover(b.ID, b.Addr)},
-		{fmt.Sprintf("an AppendEntries claiming broker %d", b.ID), rpcAppendEntries, append1(b.ID, b.Addr)},
-		{"a takeover vote with no server id", rpcRequestVote, noID},
-		{fmt.Sprintf("an AppendEntries from broker %d advertising broker %d's address", a.ID, b.ID), rpcAppendEntries, append1(a.ID, b.Addr)},
-		{"an unknown rpc type", 7, takeover(a.ID, a.Addr)},
+		{fmt.Sprintf("a takeover vote claiming broker %d", b.ID), raftwire.RequestVote, raftwire.Takeover(b.ID, b.Addr)},
+		{fmt.Sprintf("an AppendEntries claiming broker %d", b.ID), raftwire.AppendEntries, append1(b.ID, b.Addr)},
+		{"a takeover vote with no server id", raftwire.RequestVote, noID},
+		{fmt.Sprintf("an AppendEntries from broker %d advertising broker %d's address", a.ID, b.ID), raftwire.AppendEntries, append1(a.ID, b.Addr)},
+		{"an unknown rpc type", 7, raftwire.Takeover(a.ID, a.Addr)},
 	} {
 		if sendRPC(t, nil, leader.Addr, cli, tc.typ, tc.req, nil, nil) {
 			t.Errorf("%s: raft answered", tc.name)
@@ -355,19 +292,19 @@ func TestRaftRefusesForeignSnapshot(t *testing.T) {
 	}
 	term := l.r.CurrentTerm()
 	install := func(id meta.BrokerID, addr string, term uint64) *raft.InstallSnapshotRequest {
-		return &raft.InstallSnapshotRequest{RPCHeader: hdr(id.String(), addr), SnapshotVersion: 1, Term: term, Leader: []byte(addr),
+		return &raft.InstallSnapshotRequest{RPCHeader: raftwire.Header(id.String(), addr), SnapshotVersion: 1, Term: term, Leader: []byte(addr),
 			LastLogIndex: snap.Index, LastLogTerm: term, Configuration: raft.EncodeConfiguration(l.r.GetConfiguration().Configuration()),
 			ConfigurationIndex: 1, Size: int64(data.Len())}
 	}
 	var resp raft.InstallSnapshotResponse
-	if !sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), rpcInstallSnapshot, install(a.ID, a.Addr, 1), data.Bytes(), &resp) || resp.Success {
+	if !sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), raftwire.InstallSnapshot, install(a.ID, a.Addr, 1), data.Bytes(), &resp) || resp.Success {
 		t.Fatalf("an old-term snapshot from broker %d as itself: not answered, or installed (%+v)", a.ID, resp)
 	}
 	before := c.state(li)
-	if sendRPC(t, nil, leader.Addr, pairConfig(t, outsider, pki.BrokerCert, pki.BrokerKey), rpcInstallSnapshot, install(9, "", term+1), data.Bytes(), nil) {
+	if sendRPC(t, nil, leader.Addr, pairConfig(t, outsider, pki.BrokerCert, pki.BrokerKey), raftwire.InstallSnapshot, install(9, "", term+1), data.Bytes(), nil) {
 		t.Error("a snapshot from broker 9, not a member (and advertising no address): answered")
 	}
-	if sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), rpcInstallSnapshot, install(b.ID, b.Addr, term+1), data.Bytes(), nil) {
+	if sendRPC(t, nil, leader.Addr, c.brokerClient(a.ID), raftwire.InstallSnapshot, install(b.ID, b.Addr, term+1), data.Bytes(), nil) {
 		t.Errorf("a snapshot from broker %d claiming broker %d: answered", a.ID, b.ID)
 	}
 	c.unchanged(before)
@@ -409,14 +346,14 @@ func TestRaftPortGarbage(t *testing.T) {
 			if i%2 == 1 {
 				junk[0], junk[1], junk[2] = 0x16, 0x03, 0x01 // a TLS handshake record header
 			}
-			if sendRPC(t, src, target.Addr, nil, junk[0], rawBytes(junk[1:]), nil, nil) {
+			if sendRPC(t, src, target.Addr, nil, junk[0], raftwire.Raw(junk[1:]), nil, nil) {
 				t.Errorf("random bytes from %s: answered", src)
 			}
 		}
-		if sendRPC(t, src, target.Addr, nil, rpcRequestVote, takeover(a.ID, a.Addr), nil, nil) {
+		if sendRPC(t, src, target.Addr, nil, raftwire.RequestVote, raftwire.Takeover(a.ID, a.Addr), nil, nil) {
 			t.Errorf("a plaintext RequestVote from %s: answered", src)
 		}
-		if sendRPC(t, src, target.Addr, c.brokerClient(a.ID), rpcAppendEntries, rawBytes("\xdf\xff\xff\xff\xff garbage"), nil, nil) {
+		if sendRPC(t, src, target.Addr, c.brokerClient(a.ID), raftwire.AppendEntries, raftwire.Raw("\xdf\xff\xff\xff\xff garbage"), nil, nil) {
 			t.Errorf("garbage after broker %d's handshake from %s: answered", a.ID, src)
 		}
 		d := net.Dialer{LocalAddr: src}
@@ -509,7 +446,7 @@ func TestInsecureCluster(t *testing.T) {
 	}
 	a := c.cfgs[(li+1)%3]
 	var resp raft.RequestVoteResponse
-	if !sendRPC(t, nil, c.cfgs[li].Addr, nil, rpcRequestVote, staleVote(a.ID, a.Addr), nil, &resp) || resp.Granted {
+	if !sendRPC(t, nil, c.cfgs[li].Addr, nil, raftwire.RequestVote, raftwire.StaleVote(a.ID, a.Addr), nil, &resp) || resp.Granted {
 		t.Fatalf("a plaintext stale vote: not answered, or granted (%+v)", resp)
 	}
 }

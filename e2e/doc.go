@@ -1,14 +1,15 @@
 // Package e2e tests Malachi heal with real malachid processes on loopback:
-// TestMain builds the binary once with go build, every test starts its own
-// cluster of 3 to 5 brokers on free ports with temporary data directories
-// (MALACHI_E2E_DIR chooses where, e.g. /dev/shm), drives it through the
-// admin API, kills brokers with SIGKILL or stops them with SIGTERM, and
-// reads the outcome from the replicated metadata, the brokers' copies and
-// the plugin's /status and /metrics. Every cluster runs in secure mode: the
-// harness writes a CA, a certificate per broker (its certs_dir, outside its
-// data_dir) and the operator and viewer clients under the test's directory
-// (pki.CreateLocal), and calls every API over mutual TLS as the operator
-// (internal/rpc).
+// TestMain builds malachid and the malachi CLI once with go build, every
+// test starts its own cluster of 3 to 5 brokers on free ports with
+// temporary data directories (MALACHI_E2E_DIR chooses where, e.g.
+// /dev/shm), drives it through the admin API and the CLI, kills brokers
+// with SIGKILL or stops them with SIGTERM, and reads the outcome from the
+// replicated metadata, the brokers' copies, their logs and the plugin's
+// /status and /metrics. Every cluster runs in secure mode unless a test
+// asks for insecure = true: the harness writes a CA, a certificate per
+// broker (its certs_dir, outside its data_dir) and the operator and viewer
+// clients under the test's directory (pki.CreateLocal), and calls every
+// API over mutual TLS as the operator (internal/rpc).
 //
 // What each test shows:
 //
@@ -36,6 +37,22 @@
 //     an address other than loopback, another broker's certificate.
 //   - TestHealTime: the issue's performance goal, logged (never asserted):
 //     MALACHI_E2E_SEGMENTS=500 for the full size.
+//   - TestOutsiderChangesNothing: plaintext, TLS without a certificate,
+//     another CA's, an expired and two valid certificates claiming another
+//     broker's id send a takeover vote, an AppendEntries committing a
+//     replica move and a snapshot zeroing sealed segments to the leader's
+//     and a follower's raft port (internal/raftwire), and garbage to every
+//     listener: each reached its port and was refused with its reason
+//     logged; leader, terms, metadata and every copy file are unchanged.
+//   - TestBrokerWithAnotherCA: a broker restarted with another CA's
+//     certificate is reported auth_failed (status, metric, `malachi
+//     status`) within two passes, never dead: its replicas stay, new
+//     segments avoid it, and both sides log why.
+//   - TestCertificateRotationSIGHUP: certificates replaced and SIGHUP sent
+//     mid-heal: status and fresh TLS connections show the new ones, the
+//     heal completes, nothing is refused for credentials.
+//   - TestInsecureModeSaysSo: insecure = true is in the log, the metric,
+//     /v1/status and `malachi status`.
 //
 // Invariants of the harness: every process a test starts is killed in its
 // cleanup, even on failure, and a failing test prints the tail of each

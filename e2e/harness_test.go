@@ -19,8 +19,8 @@ import (
 	"github.com/malachi-log/malachi/pki"
 )
 
-// binary is the malachid built once by TestMain.
-var binary string
+// binary is the malachid built once by TestMain, cli the malachi CLI.
+var binary, cli string
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
@@ -30,12 +30,14 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		binary = filepath.Join(dir, "malachid")
-		cmd := exec.Command("go", "build", "-o", binary, "github.com/malachi-log/malachi/cmd/malachid")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: building malachid:", err)
-			return 1
+		binary, cli = filepath.Join(dir, "malachid"), filepath.Join(dir, "malachi")
+		for out, pkg := range map[string]string{binary: "malachid", cli: "malachi"} {
+			cmd := exec.Command("go", "build", "-o", out, "github.com/malachi-log/malachi/cmd/"+pkg)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Run(); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: building %s: %v\n", pkg, err)
+				return 1
+			}
 		}
 		return m.Run()
 	}())
@@ -72,11 +74,12 @@ type broker struct {
 
 // cluster is a set of malachid processes on loopback, each with its
 // certificate of the cluster's CA, called over mutual TLS as the
-// operator.
+// operator (or, insecure, all in plaintext).
 type cluster struct {
-	t       *testing.T
-	brokers []*broker
-	certs   pki.Local
+	t        *testing.T
+	brokers  []*broker
+	certs    pki.Local // zero when insecure
+	insecure bool
 	// rpc calls the admin APIs and the plugins' /metrics; slow calls
 	// POST /v1/load, which may take minutes.
 	rpc, slow *rpc.Client
@@ -89,6 +92,9 @@ type clusterOpts struct {
 	tick  string
 	grace string
 	extra string // appended to every [heal] table
+	// insecure runs every broker with insecure = true and no
+	// certificates; the harness calls them in plaintext.
+	insecure bool
 }
 
 // startCluster writes a TOML config per broker and starts them all.
@@ -109,8 +115,13 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		t.Cleanup(func() { os.RemoveAll(root) })
 	}
 	ports := freePorts(t, 4*o.n)
-	c := &cluster{t: t}
-	c.makeCerts(filepath.Join(root, "certs"), o.n)
+	c := &cluster{t: t, insecure: o.insecure}
+	if o.insecure {
+		c.rpc, c.slow = rpc.NewClient(nil, nil, 10*time.Second), rpc.NewClient(nil, nil, 5*time.Minute)
+		t.Cleanup(func() { c.rpc.Close(); c.slow.Close() })
+	} else {
+		c.makeCerts(filepath.Join(root, "certs"), o.n)
+	}
 	var peers []string
 	for i := 0; i < o.n; i++ {
 		b := &broker{id: i + 1, dir: filepath.Join(root, fmt.Sprintf("b%d", i+1))}
@@ -128,9 +139,13 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 	for _, b := range c.brokers {
 		b.cfg = filepath.Join(root, fmt.Sprintf("b%d.toml", b.id))
 		b.logPath = filepath.Join(root, fmt.Sprintf("b%d.log", b.id))
+		auth := fmt.Sprintf("certs_dir = %q", c.certs.BrokerDir(meta.BrokerID(b.id)))
+		if o.insecure {
+			auth = "insecure = true"
+		}
 		toml := fmt.Sprintf(`id = %d
 data_dir = %q
-certs_dir = %q
+%s
 admin_listen = %q
 raft_listen = %q
 peers = [%s]
@@ -150,7 +165,7 @@ data_listen = %q
 tick = %q
 grace = %q
 %s
-`, b.id, b.dir, c.certs.BrokerDir(meta.BrokerID(b.id)), b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, o.tick, o.grace, extra)
+`, b.id, b.dir, auth, b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, o.tick, o.grace, extra)
 		if err := os.WriteFile(b.cfg, []byte(toml), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -214,8 +229,30 @@ func logTail(t *testing.T, b *broker) {
 
 func (c *cluster) b(id int) *broker { return c.brokers[id-1] }
 
-// start runs broker id's process (appending to its log).
+// start runs broker id's process (appending to its log) and waits for
+// its admin API to answer the harness.
 func (c *cluster) start(id int) {
+	c.t.Helper()
+	c.launch(id)
+	c.eventually(15*time.Second, fmt.Sprintf("broker %d admin API up", id), func() bool {
+		c.mustRun(id)
+		var h health
+		return c.get(id, "/v1/health", &h) == nil
+	})
+}
+
+// mustRun fails the test, with broker id's log, if its process exited.
+func (c *cluster) mustRun(id int) {
+	c.t.Helper()
+	if !c.alive(id) {
+		logTail(c.t, c.b(id))
+		c.t.Fatalf("broker %d exited: %v", id, c.b(id).exit)
+	}
+}
+
+// launch runs broker id's process (appending to its log) and returns at
+// once.
+func (c *cluster) launch(id int) {
 	c.t.Helper()
 	b := c.b(id)
 	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -233,14 +270,6 @@ func (c *cluster) start(id int) {
 		logf.Close()
 		close(done)
 	}(b.cmd, b.done)
-	c.eventually(15*time.Second, fmt.Sprintf("broker %d admin API up", id), func() bool {
-		if !c.alive(id) {
-			logTail(c.t, b)
-			c.t.Fatalf("broker %d exited at start: %v", id, b.exit)
-		}
-		var h health
-		return c.get(id, "/v1/health", &h) == nil
-	})
 }
 
 // kill sends SIGKILL to broker id and waits for it to exit.
@@ -285,9 +314,10 @@ func (c *cluster) alive(id int) bool {
 }
 
 type health struct {
-	ID       int  `json:"id"`
-	Leader   int  `json:"leader"`
-	IsLeader bool `json:"is_leader"`
+	ID       int    `json:"id"`
+	Leader   int    `json:"leader"`
+	IsLeader bool   `json:"is_leader"`
+	Index    uint64 `json:"index"`
 }
 
 // get calls GET path on broker id's admin API as the operator.

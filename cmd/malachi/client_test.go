@@ -22,6 +22,13 @@ var errFakeNotLeader = errors.New("fake: not the leader")
 // /v1/load always answers not_leader.
 func fakeBroker(t *testing.T, l *pki.Local) string {
 	t.Helper()
+	return fakeBrokerWith(t, l, meta.Snapshot{Index: 7, ReplicationFactor: 1}, map[string]string{"heal": "disabled"})
+}
+
+// fakeBrokerWith is fakeBroker serving the leader broker 1 with metadata
+// snap and /v1/status status.
+func fakeBrokerWith(t *testing.T, l *pki.Local, snap meta.Snapshot, status any) string {
+	t.Helper()
 	srv := &rpc.Server{Insecure: l == nil, Logger: zerolog.Nop(),
 		Codes: rpc.Codes{{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: errFakeNotLeader}}}
 	if l != nil {
@@ -36,9 +43,9 @@ func fakeBroker(t *testing.T, l *pki.Local) string {
 	}
 	mux := http.NewServeMux()
 	srv.Handle(mux, "GET /v1/health", rpc.Viewers, answer(health{ID: 1, Leader: 1, IsLeader: true}))
-	srv.Handle(mux, "GET /v1/metadata", rpc.Viewers, answer(meta.Snapshot{Index: 7, ReplicationFactor: 1}))
+	srv.Handle(mux, "GET /v1/metadata", rpc.Viewers, answer(snap))
 	srv.Handle(mux, "GET /v1/copies", rpc.Viewers, answer([]localCopy{}))
-	srv.Handle(mux, "GET /v1/status", rpc.Viewers, answer(map[string]string{"heal": "disabled"}))
+	srv.Handle(mux, "GET /v1/status", rpc.Viewers, answer(status))
 	srv.Handle(mux, "POST /v1/heal/release", rpc.Operators, answer(struct{}{}))
 	srv.Handle(mux, "POST /v1/load", rpc.Operators, func(context.Context, *rpc.Request) (any, error) { return nil, errFakeNotLeader })
 	var certs *pki.Certs

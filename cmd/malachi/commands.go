@@ -45,6 +45,15 @@ type brokerState struct {
 	Latched   int           `json:"latched"`
 	Heal      string        `json:"heal"` // "enabled", "disabled", "unknown"
 	Error     string        `json:"error,omitempty"`
+	// AuthFailed is why the leader's last heal pass could not
+	// authenticate this broker (its auth_failed list): such a broker is
+	// not counted down or dead, and its replicas stay.
+	AuthFailed string `json:"auth_failed,omitempty"`
+	// Insecure: the broker's /v1/status says insecure = true.
+	Insecure bool `json:"insecure,omitempty"`
+	// CertWarnings are the broker's certificates that expire within 30
+	// days (or have), from its /v1/status.
+	CertWarnings []certStatus `json:"cert_warnings,omitempty"`
 }
 
 // clusterStatus is the output of `malachi status`.
@@ -61,8 +70,11 @@ type clusterStatus struct {
 	// brokers that answer than the replication factor.
 	UnderReplicated int `json:"under_replicated"`
 	// OnDownBrokers counts sealed segments with a replica on a broker that
-	// did not answer.
+	// did not answer (and is not in the leader's auth_failed list).
 	OnDownBrokers int `json:"on_down_brokers"`
+	// OnAuthFailedBrokers counts sealed segments with a replica on a
+	// broker the leader's last pass could not authenticate.
+	OnAuthFailedBrokers int `json:"on_auth_failed_brokers"`
 	// Heal is the leader's heal status (the plugin's /status) as served.
 	Heal json.RawMessage `json:"heal,omitempty"`
 	// Insecure: asked with --insecure, in plaintext without certificates,
@@ -165,8 +177,14 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 				bs.Error = err.Error()
 			}
 			if raw, err := bc.Status(ctx); err == nil {
-				if _, ok := decodeStatus(raw); ok {
+				if ps, ok := decodeStatus(raw); ok {
 					bs.Heal = "enabled"
+					bs.Insecure = ps.Insecure
+					for _, c := range ps.Certificates {
+						if c.Warning != "" {
+							bs.CertWarnings = append(bs.CertWarnings, c)
+						}
+					}
 				} else {
 					bs.Heal = "disabled"
 				}
@@ -179,9 +197,45 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 		}()
 	}
 	wg.Wait()
-	up := map[meta.BrokerID]bool{}
+	if st.Heal == nil {
+		if raw, err := c.Status(ctx); err == nil {
+			st.Heal = raw
+		}
+	}
+	st.markAuthFailed()
+	st.count(snap)
+	return st, nil
+}
+
+// markAuthFailed marks the brokers the leader's heal status lists in
+// auth_failed (its last pass's, when the status has no list of its own).
+func (st *clusterStatus) markAuthFailed() {
+	ps, ok := decodeStatus(st.Heal)
+	if !ok {
+		return
+	}
+	failed := ps.AuthFailed
+	if len(failed) == 0 && ps.LastPass != nil {
+		failed = ps.LastPass.AuthFailed
+	}
+	for _, a := range failed {
+		for i := range st.Brokers {
+			if st.Brokers[i].ID == a.Broker {
+				st.Brokers[i].AuthFailed = a.Reason
+			}
+		}
+	}
+}
+
+// count tallies snap's segments: sealed, active, under-replicated (fewer
+// replicas on brokers that answered than the replication factor), with a
+// replica on a down broker, with one on a broker that failed
+// authentication.
+func (st *clusterStatus) count(snap meta.Snapshot) {
+	up, authFailed := map[meta.BrokerID]bool{}, map[meta.BrokerID]bool{}
 	for _, b := range st.Brokers {
 		up[b.ID] = b.Up
+		authFailed[b.ID] = b.AuthFailed != ""
 	}
 	for _, s := range snap.Segments {
 		st.Segments++
@@ -190,11 +244,14 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 			continue
 		}
 		st.Sealed++
-		n, down := 0, false
+		n, down, auth := 0, false, false
 		for _, r := range s.Replicas {
-			if up[r] {
+			switch {
+			case authFailed[r]:
+				auth = true
+			case up[r]:
 				n++
-			} else {
+			default:
 				down = true
 			}
 		}
@@ -204,20 +261,38 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 		if down {
 			st.OnDownBrokers++
 		}
-	}
-	if st.Heal == nil {
-		if raw, err := c.Status(ctx); err == nil {
-			st.Heal = raw
+		if auth {
+			st.OnAuthFailedBrokers++
 		}
 	}
-	return st, nil
+}
+
+// writeSecurity prints what weakens the cluster's security: insecure
+// mode (asked in plaintext, or said by a broker's status) and every
+// certificate that expires within 30 days.
+func writeSecurity(w io.Writer, st *clusterStatus) {
+	if st.Insecure {
+		fmt.Fprintf(w, "INSECURE MODE: the cluster answered in plaintext without certificates (insecure = true): anyone who reaches its ports may read and change it\n")
+	}
+	var insecure []meta.BrokerID
+	for _, b := range st.Brokers {
+		if b.Insecure {
+			insecure = append(insecure, b.ID)
+		}
+	}
+	if len(insecure) > 0 {
+		fmt.Fprintf(w, "INSECURE MODE: brokers %v report insecure = true in /v1/status: no authentication, no encryption, loopback only\n", insecure)
+	}
+	for _, b := range st.Brokers {
+		for _, c := range b.CertWarnings {
+			fmt.Fprintf(w, "WARNING: broker %d certificate %s (not after %s): %s\n", b.ID, c.File, c.NotAfter.UTC().Format(time.RFC3339), c.Warning)
+		}
+	}
 }
 
 func writeStatus(w io.Writer, st *clusterStatus) {
 	fmt.Fprintf(w, "cluster at index %d, replication factor %d, leader broker %d (asked %s)\n", st.Index, st.ReplicationFactor, st.Leader, st.Admin)
-	if st.Insecure {
-		fmt.Fprintf(w, "INSECURE MODE: the cluster answered in plaintext without certificates (insecure = true): anyone who reaches its ports may read and change it\n")
-	}
+	writeSecurity(w, st)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nBROKER\tADMIN\tSTATE\tCOPIES\tLATCHED\tHEAL\tRACK")
 	for _, b := range st.Brokers {
@@ -225,7 +300,10 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 		if b.IsLeader {
 			state = "up, leader"
 		}
-		if !b.Up {
+		switch {
+		case b.AuthFailed != "":
+			state = "AUTH_FAILED"
+		case !b.Up:
 			state = "DOWN"
 		}
 		rack := b.Rack
@@ -236,12 +314,18 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	}
 	tw.Flush()
 	for _, b := range st.Brokers {
+		if b.AuthFailed != "" {
+			fmt.Fprintf(w, "  broker %d: auth_failed: %s (the leader's last heal pass; not counted dead: its replicas stay)\n", b.ID, b.AuthFailed)
+		}
 		if b.Error != "" {
 			fmt.Fprintf(w, "  broker %d: %s\n", b.ID, b.Error)
 		}
 	}
 	fmt.Fprintf(w, "\nsegments: %d (%d sealed, %d active); under-replicated %d; with a replica on a down broker %d\n",
 		st.Segments, st.Sealed, st.Active, st.UnderReplicated, st.OnDownBrokers)
+	if st.OnAuthFailedBrokers > 0 {
+		fmt.Fprintf(w, "segments with a replica on a broker that failed authentication: %d\n", st.OnAuthFailedBrokers)
+	}
 	ps, ok := decodeStatus(st.Heal)
 	if !ok {
 		fmt.Fprintf(w, "heal: no plugin status (disabled, or no leader answered)\n")

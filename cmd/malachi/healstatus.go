@@ -36,6 +36,22 @@ type healReport struct {
 	Stale           []meta.SegmentID `json:"stale"`
 	BytesCopied     int64            `json:"bytes_copied"`
 	Aborted         bool             `json:"aborted"`
+	AuthFailed      []authFailure    `json:"auth_failed"`
+}
+
+// authFailure mirrors heal.AuthFailure: a broker the coordinator could not
+// authenticate (or that refused it), and why.
+type authFailure struct {
+	Broker meta.BrokerID `json:"broker"`
+	Reason string        `json:"reason"`
+}
+
+// certStatus mirrors plugin.CertStatus: one of a broker's certificates.
+type certStatus struct {
+	File     string    `json:"file"`
+	NotAfter time.Time `json:"not_after"`
+	// Warning is set within 30 days of the end (or after it).
+	Warning string `json:"warning"`
 }
 
 type healFailure struct {
@@ -99,6 +115,13 @@ type pluginStatus struct {
 	LastPassAt      time.Time     `json:"last_pass_at"`
 	LastPassSeconds float64       `json:"last_pass_seconds"`
 	Hold            string        `json:"hold"`
+	// Insecure: the broker runs with insecure = true.
+	Insecure bool `json:"insecure"`
+	// Certificates are the broker's own, with a warning near their end.
+	Certificates []certStatus `json:"certificates"`
+	// AuthFailed are the brokers the coordinator could not authenticate on
+	// its last pass (the leader's status only).
+	AuthFailed []authFailure `json:"auth_failed"`
 	// Scrub is the scrubber's part, nil when the plugin has none or it
 	// is off.
 	Scrub *scrubStatus `json:"scrub"`
