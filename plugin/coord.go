@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -164,15 +165,8 @@ func (p *Plugin) newTerm() (*term, error) {
 		Policy: pol, Now: p.now, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
 		ProbeTimeout: p.cfg.ProbeDeadline, Logger: slog.New(zerologHandler{p.log}),
 		OnReport: func(r heal.Report) {
-			// Work done: the next pass starts at once; a broker inside its
-			// grace delay: soon after the delay ends, not a tick later.
-			// (Deferred without backfills means a replica inside its grace
-			// delay, not a cap: polling it at once would spin.)
-			switch {
-			case r.Backfills > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0:
-				poke(0)
-			case len(r.Suspect) > 0 || r.Deferred > 0:
-				poke(fastTick)
+			if d, ok := nextPass(&r); ok {
+				poke(d)
 			}
 		},
 	})
@@ -181,6 +175,27 @@ func (p *Plugin) newTerm() (*term, error) {
 	}
 	t.c = c
 	return t, nil
+}
+
+// nextPass says when the pass after r should start, if sooner than the
+// tick: at once when r did work; soon (fastTick) when a broker is inside
+// its grace delay, to act right after it ends. (Deferred without
+// backfills means a replica inside its grace delay, not a cap: polling it
+// at once would spin.) A broker that answered but could not be
+// authenticated stays suspect until an operator fixes its certificates:
+// that is no reason to hurry, and every hurried pass probes every broker.
+func nextPass(r *heal.Report) (time.Duration, bool) {
+	if r.Backfills > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0 {
+		return 0, true
+	}
+	authFailed := func(b meta.BrokerID) bool {
+		return slices.ContainsFunc(r.AuthFailed, func(a heal.AuthFailure) bool { return a.Broker == b })
+	}
+	waiting := slices.ContainsFunc(r.Suspect, func(b meta.BrokerID) bool { return !authFailed(b) })
+	if waiting || r.Deferred > 0 && len(r.AuthFailed) == 0 {
+		return fastTick, true
+	}
+	return 0, false
 }
 
 // runTerm runs passes: one now, then one per tick, or sooner when the last
