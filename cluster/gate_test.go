@@ -13,37 +13,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/internal/raftwire"
+	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/rs/zerolog"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers (loggers).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines returns the lines of s that contain sub.
-func (s *syncBuffer) lines(sub string) []string {
-	var out []string
-	for _, l := range strings.Split(s.String(), "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // pipeStream is a raft.StreamLayer over net.Pipe: the server side of
 // each dialed pipe goes to accept (wrapped by wrap), the client side to
@@ -87,7 +59,7 @@ func (p *pipeStream) Dial(raft.ServerAddress, time.Duration) (net.Conn, error) {
 // dials it. Every RPC the server transport dispatches goes to got, with
 // the snapshot bytes for an InstallSnapshot.
 type gateRig struct {
-	log    *syncBuffer
+	log    *testlog.Buffer
 	client *raft.NetworkTransport
 	dialer *pipeStream // the client transport's stream
 	server *pipeStream
@@ -100,7 +72,7 @@ type gotRPC struct {
 }
 
 func newGateRig(t *testing.T) *gateRig {
-	r := &gateRig{log: &syncBuffer{}, got: make(chan gotRPC, 16)}
+	r := &gateRig{log: &testlog.Buffer{}, got: make(chan gotRPC, 16)}
 	cfg := Config{Peers: []Peer{{1, "a1"}, {2, "a2"}}}
 	g := newGate(cfg, zerolog.New(r.log), time.Now)
 	r.server = newPipeStream()
@@ -192,7 +164,7 @@ func TestGatePassesWhatRaftSends(t *testing.T) {
 	if got, ok := g.cmd.(*raft.InstallSnapshotRequest); !ok || got.LastLogIndex != 40 || !bytes.Equal(g.data, data) {
 		t.Fatalf("InstallSnapshot arrived as %+v with %d bytes, want %d", g.cmd, len(g.data), len(data))
 	}
-	if l := r.log.lines("refused"); len(l) != 0 {
+	if l := r.log.Lines("refused"); len(l) != 0 {
 		t.Fatalf("refusals logged for valid RPCs: %q", l)
 	}
 }
@@ -238,11 +210,11 @@ func TestGateRefusesForgedHeaders(t *testing.T) {
 			t.Fatalf("after %s: raft dispatched %+v", f.name, got)
 		}
 	}
-	l := r.log.lines("cluster: raft connection refused")
+	l := r.log.Lines("cluster: raft connection refused")
 	if len(l) != 1 || !strings.Contains(l[0], `"peer":"broker 2"`) || !strings.Contains(l[0], `claims server id \"1\"`) {
 		t.Fatalf("refusal lines %q: want one (per remote per minute) naming broker 2 and the claimed id", l)
 	}
-	if l := r.log.lines("failed to decode"); len(l) != 0 {
+	if l := r.log.Lines("failed to decode"); len(l) != 0 {
 		t.Fatalf("raft logged %q", l)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/internal/raftwire"
+	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/rs/zerolog"
@@ -132,7 +133,7 @@ func captureLog(t testing.TB, buf io.Writer) func(*Config) {
 // or metadata. The same vote sent with the member's own certificate gets
 // an answer (the message is what raft reads).
 func TestRaftRefusesUnauthenticatedPeers(t *testing.T) {
-	var log syncBuffer
+	var log testlog.Buffer
 	c := newTestCluster(t, 3, captureLog(t, &log))
 	li := c.quiet()
 	leader, a := c.cfgs[li], c.cfgs[(li+1)%3]
@@ -180,7 +181,7 @@ func TestRaftRefusesUnauthenticatedPeers(t *testing.T) {
 	c.close(li) // waits for its handshakes: every refusal is logged
 	for i, tc := range cases {
 		ip := srcs[i].(*net.TCPAddr).IP.String()
-		l := log.lines(`"remote":"` + ip + `:`)
+		l := log.Lines(`"remote":"` + ip + `:`)
 		if len(l) != 1 || !strings.Contains(l[0], "cluster: raft connection refused") || !strings.Contains(l[0], tc.reason) {
 			t.Errorf("%s: logged %q, want one refusal saying %q", tc.name, l, tc.reason)
 		}
@@ -210,7 +211,7 @@ func loopbackSources(t testing.TB, n int) []net.Addr {
 // would commit a command on the leader is not applied. The refusal is
 // logged once, naming the certificate's broker and the claimed id.
 func TestRaftRefusesForgedServerID(t *testing.T) {
-	var log syncBuffer
+	var log testlog.Buffer
 	c := newTestCluster(t, 3, captureLog(t, &log))
 	li := c.quiet()
 	leader, a, b := c.cfgs[li], c.cfgs[(li+1)%3], c.cfgs[(li+2)%3]
@@ -260,7 +261,7 @@ func TestRaftRefusesForgedServerID(t *testing.T) {
 			t.Errorf("node %d applied the crafted entry", i+1)
 		}
 	}
-	lines := log.lines("cluster: raft connection refused")
+	lines := log.Lines("cluster: raft connection refused")
 	want := fmt.Sprintf(`the certificate names broker %d, the RPC claims server id \"%d\"`, a.ID, b.ID)
 	if len(lines) != 1 || !strings.Contains(lines[0], fmt.Sprintf(`"peer":"broker %d"`, a.ID)) || !strings.Contains(lines[0], want) {
 		t.Fatalf("refusal lines %q: want one naming broker %d and the claimed id %d", lines, a.ID, b.ID)
@@ -315,7 +316,7 @@ func TestRaftRefusesForeignSnapshot(t *testing.T) {
 // addresses, are refused; the cluster keeps working; the node logged one
 // refusal per source address and raft logged nothing about them.
 func TestRaftPortGarbage(t *testing.T) {
-	var log syncBuffer
+	var log testlog.Buffer
 	capture := captureLog(t, &log)
 	c := newTestCluster(t, 3, func(cfg *Config) {
 		if cfg.ID == 1 {
@@ -374,18 +375,18 @@ func TestRaftPortGarbage(t *testing.T) {
 		}
 	}
 	c.close(0) // waits for its handshakes: every refusal is logged or counted
-	lines := log.lines("cluster: raft connection refused")
+	lines := log.Lines("cluster: raft connection refused")
 	if len(lines) != want {
 		t.Errorf("%d refusal lines, want %d (one per source address a minute):\n%s", len(lines), want, strings.Join(lines, "\n"))
 	}
 	for _, src := range sources {
 		ip := src.(*net.TCPAddr).IP.String()
-		if n := len(log.lines(`"remote":"` + ip + `:`)); n != 1 {
+		if n := len(log.Lines(`"remote":"` + ip + `:`)); n != 1 {
 			t.Errorf("%d refusal lines from %s, want 1", n, ip)
 		}
 	}
 	for _, raftSays := range []string{"failed to accept", "failed to decode", "failed to flush"} {
-		for _, l := range log.lines(raftSays) {
+		for _, l := range log.Lines(raftSays) {
 			if !strings.Contains(l, "transport shutdown") { // raft, on an RPC in flight while node 1 closed
 				t.Errorf("raft logged %s", l)
 			}
