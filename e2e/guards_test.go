@@ -116,18 +116,27 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 	}
 }
 
-// A returning broker (issue 8) with real processes: a broker paused
-// (SIGSTOP) past the grace delay counts as dead and its segments start
-// backfilling, slowly (a per-broker rate cap); it resumes (SIGCONT) before
-// they finish. The backfills replacing it are cancelled, its intact copies
-// count again, no replica set changes, and the bytes saved are reported.
-func TestReturningBrokerCancelsBackfills(t *testing.T) {
+// throttledCluster starts 4 brokers at RF 3 whose catch-up is capped at
+// 256 KiB/s a broker, loads 12 sealed segments of 512 KiB, waits until
+// every copy is confirmed, and returns the cluster, its leader and the
+// metadata then: a heal of one broker's replicas lasts seconds.
+func throttledCluster(t *testing.T) (*cluster, int, meta.Snapshot) {
 	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true,
 		extra: "backfill_bytes_per_second = 262144\nmax_backfills = 64\nmax_backfills_per_broker = 16\n"})
 	leader := c.waitLeader(10 * time.Second)
 	c.load(leader, 12, 128, 4096, "r") // 12 × 512 KiB
 	c.waitConfirmed(12)
 	before, _ := c.metadata(leader)
+	return c, leader, before
+}
+
+// A returning broker (issue 8) with real processes: a broker paused
+// (SIGSTOP) past the grace delay counts as dead and its segments start
+// backfilling, slowly (a per-broker rate cap); it resumes (SIGCONT) before
+// they finish. The backfills replacing it are cancelled, its intact copies
+// count again, no replica set changes, and the bytes saved are reported.
+func TestReturningBrokerCancelsBackfills(t *testing.T) {
+	c, leader, before := throttledCluster(t)
 	v := c.followers(leader, 1)[0]
 	var held int
 	for _, s := range before.Segments {

@@ -488,12 +488,7 @@ func (c *cluster) servedCert(addr string) *x509.Certificate {
 // warns of each (under 30 days), and the heal completes with nothing
 // refused for credentials anywhere.
 func TestCertificateRotationSIGHUP(t *testing.T) {
-	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true,
-		extra: "backfill_bytes_per_second = 262144\nmax_backfills = 64\nmax_backfills_per_broker = 16\n"})
-	leader := c.waitLeader(10 * time.Second)
-	c.load(leader, 12, 128, 4096, "r") // 12 × 512 KiB
-	c.waitConfirmed(12)
-	before, _ := c.metadata(leader)
+	c, leader, before := throttledCluster(t)
 	v := victim(c, before, leader)
 	c.kill(v)
 	dead := map[meta.BrokerID]bool{meta.BrokerID(v): true}
