@@ -150,7 +150,10 @@ func (c *Certs) Identity() Identity { return c.material().id }
 // Expiry is one certificate's end of validity.
 type Expiry struct {
 	// File is the certificate's file name in the certs directory.
-	File     string
+	File string
+	// Serial is the certificate's serial number in hex: ca.crt may hold
+	// several CAs (while one is rotated in).
+	Serial   string
 	NotAfter time.Time
 }
 
@@ -159,9 +162,9 @@ func (c *Certs) Expiries() []Expiry {
 	m := c.material()
 	out := make([]Expiry, 0, len(m.cas)+1)
 	for _, ca := range m.cas {
-		out = append(out, Expiry{File: CACert, NotAfter: ca.NotAfter})
+		out = append(out, Expiry{File: CACert, Serial: ca.SerialNumber.Text(16), NotAfter: ca.NotAfter})
 	}
-	return append(out, Expiry{File: c.crtName, NotAfter: m.pair.Leaf.NotAfter})
+	return append(out, Expiry{File: c.crtName, Serial: m.pair.Leaf.SerialNumber.Text(16), NotAfter: m.pair.Leaf.NotAfter})
 }
 
 // verify checks leaf (with intermediates) against the CA pool at now for

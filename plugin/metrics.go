@@ -159,16 +159,22 @@ func (m *metrics) watchCerts(reg *prometheus.Registry, certs *pki.Certs, insecur
 	if certs == nil {
 		return
 	}
-	for i, e := range certs.Expiries() {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "certificate_expiry_seconds",
-			Help: "Seconds until the certificate expires (negative once it has).", ConstLabels: prometheus.Labels{"file": e.File}},
-			func() float64 {
-				// Read again at each scrape: a reload (SIGHUP) replaces them.
-				if es := certs.Expiries(); i < len(es) {
-					return time.Until(es[i].NotAfter).Seconds()
-				}
-				return 0
-			}))
+	reg.MustRegister(expiryCollector{certs: certs, desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "certificate_expiry_seconds"),
+		"Seconds until the certificate expires (negative once it has), by file and serial number.", []string{"file", "serial"}, nil)})
+}
+
+// expiryCollector reports the certificates' expiries as they are at each
+// scrape: a reload (SIGHUP) may replace them, and ca.crt may hold several.
+type expiryCollector struct {
+	certs *pki.Certs
+	desc  *prometheus.Desc
+}
+
+func (c expiryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c expiryCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, e := range c.certs.Expiries() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, time.Until(e.NotAfter).Seconds(), e.File, e.Serial)
 	}
 }
 

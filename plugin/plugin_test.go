@@ -6,12 +6,14 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
@@ -506,6 +508,91 @@ func TestNextPassIgnoresAuthFailed(t *testing.T) {
 		d, ok := nextPass(&tc.r)
 		if d != tc.want || ok != tc.ok {
 			t.Errorf("%s: next pass in %v (%v), want %v (%v)", tc.name, d, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestCertificateExpiryMetric: every certificate of the certs directory is
+// a series, also when ca.crt holds two CAs (one being rotated in), and a
+// reload shows at the next scrape.
+func TestCertificateExpiryMetric(t *testing.T) {
+	cp := newMemCP()
+	cp.makePKI(t)
+	dir := cp.pki.BrokerDir(1)
+	other := t.TempDir()
+	if err := pki.CreateCA(pki.Options{Dir: other}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := os.ReadFile(filepath.Join(other, pki.CACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, pki.CACert), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(second)
+	f.Close()
+	certs := cp.certs(t, 1)
+	reg := prometheus.NewRegistry()
+	db, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cfg := DefaultConfig()
+	cfg.Enabled, cfg.DataDir = true, t.TempDir()
+	if _, err := New(cfg, Deps{Self: 1, Store: db, Control: cp, Certs: certs, Registry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	series := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "malachi_heal_certificate_expiry_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				key := ""
+				for _, l := range m.GetLabel() {
+					key += l.GetName() + "=" + l.GetValue() + " "
+				}
+				out[key] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	got := series()
+	cas, brokers := 0, 0
+	for k, v := range got {
+		switch {
+		case strings.Contains(k, "file=ca.crt"):
+			cas++
+		case strings.Contains(k, "file=broker.crt"):
+			brokers++
+		}
+		if v < 365*24*3600 {
+			t.Errorf("%s expires in %v s, want years", k, v)
+		}
+	}
+	if cas != 2 || brokers != 1 {
+		t.Fatalf("series %v, want two ca.crt and one broker.crt", got)
+	}
+	// A new broker certificate of 2 days, reloaded: the next scrape says so.
+	os.Remove(filepath.Join(dir, pki.BrokerCert))
+	os.Remove(filepath.Join(dir, pki.BrokerKey))
+	if err := pki.CreateBroker(pki.Options{Dir: dir, CAKey: filepath.Join(cp.pki.Root, pki.CAKey), CACert: filepath.Join(cp.pki.Root, pki.CACert), Lifetime: 48 * time.Hour}, 1, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range series() {
+		if strings.Contains(k, "file=broker.crt") && v > 48*3600 {
+			t.Fatalf("after the reload %s expires in %v s, want under 2 days", k, v)
 		}
 	}
 }
