@@ -130,6 +130,9 @@
 //  8. While a Conflict is in force, its segment gets only a ReportFailed
 //     (SealConflict): none of its copies is settled, backfilled, replaced
 //     or deleted, and it is never reported healed.
+//  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
+//     in Report.AuthFailed on every such pass, counts as seen (never dead
+//     for it), and, having no report, is neither a source nor a target.
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;
 // Plans and Reports it returns share no memory with it. The Coordinator
