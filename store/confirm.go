@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,14 +59,9 @@ func confirmKey(id meta.SegmentID, fi FileIdentity) []byte {
 	return k
 }
 
-func confirmSpan(id meta.SegmentID) (lo, hi []byte) {
-	lo = append(append([]byte{confirmPrefix}, id...), 0)
-	hi = append(append([]byte{confirmPrefix}, id...), 1)
-	return lo, hi
-}
-
 // Confirm records, durably, that the copy of id with file identity fi is
-// confirmed. It replaces any earlier confirmation of id.
+// confirmed. It replaces any earlier confirmation of id (a point delete of
+// its key: Confirm writes no range tombstone).
 func (db *DB) Confirm(id meta.SegmentID, fi FileIdentity) error {
 	c, err := db.acquire("confirm", id)
 	if err != nil {
@@ -79,11 +75,16 @@ func (db *DB) Confirm(id meta.SegmentID, fi FileIdentity) error {
 	if err != nil {
 		return err
 	}
+	old, had := db.confirmedOf(id)
+	if had && old == fi {
+		return nil
+	}
 	b := conf.NewBatch()
 	defer b.Close()
-	lo, hi := confirmSpan(id)
-	if err := b.DeleteRange(lo, hi, nil); err != nil {
-		return fmt.Errorf("store: confirm %s: %w", id, err)
+	if had {
+		if err := b.Delete(confirmKey(id, old), nil); err != nil {
+			return fmt.Errorf("store: confirm %s: %w", id, err)
+		}
 	}
 	if err := b.Set(confirmKey(id, fi), nil, nil); err != nil {
 		return fmt.Errorf("store: confirm %s: %w", id, err)
@@ -91,39 +92,116 @@ func (db *DB) Confirm(id meta.SegmentID, fi FileIdentity) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("store: confirm %s: %w", id, err)
 	}
+	db.setConfirmed(id, fi, true)
 	return nil
 }
 
 // Confirmed reports whether the copy of id was confirmed with exactly the
-// file identity fi (so a replaced file is not confirmed).
+// file identity fi (so a replaced file is not confirmed). It answers from
+// memory.
 func (db *DB) Confirmed(id meta.SegmentID, fi FileIdentity) (bool, error) {
 	c, err := db.acquire("confirmed", id)
 	if err != nil {
 		return false, err
 	}
 	defer c.mu.Unlock()
-	conf, err := db.confirmDB("confirmed", id, false)
-	if err != nil {
+	if _, err := db.confirmDB("confirmed", id, false); err != nil {
 		return false, err
 	}
-	_, closer, err := conf.Get(confirmKey(id, fi))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("store: confirmed %s: %w", id, err)
-	}
-	closer.Close()
-	return true, nil
+	got, ok := db.confirmedOf(id)
+	return ok && got == fi, nil
 }
 
+// unconfirm forgets the confirmation of id, durably.
 func (db *DB) unconfirm(id meta.SegmentID) error {
 	conf, err := db.confirmDB("delete", id, true)
 	if err != nil {
 		return err
 	}
-	lo, hi := confirmSpan(id)
-	return conf.DeleteRange(lo, hi, pebble.Sync)
+	old, had := db.confirmedOf(id)
+	if !had {
+		return nil
+	}
+	if err := conf.Delete(confirmKey(id, old), pebble.Sync); err != nil {
+		return err
+	}
+	db.setConfirmed(id, FileIdentity{}, false)
+	return nil
+}
+
+func (db *DB) confirmedOf(id meta.SegmentID) (FileIdentity, bool) {
+	db.confMu.Lock()
+	defer db.confMu.Unlock()
+	fi, ok := db.confirmed[id]
+	return fi, ok
+}
+
+func (db *DB) setConfirmed(id meta.SegmentID, fi FileIdentity, ok bool) {
+	db.confMu.Lock()
+	defer db.confMu.Unlock()
+	if db.confirmed == nil {
+		return // closed meanwhile
+	}
+	if ok {
+		db.confirmed[id] = fi
+	} else {
+		delete(db.confirmed, id)
+	}
+}
+
+// loadConfirmed reads every confirmation of conf. A segment with more than
+// one (left by a crash of an older build between its range delete and its
+// set, or by a hand edit) keeps the last in key order, and the others are
+// deleted, durably, so that one key per segment holds again.
+func loadConfirmed(conf *pebble.DB) (map[meta.SegmentID]FileIdentity, error) {
+	it, err := conf.NewIter(&pebble.IterOptions{LowerBound: []byte{confirmPrefix}, UpperBound: []byte{confirmPrefix + 1}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[meta.SegmentID]FileIdentity{}
+	var extra [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		id, fi, valid := parseConfirmKey(k)
+		if !valid {
+			it.Close()
+			return nil, fmt.Errorf("confirmation key %q is malformed", k)
+		}
+		if old, dup := out[id]; dup {
+			extra = append(extra, confirmKey(id, old))
+		}
+		out[id] = fi
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
+		b := conf.NewBatch()
+		defer b.Close()
+		for _, k := range extra {
+			if err := b.Delete(k, nil); err != nil {
+				return nil, err
+			}
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// parseConfirmKey is confirmKey's inverse.
+func parseConfirmKey(k []byte) (meta.SegmentID, FileIdentity, bool) {
+	if len(k) < 1+1+1+24 || k[0] != confirmPrefix {
+		return "", FileIdentity{}, false
+	}
+	sep := len(k) - 25
+	if k[sep] != 0 || bytes.IndexByte(k[1:sep], 0) >= 0 {
+		return "", FileIdentity{}, false
+	}
+	rest := k[sep+1:]
+	fi := FileIdentity{Dev: binary.BigEndian.Uint64(rest), Ino: binary.BigEndian.Uint64(rest[8:]), Size: int64(binary.BigEndian.Uint64(rest[16:]))}
+	return meta.SegmentID(k[1:sep]), fi, true
 }
 
 func openConfirm(dir string, log zerolog.Logger, failed *atomic.Pointer[failure]) (*pebble.DB, error) {
@@ -150,7 +228,12 @@ func (db *DB) confirmDB(op string, id meta.SegmentID, write bool) (*pebble.DB, e
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s %s: open: %w", ErrConfirmState, op, id, err)
 		}
-		db.conf = conf
+		confirmed, err := loadConfirmed(conf)
+		if err != nil {
+			conf.Close()
+			return nil, fmt.Errorf("%w: %s %s: load confirmations: %w", ErrConfirmState, op, id, err)
+		}
+		db.conf, db.confirmed = conf, confirmed
 	}
 	return db.conf, nil
 }

@@ -61,9 +61,13 @@ type DB struct {
 	syncer DirSyncer
 	pre    int64
 	// conf is opened on first use (confirmDB). Protected by confMu.
-	confMu  sync.Mutex
-	conf    *pebble.DB
-	minFree int64
+	confMu sync.Mutex
+	conf   *pebble.DB
+	// confirmed mirrors conf: the confirmed file identity of each copy,
+	// loaded when conf opens and changed only after a durable write to
+	// it, so Confirmed never reads Pebble. Protected by confMu.
+	confirmed map[meta.SegmentID]FileIdentity
+	minFree   int64
 	// confFailed is set when Pebble reported a fatal error.
 	confFailed atomic.Pointer[failure]
 
@@ -190,7 +194,7 @@ func (db *DB) Close() error {
 		if err := db.conf.Close(); err != nil {
 			errs = append(errs, err)
 		}
-		db.conf = nil
+		db.conf, db.confirmed = nil, nil
 	}
 	db.confMu.Unlock()
 	if err := db.lock.Close(); err != nil {
