@@ -54,7 +54,9 @@
 //  5. Settle never fences a copy whose frames end short of the segment's
 //     byte_size (ErrShort) or disagree with its checksum (ErrCorrupt).
 //  6. A confirmation is keyed by segment and file identity (device, inode,
-//     size): a replaced or resized file is not confirmed.
+//     size): a replaced or resized file is not confirmed. A segment has at
+//     most one confirmation key; Confirmed answers from a mirror of them in
+//     memory that changes only after a durable write to Pebble.
 //  7. All file access goes through Options.FS (the seam store/errorfs
 //     wraps); Pebble logs only through Options.Logger.
 //  8. The store never cuts the frames that a copy's own valid seal footer
