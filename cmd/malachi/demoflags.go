@@ -76,11 +76,8 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "run the brokers in plaintext without certificates (insecure = true); by default the demo makes a CA, broker and client certificates under --dir/certs and every connection is mutual TLS")
-	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return o, usageErr("demo: unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
 	}
 	o.SegmentSize = int64(size)
 	o.ScrubRate = int64(scrubRate)

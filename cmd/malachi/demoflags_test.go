@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"slices"
@@ -126,6 +127,17 @@ func TestCommandFlagErrors(t *testing.T) {
 		}
 		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("malachi %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}
+
+// TestDemoHelpExitsZero: `malachi demo -h` prints its flags and exits 0,
+// as every other command's -h does.
+func TestDemoHelpExitsZero(t *testing.T) {
+	for _, cmd := range [][]string{{"demo", "-h"}, {"status", "-h"}, {"cert", "-h"}} {
+		var out, errb bytes.Buffer
+		if code := run(cmd, &out, &errb); code != 0 || out.Len()+errb.Len() == 0 {
+			t.Errorf("malachi %s: exit %d, printed %d bytes", strings.Join(cmd, " "), code, out.Len()+errb.Len())
 		}
 	}
 }

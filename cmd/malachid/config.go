@@ -201,6 +201,9 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 	var order []string
 	bindFlags(fs, reflect.ValueOf(&cfg).Elem(), "", set, &order)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
 		return cfg, fmt.Errorf("%w: %v", errConfig, err)
 	}
 	if fs.NArg() > 0 {

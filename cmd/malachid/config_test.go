@@ -204,3 +204,16 @@ func TestMalformedConfigFilesChangeNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpAndOnePrefix: --help prints the usage and exits 0; a refused
+// configuration names the command once.
+func TestHelpAndOnePrefix(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run([]string{"--help"}, &stderr); code != 0 || !strings.Contains(stderr.String(), "-heal.enabled") {
+		t.Fatalf("--help: exit %d, usage %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"--id", "0"}, &stderr); code != 2 || strings.Count(stderr.String(), "malachid:") != 1 {
+		t.Fatalf("--id 0: exit %d, %q: want 2 and one prefix", code, stderr.String())
+	}
+}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -20,8 +22,11 @@ func main() {
 // configuration, 1 for any other failure.
 func run(args []string, stderr io.Writer) int {
 	cfg, err := loadConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the flag package printed the usage
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "malachid: %v\n", err)
+		fmt.Fprintln(stderr, prefixed(err))
 		if errors.Is(err, errConfig) {
 			return 2
 		}
@@ -33,7 +38,7 @@ func run(args []string, stderr io.Writer) int {
 	b, err := openBroker(ctx, cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
-		fmt.Fprintf(stderr, "malachid: %v\n", err)
+		fmt.Fprintln(stderr, prefixed(err))
 		if errors.Is(err, errConfig) {
 			return 2
 		}
@@ -59,6 +64,14 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// prefixed is err's message with the command's name in front, once.
+func prefixed(err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, "malachid: ") {
+		return msg
+	}
+	return "malachid: " + err.Error()
 }
 
 func newLogger(cfg Config, w io.Writer) zerolog.Logger {
