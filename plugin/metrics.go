@@ -178,5 +178,12 @@ func (c expiryCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// setEngine makes engine the one series of kind (probe or fsync) in
+// engine_info: auto may switch the probe's engine after start.
+func (m *metrics) setEngine(kind, engine string) {
+	m.engine.DeletePartialMatch(prometheus.Labels{"kind": kind})
+	m.engine.WithLabelValues(kind, engine).Set(1)
+}
+
 // refused counts a refusal of the rpc server.
 func (m *metrics) refused(reason string) { m.auth.refusedTotal.WithLabelValues(reason).Inc() }

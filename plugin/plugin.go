@@ -205,8 +205,8 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	}
 	p.closers = append(p.closers, p.engines.Close)
 	p.status.ProbeEngine, p.status.FsyncEngine = p.engines.stat.Engine(), p.engines.fsyncName
-	p.metrics.engine.WithLabelValues("probe", p.status.ProbeEngine).Set(1)
-	p.metrics.engine.WithLabelValues("fsync", p.status.FsyncEngine).Set(1)
+	p.metrics.setEngine("probe", p.status.ProbeEngine)
+	p.metrics.setEngine("fsync", p.status.FsyncEngine)
 
 	p.client = NewClient(p.deps.Certs, p.deps.Self, p.resolve, p.cfg.RPCTimeout)
 	p.closers = append(p.closers, func() error { p.client.Close(); return nil })
@@ -314,6 +314,7 @@ func (p *Plugin) Status() Status {
 	p.mu.Lock()
 	s := p.status
 	sc := p.scrub
+	stat := p.engines.stat
 	p.mu.Unlock()
 	if sc != nil {
 		st := sc.snapshot()
@@ -331,6 +332,9 @@ func (p *Plugin) Status() Status {
 		slices.SortFunc(s.Members, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	s.Certificates = certStatus(p.deps.Certs, p.now())
+	if stat != nil {
+		s.ProbeEngine = stat.Engine() // auto's current choice
+	}
 	return s
 }
 

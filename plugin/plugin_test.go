@@ -596,3 +596,54 @@ func TestCertificateExpiryMetric(t *testing.T) {
 		}
 	}
 }
+
+// switchingStatter is a statter whose engine changes, as auto's may.
+type switchingStatter struct {
+	statter
+	engine string
+}
+
+func (s *switchingStatter) Engine() string { return s.engine }
+
+// TestEngineMetricFollowsAuto: after the probe's engine switches, the
+// engine_info metric and /status name the new one, and only it.
+func TestEngineMetricFollowsAuto(t *testing.T) {
+	cp := newMemCP()
+	in := startInstance(t, cp, 1, nil)
+	sw := &switchingStatter{statter: in.p.srv.stat, engine: "syscall"}
+	in.p.mu.Lock()
+	in.p.srv.stat, in.p.engines.stat = sw, sw
+	in.p.mu.Unlock()
+	ctx := context.Background()
+	for _, want := range []string{"syscall", "uring"} {
+		sw.engine = want
+		if _, err := in.p.Client().Probe(ctx, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		mfs, err := in.p.metrics.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var probes []string
+		for _, mf := range mfs {
+			if mf.GetName() != "malachi_heal_engine_info" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["kind"] == "probe" {
+					probes = append(probes, labels["engine"])
+				}
+			}
+		}
+		if len(probes) != 1 || probes[0] != want {
+			t.Fatalf("engine_info for the probe after a switch to %s: %v", want, probes)
+		}
+		if got := in.p.Status().ProbeEngine; got != want {
+			t.Fatalf("status probe_engine %q, want %q", got, want)
+		}
+	}
+}

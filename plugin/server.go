@@ -135,6 +135,8 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 		paths = append(paths, s.db.Path(seg.ID))
 	}
 	res, err := s.stat.Stat(ctx, paths, time.Until(start.Add(deadline)))
+	// auto may switch engines as it measures them: the metric follows.
+	s.metrics.setEngine("probe", s.stat.Engine())
 	if err != nil {
 		return nil, fmt.Errorf("plugin: broker %d: probing %d copies: %w", s.self, len(paths), err)
 	}
