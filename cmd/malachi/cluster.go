@@ -38,6 +38,8 @@ type clusterConfig struct {
 	// heal.scrub_bytes_per_second.
 	ScrubEvery time.Duration
 	ScrubRate  int64
+	// BackfillRate is heal.backfill_bytes_per_second (0: no cap).
+	BackfillRate int64
 	// Keep leaves the processes running when the CLI exits.
 	Keep bool
 	// Insecure runs the brokers with insecure = true: plaintext on
@@ -244,6 +246,9 @@ func (c *cluster) configText(b *broker) string {
 	fmt.Fprintf(&s, "scrub_interval = %q\n", c.cfg.ScrubEvery.String())
 	if c.cfg.ScrubRate > 0 {
 		fmt.Fprintf(&s, "scrub_bytes_per_second = %d\n", c.cfg.ScrubRate)
+	}
+	if c.cfg.BackfillRate > 0 {
+		fmt.Fprintf(&s, "backfill_bytes_per_second = %d\n", c.cfg.BackfillRate)
 	}
 	return s.String()
 }

@@ -61,7 +61,8 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) int {
 		rep: &demoReport{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
 			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
 			"heal.scrub_interval": o.ScrubEvery.String(), "heal.scrub_bytes_per_second": fmt.Sprint(o.ScrubRate),
-			"raft.heartbeat_timeout": o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(), "insecure": fmt.Sprint(o.Insecure),
+			"heal.backfill_bytes_per_second": fmt.Sprint(o.BackfillRate),
+			"raft.heartbeat_timeout":         o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(), "insecure": fmt.Sprint(o.Insecure),
 		}},
 	}
 	d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("seed %d (--seed to replay the same victims)", seed))
@@ -165,7 +166,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, ScrubEvery: d.o.ScrubEvery, ScrubRate: d.o.ScrubRate, Keep: d.o.Keep, Insecure: d.o.Insecure})
+	c, err := newCluster(clusterConfig{Bin: bin, Root: d.o.Dir, Brokers: d.o.Brokers, RF: d.o.RF, Tick: d.o.Tick, Grace: d.o.Grace, RaftTimeout: d.o.RaftTimeout, SettleBatch: d.o.SettleBatch, ScrubEvery: d.o.ScrubEvery, ScrubRate: d.o.ScrubRate, BackfillRate: d.o.BackfillRate, Keep: d.o.Keep, Insecure: d.o.Insecure})
 	if err != nil {
 		return err
 	}

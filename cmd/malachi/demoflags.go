@@ -18,24 +18,28 @@ var allStages = []string{
 
 // demoOptions are the flags of `malachi demo`.
 type demoOptions struct {
-	Brokers      int
-	RF           int
-	Segments     int
-	SegmentSize  int64
-	JSON         bool
-	Keep         bool
-	Malachid     string
-	Dir          string
-	Stages       []string
-	stagesSet    bool // --faults given explicitly
-	Copies       int
-	Tick         time.Duration
-	Grace        time.Duration
-	RaftTimeout  time.Duration
-	Poll         time.Duration
-	SettleBatch  int
-	ScrubEvery   time.Duration
-	ScrubRate    int64
+	Brokers     int
+	RF          int
+	Segments    int
+	SegmentSize int64
+	JSON        bool
+	Keep        bool
+	Malachid    string
+	Dir         string
+	Stages      []string
+	stagesSet   bool // --faults given explicitly
+	Copies      int
+	Tick        time.Duration
+	Grace       time.Duration
+	RaftTimeout time.Duration
+	Poll        time.Duration
+	SettleBatch int
+	ScrubEvery  time.Duration
+	ScrubRate   int64
+	// BackfillRate is heal.backfill_bytes_per_second; -1 (the default)
+	// means 8 segments a second, so that a copy takes about 125 ms and the
+	// backfill-kill stage can strike while bytes are in flight.
+	BackfillRate int64
 	StageTimeout time.Duration
 	Seed         uint64
 	// Insecure runs the cluster in plaintext without certificates
@@ -72,6 +76,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.ScrubEvery, "scrub-interval", time.Second, "pause between two scrub cycles (heal.scrub_interval; 0 turns the scrubber off, and the bit-flip stage with it)")
 	scrubRate := byteSize(32 << 20)
 	fs.Var(&scrubRate, "scrub-rate", "bytes per second each broker's scrubber may read (heal.scrub_bytes_per_second)")
+	fs.Int64Var(&o.BackfillRate, "backfill-rate", -1, "bytes per second each broker's catch-up may move (heal.backfill_bytes_per_second); -1: eight segments a second, so that the backfill-kill stage can strike a transfer in flight; 0: no cap (that stage then fails when it misses its window)")
 	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
@@ -81,6 +86,9 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	}
 	o.SegmentSize = int64(size)
 	o.ScrubRate = int64(scrubRate)
+	if o.BackfillRate < 0 {
+		o.BackfillRate = max(8*o.SegmentSize, 4096)
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "faults" {
 			o.stagesSet = true
@@ -142,6 +150,8 @@ func (o *demoOptions) validate() error {
 		return usageErr("--raft-timeout %v: want at least 10ms", o.RaftTimeout)
 	case o.ScrubEvery < 0:
 		return usageErr("--scrub-interval %v: want 0 (off) or more", o.ScrubEvery)
+	case o.BackfillRate > 0 && o.BackfillRate < 4096:
+		return usageErr("--backfill-rate %d: want 0 (no cap), -1 (eight segments a second) or at least 4096 bytes per second", o.BackfillRate)
 	case o.ScrubRate < 4096:
 		return usageErr("--scrub-rate %s: want at least 4 KiB per second", formatBytes(o.ScrubRate))
 	case o.SettleBatch < 1:

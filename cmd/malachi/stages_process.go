@@ -550,10 +550,12 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 				b, seen = d.c.broker(best), found[best]
 				how = fmt.Sprintf("complete but unrecorded (%d of broker %d's sets still pending)", pending, a.ID)
 				if pending == 0 {
-					// Every set recorded before a scan caught a transfer
-					// (segments that copy in milliseconds): B still dies,
-					// and the note says the window was missed.
-					how = "MISSED the in-flight window: every set of the pass was recorded before a scan saw a transfer in flight"
+					// Every set recorded before a scan caught a transfer:
+					// the fault this stage is about did not happen. It
+					// fails; it is never counted as survived.
+					fr.Error = fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw a transfer in flight (heal.backfill_bytes_per_second = %d; --backfill-rate -1 throttles transfers so they can be struck)", a.ID, d.o.BackfillRate)
+					d.logf("  %s", fr.Error)
+					return fr, nil
 				}
 				break
 			}
