@@ -458,7 +458,6 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 		return fr, nil
 	}
 	leader := d.last.Leader
-	lb := d.c.broker(leader)
 	targetsA := d.sealedOn(a.ID)
 	segs := map[meta.SegmentID]meta.Segment{}
 	for _, id := range targetsA {
@@ -478,22 +477,87 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 	}
 	fr.Injected = true
 
+	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
+	if err != nil {
+		return fr, err
+	}
+	if failure != "" {
+		fr.Error = failure
+		return fr, nil
+	}
+	deadSeenA := d.deadSeen
+	targetsB := d.sealedOn(b.ID)
+	for id, m := range d.sizes(targetsB) {
+		if pre[id] == nil {
+			pre[id] = m
+		}
+		pre[id][b.ID] = 0
+	}
+	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	killB := time.Now()
+	if err := d.c.Kill(b); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Broker = b.ID
+	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
+	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies %s",
+		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, formatBytes(seen.Bytes), formatBytes(seen.BytesTotal), seen.Complete, "complete")
+	addNote(&fr, "broker %d killed %s after broker %d, while it was the target of %d of its backfills (%d partial: %s of %s on disk; %d full-size; chosen for: %s)",
+		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, formatBytes(seen.Bytes), formatBytes(seen.BytesTotal), seen.Complete, how)
+	if !deadSeenA.IsZero() {
+		addNote(&fr, "broker %d was listed dead by the pass that started %s after its kill", a.ID, deadSeenA.Sub(killA).Round(time.Millisecond))
+	}
+
+	all := append(slices.Clone(targetsA), targetsB...)
+	rel := d.startHoldReleaser(ctx)
+	err = d.waitHealed(ctx, &fr, "healing after two kills", killB, all, d.o.StageTimeout)
+	rel.stop()
+	if n := rel.note(); n != "" {
+		addNote(&fr, "%s", n)
+		d.logf("  %s", n)
+	} else {
+		addNote(&fr, "the mass-failure brake did not hold")
+	}
+	fr.Detected = fr.Healed
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesEstimated = d.estimateBytes(pre)
+	deadAt := d.deadMoment(&fr, killB, true)
+	if fr.Healed {
+		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
+		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
+			fr.Healed = false
+			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
+		}
+	}
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	return fr, nil
+}
+
+// strikeTarget watches the targets' copy directories, after broker a's
+// kill at killA, for a's segments (segs) arriving, and picks the broker B
+// to kill while its transfers are in flight: bytes on disk short of the
+// sealed size; else target files created with no bytes for 100 ms; else a
+// complete copy whose set the pass has not recorded yet. It returns B,
+// what it saw there and why it was chosen; or a failure (no backfill seen
+// in time, the window missed) that fails the stage; or ctx's error.
+func (d *demo) strikeTarget(ctx context.Context, a *broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline copyFiles, killA time.Time) (b *broker, seen transfers, how, failure string, err error) {
 	// Watch the targets' copy directories for A's segments arriving: kill
 	// a target with bytes on disk short of the sealed size (bytes moving,
 	// not done); files only created (0 bytes) do for want of better after
 	// 100 ms.
-	var b *broker
-	var seen transfers
-	how := ""
+	lb := d.c.broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
 	var emptySince time.Time
 	for i := 0; b == nil; i++ {
 		if err := ctx.Err(); err != nil {
-			return fr, err
+			return nil, seen, "", "", err
 		}
 		if time.Now().After(deadline) {
-			fr.Error = fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout)
-			return fr, nil
+			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout), nil
 		}
 		found := d.scanTransfers(segs, baseline, a.ID, leader)
 		best, empty := meta.BrokerID(0), meta.BrokerID(0)
@@ -542,8 +606,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 					// copy was): any other follower.
 					b = d.pickFollower(a.ID)
 					if b == nil {
-						fr.Error = "no follower left to kill"
-						return fr, nil
+						return nil, seen, "", "no follower left to kill", nil
 					}
 					best = b.ID
 				}
@@ -553,65 +616,16 @@ func (d *demo) stageBackfillKill(ctx context.Context) (faultReport, error) {
 					// Every set recorded before a scan caught a transfer:
 					// the fault this stage is about did not happen. It
 					// fails; it is never counted as survived.
-					fr.Error = fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw a transfer in flight (heal.backfill_bytes_per_second = %d; --backfill-rate -1 throttles transfers so they can be struck)", a.ID, d.o.BackfillRate)
-					d.logf("  %s", fr.Error)
-					return fr, nil
+					missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw a transfer in flight (heal.backfill_bytes_per_second = %d; --backfill-rate -1 throttles transfers so they can be struck)", a.ID, d.o.BackfillRate)
+					d.logf("  %s", missed)
+					return nil, seen, "", missed, nil
 				}
 				break
 			}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	deadSeenA := d.deadSeen
-	targetsB := d.sealedOn(b.ID)
-	for id, m := range d.sizes(targetsB) {
-		if pre[id] == nil {
-			pre[id] = m
-		}
-		pre[id][b.ID] = 0
-	}
-	d.watchDead, d.deadSeen = b.ID, time.Time{}
-	killB := time.Now()
-	if err := d.c.Kill(b); err != nil {
-		fr.Error = err.Error()
-		return fr, err
-	}
-	fr.Broker = b.ID
-	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
-	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies %s",
-		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, formatBytes(seen.Bytes), formatBytes(seen.BytesTotal), seen.Complete, "complete")
-	addNote(&fr, "broker %d killed %s after broker %d, while it was the target of %d of its backfills (%d partial: %s of %s on disk; %d full-size; chosen for: %s)",
-		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, formatBytes(seen.Bytes), formatBytes(seen.BytesTotal), seen.Complete, how)
-	if !deadSeenA.IsZero() {
-		addNote(&fr, "broker %d was listed dead by the pass that started %s after its kill", a.ID, deadSeenA.Sub(killA).Round(time.Millisecond))
-	}
-
-	all := append(slices.Clone(targetsA), targetsB...)
-	rel := d.startHoldReleaser(ctx)
-	err := d.waitHealed(ctx, &fr, "healing after two kills", killB, all, d.o.StageTimeout)
-	rel.stop()
-	if n := rel.note(); n != "" {
-		addNote(&fr, "%s", n)
-		d.logf("  %s", n)
-	} else {
-		addNote(&fr, "the mass-failure brake did not hold")
-	}
-	fr.Detected = fr.Healed
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	fr.BytesEstimated = d.estimateBytes(pre)
-	deadAt := d.deadMoment(&fr, killB, true)
-	if fr.Healed {
-		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
-		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
-			fr.Healed = false
-			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
-		}
-	}
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
-	}
-	return fr, nil
+	return b, seen, how, "", nil
 }
 
 // nospareReason is how the heal pass reports a lost copy with nowhere to go.
