@@ -130,8 +130,8 @@ func (db *DB) unconfirm(id meta.SegmentID) error {
 }
 
 func (db *DB) confirmedOf(id meta.SegmentID) (FileIdentity, bool) {
-	db.confMu.Lock()
-	defer db.confMu.Unlock()
+	db.confMu.RLock()
+	defer db.confMu.RUnlock()
 	fi, ok := db.confirmed[id]
 	return fi, ok
 }

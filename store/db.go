@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -27,7 +26,7 @@ type Options struct {
 	// Logger receives the store's and Pebble's messages; the zero Logger
 	// discards them.
 	Logger zerolog.Logger
-	// DirSyncer syncs the copies directory; nil means FS.SyncDir.
+	// DirSyncer syncs a copy's shard directory; nil means FS.SyncDir.
 	DirSyncer DirSyncer
 	// Preallocate, when > 0, grows an active copy's file in steps of this
 	// many bytes ahead of its frames (the tail reads as zeros).
@@ -50,18 +49,19 @@ type Seal struct {
 	Checksum    meta.Checksum
 }
 
-// DB is one broker's copies on disk, in <dir>/copies, and their
+// DB is one broker's copies on disk, in <dir>/copies/<shard>, and their
 // confirmation state in <dir>/confirm (Pebble). See the package doc for the
 // invariants and the concurrency contract.
 type DB struct {
 	dir    string
 	copies string
+	shards [Shards]string // shards[i] is the path of shard directory i
 	fs     FS
 	log    zerolog.Logger
 	syncer DirSyncer
 	pre    int64
 	// conf is opened on first use (confirmDB). Protected by confMu.
-	confMu sync.Mutex
+	confMu sync.RWMutex
 	conf   *pebble.DB
 	// confirmed mirrors conf: the confirmed file identity of each copy,
 	// loaded when conf opens and changed only after a durable write to
@@ -75,7 +75,13 @@ type DB struct {
 	bufs   sync.Pool
 	lock   io.Closer // flock on dir/LOCK
 
-	mu sync.Mutex // protects m
+	// dirfds[i] is a descriptor of shard directory i (O_PATH), for
+	// StatTarget; -1 once closed. dirMu is read-held by HoldDirs: Close
+	// takes it for writing before it closes them.
+	dirfds [Shards]atomic.Int32
+	dirMu  sync.RWMutex
+
+	mu sync.RWMutex // protects m
 	m  map[meta.SegmentID]*copyState
 }
 
@@ -90,6 +96,8 @@ type copyState struct {
 	loaded bool // the fields below reflect the file
 	held   bool // by a Target
 	latch  error
+	// latched mirrors latch for ProbeFacts, which reads it without mu.
+	latched atomic.Pointer[latchError]
 
 	// An active copy is open for appends in this process.
 	// INVARIANT: active => f != nil && !sealed.
@@ -107,9 +115,11 @@ type copyState struct {
 	scratch    []byte
 }
 
-// Open opens the store in dir, creating dir/copies and dir/confirm if needed.
-// Existing copies are registered by name and read lazily, on first use: no
-// copy is latched after Open.
+// Open opens the store in dir, creating dir/copies, its shard directories
+// and dir/confirm if needed. A store of an older format is migrated first
+// (see the package doc); a newer one is refused with ErrFormat. Existing
+// copies are registered by name and read lazily, on first use: no copy is
+// latched after Open.
 func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: Open: empty directory", ErrInvalid)
@@ -137,8 +147,12 @@ func Open(dir string, opts Options) (*DB, error) {
 		minFree: opts.ConfirmMinFree,
 		m:       make(map[meta.SegmentID]*copyState),
 	}
+	for i := range db.shards {
+		db.shards[i] = filepath.Join(db.copies, shardNames[i])
+		db.dirfds[i].Store(-1)
+	}
 	db.bufs.New = func() any { b := make([]byte, scanBufSize); return &b }
-	if err := fsys.MkdirAll(db.copies, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	lock, err := lockDir(dir)
@@ -146,22 +160,18 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	db.lock = lock
-	ents, err := fsys.ReadDir(db.copies)
-	if err != nil {
+	if err := db.prepareLayout(); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".seg")
-		if !ok || !e.Type().IsRegular() {
-			continue
-		}
-		id := meta.SegmentID(name)
-		if id.Validate() != nil {
-			db.log.Warn().Str("file", e.Name()).Msg("store: ignoring a file whose name is not a segment id")
-			continue
-		}
-		db.m[id] = &copyState{id: id, path: db.Path(id)}
+	if err := db.loadShards(); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	if err := db.openDirFDs(); err != nil {
+		db.closeDirFDs()
+		lock.Close()
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	return db, nil
 }
@@ -197,25 +207,29 @@ func (db *DB) Close() error {
 		db.conf, db.confirmed = nil, nil
 	}
 	db.confMu.Unlock()
+	db.dirMu.Lock()
+	db.closeDirFDs()
+	db.dirMu.Unlock()
 	if err := db.lock.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// Path returns the file path of the copy of id (whether or not it exists).
+// Path returns the file path of the copy of id (whether or not it exists):
+// <dir>/copies/<shard>/<id>.seg (see Shard).
 func (db *DB) Path(id meta.SegmentID) string {
-	return filepath.Join(db.copies, string(id)+".seg")
+	return filepath.Join(db.shards[Shard(id)], string(id)+segSuffix)
 }
 
 // List returns the ids of the copies the store holds, sorted.
 func (db *DB) List() []meta.SegmentID {
-	db.mu.Lock()
+	db.mu.RLock()
 	ids := make([]meta.SegmentID, 0, len(db.m))
 	for id := range db.m {
 		ids = append(ids, id)
 	}
-	db.mu.Unlock()
+	db.mu.RUnlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
 }
@@ -223,9 +237,9 @@ func (db *DB) List() []meta.SegmentID {
 // LatchErr returns nil unless the copy is latched; then an error wrapping
 // ErrLatched and the I/O error that latched it.
 func (db *DB) LatchErr(id meta.SegmentID) error {
-	db.mu.Lock()
+	db.mu.RLock()
 	c := db.m[id]
-	db.mu.Unlock()
+	db.mu.RUnlock()
 	if c == nil {
 		return nil
 	}
@@ -246,9 +260,9 @@ func (db *DB) acquire(op string, id meta.SegmentID) (*copyState, error) {
 	if db.closed.Load() {
 		return nil, fmt.Errorf("%w: %s %s", ErrClosed, op, id)
 	}
-	db.mu.Lock()
+	db.mu.RLock()
 	c := db.m[id]
-	db.mu.Unlock()
+	db.mu.RUnlock()
 	if c == nil {
 		return nil, fmt.Errorf("%w: %s %s", ErrUnknownCopy, op, id)
 	}
@@ -279,7 +293,9 @@ func (db *DB) usable(op string, c *copyState) error {
 // The caller holds c.mu.
 func (db *DB) fail(c *copyState, op string, err error) error {
 	if c.latch == nil {
-		c.latch = &latchError{id: string(c.id), op: op, cause: err}
+		le := &latchError{id: string(c.id), op: op, cause: err}
+		c.latch = le
+		c.latched.Store(le)
 		db.log.Error().Str("segment", string(c.id)).Str("op", op).Err(err).Msg("store: copy latched")
 		if c.f != nil {
 			_ = c.f.Close()
@@ -357,15 +373,19 @@ func (db *DB) view(c *copyState, op string, fn func(File) error) error {
 	return fn(f)
 }
 
-// syncDir makes the copies directory durable; an error latches c.
-func (db *DB) syncDir(c *copyState, op string) error {
-	var err error
+// syncShard makes the entries of the shard directory of id durable,
+// through Options.DirSyncer when set.
+func (db *DB) syncShard(id meta.SegmentID) error {
+	d := db.shards[Shard(id)]
 	if db.syncer != nil {
-		err = db.syncer.SyncDir(context.Background(), db.copies)
-	} else {
-		err = db.fs.SyncDir(db.copies)
+		return db.syncer.SyncDir(context.Background(), d)
 	}
-	if err != nil {
+	return db.fs.SyncDir(d)
+}
+
+// syncDir makes the copy's shard directory durable; an error latches c.
+func (db *DB) syncDir(c *copyState, op string) error {
+	if err := db.syncShard(c.id); err != nil {
 		return db.fail(c, op+": directory sync", err)
 	}
 	return nil
@@ -676,9 +696,9 @@ func (db *DB) Delete(id meta.SegmentID) error {
 	if db.closed.Load() {
 		return fmt.Errorf("%w: delete %s", ErrClosed, id)
 	}
-	db.mu.Lock()
+	db.mu.RLock()
 	c := db.m[id]
-	db.mu.Unlock()
+	db.mu.RUnlock()
 	if c == nil {
 		return fmt.Errorf("%w: delete %s", ErrUnknownCopy, id)
 	}
@@ -700,12 +720,7 @@ func (db *DB) Delete(id meta.SegmentID) error {
 	if err := db.unconfirm(id); err != nil {
 		uerr = fmt.Errorf("store: delete %s: confirmations: %w", id, err)
 	}
-	if db.syncer != nil {
-		serr = db.syncer.SyncDir(context.Background(), db.copies)
-	} else {
-		serr = db.fs.SyncDir(db.copies)
-	}
-	if serr != nil {
+	if serr = db.syncShard(id); serr != nil {
 		serr = fmt.Errorf("store: delete %s: directory sync: %w", id, serr)
 	}
 	return errors.Join(uerr, serr)

@@ -38,6 +38,10 @@ var (
 	ErrConfirmState = errors.New("store: confirmation state failed")
 	// ErrInUse: Open of a directory another open DB owns (flock on LOCK).
 	ErrInUse = errors.New("store: directory in use")
+	// ErrFormat: Open of a store whose FORMAT file records a format this
+	// build does not know (newer than FormatVersion) or cannot read; the
+	// store was not changed.
+	ErrFormat = errors.New("store: unsupported store format")
 	// ErrInvalid: a request with bad arguments; nothing was changed.
 	ErrInvalid = errors.New("store: invalid request")
 	// ErrSealConflict: the copy carries its own valid seal footer (agreeing

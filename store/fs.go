@@ -23,6 +23,9 @@ type FS interface {
 	MkdirAll(name string, perm os.FileMode) error
 	// SyncDir makes the directory's entries durable (fsync of the directory).
 	SyncDir(name string) error
+	// Rename renames oldpath to newpath as os.Rename does (atomically
+	// replacing newpath); the store renames only within one file system.
+	Rename(oldpath, newpath string) error
 }
 
 // File is an open file of an FS.
@@ -72,6 +75,7 @@ func (osFS) Remove(name string) error                     { return os.Remove(nam
 func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
 func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
 func (osFS) MkdirAll(name string, perm os.FileMode) error { return os.MkdirAll(name, perm) }
+func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
 
 func (osFS) SyncDir(name string) error {
 	d, err := os.Open(name)

@@ -113,8 +113,9 @@ func writeFile(t testing.TB, path string, b []byte) {
 	}
 }
 
+// copyPath is where the store of dir keeps the copy of id.
 func copyPath(dir string, id meta.SegmentID) string {
-	return filepath.Join(dir, "copies", string(id)+".seg")
+	return store.CopyPath(dir, id)
 }
 
 func wantIs(t testing.TB, what string, err, target error) {

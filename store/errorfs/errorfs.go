@@ -50,12 +50,13 @@ const (
 	MkdirAll
 	SyncDir
 	Close
+	Rename // Op.Path is the old path, Op.NewPath the new one
 )
 
 var kindNames = map[Kind]string{
 	Open: "open", Read: "read", Write: "write", Sync: "sync", Truncate: "truncate",
 	Allocate: "allocate", Stat: "stat", Remove: "remove", ReadDir: "readdir",
-	MkdirAll: "mkdirall", SyncDir: "syncdir", Close: "close",
+	MkdirAll: "mkdirall", SyncDir: "syncdir", Close: "close", Rename: "rename",
 }
 
 func (k Kind) String() string {
@@ -73,6 +74,8 @@ type Op struct {
 	// Offset is the file offset of a Read or Write, the size of a
 	// Truncate, the offset of an Allocate; 0 otherwise.
 	Offset int64
+	// NewPath is the new path of a Rename; "" otherwise.
+	NewPath string
 }
 
 // ErrInjected is the error injected when an injector is given none.
@@ -251,6 +254,17 @@ func (f *FS) MkdirAll(name string, perm os.FileMode) error {
 		return err
 	}
 	return f.fs.MkdirAll(name, perm)
+}
+
+// Rename implements store.FS. An injected error leaves both paths as they
+// were.
+func (f *FS) Rename(oldpath, newpath string) error {
+	if b := f.inj.Load(); b != nil && b.Injector != nil {
+		if err := b.MaybeError(Op{Kind: Rename, Path: oldpath, NewPath: newpath}); err != nil {
+			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+		}
+	}
+	return f.fs.Rename(oldpath, newpath)
 }
 
 // SyncDir implements store.FS.
