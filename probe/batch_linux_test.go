@@ -101,7 +101,7 @@ func TestProbeBatchErrorsNameTheFile(t *testing.T) {
 	if err := os.Symlink(filepath.Base(paths[2]), filepath.Join(dir, "link.seg")); err != nil {
 		t.Fatal(err)
 	}
-	b.Add(dirfd, "t-0001-999999", ".seg")  // 4: missing
+	b.Add(dirfd, "t-0001-999999", ".seg")   // 4: missing
 	b.Add(dirfd, "t-0001-000000.seg", "/x") // 5: ENOTDIR, missing too
 	b.Add(dirfd, "bad\x00name", ".seg")     // 6: EINVAL
 	b.Add(dirfd, "", "")                    // 7: EINVAL
