@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -215,4 +216,223 @@ func BenchmarkProbe(b *testing.B) {
 			}
 		})
 	}
+}
+
+// batchFixture is n empty files t-0001-NNNNNN.seg spread over 256
+// directories 00..ff (file i in directory i%256), as the sharded store
+// lays copies out, created once per machine under benchRoot (keyed by n,
+// on the repository's disk), with every directory open.
+type batchFixture struct {
+	fds   []int
+	names []string // relative to fds[i%256], without the suffix
+	paths []string // full paths, suffix included
+}
+
+func newBatchFixture(b *testing.B, n int) batchFixture {
+	dir := filepath.Join(benchRoot(b), "probe-batch-"+strconv.Itoa(n))
+	done := filepath.Join(dir, "complete")
+	_, err := os.Stat(done)
+	create := err != nil
+	fx := batchFixture{fds: make([]int, 256), names: make([]string, n), paths: make([]string, n)}
+	for d := range fx.fds {
+		sub := filepath.Join(dir, fmt.Sprintf("%02x", d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		fd, err := unix.Open(sub, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { unix.Close(fd) })
+		fx.fds[d] = fd
+	}
+	start := time.Now()
+	for i := range n {
+		fx.names[i] = fmt.Sprintf("t-0001-%06d", i)
+		fx.paths[i] = filepath.Join(dir, fmt.Sprintf("%02x", i%256), fx.names[i]+".seg")
+		if create {
+			fd, err := unix.Openat(fx.fds[i%256], fx.names[i]+".seg", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unix.Close(fd)
+		}
+	}
+	if create {
+		if err := os.WriteFile(done, nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("created %d files in 256 directories under %s in %v", n, dir, time.Since(start).Round(time.Millisecond))
+	}
+	return fx
+}
+
+// load1 is the one-minute load average; line is all of /proc/loadavg.
+func load1(b *testing.B) (float64, string) {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line := strings.TrimSpace(string(raw))
+	v, err := strconv.ParseFloat(strings.Fields(line)[0], 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v, line
+}
+
+// iowqCPU is the CPU time of the io-wq workers alive in this process
+// (threads named iou-wrk-*, /proc/self/task/*/stat utime+stime, in clock
+// ticks of 10 ms). A worker that exits takes its time out of this sum, but
+// not out of RUSAGE_SELF, which counts every thread of the group, exited
+// ones included.
+func iowqCPU() time.Duration {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	var ticks int64
+	for _, t := range tasks {
+		comm, err := os.ReadFile("/proc/self/task/" + t.Name() + "/comm")
+		if err != nil || !strings.HasPrefix(string(comm), "iou-wrk") {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/self/task/" + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the ")" that closes comm: state is field 3, utime 14, stime 15.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
+}
+
+// batchEngine is one way to stat every file of the fixture once.
+type batchEngine struct {
+	name string
+	run  func(out []probe.Result)
+}
+
+func batchEngines(b *testing.B, fx batchFixture) []batchEngine {
+	var batch probe.Batch
+	for i, name := range fx.names {
+		batch.Add(fx.fds[i%256], name, ".seg")
+	}
+	prober := func(k probe.Kind) *probe.Prober {
+		cfg := probe.DefaultConfig()
+		cfg.Engine = k
+		p, err := probe.New(cfg)
+		if err != nil {
+			b.Skipf("engine %v: %v", k, err)
+		}
+		b.Cleanup(func() { p.Close() })
+		return p
+	}
+	batchRun := func(p *probe.Prober) func(out []probe.Result) {
+		return func(out []probe.Result) {
+			if err := p.ProbeBatch(context.Background(), &batch, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	pathsAuto := prober(probe.KindAuto)
+	return []batchEngine{
+		// The baseline: what anyone would write with dirfd-relative names.
+		{"bare", func(out []probe.Result) {
+			var st unix.Statx_t
+			for i, name := range fx.names {
+				if err := unix.Statx(fx.fds[i%256], name+".seg", unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_SYNC_AS_STAT,
+					unix.STATX_TYPE|unix.STATX_SIZE|unix.STATX_INO, &st); err != nil {
+					b.Fatal(err)
+				}
+				out[i] = probe.Result{Size: int64(st.Size), Dev: unix.Mkdev(st.Dev_major, st.Dev_minor), Ino: st.Ino}
+			}
+		}},
+		{"syscall", batchRun(prober(probe.KindSyscall))},
+		{"uring", batchRun(prober(probe.KindURing))},
+		{"auto", batchRun(prober(probe.KindAuto))},
+		// The old API: full paths from the working directory, Auto.
+		{"paths", func(out []probe.Result) {
+			if err := pathsAuto.Probe(context.Background(), fx.paths, out); err != nil {
+				b.Fatal(err)
+			}
+		}},
+	}
+}
+
+// BenchmarkProbeBatch compares ProbeBatch (dirfd-relative names, each
+// engine) and the full-path Probe with a bare unix.Statx loop over the same
+// files (the baseline), in rounds: each iteration runs every engine once
+// over about 500,000 stats, in an order that rotates between rounds, and
+// reports per engine ns/file, cpu-ns/file (RUSAGE_SELF: every thread of the
+// process, io-wq workers included), caller-cpu-ns/file (RUSAGE_THREAD of
+// the submitting thread), iowq-cpu-ns/file (the iou-wrk-* threads alone),
+// allocs/file, and x-bare (wall time over the baseline's in the same
+// round); and load1, the load average when the round started. Run it with
+// -benchtime 1x -count 5 for five rounds.
+func BenchmarkProbeBatch(b *testing.B) {
+	sizes := []int{10000, 100000}
+	if os.Getenv("MALACHI_BENCH_1M") != "" {
+		sizes = append(sizes, 1000000)
+	}
+	for _, n := range sizes {
+		b.Run("files="+strconv.Itoa(n), func(b *testing.B) {
+			fx := newBatchFixture(b, n)
+			engines := batchEngines(b, fx)
+			out := make([]probe.Result, n)
+			for _, e := range engines { // warm the cache, the rings and Auto's first comparison
+				e.run(out)
+				e.run(out)
+			}
+			reps := max(1, 500000/n)
+			runtime.GC()
+			b.ResetTimer()
+			for round := range b.N {
+				probeBatchRound(b, fx, engines, out, reps, round)
+			}
+		})
+	}
+}
+
+var batchRounds int // rotates the engine order across rounds and runs
+
+func probeBatchRound(b *testing.B, fx batchFixture, engines []batchEngine, out []probe.Result, reps, round int) {
+	runtime.LockOSThread() // RUSAGE_THREAD is the submitting thread's
+	defer runtime.UnlockOSThread()
+	l1, line := load1(b)
+	b.ReportMetric(l1, "load1")
+	files := float64(reps * len(fx.names))
+	wall := map[string]float64{}
+	batchRounds++
+	for k := range engines {
+		e := engines[(k+batchRounds)%len(engines)]
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		c0, t0, w0 := cpuTime(), threadCPU(), iowqCPU()
+		start := time.Now()
+		for range reps {
+			e.run(out)
+		}
+		el := time.Since(start)
+		c, t, w := cpuTime()-c0, threadCPU()-t0, iowqCPU()-w0
+		runtime.ReadMemStats(&m1)
+		for i, r := range out {
+			if r.Err != nil || r.Size != 0 {
+				b.Fatalf("%s: %s: size %d err %v", e.name, fx.paths[i], r.Size, r.Err)
+			}
+		}
+		wall[e.name] = float64(el.Nanoseconds()) / files
+		b.ReportMetric(wall[e.name], "ns/file-"+e.name)
+		b.ReportMetric(float64(c.Nanoseconds())/files, "cpu-ns/file-"+e.name)
+		b.ReportMetric(float64(t.Nanoseconds())/files, "caller-cpu-ns/file-"+e.name)
+		b.ReportMetric(float64(w.Nanoseconds())/files, "iowq-cpu-ns/file-"+e.name)
+		b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/files, "allocs/file-"+e.name)
+	}
+	for name, ns := range wall {
+		if name != "bare" {
+			b.ReportMetric(ns/wall["bare"], "x-bare-"+name)
+		}
+	}
+	b.Logf("round %d, %d files x %d: loadavg %s; ns/file bare %.0f syscall %.0f uring %.0f auto %.0f paths %.0f",
+		round, len(fx.names), reps, line, wall["bare"], wall["syscall"], wall["uring"], wall["auto"], wall["paths"])
 }

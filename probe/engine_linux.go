@@ -16,14 +16,20 @@ import (
 // statxMask asks for what Result carries; device numbers always come back.
 const statxMask = unix.STATX_TYPE | unix.STATX_SIZE | unix.STATX_INO
 
-// checkEvery is how many paths the syscall engine probes between looks at
-// the context.
+// checkEvery is how many targets the syscall engine probes between looks
+// at the context.
 const checkEvery = 64
 
-var fdCWD = unix.AT_FDCWD
+// CWD is AT_FDCWD.
+var _ = [1]struct{}{}[CWD-unix.AT_FDCWD]
 
-// atFDCWD is AT_FDCWD as a system call argument.
-var atFDCWD = uintptr(fdCWD)
+// statxFlags are the statx flags for the targets of b.
+func statxFlags(b *Batch) int {
+	if b.follow {
+		return unix.AT_STATX_SYNC_AS_STAT
+	}
+	return unix.AT_STATX_SYNC_AS_STAT | unix.AT_SYMLINK_NOFOLLOW
+}
 
 // errno classifies a statx result.
 func classify(path string, e syscall.Errno) error {
@@ -38,65 +44,57 @@ func fill(r *Result, st *unix.Statx_t) {
 	*r = Result{Size: int64(st.Size), Dev: unix.Mkdev(st.Dev_major, st.Dev_minor), Ino: st.Ino}
 }
 
-// sysEngine calls statx(2) once per path, from a reused NUL-terminated
-// buffer (unix.Statx would allocate a C string per call).
+// sysEngine calls statx(2) once per target, on the batch's NUL-terminated
+// names (unix.Statx would allocate a C string per call).
 type sysEngine struct {
 	closed atomic.Bool
-	buf    []byte
+	buf    []byte // a path batch's name, NUL-terminated
 	st     unix.Statx_t
 }
 
-// NewSyscall returns the engine that calls statx(2) once per path.
+// NewSyscall returns the engine that calls statx(2) once per target.
 func NewSyscall() Engine { return &sysEngine{} }
 
 func (e *sysEngine) Kind() Kind { return KindSyscall }
 
-// Close makes a running Probe stop within checkEvery paths, marking the
-// rest ErrClosed, and every later Probe return ErrClosed.
+// Close makes a running ProbeRange stop within checkEvery targets, marking
+// the rest ErrClosed, and every later ProbeRange return ErrClosed.
 func (e *sysEngine) Close() error { e.closed.Store(true); return nil }
 
-func (e *sysEngine) Probe(ctx context.Context, paths []string, out []Result) error {
-	if len(out) < len(paths) {
-		return errors.New("probe: result slice shorter than paths")
+func (e *sysEngine) ProbeRange(ctx context.Context, b *Batch, from int, out []Result) error {
+	if from < 0 || from+len(out) > b.Len() {
+		return errors.New("probe: range past the end of the batch")
 	}
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	for i, path := range paths {
-		if i%checkEvery == 0 {
+	flags := uintptr(statxFlags(b))
+	for j := range out {
+		if j%checkEvery == 0 {
 			if e.closed.Load() {
-				unanswered(out[i:], ErrClosed, ErrClosed)
+				unanswered(out[j:], ErrClosed, ErrClosed)
 				return ErrClosed
 			}
 			if err := ctx.Err(); err != nil {
-				unanswered(out[i:len(paths)], ErrDeadline, err)
+				unanswered(out[j:], ErrDeadline, err)
 				return nil
 			}
 		}
-		e.buf = append(e.buf[:0], path...)
-		if len(path) == 0 || hasNUL(e.buf) {
-			out[i] = Result{Err: fail(path, ErrFailed, unix.EINVAL)}
+		i := from + j
+		name, ok := b.cname(i, &e.buf)
+		if !ok {
+			out[j] = Result{Err: fail(b.name(i), ErrFailed, unix.EINVAL)}
 			continue
 		}
-		e.buf = append(e.buf, 0)
-		_, _, en := unix.Syscall6(unix.SYS_STATX, atFDCWD, uintptr(unsafe.Pointer(&e.buf[0])),
-			uintptr(unix.AT_STATX_SYNC_AS_STAT), uintptr(statxMask), uintptr(unsafe.Pointer(&e.st)), 0)
+		_, _, en := unix.Syscall6(unix.SYS_STATX, uintptr(b.dirfd(i)), uintptr(unsafe.Pointer(name)),
+			flags, uintptr(statxMask), uintptr(unsafe.Pointer(&e.st)), 0)
 		if en != 0 {
-			out[i] = Result{Err: classify(path, en)}
+			out[j] = Result{Err: classify(b.name(i), en)}
 			continue
 		}
-		fill(&out[i], &e.st)
+		fill(&out[j], &e.st)
 	}
 	return nil
-}
-
-func hasNUL(b []byte) bool {
-	for _, c := range b {
-		if c == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // uringEngine submits one IORING_OP_STATX per path through a ring, keeping
@@ -120,14 +118,19 @@ func NewURing(entries, maxWorkers uint32) (Engine, error) {
 func (e *uringEngine) Kind() Kind   { return KindURing }
 func (e *uringEngine) Close() error { return e.ring.Close() }
 
-func (e *uringEngine) Probe(ctx context.Context, paths []string, out []Result) error {
-	if len(out) < len(paths) {
-		return errors.New("probe: result slice shorter than paths")
+func (e *uringEngine) ProbeRange(ctx context.Context, b *Batch, from int, out []Result) error {
+	if from < 0 || from+len(out) > b.Len() {
+		return errors.New("probe: range past the end of the batch")
 	}
-	b := &e.batch
-	b.paths, b.out = paths, out
-	defer func() { b.paths, b.out, b.abort, b.abortCause = nil, nil, nil, nil }()
-	err := e.ring.Run(ctx, b)
+	sb := &e.batch
+	sb.b, sb.from, sb.out, sb.flags = b, from, out, statxFlags(b)
+	defer func() { sb.b, sb.out, sb.abort, sb.abortCause = nil, nil, nil, nil }()
+	err := e.ring.Run(ctx, sb)
+	if err != nil && b.paths == nil && e.ring.InFlight() > 0 {
+		// Orphans still point into b's arena (their sqes carry its
+		// addresses and their slots pin it): leave it to them.
+		b.detach()
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -139,36 +142,45 @@ func (e *uringEngine) Probe(ctx context.Context, paths []string, out []Result) e
 	return nil // an enter failure: the entries carry ErrFailed
 }
 
+// statxBatch adapts targets from..from+len(out) of a Batch to uring.Batch.
+// Each sqe points at the target's name in the batch's arena, which the
+// operation's slot pins (Buffers.Pin) until its completion is reaped; a
+// path batch's name is copied into the slot's own Buffers.Path.
 type statxBatch struct {
-	paths []string
+	b     *Batch
+	from  int
 	out   []Result
+	flags int
 	// abort is the error shared by the entries the batch did not answer.
 	abort, abortCause error
 }
 
-func (b *statxBatch) Len() int { return len(b.paths) }
+func (s *statxBatch) Len() int { return len(s.out) }
 
-func (b *statxBatch) Prep(i int, sqe *uring.SQE, buf *uring.Buffers) bool {
-	path := b.paths[i]
-	p, ok := buf.SetPath(path)
-	if !ok || len(path) == 0 {
-		b.out[i] = Result{Err: fail(path, ErrFailed, unix.EINVAL)}
+func (s *statxBatch) Prep(j int, sqe *uring.SQE, buf *uring.Buffers) bool {
+	i := s.from + j
+	name, ok := s.b.cname(i, &buf.Path) // a path batch's name is copied into the slot
+	if !ok {
+		s.out[j] = Result{Err: fail(s.b.name(i), ErrFailed, unix.EINVAL)}
 		return false
 	}
-	sqe.PrepStatx(unix.AT_FDCWD, p, unix.AT_STATX_SYNC_AS_STAT, statxMask, buf.StatxBuf())
+	if s.b.paths == nil {
+		buf.Pin = s.b.arena
+	}
+	sqe.PrepStatx(s.b.dirfd(i), name, s.flags, statxMask, buf.StatxBuf())
 	return true
 }
 
-func (b *statxBatch) Complete(i int, res int32, buf *uring.Buffers) {
+func (s *statxBatch) Complete(j int, res int32, buf *uring.Buffers) {
 	if res < 0 {
-		b.out[i] = Result{Err: classify(b.paths[i], syscall.Errno(-res))}
+		s.out[j] = Result{Err: classify(s.b.name(s.from+j), syscall.Errno(-res))}
 		return
 	}
-	fill(&b.out[i], (*unix.Statx_t)(buf.StatxBuf()))
+	fill(&s.out[j], (*unix.Statx_t)(buf.StatxBuf()))
 }
 
-func (b *statxBatch) Abort(i int, err error) {
-	if b.abort == nil || b.abortCause != err {
+func (s *statxBatch) Abort(j int, err error) {
+	if s.abort == nil || s.abortCause != err {
 		kind := ErrFailed
 		switch {
 		case errors.Is(err, uring.ErrClosed):
@@ -176,7 +188,7 @@ func (b *statxBatch) Abort(i int, err error) {
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 			kind = ErrDeadline
 		}
-		b.abort, b.abortCause = &PathError{Kind: kind, Err: err}, err
+		s.abort, s.abortCause = &PathError{Kind: kind, Err: err}, err
 	}
-	b.out[i] = Result{Err: b.abort}
+	s.out[j] = Result{Err: s.abort}
 }

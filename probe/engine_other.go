@@ -12,36 +12,51 @@ import (
 	"github.com/malachi-log/malachi/internal/uring"
 )
 
-// sysEngine calls stat(2) through os.Stat once per path (off Linux).
+// sysEngine calls stat(2) through os.Stat (lstat for a Batch) once per
+// target (off Linux). Only targets relative to CWD are supported here.
 type sysEngine struct{}
 
-// NewSyscall returns the engine that stats one path per system call.
+// NewSyscall returns the engine that stats one target per system call.
 func NewSyscall() Engine { return sysEngine{} }
 
 func (sysEngine) Kind() Kind   { return KindSyscall }
 func (sysEngine) Close() error { return nil }
 
-func (sysEngine) Probe(ctx context.Context, paths []string, out []Result) error {
-	if len(out) < len(paths) {
-		return errors.New("probe: result slice shorter than paths")
+func (sysEngine) ProbeRange(ctx context.Context, b *Batch, from int, out []Result) error {
+	if from < 0 || from+len(out) > b.Len() {
+		return errors.New("probe: range past the end of the batch")
 	}
-	for i, path := range paths {
+	stat := os.Lstat
+	if b.follow {
+		stat = os.Stat
+	}
+	for j := range out {
 		if err := ctx.Err(); err != nil {
-			unanswered(out[i:len(paths)], ErrDeadline, err)
+			unanswered(out[j:], ErrDeadline, err)
 			return nil
 		}
-		fi, err := os.Stat(path)
+		i := from + j
+		dirfd, name := b.Entry(i)
+		if _, ok := b.cname(i, new([]byte)); !ok {
+			out[j] = Result{Err: fail(name, ErrFailed, syscall.EINVAL)}
+			continue
+		}
+		if dirfd != CWD {
+			out[j] = Result{Err: fail(name, ErrFailed, errors.ErrUnsupported)}
+			continue
+		}
+		fi, err := stat(name)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			out[i] = Result{Err: fail(path, ErrNotExist, err)}
+			out[j] = Result{Err: fail(name, ErrNotExist, err)}
 		case err != nil:
-			out[i] = Result{Err: fail(path, ErrFailed, err)}
+			out[j] = Result{Err: fail(name, ErrFailed, err)}
 		default:
 			r := Result{Size: fi.Size()}
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				r.Dev, r.Ino = uint64(st.Dev), uint64(st.Ino)
 			}
-			out[i] = r
+			out[j] = r
 		}
 	}
 	return nil

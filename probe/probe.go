@@ -86,14 +86,15 @@ type Result struct {
 	Err  error
 }
 
-// Engine probes paths. Implementations are not safe for concurrent use;
-// Prober serializes them.
+// Engine probes the targets of a Batch. Implementations are not safe for
+// concurrent use; Prober serializes them.
 type Engine interface {
-	// Probe fills out[i] for every paths[i]; len(out) >= len(paths). It
-	// answers every entry, with per-entry errors, and returns an error only
-	// when it answered none (bad input, ErrClosed) or was interrupted by
-	// Close (ErrClosed).
-	Probe(ctx context.Context, paths []string, out []Result) error
+	// ProbeRange fills out[j] for target from+j of b, for every j <
+	// len(out) (from+len(out) <= b.Len()). It answers every entry, with
+	// per-entry errors, and returns an error only when it answered none
+	// (ErrClosed) or was interrupted by Close (ErrClosed). After an
+	// interrupted run it may have detached b's arena (see Batch).
+	ProbeRange(ctx context.Context, b *Batch, from int, out []Result) error
 	Kind() Kind
 	Close() error
 }
@@ -180,6 +181,8 @@ type Prober struct {
 	// ringWarm: the ring has had its first timed run, which only warms
 	// it up (io-wq spawns its workers then) and measures nothing.
 	ringWarm bool
+	// paths is Probe's batch, refilled on each call.
+	paths Batch
 }
 
 // New starts a Prober. With KindURing it fails if io_uring is refused
@@ -234,7 +237,8 @@ func (p *Prober) Choice() Choice {
 // probe failed) or ErrDeadline (ctx ended first); the rest of the batch is
 // still answered. It never opens a file. len(out) must be at least
 // len(paths); only out[:len(paths)] is written. Steady state allocates
-// nothing per healthy entry: reuse out between calls.
+// nothing per healthy entry: reuse out between calls. A path naming a
+// symbolic link is followed (stat(2)); ProbeBatch does not follow.
 //
 // Probe returns an error only when it answered nothing (bad input, Prober
 // closed: ErrClosed) or when Close interrupted it (ErrClosed; the entries
@@ -248,35 +252,66 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 	if p.closed {
 		return ErrClosed
 	}
-	out = out[:len(paths)]
-	if p.cfg.Engine != KindAuto || p.uring == nil {
-		return p.engine(p.cur).Probe(ctx, paths, out)
+	b := &p.paths
+	b.Reset()
+	b.paths, b.follow = paths, true
+	defer b.Reset() // keep no reference to the caller's paths
+	return p.run(ctx, b, out[:len(paths)])
+}
+
+// ProbeBatch is Probe over the targets of b: out[i] answers target i,
+// statx(dirfd, name, AT_SYMLINK_NOFOLLOW|AT_STATX_SYNC_AS_STAT), with the
+// same errors, engines and Auto choice as Probe. A *PathError names the
+// target by its name relative to its directory. len(out) must be at least
+// b.Len(). Once b and out are reused, a call allocates nothing per entry.
+//
+// b must not change while ProbeBatch runs, and its directory descriptors
+// must stay open. When the io_uring engine's run is cut (deadline, Close)
+// with statx still in flight, b gets a fresh arena (one allocation) and the
+// old one stays with the ring until the kernel has answered.
+func (p *Prober) ProbeBatch(ctx context.Context, b *Batch, out []Result) error {
+	if len(out) < b.Len() {
+		return fmt.Errorf("probe: result slice holds %d entries for a batch of %d", len(out), b.Len())
 	}
-	n := len(paths)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	return p.run(ctx, b, out[:b.Len()])
+}
+
+// run answers every target of b into out (len(out) == b.Len()) with the
+// engine in use, and under Auto with a sample on the other engine.
+func (p *Prober) run(ctx context.Context, b *Batch, out []Result) error {
+	n := len(out)
+	if p.cfg.Engine != KindAuto || p.uring == nil {
+		return p.engine(p.cur).ProbeRange(ctx, b, 0, out)
+	}
 	if n < p.cfg.SmallBatch {
-		return p.sys.Probe(ctx, paths, out)
+		return p.sys.ProbeRange(ctx, b, 0, out)
 	}
 	p.batches++
 	other := KindSyscall
 	if p.cur == KindSyscall {
 		other = KindURing
 	}
-	k := 0 // paths answered by the other engine, from off on
+	k := 0 // targets answered by the other engine, from off on
 	if s := p.cfg.ExploreSample; s > 0 && n >= 2*s && (!p.compared || (p.cfg.ExploreEvery > 0 && p.batches%p.cfg.ExploreEvery == 0)) {
 		k = s
 	}
 	if k == 0 {
-		_, err := p.timed(ctx, p.cur, span{out, paths})
+		_, err := p.timed(ctx, p.cur, b, out, span{0, n})
 		return err
 	}
 	// The sample window moves through the batch, so that neither engine
-	// always meets the same (warmer or colder) paths.
+	// always meets the same (warmer or colder) targets.
 	off := (p.batches * k) % (n - k + 1)
-	otherNs, err := p.timed(ctx, other, span{out[off : off+k], paths[off : off+k]})
+	otherNs, err := p.timed(ctx, other, b, out, span{off, off + k})
 	if err != nil {
 		return err
 	}
-	curNs, err := p.timed(ctx, p.cur, span{out[:off], paths[:off]}, span{out[off+k:], paths[off+k:]})
+	curNs, err := p.timed(ctx, p.cur, b, out, span{0, off}, span{off + k, n})
 	if err != nil || otherNs <= 0 || curNs <= 0 {
 		return err
 	}
@@ -294,27 +329,24 @@ func (p *Prober) Probe(ctx context.Context, paths []string, out []Result) error 
 	return nil
 }
 
-// span is a range of a batch.
-type span struct {
-	out   []Result
-	paths []string
-}
+// span is the range [lo, hi) of a batch.
+type span struct{ lo, hi int }
 
-// timed runs one engine over one or two spans and returns its cost per
-// path, folded into the estimate Measured reports too; 0 when the run
-// measured nothing: the context ended during it (a partial run), or it was
-// the ring's first run (io-wq spawns its workers then).
-func (p *Prober) timed(ctx context.Context, k Kind, spans ...span) (float64, error) {
+// timed runs one engine over one or two spans of b and returns its cost
+// per target, folded into the estimate Measured reports too; 0 when the
+// run measured nothing: the context ended during it (a partial run), or it
+// was the ring's first run (io-wq spawns its workers then).
+func (p *Prober) timed(ctx context.Context, k Kind, b *Batch, out []Result, spans ...span) (float64, error) {
 	start := p.now()
 	total := 0
 	for _, s := range spans {
-		if len(s.paths) == 0 {
+		if s.hi <= s.lo {
 			continue
 		}
-		if err := p.engine(k).Probe(ctx, s.paths, s.out); err != nil {
+		if err := p.engine(k).ProbeRange(ctx, b, s.lo, out[s.lo:s.hi]); err != nil {
 			return 0, err
 		}
-		total += len(s.paths)
+		total += s.hi - s.lo
 	}
 	if ctx.Err() != nil || total == 0 {
 		return 0, nil

@@ -320,7 +320,7 @@ func TestAutoChoosesURingAndSaysWhy(t *testing.T) {
 	}
 }
 
-// fakeEngine answers every path with its index as size and advances a fake
+// fakeEngine answers every target with its name's length as size and advances a fake
 // clock by cost per path.
 type fakeEngine struct {
 	kind  Kind
@@ -331,12 +331,13 @@ type fakeEngine struct {
 
 func (f *fakeEngine) Kind() Kind   { return f.kind }
 func (f *fakeEngine) Close() error { return nil }
-func (f *fakeEngine) Probe(_ context.Context, paths []string, out []Result) error {
-	for i := range paths {
-		out[i] = Result{Size: int64(len(paths[i]))}
+func (f *fakeEngine) ProbeRange(_ context.Context, b *Batch, from int, out []Result) error {
+	for j := range out {
+		_, name := b.Entry(from + j)
+		out[j] = Result{Size: int64(len(name))}
 	}
-	*f.clock = f.clock.Add(time.Duration(len(paths)) * *f.cost)
-	f.paths += len(paths)
+	*f.clock = f.clock.Add(time.Duration(len(out)) * *f.cost)
+	f.paths += len(out)
 	return nil
 }
 

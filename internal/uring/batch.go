@@ -10,6 +10,13 @@ import "unsafe"
 type Buffers struct {
 	Statx [256]byte // struct statx result; see StatxBuf
 	Path  []byte    // NUL-terminated path
+	// Pin is memory outside the slot that the operation's sqe points into
+	// (a caller's arena of NUL-terminated names). Prep sets it; the ring
+	// keeps it referenced until the operation's completion is reaped, also
+	// when the batch was aborted and the operation became an orphan, and
+	// drops it then. The owner must not write into it while the operation
+	// may be in flight: after an aborted Run, treat it as the ring's.
+	Pin []byte
 }
 
 // StatxBuf is the address of the statx result buffer.

@@ -60,7 +60,7 @@ func (r *Ring) Run(ctx context.Context, b Batch) error {
 		} else {
 			r.orphans--
 		}
-		s.busy, s.op = false, -1
+		s.busy, s.op, s.Pin = false, -1, nil
 		r.free = append(r.free, si)
 		r.inflight--
 	}
@@ -80,6 +80,7 @@ func (r *Ring) Run(ctx context.Context, b Batch) error {
 			s := &r.slots[si]
 			if !b.Prep(next, sqe, &s.Buffers) {
 				r.sqPending-- // not published yet: give the sqe back
+				s.Pin = nil
 				next++
 				continue
 			}
@@ -186,7 +187,7 @@ func (r *Ring) drain() {
 			if !s.busy || s.gen != uint32(c.UserData>>32) {
 				return
 			}
-			s.busy, s.op = false, -1
+			s.busy, s.op, s.Pin = false, -1, nil
 			r.free = append(r.free, si)
 			r.inflight--
 			r.orphans--
