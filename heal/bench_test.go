@@ -40,7 +40,7 @@ func benchInput(n int, anomalyShare float64) Input {
 			k := kinds[(i/every)%len(kinds)]
 			b := s.Replicas[(i/every)%3]
 			r := &in.Reports[b-1]
-			r.Anomalies = append(r.Anomalies, Anomaly{Segment: s.ID, Kind: k, Size: map[Kind]int64{Short: 1000, Overrun: 1<<20 + 40}[k]})
+			r.Facts = append(r.Facts, factOf(s.ID, k, map[Kind]int64{Short: 1000, Overrun: 1<<20 + 40}[k], false))
 		}
 	}
 	return in

@@ -790,15 +790,16 @@ func sortRefs(rs []CopyRef) {
 // For each that answers, back calls returned for every segment it was
 // replaced in whose copy it reports intact, and the broker counts as seen.
 func (c *Coordinator) watchReturns(ctx context.Context, plan Plan, returned func(meta.SegmentID)) (stop func()) {
-	watch := map[meta.BrokerID][]meta.SegmentID{}
+	watch := map[meta.BrokerID][]*meta.Segment{}
 	var order []meta.BrokerID
-	for _, a := range plan.Actions {
+	for i := range plan.Actions {
+		a := &plan.Actions[i]
 		if a.Op == ReplaceDeadReplica && a.Replaces != 0 {
 			if _, ok := watch[a.Replaces]; !ok {
 				order = append(order, a.Replaces)
 			}
-			if s := watch[a.Replaces]; len(s) == 0 || s[len(s)-1] != a.Segment.ID {
-				watch[a.Replaces] = append(s, a.Segment.ID)
+			if s := watch[a.Replaces]; len(s) == 0 || s[len(s)-1].ID != a.Segment.ID {
+				watch[a.Replaces] = append(s, &a.Segment)
 			}
 		}
 	}
@@ -829,8 +830,8 @@ func (c *Coordinator) watchReturns(ctx context.Context, plan Plan, returned func
 				c.cfg.Logger.Info("heal: a replaced broker came back; its segments' backfills are cancelled", "broker", b)
 				c.seenNow(b)
 				for _, seg := range watch[b] {
-					if !slices.ContainsFunc(r.Anomalies, func(a Anomaly) bool { return a.Segment == seg }) {
-						returned(seg)
+					if !slices.ContainsFunc(r.Facts, func(f Fact) bool { return f.Segment == seg.ID && !Intact(seg, &f) }) {
+						returned(seg.ID)
 					}
 				}
 			}

@@ -22,6 +22,15 @@
 //	execute plan (see Plan for the order contract); report plan.Report
 //	cursor, refused, conflicts, acked, lost = plan's, plus the refusals and conflicts execution found
 //
+// Brokers send facts, heal decides (issue 17): a ProbeReport lists a Fact
+// (flags missing / timed out / stat failed / latched / confirmed / corrupt,
+// the stat's size and file identity, a short why) for each copy that is not
+// Intact, so an answer costs O(anomalies) bytes. Classify turns a fact into
+// a Kind, checking in a fixed order: latched, timed out, missing, stat
+// failed (as timed out), corrupt, size at most ByteSize (short), above it
+// (overrun, unless confirmed: intact). Reports are validated
+// (ProbeReport.Validate) where they cross the network.
+//
 // The rules, from the specification (SEED.txt):
 //
 //   - A sealed segment with a lost replica (its broker dead past the grace
@@ -47,13 +56,14 @@
 //     readable this tick (no replica's broker reported LatchUnknown) and
 //     the copy's own probe did not time out. On other passes it stays in
 //     Report.Unsettled, untouched. A confirmed copy is never selected again
-//     (the broker stops reporting it, or reports it Confirmed).
+//     (it is Intact: the broker stops reporting it, or reports it with
+//     FactConfirmed).
 //   - A latched copy is neither a backfill source nor a placement target
 //     for its segment; it is replaced, never merely dropped. With no spare
 //     broker it stays in the set behind the healthy replicas and the
 //     segment is reported no_spare_broker with its copies on every pass. A
 //     dropped latched copy is deleted only after the new set is recorded.
-//   - A corrupt copy (Kind Corrupt: the broker's scrubber found a checksum
+//   - A corrupt copy (FactCorrupt: the broker's scrubber found a checksum
 //     mismatch in a copy of the right size, issue 7) is treated as lost,
 //     exactly like a latched one: never a backfill source, replaced from an
 //     intact replica (ReplaceCorruptCopy), deleted only after the set

@@ -87,10 +87,50 @@ func (w *world) down(b meta.BrokerID, ago time.Duration) *world {
 // dead marks b dead: unseen for longer than the grace delay.
 func (w *world) dead(b meta.BrokerID) *world { return w.down(b, time.Hour) }
 
+// anomaly lists, in b's report, the fact a broker observes of a copy of s
+// that is of kind k (size for Short and Overrun; confirmed: an overrun the
+// broker has confirmed, which it would not list). It panics if the fact
+// does not classify back to k against s's metadata.
 func (w *world) anomaly(b meta.BrokerID, s string, k Kind, size int64, confirmed bool) *world {
 	r := w.report(b)
-	r.Anomalies = append(r.Anomalies, Anomaly{Segment: meta.SegmentID(s), Kind: k, Size: size, Confirmed: confirmed})
+	f := factOf(meta.SegmentID(s), k, size, confirmed)
+	if sg, ok := w.in.Snapshot.Segment(f.Segment); ok {
+		want := Anomaly{Segment: f.Segment, Kind: k}
+		if k == Short || k == Overrun {
+			want.Size = size
+		}
+		if confirmed {
+			want = Anomaly{Segment: f.Segment}
+		}
+		if got := Classify(sg, &f); got != want {
+			panic(fmt.Sprintf("fact %+v classifies as %+v, want %+v", f, got, want))
+		}
+	}
+	r.Facts = append(r.Facts, f)
 	return w
+}
+
+// factOf returns the fact a broker observes of a copy of s of kind k.
+func factOf(s meta.SegmentID, k Kind, size int64, confirmed bool) Fact {
+	f := Fact{Segment: s}
+	switch k {
+	case Missing:
+		f.Flags = FactMissing
+	case Latched:
+		f.Flags = FactLatched
+	case TimedOut:
+		f.Flags = FactTimedOut
+	case Corrupt:
+		f.Flags, f.Size = FactCorrupt, size
+	case Short, Overrun:
+		f.Size = size
+	default:
+		panic(fmt.Sprintf("factOf: kind %s", k))
+	}
+	if confirmed {
+		f.Flags |= FactConfirmed
+	}
+	return f
 }
 
 func (w *world) plan() Plan {

@@ -29,11 +29,11 @@ func TestCorruptKindWire(t *testing.T) {
 	if err := k.UnmarshalText([]byte("rotten")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("UnmarshalText(rotten) = %v", err)
 	}
-	ok := ProbeReport{Broker: 1, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
+	ok := ProbeReport{Broker: 1, Facts: []Fact{{Segment: "a", Flags: FactCorrupt}}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("Validate corrupt: %v", err)
 	}
-	bad := ProbeReport{Broker: 1, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt + 1}}}
+	bad := ProbeReport{Broker: 1, Facts: []Fact{{Segment: "a", Flags: factKnown + 1}}}
 	if err := bad.Validate(); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Validate kind 7: %v", err)
 	}
@@ -211,9 +211,9 @@ func TestCoordinatorAcknowledge(t *testing.T) {
 	// acknowledgement is gone, so a later loss is news.
 	f.reports[1], f.reports[2], f.reports[3] = ProbeReport{Broker: 1}, ProbeReport{Broker: 2}, ProbeReport{Broker: 3}
 	c.Pass(context.Background())
-	f.reports[1] = ProbeReport{Broker: 1, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
-	f.reports[2] = ProbeReport{Broker: 2, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
-	f.reports[3] = ProbeReport{Broker: 3, Anomalies: []Anomaly{{Segment: "a", Kind: Corrupt}}}
+	f.reports[1] = ProbeReport{Broker: 1, Facts: []Fact{{Segment: "a", Flags: FactCorrupt}}}
+	f.reports[2] = ProbeReport{Broker: 2, Facts: []Fact{{Segment: "a", Flags: FactCorrupt}}}
+	f.reports[3] = ProbeReport{Broker: 3, Facts: []Fact{{Segment: "a", Flags: FactCorrupt}}}
 	if rep, _ := c.Pass(context.Background()); !rep.IsLost("a") || rep.Lost[0].Acknowledged {
 		t.Errorf("lost again: %+v", rep.Lost)
 	}

@@ -187,9 +187,9 @@ func TestPlanInvalidInput(t *testing.T) {
 		{"hold share", func(in *Input) { in.Policy.HoldShare = 2 }, "hold_share 2"},
 		{"factor", func(in *Input) { in.Snapshot.ReplicationFactor = 0 }, "replication_factor 0"},
 		{"report broker", func(in *Input) { in.Reports[0].Broker = 0 }, "broker id 0"},
-		{"anomaly kind", func(in *Input) { in.Reports[0].Anomalies = []Anomaly{{Segment: "a", Kind: 99}} }, "kind 99 is unknown"},
-		{"anomaly size", func(in *Input) { in.Reports[0].Anomalies = []Anomaly{{Segment: "a", Kind: Short, Size: -1}} }, "size -1"},
-		{"anomaly segment", func(in *Input) { in.Reports[0].Anomalies = []Anomaly{{Segment: "../x", Kind: Short}} }, "starts with a dot"},
+		{"anomaly kind", func(in *Input) { in.Reports[0].Facts = []Fact{{Segment: "a", Flags: 99}} }, "kind 99 is unknown"},
+		{"anomaly size", func(in *Input) { in.Reports[0].Facts = []Fact{{Segment: "a", Size: -1}} }, "size -1"},
+		{"anomaly segment", func(in *Input) { in.Reports[0].Facts = []Fact{{Segment: "../x"}} }, "starts with a dot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(3, 3, seg("a", 1, 2, 3))
@@ -211,7 +211,7 @@ func TestStrayAnomalies(t *testing.T) {
 	w.anomaly(1, "zz", Missing, 0, false) // no such segment
 	w.anomaly(2, "a", Overrun, 1040, false)
 	w.anomaly(2, "a", Latched, 0, false) // the more severe wins
-	w.in.Reports = append(w.in.Reports, ProbeReport{Broker: 77, Anomalies: []Anomaly{{Segment: "a", Kind: Missing}}})
+	w.in.Reports = append(w.in.Reports, ProbeReport{Broker: 77, Facts: []Fact{{Segment: "a", Flags: FactMissing}}})
 	got := ops(w.plan())
 	if got != "replace_latched_copy a 4<-1\nset_replicas a [1 2 3]->[1 3 4]\ndelete_dropped_copy a 2\n" {
 		t.Errorf("plan:\n%s", got)
@@ -249,10 +249,16 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip:\n%s\nwant:\n%s", q, p)
 	}
 	var r ProbeReport
-	if err := json.Unmarshal([]byte(`{"broker":3,"anomalies":[{"segment":"a","kind":"short","size":5}]}`), &r); err != nil || r.Anomalies[0].Kind != Short {
+	a := seg("a", 1, 2, 3)
+	if err := json.Unmarshal([]byte(`{"broker":3,"facts":[{"s":"a","n":5}]}`), &r); err != nil || Classify(&a, &r.Facts[0]).Kind != Short {
 		t.Errorf("probe report: %+v %v", r, err)
 	}
-	if err := json.Unmarshal([]byte(`{"broker":3,"anomalies":[{"segment":"a","kind":"bent"}]}`), &r); !errors.Is(err, ErrInvalid) {
+	r = ProbeReport{}
+	err = json.Unmarshal([]byte(`{"broker":3,"facts":[{"s":"a","f":128}]}`), &r)
+	if err == nil {
+		err = r.Validate()
+	}
+	if !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown kind: %v", err)
 	}
 }

@@ -32,12 +32,15 @@ type Planner struct {
 	prints   []uint64         // copyPrint of each replica, parallel to state
 }
 
-// anom is one anomaly of one copy, flattened out of the reports.
+// anom is one fact about one copy, flattened out of the reports; scan
+// classifies it (kind, size, confirmed) once its segment is known.
 type anom struct {
 	seg       meta.SegmentID
 	broker    meta.BrokerID
+	flags     FactFlags
+	raw       int64 // the fact's size
 	kind      Kind
-	confirmed bool
+	confirmed bool // an Intact fact listed anyway: a confirmed overrun
 	size      int64
 }
 
@@ -290,8 +293,8 @@ func (p *Planner) find(id meta.BrokerID) int {
 	return p.pl.find(id)
 }
 
-// flatten copies every report's anomalies into p.anoms sorted by segment
-// then broker, one per copy (the most severe).
+// flatten copies every report's facts into p.anoms sorted by segment then
+// broker (a copy may have several: anomaly picks the most severe).
 func (p *Planner) flatten(in Input) {
 	p.anoms = p.anoms[:0]
 	for i := range in.Reports {
@@ -299,8 +302,9 @@ func (p *Planner) flatten(in Input) {
 		if p.find(r.Broker) < 0 {
 			continue
 		}
-		for _, a := range r.Anomalies {
-			p.anoms = append(p.anoms, anom{seg: a.Segment, broker: r.Broker, kind: a.Kind, size: a.Size, confirmed: a.Confirmed})
+		for k := range r.Facts {
+			f := &r.Facts[k]
+			p.anoms = append(p.anoms, anom{seg: f.Segment, broker: r.Broker, flags: f.Flags, raw: f.Size})
 		}
 	}
 	slices.SortFunc(p.anoms, func(a, b anom) int {
@@ -310,9 +314,25 @@ func (p *Planner) flatten(in Input) {
 		if c := cmp.Compare(a.broker, b.broker); c != 0 {
 			return c
 		}
-		return -cmp.Compare(severity[a.kind], severity[b.kind])
+		if c := cmp.Compare(a.flags, b.flags); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.raw, b.raw)
 	})
-	p.anoms = slices.CompactFunc(p.anoms, func(a, b anom) bool { return a.seg == b.seg && a.broker == b.broker })
+}
+
+// classifyFacts decides the kind of each of seg's facts, p.anoms[lo:hi]
+// (Classify); an Intact fact becomes a confirmed overrun, which changes
+// nothing but is counted, as the broker listed it.
+func (p *Planner) classifyFacts(seg *meta.Segment, lo, hi int) {
+	for k := lo; k < hi; k++ {
+		a := &p.anoms[k]
+		v := Classify(seg, &Fact{Segment: a.seg, Flags: a.flags, Size: a.raw})
+		a.kind, a.size, a.confirmed = v.Kind, v.Size, false
+		if v.Kind == KindUnknown {
+			a.kind, a.size, a.confirmed = Overrun, a.raw, true
+		}
+	}
 }
 
 // scan is the one iteration over the snapshot: it counts each broker's load
@@ -359,6 +379,7 @@ func (p *Planner) scan(snap *meta.Snapshot) (active int) {
 		if ok && lo == ai {
 			continue
 		}
+		p.classifyFacts(seg, lo, ai)
 		p.troubled = append(p.troubled, trouble{seg: int32(i), lo: int32(lo), hi: int32(ai)})
 	}
 	return active
@@ -467,14 +488,15 @@ func copyPrint(r meta.BrokerID, a *anom) uint64 {
 	return fingerprint(14695981039346656037, r, 0, a)
 }
 
-// anomaly returns broker r's anomaly among t's, or nil.
+// anomaly returns broker r's most severe anomaly among t's, or nil.
 func (p *Planner) anomaly(t *trouble, r meta.BrokerID) *anom {
+	var best *anom
 	for k := t.lo; k < t.hi; k++ {
-		if p.anoms[k].broker == r {
-			return &p.anoms[k]
+		if a := &p.anoms[k]; a.broker == r && (best == nil || severity[a.kind] > severity[best.kind]) {
+			best = a
 		}
 	}
-	return nil
+	return best
 }
 
 // source picks the intact replica a backfill of t reads from: an intact

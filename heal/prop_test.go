@@ -87,9 +87,10 @@ func TestPlanProperties(t *testing.T) {
 		kind := func(s meta.SegmentID, b meta.BrokerID) Kind {
 			for _, r := range w.in.Reports {
 				if r.Broker == b {
-					for _, a := range r.Anomalies {
-						if a.Segment == s {
-							return a.Kind
+					for _, f := range r.Facts {
+						if f.Segment == s {
+							sg, _ := w.in.Snapshot.Segment(s)
+							return Classify(sg, &f).Kind
 						}
 					}
 				}

@@ -253,25 +253,24 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 		}
 		r.Copies++
 		c := br.copies[seg.ID]
-		var a Anomaly
+		var f Fact
 		switch {
 		case s.chance(0.02, "timeout", id, seg.ID):
-			a = Anomaly{Kind: TimedOut}
+			f.Flags = FactTimedOut
 		case c == nil:
-			a = Anomaly{Kind: Missing}
+			f.Flags = FactMissing
 		case c.latched && !r.LatchUnknown:
-			a = Anomaly{Kind: Latched}
-		case c.corrupt:
-			a = Anomaly{Kind: Corrupt}
-		case c.size < seg.ByteSize:
-			a = Anomaly{Kind: Short, Size: c.size}
-		case c.size > seg.ByteSize && !c.confirmed:
-			a = Anomaly{Kind: Overrun, Size: c.size}
+			f.Flags = FactLatched
 		default:
-			continue
+			f.Size = c.size
+			if c.corrupt {
+				f.Flags |= FactCorrupt
+			}
+			if c.confirmed {
+				f.Flags |= FactConfirmed
+			}
 		}
-		a.Segment = seg.ID
-		r.Anomalies = append(r.Anomalies, a)
+		r.Add(&seg, f)
 	}
 	return r, nil
 }

@@ -1,0 +1,543 @@
+package heal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// The simulation at full size (issue 17): the real Coordinator and Planner
+// over a compact in-memory cluster. Each broker holds "every copy the
+// metadata assigns me is intact and confirmed" plus a small map of
+// exceptions, so 10^7 segments cost the metadata and nothing per copy.
+// It runs only on request: BenchmarkScale, or TestScaleSimulation with
+// -scale.segments=N.
+
+var scaleSegments = flag.Int("scale.segments", 0, "run TestScaleSimulation over this many segments (0: skip)")
+
+const (
+	scaleRF     = 3
+	scaleFooter = 40
+	scaleTick   = 2 * time.Second
+)
+
+// scaleCopy is a broker's copy that is not intact and confirmed.
+type scaleCopy struct {
+	kind Kind // Missing, Short, Overrun (settled or not), Latched, Corrupt
+	size int64
+}
+
+type scaleWorld struct {
+	mu      sync.RWMutex
+	index   uint64
+	brokers []meta.Broker
+	segs    []meta.Segment // sorted by id; id "s%010d" of its position
+	up      []bool         // by broker id
+	held    []int          // sealed copies the metadata assigns, by broker id
+	exc     []map[meta.SegmentID]scaleCopy
+	filled  map[CopyRef]bool // backfilled, not yet recorded
+	now     time.Time
+
+	wire, facts atomic.Int64 // probe answers' JSON bytes and facts, this pass
+	violations  []string
+}
+
+const scaleIDWidth = 11 // "s" and ten digits
+
+// newScaleWorld builds nSeg sealed segments on nb brokers in 10 racks, the
+// replicas of segment i spread by i; ids and replica sets are carved out of
+// two big allocations.
+func newScaleWorld(nb, nSeg int) *scaleWorld {
+	w := &scaleWorld{index: 1, up: make([]bool, nb+1), held: make([]int, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1),
+		filled: map[CopyRef]bool{}, now: t0}
+	for i := 1; i <= nb; i++ {
+		w.brokers = append(w.brokers, meta.Broker{ID: meta.BrokerID(i), Rack: "r" + strconv.Itoa(i%10)})
+		w.up[i] = true
+		w.exc[i] = map[meta.SegmentID]scaleCopy{}
+	}
+	var ids strings.Builder
+	ids.Grow(nSeg * scaleIDWidth)
+	for i := 0; i < nSeg; i++ {
+		fmt.Fprintf(&ids, "s%010d", i)
+	}
+	all := ids.String()
+	reps := make([]meta.BrokerID, scaleRF*nSeg)
+	w.segs = make([]meta.Segment, nSeg)
+	for i := range w.segs {
+		k := i / nb
+		r0 := i % nb
+		r1 := (r0 + 1 + k%(nb-1)) % nb
+		r2 := (r0 + 1 + (k+nb/2)%(nb-1)) % nb
+		r := reps[scaleRF*i : scaleRF*i+scaleRF : scaleRF*i+scaleRF]
+		r[0], r[1], r[2] = meta.BrokerID(r0+1), meta.BrokerID(r1+1), meta.BrokerID(r2+1)
+		for _, b := range r {
+			w.held[b]++
+		}
+		w.segs[i] = meta.Segment{ID: meta.SegmentID(all[i*scaleIDWidth : (i+1)*scaleIDWidth]), StartOffset: uint64(i) * 1000,
+			Length: 1000, ByteSize: 1 << 20, Sealed: true, Checksum: meta.CRC32C(uint32(i)), Replicas: r, Version: 2}
+	}
+	return w
+}
+
+// find returns the segment named id, or nil.
+func (w *scaleWorld) find(id meta.SegmentID) *meta.Segment {
+	if len(id) != scaleIDWidth {
+		return nil
+	}
+	i, err := strconv.Atoi(string(id[1:]))
+	if err != nil || i >= len(w.segs) {
+		return nil
+	}
+	return &w.segs[i]
+}
+
+// intact reports whether b's copy of seg holds the whole, valid bytes.
+func (w *scaleWorld) intact(b meta.BrokerID, seg *meta.Segment) bool {
+	c, ok := w.exc[b][seg.ID]
+	return !ok || c.kind == Overrun
+}
+
+func (w *scaleWorld) violate(format string, args ...any) {
+	w.violations = append(w.violations, fmt.Sprintf(format, args...))
+}
+
+// ---- ControlPlane ----
+
+type scaleControl struct{ w *scaleWorld }
+
+func (c scaleControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
+	w := c.w
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	// The snapshot shares the world's segments: SetReplicas replaces a
+	// segment's Replicas slice, never writes into it.
+	return meta.Snapshot{Index: w.index, ReplicationFactor: scaleRF, Brokers: w.brokers, Segments: w.segs}, ctx.Err()
+}
+
+func (c scaleControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
+	w := c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	seg := w.find(cmd.ID)
+	if seg == nil {
+		return fmt.Errorf("scale: unknown segment %s", cmd.ID)
+	}
+	if !meta.SameReplicas(seg.Replicas, cmd.Expected) {
+		return fmt.Errorf("scale: %s: %w", cmd.ID, meta.ErrStaleReplicas)
+	}
+	if err := meta.ValidateReplicas(cmd.Replicas); err != nil {
+		w.violate("command %s: %v", cmd.ID, err)
+	}
+	for _, r := range cmd.Replicas {
+		if !seg.HasReplica(r) {
+			if !w.filled[CopyRef{cmd.ID, r}] || !w.intact(r, seg) {
+				w.violate("command %s adds broker %d without a complete copy", cmd.ID, r)
+			}
+			delete(w.filled, CopyRef{cmd.ID, r})
+			w.held[r]++
+		}
+	}
+	for _, r := range seg.Replicas {
+		if !slices.Contains(cmd.Replicas, r) {
+			w.held[r]--
+		}
+	}
+	w.index++
+	seg.Replicas = slices.Clone(cmd.Replicas)
+	seg.Version++
+	return nil
+}
+
+// ---- Brokers ----
+
+type scaleBrokers struct{ w *scaleWorld }
+
+var errScaleDown = errors.New("scale: broker down")
+
+// Probe answers from the broker's exceptions only: every other copy the
+// metadata assigns it is intact and confirmed (Intact), so Add would drop it.
+func (p scaleBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+	w := p.w
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if int(id) >= len(w.up) || !w.up[id] {
+		return ProbeReport{}, errScaleDown
+	}
+	r := ProbeReport{Broker: id, Index: w.index, Copies: w.held[id]}
+	for sid, c := range w.exc[id] {
+		seg := w.find(sid)
+		if seg == nil || !seg.HasReplica(id) {
+			continue
+		}
+		f := Fact{Size: c.size, Dev: 1, Ino: uint64(seg.StartOffset) + 1}
+		switch c.kind {
+		case Missing:
+			f = Fact{Flags: FactMissing}
+		case Latched:
+			f = Fact{Flags: FactLatched, Why: "store: copy latched: input/output error"}
+		case Corrupt:
+			f.Flags = FactCorrupt
+		}
+		r.Add(seg, f)
+	}
+	slices.SortFunc(r.Facts, func(a, b Fact) int { return strings.Compare(string(a.Segment), string(b.Segment)) })
+	b, err := json.Marshal(r)
+	if err != nil {
+		return ProbeReport{}, err
+	}
+	w.wire.Add(int64(len(b)))
+	w.facts.Add(int64(len(r.Facts)))
+	return r, nil
+}
+
+func (p scaleBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta.Segment) (int64, error) {
+	w := p.w
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if !w.up[id] {
+		return 0, errScaleDown
+	}
+	c, ok := w.exc[id][seg.ID]
+	switch {
+	case !ok || c.kind == Overrun:
+		return seg.ByteSize, nil
+	case c.kind == Short:
+		return c.size, nil
+	case c.kind == Latched:
+		return 0, errors.New("scale: copy latched")
+	}
+	return 0, nil
+}
+
+func (p scaleBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if !w.up[target] || !w.up[source] {
+		return 0, errScaleDown
+	}
+	if !w.intact(source, &seg) {
+		return 0, fmt.Errorf("scale: source %d of %s: %w", source, seg.ID, ErrSourceRefused)
+	}
+	if c, ok := w.exc[target][seg.ID]; ok && c.kind == Latched {
+		return 0, errors.New("scale: target copy latched")
+	}
+	delete(w.exc[target], seg.ID) // intact, confirmed by the backfill
+	w.filled[CopyRef{seg.ID, target}] = true
+	return seg.ByteSize + scaleFooter - from, nil
+}
+
+func (p scaleBrokers) Settle(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.exc[id][seg.ID]
+	if !w.up[id] || !ok || c.kind != Overrun {
+		return errors.New("scale: cannot settle")
+	}
+	w.exc[id][seg.ID] = scaleCopy{kind: Overrun, size: seg.ByteSize + scaleFooter}
+	return nil
+}
+
+func (p scaleBrokers) Confirm(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.exc[id][seg.ID]
+	if !w.up[id] || !ok || c.kind != Overrun || c.size != seg.ByteSize+scaleFooter {
+		w.violate("confirm %s@%d of a copy not settled: %+v", seg.ID, id, c)
+		return errors.New("scale: not settled")
+	}
+	delete(w.exc[id], seg.ID)
+	return nil
+}
+
+func (p scaleBrokers) Delete(ctx context.Context, id meta.BrokerID, sid meta.SegmentID) error {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if seg := w.find(sid); seg != nil && seg.HasReplica(id) {
+		w.violate("delete %s@%d while the recorded set %v names it", sid, id, seg.Replicas)
+	}
+	if !w.up[id] {
+		return errScaleDown
+	}
+	delete(w.exc[id], sid)
+	return nil
+}
+
+// ---- the schedule ----
+
+// scaleFault damages n copies of distinct segments, each of which keeps
+// its other copies intact; kinds in turn: latched, short, overrun,
+// missing, corrupt.
+func (w *scaleWorld) scaleFault(rng *rand.Rand, n int) {
+	kinds := []Kind{Latched, Short, Overrun, Missing, Corrupt}
+	for k := 0; k < n; {
+		seg := &w.segs[rng.IntN(len(w.segs))]
+		clean := true
+		for _, r := range seg.Replicas {
+			if _, ok := w.exc[r][seg.ID]; ok || !w.up[r] {
+				clean = false
+			}
+		}
+		if !clean {
+			continue
+		}
+		b := seg.Replicas[rng.IntN(len(seg.Replicas))]
+		c := scaleCopy{kind: kinds[k%len(kinds)]}
+		switch c.kind {
+		case Short:
+			c.size = seg.ByteSize / 2
+		case Overrun:
+			c.size = seg.ByteSize + scaleFooter + 4096
+		case Corrupt:
+			c.size = seg.ByteSize + scaleFooter
+		}
+		w.exc[b][seg.ID] = c
+		k++
+	}
+}
+
+// scalePass is what one pass cost and did.
+type scalePass struct {
+	pass              int
+	phase             string
+	wall, cpu         time.Duration
+	allocs, bytes     uint64
+	wire, facts       int64
+	actions, commands int
+	backfills         int
+	report            Report
+}
+
+func (p scalePass) String() string {
+	return fmt.Sprintf("pass %2d %-8s wall %7.1fms cpu %7.1fms allocs %8d alloc %7.1fMB wire %8dB facts %5d backfills %5d commands %5d dead %v failed %d unsettled %d load %s",
+		p.pass, p.phase, ms(p.wall), ms(p.cpu), p.allocs, float64(p.bytes)/1e6, p.wire, p.facts, p.backfills, p.commands,
+		p.report.Dead, len(p.report.Failed), len(p.report.Unsettled), loadavg())
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// scaleCluster is a world and the leader's Coordinator over it.
+type scaleCluster struct {
+	w     *scaleWorld
+	coord *Coordinator
+	pass  int
+	rng   *rand.Rand
+}
+
+func newScaleCluster(tb testing.TB, nb, nSeg int) *scaleCluster {
+	w := newScaleWorld(nb, nSeg)
+	c := &scaleCluster{w: w, rng: rand.New(rand.NewPCG(17, 17))}
+	coord, err := NewCoordinator(Config{
+		Control: scaleControl{w}, Prober: scaleBrokers{w}, Backfiller: scaleBrokers{w}, Settler: scaleBrokers{w}, Deleter: scaleBrokers{w},
+		Policy:      Policy{Grace: 5 * time.Second, SettleBatch: 256, MaxBackfillsPerBroker: 64, MaxBackfills: 20_000},
+		Now:         func() time.Time { w.mu.RLock(); defer w.mu.RUnlock(); return w.now },
+		Concurrency: 8, PerBroker: 8, ReturnCheck: -1,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.coord = coord
+	return c
+}
+
+// run runs one pass and measures it (the in-memory brokers' work, O(their
+// exceptions), runs in this process and is counted too).
+func (c *scaleCluster) run(tb testing.TB, phase string) scalePass {
+	w := c.w
+	w.mu.Lock()
+	w.now = w.now.Add(scaleTick)
+	w.mu.Unlock()
+	w.wire.Store(0)
+	w.facts.Store(0)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0, t0 := cpuTime(), time.Now()
+	rep, err := c.coord.Pass(context.Background())
+	wall, cpu := time.Since(t0), cpuTime()-cpu0
+	runtime.ReadMemStats(&m1)
+	if err != nil {
+		tb.Fatalf("pass %d: %v", c.pass, err)
+	}
+	if len(w.violations) > 0 {
+		tb.Fatalf("pass %d: %v", c.pass, w.violations)
+	}
+	c.pass++
+	return scalePass{pass: c.pass, phase: phase, wall: wall, cpu: cpu, allocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc,
+		wire: w.wire.Load(), facts: w.facts.Load(), commands: rep.Commands, backfills: rep.Backfills, report: rep}
+}
+
+// healthy reports whether the last pass found nothing to do.
+func (p scalePass) healthy() bool {
+	r := &p.report
+	return r.Anomalies == 0 && r.UnderReplicated == 0 && len(r.Failed) == 0 && len(r.Unsettled) == 0 && len(r.Dead) == 0 && len(r.Suspect) == 0
+}
+
+// schedule runs the fault schedule: healthy passes; a broker down for one
+// pass (within the grace delay) and back; a broker dead for good and
+// `copies` damaged copies (latched, short, overrun, missing, corrupt);
+// then passes until the cluster is healthy again (at most maxPasses). It
+// returns every pass's figures.
+func (c *scaleCluster) schedule(tb testing.TB, copies, maxPasses int) []scalePass {
+	w := c.w
+	var out []scalePass
+	log := func(p scalePass) { out = append(out, p); tb.Log(p) }
+	for i := 0; i < 2; i++ {
+		log(c.run(tb, "healthy"))
+	}
+	w.mu.Lock()
+	w.up[7] = false // back before its grace delay runs out
+	w.mu.Unlock()
+	log(c.run(tb, "suspect"))
+	w.mu.Lock()
+	w.up[7], w.up[13] = true, false
+	w.scaleFault(c.rng, copies)
+	w.mu.Unlock()
+	for i := 0; i < maxPasses; i++ {
+		p := c.run(tb, "faulty")
+		log(p)
+		if p.actions == 0 && p.commands == 0 && p.backfills == 0 && len(p.report.Failed) == 0 && len(p.report.Unsettled) == 0 &&
+			p.report.UnderReplicated == 0 && p.report.Anomalies == 0 {
+			return out
+		}
+	}
+	tb.Fatalf("not healed after %d passes: %s", maxPasses, out[len(out)-1].report.String())
+	return out
+}
+
+// TestScaleSimulation runs the schedule over -scale.segments segments on
+// 1,000 brokers (skipped without the flag): the cluster heals, healthy
+// passes answer with no facts, and probe answers grow with the damage.
+func TestScaleSimulation(t *testing.T) {
+	if *scaleSegments == 0 {
+		t.Skip("run with -scale.segments=N (10000000 for the full size)")
+	}
+	c := newScaleCluster(t, 1000, *scaleSegments)
+	passes := c.schedule(t, 1000, 60)
+	if p := passes[0]; p.facts != 0 || !p.healthy() {
+		t.Errorf("healthy pass: %d facts, report %s", p.facts, p.report.String())
+	}
+	if w := c.w; w.up[13] {
+		t.Fatal("broker 13 came back")
+	}
+	for _, seg := range c.w.segs {
+		if seg.HasReplica(13) || len(seg.Replicas) != scaleRF {
+			t.Fatalf("%s: replicas %v", seg.ID, seg.Replicas)
+		}
+	}
+	c.w.mu.Lock()
+	c.w.up[13] = true
+	c.w.mu.Unlock()
+	after := c.run(t, "healthy")
+	if after.facts != 0 || !after.healthy() || after.backfills != 0 {
+		t.Errorf("after healing: %d facts, report %s", after.facts, after.report.String())
+	}
+}
+
+var scaleBench struct {
+	once    sync.Once
+	c       *scaleCluster
+	perSeg  float64 // live heap of the world per segment
+	withPl  float64 // and with the leader's planner scratch, after the schedule
+	nSeg    int
+	schedOK bool
+}
+
+// BenchmarkScale: the leader's healthy pass over 10^7 sealed segments
+// (-scale.segments overrides) on 1,000 brokers at RF 3, after the fault
+// schedule (logged pass by pass with -v). Reported per healthy pass:
+// leader CPU (getrusage, the in-memory brokers' O(exceptions) work
+// included), allocations, probe answers' JSON bytes, and live heap per
+// segment. Compare ns/segment with BenchmarkPass in the same run.
+func BenchmarkScale(b *testing.B) {
+	s := &scaleBench
+	s.once.Do(func() {
+		s.nSeg = 10_000_000
+		if *scaleSegments > 0 {
+			s.nSeg = *scaleSegments
+		}
+		runtime.GC()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		s.c = newScaleCluster(b, 1000, s.nSeg)
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		s.perSeg = float64(m1.HeapAlloc-m0.HeapAlloc) / float64(s.nSeg)
+		s.c.schedule(b, 1000, 60)
+		s.c.w.mu.Lock()
+		s.c.w.up[13] = true // back, empty: every broker answers
+		s.c.w.mu.Unlock()
+		s.c.run(b, "healthy") // warm
+		runtime.GC()
+		var m2 runtime.MemStats
+		runtime.ReadMemStats(&m2)
+		s.withPl = float64(m2.HeapAlloc-m0.HeapAlloc) / float64(s.nSeg)
+		s.schedOK = true
+	})
+	if !s.schedOK {
+		b.Fatal("the schedule failed in an earlier run")
+	}
+	runtime.GC()
+	b.ResetTimer()
+	var cpu time.Duration
+	var allocs uint64
+	var wire, facts int64
+	for i := 0; i < b.N; i++ {
+		p := s.c.run(b, "healthy")
+		if !p.healthy() || p.backfills != 0 {
+			b.Fatalf("healthy pass is not: %s", p.report.String())
+		}
+		cpu += p.cpu
+		allocs += p.allocs
+		wire += p.wire
+		facts += p.facts
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(cpu.Milliseconds())/n, "cpu-ms/pass")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n/float64(s.nSeg), "ns/segment")
+	b.ReportMetric(float64(allocs)/n, "allocs/pass")
+	b.ReportMetric(float64(wire)/n, "wire-B/pass")
+	b.ReportMetric(float64(facts)/n, "facts/pass")
+	b.ReportMetric(s.perSeg, "heap-B/segment")
+	b.ReportMetric(s.withPl, "heap+leader-B/segment")
+	b.Logf("load %s", loadavg())
+}
