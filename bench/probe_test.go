@@ -407,15 +407,17 @@ func probeBatchRound(b *testing.B, fx batchFixture, engines []batchEngine, out [
 	for k := range engines {
 		e := engines[(k+batchRounds)%len(engines)]
 		var m0, m1 runtime.MemStats
+		w0 := iowqCPU() // reads /proc: allocates, so outside the MemStats window
+		c0, t0 := cpuTime(), threadCPU()
 		runtime.ReadMemStats(&m0)
-		c0, t0, w0 := cpuTime(), threadCPU(), iowqCPU()
 		start := time.Now()
 		for range reps {
 			e.run(out)
 		}
 		el := time.Since(start)
-		c, t, w := cpuTime()-c0, threadCPU()-t0, iowqCPU()-w0
 		runtime.ReadMemStats(&m1)
+		c, t := cpuTime()-c0, threadCPU()-t0
+		w := iowqCPU() - w0
 		for i, r := range out {
 			if r.Err != nil || r.Size != 0 {
 				b.Fatalf("%s: %s: size %d err %v", e.name, fx.paths[i], r.Size, r.Err)

@@ -411,3 +411,51 @@ func TestAutoFollowsMeasurement(t *testing.T) {
 		t.Fatalf("Measured = %v, %v", ui, si)
 	}
 }
+
+// Auto follows the measured speed for ProbeBatch as for Probe, and
+// Choice reports the engine answering batches now.
+func TestAutoFollowsMeasurementInBatches(t *testing.T) {
+	now := time.Unix(0, 0)
+	uCost, sCost := 2*time.Microsecond, 5*time.Microsecond
+	u := &fakeEngine{kind: KindURing, cost: &uCost, clock: &now}
+	s := &fakeEngine{kind: KindSyscall, cost: &sCost, clock: &now}
+	cfg := DefaultConfig()
+	cfg.Now = func() time.Time { return now }
+	cfg.ExploreEvery, cfg.ExploreSample = 4, 100
+	p, err := newProber(cfg, s, func(uint32, uint32) (Engine, error) { return u, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Batch
+	for i := range 1000 {
+		b.Add(i%256, strings.Repeat("n", i%7+1), ".seg")
+	}
+	out := make([]Result, b.Len())
+	probe := func(n int) {
+		t.Helper()
+		for range n {
+			if err := p.ProbeBatch(context.Background(), &b, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range out {
+			if out[i].Size != int64(i%7+1+len(".seg")) {
+				t.Fatalf("%d: size %d, not answered", i, out[i].Size)
+			}
+		}
+	}
+	probe(3)
+	if c := p.Choice(); c.Kind != KindURing {
+		t.Fatalf("io_uring faster: Choice = %v", c)
+	}
+	uCost = 10 * time.Microsecond
+	probe(8)
+	if c := p.Choice(); c.Kind != KindSyscall || !strings.Contains(c.Reason, "ns/path") {
+		t.Fatalf("io_uring slower: Choice = %v, want syscall with the measurement", c)
+	}
+	uCost = time.Microsecond
+	probe(8)
+	if c := p.Choice(); c.Kind != KindURing {
+		t.Fatalf("io_uring faster again: Choice = %v", c)
+	}
+}

@@ -29,9 +29,10 @@
 //     array is the identity map, written once at setup.
 //  2. Every memory address an SQE carries (statx buffer, path bytes,
 //     timespec) points into Go-heap memory owned by the Ring (the in-flight
-//     table's Buffers, or fields of Ring), which the collector never moves
-//     and which stays referenced until the operation's CQE has been reaped.
-//     A slot is reused only after its CQE is reaped.
+//     table's Buffers, or fields of Ring) or pinned by it (Buffers.Pin, a
+//     caller's arena of names), which the collector never moves and which
+//     stays referenced until the operation's CQE has been reaped; the slot
+//     drops Pin then. A slot is reused only after its CQE is reaped.
 //  3. Each operation of a batch gets exactly one answer: Complete (the
 //     kernel's result) or Abort (deadline, cancel, Close, enter failure).
 //  4. In flight never exceeds SQ entries, and the CQ has twice as many
