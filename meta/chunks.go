@@ -1,0 +1,202 @@
+package meta
+
+import "slices"
+
+// The Table's storage: segments by serial in chunks (segStore), and sorted
+// lists of serials in chunks (serialList), both copy-on-write against the
+// Views that share them.
+//
+// A serial is a segment's position in creation order (uint32: at most
+// 2^32-1 segments per table). Sharing works by generation: the Table's gen
+// increments each time a View is taken; a chunk, or a top-level array of
+// chunks, may be written in place only while its recorded generation equals
+// the Table's (no View has seen it since it was made or copied). Otherwise
+// the writer copies it first.
+//
+// INVARIANT: memory a View can reach is never written, with one exception
+// that no reader can observe: segStore appends to the last chunk's array past
+// the length any View holds.
+
+const (
+	segShift = 10
+	segChunk = 1 << segShift // segments per segStore chunk (~90 KB)
+	segMask  = segChunk - 1
+)
+
+// listChunk is the most serials a serialList chunk holds (8 KB). A
+// variable only so that tests can make chunks small; never changed while
+// a Table exists.
+var listChunk = 2048
+
+// segStore holds segments indexed by serial: chunk s>>segShift, slot
+// s&segMask. Every chunk but the last is full.
+type segStore struct {
+	c   [][]Segment // shared with Views (the headers and the arrays)
+	gen []uint64    // gen[k]: generation chunk k was made or copied in; private
+	top uint64      // generation c's array was made in
+	n   int
+}
+
+func (s *segStore) get(serial uint32) *Segment {
+	return &s.c[serial>>segShift][serial&segMask]
+}
+
+// ownTop makes c's array writable at generation g.
+func (s *segStore) ownTop(g uint64) {
+	if s.top != g {
+		s.c = slices.Clip(slices.Clone(s.c))
+		s.top = g
+	}
+}
+
+// set stores seg at serial, copying the chunk first if a View may hold it.
+func (s *segStore) set(serial uint32, seg Segment, g uint64) {
+	k := int(serial >> segShift)
+	s.ownTop(g)
+	if s.gen[k] != g {
+		nc := make([]Segment, len(s.c[k]), segChunk)
+		copy(nc, s.c[k])
+		s.c[k], s.gen[k] = nc, g
+	}
+	s.c[k][serial&segMask] = seg
+}
+
+// add appends seg and returns its serial. Appending to a shared last chunk
+// writes past the length any View holds, which no View reads.
+func (s *segStore) add(seg Segment, g uint64) uint32 {
+	if s.n == 1<<32-1 {
+		panic("meta: more than 2^32-1 segments in one table")
+	}
+	serial := uint32(s.n)
+	s.ownTop(g)
+	if s.n&segMask == 0 {
+		s.c = append(s.c, make([]Segment, 0, segChunk))
+		s.gen = append(s.gen, g)
+	}
+	k := len(s.c) - 1
+	s.c[k] = append(s.c[k], seg)
+	s.n++
+	return serial
+}
+
+// serialList is a sorted sequence of serials in chunks of at most
+// listChunk, copy-on-write like segStore. The order is the caller's: by
+// segment id (the id index) or by serial (a broker's replicas); the caller
+// locates positions and the list inserts and removes.
+type serialList struct {
+	c   [][]uint32 // shared with Views
+	gen []uint64   // private, as in segStore
+	top uint64
+	n   int
+}
+
+func (l *serialList) ownTop(g uint64) {
+	if l.top != g {
+		l.c = slices.Clip(slices.Clone(l.c))
+		l.top = g
+	}
+}
+
+// growCap is the capacity a chunk of n serials is given when it must grow.
+func growCap(n int) int { return min(listChunk, n+n/4+16) }
+
+// insert puts v at position i of chunk k (k == len(c) only when the list is
+// empty). A full chunk splits: at its end, a new chunk starts (so serials
+// added in order fill chunks fully); elsewhere it splits in half.
+func (l *serialList) insert(k, i int, v uint32, g uint64) {
+	l.ownTop(g)
+	l.n++
+	if k == len(l.c) {
+		l.c = append(l.c, append(make([]uint32, 0, 16), v))
+		l.gen = append(l.gen, g)
+		return
+	}
+	c := l.c[k]
+	if len(c) >= listChunk {
+		if i == len(c) {
+			l.c = slices.Insert(l.c, k+1, append(make([]uint32, 0, 16), v))
+			l.gen = slices.Insert(l.gen, k+1, g)
+			return
+		}
+		h := len(c) / 2
+		left := append(make([]uint32, 0, growCap(h)), c[:h]...)
+		right := append(make([]uint32, 0, growCap(len(c)-h)), c[h:]...)
+		l.c[k], l.gen[k] = left, g
+		l.c = slices.Insert(l.c, k+1, right)
+		l.gen = slices.Insert(l.gen, k+1, g)
+		if i > h {
+			k, i = k+1, i-h
+		}
+		c = l.c[k]
+	}
+	if l.gen[k] != g || len(c) == cap(c) {
+		nc := make([]uint32, len(c)+1, growCap(len(c)+1))
+		copy(nc, c[:i])
+		nc[i] = v
+		copy(nc[i+1:], c[i:])
+		l.c[k], l.gen[k] = nc, g
+		return
+	}
+	c = c[:len(c)+1]
+	copy(c[i+1:], c[i:])
+	c[i] = v
+	l.c[k] = c
+}
+
+// remove deletes position i of chunk k; an emptied chunk goes.
+func (l *serialList) remove(k, i int, g uint64) {
+	l.ownTop(g)
+	l.n--
+	c := l.c[k]
+	if len(c) == 1 {
+		l.c = slices.Delete(l.c, k, k+1)
+		l.gen = slices.Delete(l.gen, k, k+1)
+		return
+	}
+	if l.gen[k] != g {
+		nc := make([]uint32, 0, len(c)-1)
+		nc = append(append(nc, c[:i]...), c[i+1:]...)
+		l.c[k], l.gen[k] = nc, g
+		return
+	}
+	l.c[k] = slices.Delete(c, i, i+1)
+}
+
+// appendFull appends v at the end, for builders: chunks fill to listChunk.
+func (l *serialList) appendFull(v uint32, g uint64) {
+	l.ownTop(g)
+	k := len(l.c) - 1
+	if k < 0 || len(l.c[k]) == listChunk || l.gen[k] != g {
+		l.c = append(l.c, make([]uint32, 0, listChunk))
+		l.gen = append(l.gen, g)
+		k++
+	}
+	l.c[k] = append(l.c[k], v)
+	l.n++
+}
+
+// trim gives the last chunk its exact size (after a build).
+func (l *serialList) trim() {
+	if k := len(l.c) - 1; k >= 0 {
+		l.c[k] = slices.Clip(slices.Clone(l.c[k]))
+	}
+}
+
+// findSerial locates v in a list sorted by serial: the chunk and position
+// where it is or would be inserted, and whether it is there.
+func (l *serialList) findSerial(v uint32) (k, i int, ok bool) {
+	k, _ = slices.BinarySearchFunc(l.c, v, func(c []uint32, v uint32) int {
+		if c[len(c)-1] < v {
+			return -1
+		}
+		return 1
+	})
+	if k == len(l.c) {
+		if k == 0 {
+			return 0, 0, false
+		}
+		return k - 1, len(l.c[k-1]), false
+	}
+	i, ok = slices.BinarySearch(l.c[k], v)
+	return k, i, ok
+}
