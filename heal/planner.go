@@ -48,9 +48,9 @@ type anom struct {
 type trouble struct {
 	seg     int32         // position in the view (id order)
 	s       *meta.Segment // shared with the view
-	lo, hi  int32 // its anomalies, p.anoms[lo:hi]
-	healthy int32 // healthy copies, for risk order
-	st      int32 // its replicas' states, p.state[st:st+len(replicas)]
+	lo, hi  int32         // its anomalies, p.anoms[lo:hi]
+	healthy int32         // healthy copies, for risk order
+	st      int32         // its replicas' states, p.state[st:st+len(replicas)]
 	fp      uint64
 }
 

@@ -248,7 +248,9 @@ func (f *fakeBrokers) log(format string, args ...any) {
 	}
 }
 
-func (f *fakeBrokers) View(ctx context.Context) (*meta.View, error) { return meta.NewView(f.snap), ctx.Err() }
+func (f *fakeBrokers) View(ctx context.Context) (*meta.View, error) {
+	return meta.NewView(f.snap), ctx.Err()
+}
 func (f *fakeBrokers) SetReplicas(ctx context.Context, c meta.SetSegmentReplicas) error {
 	if err := ctx.Err(); err != nil {
 		return err

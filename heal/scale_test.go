@@ -43,12 +43,12 @@ type scaleCopy struct {
 }
 
 type scaleWorld struct {
-	mu    sync.Mutex
-	table *meta.Table // the real state machine; ids "s%010d" of their position
-	up    []bool      // by broker id
-	exc   []map[meta.SegmentID]scaleCopy
-	filled  map[CopyRef]bool // backfilled, not yet recorded
-	now     time.Time
+	mu     sync.Mutex
+	table  *meta.Table // the real state machine; ids "s%010d" of their position
+	up     []bool      // by broker id
+	exc    []map[meta.SegmentID]scaleCopy
+	filled map[CopyRef]bool // backfilled, not yet recorded
+	now    time.Time
 
 	wire, facts atomic.Int64 // probe answers' JSON bytes and facts, this pass
 	violations  []string
