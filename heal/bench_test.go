@@ -12,19 +12,21 @@ import (
 // benchInput builds a pass over n sealed segments at replication factor 3
 // on 60 brokers in 3 racks, with anomalies on one copy of every
 // 1/anomalyShare-th segment (a mix of short, missing, overrun and latched).
-func benchInput(n int, anomalyShare float64) Input {
+// It returns the input, whose View holds the segments, and the same
+// metadata as a flat snapshot, for the baseline.
+func benchInput(n int, anomalyShare float64) (Input, meta.Snapshot) {
 	const nb = 60
 	in := Input{
-		Snapshot: meta.Snapshot{Index: 1, ReplicationFactor: 3, Brokers: brokers(nb, "r1", "r2", "r3")},
-		Now:      t0,
-		Policy:   Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256},
+		Now:    t0,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256},
 	}
+	snap := meta.Snapshot{Index: 1, ReplicationFactor: 3, Brokers: brokers(nb, "r1", "r2", "r3")}
 	reps := make([]meta.BrokerID, 3*n)
-	in.Snapshot.Segments = make([]meta.Segment, n)
-	for i := range in.Snapshot.Segments {
+	snap.Segments = make([]meta.Segment, n)
+	for i := range snap.Segments {
 		r := reps[3*i : 3*i+3 : 3*i+3]
 		r[0], r[1], r[2] = meta.BrokerID(i%nb+1), meta.BrokerID((i+1)%nb+1), meta.BrokerID((i+2)%nb+1)
-		in.Snapshot.Segments[i] = meta.Segment{ID: meta.SegmentID(fmt.Sprintf("seg-%09d", i)), Length: 1000, ByteSize: 1 << 20,
+		snap.Segments[i] = meta.Segment{ID: meta.SegmentID(fmt.Sprintf("seg-%09d", i)), Length: 1000, ByteSize: 1 << 20,
 			Sealed: true, Checksum: meta.CRC32C(uint32(i)), Replicas: r, Version: 1}
 	}
 	in.Reports = make([]ProbeReport, nb)
@@ -36,18 +38,19 @@ func benchInput(n int, anomalyShare float64) Input {
 		every := int(1 / anomalyShare)
 		kinds := []Kind{Short, Overrun, Missing, Latched}
 		for i := 0; i < n; i += every {
-			s := &in.Snapshot.Segments[i]
+			s := &snap.Segments[i]
 			k := kinds[(i/every)%len(kinds)]
 			b := s.Replicas[(i/every)%3]
 			r := &in.Reports[b-1]
 			r.Facts = append(r.Facts, factOf(s.ID, k, map[Kind]int64{Short: 1000, Overrun: 1<<20 + 40}[k], false))
 		}
 	}
-	return in
+	in.View = meta.NewView(snap)
+	return in, snap
 }
 
 func benchPass(b *testing.B, n int, share float64) {
-	in := benchInput(n, share)
+	in, _ := benchInput(n, share)
 	var p Planner
 	if _, err := p.Plan(in); err != nil { // warm the buffers
 		b.Fatal(err)
@@ -74,6 +77,7 @@ func benchPass(b *testing.B, n int, share float64) {
 func BenchmarkPass(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("segments=%d/baseline", n), func(b *testing.B) { benchBaseline(b, n) })
+		b.Run(fmt.Sprintf("segments=%d/baseline-view", n), func(b *testing.B) { benchBaselineView(b, n) })
 		for _, share := range []float64{0, 0.01} {
 			b.Run(fmt.Sprintf("segments=%d/anomalies=%g%%", n, share*100), func(b *testing.B) { benchPass(b, n, share) })
 		}
@@ -83,13 +87,37 @@ func BenchmarkPass(b *testing.B) {
 // benchBaseline is the least any pass must do: read every segment's id,
 // seal flag and replicas once. BenchmarkPass is quoted as a ratio to it.
 func benchBaseline(b *testing.B, n int) {
-	in := benchInput(n, 0)
+	_, snap := benchInput(n, 0)
 	runtime.GC()
 	b.ResetTimer()
 	var sum uint64
 	for i := 0; i < b.N; i++ {
-		for j := range in.Snapshot.Segments {
-			s := &in.Snapshot.Segments[j]
+		for j := range snap.Segments {
+			s := &snap.Segments[j]
+			if s.Sealed {
+				sum += uint64(len(s.ID))
+			}
+			for _, r := range s.Replicas {
+				sum += uint64(r)
+			}
+		}
+	}
+	b.StopTimer()
+	if sum == 0 {
+		b.Fatal("no work")
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(float64(b.N)*float64(n)), "ns/segment")
+}
+
+// benchBaselineView is benchBaseline over the pass's meta.View (All), the
+// least a pass over a view must do.
+func benchBaselineView(b *testing.B, n int) {
+	in, _ := benchInput(n, 0)
+	runtime.GC()
+	b.ResetTimer()
+	var sum uint64
+	for i := 0; i < b.N; i++ {
+		for _, s := range in.View.All() {
 			if s.Sealed {
 				sum += uint64(len(s.ID))
 			}

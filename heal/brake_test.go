@@ -80,7 +80,7 @@ func TestSparseBrokerIDs(t *testing.T) {
 	mk := func(base meta.BrokerID) Plan {
 		w := newWorld(0, 3, seg("a", base+1, base+2, base+3), seg("b", base+2, base+3, base+4))
 		for i := meta.BrokerID(1); i <= 5; i++ {
-			w.in.Snapshot.Brokers = append(w.in.Snapshot.Brokers, meta.Broker{ID: base + i})
+			w.snap.Brokers = append(w.snap.Brokers, meta.Broker{ID: base + i})
 			w.up(base + i)
 		}
 		return w.dead(base+1).anomaly(base+4, "b", Latched, 0, false).plan()

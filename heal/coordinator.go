@@ -217,7 +217,7 @@ func (c *Coordinator) Acknowledge(id meta.SegmentID) error {
 	return nil
 }
 
-// DryRun takes a snapshot, probes every broker and returns the Plan a pass
+// DryRun reads the metadata view, probes every broker and returns the Plan a pass
 // would execute, executing nothing (the settle cursor does not move).
 func (c *Coordinator) DryRun(ctx context.Context) (Plan, error) {
 	in, err := c.input(ctx)
@@ -228,34 +228,38 @@ func (c *Coordinator) DryRun(ctx context.Context) (Plan, error) {
 	return p.Plan(in)
 }
 
-// input builds a pass's Input: snapshot, probes, last-seen times.
+// input builds a pass's Input: metadata view, probes, last-seen times.
 func (c *Coordinator) input(ctx context.Context) (Input, error) {
-	snap, err := c.cfg.Control.Snapshot(ctx)
+	view, err := c.cfg.Control.View(ctx)
 	if err != nil {
-		return Input{}, fmt.Errorf("heal: snapshot: %w", err)
+		return Input{}, fmt.Errorf("heal: metadata view: %w", err)
 	}
+	if view == nil {
+		return Input{}, fmt.Errorf("%w: heal: the control plane returned no metadata view", ErrInvalid)
+	}
+	brokers := view.Brokers()
 	start := c.cfg.Now()
 	if c.seen == nil {
-		c.seen = make(map[meta.BrokerID]time.Time, len(snap.Brokers))
+		c.seen = make(map[meta.BrokerID]time.Time, len(brokers))
 	}
-	for _, b := range snap.Brokers {
+	for _, b := range brokers {
 		if _, ok := c.seen[b.ID]; !ok {
 			c.seen[b.ID] = start // first watched now: the grace delay starts
 		}
 	}
-	reports := make([]ProbeReport, len(snap.Brokers))
-	ok := make([]bool, len(snap.Brokers))
-	authFailed := make([]string, len(snap.Brokers))
+	reports := make([]ProbeReport, len(brokers))
+	ok := make([]bool, len(brokers))
+	authFailed := make([]string, len(brokers))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(c.cfg.Concurrency, 16))
-	for i, b := range snap.Brokers {
+	for i, b := range brokers {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
 			defer cancel()
-			r, err := c.cfg.Prober.Probe(pctx, b.ID, snap.Index)
+			r, err := c.cfg.Prober.Probe(pctx, b.ID, view.Index())
 			if err == nil {
 				r.Broker = b.ID
 				err = r.Validate()
@@ -276,7 +280,7 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 		return Input{}, err
 	}
 	now := c.cfg.Now()
-	in := Input{Snapshot: snap, Now: now, Policy: c.cfg.Policy, SettleCursor: c.cursor}
+	in := Input{View: view, Now: now, Policy: c.cfg.Policy, SettleCursor: c.cursor}
 	c.authFailed = c.authFailed[:0]
 	for i := range reports {
 		if ok[i] {
@@ -285,11 +289,11 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 		}
 		if authFailed[i] != "" {
 			// It answered: not dead, but not usable either (no report).
-			c.seen[snap.Brokers[i].ID] = now
-			c.authFailed = append(c.authFailed, AuthFailure{Broker: snap.Brokers[i].ID, Reason: authFailed[i]})
+			c.seen[brokers[i].ID] = now
+			c.authFailed = append(c.authFailed, AuthFailure{Broker: brokers[i].ID, Reason: authFailed[i]})
 		}
 	}
-	for _, b := range snap.Brokers {
+	for _, b := range brokers {
 		in.Seen = append(in.Seen, Seen{Broker: b.ID, At: c.seen[b.ID]})
 	}
 	for ref, until := range c.avoid {

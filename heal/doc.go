@@ -1,7 +1,7 @@
 // Package heal is the decision core of Malachi heal and the coordinator
 // that executes its decisions.
 //
-// The core is pure: a Planner turns an Input (a meta.Snapshot, this tick's
+// The core is pure: a Planner turns an Input (a *meta.View, this tick's
 // ProbeReports, the brokers' last-seen times, the time of the pass, a
 // Policy) into a Plan, a list of Action values in risk order (the segments
 // with the fewest healthy copies first) and a Report. It never reads the
@@ -10,15 +10,15 @@
 // placement rule.
 //
 // The Coordinator is the executor: while it holds leadership it runs one
-// pass per tick (Snapshot, Probe every broker, Plan, execute) through the
+// pass per tick (View, Probe every broker, Plan, execute) through the
 // small interfaces this package declares (ControlPlane, Prober, Backfiller,
 // Settler, Deleter), which the plugin implements over RPC.
 //
 // Usage loop (what Coordinator.Run does):
 //
-//	snap := control.Snapshot(ctx)
-//	reports := probe every registered broker at snap.Index
-//	plan := planner.Plan(Input{snap, reports, seen, now, policy, cursor, refused, conflicts, acked, lost})
+//	view := control.View(ctx) // immutable, shared: no copy of the metadata
+//	reports := probe every registered broker at view.Index()
+//	plan := planner.Plan(Input{view, reports, seen, now, policy, cursor, refused, conflicts, acked, lost})
 //	execute plan (see Plan for the order contract); report plan.Report
 //	cursor, refused, conflicts, acked, lost = plan's, plus the refusals and conflicts execution found
 //
@@ -129,8 +129,9 @@
 //     until it is healed; one with no readable intact copy is also in
 //     Report.Lost, once per pass.
 //  5. The planner's work and allocations over a healthy segment are
-//     constant: it iterates the snapshot once, merges the sorted anomalies
-//     against it and builds no per-segment map.
+//     constant: it iterates the view once (View.All), merges the sorted
+//     facts against it, classifies facts only where there are some, and
+//     builds no per-segment map.
 //  6. No copy of a segment is deleted unless the recorded set keeps an
 //     intact copy: a latched or corrupt copy is deleted only after its
 //     replacement was backfilled (from an intact source) and recorded.

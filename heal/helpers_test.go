@@ -30,15 +30,22 @@ func brokers(n int, racks ...string) []meta.Broker {
 
 // world is a compact way to write a pass's input in tests.
 type world struct {
-	in Input
+	in   Input         // but its View: input() builds it from snap
+	snap meta.Snapshot // the metadata, edited in place by tests
+}
+
+// input returns w.in with a view of w.snap.
+func (w *world) input() Input {
+	in := w.in
+	in.View = meta.NewView(w.snap)
+	return in
 }
 
 func newWorld(n, rf int, segs ...meta.Segment) *world {
 	w := &world{in: Input{
-		Snapshot: meta.Snapshot{Index: 7, ReplicationFactor: rf, Brokers: brokers(n), Segments: segs},
-		Now:      t0,
-		Policy:   Policy{Grace: 10 * time.Second, SettleBatch: 64},
-	}}
+		Now:    t0,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 64},
+	}, snap: meta.Snapshot{Index: 7, ReplicationFactor: rf, Brokers: brokers(n), Segments: segs}}
 	for i := 1; i <= n; i++ {
 		w.up(meta.BrokerID(i))
 	}
@@ -58,7 +65,7 @@ func (w *world) report(b meta.BrokerID) *ProbeReport {
 			return &w.in.Reports[i]
 		}
 	}
-	w.in.Reports = append(w.in.Reports, ProbeReport{Broker: b, Index: w.in.Snapshot.Index})
+	w.in.Reports = append(w.in.Reports, ProbeReport{Broker: b, Index: w.snap.Index})
 	return &w.in.Reports[len(w.in.Reports)-1]
 }
 
@@ -94,7 +101,7 @@ func (w *world) dead(b meta.BrokerID) *world { return w.down(b, time.Hour) }
 func (w *world) anomaly(b meta.BrokerID, s string, k Kind, size int64, confirmed bool) *world {
 	r := w.report(b)
 	f := factOf(meta.SegmentID(s), k, size, confirmed)
-	if sg, ok := w.in.Snapshot.Segment(f.Segment); ok {
+	if sg, ok := w.snap.Segment(f.Segment); ok {
 		want := Anomaly{Segment: f.Segment, Kind: k}
 		if k == Short || k == Overrun {
 			want.Size = size
@@ -135,7 +142,7 @@ func factOf(s meta.SegmentID, k Kind, size int64, confirmed bool) Fact {
 
 func (w *world) plan() Plan {
 	var p Planner
-	pl, err := p.Plan(w.in)
+	pl, err := p.Plan(w.input())
 	if err != nil {
 		panic(err)
 	}

@@ -15,10 +15,10 @@ import (
 
 // ControlPlane is the replicated metadata as the heal leader sees it.
 type ControlPlane interface {
-	// Snapshot returns a consistent view of the metadata at one applied
-	// index, at least as recent as every SetReplicas this ControlPlane has
-	// already acknowledged. The Coordinator does not modify it.
-	Snapshot(ctx context.Context) (meta.Snapshot, error)
+	// View returns the metadata at one applied index, at least as recent
+	// as every SetReplicas this ControlPlane has already acknowledged: an
+	// immutable view (meta.Table.View), not a copy.
+	View(ctx context.Context) (*meta.View, error)
 
 	// SetReplicas applies cmd as a compare-and-set: the segment's replica
 	// set becomes cmd.Replicas only if it is still exactly cmd.Expected.

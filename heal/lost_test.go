@@ -160,7 +160,7 @@ func TestRefusal(t *testing.T) {
 	}{
 		{"a replica's report changed", func(w *world) { w.anomaly(2, "a", Overrun, 1040, false) }},
 		{"a dead broker returned", func(w *world) { w.up(1) }},
-		{"the metadata version changed", func(w *world) { w.in.Snapshot.Segments[0].Version = 2 }},
+		{"the metadata version changed", func(w *world) { w.snap.Segments[0].Version = 2 }},
 	} {
 		w := base()
 		w.in.Refused = []Refusal{ref(2), ref(3)}

@@ -22,7 +22,7 @@ func TestSeedSettleRoundRobin(t *testing.T) {
 	var p Planner
 	var got []string
 	for pass := 0; pass < 4; pass++ {
-		pl, err := p.Plan(w.in)
+		pl, err := p.Plan(w.input())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestSeedSettleRoundRobin(t *testing.T) {
 	// A cursor naming a copy that is gone still resumes after it.
 	w.in.SettleCursor = CopyRef{"b", 9}
 	w.in.Policy.SettleBatch = 1
-	pl, _ := p.Plan(w.in)
+	pl, _ := p.Plan(w.input())
 	if len(pl.Report.Settling) != 1 || pl.Report.Settling[0] != (CopyRef{"c", 1}) {
 		t.Errorf("after b@9: %v, want c@1", pl.Report.Settling)
 	}
@@ -131,7 +131,7 @@ func TestHold(t *testing.T) {
 		}, "", true},
 		{"a whole rack (three of twelve brokers)", func() *world {
 			w := newWorld(12, 3, seg("a", 1, 2, 3))
-			w.in.Snapshot.Brokers = brokers(12, "r1", "r2", "r3", "r4")
+			w.snap.Brokers = brokers(12, "r1", "r2", "r3", "r4")
 			return w.dead(1).dead(5).dead(9)
 		}, "rack_missing: r1 (3 brokers)", false},
 		{"disabled", func() *world {
@@ -179,23 +179,23 @@ func TestDryRunFormat(t *testing.T) {
 func TestPlanInvalidInput(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		mod  func(*Input)
+		mod  func(*world)
 		want string
 	}{
-		{"negative grace", func(in *Input) { in.Policy.Grace = -1 }, "policy grace -1ns is negative"},
-		{"negative batch", func(in *Input) { in.Policy.SettleBatch = -2 }, "settle_batch -2"},
-		{"hold share", func(in *Input) { in.Policy.HoldShare = 2 }, "hold_share 2"},
-		{"factor", func(in *Input) { in.Snapshot.ReplicationFactor = 0 }, "replication_factor 0"},
-		{"report broker", func(in *Input) { in.Reports[0].Broker = 0 }, "broker id 0"},
-		{"anomaly kind", func(in *Input) { in.Reports[0].Facts = []Fact{{Segment: "a", Flags: 99}} }, "kind 99 is unknown"},
-		{"anomaly size", func(in *Input) { in.Reports[0].Facts = []Fact{{Segment: "a", Size: -1}} }, "size -1"},
-		{"anomaly segment", func(in *Input) { in.Reports[0].Facts = []Fact{{Segment: "../x"}} }, "starts with a dot"},
+		{"negative grace", func(w *world) { w.in.Policy.Grace = -1 }, "policy grace -1ns is negative"},
+		{"negative batch", func(w *world) { w.in.Policy.SettleBatch = -2 }, "settle_batch -2"},
+		{"hold share", func(w *world) { w.in.Policy.HoldShare = 2 }, "hold_share 2"},
+		{"factor", func(w *world) { w.snap.ReplicationFactor = 0 }, "replication_factor 0"},
+		{"report broker", func(w *world) { w.in.Reports[0].Broker = 0 }, "broker id 0"},
+		{"anomaly kind", func(w *world) { w.in.Reports[0].Facts = []Fact{{Segment: "a", Flags: 99}} }, "kind 99 is unknown"},
+		{"anomaly size", func(w *world) { w.in.Reports[0].Facts = []Fact{{Segment: "a", Size: -1}} }, "size -1"},
+		{"anomaly segment", func(w *world) { w.in.Reports[0].Facts = []Fact{{Segment: "../x"}} }, "starts with a dot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(3, 3, seg("a", 1, 2, 3))
-			tc.mod(&w.in)
+			tc.mod(w)
 			var p Planner
-			_, err := p.Plan(w.in)
+			_, err := p.Plan(w.input())
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err %v, want ErrInvalid with %q", err, tc.want)
 			}

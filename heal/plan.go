@@ -386,7 +386,8 @@ func (p Policy) Validate() error {
 // Input is everything one pass decides from. The planner does not modify
 // it and keeps no reference to it after returning.
 type Input struct {
-	Snapshot meta.Snapshot
+	// View is the metadata the pass decides from (immutable, shared).
+	View *meta.View
 	// Reports are this tick's probe reports, at most one per broker. A
 	// registered broker without one is not up this tick.
 	Reports []ProbeReport

@@ -13,7 +13,7 @@ import (
 // scratch buffers, so that a pass over a million healthy segments allocates
 // nothing per segment. It is not safe for concurrent use; the Plans it
 // returns share no memory with it (the Actions' Segment values share their
-// Replicas with Input.Snapshot, which the caller must not modify).
+// Replicas with Input.View, which nobody modifies).
 type Planner struct {
 	pl       placer
 	index    []int32 // broker id -> node index + 1, when ids are small
@@ -46,17 +46,18 @@ type anom struct {
 
 // trouble is a sealed segment that needs a look beyond the fast path.
 type trouble struct {
-	seg     int32 // index in the snapshot
-	lo, hi  int32 // its anomalies, p.anoms[lo:hi]
-	healthy int32 // healthy copies, for risk order
-	st      int32 // its replicas' states, p.state[st:st+len(replicas)]
+	seg     int32         // position in the view (id order)
+	s       *meta.Segment // shared with the view
+	lo, hi  int32         // its anomalies, p.anoms[lo:hi]
+	healthy int32         // healthy copies, for risk order
+	st      int32         // its replicas' states, p.state[st:st+len(replicas)]
 	fp      uint64
 }
 
 type unsettled struct {
 	ref         CopyRef
 	confirmable bool
-	seg         int32
+	s           *meta.Segment
 	print       uint64 // its copy's copyPrint
 }
 
@@ -93,23 +94,26 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	if err := pol.Validate(); err != nil {
 		return Plan{}, err
 	}
-	snap := &in.Snapshot
-	rf := snap.ReplicationFactor
+	view := in.View
+	if view == nil {
+		return Plan{}, fmt.Errorf("%w: input has no metadata view", ErrInvalid)
+	}
+	rf := view.ReplicationFactor()
 	if rf < 1 {
-		return Plan{}, fmt.Errorf("%w: snapshot %d: replication_factor %d: want at least 1", ErrInvalid, snap.Index, rf)
+		return Plan{}, fmt.Errorf("%w: snapshot %d: replication_factor %d: want at least 1", ErrInvalid, view.Index(), rf)
 	}
 	for i := range in.Reports {
 		if err := in.Reports[i].Validate(); err != nil {
 			return Plan{}, err
 		}
 	}
-	plan := Plan{Index: snap.Index, Actions: []Action{}, SettleCursor: in.SettleCursor}
+	plan := Plan{Index: view.Index(), Actions: []Action{}, SettleCursor: in.SettleCursor}
 	rep := &plan.Report
-	rep.Index = snap.Index
-	rep.Segments = len(snap.Segments)
+	rep.Index = view.Index()
+	rep.Segments = view.Len()
 
 	p.nodes(in, rep)
-	hold, reason := Hold(snap.Brokers, in.Reports, in.Seen, in.Policy)
+	hold, reason := Hold(view.Brokers(), in.Reports, in.Seen, in.Policy)
 	if hold {
 		rep.HoldReason = reason
 		rep.HoldReleased = in.Release
@@ -117,7 +121,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	}
 	p.flatten(in)
 	p.memory(in)
-	rep.Active = p.scan(snap)
+	rep.Active = p.scan(view)
 	rep.Sealed = rep.Segments - rep.Active
 
 	// Risk order: fewest healthy copies first, then snapshot order.
@@ -126,7 +130,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	p.inForce = p.inForce[:0]
 	p.held = p.held[:0]
 	for i := range p.troubled {
-		p.classify(snap, &p.troubled[i], rep)
+		p.classify(view, &p.troubled[i], rep)
 	}
 	if len(p.inForce) > 0 {
 		plan.Refused = slices.Clone(p.inForce)
@@ -144,18 +148,18 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	backfills := 0
 	for i := range p.troubled {
 		t := &p.troubled[i]
-		id := snap.Segments[t.seg].ID
+		id := t.s.ID
 		if _, ok := slices.BinarySearch(p.acked, id); ok {
 			plan.Acknowledged = append(plan.Acknowledged, id)
 		}
-		p.segment(snap, t, in, hold, &plan, &backfills)
+		p.segment(view, t, in, hold, &plan, &backfills)
 	}
 	slices.Sort(plan.Acknowledged)
 	for _, l := range rep.Lost {
 		plan.Lost = append(plan.Lost, l.Segment)
 	}
 	slices.Sort(plan.Lost)
-	p.settle(snap, in, &plan)
+	p.settle(in, &plan)
 	return plan, nil
 }
 
@@ -229,11 +233,10 @@ func fingerprint(h uint64, r meta.BrokerID, st copyState, a *anom) uint64 {
 // nodes builds the pass's broker table: liveness from the reports, the
 // last-seen times, the time of the pass and the grace delay.
 func (p *Planner) nodes(in Input, rep *Report) {
-	snap := &in.Snapshot
 	p.pl.nodes = p.pl.nodes[:0]
 	p.rackName = p.rackName[:0]
 	var maxID meta.BrokerID
-	for _, b := range snap.Brokers {
+	for _, b := range in.View.Brokers() {
 		n := node{id: b.ID, rack: -1, report: -1}
 		if b.Rack != "" {
 			n.rack = int32(slices.Index(p.rackName, b.Rack))
@@ -339,14 +342,13 @@ func (p *Planner) classifyFacts(seg *meta.Segment, lo, hi int) {
 // and collects the sealed segments that are not plainly healthy, and
 // returns the number of active segments. Its cost per healthy segment is a
 // few index lookups and one string comparison.
-func (p *Planner) scan(snap *meta.Snapshot) (active int) {
+func (p *Planner) scan(view *meta.View) (active int) {
 	p.troubled = p.troubled[:0]
-	rf := snap.ReplicationFactor
+	rf := view.ReplicationFactor()
 	nodes := p.pl.nodes
 	dense := p.index
 	ai := 0
-	for i := range snap.Segments {
-		seg := &snap.Segments[i]
+	for i, seg := range view.All() {
 		for ai < len(p.anoms) && p.anoms[ai].seg < seg.ID {
 			ai++
 		}
@@ -380,14 +382,14 @@ func (p *Planner) scan(snap *meta.Snapshot) (active int) {
 			continue
 		}
 		p.classifyFacts(seg, lo, ai)
-		p.troubled = append(p.troubled, trouble{seg: int32(i), lo: int32(lo), hi: int32(ai)})
+		p.troubled = append(p.troubled, trouble{seg: int32(i), s: seg, lo: int32(lo), hi: int32(ai)})
 	}
 	return active
 }
 
 // classify fills the states of t's replicas and its healthy count.
-func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
-	seg := &snap.Segments[t.seg]
+func (p *Planner) classify(view *meta.View, t *trouble, rep *Report) {
+	seg := t.s
 	t.st = int32(len(p.state))
 	healthy := int32(0)
 	fp := sealPrint(seg)
@@ -452,7 +454,7 @@ func (p *Planner) classify(snap *meta.Snapshot, t *trouble, rep *Report) {
 		}
 	}
 	t.healthy = healthy
-	if int(healthy) < snap.ReplicationFactor {
+	if int(healthy) < view.ReplicationFactor() {
 		rep.UnderReplicated++
 	}
 }
@@ -529,9 +531,9 @@ func (p *Planner) source(seg *meta.Segment, states []copyState, cap int) (j int,
 }
 
 // segment plans one troubled sealed segment.
-func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, plan *Plan, backfills *int) {
-	seg := &snap.Segments[t.seg]
-	rf := snap.ReplicationFactor
+func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan *Plan, backfills *int) {
+	seg := t.s
+	rf := view.ReplicationFactor()
 	rep := &plan.Report
 	states := p.state[t.st : int(t.st)+len(seg.Replicas)]
 	pol := in.Policy
@@ -564,7 +566,7 @@ func (p *Planner) segment(snap *meta.Snapshot, t *trouble, in Input, hold bool, 
 	confirmable := !needPlace && short == 0 && unknown == 0 && latchUnknown == 0 && conflict == 0
 	for i, st := range states {
 		if st == copyOverrun {
-			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, seg: t.seg, print: p.prints[int(t.st)+i]})
+			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, s: seg, print: p.prints[int(t.st)+i]})
 		}
 	}
 	if conflict > 0 {
@@ -758,7 +760,7 @@ func (p *Planner) fail(plan *Plan, seg *meta.Segment, r Reason, copies []meta.Br
 // settle lists the unsettled copies in order and selects, round-robin from
 // the cursor and bounded by the settle batch, the confirmable ones to
 // settle and confirm.
-func (p *Planner) settle(snap *meta.Snapshot, in Input, plan *Plan) {
+func (p *Planner) settle(in Input, plan *Plan) {
 	if len(p.unset) == 0 {
 		return
 	}
@@ -791,7 +793,7 @@ func (p *Planner) settle(snap *meta.Snapshot, in Input, plan *Plan) {
 		if !u.confirmable {
 			continue
 		}
-		seg := &snap.Segments[u.seg]
+		seg := u.s
 		plan.Actions = append(plan.Actions,
 			Action{Op: SettleOverrun, Segment: *seg, Target: u.ref.Broker, TargetState: u.print},
 			Action{Op: ConfirmCopy, Segment: *seg, Target: u.ref.Broker})

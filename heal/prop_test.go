@@ -38,7 +38,7 @@ func drawWorld(t *rapid.T) (*world, map[meta.BrokerID]brokerFate) {
 		segs = append(segs, s)
 	}
 	w := newWorld(n, rf, segs...)
-	w.in.Snapshot.Brokers = brokers(n, rapid.SliceOfN(rapid.SampledFrom([]string{"", "a", "b"}), 1, 3).Draw(t, "racks")...)
+	w.snap.Brokers = brokers(n, rapid.SliceOfN(rapid.SampledFrom([]string{"", "a", "b"}), 1, 3).Draw(t, "racks")...)
 	w.in.Policy.HoldShare = -1
 	w.in.Policy.SettleBatch = rapid.IntRange(0, 4).Draw(t, "batch")
 	fate := map[meta.BrokerID]brokerFate{meta.BrokerID(n + 1): fateDead}
@@ -83,13 +83,13 @@ func TestPlanProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w, fate := drawWorld(t)
 		p := w.plan()
-		snap := &w.in.Snapshot
+		snap := &w.snap
 		kind := func(s meta.SegmentID, b meta.BrokerID) Kind {
 			for _, r := range w.in.Reports {
 				if r.Broker == b {
 					for _, f := range r.Facts {
 						if f.Segment == s {
-							sg, _ := w.in.Snapshot.Segment(s)
+							sg, _ := w.snap.Segment(s)
 							return Classify(sg, &f).Kind
 						}
 					}
@@ -184,7 +184,7 @@ func TestPlanProperties(t *testing.T) {
 		// A failure is reported on every pass until it is healed: the same
 		// input gives the same failures, and so does a second Planner.
 		var again Planner
-		q, err := again.Plan(w.in)
+		q, err := again.Plan(w.input())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,14 +201,14 @@ func TestFailureReportedUntilHealed(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w, _ := drawWorld(t)
 		var p Planner
-		prev, err := p.Plan(w.in)
+		prev, err := p.Plan(w.input())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for pass := 0; pass < 3; pass++ {
 			// Only the settle cursor moves between passes; no segment changed.
 			w.in.SettleCursor = prev.SettleCursor
-			next, err := p.Plan(w.in)
+			next, err := p.Plan(w.input())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +248,9 @@ func (f *fakeBrokers) log(format string, args ...any) {
 	}
 }
 
-func (f *fakeBrokers) Snapshot(ctx context.Context) (meta.Snapshot, error) { return f.snap, ctx.Err() }
+func (f *fakeBrokers) View(ctx context.Context) (*meta.View, error) {
+	return meta.NewView(f.snap), ctx.Err()
+}
 func (f *fakeBrokers) SetReplicas(ctx context.Context, c meta.SetSegmentReplicas) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -297,7 +299,7 @@ func (f *fakeBrokers) Delete(ctx context.Context, b meta.BrokerID, s meta.Segmen
 }
 
 func newFake(w *world) *fakeBrokers {
-	f := &fakeBrokers{snap: w.in.Snapshot, reports: map[meta.BrokerID]ProbeReport{}, durable: map[CopyRef]int64{}}
+	f := &fakeBrokers{snap: w.snap, reports: map[meta.BrokerID]ProbeReport{}, durable: map[CopyRef]int64{}}
 	for _, r := range w.in.Reports {
 		f.reports[r.Broker] = r
 	}
@@ -325,7 +327,7 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 			defer f.mu.Unlock()
 			return failing[CopyRef{s, b}]
 		}
-		for _, s := range w.in.Snapshot.Segments {
+		for _, s := range w.snap.Segments {
 			for b := meta.BrokerID(1); b <= 9; b++ {
 				failing[CopyRef{s.ID, b}] = rapid.IntRange(0, 3).Draw(t, "fail") == 0
 			}

@@ -43,67 +43,50 @@ type scaleCopy struct {
 }
 
 type scaleWorld struct {
-	mu      sync.RWMutex
-	index   uint64
-	brokers []meta.Broker
-	segs    []meta.Segment // sorted by id; id "s%010d" of its position
-	up      []bool         // by broker id
-	held    []int          // sealed copies the metadata assigns, by broker id
-	exc     []map[meta.SegmentID]scaleCopy
-	filled  map[CopyRef]bool // backfilled, not yet recorded
-	now     time.Time
+	mu     sync.Mutex
+	table  *meta.Table // the real state machine; ids "s%010d" of their position
+	up     []bool      // by broker id
+	exc    []map[meta.SegmentID]scaleCopy
+	filled map[CopyRef]bool // backfilled, not yet recorded
+	now    time.Time
 
 	wire, facts atomic.Int64 // probe answers' JSON bytes and facts, this pass
 	violations  []string
 }
 
-const scaleIDWidth = 11 // "s" and ten digits
-
-// newScaleWorld builds nSeg sealed segments on nb brokers in 10 racks, the
-// replicas of segment i spread by i; ids and replica sets are carved out of
-// two big allocations.
-func newScaleWorld(nb, nSeg int) *scaleWorld {
-	w := &scaleWorld{index: 1, up: make([]bool, nb+1), held: make([]int, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1),
-		filled: map[CopyRef]bool{}, now: t0}
+// newScaleWorld builds, in a meta.Table (through meta.Builder, as a
+// restore does), nSeg sealed segments on nb brokers in 10 racks, the
+// replicas of segment i spread by i.
+func newScaleWorld(tb testing.TB, nb, nSeg int) *scaleWorld {
+	w := &scaleWorld{up: make([]bool, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1), filled: map[CopyRef]bool{}, now: t0}
+	var brokers []meta.Broker
 	for i := 1; i <= nb; i++ {
-		w.brokers = append(w.brokers, meta.Broker{ID: meta.BrokerID(i), Rack: "r" + strconv.Itoa(i%10)})
+		brokers = append(brokers, meta.Broker{ID: meta.BrokerID(i), Rack: "r" + strconv.Itoa(i%10)})
 		w.up[i] = true
 		w.exc[i] = map[meta.SegmentID]scaleCopy{}
 	}
-	var ids strings.Builder
-	ids.Grow(nSeg * scaleIDWidth)
+	bld := meta.NewBuilder(nil)
+	r := make([]meta.BrokerID, scaleRF)
 	for i := 0; i < nSeg; i++ {
-		fmt.Fprintf(&ids, "s%010d", i)
-	}
-	all := ids.String()
-	reps := make([]meta.BrokerID, scaleRF*nSeg)
-	w.segs = make([]meta.Segment, nSeg)
-	for i := range w.segs {
 		k := i / nb
 		r0 := i % nb
 		r1 := (r0 + 1 + k%(nb-1)) % nb
 		r2 := (r0 + 1 + (k+nb/2)%(nb-1)) % nb
-		r := reps[scaleRF*i : scaleRF*i+scaleRF : scaleRF*i+scaleRF]
 		r[0], r[1], r[2] = meta.BrokerID(r0+1), meta.BrokerID(r1+1), meta.BrokerID(r2+1)
-		for _, b := range r {
-			w.held[b]++
-		}
-		w.segs[i] = meta.Segment{ID: meta.SegmentID(all[i*scaleIDWidth : (i+1)*scaleIDWidth]), StartOffset: uint64(i) * 1000,
+		seg := meta.Segment{ID: meta.SegmentID(fmt.Sprintf("s%010d", i)), StartOffset: uint64(i) * 1000,
 			Length: 1000, ByteSize: 1 << 20, Sealed: true, Checksum: meta.CRC32C(uint32(i)), Replicas: r, Version: 2}
+		if err := bld.Add(&seg); err != nil {
+			tb.Fatal(err)
+		}
 	}
+	w.table = bld.Finish(1, scaleRF, brokers)
 	return w
 }
 
-// find returns the segment named id, or nil.
+// find returns the segment named id, or nil. The caller holds w.mu.
 func (w *scaleWorld) find(id meta.SegmentID) *meta.Segment {
-	if len(id) != scaleIDWidth {
-		return nil
-	}
-	i, err := strconv.Atoi(string(id[1:]))
-	if err != nil || i >= len(w.segs) {
-		return nil
-	}
-	return &w.segs[i]
+	seg, _ := w.table.View().Segment(id)
+	return seg
 }
 
 // intact reports whether b's copy of seg holds the whole, valid bytes.
@@ -120,13 +103,11 @@ func (w *scaleWorld) violate(format string, args ...any) {
 
 type scaleControl struct{ w *scaleWorld }
 
-func (c scaleControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
+func (c scaleControl) View(ctx context.Context) (*meta.View, error) {
 	w := c.w
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	// The snapshot shares the world's segments: SetReplicas replaces a
-	// segment's Replicas slice, never writes into it.
-	return meta.Snapshot{Index: w.index, ReplicationFactor: scaleRF, Brokers: w.brokers, Segments: w.segs}, ctx.Err()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.table.View(), ctx.Err()
 }
 
 func (c scaleControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
@@ -140,30 +121,17 @@ func (c scaleControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplic
 	if seg == nil {
 		return fmt.Errorf("scale: unknown segment %s", cmd.ID)
 	}
-	if !meta.SameReplicas(seg.Replicas, cmd.Expected) {
-		return fmt.Errorf("scale: %s: %w", cmd.ID, meta.ErrStaleReplicas)
-	}
-	if err := meta.ValidateReplicas(cmd.Replicas); err != nil {
-		w.violate("command %s: %v", cmd.ID, err)
-	}
-	for _, r := range cmd.Replicas {
-		if !seg.HasReplica(r) {
-			if !w.filled[CopyRef{cmd.ID, r}] || !w.intact(r, seg) {
-				w.violate("command %s adds broker %d without a complete copy", cmd.ID, r)
+	if meta.SameReplicas(seg.Replicas, cmd.Expected) {
+		for _, r := range cmd.Replicas {
+			if !seg.HasReplica(r) {
+				if !w.filled[CopyRef{cmd.ID, r}] || !w.intact(r, seg) {
+					w.violate("command %s adds broker %d without a complete copy", cmd.ID, r)
+				}
+				delete(w.filled, CopyRef{cmd.ID, r})
 			}
-			delete(w.filled, CopyRef{cmd.ID, r})
-			w.held[r]++
 		}
 	}
-	for _, r := range seg.Replicas {
-		if !slices.Contains(cmd.Replicas, r) {
-			w.held[r]--
-		}
-	}
-	w.index++
-	seg.Replicas = slices.Clone(cmd.Replicas)
-	seg.Version++
-	return nil
+	return w.table.Apply(w.table.Index()+1, cmd)
 }
 
 // ---- Brokers ----
@@ -176,12 +144,13 @@ var errScaleDown = errors.New("scale: broker down")
 // metadata assigns it is intact and confirmed (Intact), so Add would drop it.
 func (p scaleBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
 	w := p.w
-	w.mu.RLock()
-	defer w.mu.RUnlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if int(id) >= len(w.up) || !w.up[id] {
 		return ProbeReport{}, errScaleDown
 	}
-	r := ProbeReport{Broker: id, Index: w.index, Copies: w.held[id]}
+	view := w.table.View()
+	r := ProbeReport{Broker: id, Index: view.Index(), Copies: view.Held(id)}
 	for sid, c := range w.exc[id] {
 		seg := w.find(sid)
 		if seg == nil || !seg.HasReplica(id) {
@@ -210,8 +179,8 @@ func (p scaleBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64)
 
 func (p scaleBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta.Segment) (int64, error) {
 	w := p.w
-	w.mu.RLock()
-	defer w.mu.RUnlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if !w.up[id] {
 		return 0, errScaleDown
 	}
@@ -294,8 +263,9 @@ func (p scaleBrokers) Delete(ctx context.Context, id meta.BrokerID, sid meta.Seg
 // missing, corrupt.
 func (w *scaleWorld) scaleFault(rng *rand.Rand, n int) {
 	kinds := []Kind{Latched, Short, Overrun, Missing, Corrupt}
+	view := w.table.View()
 	for k := 0; k < n; {
-		seg := &w.segs[rng.IntN(len(w.segs))]
+		seg := view.At(rng.IntN(view.Len()))
 		clean := true
 		for _, r := range seg.Replicas {
 			if _, ok := w.exc[r][seg.ID]; ok || !w.up[r] {
@@ -364,12 +334,12 @@ type scaleCluster struct {
 }
 
 func newScaleCluster(tb testing.TB, nb, nSeg int) *scaleCluster {
-	w := newScaleWorld(nb, nSeg)
+	w := newScaleWorld(tb, nb, nSeg)
 	c := &scaleCluster{w: w, rng: rand.New(rand.NewPCG(17, 17))}
 	coord, err := NewCoordinator(Config{
 		Control: scaleControl{w}, Prober: scaleBrokers{w}, Backfiller: scaleBrokers{w}, Settler: scaleBrokers{w}, Deleter: scaleBrokers{w},
 		Policy:      Policy{Grace: 5 * time.Second, SettleBatch: 256, MaxBackfillsPerBroker: 64, MaxBackfills: 20_000},
-		Now:         func() time.Time { w.mu.RLock(); defer w.mu.RUnlock(); return w.now },
+		Now:         func() time.Time { w.mu.Lock(); defer w.mu.Unlock(); return w.now },
 		Concurrency: 8, PerBroker: 8, ReturnCheck: -1,
 	})
 	if err != nil {
@@ -458,7 +428,7 @@ func TestScaleSimulation(t *testing.T) {
 	if w := c.w; w.up[13] {
 		t.Fatal("broker 13 came back")
 	}
-	for _, seg := range c.w.segs {
+	for _, seg := range c.w.table.View().All() {
 		if seg.HasReplica(13) || len(seg.Replicas) != scaleRF {
 			t.Fatalf("%s: replicas %v", seg.ID, seg.Replicas)
 		}

@@ -158,15 +158,14 @@ func newSim(t testing.TB, seed uint64, nBrokers, nSegs, rf int) *sim {
 
 type simControl struct{ s *sim }
 
-func (c simControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
+func (c simControl) View(ctx context.Context) (*meta.View, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return meta.Snapshot{}, err
+		return nil, err
 	}
-	sn := s.table.Snapshot() // the coordinator's own copy
-	return sn, nil
+	return s.table.View(), nil // immutable: later commands do not change it
 }
 
 func (c simControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
