@@ -34,21 +34,21 @@ type healControl struct {
 	barriered *atomic.Bool
 }
 
-// Snapshot implements heal.ControlPlane. The first pass of a term starts
+// View implements heal.ControlPlane. The first pass of a term starts
 // with a barrier, so the view holds everything earlier leaders committed;
 // after that the leader's own view already holds every command it
 // acknowledged (Apply returns once its state machine applied it), and the
 // barrier's log write would only slow every pass down.
-func (h healControl) Snapshot(ctx context.Context) (meta.Snapshot, error) {
+func (h healControl) View(ctx context.Context) (*meta.View, error) {
 	if !h.barriered.Load() {
 		start := time.Now()
 		if err := h.cp.Barrier(ctx); err != nil {
-			return meta.Snapshot{}, err
+			return nil, err
 		}
 		h.m.barrierSeconds.Observe(time.Since(start).Seconds())
 		h.barriered.Store(true)
 	}
-	return h.cp.Snapshot(), nil
+	return h.cp.View(), nil
 }
 
 // SetReplicas implements heal.ControlPlane.

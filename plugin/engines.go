@@ -80,27 +80,8 @@ type proberStatter struct{ p *probe.Prober }
 
 func (s proberStatter) Engine() string { return s.p.Choice().Kind.String() }
 
-func (s proberStatter) Stat(ctx context.Context, paths []string, deadline time.Duration) ([]statResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	out := make([]probe.Result, len(paths))
-	if err := s.p.Probe(ctx, paths, out); err != nil {
-		return nil, err
-	}
-	res := make([]statResult, len(paths))
-	for i, r := range out {
-		switch {
-		case r.Err == nil:
-			res[i] = statResult{Size: r.Size, Dev: r.Dev, Ino: r.Ino}
-		case errors.Is(r.Err, probe.ErrNotExist):
-			res[i].Missing = true
-		case errors.Is(r.Err, probe.ErrDeadline):
-			res[i].TimedOut = true
-		default:
-			res[i].Err = r.Err
-		}
-	}
-	return res, nil
+func (s proberStatter) StatBatch(ctx context.Context, b *probe.Batch, out []probe.Result) error {
+	return s.p.ProbeBatch(ctx, b, out)
 }
 
 // serveData runs the catch-up server on l until the returned stop is

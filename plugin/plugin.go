@@ -27,9 +27,11 @@ import (
 // cluster.Node implements it; a broker with its own consensus implements
 // these five methods and plugs in.
 type ControlPlane interface {
-	// Snapshot returns this node's view of the metadata (it may lag the
-	// leader; the probe waits for the index it is asked about).
-	Snapshot() meta.Snapshot
+	// View returns this node's view of the metadata, shared and read-only
+	// (it may lag the leader; the probe waits for the index it is asked
+	// about). It must cost O(1) or so, not a copy: the probe and every pass
+	// call it (cluster.Node.View is a copy-on-write view).
+	View() *meta.View
 	// Barrier returns once this node's view holds everything committed
 	// before the call (leader only).
 	Barrier(ctx context.Context) error
@@ -355,6 +357,5 @@ func (p *Plugin) routes() http.Handler {
 
 // resolve finds a broker's addresses in this node's metadata.
 func (p *Plugin) resolve(id meta.BrokerID) (meta.Broker, bool) {
-	snap := p.deps.Control.Snapshot()
-	return snap.Broker(id)
+	return p.deps.Control.View().Broker(id)
 }

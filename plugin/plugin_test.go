@@ -37,6 +37,13 @@ type memCP struct {
 
 func newMemCP() *memCP { return &memCP{t: meta.NewTable(3), ch: make(chan bool, 1)} }
 
+func (m *memCP) View() *meta.View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.t.View()
+}
+
+// Snapshot is the flat form, for the tests' own checks.
 func (m *memCP) Snapshot() meta.Snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -195,10 +202,16 @@ func addSegment(t *testing.T, cp *memCP, seg meta.Segment) {
 	}
 }
 
-func anomalies(r heal.ProbeReport) map[meta.SegmentID]heal.Anomaly {
+// anomalies classifies the report's facts against the metadata, as the
+// planner does.
+func anomalies(cp *memCP, r heal.ProbeReport) map[meta.SegmentID]heal.Anomaly {
+	view := cp.View()
 	m := map[meta.SegmentID]heal.Anomaly{}
-	for _, a := range r.Anomalies {
-		m[a.Segment] = a
+	for i := range r.Facts {
+		f := &r.Facts[i]
+		if seg, ok := view.Segment(f.Segment); ok {
+			m[f.Segment] = heal.Classify(seg, f)
+		}
 	}
 	return m
 }
@@ -235,11 +248,11 @@ func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
 	if rep.Copies != 4 {
 		t.Errorf("copies = %d, want 4 (a, b, c, d)", rep.Copies)
 	}
-	got := anomalies(rep)
+	got := anomalies(cp, rep)
 	if len(got) != 3 {
-		t.Errorf("anomalies %+v, want exactly b, c, d", rep.Anomalies)
+		t.Errorf("anomalies %+v, want exactly b, c, d", rep.Facts)
 	}
-	if x := got["b"]; x.Kind != heal.Overrun || x.Size != b.ByteSize+store.FooterSize || x.Confirmed {
+	if x := got["b"]; x.Kind != heal.Overrun || x.Size != b.ByteSize+store.FooterSize {
 		t.Errorf("b: %+v, want overrun of %d", x, b.ByteSize+store.FooterSize)
 	}
 	if x := got["c"]; x.Kind != heal.Missing {
@@ -265,8 +278,8 @@ func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := anomalies(rep); len(got) != 2 || got["b"].Kind != heal.KindUnknown {
-		t.Errorf("after confirming b: %+v", rep.Anomalies)
+	if got := anomalies(cp, rep); len(got) != 2 || got["b"].Kind != heal.KindUnknown {
+		t.Errorf("after confirming b: %+v", rep.Facts)
 	}
 	// An index the broker has not applied: it waits, then says so.
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -464,7 +477,7 @@ func TestScrubberFindsInPlaceCorruption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := anomalies(rep)
+		got := anomalies(cp, rep)
 		if got["bad"].Kind == heal.Corrupt {
 			if got["good"].Kind == heal.Corrupt {
 				t.Fatal("intact copy reported corrupt")
@@ -472,7 +485,7 @@ func TestScrubberFindsInPlaceCorruption(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("corruption not reported: %+v, status %+v", rep.Anomalies, in.p.Status().Scrub)
+			t.Fatalf("corruption not reported: %+v, status %+v", rep.Facts, in.p.Status().Scrub)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

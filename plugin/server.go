@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -15,25 +16,15 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/probe"
 	"github.com/malachi-log/malachi/store"
 )
 
-// statResult is one path's answer from the stat engine.
-type statResult struct {
-	Size     int64
-	Dev, Ino uint64
-	// Missing: the file does not exist.
-	Missing bool
-	// TimedOut: no answer before the deadline.
-	TimedOut bool
-	// Err is any other failure.
-	Err error
-}
-
-// statter stats many paths in one batch, bounded by a deadline, without
-// opening any of them (probe.Prober behind an adapter).
+// statter stats a batch of copies, each relative to its shard directory,
+// without opening any of them (probe.Prober behind an adapter). Once its
+// arguments are warm it allocates nothing per copy.
 type statter interface {
-	Stat(ctx context.Context, paths []string, deadline time.Duration) ([]statResult, error)
+	StatBatch(ctx context.Context, b *probe.Batch, out []probe.Result) error
 	Engine() string
 }
 
@@ -56,6 +47,9 @@ type server struct {
 	log     zerolog.Logger
 	metrics *metrics
 	scrub   *scrubber // nil when scrubbing is off
+	// scratch holds *probeScratch: probes may overlap (a pass and a dry
+	// run), each takes its own.
+	scratch sync.Pool
 }
 
 // routes registers the RPCs on mux, for brokers only (rpcs authenticates
@@ -80,24 +74,40 @@ func (s *server) routes(mux *http.ServeMux, rpcs *rpc.Server) {
 	}
 }
 
-// snapshotAt waits until the local metadata has applied index, bounded by
+// viewAt waits until the local metadata has applied index, bounded by
 // ctx, and returns it. It fails with ErrLagging.
-func (s *server) snapshotAt(ctx context.Context, index uint64) (meta.Snapshot, error) {
+func (s *server) viewAt(ctx context.Context, index uint64) (*meta.View, error) {
 	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		snap := s.cp.Snapshot()
-		if snap.Index >= index {
-			return snap, nil
+		v := s.cp.View()
+		if v.Index() >= index {
+			return v, nil
 		}
 		select {
 		case <-ctx.Done():
-			return meta.Snapshot{}, fmt.Errorf("%w: broker %d at index %d, asked for %d: %w", ErrLagging, s.self, snap.Index, index, ctx.Err())
+			return nil, fmt.Errorf("%w: broker %d at index %d, asked for %d: %w", ErrLagging, s.self, v.Index(), index, ctx.Err())
 		case <-time.After(wait):
 		}
 	}
 }
 
-// probe stats every sealed copy assigned to this broker in one batch and
-// reports only the anomalies (see heal.ProbeReport).
+// probeScratch is one probe's memory, reused from probe to probe so that a
+// probe allocates nothing per copy once warm.
+type probeScratch struct {
+	segs  []*meta.Segment // the copies stat'ed, parallel to batch
+	conf  []confirmation  // their confirmations, parallel to batch
+	batch probe.Batch
+	out   []probe.Result
+}
+
+// confirmation is the store's confirmed identity of a copy, if any.
+type confirmation struct {
+	fi store.FileIdentity
+	ok bool
+}
+
+// probe stats every sealed copy assigned to this broker in one batch, each
+// relative to its shard directory, and reports the facts of the copies
+// that are not intact (heal.ProbeReport.Add decides which).
 func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 	var req ProbeRequest
 	if err := decode(body, &req); err != nil {
@@ -114,64 +124,94 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	snap, err := s.snapshotAt(ctx, req.Index)
+	view, err := s.viewAt(ctx, req.Index)
 	if err != nil {
 		return nil, err
 	}
-	rep := heal.ProbeReport{Broker: s.self, Index: snap.Index}
-	var segs []*meta.Segment
-	var paths []string
-	for i := range snap.Segments {
-		seg := &snap.Segments[i]
-		if !seg.Sealed || !seg.HasReplica(s.self) {
-			continue
-		}
-		rep.Copies++
-		if err := s.db.LatchErr(seg.ID); err != nil {
-			rep.Anomalies = append(rep.Anomalies, heal.Anomaly{Segment: seg.ID, Kind: heal.Latched})
-			continue
-		}
-		segs = append(segs, seg)
-		paths = append(paths, s.db.Path(seg.ID))
-	}
-	res, err := s.stat.Stat(ctx, paths, time.Until(start.Add(deadline)))
+	rep, err := s.probeView(ctx, view)
 	// auto may switch engines as it measures them: the metric follows.
 	s.metrics.setEngine("probe", s.stat.Engine())
 	if err != nil {
-		return nil, fmt.Errorf("plugin: broker %d: probing %d copies: %w", s.self, len(paths), err)
-	}
-	for i, seg := range segs {
-		r := res[i]
-		a := heal.Anomaly{Segment: seg.ID}
-		switch {
-		case r.TimedOut:
-			a.Kind = heal.TimedOut
-		case r.Missing:
-			a.Kind = heal.Missing
-		case r.Err != nil:
-			// A copy the broker cannot stat is in an unknown state this
-			// tick: never confirmed, not a source.
-			s.log.Warn().Err(r.Err).Str("segment", string(seg.ID)).Msg("probe: stat failed")
-			a.Kind = heal.TimedOut
-		case s.scrub.corruptNow(seg.ID, r.Dev, r.Ino, r.Size):
-			a.Kind = heal.Corrupt
-		case r.Size <= seg.ByteSize:
-			// Frames end at or before byte_size: short (a copy of exactly
-			// byte_size lacks its footer, which the backfill resumes).
-			a.Kind, a.Size = heal.Short, r.Size
-		default:
-			a.Kind, a.Size = heal.Overrun, r.Size
-			if r.Size == seg.ByteSize+store.FooterSize {
-				ok, err := s.db.Confirmed(seg.ID, store.FileIdentity{Dev: r.Dev, Ino: r.Ino, Size: r.Size})
-				if err == nil && ok {
-					continue // intact and confirmed: counted, not listed
-				}
-			}
-		}
-		rep.Anomalies = append(rep.Anomalies, a)
+		return nil, err
 	}
 	s.metrics.probeSeconds.Observe(time.Since(start).Seconds())
 	return rep, nil
+}
+
+// probeView probes this broker's sealed copies in view, within ctx.
+func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeReport, error) {
+	rep := heal.ProbeReport{Broker: s.self, Index: view.Index()}
+	if err := s.db.LoadConfirmations(); err != nil {
+		// Without its confirmations no copy of this broker can be told
+		// intact this tick: the whole probe fails, and the broker's
+		// copies are unknown rather than all overrun.
+		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
+	}
+	if err := s.db.HoldDirs(); err != nil {
+		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
+	}
+	defer s.db.ReleaseDirs()
+	sc, _ := s.scratch.Get().(*probeScratch)
+	if sc == nil {
+		sc = new(probeScratch)
+	}
+	defer s.scratch.Put(sc)
+	sc.segs, sc.conf = sc.segs[:0], sc.conf[:0]
+	sc.batch.Reset()
+	for seg := range view.HeldBy(s.self) {
+		if !seg.Sealed {
+			continue
+		}
+		rep.Copies++
+		latch, fi, ok := s.db.ProbeFacts(seg.ID)
+		if latch != nil {
+			rep.Add(seg, heal.Fact{Segment: seg.ID, Flags: heal.FactLatched, Why: latch.Error()})
+			continue
+		}
+		sc.segs = append(sc.segs, seg)
+		sc.conf = append(sc.conf, confirmation{fi, ok})
+		sc.batch.Add(s.db.StatTarget(seg.ID))
+	}
+	if cap(sc.out) < len(sc.segs) {
+		sc.out = make([]probe.Result, len(sc.segs))
+	}
+	out := sc.out[:len(sc.segs)]
+	if err := s.stat.StatBatch(ctx, &sc.batch, out); err != nil {
+		return rep, fmt.Errorf("plugin: broker %d: probing %d copies: %w", s.self, len(sc.segs), err)
+	}
+	for i, seg := range sc.segs {
+		rep.Add(seg, s.fact(seg, &out[i], sc.conf[i]))
+	}
+	return rep, nil
+}
+
+// fact is what the probe observed of the copy of seg: its stat r and the
+// store's confirmation c.
+func (s *server) fact(seg *meta.Segment, r *probe.Result, c confirmation) heal.Fact {
+	f := heal.Fact{Segment: seg.ID}
+	switch {
+	case r.Err == nil:
+	case errors.Is(r.Err, probe.ErrNotExist):
+		f.Flags = heal.FactMissing
+		return f
+	case errors.Is(r.Err, probe.ErrDeadline):
+		f.Flags = heal.FactTimedOut
+		return f
+	default:
+		// A copy the broker cannot stat is in an unknown state this tick.
+		s.log.Warn().Err(r.Err).Str("segment", string(seg.ID)).Msg("probe: stat failed")
+		f.Flags, f.Why = heal.FactStatFailed, r.Err.Error()
+		return f
+	}
+	f.Size, f.Dev, f.Ino = r.Size, r.Dev, r.Ino
+	fi := store.FileIdentity{Dev: r.Dev, Ino: r.Ino, Size: r.Size}
+	if s.scrub.corruptNow(seg.ID, r.Dev, r.Ino, r.Size) {
+		f.Flags |= heal.FactCorrupt
+	}
+	if c.ok && c.fi == fi {
+		f.Flags |= heal.FactConfirmed
+	}
+	return f
 }
 
 func (s *server) segmentReq(body []byte) (meta.Segment, error) {

@@ -33,8 +33,8 @@ type Copies interface {
 
 // Segments gives the metadata the scrubber walks; cluster.Node has it.
 type Segments interface {
-	// Snapshot returns the metadata, segments sorted by id.
-	Snapshot() meta.Snapshot
+	// View returns the metadata (shared, read-only).
+	View() *meta.View
 }
 
 // Config sets the scrubber up.
@@ -243,14 +243,17 @@ func (s *Scrubber) Round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snap := s.segs.Snapshot()
-	segs := snap.Segments
-	first := sort.Search(len(segs), func(i int) bool { return segs[i].ID > cursor })
-	for k := range segs {
-		seg := &segs[(first+k)%len(segs)]
-		if !seg.Sealed || !seg.HasReplica(s.cfg.Self) {
-			continue
+	view := s.segs.View()
+	held := make([]*meta.Segment, 0, view.Held(s.cfg.Self))
+	for seg := range view.HeldBy(s.cfg.Self) {
+		if seg.Sealed {
+			held = append(held, seg)
 		}
+	}
+	slices.SortFunc(held, func(a, b *meta.Segment) int { return cmp.Compare(a.ID, b.ID) })
+	first := sort.Search(len(held), func(i int) bool { return held[i].ID > cursor })
+	for k := range held {
+		seg := held[(first+k)%len(held)]
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -16,13 +16,13 @@ import (
 // segTable is the metadata side: the sealed segments by id.
 type segTable map[meta.SegmentID]meta.Segment
 
-func (t segTable) Snapshot() meta.Snapshot {
+func (t segTable) View() *meta.View {
 	tb := meta.NewTable(1)
 	for _, seg := range t {
 		tb.Apply(1, meta.CreateSegment{Segment: meta.Segment{ID: seg.ID, StartOffset: seg.StartOffset, Replicas: seg.Replicas}})
 		tb.Apply(2, meta.SealSegment{ID: seg.ID, Length: seg.Length, ByteSize: seg.ByteSize, Checksum: seg.Checksum})
 	}
-	return tb.Snapshot()
+	return tb.View()
 }
 
 // countingCopies cancels ctx after n verifications, to stop a round midway.
