@@ -70,4 +70,3 @@ func benchApply(b *testing.B, n int, plain bool) {
 	}
 	b.ReportMetric(float64(flaps), "flaps")
 }
-

@@ -106,4 +106,3 @@ func (f *fsm) appliedIndex() (uint64, <-chan struct{}) {
 	defer f.mu.RUnlock()
 	return f.applied, f.changed
 }
-
