@@ -187,6 +187,9 @@ func (p *parser) replicas(out *[]meta.BrokerID) bool {
 		return false
 	}
 	rs := (*out)[:0]
+	if rs == nil {
+		rs = make([]meta.BrokerID, 0, 4) // [] is an empty set, not null
+	}
 	for first := true; !p.lit("]"); first = false {
 		if !first && !p.lit(",") {
 			return false
