@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -70,80 +69,4 @@ func benchApply(b *testing.B, n int, plain bool) {
 		cur = next
 	}
 	b.ReportMetric(float64(flaps), "flaps")
-}
-
-// BenchmarkSnapshot compares, on 10^5 sealed segments, Node.Snapshot's
-// cached copy ("cached"), the same right after a compare-and-set patched
-// the cache ("after-cas"), and meta.Table.Snapshot, the baseline the
-// cache avoids (map walk, clone, sort).
-func BenchmarkSnapshot(b *testing.B) {
-	const n = 100_000
-	f := newFSM(zerolog.Nop())
-	idx := fillFSM(b, f, n)
-	f.snapshot()            // build the cache once
-	var casLogs []*raft.Log // set by after-cas, a cycle back to the start
-	b.Run("baseline=table", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			f.mu.RLock()
-			s := f.table.Snapshot()
-			f.mu.RUnlock()
-			if len(s.Segments) != n {
-				b.Fatal(len(s.Segments))
-			}
-		}
-	})
-	b.Run("cached", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if s := f.snapshot(); len(s.Segments) != n {
-				b.Fatal(len(s.Segments))
-			}
-		}
-	})
-	b.Run("view", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if s := f.view(); len(s.Segments) != n {
-				b.Fatal(len(s.Segments))
-			}
-		}
-	})
-	b.Run("after-cas", func(b *testing.B) {
-		cur := []meta.BrokerID{1, 2, 3}
-		id := meta.SegmentID(fmt.Sprintf("seg-%08d", n/2))
-		var logs []*raft.Log
-		for range 3 { // a fixed cycle of pre-encoded commands
-			next := []meta.BrokerID{cur[1], cur[2], cur[0]}
-			logs = append(logs, logOf(b, 0, meta.SetSegmentReplicas{ID: id, Expected: cur, Replicas: next}))
-			cur = next
-		}
-		casLogs = logs
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			idx++
-			l := *logs[i%3]
-			l.Index = idx
-			f.ApplyBatch([]*raft.Log{&l})
-			i++
-			if s := f.snapshot(); len(s.Segments) != n {
-				b.Fatal(len(s.Segments))
-			}
-		}
-	})
-	b.Run("view-after-cas", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			idx++
-			l := *casLogs[i%3]
-			l.Index = idx
-			f.ApplyBatch([]*raft.Log{&l})
-			i++
-			if s := f.view(); len(s.Segments) != n {
-				b.Fatal(len(s.Segments))
-			}
-		}
-	})
 }

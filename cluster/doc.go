@@ -15,7 +15,7 @@
 //	defer n.Close()
 //	for leading := range n.LeaderCh() {      // the coordinator's loop
 //		if !leading { stop the pass; continue }
-//		snap := n.View()                     // each tick: shared, free when unchanged
+//		v := n.View()                        // each tick: a *meta.View, shared, free when unchanged
 //		_, err := n.Apply(ctx, meta.SetSegmentReplicas{ID: id, Expected: old, Replicas: healed})
 //		// errors.Is(err, meta.ErrStaleReplicas): someone changed the set; re-plan.
 //		// errors.As(err, &nl) with nl *cluster.NotLeaderError: leadership moved.
@@ -28,9 +28,12 @@
 // raft v1.8.0, and because the brokers already run Pebble for their
 // confirmation state: one storage engine to operate). Every write is a
 // batch committed with pebble.Sync. Dir/raft-snap holds raft's file
-// snapshots (two retained), each the JSON of a meta.Snapshot streamed one
-// segment at a time. Pebble and raft log through the configured zerolog
-// logger, never to stderr.
+// snapshots (two retained), each the JSON of a meta.Snapshot (unversioned,
+// the format since the first release), written from a meta.View one
+// segment at a time and restored one segment at a time into a
+// meta.Builder: neither holds the whole encoding or a flat copy of the
+// segments. Pebble and raft log through the configured zerolog logger,
+// never to stderr.
 //
 // # Timings
 //
@@ -60,10 +63,12 @@
 //  2. A command the FSM refuses (meta.Table.Apply's error, e.g. a stale
 //     compare-and-set) still occupies its index and changes nothing else;
 //     its error reaches the proposer through Apply.
-//  3. Snapshot() returns a consistent view at one applied index, sorted
-//     by id, sharing no memory with the node or with other callers.
-//     View() returns the same content shared and read-only; what it
-//     returned never changes afterwards (copy-on-write).
+//  3. The FSM holds one meta.Table and nothing else of size. View()
+//     returns a *meta.View of it at one applied index, shared and
+//     read-only, the same one while no command applies; what it returned
+//     never changes afterwards (copy-on-write). Snapshot() returns the same
+//     content as a flat copy, sorted by id, sharing no memory with the
+//     node or other callers.
 //  4. The replication factor is set once, from Config.ReplicationFactor,
 //     by a leader that finds none after a Barrier; it is never overwritten
 //     by that mechanism.

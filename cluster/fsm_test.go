@@ -130,6 +130,9 @@ func TestSnapshotMillionSegmentsMemory(t *testing.T) {
 	runtime.KeepAlive(got)
 }
 
+// copySnapshot deep-copies s.
+func copySnapshot(s *meta.Snapshot) meta.Snapshot { return meta.NewView(*s).Snapshot() }
+
 type countReader struct {
 	r io.Reader
 	n int64
@@ -179,7 +182,7 @@ func TestCacheMatchesTable(t *testing.T) {
 		idx := uint64(0)
 		held := f.snapshot() // a copy taken early must never change
 		heldWant := fmt.Sprint(held)
-		var views []meta.Snapshot // nor may a shared view
+		var views []*meta.View // nor may a shared view
 		var viewsWant []string
 		for range rapid.IntRange(1, 40).Draw(rt, "n") {
 			var c meta.Command
@@ -212,11 +215,11 @@ func TestCacheMatchesTable(t *testing.T) {
 			f.ApplyBatch([]*raft.Log{logOf(t, idx, c)})
 			if rapid.Bool().Draw(rt, "view") {
 				v := f.view()
-				if want := f.table.Snapshot(); !reflect.DeepEqual(v, want) {
-					rt.Fatalf("after %s:\nview %+v\ntable %+v", c.Op(), v, want)
+				if want := f.table.Snapshot(); !reflect.DeepEqual(v.Snapshot(), want) {
+					rt.Fatalf("after %s:\nview %+v\ntable %+v", c.Op(), v.Snapshot(), want)
 				}
 				views = append(views, v)
-				viewsWant = append(viewsWant, fmt.Sprint(v))
+				viewsWant = append(viewsWant, fmt.Sprint(v.Snapshot()))
 			}
 			if rapid.Bool().Draw(rt, "read") {
 				got := f.snapshot()
@@ -237,8 +240,8 @@ func TestCacheMatchesTable(t *testing.T) {
 			rt.Fatal("an earlier caller's snapshot changed")
 		}
 		for i, v := range views {
-			if fmt.Sprint(v) != viewsWant[i] {
-				rt.Fatalf("view %d changed under its holder:\n%v\nwas\n%v", i, v, viewsWant[i])
+			if fmt.Sprint(v.Snapshot()) != viewsWant[i] {
+				rt.Fatalf("view %d changed under its holder:\n%v\nwas\n%v", i, v.Snapshot(), viewsWant[i])
 			}
 		}
 	})

@@ -545,20 +545,21 @@ func (n *Node) followerBarrier(ctx context.Context) error {
 	return nil
 }
 
-// Snapshot returns a deep copy of this node's metadata: consistent (one
-// applied index, in Index) and possibly behind the leader's. It is
-// cheap to call repeatedly: the sorted view is cached and patched by each
-// command, so a call costs one copy of the segments (three allocations),
-// not a sort. The caller owns the result.
+// Snapshot returns a deep copy of this node's metadata, sorted by id:
+// consistent (one applied index, in Index) and possibly behind the
+// leader's. It costs a copy of every segment (O(segments), three
+// allocations); the caller owns the result. For the admin API and tests:
+// a pass that reads the metadata every tick uses View.
 func (n *Node) Snapshot() meta.Snapshot { return n.fsm.snapshot() }
 
-// View returns this node's metadata like Snapshot, but shared and
-// read-only: calls with no command applied in between return the same
-// slices and cost nothing; the first change after a View copies the
-// state once (copy-on-write), so a View never changes under its holder.
-// The caller must not modify anything it reaches through the result.
-// It is what a heal pass that reads the snapshot every tick should use.
-func (n *Node) View() meta.Snapshot { return n.fsm.view() }
+// View returns this node's metadata at one applied index, immutable and
+// shared (meta.View): calls with no command applied in between return the
+// same *View; otherwise it costs O(chunks + brokers), never a copy of the
+// segments. Later commands copy only the chunks they change, so a View
+// never changes under its holder. The caller must not modify anything it
+// reaches through the result. View.HeldBy finds a broker's copies without
+// a scan.
+func (n *Node) View() *meta.View { return n.fsm.view() }
 
 // Segment returns a copy of one segment of this node's metadata.
 func (n *Node) Segment(id meta.SegmentID) (meta.Segment, bool) { return n.fsm.segment(id) }

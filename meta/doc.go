@@ -1,9 +1,17 @@
 // Package meta holds the values of cluster metadata: brokers, segments, the
 // snapshot a heal pass reads, and the commands the control plane applies.
 //
-// The package does no I/O and keeps no state: every function is pure, so the
-// decision core (heal), the control plane (cluster) and the tests share one
-// definition of what a valid segment and a valid command are.
+// The package does no I/O: its functions are pure and Table is the one
+// mutable value, so the decision core (heal), the control plane (cluster)
+// and the tests share one definition of what a valid segment and a valid
+// command are.
+//
+// A Table is read through a View: the table at one applied index,
+// immutable and safe to share between goroutines, made in O(chunks +
+// brokers) and reused while nothing applies. View.HeldBy yields a broker's
+// segments from an index that Apply keeps, in O(own segments). Snapshot is
+// the flat form (JSON, admin API, tests); a Builder restores a Table from
+// segments streamed in id order.
 //
 // Invariants:
 //
@@ -20,4 +28,10 @@
 //  5. Every change to a segment increments its Version; SetSegmentReplicas is
 //     a compare-and-set on the replica set it expects to replace, so a stale
 //     command is refused with ErrStaleReplicas and changes nothing.
+//  6. A View never changes, and nothing a View or Table.Segment returned is
+//     written by a later Apply: the table copies a chunk before writing to
+//     it once a View may hold it (copy-on-write); Table.Segment returns a
+//     copy. A View equals the Table.Snapshot taken at the same moment, and
+//     View.HeldBy(b) yields exactly the segments whose Replicas name b.
+//  7. Segments are never removed; at most 2^32-1 live in one Table.
 package meta

@@ -138,10 +138,12 @@ func (db *DB) prepareLayout() error {
 		return err
 	}
 	if created {
-		// The shard directories' entries must be durable before a copy
-		// is moved or created in one.
-		if err := db.fs.SyncDir(db.copies); err != nil {
-			return fmt.Errorf("sync %s: %w", db.copies, err)
+		// The shard directories' entries (and copies/ itself) must be
+		// durable before a copy is moved or created in one.
+		for _, d := range []string{db.copies, db.dir} {
+			if err := db.fs.SyncDir(d); err != nil {
+				return fmt.Errorf("sync %s: %w", d, err)
+			}
 		}
 	}
 	moved, err := db.moveLoose()
@@ -180,17 +182,18 @@ func (db *DB) makeShards() (bool, error) {
 // moveLoose renames every copy directly in copies/ (the format-1 place) to
 // its shard, then makes the moves durable: each shard that received one is
 // fsynced before copies/ (whose fsync makes the old names' removal
-// durable), so that at every instant the copy has a durable name. A copy
-// whose shard already holds a file of its name is left where it is, with a
-// warning: the shard's file is the copy (only Open's own rename puts it
-// there, and a rename moves a file, it never duplicates one).
+// durable), so that at every instant the copy has a durable name. When
+// the shard already holds a file of the copy's name, the shard's file is
+// the copy (only this function puts a file there in a store being
+// migrated): an old name of the same file is removed, another file is left
+// where it is, with a warning, and never registered.
 func (db *DB) moveLoose() (int, error) {
 	ents, err := db.fs.ReadDir(db.copies)
 	if err != nil {
 		return 0, err
 	}
 	var touched [Shards]bool
-	moved := 0
+	moved, changed := 0, false
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name(), segSuffix)
 		if !ok || !e.Type().IsRegular() {
@@ -203,9 +206,14 @@ func (db *DB) moveLoose() (int, error) {
 		}
 		from := filepath.Join(db.copies, e.Name())
 		to := db.Path(id)
-		if _, err := db.fs.Stat(to); err == nil {
-			db.log.Warn().Str("file", from).Str("copy", to).
-				Msg("store: a file of the old layout names a copy its shard already holds; the shard's file is the copy, the other is left alone")
+		if fi, err := db.fs.Stat(to); err == nil {
+			// Both names: a rename interrupted between its link and its
+			// unlink leaves one file under two names; drop the old one.
+			// Two different files are left alone: the shard's is the copy.
+			if err := db.dropLink(from, fi); err != nil {
+				return moved, err
+			}
+			touched[Shard(id)], changed = true, true
 			continue
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return moved, err
@@ -213,10 +221,10 @@ func (db *DB) moveLoose() (int, error) {
 		if err := db.fs.Rename(from, to); err != nil {
 			return moved, err
 		}
-		touched[Shard(id)] = true
+		touched[Shard(id)], changed = true, true
 		moved++
 	}
-	if moved == 0 {
+	if !changed {
 		return 0, nil
 	}
 	for i, t := range touched {
@@ -228,6 +236,22 @@ func (db *DB) moveLoose() (int, error) {
 		}
 	}
 	return moved, db.fs.SyncDir(db.copies)
+}
+
+// dropLink removes the old-layout name from when it names the same file as
+// the shard's name whose information is shard; otherwise it leaves it, with
+// a warning.
+func (db *DB) dropLink(from string, shard os.FileInfo) error {
+	fi, err := db.fs.Stat(from)
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(fi, shard) {
+		db.log.Warn().Str("file", from).
+			Msg("store: a file of the old layout names a copy its shard already holds in another file; the shard's file is the copy, this one is left alone")
+		return nil
+	}
+	return db.fs.Remove(from)
 }
 
 // loadShards registers the copies of every shard directory. A file in the

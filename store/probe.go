@@ -51,6 +51,8 @@ func (db *DB) ReleaseDirs() { db.dirMu.RUnlock() }
 // The confirmations are those loaded by the first use of the confirmation
 // DB: before it (see LoadConfirmations) no copy reads as confirmed, which
 // costs the probe's caller a check, never a wrong "confirmed".
+//
+//lint:ignore ST1008 latch is a fact about the copy the call reports, not a failure of the call
 func (db *DB) ProbeFacts(id meta.SegmentID) (latch error, confirmed FileIdentity, isConfirmed bool) {
 	db.mu.RLock()
 	c := db.m[id]
