@@ -13,6 +13,7 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/store"
 )
 
 // victim returns a live non-leader broker that holds at least one replica.
@@ -148,7 +149,7 @@ func TestLeaderKilledMidPass(t *testing.T) {
 		// A copy the killed leader received mid-pass (it was a backfill
 		// target of its own pass) may have been recorded before it died:
 		// that replica is lost too, and replacing it is one more command.
-		if !old.HasReplica(meta.BrokerID(leader)) && fileExists(filepath.Join(c.brokers[leader-1].dir, "copies", string(s.ID)+".seg")) {
+		if !old.HasReplica(meta.BrokerID(leader)) && fileExists(store.CopyPath(c.brokers[leader-1].dir, s.ID)) {
 			lost++
 		}
 		// Each SetSegmentReplicas bumps the version once; a segment needs at

@@ -19,6 +19,7 @@ import (
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/store"
 )
 
 // clusterConfig is what the demo's cluster is made of.
@@ -107,7 +108,7 @@ type cluster struct {
 
 // copyPath is where broker b keeps its copy of segment id (STORE_API.md).
 func (b *broker) copyPath(id meta.SegmentID) string {
-	return filepath.Join(b.Dir, "copies", string(id)+".seg")
+	return store.CopyPath(b.Dir, id)
 }
 
 // alive reports whether the process is running.
@@ -376,19 +377,7 @@ func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int6
 	if err != nil {
 		return 0, 0, fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
 	}
-	ents, err := os.ReadDir(dir)
-	for _, e := range ents {
-		if err != nil {
-			break
-		}
-		if !e.Type().IsRegular() {
-			continue
-		}
-		var n int64
-		n, err = copyFileSynced(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name()))
-		files++
-		bytes += n
-	}
+	files, bytes, err = copyTreeSynced(dir, aside)
 	if err == nil {
 		err = syncDir(aside)
 	}
@@ -401,6 +390,37 @@ func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int6
 	}
 	l.Close()
 	return 0, 0, fmt.Errorf("moving broker %d's copies onto its loop disk: %w", b.ID, err)
+}
+
+// copyTreeSynced copies the regular files of from, and of its
+// subdirectories one level down (the store's shard directories), into to,
+// each file and each new directory synced.
+func copyTreeSynced(from, to string) (files int, bytes int64, err error) {
+	ents, err := os.ReadDir(from)
+	for _, e := range ents {
+		if err != nil {
+			break
+		}
+		src, dst := filepath.Join(from, e.Name()), filepath.Join(to, e.Name())
+		switch {
+		case e.Type().IsRegular():
+			var n int64
+			n, err = copyFileSynced(src, dst)
+			files++
+			bytes += n
+		case e.IsDir() && e.Name() != "lost+found" && filepath.Base(from) == "copies":
+			if err = os.Mkdir(dst, 0o755); err == nil {
+				var f int
+				var n int64
+				f, n, err = copyTreeSynced(src, dst)
+				files, bytes = files+f, bytes+n
+			}
+			if err == nil {
+				err = syncDir(dst)
+			}
+		}
+	}
+	return files, bytes, err
 }
 
 func copyFileSynced(from, to string) (int64, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
 )
 
 // Stages that fault processes and data directories: pause (SIGSTOP past
@@ -366,17 +367,9 @@ type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
 func (d *demo) listCopyFiles() copyFiles {
 	out := copyFiles{}
 	for _, b := range d.c.running() {
-		ents, err := os.ReadDir(filepath.Join(b.Dir, "copies"))
+		m, err := store.CopyFiles(b.Dir)
 		if err != nil {
 			continue
-		}
-		m := map[meta.SegmentID]int64{}
-		for _, de := range ents {
-			if id, ok := strings.CutSuffix(de.Name(), ".seg"); ok {
-				if fi, err := de.Info(); err == nil {
-					m[meta.SegmentID(id)] = fi.Size()
-				}
-			}
 		}
 		out[b.ID] = m
 	}
@@ -393,31 +386,23 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copy
 		if slices.Contains(skip, b.ID) {
 			continue
 		}
-		ents, err := os.ReadDir(filepath.Join(b.Dir, "copies"))
+		files, err := store.CopyFiles(b.Dir)
 		if err != nil {
 			continue
 		}
 		var t transfers
-		for _, de := range ents {
-			id, ok := strings.CutSuffix(de.Name(), ".seg")
-			if !ok {
-				continue
-			}
-			seg, ok := segs[meta.SegmentID(id)]
+		for id, size := range files {
+			seg, ok := segs[id]
 			if !ok || seg.HasReplica(b.ID) {
 				continue
 			}
-			fi, err := de.Info()
-			if err != nil {
-				continue
-			}
-			if was, ok := baseline[b.ID][seg.ID]; ok && was == fi.Size() {
+			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
 				continue
 			}
 			full := seg.ByteSize + footerSize
-			if fi.Size() < full {
+			if size < full {
 				t.Partial++
-				t.Bytes += fi.Size()
+				t.Bytes += size
 				t.BytesTotal += full
 			} else {
 				t.Complete++
