@@ -160,6 +160,10 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	}
 	slices.Sort(plan.Lost)
 	p.settle(in, &plan)
+	// The scratch keeps no pointer into the view: an old view's chunks
+	// must not outlive the pass (they would once the table copies them).
+	clear(p.troubled)
+	clear(p.unset)
 	return plan, nil
 }
 

@@ -83,10 +83,16 @@ func newScaleWorld(tb testing.TB, nb, nSeg int) *scaleWorld {
 	return w
 }
 
-// find returns the segment named id, or nil. The caller holds w.mu.
+// find returns a copy of the segment named id, or nil. The caller holds
+// w.mu. It does not take a View: a View marks the table's chunks shared,
+// and the next Apply would copy them (the plugin's FSM takes one View per
+// pass, not one per command).
 func (w *scaleWorld) find(id meta.SegmentID) *meta.Segment {
-	seg, _ := w.table.View().Segment(id)
-	return seg
+	seg, ok := w.table.Segment(id)
+	if !ok {
+		return nil
+	}
+	return &seg
 }
 
 // intact reports whether b's copy of seg holds the whole, valid bytes.
