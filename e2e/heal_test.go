@@ -253,7 +253,7 @@ func TestHealDisabled(t *testing.T) {
 		if err := c.get(b.id, "/v1/status", &st); err != nil || st["heal"] != "disabled" {
 			t.Errorf("broker %d status: %v %v", b.id, st, err)
 		}
-		// Only the broker's own state: copies/, confirm/ and LOCK (the
+		// Only the broker's own state: copies/, confirm/, LOCK and FORMAT (the
 		// store) and raft/ (the control plane). The plugin created nothing.
 		ents, err := os.ReadDir(b.dir)
 		if err != nil {
@@ -261,7 +261,7 @@ func TestHealDisabled(t *testing.T) {
 		}
 		for _, e := range ents {
 			switch e.Name() {
-			case "copies", "confirm", "LOCK", "raft":
+			case "copies", "confirm", "LOCK", "FORMAT", "raft":
 			default:
 				t.Errorf("broker %d: unexpected %s in its data dir", b.id, filepath.Join(b.dir, e.Name()))
 			}
