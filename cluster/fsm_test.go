@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -312,5 +313,58 @@ func TestRestoreRefusesSealedChange(t *testing.T) {
 	}
 	if got := f.snapshot(); len(got.Segments) != 4 || got.Index != good.Index {
 		t.Fatalf("restored %d segments at index %d", len(got.Segments), got.Index)
+	}
+}
+
+// Readers iterate Views while commands apply (creates that append to the
+// last chunk a View holds, replica changes that copy chunks): under -race
+// this shows that no View's memory is written.
+func TestViewsReadWhileApplying(t *testing.T) {
+	f := newFSM(zerolog.Nop())
+	idx := fillFSM(t, f, 3000)
+	done := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				v := f.view()
+				n, held := 0, 0
+				for _, s := range v.All() {
+					n += len(s.Replicas)
+				}
+				for range v.HeldBy(2) {
+					held++
+				}
+				if held != v.Held(2) || n < v.Len() {
+					t.Errorf("view at %d: HeldBy(2) yielded %d, Held says %d", v.Index(), held, v.Held(2))
+					return
+				}
+			}
+		}()
+	}
+	cur := []meta.BrokerID{1, 2, 3}
+	for i := range 2000 {
+		idx++
+		var c meta.Command = meta.CreateSegment{Segment: seg(fmt.Sprintf("seg-9%07d", i), 1, 2)}
+		if i%2 == 1 {
+			next := []meta.BrokerID{cur[1], cur[2], cur[0]}
+			c = meta.SetSegmentReplicas{ID: "seg-00001500", Expected: cur, Replicas: next}
+			cur = next
+		}
+		if r := f.ApplyBatch([]*raft.Log{logOf(t, idx, c)})[0].(applyResult); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	close(done)
+	readers.Wait()
+	if v := f.view(); v.Len() != 4000 || v.Held(1) != 4000 {
+		t.Fatalf("%d segments, broker 1 holds %d", v.Len(), v.Held(1))
 	}
 }
