@@ -33,6 +33,12 @@ type Config struct {
 	// ProbeTimeout bounds each broker's probe (default 2s); a broker that
 	// does not answer in time is not up this tick.
 	ProbeTimeout time.Duration
+	// MaxProbes bounds the probes in flight at once (default 0: every
+	// broker of the metadata at once). Each probe has its own
+	// ProbeTimeout, so a broker slow to answer costs its own deadline and
+	// delays no other broker's probe; a pass's probing lasts at most one
+	// ProbeTimeout whatever the cluster's size.
+	MaxProbes int
 	// Logger receives one line per pass and one per failed step; nil
 	// discards.
 	Logger *slog.Logger
@@ -251,7 +257,11 @@ func (c *Coordinator) input(ctx context.Context) (Input, error) {
 	ok := make([]bool, len(brokers))
 	authFailed := make([]string, len(brokers))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(c.cfg.Concurrency, 16))
+	fanout := len(brokers)
+	if c.cfg.MaxProbes > 0 {
+		fanout = min(fanout, c.cfg.MaxProbes)
+	}
+	sem := make(chan struct{}, max(fanout, 1))
 	for i, b := range brokers {
 		wg.Add(1)
 		sem <- struct{}{}

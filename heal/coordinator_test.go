@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +231,54 @@ func TestNewCoordinatorValidates(t *testing.T) {
 		if _, err := NewCoordinator(tc.cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewCoordinator: %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// barrierProber answers a probe only once every broker's probe is in
+// flight at the same time, or fails it when its own deadline ends first.
+type barrierProber struct {
+	*fakeBrokers
+	all     chan struct{}
+	mu      sync.Mutex
+	waiting int
+	need    int
+}
+
+func (b *barrierProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+	b.mu.Lock()
+	b.waiting++
+	if b.waiting == b.need {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return b.fakeBrokers.Probe(ctx, id, index)
+	case <-ctx.Done():
+		return ProbeReport{}, ctx.Err()
+	}
+}
+
+// TestCoordinatorProbesEveryBrokerAtOnce: a pass probes all brokers of a
+// 300-broker cluster concurrently (no fixed bound such as 64), so a
+// broker slow to answer delays no other broker's probe. Every probe here
+// waits until all 300 are in flight: with any bound below 300 none would
+// answer before its deadline and every broker would be suspect.
+func TestCoordinatorProbesEveryBrokerAtOnce(t *testing.T) {
+	const n = 300
+	w := newWorld(n, 3, seg("a", 1, 2, 3))
+	f := newFake(w)
+	bp := &barrierProber{fakeBrokers: f, all: make(chan struct{}), need: n}
+	c, err := NewCoordinator(Config{Control: f, Prober: bp, Backfiller: f, Settler: f, Deleter: f,
+		ProbeTimeout: time.Minute, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Suspect)+len(rep.Dead) != 0 {
+		t.Fatalf("%d suspect and %d dead brokers: probes did not all run at once", len(rep.Suspect), len(rep.Dead))
 	}
 }

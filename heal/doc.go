@@ -17,12 +17,13 @@
 // Usage loop (what Coordinator.Run does):
 //
 //	view := control.View(ctx) // immutable, shared: no copy of the metadata
-//	reports := probe every registered broker at view.Index()
+//	reports := probe every registered broker at view.Index(), all at once
+//	           (Config.MaxProbes), each within its own ProbeTimeout
 //	plan := planner.Plan(Input{view, reports, seen, now, policy, cursor, refused, conflicts, acked, lost})
 //	execute plan (see Plan for the order contract); report plan.Report
 //	cursor, refused, conflicts, acked, lost = plan's, plus the refusals and conflicts execution found
 //
-// Brokers send facts, heal decides (issue 17): a ProbeReport lists a Fact
+// Brokers send facts, heal decides: a ProbeReport lists a Fact
 // (flags missing / timed out / stat failed / latched / confirmed / corrupt,
 // the stat's size and file identity, a short why) for each copy that is not
 // Intact, so an answer costs O(anomalies) bytes. Classify turns a fact into
