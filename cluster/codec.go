@@ -144,10 +144,10 @@ func (p *parser) int(out *int64) bool {
 		p.i++
 	}
 	var u uint64
-	if !p.uint(&u, 63) {
+	if !p.uint(&u, 64) || u > 1<<63 || u == 1<<63 && !neg {
 		return false
 	}
-	*out = int64(u)
+	*out = int64(u) // 1<<63 wraps to the minimum, negated below to itself
 	if neg {
 		*out = -*out
 	}
