@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,7 +66,7 @@ func TestKilledTargetResumes(t *testing.T) {
 		if from != durable {
 			t.Fatalf("kill %d: child resumed at %d, want the durable end %d", kill, from, durable)
 		}
-		fi, err := os.Stat(filepath.Join(dstDir, "copies", string(seg.ID)+".seg"))
+		fi, err := os.Stat(store.CopyPath(dstDir, seg.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

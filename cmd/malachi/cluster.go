@@ -19,6 +19,7 @@ import (
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/store"
 )
 
 // clusterConfig is what the demo's cluster is made of.
@@ -105,9 +106,37 @@ type cluster struct {
 	loopCloseErr error
 }
 
-// copyPath is where broker b keeps its copy of segment id (STORE_API.md).
+// copyPath is where broker b keeps its copy of segment id (STORE_API.md):
+// <data_dir>/copies/<shard>/<id>.seg (store format 2).
 func (b *broker) copyPath(id meta.SegmentID) string {
-	return filepath.Join(b.Dir, "copies", string(id)+".seg")
+	return store.CopyPath(b.Dir, id)
+}
+
+// copyFile is one copy file found under a copies directory.
+type copyFile struct {
+	id   meta.SegmentID
+	path string
+	ent  os.DirEntry
+}
+
+// listCopies lists the copy files under the copies directory dir: one
+// shard directory after another (store format 2). A missing shard lists
+// nothing.
+func listCopies(dir string) []copyFile {
+	var out []copyFile
+	for i := range store.Shards {
+		sd := filepath.Join(dir, store.ShardName(i))
+		ents, err := os.ReadDir(sd)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if id, ok := strings.CutSuffix(e.Name(), ".seg"); ok && e.Type().IsRegular() {
+				out = append(out, copyFile{id: meta.SegmentID(id), path: filepath.Join(sd, e.Name()), ent: e})
+			}
+		}
+	}
+	return out
 }
 
 // alive reports whether the process is running.
@@ -376,16 +405,19 @@ func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int6
 	if err != nil {
 		return 0, 0, fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
 	}
-	ents, err := os.ReadDir(dir)
-	for _, e := range ents {
+	// Every shard directory, each synced, then the copies in them.
+	for i := 0; i < store.Shards && err == nil; i++ {
+		sd := filepath.Join(aside, store.ShardName(i))
+		if err = os.Mkdir(sd, 0o755); err == nil {
+			err = syncDir(sd)
+		}
+	}
+	for _, cf := range listCopies(dir) {
 		if err != nil {
 			break
 		}
-		if !e.Type().IsRegular() {
-			continue
-		}
 		var n int64
-		n, err = copyFileSynced(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name()))
+		n, err = copyFileSynced(cf.path, filepath.Join(aside, store.ShardName(store.Shard(cf.id)), cf.ent.Name()))
 		files++
 		bytes += n
 	}

@@ -366,16 +366,10 @@ type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
 func (d *demo) listCopyFiles() copyFiles {
 	out := copyFiles{}
 	for _, b := range d.c.running() {
-		ents, err := os.ReadDir(filepath.Join(b.Dir, "copies"))
-		if err != nil {
-			continue
-		}
 		m := map[meta.SegmentID]int64{}
-		for _, de := range ents {
-			if id, ok := strings.CutSuffix(de.Name(), ".seg"); ok {
-				if fi, err := de.Info(); err == nil {
-					m[meta.SegmentID(id)] = fi.Size()
-				}
+		for _, cf := range listCopies(filepath.Join(b.Dir, "copies")) {
+			if fi, err := cf.ent.Info(); err == nil {
+				m[cf.id] = fi.Size()
 			}
 		}
 		out[b.ID] = m
@@ -393,21 +387,13 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copy
 		if slices.Contains(skip, b.ID) {
 			continue
 		}
-		ents, err := os.ReadDir(filepath.Join(b.Dir, "copies"))
-		if err != nil {
-			continue
-		}
 		var t transfers
-		for _, de := range ents {
-			id, ok := strings.CutSuffix(de.Name(), ".seg")
-			if !ok {
-				continue
-			}
-			seg, ok := segs[meta.SegmentID(id)]
+		for _, cf := range listCopies(filepath.Join(b.Dir, "copies")) {
+			seg, ok := segs[cf.id]
 			if !ok || seg.HasReplica(b.ID) {
 				continue
 			}
-			fi, err := de.Info()
+			fi, err := cf.ent.Info()
 			if err != nil {
 				continue
 			}
