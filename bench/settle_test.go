@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,6 +116,19 @@ func (fx settleFix) statSyncfs() error {
 	return syncFS(fx.dir)
 }
 
+// gateSyncer passes directory syncs to s, or skips them while off.
+type gateSyncer struct {
+	s   store.DirSyncer
+	off atomic.Bool
+}
+
+func (g *gateSyncer) SyncDir(ctx context.Context, path string) error {
+	if g.off.Load() {
+		return nil
+	}
+	return g.s.SyncDir(ctx, path)
+}
+
 // BenchmarkSettleBatch settles a batch of n sealed copies at once through
 // one real fsync.Syncer (fsync.DefaultConfig, as the plugin configures it):
 // each Settle opens, scans and checks its copy and syncs its shard
@@ -126,7 +141,9 @@ func (fx settleFix) statSyncfs() error {
 //   - floor: a stat of each of the same n files and one syncfs(2), the
 //     least any batch that makes n entries durable can do;
 //   - one-dir: n copies all in one shard directory, the single-directory
-//     layout's batch (every settle syncs the same directory).
+//     layout's batch (every settle syncs the same directory);
+//   - no-dir-sync: the sharded batch with its directory syncs skipped, the
+//     cost of the settles' own work (open, read and check each copy).
 //
 // Metrics: ns/copy of each, sharded-vs-floor (floor time / sharded time:
 // the fraction of the floor's throughput the batch reaches; the target is
@@ -149,7 +166,8 @@ func benchSettleBatch(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	defer syncer.Close()
-	sharded := newSettleFix(b, root, n, func(i int) meta.SegmentID { return meta.SegmentID(fmt.Sprintf("seg-%06d", i)) }, syncer)
+	gate := &gateSyncer{s: syncer}
+	sharded := newSettleFix(b, root, n, func(i int) meta.SegmentID { return meta.SegmentID(fmt.Sprintf("seg-%06d", i)) }, gate)
 	var oneIDs []meta.SegmentID
 	for i := 0; len(oneIDs) < n; i++ {
 		if id := meta.SegmentID(fmt.Sprintf("one-%07d", i)); store.Shard(id) == 0 {
@@ -160,7 +178,7 @@ func benchSettleBatch(b *testing.B, n int) {
 	if len(sharded.dirs) != store.Shards || len(oneDir.dirs) != 1 {
 		b.Fatalf("fixtures span %d and %d directories, want %d and 1", len(sharded.dirs), len(oneDir.dirs), store.Shards)
 	}
-	var tSharded, tFloor, tOne, fsSyncs, syncs []float64
+	var tSharded, tFloor, tOne, tNoSync, fsSyncs, syncs []float64
 	gen := 0
 	timed := func(fx settleFix, fn func() error) float64 {
 		b.StopTimer()
@@ -181,9 +199,12 @@ func benchSettleBatch(b *testing.B, n int) {
 		syncs = append(syncs, float64(s1.Syncs-s0.Syncs))
 		tFloor = append(tFloor, timed(sharded, sharded.statSyncfs))
 		tOne = append(tOne, timed(oneDir, oneDir.settleAll))
+		gate.off.Store(true)
+		tNoSync = append(tNoSync, timed(sharded, sharded.settleAll))
+		gate.off.Store(false)
 	}
 	round() // warm the page cache and the Syncer
-	tSharded, tFloor, tOne, fsSyncs, syncs = nil, nil, nil, nil, nil
+	tSharded, tFloor, tOne, tNoSync, fsSyncs, syncs = nil, nil, nil, nil, nil, nil
 	b.ResetTimer()
 	for range b.N {
 		round()
@@ -198,6 +219,7 @@ func benchSettleBatch(b *testing.B, n int) {
 	b.ReportMetric(median(tSharded), "sharded-ns/copy")
 	b.ReportMetric(median(tFloor), "floor-ns/copy")
 	b.ReportMetric(median(tOne), "one-dir-ns/copy")
+	b.ReportMetric(median(tNoSync), "no-dir-sync-ns/copy")
 	b.ReportMetric(median(ratio), "sharded-vs-floor")
 	b.ReportMetric(median(oneRatio), "one-dir-vs-floor")
 	b.ReportMetric(median(fsSyncs), "syncfs/batch")
