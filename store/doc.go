@@ -6,9 +6,17 @@
 //
 // # Layout
 //
-// A DB owns a directory: <dir>/copies/<segment-id>.seg holds one copy per
-// file, <dir>/confirm is a Pebble DB of confirmations. A copy is a sequence
-// of frames from byte 0:
+// A DB owns a directory (format 2, FormatVersion):
+//
+//	<dir>/FORMAT                          "malachi store format 2\n"
+//	<dir>/LOCK                            flock: one DB per directory
+//	<dir>/copies/<shard>/<segment-id>.seg one copy per file
+//	<dir>/confirm/                        Pebble DB of confirmations
+//
+// <shard> is one of 256 directories "00".."ff": the low 8 bits of the
+// 32-bit FNV-1a hash of the id's bytes, in two lower-case hex digits
+// (Shard, CopyPath), so that no directory grows past ~copies/256 entries.
+// A copy is a sequence of frames from byte 0:
 //
 //	crc32c(u32) | payload_len(u32) | offset(u64) | payload
 //
@@ -21,6 +29,41 @@
 // so a settled copy measures byte_size+FooterSize. meta.Segment.ByteSize
 // counts the frames only and meta.Segment.Checksum is meta.CRC32C of the
 // frames' CRC.
+//
+// # Format version and migration
+//
+// FORMAT is written atomically (a temporary file written and fsynced,
+// renamed over FORMAT, the store directory fsynced). Open refuses a FORMAT
+// newer than FormatVersion, or one it cannot read, with ErrFormat naming
+// both versions, before it changes anything. No FORMAT is format 1: every
+// copy directly in <dir>/copies/<id>.seg. Open migrates it: it creates the
+// shard directories (then fsyncs copies/ and <dir>), renames each
+// <id>.seg of copies/ into its shard (a partial backfill is a .seg file
+// like any other and moves as it is), fsyncs every shard that received one
+// and then copies/, and writes FORMAT last. A rename moves one file: a
+// crash at any point leaves each copy under its old name or its new one,
+// and with no FORMAT the next Open runs the same steps again over what is
+// left. A copy found under both names (a rename cut between its link and
+// its unlink) is one file: the old name is removed; two different files
+// are never both registered (the shard's is the copy, the other is left
+// with a warning). Files that are no copy (other suffixes, names that are
+// no segment id) stay where they are, ignored as before. Renames keep
+// inodes, so confirmations (keyed by inode) survive the migration. Open of
+// a format-2 store also moves any <id>.seg found directly in copies/. A
+// build older than format 2 sees a migrated store as empty: downgrades
+// are not supported.
+//
+// # Probe
+//
+// StatTarget gives, without allocating or locking, the descriptor of the
+// copy's shard directory (opened O_PATH at Open, closed by Close) and the
+// file name, for a stat relative to it; ProbeFacts gives the latch and
+// the confirmed identity from memory (after LoadConfirmations). A prober
+// holds HoldDirs for its batch: Close waits for the holds before closing
+// the descriptors, and StatTarget answers -1 (stats fail with EBADF) once
+// Close has begun, so a stat never reaches a reused descriptor number.
+// The descriptors name the shard directories of Open's time: a file
+// system mounted over copies/ later is not seen through them.
 //
 // # Usage
 //
@@ -58,13 +101,19 @@
 //     most one confirmation key; Confirmed answers from a mirror of them in
 //     memory that changes only after a durable write to Pebble.
 //  7. All file access goes through Options.FS (the seam store/errorfs
-//     wraps); Pebble logs only through Options.Logger.
+//     wraps), except the O_PATH shard descriptors of StatTarget, through
+//     which the store itself never reads or writes; Pebble logs only
+//     through Options.Logger.
 //  8. The store never cuts the frames that a copy's own valid seal footer
 //     covers on the word of the caller's metadata: when that footer (agreeing
 //     with the frames and their checksum) disagrees with the segment passed
 //     to Settle or OpenTarget (start offset, length, byte_size, checksum),
 //     they refuse with ErrSealConflict and leave the file byte for byte as
 //     it is, unlatched. A copy without such a footer follows the metadata.
+//  9. A copy of id is registered only from its CopyPath shard, once (a file
+//     in another shard is ignored); every directory sync made for it is of
+//     that shard; a DB serves only a store whose FORMAT says FormatVersion
+//     (migrated first when older, refused when newer).
 //
 // # Concurrency and crashes
 //
@@ -78,8 +127,11 @@
 // After a crash a copy holds every acknowledged frame, perhaps followed by
 // a torn frame or a zero (preallocated) tail; the durable end finds the
 // acknowledged frames and an append after the restart first cuts what
-// follows them. Create, Seal, Settle, Commit and Delete sync the copies
-// directory (through Options.DirSyncer when set).
+// follows them. Create, Seal, Settle, Commit and Delete sync the copy's
+// own shard directory, and only it (through Options.DirSyncer when set):
+// concurrent settles of copies in many shards reach the DirSyncer as many
+// distinct directories, which fsync.Syncer coalesces (one syncfs for a
+// batch of at least FilesystemSyncMin of them).
 //
 // The confirmation DB is opened on first use and not written with less
 // than Options.ConfirmMinFree bytes free: Pebble treats a failed write as

@@ -280,31 +280,3 @@ func (db *DB) loadShards() error {
 	}
 	return nil
 }
-
-// CopyFiles lists the copy files of the store in dir, by segment id with
-// their sizes, as the current format places them, without opening the
-// store (a tool or a test looking at a broker's disk while it runs). A
-// missing shard directory counts as empty; any other error is returned.
-func CopyFiles(dir string) (map[meta.SegmentID]int64, error) {
-	out := map[meta.SegmentID]int64{}
-	for i := range Shards {
-		d := filepath.Join(dir, "copies", shardNames[i])
-		ents, err := os.ReadDir(d)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return out, fmt.Errorf("store: list copies: %w", err)
-		}
-		for _, e := range ents {
-			name, ok := strings.CutSuffix(e.Name(), segSuffix)
-			if !ok || !e.Type().IsRegular() {
-				continue
-			}
-			if info, err := e.Info(); err == nil {
-				out[meta.SegmentID(name)] = info.Size()
-			}
-		}
-	}
-	return out, nil
-}

@@ -106,9 +106,37 @@ type cluster struct {
 	loopCloseErr error
 }
 
-// copyPath is where broker b keeps its copy of segment id (STORE_API.md).
+// copyPath is where broker b keeps its copy of segment id (STORE_API.md):
+// <data_dir>/copies/<shard>/<id>.seg (store format 2).
 func (b *broker) copyPath(id meta.SegmentID) string {
 	return store.CopyPath(b.Dir, id)
+}
+
+// copyFile is one copy file found under a copies directory.
+type copyFile struct {
+	id   meta.SegmentID
+	path string
+	ent  os.DirEntry
+}
+
+// listCopies lists the copy files under the copies directory dir: one
+// shard directory after another (store format 2). A missing shard lists
+// nothing.
+func listCopies(dir string) []copyFile {
+	var out []copyFile
+	for i := range store.Shards {
+		sd := filepath.Join(dir, store.ShardName(i))
+		ents, err := os.ReadDir(sd)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if id, ok := strings.CutSuffix(e.Name(), ".seg"); ok && e.Type().IsRegular() {
+				out = append(out, copyFile{id: meta.SegmentID(id), path: filepath.Join(sd, e.Name()), ent: e})
+			}
+		}
+	}
+	return out
 }
 
 // alive reports whether the process is running.
@@ -377,7 +405,22 @@ func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int6
 	if err != nil {
 		return 0, 0, fmt.Errorf("broker %d's copies disk: %w", b.ID, err)
 	}
-	files, bytes, err = copyTreeSynced(dir, aside)
+	// Every shard directory, each synced, then the copies in them.
+	for i := 0; i < store.Shards && err == nil; i++ {
+		sd := filepath.Join(aside, store.ShardName(i))
+		if err = os.Mkdir(sd, 0o755); err == nil {
+			err = syncDir(sd)
+		}
+	}
+	for _, cf := range listCopies(dir) {
+		if err != nil {
+			break
+		}
+		var n int64
+		n, err = copyFileSynced(cf.path, filepath.Join(aside, store.ShardName(store.Shard(cf.id)), cf.ent.Name()))
+		files++
+		bytes += n
+	}
 	if err == nil {
 		err = syncDir(aside)
 	}
@@ -390,37 +433,6 @@ func (c *cluster) moveCopiesToDisk(b *broker, size int64) (files int, bytes int6
 	}
 	l.Close()
 	return 0, 0, fmt.Errorf("moving broker %d's copies onto its loop disk: %w", b.ID, err)
-}
-
-// copyTreeSynced copies the regular files of from, and of its
-// subdirectories one level down (the store's shard directories), into to,
-// each file and each new directory synced.
-func copyTreeSynced(from, to string) (files int, bytes int64, err error) {
-	ents, err := os.ReadDir(from)
-	for _, e := range ents {
-		if err != nil {
-			break
-		}
-		src, dst := filepath.Join(from, e.Name()), filepath.Join(to, e.Name())
-		switch {
-		case e.Type().IsRegular():
-			var n int64
-			n, err = copyFileSynced(src, dst)
-			files++
-			bytes += n
-		case e.IsDir() && e.Name() != "lost+found" && filepath.Base(from) == "copies":
-			if err = os.Mkdir(dst, 0o755); err == nil {
-				var f int
-				var n int64
-				f, n, err = copyTreeSynced(src, dst)
-				files, bytes = files+f, bytes+n
-			}
-			if err == nil {
-				err = syncDir(dst)
-			}
-		}
-	}
-	return files, bytes, err
 }
 
 func copyFileSynced(from, to string) (int64, error) {

@@ -70,7 +70,11 @@ func TestFaultClusterCopiesDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"s-00001.seg", "s-00002.seg"} {
-		if err := os.WriteFile(filepath.Join(dir2, name), []byte("copy "+name), 0o644); err != nil {
+		p := b2.copyPath(meta.SegmentID(strings.TrimSuffix(name, ".seg")))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("copy "+name), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,7 +85,7 @@ func TestFaultClusterCopiesDisk(t *testing.T) {
 	if files != 2 || n != int64(2*len("copy s-00001.seg")) || !mountsHold(t, dir2) {
 		t.Fatalf("moved %d files, %d bytes, mounted %v; want 2 files, both bytes, mounted", files, n, mountsHold(t, dir2))
 	}
-	if got, err := os.ReadFile(filepath.Join(dir2, "s-00002.seg")); err != nil || string(got) != "copy s-00002.seg" {
+	if got, err := os.ReadFile(b2.copyPath("s-00002")); err != nil || string(got) != "copy s-00002.seg" {
 		t.Fatalf("moved copy reads %q, %v", got, err)
 	}
 	var st1, st2 syscall.Stat_t
@@ -98,7 +102,7 @@ func TestFaultClusterCopiesDisk(t *testing.T) {
 	if mountsHold(t, dir2) || strings.Contains(losetupAll(t), b2.copiesImage()) {
 		t.Fatalf("after Stop: %s mounted or its image attached:\n%s", dir2, losetupAll(t))
 	}
-	if got, err := os.ReadFile(filepath.Join(dir2, "s-00001.seg")); err != nil || string(got) != "copy s-00001.seg" {
+	if got, err := os.ReadFile(b2.copyPath("s-00001")); err != nil || string(got) != "copy s-00001.seg" {
 		t.Fatalf("after unmounting, the original copy reads %q, %v", got, err)
 	}
 }

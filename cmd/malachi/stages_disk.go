@@ -608,11 +608,12 @@ func orphans(v *view, b meta.BrokerID) int {
 	return n
 }
 
-// forgetDir drops the audit results of every file in dir: the files under
-// a mount point may change without their keys showing it (e2fsck).
+// forgetDir drops the audit results of every file under dir (its shard
+// directories too): the files under a mount point may change without their
+// keys showing it (e2fsck).
 func (a *auditor) forgetDir(dir string) {
 	for p := range a.cache {
-		if filepath.Dir(p) == dir {
+		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
 			delete(a.cache, p)
 		}
 	}

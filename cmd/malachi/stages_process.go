@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
-	"github.com/malachi-log/malachi/store"
 )
 
 // Stages that fault processes and data directories: pause (SIGSTOP past
@@ -367,9 +366,11 @@ type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
 func (d *demo) listCopyFiles() copyFiles {
 	out := copyFiles{}
 	for _, b := range d.c.running() {
-		m, err := store.CopyFiles(b.Dir)
-		if err != nil {
-			continue
+		m := map[meta.SegmentID]int64{}
+		for _, cf := range listCopies(filepath.Join(b.Dir, "copies")) {
+			if fi, err := cf.ent.Info(); err == nil {
+				m[cf.id] = fi.Size()
+			}
 		}
 		out[b.ID] = m
 	}
@@ -386,23 +387,23 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copy
 		if slices.Contains(skip, b.ID) {
 			continue
 		}
-		files, err := store.CopyFiles(b.Dir)
-		if err != nil {
-			continue
-		}
 		var t transfers
-		for id, size := range files {
-			seg, ok := segs[id]
+		for _, cf := range listCopies(filepath.Join(b.Dir, "copies")) {
+			seg, ok := segs[cf.id]
 			if !ok || seg.HasReplica(b.ID) {
 				continue
 			}
-			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
+			fi, err := cf.ent.Info()
+			if err != nil {
+				continue
+			}
+			if was, ok := baseline[b.ID][seg.ID]; ok && was == fi.Size() {
 				continue
 			}
 			full := seg.ByteSize + footerSize
-			if size < full {
+			if fi.Size() < full {
 				t.Partial++
-				t.Bytes += size
+				t.Bytes += fi.Size()
 				t.BytesTotal += full
 			} else {
 				t.Complete++
