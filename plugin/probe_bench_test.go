@@ -164,9 +164,14 @@ func (fx *probeBench) benchBare(b *testing.B) {
 		dir  int
 		name []byte
 	}
+	var dirs store.StatDirs
+	if err := fx.db.OpenStatDirs(&dirs); err != nil {
+		b.Fatal(err)
+	}
+	defer dirs.Close()
 	ts := make([]target, 0, fx.n)
 	for i := 0; i < fx.n; i++ {
-		dir, name, suffix := fx.db.StatTarget(benchSegID(i))
+		dir, name, suffix := dirs.Target(benchSegID(i))
 		ts = append(ts, target{dir, append([]byte(name+suffix), 0)})
 	}
 	var st unix.Statx_t

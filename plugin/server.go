@@ -95,6 +95,7 @@ func (s *server) viewAt(ctx context.Context, index uint64) (*meta.View, error) {
 type probeScratch struct {
 	segs  []*meta.Segment // the copies stat'ed, parallel to batch
 	conf  []confirmation  // their confirmations, parallel to batch
+	dirs  store.StatDirs  // the shard directories, opened for this probe
 	batch probe.Batch
 	out   []probe.Result
 }
@@ -147,15 +148,15 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 		// copies are unknown rather than all overrun.
 		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
 	}
-	if err := s.db.HoldDirs(); err != nil {
-		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
-	}
-	defer s.db.ReleaseDirs()
 	sc, _ := s.scratch.Get().(*probeScratch)
 	if sc == nil {
 		sc = new(probeScratch)
 	}
 	defer s.scratch.Put(sc)
+	if err := s.db.OpenStatDirs(&sc.dirs); err != nil {
+		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
+	}
+	defer sc.dirs.Close()
 	sc.segs, sc.conf = sc.segs[:0], sc.conf[:0]
 	sc.batch.Reset()
 	for seg := range view.HeldBy(s.self) {
@@ -170,7 +171,7 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 		}
 		sc.segs = append(sc.segs, seg)
 		sc.conf = append(sc.conf, confirmation{fi, ok})
-		sc.batch.Add(s.db.StatTarget(seg.ID))
+		sc.batch.Add(sc.dirs.Target(seg.ID))
 	}
 	if cap(sc.out) < len(sc.segs) {
 		sc.out = make([]probe.Result, len(sc.segs))

@@ -75,12 +75,6 @@ type DB struct {
 	bufs   sync.Pool
 	lock   io.Closer // flock on dir/LOCK
 
-	// dirfds[i] is a descriptor of shard directory i (O_PATH), for
-	// StatTarget; -1 once closed. dirMu is read-held by HoldDirs: Close
-	// takes it for writing before it closes them.
-	dirfds [Shards]atomic.Int32
-	dirMu  sync.RWMutex
-
 	mu sync.RWMutex // protects m
 	m  map[meta.SegmentID]*copyState
 }
@@ -149,7 +143,6 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	for i := range db.shards {
 		db.shards[i] = filepath.Join(db.copies, shardNames[i])
-		db.dirfds[i].Store(-1)
 	}
 	db.bufs.New = func() any { b := make([]byte, scanBufSize); return &b }
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
@@ -165,11 +158,6 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	if err := db.loadShards(); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
-	}
-	if err := db.openDirFDs(); err != nil {
-		db.closeDirFDs()
 		lock.Close()
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
@@ -207,9 +195,6 @@ func (db *DB) Close() error {
 		db.conf, db.confirmed = nil, nil
 	}
 	db.confMu.Unlock()
-	db.dirMu.Lock()
-	db.closeDirFDs()
-	db.dirMu.Unlock()
 	if err := db.lock.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,8 +2,14 @@
 
 package store
 
-// openDirFDs opens nothing where O_PATH is not available: StatTarget
-// answers -1 (a stat relative to it fails with EBADF).
-func (db *DB) openDirFDs() error { return nil }
+import (
+	"errors"
+	"fmt"
+)
 
-func (db *DB) closeDirFDs() {}
+// openStatDirs fails where O_PATH is not available: use Path.
+func openStatDirs(copies string, shards []string, d *StatDirs) error {
+	return fmt.Errorf("stat relative to directories: %w", errors.ErrUnsupported)
+}
+
+func closeStatDirs(d *StatDirs) {}

@@ -55,15 +55,14 @@
 //
 // # Probe
 //
-// StatTarget gives, without allocating or locking, the descriptor of the
-// copy's shard directory (opened O_PATH at Open, closed by Close) and the
-// file name, for a stat relative to it; ProbeFacts gives the latch and
-// the confirmed identity from memory (after LoadConfirmations). A prober
-// holds HoldDirs for its batch: Close waits for the holds before closing
-// the descriptors, and StatTarget answers -1 (stats fail with EBADF) once
-// Close has begun, so a stat never reaches a reused descriptor number.
-// The descriptors name the shard directories of Open's time: a file
-// system mounted over copies/ later is not seen through them.
+// OpenStatDirs opens the shard directories (O_PATH) for one batch of
+// stats and StatDirs.Target gives, without allocating or locking, the
+// descriptor of a copy's shard and its file name, for a stat relative to
+// it; ProbeFacts gives the latch and the confirmed identity from memory
+// (after LoadConfirmations). The descriptors are the caller's, opened per
+// batch and closed after it: a batch sees the directories the paths name
+// at its start (a disk mounted over copies/ while the broker runs
+// included), and Close of the DB never races a stat.
 //
 // # Usage
 //
@@ -101,7 +100,7 @@
 //     most one confirmation key; Confirmed answers from a mirror of them in
 //     memory that changes only after a durable write to Pebble.
 //  7. All file access goes through Options.FS (the seam store/errorfs
-//     wraps), except the O_PATH shard descriptors of StatTarget, through
+//     wraps), except the O_PATH shard descriptors of OpenStatDirs, through
 //     which the store itself never reads or writes; Pebble logs only
 //     through Options.Logger.
 //  8. The store never cuts the frames that a copy's own valid seal footer

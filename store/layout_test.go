@@ -375,10 +375,12 @@ func TestRefuseNewerFormat(t *testing.T) {
 	}
 }
 
-// TestStatTarget stats copies relative to the descriptors StatTarget
-// gives, checks ProbeFacts, that neither allocates, and that a closed DB
-// answers a descriptor a stat fails on.
-func TestStatTarget(t *testing.T) {
+// TestStatDirs stats copies relative to the descriptors OpenStatDirs
+// opens, checks ProbeFacts, that neither Target nor ProbeFacts allocates,
+// that a missing shard directory answers "no such file", that a directory
+// mounted (here: renamed) over a shard after Open is the one the next
+// batch sees, and that a closed DB opens nothing.
+func TestStatDirs(t *testing.T) {
 	dir := t.TempDir()
 	fsys := errorfs.Wrap(store.OSFS(), nil)
 	db := open(t, dir, store.Options{FS: fsys})
@@ -397,11 +399,15 @@ func TestStatTarget(t *testing.T) {
 	}
 	fsys.SetInjector(errorfs.Always(syscall.EIO, errorfs.Ops(errorfs.Read), errorfs.PathMatch("b.seg")))
 	wantIs(t, "Verify b", db.Verify("b", segment("b", 0, 3)), store.ErrLatched)
-	if err := db.HoldDirs(); err != nil {
+	var d store.StatDirs
+	if fd, _, _ := d.Target("a"); fd != -1 {
+		t.Fatalf("Target of an unopened StatDirs: %d, want -1", fd)
+	}
+	if err := db.OpenStatDirs(&d); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []meta.SegmentID{"a", "b", "c"} {
-		fd, name, suffix := db.StatTarget(id)
+		fd, name, suffix := d.Target(id)
 		got, err := statAt(fd, name+suffix)
 		if err != nil {
 			t.Fatalf("stat of %s at its shard's descriptor: %v", id, err)
@@ -427,32 +433,42 @@ func TestStatTarget(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(100, func() {
 		for _, id := range []meta.SegmentID{"a", "b", "c", "unknown"} {
-			db.StatTarget(id)
+			d.Target(id)
 			db.ProbeFacts(id)
 		}
 	})
 	if allocs != 0 {
-		t.Fatalf("StatTarget+ProbeFacts allocate %v times per run, want 0", allocs)
+		t.Fatalf("Target+ProbeFacts allocate %v times per run, want 0", allocs)
 	}
-	fd, name, suffix := db.StatTarget("a")
-	closed := make(chan error)
-	go func() { closed <- db.Close() }()
-	for { // Close has begun once StatTarget answers -1
-		if fd2, _, _ := db.StatTarget("a"); fd2 == -1 {
-			break
-		}
-	}
-	if _, err := statAt(fd, name+suffix); err != nil {
-		t.Fatalf("a held descriptor was closed under its holder: %v", err)
-	}
-	db.ReleaseDirs()
-	if err := <-closed; err != nil {
+	d.Close()
+	// Replace a's shard by an empty directory, as a disk mounted over it
+	// would: the next batch sees the new, empty one.
+	shard := filepath.Dir(db.Path("a"))
+	if err := os.Rename(shard, shard+".old"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := statAt(-1, name+suffix); !errors.Is(err, syscall.EBADF) {
-		t.Fatalf("stat relative to a closed DB's descriptor: %v, want EBADF", err)
+	for _, missing := range []bool{true, false} {
+		if !missing {
+			if err := os.Mkdir(shard, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.OpenStatDirs(&d); err != nil {
+			t.Fatal(err)
+		}
+		fd, name, suffix := d.Target("a")
+		if _, err := statAt(fd, name+suffix); !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("stat of a with its shard directory replaced (missing %v): %v, want ENOENT", missing, err)
+		}
+		d.Close()
 	}
-	wantIs(t, "HoldDirs after Close", db.HoldDirs(), store.ErrClosed)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantIs(t, "OpenStatDirs after Close", db.OpenStatDirs(&d), store.ErrClosed)
+	if fd, _, _ := d.Target("a"); fd != -1 {
+		t.Fatalf("Target after a failed OpenStatDirs: %d, want -1", fd)
+	}
 }
 
 // TestLoadConfirmations: ProbeFacts answers confirmations only once they

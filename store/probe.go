@@ -6,41 +6,55 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// StatTarget says where the copy of id lives, for a stat relative to a
-// directory descriptor the DB keeps open until Close: dirfd is the copy's
-// shard directory (opened O_PATH at Open), and the file name is
-// name+suffix (string(id), ".seg"). It neither allocates nor locks nor
-// checks that the copy exists: a stat finds out.
-//
-// After Close it answers dirfd -1, so a stat made with it fails (EBADF)
-// instead of reaching whatever file a reused descriptor number names. A
-// descriptor obtained before Close is safe to use only while the caller
-// holds HoldDirs: Close waits for every hold to be released before it
-// closes the descriptors. Where O_PATH is not available (not Linux) dirfd
-// is always -1: use Path.
-func (db *DB) StatTarget(id meta.SegmentID) (dirfd int, name, suffix string) {
-	if db.closed.Load() {
-		return -1, string(id), segSuffix
-	}
-	return int(db.dirfds[Shard(id)].Load()), string(id), segSuffix
+// StatDirs are the store's shard directories opened for one batch of
+// stats (a probe): each a descriptor that can only name the directory
+// (O_PATH), for statx relative to it. They are opened anew for every
+// batch, so a batch sees the directories the store's paths name now (a
+// file system mounted over copies/ while the broker runs is seen by the
+// next probe), and no descriptor outlives its batch. The zero value holds
+// nothing; reuse one value from batch to batch to allocate nothing.
+type StatDirs struct {
+	fds  [Shards]int32
+	base int32 // copies/, also in fds for a missing shard
+	open bool
 }
 
-// HoldDirs keeps the shard directory descriptors of StatTarget open until
-// ReleaseDirs: a prober holds them for a batch of stats. It returns
-// ErrClosed (and holds nothing) once Close has begun. Holds are cheap (a
-// read lock) and may be taken by many callers at once; Close waits for
-// them, so a holder must not block on the DB's Close.
-func (db *DB) HoldDirs() error {
-	db.dirMu.RLock()
+// OpenStatDirs opens the shard directories into d (closing what d held).
+// A shard directory that does not exist is answered by copies/ itself, in
+// which no copy of this format lives: a stat of a copy of that shard then
+// finds no file (missing), as it would in the empty shard. It fails, with
+// d holding nothing, once Close has begun (ErrClosed) or when copies/
+// cannot be opened.
+func (db *DB) OpenStatDirs(d *StatDirs) error {
+	d.Close()
 	if db.closed.Load() {
-		db.dirMu.RUnlock()
-		return fmt.Errorf("%w: hold shard directories of %s", ErrClosed, db.dir)
+		return fmt.Errorf("%w: open shard directories of %s", ErrClosed, db.dir)
+	}
+	if err := openStatDirs(db.copies, db.shards[:], d); err != nil {
+		return fmt.Errorf("store: %s: %w", db.dir, err)
 	}
 	return nil
 }
 
-// ReleaseDirs releases a hold taken by a successful HoldDirs.
-func (db *DB) ReleaseDirs() { db.dirMu.RUnlock() }
+// Target says where the copy of id lives, for a stat relative to a
+// descriptor of d: dirfd is the copy's shard directory and the file name
+// is name+suffix (string(id), ".seg"). It neither allocates nor locks nor
+// checks that the copy exists: a stat finds out. On a d that holds
+// nothing it answers -1 (a stat relative to it fails with EBADF).
+func (d *StatDirs) Target(id meta.SegmentID) (dirfd int, name, suffix string) {
+	if !d.open {
+		return -1, string(id), segSuffix
+	}
+	return int(d.fds[Shard(id)]), string(id), segSuffix
+}
+
+// Close closes the descriptors d holds; d then holds nothing.
+func (d *StatDirs) Close() {
+	if d.open {
+		closeStatDirs(d)
+		d.open = false
+	}
+}
 
 // ProbeFacts answers, from memory, what the probe needs besides the stat:
 // latched (with the latch error, which wraps ErrLatched and its cause) and
