@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/catchup"
+	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/store"
@@ -597,7 +598,7 @@ func catchupSender(t *testing.T, dir string, modes []catchup.Mode, tls []bool) {
 				defer c.Close()
 				in := bufio.NewScanner(c)
 				for in.Scan() {
-					fmt.Fprintln(c, int64(cpuTime()))
+					fmt.Fprintln(c, int64(benchenv.ProcessCPU()))
 				}
 			}()
 		}
@@ -693,7 +694,7 @@ func (tg target) transfer(t *testing.T, cl *catchup.Client, addr string, check b
 			t.Fatal(err)
 		}
 	}
-	w0, c0 := time.Now(), cpuTime()
+	w0, c0 := time.Now(), benchenv.ProcessCPU()
 	errs := make(chan error, tg.streams)
 	for i, p := range tg.paths {
 		go func() {
@@ -706,7 +707,7 @@ func (tg target) transfer(t *testing.T, cl *catchup.Client, addr string, check b
 			t.Fatal(err)
 		}
 	}
-	wall, cpu = time.Since(w0), cpuTime()-c0
+	wall, cpu = time.Since(w0), benchenv.ProcessCPU()-c0
 	for _, p := range tg.paths {
 		if check {
 			if err := sameFile(tg.source, p); err != nil {

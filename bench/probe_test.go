@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/probe"
 	"golang.org/x/sys/unix"
 )
@@ -70,17 +71,6 @@ func probeFixture(b *testing.B, n int) []string {
 		b.Fatal(probeFilesErr)
 	}
 	return probeFiles
-}
-
-// cpuTime is the user and system CPU time of the whole process. The io-wq
-// workers that run io_uring's statx and fsync are threads of this process,
-// so their time counts.
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		panic(err) // a CPU figure of 0 would be reported as measured
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // dropCaches empties the page, dentry and inode caches (root only).
@@ -190,19 +180,19 @@ func BenchmarkProbe(b *testing.B) {
 					b.ReportAllocs()
 					b.ResetTimer()
 					var c time.Duration // CPU while the timer runs
-					c0 := cpuTime()
+					c0 := benchenv.ProcessCPU()
 					for range b.N {
 						if cache == "cold" {
 							b.StopTimer()
-							c += cpuTime() - c0
+							c += benchenv.ProcessCPU() - c0
 							dropCaches(b) // costs this process CPU: not counted
-							c0 = cpuTime()
+							c0 = benchenv.ProcessCPU()
 							b.StartTimer()
 						}
 						run(ctx, out)
 					}
 					b.StopTimer()
-					c += cpuTime() - c0
+					c += benchenv.ProcessCPU() - c0
 					for i, r := range out {
 						if r.Err != nil || r.Size != int64(i%4096) {
 							b.Fatalf("%s: size %d err %v, want %d", paths[i], r.Size, r.Err, i%4096)
@@ -265,20 +255,6 @@ func newBatchFixture(b *testing.B, n int) batchFixture {
 		b.Logf("created %d files in 256 directories under %s in %v", n, dir, time.Since(start).Round(time.Millisecond))
 	}
 	return fx
-}
-
-// load1 is the one-minute load average; line is all of /proc/loadavg.
-func load1(b *testing.B) (float64, string) {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		b.Fatal(err)
-	}
-	line := strings.TrimSpace(string(raw))
-	v, err := strconv.ParseFloat(strings.Fields(line)[0], 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return v, line
 }
 
 // iowqCPU is the CPU time of the io-wq workers alive in this process
@@ -399,8 +375,12 @@ var batchRounds int // rotates the engine order across rounds and runs
 func probeBatchRound(b *testing.B, fx batchFixture, engines []batchEngine, out []probe.Result, reps, round int) {
 	runtime.LockOSThread() // RUSAGE_THREAD is the submitting thread's
 	defer runtime.UnlockOSThread()
-	l1, line := load1(b)
-	b.ReportMetric(l1, "load1")
+	load, err := benchenv.ReadLoad()
+	if err != nil {
+		b.Fatal(err)
+	}
+	line := load.String()
+	b.ReportMetric(load.One, "load1")
 	files := float64(reps * len(fx.names))
 	wall := map[string]float64{}
 	batchRounds++
@@ -408,7 +388,7 @@ func probeBatchRound(b *testing.B, fx batchFixture, engines []batchEngine, out [
 		e := engines[(k+batchRounds)%len(engines)]
 		var m0, m1 runtime.MemStats
 		w0 := iowqCPU() // reads /proc: allocates, so outside the MemStats window
-		c0, t0 := cpuTime(), threadCPU()
+		c0, t0 := benchenv.ProcessCPU(), threadCPU()
 		runtime.ReadMemStats(&m0)
 		start := time.Now()
 		for range reps {
@@ -416,7 +396,7 @@ func probeBatchRound(b *testing.B, fx batchFixture, engines []batchEngine, out [
 		}
 		el := time.Since(start)
 		runtime.ReadMemStats(&m1)
-		c, t := cpuTime()-c0, threadCPU()-t0
+		c, t := benchenv.ProcessCPU()-c0, threadCPU()-t0
 		w := iowqCPU() - w0
 		for i, r := range out {
 			if r.Err != nil || r.Size != 0 {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/malachi-log/malachi/fsync"
+	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
@@ -224,18 +225,5 @@ func benchSettleBatch(b *testing.B, n int) {
 	b.ReportMetric(median(oneRatio), "one-dir-vs-floor")
 	b.ReportMetric(median(fsSyncs), "syncfs/batch")
 	b.ReportMetric(median(syncs), "fsyncs/batch")
-	b.ReportMetric(load1(b), "load1")
-}
-
-// load1 is the one-minute load average.
-func load1(b *testing.B) float64 {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	v, err := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return v
+	benchenv.ReportLoad(b)
 }

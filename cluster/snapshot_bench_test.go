@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -167,15 +168,5 @@ func benchRaftSnapshot(b *testing.B, n int) {
 	if got, want := fresh.view().At(n-1).ID, leader.view().At(n-1).ID; got != want {
 		b.Fatalf("installed state ends at %s, want %s", got, want)
 	}
-	reportLoad(b)
-}
-
-func reportLoad(b *testing.B) {
-	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(raw)); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				b.ReportMetric(v, "load1")
-			}
-		}
-	}
+	benchenv.ReportLoad(b)
 }

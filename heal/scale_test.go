@@ -7,17 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -311,25 +310,10 @@ type scalePass struct {
 func (p scalePass) String() string {
 	return fmt.Sprintf("pass %2d %-8s wall %7.1fms cpu %7.1fms allocs %8d alloc %7.1fMB wire %8dB facts %5d backfills %5d commands %5d dead %v failed %d unsettled %d load %s",
 		p.pass, p.phase, ms(p.wall), ms(p.cpu), p.allocs, float64(p.bytes)/1e6, p.wire, p.facts, p.backfills, p.commands,
-		p.report.Dead, len(p.report.Failed), len(p.report.Unsettled), loadavg())
+		p.report.Dead, len(p.report.Failed), len(p.report.Unsettled), loadString())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // scaleCluster is a world and the leader's Coordinator over it.
 type scaleCluster struct {
@@ -366,9 +350,9 @@ func (c *scaleCluster) run(tb testing.TB, phase string) scalePass {
 	w.facts.Store(0)
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0, t0 := benchenv.ProcessCPU(), time.Now()
 	rep, err := c.coord.Pass(context.Background())
-	wall, cpu := time.Since(t0), cpuTime()-cpu0
+	wall, cpu := time.Since(t0), benchenv.ProcessCPU()-cpu0
 	runtime.ReadMemStats(&m1)
 	if err != nil {
 		tb.Fatalf("pass %d: %v", c.pass, err)
@@ -515,5 +499,14 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(float64(facts)/n, "facts/pass")
 	b.ReportMetric(s.perSeg, "heap-B/segment")
 	b.ReportMetric(s.withPl, "heap+leader-B/segment")
-	b.Logf("load %s", loadavg())
+	b.Logf("load %s", loadString())
+}
+
+// loadString is the load averages, or why they are unknown.
+func loadString() string {
+	l, err := benchenv.ReadLoad()
+	if err != nil {
+		return err.Error()
+	}
+	return l.String()
 }

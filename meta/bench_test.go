@@ -2,11 +2,11 @@ package meta
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/malachi-log/malachi/internal/benchenv"
 )
 
 // Benchmarks at 10^6 and 10^7 sealed segments, RF 3, 1,000 brokers, ids
@@ -85,16 +85,6 @@ func mapTable(n int) map[SegmentID]Segment {
 	return m
 }
 
-func reportLoad(b *testing.B) {
-	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(raw)); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				b.ReportMetric(v, "load1")
-			}
-		}
-	}
-}
-
 func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -127,7 +117,7 @@ func BenchmarkMemory(b *testing.B) {
 						runtime.KeepAlive(keep)
 						b.ReportMetric(float64(after-before)/float64(sz.n), "B/segment")
 					}
-					reportLoad(b)
+					benchenv.ReportLoad(b)
 				})
 			}
 		})
@@ -164,7 +154,7 @@ func BenchmarkView(b *testing.B) {
 						b.Fatal(len(s.Segments))
 					}
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 			b.Run("view-unchanged", func(b *testing.B) {
 				for b.Loop() {
@@ -172,13 +162,13 @@ func BenchmarkView(b *testing.B) {
 						b.Fatal("len")
 					}
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 			b.Run("apply-no-view", func(b *testing.B) {
 				for b.Loop() {
 					cas()
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 			b.Run("apply+view", func(b *testing.B) {
 				for b.Loop() {
@@ -187,7 +177,7 @@ func BenchmarkView(b *testing.B) {
 						b.Fatal("len")
 					}
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 		})
 	}
@@ -215,7 +205,7 @@ func BenchmarkHeldBy(b *testing.B) {
 					}
 					check(n)
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 			b.Run("baseline=scan", func(b *testing.B) {
 				for b.Loop() {
@@ -227,7 +217,7 @@ func BenchmarkHeldBy(b *testing.B) {
 					}
 					check(n)
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 			b.Run("baseline=flat-copy+scan", func(b *testing.B) {
 				for b.Loop() {
@@ -240,7 +230,7 @@ func BenchmarkHeldBy(b *testing.B) {
 					}
 					check(n)
 				}
-				reportLoad(b)
+				benchenv.ReportLoad(b)
 			})
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/probe"
 	"github.com/malachi-log/malachi/store"
@@ -230,20 +230,7 @@ func measure(b *testing.B, copies int, fn func()) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/per, "ns/copy")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/per, "allocs/copy")
 	b.ReportMetric(float64(cpu.Nanoseconds())/per, "cpu-ns/copy")
-	b.ReportMetric(load1(), "load1")
-}
-
-// load1 is the one-minute load average, or -1 when unreadable.
-func load1() float64 {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	var v float64
-	if _, err := fmt.Sscan(strings.Fields(string(raw))[0], &v); err != nil {
-		return -1
-	}
-	return v
+	benchenv.ReportLoad(b)
 }
 
 // statxAt is one statx(dirfd, name) of the kind the probe makes, with no
