@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -148,7 +149,7 @@ func TestLeaderKilledMidPass(t *testing.T) {
 		// A copy the killed leader received mid-pass (it was a backfill
 		// target of its own pass) may have been recorded before it died:
 		// that replica is lost too, and replacing it is one more command.
-		if !old.HasReplica(meta.BrokerID(leader)) && fileExists(filepath.Join(c.brokers[leader-1].dir, "copies", string(s.ID)+".seg")) {
+		if !old.HasReplica(meta.BrokerID(leader)) && hasCopy(c.brokers[leader-1], s.ID) {
 			lost++
 		}
 		// Each SetSegmentReplicas bumps the version once; a segment needs at
@@ -186,7 +187,7 @@ func TestRestartClearsLatch(t *testing.T) {
 		target = 2
 	}
 	seg := before.Segments[0]
-	if err := c.post(target, "/v1/faults/latch/"+string(seg.ID), map[string]any{}, nil); err != nil {
+	if err := c.b(target).Client.Latch(context.Background(), seg.ID); err != nil {
 		t.Fatal(err)
 	}
 	if ci := c.copies(target)[string(seg.ID)]; !ci.Latched {
@@ -422,7 +423,7 @@ func TestScrubberReplacesFlippedCopy(t *testing.T) {
 	before, _ := c.metadata(leader)
 	seg := before.Segments[2]
 	victim := int(seg.Replicas[0])
-	if err := c.post(victim, "/v1/faults/flip/"+string(seg.ID), map[string]any{"at": seg.ByteSize / 2}, nil); err != nil {
+	if err := c.fault(victim, "flip", seg.ID, seg.ByteSize/2); err != nil {
 		t.Fatal(err)
 	}
 	if ci := c.copies(victim)[string(seg.ID)]; ci.Size != seg.ByteSize+40 {
@@ -458,15 +459,15 @@ func TestIntegrityPassHealsInPlace(t *testing.T) {
 		kind string
 		seg  meta.Segment
 		on   int
-		req  map[string]any
+		arg  int64
 	}{
-		{"delete", segs[0], int(segs[0].Replicas[0]), nil},
-		{"truncate", segs[1], int(segs[1].Replicas[1]), map[string]any{"at": segs[1].ByteSize / 3}},
-		{"extend", segs[2], int(segs[2].Replicas[2]), map[string]any{"bytes": 5000}},
+		{"delete", segs[0], int(segs[0].Replicas[0]), 0},
+		{"truncate", segs[1], int(segs[1].Replicas[1]), segs[1].ByteSize / 3},
+		{"extend", segs[2], int(segs[2].Replicas[2]), 5000},
 	}
 	start := time.Now()
 	for _, f := range faults {
-		if err := c.post(f.on, "/v1/faults/"+f.kind+"/"+string(f.seg.ID), f.req, nil); err != nil {
+		if err := c.fault(f.on, f.kind, f.seg.ID, f.arg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -503,7 +504,7 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	before, _ := c.metadata(leader)
 	lost := before.Segments[0]
 	for _, r := range lost.Replicas {
-		if err := c.post(int(r), "/v1/faults/delete/"+string(lost.ID), nil, nil); err != nil {
+		if err := c.fault(int(r), "delete", lost.ID, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

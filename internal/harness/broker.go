@@ -221,8 +221,17 @@ func (b *Broker) Signal(sig syscall.Signal) error {
 }
 
 // Pause stops b's process (SIGSTOP): it holds its sockets and answers
-// nothing until Resume.
-func (b *Broker) Pause() error { return b.Signal(syscall.SIGSTOP) }
+// nothing until Resume. It returns once the kernel shows the process
+// stopped (on Linux), so that no request sent after it is served.
+func (b *Broker) Pause() error {
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	if !waitState(b.Pid(), 'T') {
+		return fmt.Errorf("broker %d (pid %d): not stopped 1s after SIGSTOP", b.ID, b.Pid())
+	}
+	return nil
+}
 
 // Resume continues a paused b (SIGCONT).
 func (b *Broker) Resume() error { return b.Signal(syscall.SIGCONT) }

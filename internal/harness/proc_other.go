@@ -10,3 +10,6 @@ func childAttr(keep bool) *syscall.SysProcAttr {
 	_ = keep
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// waitState cannot look without /proc: it says the process got there.
+func waitState(pid int, state byte) bool { return true }
