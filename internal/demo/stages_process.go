@@ -844,92 +844,128 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		fr.Skipped = "fewer than two healthy sealed segments"
 		return fr, nil
 	}
-	x, y := vs[0].seg, vs[1].seg
-	damage := "bitflip"
+	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: "bitflip", yFiles: map[string]int64{},
+		firstAt: map[meta.SegmentID]time.Time{}, acked: map[meta.SegmentID]bool{}}
+	x, y := r.x, r.y
 	if !d.scrubberAdvertised() {
-		damage = "truncate"
+		r.damage = "truncate"
 	}
-	fr.What = fmt.Sprintf("delete all of %s, %s all of %s", x.ID, damage, y.ID)
-	d.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, damage, y.ID)
-	start := time.Now()
-	yFiles := map[string]int64{}
-	extra := 0
-	// Every copy file of the segment on any broker: its replicas' and any
-	// left outside its set by earlier stages (a restarted broker keeps its
-	// old copies; an intact one would rightly heal the segment).
-	hit := func(seg meta.Segment, kind string) int {
-		n := 0
-		var first *harness.Fault
-		for _, b := range d.c.Brokers() {
-			path := copyPath(b, seg.ID)
-			if _, err := os.Stat(path); err != nil {
-				if seg.HasReplica(b.ID) {
-					fr.Error = fmt.Sprintf("%s has no file on its replica %d: %v", seg.ID, b.ID, err)
-				}
-				continue
-			}
-			if !seg.HasReplica(b.ID) {
-				extra++
-			}
-			r := b.ID
-			var df harness.Fault
-			var err error
-			switch kind {
-			case "delete":
-				df, err = harness.DeleteCopy(path)
-			case "bitflip":
-				df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.BitflipCopy(path, seg.ByteSize, d.rng) })
-			case "truncate":
-				df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.TruncateCopy(path, d.rng) })
-			}
-			if err == nil && first == nil {
-				first = &df
-			}
-			d.aud.Forget(path)
-			if err != nil {
-				fr.Error = err.Error()
-				continue
-			}
-			if kind != "delete" {
-				yFiles[path] = df.SizeAfter
-			}
-			fr.Copies = append(fr.Copies, df)
-			d.logf("  %s on broker %d: %s", seg.ID, r, describeFault(df))
-			n++
-		}
-		return n
-	}
-	nx, ny := hit(x, "delete"), hit(y, damage)
-	if nx == 0 && ny == 0 {
+	fr.What = fmt.Sprintf("delete all of %s, %s all of %s", x.ID, r.damage, y.ID)
+	d.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, r.damage, y.ID)
+	r.start = time.Now()
+	r.nx, r.ny = r.hit(x, "delete"), r.hit(y, r.damage)
+	if r.nx == 0 && r.ny == 0 {
 		return fr, nil
 	}
 	fr.Injected = true
-	if extra > 0 {
-		addNote(&fr, "%d of the %d copy files destroyed lay outside their segment's replica set (left by earlier stages)", extra, nx+ny)
+	if r.extra > 0 {
+		addNote(&fr, "%d of the %d copy files destroyed lay outside their segment's replica set (left by earlier stages)", r.extra, r.nx+r.ny)
 	}
-	if nx < len(x.Replicas) || ny < len(y.Replicas) {
-		fr.Error = fmt.Sprintf("only %d of %d copies of %s and %d of %d of %s destroyed: %s", nx, len(x.Replicas), x.ID, ny, len(y.Replicas), y.ID, fr.Error)
+	if r.nx < len(x.Replicas) || r.ny < len(y.Replicas) {
+		fr.Error = fmt.Sprintf("only %d of %d copies of %s and %d of %d of %s destroyed: %s", r.nx, len(x.Replicas), x.ID, r.ny, len(y.Replicas), y.ID, fr.Error)
 		return fr, nil
 	}
-	ids := []meta.SegmentID{x.ID, y.ID}
-	tally := newPassTally(ids, lostReported)
-	firstAt := map[meta.SegmentID]time.Time{}
-	var problems []string
-	add := func(s string) {
-		if !slices.Contains(problems, s) {
-			problems = append(problems, s)
-		}
+	r.ids = []meta.SegmentID{x.ID, y.ID}
+	r.tally = newPassTally(r.ids, lostReported)
+	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
+	if err := r.watch(ctx); err != nil {
+		return fr, err
 	}
-	deadline := start.Add(d.o.StageTimeout)
-	interval := max(d.o.Tick/4, 10*time.Millisecond)
+	r.checkKept()
+	r.acknowledge(ctx)
+	r.finish()
+	return fr, nil
+}
+
+// lostRun is one run of the lost stage: X is deleted, Y damaged in place.
+type lostRun struct {
+	d      *demo
+	fr     *FaultReport
+	x, y   meta.Segment
+	damage string // what is done to Y's copies: bitflip, or truncate
+	ids    []meta.SegmentID
+	start  time.Time
+	// nx and ny are the copies of X and Y destroyed, extra those of them
+	// outside the segment's replica set.
+	nx, ny, extra int
+	// yFiles are Y's damaged files and their sizes after the fault; kept
+	// how many of them the cluster left as the fault left them.
+	yFiles   map[string]int64
+	kept     int
+	tally    *passTally
+	firstAt  map[meta.SegmentID]time.Time
+	acked    map[meta.SegmentID]bool
+	problems []string
+	interval time.Duration
+}
+
+func (r *lostRun) add(s string) {
+	if !slices.Contains(r.problems, s) {
+		r.problems = append(r.problems, s)
+	}
+}
+
+// hit destroys every copy file of seg on any broker (kind delete, bitflip
+// or truncate): its replicas' and any left outside its set by earlier
+// stages (a restarted broker keeps its old copies; an intact one would
+// rightly heal the segment). It returns how many it destroyed.
+func (r *lostRun) hit(seg meta.Segment, kind string) int {
+	d, fr := r.d, r.fr
+	n := 0
+	var first *harness.Fault
+	for _, b := range d.c.Brokers() {
+		path := copyPath(b, seg.ID)
+		if _, err := os.Stat(path); err != nil {
+			if seg.HasReplica(b.ID) {
+				fr.Error = fmt.Sprintf("%s has no file on its replica %d: %v", seg.ID, b.ID, err)
+			}
+			continue
+		}
+		if !seg.HasReplica(b.ID) {
+			r.extra++
+		}
+		var df harness.Fault
+		var err error
+		switch kind {
+		case "delete":
+			df, err = harness.DeleteCopy(path)
+		case "bitflip":
+			df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.BitflipCopy(path, seg.ByteSize, d.rng) })
+		case "truncate":
+			df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.TruncateCopy(path, d.rng) })
+		}
+		if err == nil && first == nil {
+			first = &df
+		}
+		d.aud.Forget(path)
+		if err != nil {
+			fr.Error = err.Error()
+			continue
+		}
+		if kind != "delete" {
+			r.yFiles[path] = df.SizeAfter
+		}
+		fr.Copies = append(fr.Copies, df)
+		d.logf("  %s on broker %d: %s", seg.ID, b.ID, describeFault(df))
+		n++
+	}
+	return n
+}
+
+// watch follows the heal passes until both segments were reported lost
+// on noSparePasses passes (or the stage times out), noting any other
+// segment that becomes unhealthy meanwhile.
+func (r *lostRun) watch(ctx context.Context) error {
+	d, fr, tally, ids := r.d, r.fr, r.tally, r.ids
+	deadline := r.start.Add(d.o.StageTimeout)
 	p := newProgress(d.out, d.tty, "watching the loss reported", noSparePasses)
 	var lastFull time.Time
 	for ctx.Err() == nil {
 		if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && tally.observe(ps) {
 			fr.Passes++
 			for _, id := range ids {
-				if firstAt[id].IsZero() && tally.FirstPass[id] != 0 {
-					firstAt[id] = time.Now()
+				if r.firstAt[id].IsZero() && tally.FirstPass[id] != 0 {
+					r.firstAt[id] = time.Now()
 				}
 			}
 			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.misses()))
@@ -939,7 +975,7 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 			if view, err := poll(ctx, d.c, false); err == nil {
 				for other, why := range d.observe(view).Unhealthy {
 					if !slices.Contains(ids, other) {
-						add(fmt.Sprintf("%s became unhealthy: %s", other, why))
+						r.add(fmt.Sprintf("%s became unhealthy: %s", other, why))
 					}
 				}
 			}
@@ -947,129 +983,140 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		if tally.detected() && tally.minHits() >= noSparePasses || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(interval)
+		time.Sleep(r.interval)
 	}
 	if err := ctx.Err(); err != nil {
 		p.Finish("interrupted")
-		return fr, err
+		return err
 	}
 	fr.Detected = tally.detected()
 	if tally.minHits() >= noSparePasses && tally.misses() == 0 {
-		p.Finish(fmt.Sprintf("both reported lost on every one of %d passes", tally.Observed-min(tally.FirstPass[x.ID], tally.FirstPass[y.ID])+1))
+		p.Finish(fmt.Sprintf("both reported lost on every one of %d passes", tally.Observed-min(tally.FirstPass[r.x.ID], tally.FirstPass[r.y.ID])+1))
 	} else {
 		p.Finish("not reported as required")
 	}
 	for _, id := range ids {
 		switch {
 		case tally.FirstPass[id] == 0:
-			add(fmt.Sprintf("%s never reported lost within %v", id, d.o.StageTimeout))
+			r.add(fmt.Sprintf("%s never reported lost within %v", id, d.o.StageTimeout))
 		case tally.Hits[id] < noSparePasses:
-			add(fmt.Sprintf("%s reported lost on only %d passes within %v", id, tally.Hits[id], d.o.StageTimeout))
+			r.add(fmt.Sprintf("%s reported lost on only %d passes within %v", id, tally.Hits[id], d.o.StageTimeout))
 		}
 		if m := tally.Misses[id]; m > 0 {
-			add(fmt.Sprintf("%s not reported lost on %d passes after its first report", id, m))
+			r.add(fmt.Sprintf("%s not reported lost on %d passes after its first report", id, m))
 		}
 	}
-	// Y's damaged copies are the last remains: none may be gone, and its
-	// replicas' copies must be as the fault left them. A leftover copy
-	// outside the set may have been picked as the target of a backfill
-	// while the scrubber had not yet found every replica corrupt: the
-	// catch-up then cuts it back to its last valid frame (the same bytes
-	// are damaged in every copy, so what it drops is still in the
-	// replicas' copies); that is noted, not counted as a deletion.
-	kept := 0
-	for path, size := range yFiles {
+	return nil
+}
+
+// checkKept: Y's damaged copies are the last remains: none may be gone,
+// and its replicas' copies must be as the fault left them. A leftover copy
+// outside the set may have been picked as the target of a backfill while
+// the scrubber had not yet found every replica corrupt: the catch-up then
+// cuts it back to its last valid frame (the same bytes are damaged in
+// every copy, so what it drops is still in the replicas' copies); that is
+// noted, not counted as a deletion.
+func (r *lostRun) checkKept() {
+	y := r.y
+	for path, size := range r.yFiles {
 		inSet := false
-		for _, r := range y.Replicas {
-			if b := d.c.Broker(r); b != nil && copyPath(b, y.ID) == path {
+		for _, id := range y.Replicas {
+			if b := r.d.c.Broker(id); b != nil && copyPath(b, y.ID) == path {
 				inSet = true
 			}
 		}
 		fi, err := os.Stat(path)
 		switch {
 		case err != nil:
-			add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
+			r.add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
 		case fi.Size() != size && inSet:
-			add(fmt.Sprintf("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
+			r.add(fmt.Sprintf("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
 		case fi.Size() != size:
-			addNote(&fr, "%s's leftover copy %s (outside its replica set) was a backfill target and cut back from %d to %d bytes, its valid frames; the file is kept", y.ID, path, size, fi.Size())
-			kept++
+			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was a backfill target and cut back from %d to %d bytes, its valid frames; the file is kept", y.ID, path, size, fi.Size())
+			r.kept++
 		default:
-			kept++
+			r.kept++
 		}
 	}
+}
 
-	// An operator acknowledges both; the report must mark them.
-	acked := map[meta.SegmentID]bool{}
-	if ps, err := leaderStatus(ctx, d.c.Running()); err == nil {
+// acknowledge has an operator acknowledge both segments; the report must
+// mark them.
+func (r *lostRun) acknowledge(ctx context.Context) {
+	d, ids := r.d, r.ids
+	ps, err := leaderStatus(ctx, d.c.Running())
+	if err != nil {
+		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
+	} else {
 		ab := d.pickAcknowledger(ps.Leader)
 		for _, id := range ids {
 			if err := acknowledge(ctx, ab, id); err != nil {
-				add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
+				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
 			}
 		}
-		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", x.ID, y.ID, ab.ID)
+		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
 		ackDeadline := time.Now().Add(max(20*d.o.Tick, 5*time.Second))
-		for len(acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
-			if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && tally.observe(ps) {
-				fr.Passes++
+		for len(r.acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
+			if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && r.tally.observe(ps) {
+				r.fr.Passes++
 				for _, id := range ids {
 					if l, ok := ps.lost(id); ok && l.Acknowledged {
-						acked[id] = true
+						r.acked[id] = true
 					}
 				}
 			}
-			time.Sleep(interval)
+			time.Sleep(r.interval)
 		}
 		for _, id := range ids {
-			if !acked[id] {
-				add(fmt.Sprintf("no heal report marks %s acknowledged", id))
+			if !r.acked[id] {
+				r.add(fmt.Sprintf("no heal report marks %s acknowledged", id))
 			}
 		}
-	} else {
-		add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
 	}
-	if tally.misses() > 0 {
-		add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", tally.misses()))
+	if r.tally.misses() > 0 {
+		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.misses()))
 	}
+}
 
+// finish records both destroyed segments and the stage's verdict.
+func (r *lostRun) finish() {
+	fr, x, y, tally := r.fr, r.x, r.y, r.tally
 	for _, seg := range []meta.Segment{x, y} {
-		copies := nx
+		copies := r.nx
 		if seg.ID == y.ID {
-			copies = ny
+			copies = r.ny
 		}
 		ds := destroyedSegment{
 			Segment: seg.ID, Copies: copies, PassesReported: tally.Hits[seg.ID],
-			PassesMissed: tally.Misses[seg.ID], Acknowledged: acked[seg.ID],
+			PassesMissed: tally.Misses[seg.ID], Acknowledged: r.acked[seg.ID],
 		}
 		if seg.ID == x.ID {
 			ds.How = "every copy's file deleted"
 		} else {
-			ds.How = fmt.Sprintf("every copy damaged in place (%s)", damage)
-			ds.FilesKept = kept
+			ds.How = fmt.Sprintf("every copy damaged in place (%s)", r.damage)
+			ds.FilesKept = r.kept
 		}
-		if !firstAt[seg.ID].IsZero() {
-			ds.ReportedAfterSeconds = seconds(firstAt[seg.ID].Sub(start))
+		if !r.firstAt[seg.ID].IsZero() {
+			ds.ReportedAfterSeconds = seconds(r.firstAt[seg.ID].Sub(r.start))
 		}
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
-	addNote(&fr, "seconds_to_heal is, for this stage, from the fault to both reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed, %d passes unseen between polls); %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
-		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.Unseen, kept, len(yFiles), y.ID, len(acked))
-	if len(problems) > 0 {
-		fr.Error = strings.Join(problems, "; ")
-		d.logf("  lost: %s", fr.Error)
+	addNote(fr, "seconds_to_heal is, for this stage, from the fault to both reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed, %d passes unseen between polls); %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
+		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.Unseen, r.kept, len(r.yFiles), y.ID, len(r.acked))
+	if len(r.problems) > 0 {
+		fr.Error = strings.Join(r.problems, "; ")
+		r.d.logf("  lost: %s", fr.Error)
 	}
 	// Healed, for this stage, means reported as required: the data is
 	// gone by design.
-	fr.Healed = len(problems) == 0
+	fr.Healed = len(r.problems) == 0
 	if fr.Healed {
-		last := start
-		for _, t := range firstAt {
+		last := r.start
+		for _, t := range r.firstAt {
 			last = later(last, t)
 		}
-		fr.SecondsToHeal = seconds(last.Sub(start)) // to both reported lost
+		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
 	}
-	return fr, nil
 }
 
 // sameDamage damages the copy at path: with first nil by fresh, else
