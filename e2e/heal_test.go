@@ -571,9 +571,3 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 		t.Fatalf("lost segment re-recorded: %v v%d -> %v v%d", lost.Replicas, lost.Version, s.Replicas, s.Version)
 	}
 }
-
-// fileExists reports whether path names an existing file.
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}

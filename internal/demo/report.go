@@ -388,16 +388,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:n-3] + "..."
 }
-
-// joinIDs renders a few segment ids for a message.
-func joinIDs(ids []meta.SegmentID, max int) string {
-	var parts []string
-	for i, id := range ids {
-		if i == max {
-			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-max))
-			break
-		}
-		parts = append(parts, string(id))
-	}
-	return strings.Join(parts, ", ")
-}
