@@ -98,7 +98,7 @@ type clusterStatus struct {
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", "", "host:port of any broker's addr API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
 	conn := addConnFlags(fs)
@@ -166,7 +166,7 @@ func gatherStatus(ctx context.Context, addr string, rc *rpc.Client, insecure boo
 			bs.AdminAddr = addr
 		}
 		if bs.AdminAddr == "" {
-			bs.Error = "no addr address registered"
+			bs.Error = "no admin address registered"
 			continue
 		}
 		wg.Add(1)
@@ -346,7 +346,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	}
 	fmt.Fprintf(w, "heal: engines probe=%s fsync=%s; %d passes run by broker %d\n", ps.ProbeEngine, ps.FsyncEngine, ps.Passes, ps.Broker)
 	if ps.Hold != "" {
-		fmt.Fprintf(w, "heal: HOLDING backfills and new placements: %s (lift it with: malachi release --addr %s)\n", ps.Hold, st.Admin)
+		fmt.Fprintf(w, "heal: HOLDING backfills and new placements: %s (lift it with: malachi release --admin %s)\n", ps.Hold, st.Admin)
 	}
 	if r := ps.LastPass; r != nil {
 		fmt.Fprintf(w, "last pass at %s (%.3fs, index %d): under_replicated=%d failed=%d unsettled=%d backfills=%d commands=%d deferred=%d bytes_copied=%s\n",
@@ -415,7 +415,7 @@ func (a planAction) String() string {
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", "", "host:port of any broker's addr API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print the plan as JSON, as the leader served it")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout (the dry run probes every broker)")
 	conn := addConnFlags(fs)
@@ -467,7 +467,7 @@ func writePlan(w io.Writer, p planDoc) {
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", "", "host:port of any broker's addr API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	segments := fs.Int("segments", 0, "segments to create, write and seal")
 	records := fs.Int("records", 0, "records per segment")
 	var size bytesize.Size
@@ -522,7 +522,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", "", "host:port of any broker's addr API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
 	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {

@@ -30,7 +30,7 @@ func TestFaultSuite(t *testing.T) {
 	var rep struct {
 		OK      bool               `json:"ok"`
 		Faults  []demo.FaultReport `json:"faults"`
-		Summary demo.Summary       `json:"demo.Summary"`
+		Summary demo.Summary       `json:"summary"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("stdout is not one JSON report: %v\n%s", err, out.String())
@@ -57,16 +57,16 @@ func TestFaultSuite(t *testing.T) {
 	}
 	s := rep.Summary
 	if want := len(demo.AllStages) - skipped; s.FaultsInjected != want || s.FaultsSurvived != want {
-		t.Errorf("demo.Summary: %d faults injected, %d survived, want %d and %d", s.FaultsInjected, s.FaultsSurvived, want, want)
+		t.Errorf("summary: %d faults injected, %d survived, want %d and %d", s.FaultsInjected, s.FaultsSurvived, want, want)
 	}
 	if s.SegmentsLost != 0 || s.SegmentsDestroyed != 2 || s.SegmentsHealthy != s.SegmentsChecked-2 {
-		t.Errorf("demo.Summary: %d segments checked, %d healthy, %d destroyed on purpose, %d lost; want 2 destroyed by the lost stage and nothing lost", s.SegmentsChecked, s.SegmentsHealthy, s.SegmentsDestroyed, s.SegmentsLost)
+		t.Errorf("summary: %d segments checked, %d healthy, %d destroyed on purpose, %d lost; want 2 destroyed by the lost stage and nothing lost", s.SegmentsChecked, s.SegmentsHealthy, s.SegmentsDestroyed, s.SegmentsLost)
 	}
 	if s.CopiesVerified < s.CopiesVerifiedAtEnd || s.CopiesVerifiedAtEnd < 3*(s.SegmentsChecked-2) {
-		t.Errorf("demo.Summary: %d copies verified over the run, %d at the end, want every replica of the %d healthy segments", s.CopiesVerified, s.CopiesVerifiedAtEnd, s.SegmentsChecked-2)
+		t.Errorf("summary: %d copies verified over the run, %d at the end, want every replica of the %d healthy segments", s.CopiesVerified, s.CopiesVerifiedAtEnd, s.SegmentsChecked-2)
 	}
 	if s.BytesRereplicated < 64<<10 {
-		t.Errorf("demo.Summary: %d bytes re-replicated", s.BytesRereplicated)
+		t.Errorf("summary: %d bytes re-replicated", s.BytesRereplicated)
 	}
 	if !strings.Contains(errb.String(), "stage lost") {
 		t.Errorf("progress never mentions the lost stage")

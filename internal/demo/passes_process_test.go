@@ -127,21 +127,21 @@ func TestReportDestroyedSetApart(t *testing.T) {
 	s := r.Summary
 	if s.FaultsInjected != 2 || s.FaultsSurvived != 2 || s.SegmentsChecked != 10 || s.SegmentsHealthy != 8 ||
 		s.SegmentsDestroyed != 2 || s.SegmentsLost != 0 || s.CopiesVerified != 40 || s.CopiesVerifiedAtEnd != 24 || s.BytesRereplicated != 100 {
-		t.Errorf("Summary %+v", s)
+		t.Errorf("summary %+v", s)
 	}
 	if len(s.SecondsToHeal) != 2 || s.SecondsToHeal[0].Stage != "pause" || *s.SecondsToHeal[0].Seconds != 2 {
 		t.Errorf("seconds_to_heal %+v", s.SecondsToHeal)
 	}
 	doc, js := reportJSON(t, r)
-	sm, _ := doc["Summary"].(map[string]any)
+	sm, _ := doc["summary"].(map[string]any)
 	for _, k := range []string{"faults_injected", "faults_survived", "segments_checked", "copies_verified", "bytes_rereplicated", "seconds_to_heal", "segments_lost"} {
 		if _, ok := sm[k]; !ok {
-			t.Errorf("Summary lacks %q: %s", k, js)
+			t.Errorf("summary lacks %q: %s", k, js)
 		}
 	}
 	var text bytes.Buffer
 	r.writeText(&text)
-	for _, want := range []string{"Summary            faults injected 2, survived 2", "destroyed          x on purpose", "seconds to heal: pause 2.000s, lost 1.500s"} {
+	for _, want := range []string{"summary            faults injected 2, survived 2", "destroyed          x on purpose", "seconds to heal: pause 2.000s, lost 1.500s"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
@@ -155,6 +155,6 @@ func TestReportDestroyedSetApart(t *testing.T) {
 	}
 	r.finish(evaluation{Sealed: 10, Healthy: 8, Damaged: 2, DataLoss: 2, Unhealthy: map[meta.SegmentID]string{"x": "missing", "y": "audit"}}, 2, nil)
 	if r.OK || r.DataLossSegments != 2 || r.Summary.SegmentsLost != 2 || r.Summary.FaultsSurvived != 0 {
-		t.Errorf("a lost stage that failed: ok %v loss %d Summary %+v", r.OK, r.DataLossSegments, r.Summary)
+		t.Errorf("a lost stage that failed: ok %v loss %d summary %+v", r.OK, r.DataLossSegments, r.Summary)
 	}
 }

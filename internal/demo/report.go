@@ -58,7 +58,7 @@ type Report struct {
 	LoadBytes    int64   `json:"load_bytes"`
 	TotalSeconds float64 `json:"total_seconds"`
 	// Summary is the run in the few figures the README quotes.
-	Summary Summary `json:"Summary"`
+	Summary Summary `json:"summary"`
 	// Destroyed lists the segments the lost stage destroyed on purpose,
 	// reported lost on every pass and acknowledged: they are not counted
 	// in Failed or DataLossSegments (only when that stage held; otherwise
