@@ -6,10 +6,13 @@
 // with SIGKILL or stops them with SIGTERM, and reads the outcome from the
 // replicated metadata, the brokers' copies, their logs and the plugin's
 // /status and /metrics. Every cluster runs in secure mode unless a test
-// asks for insecure = true: the harness writes a CA, a certificate per
+// asks for insecure = true. The clusters are internal/harness's (the same
+// harness as the demo's and the fault suite's); it writes a CA, a certificate per
 // broker (its certs_dir, outside its data_dir) and the operator and viewer
 // clients under the test's directory (pki.CreateLocal), and calls every
-// API over mutual TLS as the operator (internal/rpc).
+// API over mutual TLS as the operator (internal/admin). Faults on a
+// copy's file (delete, truncate, extend, bit flip) are internal/harness's;
+// only the latch goes through malachid's POST /v1/faults/latch/{id}.
 //
 // What each test shows:
 //

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
@@ -151,14 +150,14 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 		}
 	}
 	bytes0 := c.backfillBytes(live...)
-	proc := c.b(v).cmd.Process
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+	paused := c.b(v)
+	if err := paused.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			proc.Signal(syscall.SIGCONT)
+			paused.Resume()
 		}
 	}()
 	// Past the grace delay (1s) it counts as dead and the pass replacing
@@ -170,7 +169,7 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 	if !c.alive(v) {
 		t.Fatal("the paused broker exited")
 	}
-	if err := proc.Signal(syscall.SIGCONT); err != nil {
+	if err := paused.Resume(); err != nil {
 		t.Fatal(err)
 	}
 	resumed = true

@@ -3,13 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,12 +30,15 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
+		root, err := harness.ModuleRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
 		binary, cli = filepath.Join(dir, "malachid"), filepath.Join(dir, "malachi")
 		for out, pkg := range map[string]string{binary: "malachid", cli: "malachi"} {
-			cmd := exec.Command("go", "build", "-o", out, "github.com/malachi-log/malachi/cmd/"+pkg)
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Run(); err != nil {
-				fmt.Fprintf(os.Stderr, "e2e: building %s: %v\n", pkg, err)
+			if err := harness.Build(context.Background(), root, "./cmd/"+pkg, out); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 				return 1
 			}
 		}
@@ -43,46 +46,28 @@ func TestMain(m *testing.M) {
 	}())
 }
 
-// freePorts returns n distinct free loopback ports.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ps []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ps = append(ps, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ps
-}
-
-// broker is one malachid process of a test cluster.
+// broker is one malachid process of a test cluster: the harness's
+// broker, with the names the tests use.
 type broker struct {
+	*harness.Broker
 	id                     int
-	dir, cfg, logPath      string
+	dir, logPath           string
 	admin, raft, rpc, data string
-	cmd                    *exec.Cmd
-	done                   chan struct{}
-	exit                   error
+	// slow calls POST /v1/load, which may take minutes.
+	slow *admin.Client
 }
 
-// cluster is a set of malachid processes on loopback, each with its
-// certificate of the cluster's CA, called over mutual TLS as the
-// operator (or, insecure, all in plaintext).
+// cluster is a set of malachid processes on loopback (internal/harness),
+// each with its certificate of the cluster's CA, called over mutual TLS
+// as the operator (or, insecure, all in plaintext).
 type cluster struct {
 	t        *testing.T
+	h        *harness.Cluster
 	brokers  []*broker
 	certs    pki.Local // zero when insecure
 	insecure bool
-	// rpc calls the admin APIs and the plugins' /metrics; slow calls
-	// POST /v1/load, which may take minutes.
-	rpc, slow *rpc.Client
+	// rpc is the harness's client (the plugins' /metrics).
+	rpc *rpc.Client
 }
 
 type clusterOpts struct {
@@ -97,6 +82,9 @@ type clusterOpts struct {
 	insecure bool
 }
 
+// e2eRaft are the [raft] timings of every test cluster.
+var e2eRaft = harness.RaftTimings{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 250 * time.Millisecond}
+
 // startCluster writes a TOML config per broker and starts them all.
 func startCluster(t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
@@ -106,80 +94,53 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 	if o.grace == "" {
 		o.grace = "1s"
 	}
+	tick, err := time.ParseDuration(o.tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grace, err := time.ParseDuration(o.grace)
+	if err != nil {
+		t.Fatal(err)
+	}
 	root := t.TempDir()
 	if d := os.Getenv("MALACHI_E2E_DIR"); d != "" {
-		var err error
 		if root, err = os.MkdirTemp(d, "e2e-"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(root) })
 	}
-	ports := freePorts(t, 4*o.n)
-	c := &cluster{t: t, insecure: o.insecure}
-	if o.insecure {
-		c.rpc, c.slow = rpc.NewClient(nil, nil, 10*time.Second), rpc.NewClient(nil, nil, 5*time.Minute)
-		t.Cleanup(func() { c.rpc.Close(); c.slow.Close() })
-	} else {
-		c.makeCerts(filepath.Join(root, "certs"), o.n)
-	}
-	var peers []string
-	for i := 0; i < o.n; i++ {
-		b := &broker{id: i + 1, dir: filepath.Join(root, fmt.Sprintf("b%d", i+1))}
-		b.admin = fmt.Sprintf("127.0.0.1:%d", ports[4*i])
-		b.raft = fmt.Sprintf("127.0.0.1:%d", ports[4*i+1])
-		b.rpc = fmt.Sprintf("127.0.0.1:%d", ports[4*i+2])
-		b.data = fmt.Sprintf("127.0.0.1:%d", ports[4*i+3])
-		peers = append(peers, fmt.Sprintf("%q", fmt.Sprintf("%d=%s", b.id, b.raft)))
-		c.brokers = append(c.brokers, b)
-	}
 	extra := o.extra
 	if !strings.Contains(extra, "max_backfills") {
 		extra += "\nmax_backfills = 256\nmax_backfills_per_broker = 64\n"
 	}
-	for _, b := range c.brokers {
-		b.cfg = filepath.Join(root, fmt.Sprintf("b%d.toml", b.id))
-		b.logPath = filepath.Join(root, fmt.Sprintf("b%d.log", b.id))
-		auth := fmt.Sprintf("certs_dir = %q", c.certs.BrokerDir(meta.BrokerID(b.id)))
-		if o.insecure {
-			auth = "insecure = true"
-		}
-		toml := fmt.Sprintf(`id = %d
-data_dir = %q
-%s
-admin_listen = %q
-raft_listen = %q
-peers = [%s]
-replication_factor = %d
-fault_injection = true
-log_level = "info"
-
-[raft]
-heartbeat_timeout = "300ms"
-election_timeout = "300ms"
-leader_lease_timeout = "250ms"
-
-[heal]
-enabled = %v
-rpc_listen = %q
-data_listen = %q
-tick = %q
-grace = %q
-%s
-`, b.id, b.dir, auth, b.admin, b.raft, strings.Join(peers, ", "), o.rf, o.heal, b.rpc, b.data, o.tick, o.grace, extra)
-		if err := os.WriteFile(b.cfg, []byte(toml), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	h, err := harness.New(harness.Config{Bin: binary, Root: root, Brokers: o.n, RF: o.rf, Tick: tick, Grace: grace,
+		Raft: e2eRaft, NoHeal: !o.heal, HealExtra: extra, LogLevel: "info", CallTimeout: 10 * time.Second, Insecure: o.insecure})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, h: h, certs: h.Certs(), insecure: o.insecure, rpc: h.RPC()}
+	slow := c.slowClient()
+	for _, hb := range h.Brokers() {
+		c.brokers = append(c.brokers, &broker{Broker: hb, id: int(hb.ID), dir: hb.Dir, logPath: hb.LogPath,
+			admin: hb.Admin, raft: hb.Raft, rpc: hb.RPC, data: hb.Data, slow: admin.New(hb.Admin, slow, o.insecure)})
 	}
 	t.Cleanup(func() {
 		for _, b := range c.brokers {
 			c.kill(b.id)
 		}
+		h.Stop()
+		slow.Close()
 		if t.Failed() {
 			for _, b := range c.brokers {
 				logTail(t, b)
 			}
 		}
 	})
+	for _, b := range c.brokers {
+		if err := h.WriteConfig(b.Broker); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, b := range c.brokers {
 		c.start(b.id)
 	}
@@ -188,27 +149,18 @@ grace = %q
 	return c
 }
 
-// makeCerts writes a CA, the certificates of brokers 1..n (valid for
-// 127.0.0.1 and localhost) and the operator and viewer clients under dir,
-// and makes the cluster's clients with the operator's.
-func (c *cluster) makeCerts(dir string, n int) {
+// slowClient is an RPC client as the operator whose calls may last five
+// minutes (POST /v1/load).
+func (c *cluster) slowClient() *rpc.Client {
 	c.t.Helper()
-	ids := make([]meta.BrokerID, n)
-	for i := range ids {
-		ids[i] = meta.BrokerID(i + 1)
+	if c.insecure {
+		return rpc.NewClient(nil, admin.Codes, 5*time.Minute)
 	}
-	l, err := pki.CreateLocal(dir, ids, []string{"127.0.0.1", "localhost"})
+	op, err := pki.LoadClient(c.certs.ClientDir(), string(pki.RoleOperator))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	op, err := pki.LoadClient(l.ClientDir(), string(pki.RoleOperator))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.certs = l
-	c.rpc = rpc.NewClient(op, nil, 10*time.Second)
-	c.slow = rpc.NewClient(op, nil, 5*time.Minute)
-	c.t.Cleanup(func() { c.rpc.Close(); c.slow.Close() })
+	return rpc.NewClient(op, admin.Codes, 5*time.Minute)
 }
 
 func logTail(t *testing.T, b *broker) {
@@ -246,7 +198,7 @@ func (c *cluster) mustRun(id int) {
 	c.t.Helper()
 	if !c.alive(id) {
 		logTail(c.t, c.b(id))
-		c.t.Fatalf("broker %d exited: %v", id, c.b(id).exit)
+		c.t.Fatalf("broker %d exited: %v", id, c.b(id).ExitErr())
 	}
 }
 
@@ -254,90 +206,44 @@ func (c *cluster) mustRun(id int) {
 // once.
 func (c *cluster) launch(id int) {
 	c.t.Helper()
-	b := c.b(id)
-	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := c.h.StartBroker(c.b(id).Broker); err != nil {
 		c.t.Fatal(err)
 	}
-	b.cmd = exec.Command(binary, "--config", b.cfg)
-	b.cmd.Stdout, b.cmd.Stderr = logf, logf
-	if err := b.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	b.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
-		b.exit = cmd.Wait()
-		logf.Close()
-		close(done)
-	}(b.cmd, b.done)
 }
 
 // kill sends SIGKILL to broker id and waits for it to exit.
 func (c *cluster) kill(id int) {
-	b := c.b(id)
-	if b.cmd == nil || b.cmd.Process == nil {
-		return
+	if b := c.b(id); b.Alive() {
+		_ = c.h.Kill(b.Broker)
 	}
-	select {
-	case <-b.done:
-		return
-	default:
-	}
-	_ = b.cmd.Process.Kill()
-	<-b.done
 }
 
 // term sends SIGTERM and waits; it returns the exit error.
 func (c *cluster) term(id int) error {
+	c.t.Helper()
 	b := c.b(id)
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-b.done:
-		return b.exit
-	case <-time.After(15 * time.Second):
-		c.t.Fatalf("broker %d did not exit 15s after SIGTERM", id)
-		return nil
+	if err := c.h.Terminate(b.Broker, 15*time.Second); err != nil {
+		c.t.Fatalf("broker %d: %v", id, err)
 	}
+	return b.ExitErr()
 }
 
-func (c *cluster) alive(id int) bool {
-	b := c.b(id)
-	if b.done == nil {
-		return false
-	}
-	select {
-	case <-b.done:
-		return false
-	default:
-		return true
-	}
-}
+func (c *cluster) alive(id int) bool { return c.b(id).Alive() }
 
-type health struct {
-	ID       int    `json:"id"`
-	Leader   int    `json:"leader"`
-	IsLeader bool   `json:"is_leader"`
-	Index    uint64 `json:"index"`
-}
+type health = admin.Health
 
 // get calls GET path on broker id's admin API as the operator.
 func (c *cluster) get(id int, path string, v any) error {
-	if err := c.rpc.Call(context.Background(), http.MethodGet, c.b(id).admin, path, nil, v); err != nil {
-		return fmt.Errorf("broker %d: %w", id, err)
-	}
-	return nil
+	return c.b(id).Client.Call(context.Background(), http.MethodGet, path, nil, v)
 }
 
 // post calls POST path on broker id's admin API as the operator.
 func (c *cluster) post(id int, path string, req, v any) error {
-	rc := c.rpc
+	cl := c.b(id).Client
 	if path == "/v1/load" {
-		rc = c.slow
+		cl = c.b(id).slow
 	}
-	if err := rc.Call(context.Background(), http.MethodPost, c.b(id).admin, path, req, v); err != nil {
-		return fmt.Errorf("broker %d: %w", id, err)
-	}
-	return nil
+	return cl.Call(context.Background(), http.MethodPost, path, req, v)
 }
 
 // eventually polls cond until it holds or the timeout passes.
@@ -517,4 +423,33 @@ func (c *cluster) metric(id int, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// hasCopy reports whether broker b holds a file for segment id.
+func hasCopy(b *broker, id meta.SegmentID) bool {
+	_, err := b.CopyPath(id)
+	return err == nil
+}
+
+// fault damages broker id's copy of segment seg with internal/harness's
+// injector: "delete" removes the file, "truncate" cuts it at byte arg,
+// "extend" appends arg zero bytes, "flip" flips bit 4 of byte arg.
+func (c *cluster) fault(id int, kind string, seg meta.SegmentID, arg int64) error {
+	path, err := c.b(id).CopyPath(seg)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case "delete":
+		_, err = harness.DeleteCopy(path)
+	case "truncate":
+		_, err = harness.TruncateCopyAt(path, arg)
+	case "extend":
+		_, err = harness.ExtendCopyWith(path, make([]byte, arg))
+	case "flip":
+		_, err = harness.FlipBit(path, arg, 4)
+	default:
+		err = fmt.Errorf("fault %q: want delete, truncate, extend or flip", kind)
+	}
+	return err
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
-	"github.com/malachi-log/malachi/store"
 )
 
 // victim returns a live non-leader broker that holds at least one replica.
@@ -149,7 +149,7 @@ func TestLeaderKilledMidPass(t *testing.T) {
 		// A copy the killed leader received mid-pass (it was a backfill
 		// target of its own pass) may have been recorded before it died:
 		// that replica is lost too, and replacing it is one more command.
-		if !old.HasReplica(meta.BrokerID(leader)) && fileExists(store.CopyPath(c.brokers[leader-1].dir, s.ID)) {
+		if !old.HasReplica(meta.BrokerID(leader)) && hasCopy(c.brokers[leader-1], s.ID) {
 			lost++
 		}
 		// Each SetSegmentReplicas bumps the version once; a segment needs at
@@ -187,7 +187,7 @@ func TestRestartClearsLatch(t *testing.T) {
 		target = 2
 	}
 	seg := before.Segments[0]
-	if err := c.post(target, "/v1/faults/latch/"+string(seg.ID), map[string]any{}, nil); err != nil {
+	if err := c.b(target).Client.Latch(context.Background(), seg.ID); err != nil {
 		t.Fatal(err)
 	}
 	if ci := c.copies(target)[string(seg.ID)]; !ci.Latched {
@@ -253,7 +253,7 @@ func TestHealDisabled(t *testing.T) {
 		if err := c.get(b.id, "/v1/status", &st); err != nil || st["heal"] != "disabled" {
 			t.Errorf("broker %d status: %v %v", b.id, st, err)
 		}
-		// Only the broker's own state: copies/, confirm/, LOCK and FORMAT (the
+		// Only the broker's own state: copies/, confirm/ and LOCK (the
 		// store) and raft/ (the control plane). The plugin created nothing.
 		ents, err := os.ReadDir(b.dir)
 		if err != nil {
@@ -261,7 +261,7 @@ func TestHealDisabled(t *testing.T) {
 		}
 		for _, e := range ents {
 			switch e.Name() {
-			case "copies", "confirm", "LOCK", "FORMAT", "raft":
+			case "copies", "confirm", "LOCK", "raft":
 			default:
 				t.Errorf("broker %d: unexpected %s in its data dir", b.id, filepath.Join(b.dir, e.Name()))
 			}
@@ -423,7 +423,7 @@ func TestScrubberReplacesFlippedCopy(t *testing.T) {
 	before, _ := c.metadata(leader)
 	seg := before.Segments[2]
 	victim := int(seg.Replicas[0])
-	if err := c.post(victim, "/v1/faults/flip/"+string(seg.ID), map[string]any{"at": seg.ByteSize / 2}, nil); err != nil {
+	if err := c.fault(victim, "flip", seg.ID, seg.ByteSize/2); err != nil {
 		t.Fatal(err)
 	}
 	if ci := c.copies(victim)[string(seg.ID)]; ci.Size != seg.ByteSize+40 {
@@ -459,15 +459,15 @@ func TestIntegrityPassHealsInPlace(t *testing.T) {
 		kind string
 		seg  meta.Segment
 		on   int
-		req  map[string]any
+		arg  int64
 	}{
-		{"delete", segs[0], int(segs[0].Replicas[0]), nil},
-		{"truncate", segs[1], int(segs[1].Replicas[1]), map[string]any{"at": segs[1].ByteSize / 3}},
-		{"extend", segs[2], int(segs[2].Replicas[2]), map[string]any{"bytes": 5000}},
+		{"delete", segs[0], int(segs[0].Replicas[0]), 0},
+		{"truncate", segs[1], int(segs[1].Replicas[1]), segs[1].ByteSize / 3},
+		{"extend", segs[2], int(segs[2].Replicas[2]), 5000},
 	}
 	start := time.Now()
 	for _, f := range faults {
-		if err := c.post(f.on, "/v1/faults/"+f.kind+"/"+string(f.seg.ID), f.req, nil); err != nil {
+		if err := c.fault(f.on, f.kind, f.seg.ID, f.arg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -504,7 +504,7 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	before, _ := c.metadata(leader)
 	lost := before.Segments[0]
 	for _, r := range lost.Replicas {
-		if err := c.post(int(r), "/v1/faults/delete/"+string(lost.ID), nil, nil); err != nil {
+		if err := c.fault(int(r), "delete", lost.ID, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -570,10 +570,4 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	if s, _ := after.Segment(lost.ID); s.Version != lost.Version {
 		t.Fatalf("lost segment re-recorded: %v v%d -> %v v%d", lost.Replicas, lost.Version, s.Replicas, s.Version)
 	}
-}
-
-// fileExists reports whether path names an existing file.
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

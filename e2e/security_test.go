@@ -151,7 +151,7 @@ func (c *cluster) facts() clusterFacts {
 		}
 		f.meta[b.id] = string(raw)
 		var h health
-		if err := c.get(b.id, "/v1/health", &h); err != nil || h.Leader != f.leader {
+		if err := c.get(b.id, "/v1/health", &h); err != nil || int(h.Leader) != f.leader {
 			c.t.Errorf("broker %d: health %+v, %v; want leader %d", b.id, h, err, f.leader)
 		}
 	}
@@ -459,7 +459,7 @@ func (c *cluster) rotate(id int, lifetime time.Duration) *x509.Certificate {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if err := c.b(id).cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := c.b(id).Signal(syscall.SIGHUP); err != nil {
 		c.t.Fatalf("broker %d: SIGHUP: %v", id, err)
 	}
 	return cert

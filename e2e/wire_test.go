@@ -125,7 +125,7 @@ func (c *cluster) copyHashes() map[string]string {
 	c.t.Helper()
 	out := map[string]string{}
 	for _, b := range c.brokers {
-		root := filepath.Join(b.dir, "copies")
+		root := b.CopiesDir()
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err

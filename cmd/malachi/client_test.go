@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
 	"net/http"
 	"strings"
 	"testing"
@@ -42,9 +44,9 @@ func fakeBrokerWith(t *testing.T, l *pki.Local, snap meta.Snapshot, status any) 
 		return func(context.Context, *rpc.Request) (any, error) { return v, nil }
 	}
 	mux := http.NewServeMux()
-	srv.Handle(mux, "GET /v1/health", rpc.Viewers, answer(health{ID: 1, Leader: 1, IsLeader: true}))
+	srv.Handle(mux, "GET /v1/health", rpc.Viewers, answer(admin.Health{ID: 1, Leader: 1, IsLeader: true}))
 	srv.Handle(mux, "GET /v1/metadata", rpc.Viewers, answer(snap))
-	srv.Handle(mux, "GET /v1/copies", rpc.Viewers, answer([]localCopy{}))
+	srv.Handle(mux, "GET /v1/copies", rpc.Viewers, answer([]admin.Copy{}))
 	srv.Handle(mux, "GET /v1/status", rpc.Viewers, answer(status))
 	srv.Handle(mux, "POST /v1/heal/release", rpc.Operators, answer(struct{}{}))
 	srv.Handle(mux, "POST /v1/load", rpc.Operators, func(context.Context, *rpc.Request) (any, error) { return nil, errFakeNotLeader })
@@ -151,8 +153,8 @@ func TestStatusInsecure(t *testing.T) {
 	}
 }
 
-// The CLI's sentinels: a leader change is errUnavailable (retried by the
-// demo's load), a closed port errUnreachable, a refusal errAdmin.
+// The CLI's sentinels: a leader change is admin.ErrUnavailable (retried by the
+// demo's load), a closed port admin.ErrUnreachable, a refusal admin.ErrRefused.
 func TestAdminClientErrors(t *testing.T) {
 	l := localCerts(t)
 	addr := fakeBroker(t, &l)
@@ -160,31 +162,31 @@ func TestAdminClientErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := rpc.NewClient(op, adminCodes, 5*time.Second)
+	rc := rpc.NewClient(op, admin.Codes, 5*time.Second)
 	defer rc.Close()
 	ctx := context.Background()
-	_, err = newAdminClient(addr, rc, false).Load(ctx, loadRequest{Segments: 1})
-	if !errors.Is(err, errUnavailable) || !errors.Is(err, errAdmin) || errors.Is(err, errUnreachable) {
-		t.Errorf("load answered not_leader: %v, want errUnavailable and errAdmin", err)
+	_, err = admin.New(addr, rc, false).Load(ctx, admin.LoadRequest{Segments: 1})
+	if !errors.Is(err, admin.ErrUnavailable) || !errors.Is(err, admin.ErrRefused) || errors.Is(err, admin.ErrUnreachable) {
+		t.Errorf("load answered not_leader: %v, want admin.ErrUnavailable and admin.ErrRefused", err)
 	}
 	closed := freePortsT(t)
-	if _, err := newAdminClient(closed, rc, false).Health(ctx); !errors.Is(err, errUnreachable) || errors.Is(err, errAdmin) {
-		t.Errorf("health of a closed port: %v, want errUnreachable", err)
+	if _, err := admin.New(closed, rc, false).Health(ctx); !errors.Is(err, admin.ErrUnreachable) || errors.Is(err, admin.ErrRefused) {
+		t.Errorf("health of a closed port: %v, want admin.ErrUnreachable", err)
 	}
 	vc, err := pki.LoadClient(l.ClientDir(), "viewer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = newAdminClient(addr, rpc.NewClient(vc, adminCodes, 5*time.Second), false).Release(ctx)
-	if !errors.Is(err, errAdmin) || !errors.Is(err, rpc.ErrForbidden) {
-		t.Errorf("release as viewer: %v, want errAdmin wrapping rpc.ErrForbidden", err)
+	err = admin.New(addr, rpc.NewClient(vc, admin.Codes, 5*time.Second), false).Release(ctx)
+	if !errors.Is(err, admin.ErrRefused) || !errors.Is(err, rpc.ErrForbidden) {
+		t.Errorf("release as viewer: %v, want admin.ErrRefused wrapping rpc.ErrForbidden", err)
 	}
 }
 
 // freePortsT returns a loopback address nothing listens on.
 func freePortsT(t *testing.T) string {
 	t.Helper()
-	addrs, err := freeLoopbackPorts(1)
+	addrs, err := harness.FreeLoopbackPorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

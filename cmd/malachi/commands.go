@@ -6,6 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/demo"
+	"github.com/malachi-log/malachi/store"
 	"io"
 	"sort"
 	"strings"
@@ -17,8 +21,17 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// errHelp: -h was asked for; the flag package printed the usage.
-var errHelp = errors.New("malachi: help")
+// errUsage marks a bad command line (exit status 2) and errHelp a -h
+// (exit 0, the flag package printed the usage): the demo's sentinels, so
+// `malachi demo` and the other commands exit alike.
+var (
+	errUsage = demo.ErrUsage
+	errHelp  = demo.ErrHelp
+)
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
 
 // parseFlags parses a subcommand's flags with usage errors wrapped.
 func parseFlags(fs *flag.FlagSet, args []string) error {
@@ -53,7 +66,7 @@ type brokerState struct {
 	Insecure bool `json:"insecure,omitempty"`
 	// CertWarnings are the broker's certificates that expire within 30
 	// days (or have), from its /v1/status.
-	CertWarnings []certStatus `json:"cert_warnings,omitempty"`
+	CertWarnings []admin.CertStatus `json:"cert_warnings,omitempty"`
 }
 
 // clusterStatus is the output of `malachi status`.
@@ -85,14 +98,14 @@ type clusterStatus struct {
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
 	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := validateAddr("admin", *admin); err != nil {
+	if err := validateAddr("admin", *addr); err != nil {
 		return fmt.Errorf("%w: status: %v", errUsage, err)
 	}
 	if *timeout <= 0 {
@@ -103,7 +116,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer rc.Close()
-	st, err := gatherStatus(ctx, *admin, rc, conn.insecure)
+	st, err := gatherStatus(ctx, *addr, rc, conn.insecure)
 	if err != nil {
 		return err
 	}
@@ -116,11 +129,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// gatherStatus asks the broker at admin for the metadata, then every
+// gatherStatus asks the broker at addr for the metadata, then every
 // registered broker for its health and copies, then the leader for its heal
 // status, all through rc (insecure: made without certificates).
-func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bool) (*clusterStatus, error) {
-	c := newAdminClient(admin, rc, insecure)
+func gatherStatus(ctx context.Context, addr string, rc *rpc.Client, insecure bool) (*clusterStatus, error) {
+	c := admin.New(addr, rc, insecure)
 	h, err := c.Health(ctx)
 	if err != nil {
 		return nil, err
@@ -133,15 +146,15 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 	// follower's view may lag the last commands.
 	if h.Leader != 0 && h.Leader != h.ID {
 		if lb, ok := snap.Broker(h.Leader); ok && lb.AdminAddr != "" {
-			if ls, err := newAdminClient(lb.AdminAddr, rc, insecure).Metadata(ctx); err == nil {
+			if ls, err := admin.New(lb.AdminAddr, rc, insecure).Metadata(ctx); err == nil {
 				snap = ls
 			}
 		}
 	}
-	st := &clusterStatus{Admin: admin, Index: snap.Index, Leader: h.Leader, ReplicationFactor: snap.ReplicationFactor, Insecure: insecure}
+	st := &clusterStatus{Admin: addr, Index: snap.Index, Leader: h.Leader, ReplicationFactor: snap.ReplicationFactor, Insecure: insecure}
 	brokers := snap.Brokers
 	if len(brokers) == 0 {
-		brokers = []meta.Broker{{ID: h.ID, AdminAddr: admin}}
+		brokers = []meta.Broker{{ID: h.ID, AdminAddr: addr}}
 	}
 	st.Brokers = make([]brokerState, len(brokers))
 	var wg sync.WaitGroup
@@ -150,7 +163,7 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 		bs := &st.Brokers[i]
 		*bs = brokerState{ID: b.ID, Rack: b.Rack, AdminAddr: b.AdminAddr, Heal: "unknown"}
 		if b.ID == h.ID && bs.AdminAddr == "" {
-			bs.AdminAddr = admin
+			bs.AdminAddr = addr
 		}
 		if bs.AdminAddr == "" {
 			bs.Error = "no admin address registered"
@@ -159,7 +172,7 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bc := newAdminClient(bs.AdminAddr, rc, insecure)
+			bc := admin.New(bs.AdminAddr, rc, insecure)
 			bh, err := bc.Health(ctx)
 			if err != nil {
 				bs.Error = err.Error()
@@ -177,7 +190,7 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 				bs.Error = err.Error()
 			}
 			if raw, err := bc.Status(ctx); err == nil {
-				if ps, ok := decodeStatus(raw); ok {
+				if ps, ok := admin.DecodeStatus(raw); ok {
 					bs.Heal = "enabled"
 					bs.Insecure = ps.Insecure
 					for _, c := range ps.Certificates {
@@ -210,7 +223,7 @@ func gatherStatus(ctx context.Context, admin string, rc *rpc.Client, insecure bo
 // markAuthFailed marks the brokers the leader's heal status lists in
 // auth_failed (its last pass's, when the status has no list of its own).
 func (st *clusterStatus) markAuthFailed() {
-	ps, ok := decodeStatus(st.Heal)
+	ps, ok := admin.DecodeStatus(st.Heal)
 	if !ok {
 		return
 	}
@@ -326,7 +339,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	if st.OnAuthFailedBrokers > 0 {
 		fmt.Fprintf(w, "segments with a replica on a broker that failed authentication: %d\n", st.OnAuthFailedBrokers)
 	}
-	ps, ok := decodeStatus(st.Heal)
+	ps, ok := admin.DecodeStatus(st.Heal)
 	if !ok {
 		fmt.Fprintf(w, "heal: no plugin status (disabled, or no leader answered)\n")
 		return
@@ -337,7 +350,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 	}
 	if r := ps.LastPass; r != nil {
 		fmt.Fprintf(w, "last pass at %s (%.3fs, index %d): under_replicated=%d failed=%d unsettled=%d backfills=%d commands=%d deferred=%d bytes_copied=%s\n",
-			ps.LastPassAt.Format(time.RFC3339), ps.LastPassSeconds, r.Index, r.UnderReplicated, len(r.Failed), len(r.Unsettled), r.Backfills, r.Commands, r.Deferred, formatBytes(r.BytesCopied))
+			ps.LastPassAt.Format(time.RFC3339), ps.LastPassSeconds, r.Index, r.UnderReplicated, len(r.Failed), len(r.Unsettled), r.Backfills, r.Commands, r.Deferred, bytesize.Format(r.BytesCopied))
 		if len(r.Dead) > 0 || len(r.Suspect) > 0 {
 			fmt.Fprintf(w, "  dead brokers %v, suspect (within grace) %v\n", r.Dead, r.Suspect)
 		}
@@ -358,9 +371,9 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 
 // planDoc mirrors heal.Plan with string ops and reasons.
 type planDoc struct {
-	Index   uint64       `json:"index"`
-	Actions []planAction `json:"actions"`
-	Report  healReport   `json:"report"`
+	Index   uint64           `json:"index"`
+	Actions []planAction     `json:"actions"`
+	Report  admin.HealReport `json:"report"`
 }
 
 type planAction struct {
@@ -391,7 +404,7 @@ func (a planAction) String() string {
 	case a.Source != 0:
 		fmt.Fprintf(&b, " target=%d source=%d", a.Target, a.Source)
 		if a.From > 0 {
-			fmt.Fprintf(&b, " from byte %d of %d", a.From, a.Segment.ByteSize+footerSize)
+			fmt.Fprintf(&b, " from byte %d of %d", a.From, a.Segment.ByteSize+store.FooterSize)
 		}
 	case a.Target != 0:
 		fmt.Fprintf(&b, " broker=%d", a.Target)
@@ -402,14 +415,14 @@ func (a planAction) String() string {
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print the plan as JSON, as the leader served it")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout (the dry run probes every broker)")
 	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := validateAddr("admin", *admin); err != nil {
+	if err := validateAddr("admin", *addr); err != nil {
 		return fmt.Errorf("%w: plan: %v", errUsage, err)
 	}
 	rc, err := conn.client("plan", *timeout)
@@ -419,7 +432,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer rc.Close()
 	// The dry run is the coordinator's; any broker forwards it to the
 	// leader.
-	raw, err := newAdminClient(*admin, rc, conn.insecure).Plan(ctx)
+	raw, err := admin.New(*addr, rc, conn.insecure).Plan(ctx)
 	if err != nil {
 		return err
 	}
@@ -429,7 +442,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var p planDoc
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return fmt.Errorf("broker %s: decoding the plan: %w", *admin, err)
+		return fmt.Errorf("broker %s: decoding the plan: %w", *addr, err)
 	}
 	writePlan(stdout, p)
 	return nil
@@ -454,10 +467,10 @@ func writePlan(w io.Writer, p planDoc) {
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	segments := fs.Int("segments", 0, "segments to create, write and seal")
 	records := fs.Int("records", 0, "records per segment")
-	var size byteSize
+	var size bytesize.Size
 	fs.Var(&size, "size", "bytes per record (4096, 4KiB)")
 	prefix := fs.String("prefix", "", "segment id prefix (default: the broker's)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "request timeout")
@@ -466,7 +479,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := validateAddr("admin", *admin); err != nil {
+	if err := validateAddr("admin", *addr); err != nil {
 		return fmt.Errorf("%w: load: %v", errUsage, err)
 	}
 	switch {
@@ -477,7 +490,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case size < 1:
 		return usageErr("load: --size is required: bytes per record, e.g. 4096")
 	case size > 1<<30:
-		return usageErr("load: --size %s: want at most 1 GiB per record", formatBytes(int64(size)))
+		return usageErr("load: --size %s: want at most 1 GiB per record", bytesize.Format(int64(size)))
 	case *prefix != "" && meta.SegmentID(*prefix).Validate() != nil:
 		return usageErr("load: --prefix %q: %v", *prefix, meta.SegmentID(*prefix).Validate())
 	}
@@ -486,9 +499,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer rc.Close()
-	c := newAdminClient(*admin, rc, conn.insecure)
+	c := admin.New(*addr, rc, conn.insecure)
 	start := time.Now()
-	raw, err := c.Load(ctx, loadRequest{Segments: *segments, RecordsPerSegment: *records, RecordSize: int(size), Prefix: *prefix})
+	raw, err := c.Load(ctx, admin.LoadRequest{Segments: *segments, RecordsPerSegment: *records, RecordSize: int(size), Prefix: *prefix})
 	if err != nil {
 		return err
 	}
@@ -496,10 +509,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, err := stdout.Write(append(raw, '\n'))
 		return err
 	}
-	per := int64(*records) * (int64(size) + frameHeaderSize)
+	per := int64(*records) * (int64(size) + store.FrameHeaderSize)
 	el := time.Since(start)
 	fmt.Fprintf(stdout, "loaded %d sealed segments of %d records × %s (%s of frames each) in %.2fs (%s/s of frames)\n",
-		*segments, *records, formatBytes(int64(size)), formatBytes(per), el.Seconds(), formatBytes(int64(float64(per*int64(*segments))/max(el.Seconds(), 1e-9))))
+		*segments, *records, bytesize.Format(int64(size)), bytesize.Format(per), el.Seconds(), bytesize.Format(int64(float64(per*int64(*segments))/max(el.Seconds(), 1e-9))))
 	if s := strings.TrimSpace(string(raw)); s != "" && s != "{}" && s != "null" {
 		fmt.Fprintf(stdout, "broker answered: %s\n", truncate(s, 400))
 	}
@@ -509,13 +522,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", "", "host:port of any broker's admin API")
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
 	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := validateAddr("admin", *admin); err != nil {
+	if err := validateAddr("admin", *addr); err != nil {
 		return fmt.Errorf("%w: release: %v", errUsage, err)
 	}
 	rc, err := conn.client("release", *timeout)
@@ -523,9 +536,30 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer rc.Close()
-	if err := newAdminClient(*admin, rc, conn.insecure).Release(ctx); err != nil {
+	if err := admin.New(*addr, rc, conn.insecure).Release(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "mass-failure hold released for the next heal pass (asked %s)\n", *admin)
+	fmt.Fprintf(stdout, "mass-failure hold released for the next heal pass (asked %s)\n", *addr)
 	return nil
+}
+
+// truncate cuts s to n bytes, "..." marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// joinIDs renders a few segment ids for a message.
+func joinIDs(ids []meta.SegmentID, max int) string {
+	var parts []string
+	for i, id := range ids {
+		if i == max {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-max))
+			break
+		}
+		parts = append(parts, string(id))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/malachi-log/malachi/internal/demo"
+	"github.com/malachi-log/malachi/internal/harness"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,20 +37,14 @@ func binaries(t *testing.T) (malachid, malachi string) {
 		if buildErr != nil {
 			return
 		}
-		root, err := moduleRoot()
+		root, err := harness.ModuleRoot()
 		if err != nil {
 			buildErr = err
 			return
 		}
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			gobin = "/usr/local/go/bin/go"
-		}
 		for _, pkg := range []string{"malachid", "malachi"} {
-			cmd := exec.Command(gobin, "build", "-o", filepath.Join(buildDir, pkg), "./cmd/"+pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/%s: %v\n%s", pkg, err, out)
+			if err := harness.Build(context.Background(), root, "./cmd/"+pkg, filepath.Join(buildDir, pkg)); err != nil {
+				buildErr = err
 				return
 			}
 		}
@@ -193,7 +189,7 @@ func TestDemoInsecure(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"demo", "--malachid", malachid, "--brokers", "4", "--rf", "3", "--segments", "6", "--segment-size", "16KiB",
 		"--faults", "kill,restart", "--insecure", "--json", "--dir", dir, "--stage-timeout", "60s"}, &out, &errb)
-	var rep demoReport
+	var rep demo.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errb.String())
 	}
@@ -218,7 +214,7 @@ func TestDemoBitflipReportedUndetected(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"demo", "--malachid", malachid, "--brokers", "3", "--rf", "3", "--segments", "6", "--segment-size", "16KiB",
 		"--faults", "bitflip", "--scrub-interval", "0s", "--copies", "1", "--json", "--dir", t.TempDir(), "--stage-timeout", "20s"}, &out, &errb)
-	var rep demoReport
+	var rep demo.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errb.String())
 	}
@@ -279,7 +275,7 @@ func TestDemoSignalsCleanUp(t *testing.T) {
 // status, load and plan against a running cluster.
 func TestCommandsAgainstCluster(t *testing.T) {
 	malachid, _ := binaries(t)
-	c, err := newCluster(clusterConfig{Bin: malachid, Root: t.TempDir(), Brokers: 3, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second, RaftTimeout: time.Second})
+	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 3, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second, Raft: harness.DemoRaft(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,15 +288,14 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	if _, err := c.WaitReady(ctx, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	d := &demo{o: demoOptions{Brokers: 3}, c: c}
-	if err := d.waitRegistered(ctx, 60*time.Second); err != nil {
+	if err := c.WaitRegistered(ctx, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("cluster ready in %v", time.Since(start))
-	admin := c.brokers[1].Admin
+	admin := c.Brokers()[1].Admin
 	// cli is a command line of cmd as the cluster's operator.
 	cli := func(cmd string, args ...string) []string {
-		return append(append([]string{cmd}, c.cliFlags()...), args...)
+		return append(append([]string{cmd}, c.CLIFlags()...), args...)
 	}
 	defer func(t0 time.Time) { t.Logf("commands took %v", time.Since(t0)) }(time.Now())
 	var out, errb strings.Builder
@@ -329,9 +324,9 @@ func TestCommandsAgainstCluster(t *testing.T) {
 	checkRefusals(t, c, admin, cli)
 	// A broker down (not the leader, so that no election runs) shows by
 	// name and address.
-	victim := c.brokers[2]
+	victim := c.Brokers()[2]
 	if st.Leader == victim.ID {
-		victim = c.brokers[0]
+		victim = c.Brokers()[0]
 	}
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
@@ -400,11 +395,11 @@ func TestCommandsAgainstCluster(t *testing.T) {
 // checkRefusals: on cluster c, the viewer reads but may not load and
 // plaintext reaches nothing; both refusals say why and change nothing
 // (the 5 segments loaded before stay the only ones).
-func checkRefusals(t *testing.T, c *cluster, admin string, cli func(string, ...string) []string) {
+func checkRefusals(t *testing.T, c *harness.Cluster, admin string, cli func(string, ...string) []string) {
 	t.Helper()
 	var out, errb strings.Builder
 	var st clusterStatus
-	viewer := []string{"--certs-dir", c.certs.ClientDir(), "--user", "viewer"}
+	viewer := []string{"--certs-dir", c.Certs().ClientDir(), "--user", "viewer"}
 	if code := run(append([]string{"status", "--admin", admin, "--json"}, viewer...), &out, &errb); code != 0 {
 		t.Fatalf("status as viewer: exit %d: %s", code, errb.String())
 	}

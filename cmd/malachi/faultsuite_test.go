@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/malachi-log/malachi/internal/demo"
 	"os"
 	"strings"
 	"testing"
@@ -27,9 +28,9 @@ func TestFaultSuite(t *testing.T) {
 		}
 	}()
 	var rep struct {
-		OK      bool          `json:"ok"`
-		Faults  []faultReport `json:"faults"`
-		Summary summary       `json:"summary"`
+		OK      bool               `json:"ok"`
+		Faults  []demo.FaultReport `json:"faults"`
+		Summary demo.Summary       `json:"summary"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("stdout is not one JSON report: %v\n%s", err, out.String())
@@ -37,12 +38,12 @@ func TestFaultSuite(t *testing.T) {
 	if code != 0 || !rep.OK {
 		t.Fatalf("exit %d, report:\n%s", code, out.String())
 	}
-	byStage := map[string]faultReport{}
+	byStage := map[string]demo.FaultReport{}
 	for _, f := range rep.Faults {
 		byStage[f.Stage] = f
 	}
 	skipped := 0
-	for _, st := range allStages {
+	for _, st := range demo.AllStages {
 		f, ok := byStage[st]
 		switch {
 		case !ok:
@@ -55,7 +56,7 @@ func TestFaultSuite(t *testing.T) {
 		}
 	}
 	s := rep.Summary
-	if want := len(allStages) - skipped; s.FaultsInjected != want || s.FaultsSurvived != want {
+	if want := len(demo.AllStages) - skipped; s.FaultsInjected != want || s.FaultsSurvived != want {
 		t.Errorf("summary: %d faults injected, %d survived, want %d and %d", s.FaultsInjected, s.FaultsSurvived, want, want)
 	}
 	if s.SegmentsLost != 0 || s.SegmentsDestroyed != 2 || s.SegmentsHealthy != s.SegmentsChecked-2 {

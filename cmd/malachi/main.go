@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/malachi-log/malachi/internal/demo"
 	"io"
 	"os"
 	"os/signal"
@@ -53,11 +54,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd {
 	case "demo":
-		o, perr := parseDemoFlags(rest, stderr)
+		o, perr := demo.ParseFlags(rest, stderr)
 		if perr != nil {
 			return reportErr(stderr, perr)
 		}
-		code := runDemo(ctx, o, stdout, stderr)
+		code := demo.Run(ctx, o, stdout, stderr)
 		if ctx.Err() != nil && code == 0 {
 			code = 1
 		}

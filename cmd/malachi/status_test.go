@@ -110,3 +110,6 @@ func TestStatusSaysBrokersInsecure(t *testing.T) {
 		t.Fatalf("status of an insecure broker:\n%s", out.String())
 	}
 }
+func seg(id meta.SegmentID, replicas ...meta.BrokerID) meta.Segment {
+	return meta.Segment{ID: id, Length: 1, ByteSize: 100, Sealed: true, Checksum: meta.CRC32C(1), Replicas: replicas}
+}

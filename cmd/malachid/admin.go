@@ -915,88 +915,44 @@ func (b *broker) plan(r *http.Request, _ []byte) (any, error) {
 	return out, nil
 }
 
-// FaultRequest optionally parameterises a fault: the byte position of a
-// truncate or a bit flip, the bytes of an extension.
-type FaultRequest struct {
-	At    int64 `json:"at,omitempty"`
-	Bytes int64 `json:"bytes,omitempty"`
-}
+// faultKinds are the faults POST /v1/faults/{kind}/{id} injects: only
+// the latch, which needs the store to see an I/O error. Every fault done
+// to a copy's file (delete, truncate, extend, bit flip) is done by the
+// test harness (internal/harness) on the file itself.
+var faultKinds = []string{"latch"}
 
-// faultKinds are the faults POST /v1/faults/{kind}/{id} injects.
-var faultKinds = []string{"latch", "delete", "truncate", "extend", "flip"}
-
-// parseFault decodes and checks the path and the body of POST
-// /v1/faults/{kind}/{id}.
-func parseFault(kind, pathID string, body []byte) (string, meta.SegmentID, FaultRequest, error) {
+// parseFault checks the path of POST /v1/faults/{kind}/{id}; the body
+// must be empty or {}.
+func parseFault(kind, pathID string, body []byte) (string, meta.SegmentID, error) {
 	if !slices.Contains(faultKinds, kind) {
-		return "", "", FaultRequest{}, fmt.Errorf("%w: fault %q: want latch, delete, truncate, extend or flip", errBadRequest, kind)
+		return "", "", fmt.Errorf("%w: fault %q: want latch (file faults are done by the test harness)", errBadRequest, kind)
 	}
 	id, err := parseSegmentID(pathID)
 	if err != nil {
-		return "", "", FaultRequest{}, err
+		return "", "", err
 	}
-	var req FaultRequest
+	var req struct{}
 	if err := decodeJSON(body, &req); err != nil {
-		return "", "", FaultRequest{}, err
+		return "", "", err
 	}
-	if req.At < 0 || req.Bytes < 0 || req.Bytes > 1<<40 {
-		return "", "", FaultRequest{}, fmt.Errorf("%w: fault %s: at = %d, bytes = %d: want 0 or more (bytes at most 1 TiB)", errBadRequest, kind, req.At, req.Bytes)
-	}
-	return kind, id, req, nil
+	return kind, id, nil
 }
 
-// fault injects one fault into a local copy: latch, delete, truncate,
-// extend or flip (fault_injection only).
+// fault latches a local copy: its next I/O fails as a failing disk's
+// would (fault_injection only).
 func (b *broker) fault(r *http.Request, body []byte) (any, error) {
-	kind, id, req, err := parseFault(r.PathValue("kind"), r.PathValue("id"), body)
+	kind, id, err := parseFault(r.PathValue("kind"), r.PathValue("id"), body)
 	if err != nil {
 		return nil, err
 	}
 	path := b.db.Path(id)
-	fi, serr := os.Stat(path)
-	if serr != nil {
+	if _, serr := os.Stat(path); serr != nil {
 		return nil, fmt.Errorf("%w: copy %s: %v", errNotFound, id, serr)
 	}
-	switch kind {
-	case "latch":
-		b.faults.arm(path)
-		_, _ = b.db.DurableEnd(id)
-		if b.db.LatchErr(id) == nil {
-			return nil, fmt.Errorf("malachid: latch %s: the copy did not latch", id)
-		}
-	case "delete":
-		err = os.Remove(path)
-	case "truncate":
-		at := req.At
-		if at <= 0 || at >= fi.Size() {
-			at = fi.Size() / 2
-		}
-		err = os.Truncate(path, at)
-	case "extend":
-		n := req.Bytes
-		if n <= 0 {
-			n = 4096
-		}
-		err = os.Truncate(path, fi.Size()+n)
-	case "flip":
-		at := req.At
-		if at <= 0 || at >= fi.Size() {
-			at = fi.Size() / 3
-		}
-		var f *os.File
-		if f, err = os.OpenFile(path, os.O_RDWR, 0); err == nil {
-			buf := []byte{0}
-			if _, err = f.ReadAt(buf, at); err == nil {
-				buf[0] ^= 0x10
-				_, err = f.WriteAt(buf, at)
-			}
-			f.Close()
-		}
-	default:
-		return nil, fmt.Errorf("%w: fault %q: want latch, delete, truncate, extend or flip", errBadRequest, kind)
-	}
-	if err != nil {
-		return nil, err
+	b.faults.arm(path)
+	_, _ = b.db.DurableEnd(id)
+	if b.db.LatchErr(id) == nil {
+		return nil, fmt.Errorf("malachid: latch %s: the copy did not latch", id)
 	}
 	b.log.Warn().Str("fault", kind).Str("segment", string(id)).Msg("fault injected")
 	return map[string]string{"fault": kind, "segment": string(id)}, nil

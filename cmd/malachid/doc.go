@@ -42,7 +42,7 @@
 //	GET  /v1/plan                           dry run of the next pass (heal.Plan), from the leader
 //	POST /v1/heal/release                   lift a mass-failure hold (on the leader)
 //	POST /v1/heal/acknowledge/{id}          acknowledge a lost segment (on the leader)
-//	POST /v1/faults/{latch|delete|truncate|extend|flip}/{id} {"at","bytes"}  fault_injection only
+//	POST /v1/faults/latch/{id}  fault_injection only (file faults: internal/harness)
 //	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
 //
 // Errors answer {"code","message"} with a status that fits the code

@@ -62,9 +62,8 @@ func parseAdmin(route int, pathID, kind string, body []byte) (string, error) {
 	case 4:
 		var k string
 		var id meta.SegmentID
-		var req FaultRequest
-		k, id, req, err = parseFault(kind, pathID, body)
-		v = []any{k, id, req}
+		k, id, err = parseFault(kind, pathID, body)
+		v = []any{k, id}
 	case 5:
 		var c meta.Command
 		if c, err = parseApply(body); err == nil {
@@ -110,7 +109,7 @@ func reencode(route int, decoded string) (pathID, kind string, body []byte) {
 		var k, id string
 		_ = json.Unmarshal(v[0], &k)
 		_ = json.Unmarshal(v[1], &id)
-		return id, k, v[2]
+		return id, k, []byte(`{}`)
 	case 5:
 		b, _ := json.Marshal(applyRequest{Command: json.RawMessage(decoded)})
 		return "", "", b
@@ -131,7 +130,7 @@ func reencode(route int, decoded string) (pathID, kind string, body []byte) {
 // what a decoder accepts is a valid request that decodes again to itself.
 func FuzzAdminRequest(f *testing.F) {
 	for route := range adminRoutes {
-		f.Add(uint8(route), "seg-1", "truncate", []byte(`{}`))
+		f.Add(uint8(route), "seg-1", "latch", []byte(`{}`))
 	}
 	f.Add(uint8(0), "", "", []byte(`{"id":"seg-1","start_offset":7,"replicas":[1,2]}`))
 	f.Add(uint8(1), "seg-1", "", []byte(`{"count":3,"size":10,"seed":9}`))
@@ -193,7 +192,8 @@ func TestAdminDecodersNameTheProblem(t *testing.T) {
 		{3, "", "", `{"records_per_segment":2000000}`, "records_per_segment = 2000000"},
 		{3, "", "", `{"concurrency":100000}`, "concurrency = 100000"},
 		{4, "x", "melt", ``, `fault "melt"`},
-		{4, "x", "truncate", `{"at":-1}`, "at = -1"},
+		{4, "x", "truncate", `{}`, `fault "truncate": want latch`},
+		{4, "x", "latch", `{"at":1}`, `"at"`},
 		{5, "", "", ``, "no command"},
 		{5, "", "", `{"command":{"op":"create_segment","args":{}}}`, "empty replica set"},
 		{5, "", "", `{"command":{"op":"explode"}}`, `op "explode" is unknown`},
@@ -372,8 +372,9 @@ func TestAdminRefusesBadRequestsChangingNothing(t *testing.T) {
 		{"load escaping prefix", "operator", "/v1/load", `{"prefix":"../x"}`, 400, "bad_request", `prefix = "../x"`},
 		{"load negative first", "operator", "/v1/load", `{"first":-5}`, 400, "bad_request", "first = -5"},
 		{"fault unknown kind", "operator", "/v1/faults/melt/good", ``, 400, "bad_request", `fault "melt"`},
-		{"fault negative at", "operator", "/v1/faults/truncate/good", `{"at":-1}`, 400, "bad_request", "at = -1"},
-		{"fault unknown copy", "operator", "/v1/faults/truncate/ghost", ``, 404, "not_found", "ghost"},
+		{"fault on the file", "operator", "/v1/faults/truncate/good", ``, 400, "bad_request", `fault "truncate": want latch`},
+		{"fault with a body", "operator", "/v1/faults/latch/good", `{"at":1}`, 400, "bad_request", "at"},
+		{"fault unknown copy", "operator", "/v1/faults/latch/ghost", ``, 404, "not_found", "ghost"},
 		{"acknowledge dot id", "operator", "/v1/heal/acknowledge/.x", ``, 400, "invalid", "starts with a dot"},
 		{"internal apply bad command", "broker", "/v1/internal/apply", `{"command":{"op":"create_segment","args":{}}}`, 400, "bad_request", "empty replica set"},
 		{"internal create escaping", "broker", "/v1/internal/copies/..%2Fevil/create", `{}`, 400, "invalid", "starts with a dot"},
@@ -476,12 +477,12 @@ func TestFaultRoutesOnlyWithFaultInjection(t *testing.T) {
 	hs := rpc.NewHTTPServer(f.b.routes(), zerolog.Nop())
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
-	res, err := f.clients["operator"].Post("https://"+l.Addr().String()+"/v1/faults/delete/good", "application/json", nil)
+	res, err := f.clients["operator"].Post("https://"+l.Addr().String()+"/v1/faults/latch/good", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusNotFound {
-		t.Fatalf("POST /v1/faults/delete/good without fault_injection: HTTP %d, want 404", res.StatusCode)
+		t.Fatalf("POST /v1/faults/latch/good without fault_injection: HTTP %d, want 404", res.StatusCode)
 	}
 }

@@ -1,0 +1,583 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// demo is one run of `malachi demo`.
+type demo struct {
+	o      Options
+	out    io.Writer // progress and narration
+	tty    bool
+	c      *harness.Cluster
+	aud    *auditor
+	rng    *rand.Rand
+	rep    *Report
+	last   *view
+	lastEv evaluation
+	// lastPass is the last heal report seen, to count passes and bytes.
+	lastPass []byte
+	// brokerVerified: /v1/copies carries a confirmed flag per copy.
+	brokerVerified bool
+	killed         *harness.Broker // by the kill stage, until restarted
+	// watchDead is a broker just killed; deadSeen the start of the first
+	// heal pass that counted it dead.
+	watchDead meta.BrokerID
+	deadSeen  time.Time
+	madeDir   bool // the demo created o.Dir (a temporary directory)
+	// auditsPassed counts the auditor's full reads of a copy file that
+	// passed (a cached result is not counted again).
+	auditsPassed int
+}
+
+// Run runs the demo and returns the process exit status.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
+	out := stdout
+	if o.JSON {
+		out = stderr
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	d := &demo{
+		o: o, out: out, tty: isTerminal(out), aud: newAuditor(),
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		rep: &Report{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
+			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
+			"heal.scrub_interval": o.ScrubEvery.String(), "heal.scrub_bytes_per_second": fmt.Sprint(o.ScrubRate),
+			"heal.backfill_bytes_per_second": fmt.Sprint(o.BackfillRate),
+			"raft.heartbeat_timeout":         o.RaftTimeout.String(), "raft.election_timeout": o.RaftTimeout.String(), "poll": o.Poll.String(), "insecure": fmt.Sprint(o.Insecure),
+		}},
+	}
+	d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("seed %d (--seed to replay the same victims)", seed))
+	for st, why := range o.skippedStages() {
+		d.rep.Faults = append(d.rep.Faults, FaultReport{Stage: st, Skipped: why})
+	}
+	start := time.Now()
+	runErr := d.run(ctx)
+	if d.c != nil && d.last != nil && ctx.Err() == nil {
+		if v, err := poll(ctx, d.c, false); err == nil {
+			d.observe(v)
+		}
+	}
+	d.rep.TotalSeconds = time.Since(start).Seconds()
+	sortFaults(d.rep.Faults)
+	final, failedByPass := d.finalCheck(d.rep.destroyedIDs())
+	d.rep.AuditBytes = d.aud.BytesRead
+	d.rep.Summary.CopiesVerified = d.auditsPassed
+	d.rep.Verification = d.verificationText()
+	d.rep.finish(final, failedByPass, runErr)
+	d.cleanup(runErr == nil && d.rep.OK)
+	if o.JSON {
+		_ = d.rep.writeJSON(stdout)
+	} else {
+		d.rep.writeText(stdout)
+	}
+	if d.rep.OK {
+		return 0
+	}
+	return 1
+}
+
+func sortFaults(fs []FaultReport) {
+	pos := func(s string) int { return slices.Index(AllStages, s) }
+	sort.SliceStable(fs, func(i, j int) bool { return pos(fs[i].Stage) < pos(fs[j].Stage) })
+}
+
+func (d *demo) logf(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) verificationText() []string {
+	v := []string{
+		fmt.Sprintf("metadata: every sealed segment has %d replicas, all on running brokers", d.o.RF),
+		"brokers: each replica's broker lists the copy (GET /v1/copies) sealed, not latched, and exactly byte_size + 40 footer bytes",
+		"audit: the demo read every such copy file itself and checked each frame's CRC32C and offset, the footer, and the frames' checksum against the metadata",
+	}
+	if d.brokerVerified {
+		v = append(v, "broker confirmation: each copy reports confirmed (GET /v1/copies)")
+	} else {
+		v = append(v, "heal pass: the leader's latest heal report (GET /v1/status), at or after the metadata index, shows no under-replicated, failed or unsettled (unconfirmed) copy")
+	}
+	return v
+}
+
+// cleanup stops the cluster unless --keep, and removes its directory when
+// the demo made it and everything healed.
+func (d *demo) cleanup(ok bool) {
+	if d.c == nil {
+		if d.madeDir {
+			_ = os.RemoveAll(d.o.Dir) // no broker ever ran: nothing to look at
+		}
+		return
+	}
+	if d.o.Keep {
+		d.rep.Dir = d.o.Dir
+		d.logf("--keep: the cluster keeps running; admin APIs:")
+		for _, b := range d.c.Running() {
+			d.logf("  broker %d  admin %s  data %s  log %s", b.ID, b.Admin, b.Dir, b.LogPath)
+		}
+		if run := d.c.Running(); len(run) > 0 {
+			d.logf("  ask it with: malachi status --admin %s %s", run[0].Admin, strings.Join(d.c.CLIFlags(), " "))
+		}
+		return
+	}
+	d.c.Stop()
+	if ok && d.madeDir {
+		_ = os.RemoveAll(d.o.Dir)
+		return
+	}
+	d.rep.Dir = d.o.Dir
+}
+
+func (d *demo) run(ctx context.Context) error {
+	if d.o.Dir == "" {
+		dir, err := os.MkdirTemp("", "malachi-demo-")
+		if err != nil {
+			return err
+		}
+		d.o.Dir, d.madeDir = dir, true
+	} else {
+		if err := os.MkdirAll(d.o.Dir, 0o755); err != nil {
+			return fmt.Errorf("--dir %s: %w", d.o.Dir, err)
+		}
+		if ents, err := os.ReadDir(d.o.Dir); err != nil {
+			return fmt.Errorf("--dir %s: %w", d.o.Dir, err)
+		} else if len(ents) > 0 {
+			return fmt.Errorf("--dir %s is not empty (it holds %s): the demo starts a new cluster in an empty directory", d.o.Dir, ents[0].Name())
+		}
+		d.rep.Dir = d.o.Dir // the user's directory is never removed
+	}
+	bin, err := harness.LocateMalachid(ctx, d.o.Malachid, d.o.Dir, d.out)
+	if err != nil {
+		return err
+	}
+	c, err := harness.New(d.o.clusterConfig(bin))
+	if err != nil {
+		return err
+	}
+	d.c = c
+	d.logf("starting %d brokers (replication factor %d, heal.tick %v, heal.grace %v, heal.settle_batch %d, raft timeouts %v) under %s", d.o.Brokers, d.o.RF, d.o.Tick, d.o.Grace, d.o.SettleBatch, d.o.RaftTimeout, d.o.Dir)
+	if d.o.Insecure {
+		d.logf("INSECURE MODE (--insecure): every listener is plaintext and unauthenticated, on loopback")
+	} else {
+		d.logf("mutual TLS: a CA, a certificate per broker and the operator and viewer clients under %s", c.Certs().Root)
+	}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	leader, err := c.WaitReady(ctx, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	d.logf("cluster up: broker %d leads", leader)
+	if err := d.waitRegistered(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	base := FaultReport{Stage: "baseline"}
+	if err := d.waitHealed(ctx, &base, "verifying loaded copies", time.Now(), nil, d.o.StageTimeout); err != nil {
+		return fmt.Errorf("the loaded cluster never became healthy: %w", err)
+	}
+	d.brokerVerified = d.copiesCarryConfirmed()
+	d.rep.Segments = d.lastEv.Sealed
+	for _, st := range d.o.Stages {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fr, err := d.stage(ctx, st)
+		d.rep.Faults = append(d.rep.Faults, fr)
+		if err != nil {
+			return err
+		}
+		if fr.Injected && !fr.Healed && !(fr.Stage == "bitflip" && fr.Note != "") {
+			return fmt.Errorf("stage %s did not heal within %v; later stages not run", fr.Stage, d.o.StageTimeout)
+		}
+	}
+	return nil
+}
+
+// harness.LocateMalachid returns the broker binary: --malachid, or a fresh build of
+// ./cmd/malachid from the module root above the working directory.
+// waitRegistered waits until the metadata lists every broker, so that the
+// loader can place segments on all of them.
+func (d *demo) waitRegistered(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		snap, err := d.leaderClient(ctx).Metadata(pctx)
+		cancel()
+		if err == nil && len(snap.Brokers) >= d.o.Brokers && snap.ReplicationFactor > 0 {
+			return nil
+		}
+		if err := d.c.UnexpectedExit(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("%d of %d brokers registered, replication factor %d", len(snap.Brokers), d.o.Brokers, snap.ReplicationFactor)
+			}
+			return fmt.Errorf("brokers not registered in the metadata after %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// load creates, writes and seals the segments through /v1/load, in chunks
+// so that progress shows.
+func (d *demo) load(ctx context.Context) error {
+	n, rsize := recordShape(d.o.SegmentSize)
+	segBytes := int64(n) * int64(rsize+frameHeaderSize)
+	d.rep.SegmentBytes = segBytes
+	d.logf("loading %d sealed segments of %d records × %d B (%s each, %s with %d copies)",
+		d.o.Segments, n, rsize, bytesize.Format(segBytes), bytesize.Format(segBytes*int64(d.o.Segments)*int64(d.o.RF)), d.o.RF)
+	chunk := max(1, min(50, int((64<<20)/max(segBytes, 1))))
+	p := newProgress(d.out, d.tty, "load", d.o.Segments)
+	start := time.Now()
+	next, retries, progressAt := 0, 0, 0
+	var lastErr error
+	for {
+		sealed, err := d.sealedCount(ctx)
+		if err != nil {
+			lastErr = err
+		} else if sealed >= d.o.Segments {
+			break
+		}
+		if sealed > progressAt {
+			progressAt, retries = sealed, 0
+		}
+		p.Set(sealed, d.o.Segments, bytesize.Format(int64(sealed)*segBytes))
+		k := min(chunk, d.o.Segments-sealed)
+		if err == nil {
+			req := admin.LoadRequest{Segments: k, RecordsPerSegment: n, RecordSize: rsize, Prefix: "s", First: next, Concurrency: 4}
+			next += k
+			_, err = d.leaderClient(ctx).Load(ctx, req)
+			if err == nil {
+				continue
+			}
+			lastErr = err
+		}
+		// A leader change refuses or cuts a load short (admin.ErrUnavailable):
+		// what was sealed is counted again and the rest loaded under new
+		// ids; a segment left active is ignored (only sealed segments are
+		// healed).
+		if ctx.Err() != nil || !errors.Is(lastErr, admin.ErrUnavailable) || retries == 10 {
+			p.Finish("failed")
+			return fmt.Errorf("loading segments: %w", lastErr)
+		}
+		retries++
+		d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("load retried after: %v", lastErr))
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.rep.LoadSeconds = time.Since(start).Seconds()
+	d.rep.LoadBytes = segBytes * int64(d.o.Segments) * int64(d.o.RF)
+	p.Finish(fmt.Sprintf("%d segments in %.2fs", d.o.Segments, d.rep.LoadSeconds))
+	return nil
+}
+
+// sealedCount counts the sealed segments in the metadata.
+func (d *demo) sealedCount(ctx context.Context) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	snap, err := d.leaderClient(ctx).Metadata(pctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range snap.Segments {
+		if s.Sealed {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// leaderClient is the leader's admin client, or any running broker's.
+func (d *demo) leaderClient(ctx context.Context) *admin.Client {
+	if id, err := d.c.Leader(ctx, false); err == nil {
+		if b := d.c.Broker(id); b != nil && b.Alive() {
+			return b.Client
+		}
+	}
+	if run := d.c.Running(); len(run) > 0 {
+		return run[0].Client
+	}
+	return d.c.Brokers()[0].Client // none running: its error will name it
+}
+
+// observe records a view: it evaluates it and counts heal passes.
+func (d *demo) observe(v *view) evaluation {
+	e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
+	if v.MetadataOnly {
+		return e // d.last keeps the last full view: stages pick victims from it
+	}
+	d.last = v
+	d.lastEv = e
+	return e
+}
+
+// finalCheck evaluates the last view with the segments of destroyed left
+// out (the lost stage destroyed them on purpose and they were reported as
+// required), counts the replica copies found intact, and returns the
+// evaluation with the number of segments the last heal pass reports
+// failed, the destroyed ones left out too.
+func (d *demo) finalCheck(destroyed []meta.SegmentID) (evaluation, int) {
+	if d.last == nil {
+		return d.lastEv, 0
+	}
+	v := *d.last
+	v.Snap.Segments = slices.DeleteFunc(slices.Clone(v.Snap.Segments), func(s meta.Segment) bool {
+		return slices.Contains(destroyed, s.ID)
+	})
+	intact := 0
+	e := evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
+		why := d.checkCopy(b, seg, lc, listed)
+		if why == "" && seg.HasReplica(b) {
+			intact++
+		}
+		return why
+	})
+	d.rep.Summary.CopiesVerifiedAtEnd = intact
+	failed := 0
+	if r, ok := admin.FindReport(d.last.Status); ok {
+		for _, f := range r.Failed {
+			if !slices.Contains(destroyed, f.Segment) {
+				failed++
+			}
+		}
+	}
+	return e, failed
+}
+
+// liveSet is the brokers whose process runs.
+func (d *demo) liveSet() map[meta.BrokerID]bool {
+	live := map[meta.BrokerID]bool{}
+	for _, b := range d.c.Running() {
+		live[b.ID] = true
+	}
+	return live
+}
+
+// checkCopy: the broker's word (basicCheck, and confirmed when exposed),
+// then the demo's own audit of the file.
+func (d *demo) checkCopy(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
+	if bad := basicCheck(seg, lc, listed); bad != "" {
+		return bad
+	}
+	if lc.Confirmed != nil && !*lc.Confirmed {
+		return "not confirmed by its broker"
+	}
+	br := d.c.Broker(b)
+	if br == nil {
+		return "unknown broker"
+	}
+	read := d.aud.BytesRead
+	err := d.aud.Check(copyPath(br, seg.ID), seg)
+	if d.aud.BytesRead != read && err == nil {
+		d.auditsPassed++ // the auditor read the file (not a cached result)
+	}
+	if err != nil {
+		if os.IsNotExist(err) {
+			return "listed by its broker but no file on disk"
+		}
+		return "audit: " + err.Error()
+	}
+	return ""
+}
+
+// copiesCarryConfirmed reports whether /v1/copies says per copy whether its
+// broker confirmed it.
+func (d *demo) copiesCarryConfirmed() bool {
+	if d.last == nil {
+		return false
+	}
+	for _, cs := range d.last.Copies {
+		for _, lc := range cs {
+			return lc.Confirmed != nil
+		}
+	}
+	return false
+}
+
+// passClean says the leader's latest heal report, at or after the view's
+// metadata index, found nothing left to do. Without a report (no plugin
+// status yet) it is false: verification is not assumed.
+func passClean(v *view) (bool, string) {
+	r, ok := admin.FindReport(v.Status)
+	if !ok {
+		return false, "no heal report in the leader's /v1/status"
+	}
+	switch {
+	case r.Index < v.Snap.Index:
+		return false, fmt.Sprintf("latest heal pass at index %d, metadata at %d", r.Index, v.Snap.Index)
+	case r.UnderReplicated > 0:
+		return false, fmt.Sprintf("heal pass: %d under-replicated", r.UnderReplicated)
+	case len(r.Failed) > 0:
+		return false, fmt.Sprintf("heal pass: %d failed (%s: %s)", len(r.Failed), r.Failed[0].Segment, r.Failed[0].Reason)
+	case len(r.Unsettled) > 0:
+		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
+	case r.HoldReason != "" && !r.HoldReleased:
+		return false, "heal pass on hold: " + r.HoldReason
+	}
+	return true, ""
+}
+
+// countPass counts a heal pass not seen before in fr, and notes the start
+// of the first pass that counted d.watchDead as dead.
+func (d *demo) countPass(v *view, fr *FaultReport) {
+	r, started, passes, ok := admin.LastPass(v.Status)
+	if !ok {
+		return
+	}
+	var key []byte
+	if passes > 0 {
+		key = fmt.Appendf(nil, "%d/%d", v.Leader, passes)
+	} else {
+		key, _ = json.Marshal(r)
+	}
+	if bytes.Equal(key, d.lastPass) {
+		return
+	}
+	d.lastPass = key
+	fr.Passes++
+	if st, ok := admin.DecodeStatus(v.Status); ok {
+		if st.LastPassSeconds > fr.MaxPassSeconds {
+			fr.MaxPassSeconds = st.LastPassSeconds
+		}
+		if r.Backfills > 0 {
+			fr.BackfillPassSeconds += st.LastPassSeconds
+		}
+	}
+	if d.watchDead != 0 && d.deadSeen.IsZero() && slices.Contains(r.Dead, d.watchDead) {
+		if started.IsZero() {
+			started = v.At
+		}
+		d.deadSeen = started
+	}
+}
+
+// waitHealed polls until every segment is healthy and verified, driving a
+// progress bar over the segments seen unhealthy since start. targets are
+// segments known to be hit. It sets fr.Healed, fr.SecondsToHeal (from
+// start), fr.Affected and fr.Detected.
+func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	affected := map[meta.SegmentID]bool{}
+	for _, id := range targets {
+		affected[id] = true
+	}
+	p := newProgress(d.out, d.tty, label, max(len(affected), 1))
+	var why string
+	for {
+		if err := ctx.Err(); err != nil {
+			p.Finish("interrupted")
+			return err
+		}
+		if err := d.c.UnexpectedExit(); err != nil {
+			p.Finish("a broker died")
+			return err
+		}
+		// While the metadata shows segments under-replicated, poll it
+		// alone; list the copies once the replica sets are whole.
+		v, err := poll(ctx, d.c, true)
+		if err == nil {
+			if e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy); e.UnderReplicated == 0 {
+				v, err = poll(ctx, d.c, false)
+			}
+		}
+		if err != nil {
+			why = err.Error()
+		} else {
+			e := d.observe(v)
+			d.countPass(v, fr)
+			for id := range e.Unhealthy {
+				affected[id] = true
+			}
+			if fr.Stage == "baseline" {
+				affected = map[meta.SegmentID]bool{}
+				for _, s := range v.Snap.Segments {
+					if s.Sealed {
+						affected[s.ID] = true
+					}
+				}
+			}
+			healthy := 0
+			for id := range affected {
+				if _, bad := e.Unhealthy[id]; !bad {
+					healthy++
+				}
+			}
+			clean, cwhy := true, ""
+			if !d.brokerVerified {
+				clean, cwhy = passClean(v)
+			}
+			note := ""
+			switch {
+			case len(v.Unreachable) > 0:
+				note = v.Unreachable[0]
+			case len(e.Unhealthy) > 0:
+				note = fmt.Sprintf("%d unhealthy", len(e.Unhealthy))
+			case !clean:
+				note = "awaiting verification"
+			}
+			p.Set(healthy, max(len(affected), 1), note)
+			sealedOK := fr.Stage != "baseline" || e.Sealed >= d.o.Segments
+			if e.OK() && clean && len(v.Unreachable) == 0 && sealedOK {
+				fr.Healed = true
+				fr.healedAt = v.At
+				fr.SecondsToHeal = seconds(v.At.Sub(start))
+				fr.Affected = len(affected)
+				p.Finish(fmt.Sprintf("healthy after %s (%d segments affected)", fmtSeconds(fr.SecondsToHeal), len(affected)))
+				return nil
+			}
+			why = cwhy
+			if len(e.Unhealthy) > 0 {
+				ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
+				for id := range e.Unhealthy {
+					ids = append(ids, id)
+				}
+				slices.Sort(ids)
+				why = fmt.Sprintf("%d segments unhealthy, e.g. %s: %s", len(ids), ids[0], e.Unhealthy[ids[0]])
+			} else if !sealedOK {
+				why = fmt.Sprintf("%d of %d segments sealed", e.Sealed, d.o.Segments)
+			}
+			fr.Affected = len(affected)
+		}
+		if time.Now().After(deadline) {
+			p.Finish("timed out")
+			return fmt.Errorf("not healthy after %v: %s", timeout, why)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(d.o.Poll):
+		}
+	}
+}
+
+// copyPath is where broker b keeps its copy of segment id, "" when it
+// holds none (harness.Broker.CopyPath knows the layout).
+func copyPath(b *harness.Broker, id meta.SegmentID) string {
+	p, _ := b.CopyPath(id)
+	return p
+}

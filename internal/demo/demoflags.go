@@ -1,0 +1,318 @@
+package demo
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The demo's stages, in the order they run.
+var AllStages = []string{
+	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader",
+	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
+}
+
+// Options are the flags of `malachi demo`.
+type Options struct {
+	Brokers     int
+	RF          int
+	Segments    int
+	SegmentSize int64
+	JSON        bool
+	Keep        bool
+	Malachid    string
+	Dir         string
+	Stages      []string
+	stagesSet   bool // --faults given explicitly
+	Copies      int
+	Tick        time.Duration
+	Grace       time.Duration
+	RaftTimeout time.Duration
+	Poll        time.Duration
+	SettleBatch int
+	ScrubEvery  time.Duration
+	ScrubRate   int64
+	// BackfillRate is heal.backfill_bytes_per_second; -1 (the default)
+	// means 8 segments a second, so that a copy takes about 125 ms and the
+	// backfill-kill stage can strike while bytes are in flight.
+	BackfillRate int64
+	StageTimeout time.Duration
+	Seed         uint64
+	// Insecure runs the cluster in plaintext without certificates
+	// (insecure = true in every broker's config).
+	Insecure bool
+}
+
+// ErrUsage marks a bad command line: the CLI exits with status 2.
+var ErrUsage = errors.New("malachi: usage")
+
+// ErrHelp: -h was asked for; the flag package printed the usage.
+var ErrHelp = errors.New("malachi: help")
+
+// parseFlags parses a command's flags with usage errors wrapped.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ErrHelp
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+}
+
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := Options{SegmentSize: 1 << 20}
+	fs := flag.NewFlagSet("malachi demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.Brokers, "brokers", 5, "number of malachid processes")
+	fs.IntVar(&o.RF, "rf", 3, "replication factor")
+	fs.IntVar(&o.Segments, "segments", 300, "sealed segments to load")
+	size := bytesize.Size(o.SegmentSize)
+	fs.Var(&size, "segment-size", "bytes of records per segment (4096, 64KiB, 1MiB)")
+	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON on stdout (progress goes to stderr)")
+	fs.BoolVar(&o.Keep, "keep", false, "leave the cluster running and its directory in place on exit")
+	fs.StringVar(&o.Malachid, "malachid", "", "malachid binary to run (default: go build ./cmd/malachid from the module root)")
+	fs.StringVar(&o.Dir, "dir", "", "directory for configs, data and logs (default: a new temporary directory)")
+	faults := fs.String("faults", strings.Join(AllStages, ","), "stages to run, comma-separated, from "+strings.Join(AllStages, ","))
+	fs.IntVar(&o.Copies, "copies", 3, "copies hit by each disk fault and by the latch stage")
+	fs.DurationVar(&o.Tick, "tick", 200*time.Millisecond, "heal pass period (heal.tick)")
+	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
+	fs.DurationVar(&o.RaftTimeout, "raft-timeout", time.Second, "control plane heartbeat and election timeout (raft.heartbeat_timeout, raft.election_timeout; the lease is half)")
+	fs.IntVar(&o.SettleBatch, "settle-batch", 512, "overrun copies settled and confirmed per pass (heal.settle_batch; the plugin's default is 64)")
+	fs.DurationVar(&o.ScrubEvery, "scrub-interval", time.Second, "pause between two scrub cycles (heal.scrub_interval; 0 turns the scrubber off, and the bit-flip stage with it)")
+	scrubRate := bytesize.Size(32 << 20)
+	fs.Var(&scrubRate, "scrub-rate", "bytes per second each broker's scrubber may read (heal.scrub_bytes_per_second)")
+	fs.Int64Var(&o.BackfillRate, "backfill-rate", -1, "bytes per second each broker's catch-up may move (heal.backfill_bytes_per_second); -1: eight segments a second, so that the backfill-kill stage can strike a transfer in flight; 0: no cap (that stage then fails when it misses its window)")
+	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
+	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
+	fs.BoolVar(&o.Insecure, "insecure", false, "run the brokers in plaintext without certificates (insecure = true); by default the demo makes a CA, broker and client certificates under --dir/certs and every connection is mutual TLS")
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	o.SegmentSize = int64(size)
+	o.ScrubRate = int64(scrubRate)
+	if o.BackfillRate < 0 {
+		o.BackfillRate = max(8*o.SegmentSize, 4096)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "faults" {
+			o.stagesSet = true
+		}
+	})
+	stages, err := parseStages(*faults)
+	if err != nil {
+		return o, err
+	}
+	o.Stages = stages
+	return o, o.validate()
+}
+
+// parseStages parses --faults: known names, no repeats, run in the fixed
+// order of AllStages whatever order they were given in.
+func parseStages(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !slices.Contains(AllStages, p) {
+			return nil, usageErr("--faults: unknown stage %q: want some of %s", p, strings.Join(AllStages, ","))
+		}
+		if seen[p] {
+			return nil, usageErr("--faults: stage %q given twice", p)
+		}
+		seen[p] = true
+	}
+	for _, st := range AllStages {
+		if seen[st] {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Brokers < 1 || o.Brokers > 32:
+		return usageErr("--brokers %d: want 1 to 32", o.Brokers)
+	case o.RF < 1:
+		return usageErr("--rf %d: want at least 1", o.RF)
+	case o.RF > o.Brokers:
+		return usageErr("--rf %d is more than --brokers %d", o.RF, o.Brokers)
+	case o.Segments < 1 || o.Segments > 100000:
+		return usageErr("--segments %d: want 1 to 100000", o.Segments)
+	case o.SegmentSize < 64 || o.SegmentSize > 1<<30:
+		return usageErr("--segment-size %d: want 64 B to 1 GiB", o.SegmentSize)
+	case o.Copies < 1:
+		return usageErr("--copies %d: want at least 1", o.Copies)
+	case o.Tick <= 0:
+		return usageErr("--tick %v: want more than zero", o.Tick)
+	case o.Grace < 0:
+		return usageErr("--grace %v: want zero or more", o.Grace)
+	case o.RaftTimeout < 10*time.Millisecond:
+		return usageErr("--raft-timeout %v: want at least 10ms", o.RaftTimeout)
+	case o.ScrubEvery < 0:
+		return usageErr("--scrub-interval %v: want 0 (off) or more", o.ScrubEvery)
+	case o.BackfillRate > 0 && o.BackfillRate < 4096:
+		return usageErr("--backfill-rate %d: want 0 (no cap), -1 (eight segments a second) or at least 4096 bytes per second", o.BackfillRate)
+	case o.ScrubRate < 4096:
+		return usageErr("--scrub-rate %s: want at least 4 KiB per second", bytesize.Format(o.ScrubRate))
+	case o.SettleBatch < 1:
+		return usageErr("--settle-batch %d: want at least 1", o.SettleBatch)
+	case o.Poll < time.Millisecond || o.Poll > 10*time.Second:
+		return usageErr("--poll %v: want 1ms to 10s", o.Poll)
+	case o.StageTimeout <= 0:
+		return usageErr("--stage-timeout %v: want more than zero", o.StageTimeout)
+	}
+	if int64(o.Segments)*o.SegmentSize*int64(o.RF) > 64<<30 {
+		return usageErr("--segments %d × --segment-size %s × --rf %d is more than 64 GiB on disk", o.Segments, bytesize.Format(o.SegmentSize), o.RF)
+	}
+	kept := o.Stages[:0:0]
+	for _, st := range o.Stages {
+		if why := o.infeasible(st, kept); why != "" {
+			if o.stagesSet {
+				return usageErr("--faults %s: %s", st, why)
+			}
+			continue // dropped from the default list; Run notes it
+		}
+		kept = append(kept, st)
+	}
+	o.Stages = kept
+	return nil
+}
+
+// reviving are the stages that restart every dead broker before they
+// inject their fault.
+var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost"}
+
+// infeasible says why stage st cannot heal on this cluster after the
+// stages before it, or "".
+func (o *Options) infeasible(st string, before []string) string {
+	has := func(s string) bool { return slices.Contains(before, s) }
+	down := 0 // brokers down when st runs
+	if has("kill") && !has("restart") {
+		down = 1
+	}
+	if slices.Contains(reviving, st) {
+		down = 0 // the stage restarts every dead broker first (reviveAll)
+	}
+	live := o.Brokers - down
+	switch st {
+	case "kill":
+		if o.Brokers < o.RF+1 {
+			return fmt.Sprintf("killing one of %d brokers leaves %d for replication factor %d; want --brokers %d or more", o.Brokers, o.Brokers-1, o.RF, o.RF+1)
+		}
+		if o.Brokers < 3 {
+			return fmt.Sprintf("killing one of %d brokers loses the control plane's quorum; want --brokers 3 or more", o.Brokers)
+		}
+	case "restart":
+		if !has("kill") {
+			return "restarts the broker the kill stage killed; add kill"
+		}
+	case "bitflip":
+		if o.ScrubEvery > 0 && live < o.RF+1 {
+			return fmt.Sprintf("a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker): %d live brokers for replication factor %d leave none", live, o.RF)
+		}
+	case "latch":
+		if live < o.RF+1 {
+			return fmt.Sprintf("a latched copy is replaced on a spare broker: %d live brokers for replication factor %d leave none", live, o.RF)
+		}
+	case "leader":
+		if live-1 < o.RF {
+			return fmt.Sprintf("killing the leader leaves %d live brokers for replication factor %d", live-1, o.RF)
+		}
+		if live-1 <= o.Brokers/2 {
+			return fmt.Sprintf("killing the leader leaves %d of %d brokers: no quorum", live-1, o.Brokers)
+		}
+	case "pause", "diskfull", "readonly":
+		if live < o.RF+1 {
+			return fmt.Sprintf("the faulted broker's copies are replaced on a spare broker: %d brokers for replication factor %d leave none", live, o.RF)
+		}
+		if live < 3 {
+			return fmt.Sprintf("with one of %d brokers out the control plane has no quorum; want --brokers 3 or more", live)
+		}
+	case "swap":
+		if o.RF < 2 {
+			return "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more"
+		}
+		if live < 3 {
+			return fmt.Sprintf("with one of %d brokers down the control plane has no quorum; want --brokers 3 or more", live)
+		}
+	case "backfill-kill":
+		if live < o.RF+2 {
+			return fmt.Sprintf("two brokers die, one during the other's backfill: %d brokers for replication factor %d; want --brokers %d or more", live, o.RF, o.RF+2)
+		}
+		if live-2 <= o.Brokers/2 {
+			return fmt.Sprintf("two of %d brokers down leaves no quorum; want --brokers 5 or more", o.Brokers)
+		}
+	case "nospare":
+		if o.RF < 2 || live < 3 {
+			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
+		}
+		if o.RF <= o.Brokers/2 {
+			return fmt.Sprintf("no spare broker means only %d of %d brokers running: no quorum; want --rf more than half of --brokers", o.RF, o.Brokers)
+		}
+	}
+	return ""
+}
+
+// skippedStages lists the default stages validate dropped, with why.
+func (o *Options) skippedStages() map[string]string {
+	out := map[string]string{}
+	if o.stagesSet {
+		return out
+	}
+	var before []string
+	for _, st := range AllStages {
+		if !slices.Contains(o.Stages, st) {
+			out[st] = o.infeasible(st, before)
+			continue
+		}
+		before = append(before, st)
+	}
+	return out
+}
+
+// recordShape splits a segment of size bytes of frames into records of at
+// most 4 KiB frames: n records of recordSize payload bytes, n×(16+recordSize)
+// as close to size as whole records allow.
+func recordShape(size int64) (n, recordSize int) {
+	const frame = 4096
+	if size <= frame {
+		return 1, int(max(size-frameHeaderSize, 1))
+	}
+	return int(size / frame), frame - frameHeaderSize
+}
+
+// clusterConfig is the harness's configuration of the demo's cluster.
+func (o *Options) clusterConfig(bin string) harness.Config {
+	var extra strings.Builder
+	if o.SettleBatch > 0 {
+		fmt.Fprintf(&extra, "settle_batch = %d\n", o.SettleBatch)
+	}
+	fmt.Fprintf(&extra, "scrub_interval = %q\n", o.ScrubEvery.String())
+	if o.ScrubRate > 0 {
+		fmt.Fprintf(&extra, "scrub_bytes_per_second = %d\n", o.ScrubRate)
+	}
+	if o.BackfillRate > 0 {
+		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
+	}
+	return harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
+		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure}
+}

@@ -1,0 +1,390 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Report is what `malachi demo` ends with, printed as text or, with
+// --json, as this JSON document. Durations are seconds; a duration that
+// was never reached (a stage that did not heal) is null.
+type Report struct {
+	OK                bool  `json:"ok"`
+	Brokers           int   `json:"brokers"`
+	ReplicationFactor int   `json:"replication_factor"`
+	Segments          int   `json:"segments"`
+	SegmentBytes      int64 `json:"segment_bytes"`
+	// Config is what the demo set in the brokers' configs (and its poll).
+	Config map[string]string `json:"config,omitempty"`
+	// UnderReplicated, Failed and DataLossSegments are counted at the end:
+	// segments with fewer live replicas than the replication factor;
+	// segments not healthy for any other reason (a copy missing, damaged,
+	// latched or unverified, or reported failed by the heal pass); segments
+	// with no intact copy left on any running broker.
+	UnderReplicated  int `json:"under_replicated"`
+	Failed           int `json:"failed"`
+	DataLossSegments int `json:"data_loss_segments"`
+	// SecondsToHeal is the broker-kill stage: from the moment the killed
+	// broker counts as dead (kill + grace, or the start of an earlier heal
+	// pass that listed it dead: the grace runs from its last contact, at or
+	// before the kill) to every segment back at its replication factor with
+	// every copy verified.
+	SecondsToHeal *float64 `json:"seconds_to_heal"`
+	// GraceWaitSeconds is that stage's time from the kill to the moment the
+	// broker counts as dead.
+	GraceWaitSeconds *float64 `json:"grace_wait_seconds"`
+	// BytesRereplicated sums, over every stage, the bytes the brokers'
+	// backfills received (the growth of each broker's
+	// malachi_heal_backfill_bytes_total); BytesEstimated is the demo's own
+	// estimate from the copies' sizes after each fault and the final
+	// replica sets.
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
+	BytesEstimated    int64 `json:"bytes_estimated"`
+	// AuditBytes counts the bytes the demo read to audit copies itself.
+	AuditBytes   int64   `json:"audit_bytes"`
+	LoadSeconds  float64 `json:"load_seconds"`
+	LoadBytes    int64   `json:"load_bytes"`
+	TotalSeconds float64 `json:"total_seconds"`
+	// Summary is the run in the few figures the README quotes.
+	Summary Summary `json:"summary"`
+	// Destroyed lists the segments the lost stage destroyed on purpose,
+	// reported lost on every pass and acknowledged: they are not counted
+	// in Failed or DataLossSegments (only when that stage held; otherwise
+	// they count as any other loss).
+	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
+	// Verification says what "verified" meant in this run.
+	Verification []string      `json:"verification"`
+	Faults       []FaultReport `json:"faults"`
+	// Unhealthy names up to 20 segments not healthy at the end, with why.
+	Unhealthy map[meta.SegmentID]string `json:"unhealthy,omitempty"`
+	Notes     []string                  `json:"notes,omitempty"`
+	Error     string                    `json:"error,omitempty"`
+	// Dir is where the cluster's configs, data and logs are (kept on
+	// failure and with --keep).
+	Dir string `json:"dir,omitempty"`
+}
+
+// FaultReport is one stage of the demo.
+type FaultReport struct {
+	Stage string `json:"stage"` // kill, delete, truncate, extend, bitflip, latch, restart, leader
+	// What names the target: "broker 3", "5 copies".
+	What     string `json:"what"`
+	Injected bool   `json:"injected"`
+	// Skipped says why the stage did not run.
+	Skipped string `json:"skipped,omitempty"`
+	// Broker is the broker killed or restarted.
+	Broker meta.BrokerID `json:"broker,omitempty"`
+	// Copies are the files changed on disk; Latched the copies latched.
+	Copies  []harness.Fault `json:"copies,omitempty"`
+	Latched []admin.CopyRef `json:"latched,omitempty"`
+	// Affected counts the segments seen unhealthy during the stage.
+	Affected int `json:"affected_segments"`
+	// Detected says the cluster noticed: for a disk fault, the copy was
+	// repaired, replaced or latched; false with Healed false means nothing
+	// reacted before the stage's timeout.
+	Detected bool `json:"detected"`
+	Healed   bool `json:"healed"`
+	// GraceWaitSeconds: from the kill to the broker counting as dead
+	// (kill and leader stages).
+	GraceWaitSeconds *float64 `json:"grace_wait_seconds,omitempty"`
+	// DeadSeenSeconds: from the kill to the start of the first heal pass
+	// the demo saw listing the broker dead (kill and leader stages).
+	DeadSeenSeconds *float64 `json:"dead_seen_seconds,omitempty"`
+	// SecondsToHeal: from the fault (or the death, for a kill) to every
+	// segment healthy again.
+	SecondsToHeal *float64 `json:"seconds_to_heal"`
+	// NewLeader and LeaderSeconds: leader stage only.
+	NewLeader     meta.BrokerID `json:"new_leader,omitempty"`
+	LeaderSeconds *float64      `json:"leader_seconds,omitempty"`
+	// BytesRereplicated: backfill bytes the brokers received during the
+	// stage; BytesEstimated: the demo's estimate from copy sizes.
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
+	BytesEstimated    int64 `json:"bytes_estimated"`
+	Passes            int   `json:"passes_seen"`
+	// MaxPassSeconds is the longest heal pass seen in the stage, and
+	// BackfillPassSeconds the summed duration of the passes seen that ran
+	// backfills: where the healing time went.
+	MaxPassSeconds      float64 `json:"max_pass_seconds"`
+	BackfillPassSeconds float64 `json:"backfill_pass_seconds"`
+	// Destroyed: the lost stage's segments, with how they were reported.
+	// For that stage Healed means reported as required, not repaired.
+	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
+	Note      string             `json:"note,omitempty"`
+	Error     string             `json:"error,omitempty"`
+
+	healedAt time.Time // when the view that found it healed was taken
+}
+
+// destroyedSegment is a segment whose every copy the lost stage destroyed.
+type destroyedSegment struct {
+	Segment meta.SegmentID `json:"segment"`
+	How     string         `json:"how"`
+	// Copies counts the copy files destroyed: every replica's, and any
+	// left outside the replica set by earlier stages.
+	Copies int `json:"copies"`
+	// PassesReported counts the heal passes observed listing it lost;
+	// PassesMissed those after its first report that did not.
+	PassesReported int `json:"passes_reported"`
+	PassesMissed   int `json:"passes_missed"`
+	// ReportedAfterSeconds: from the fault to the first pass reporting it.
+	ReportedAfterSeconds *float64 `json:"reported_after_seconds"`
+	Acknowledged         bool     `json:"acknowledged"`
+	// FilesKept counts the damaged copies still on disk, unchanged, at the
+	// end of the stage (damaged in place only).
+	FilesKept int `json:"files_kept,omitempty"`
+}
+
+// Summary is the run's headline figures.
+type Summary struct {
+	// FaultsInjected counts the stages that injected their fault;
+	// FaultsSurvived those that then healed (for lost: reported as
+	// required).
+	FaultsInjected int `json:"faults_injected"`
+	FaultsSurvived int `json:"faults_survived"`
+	// SegmentsChecked counts the sealed segments of the final check, the
+	// destroyed ones included; SegmentsHealthy those found healthy.
+	SegmentsChecked int `json:"segments_checked"`
+	SegmentsHealthy int `json:"segments_healthy"`
+	// CopiesVerified counts the demo's own audits of copy files that
+	// passed over the run (each a full read of one version of a file);
+	// CopiesVerifiedAtEnd the replica copies found intact in the final
+	// check.
+	CopiesVerified      int `json:"copies_verified"`
+	CopiesVerifiedAtEnd int `json:"copies_verified_at_end"`
+	// BytesRereplicated is Report.BytesRereplicated.
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
+	// SecondsToHeal is each injected stage's seconds_to_heal, in order.
+	SecondsToHeal []stageSeconds `json:"seconds_to_heal"`
+	// SegmentsLost is DataLossSegments: segments with no intact copy
+	// that were not destroyed on purpose.
+	SegmentsLost      int `json:"segments_lost"`
+	SegmentsDestroyed int `json:"segments_destroyed"`
+}
+
+type stageSeconds struct {
+	Stage   string   `json:"stage"`
+	Seconds *float64 `json:"seconds"`
+}
+
+// heldDestroyed is what the lost stage destroyed when it held (every
+// segment reported lost on every pass, none of Y's files deleted,
+// acknowledged): only then is it set apart from real loss.
+func (r *Report) heldDestroyed() []destroyedSegment {
+	var out []destroyedSegment
+	for _, f := range r.Faults {
+		if f.Stage == "lost" && f.Injected && f.Healed {
+			out = append(out, f.Destroyed...)
+		}
+	}
+	return out
+}
+
+// destroyedIDs are the segments of heldDestroyed.
+func (r *Report) destroyedIDs() []meta.SegmentID {
+	var out []meta.SegmentID
+	for _, ds := range r.heldDestroyed() {
+		out = append(out, ds.Segment)
+	}
+	return out
+}
+
+func seconds(d time.Duration) *float64 {
+	s := math.Round(d.Seconds()*1000) / 1000
+	return &s
+}
+
+func fmtSeconds(p *float64) string {
+	if p == nil {
+		return "never"
+	}
+	return fmt.Sprintf("%.3fs", *p)
+}
+
+// finish fills the end-of-run fields from the last evaluation and decides OK:
+// every stage that ran healed, and every segment is healthy. The caller
+// leaves the segments of destroyedIDs out of e and failedByPass; they are
+// then listed in Destroyed, and expected in the segment count.
+func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
+	r.Destroyed = r.heldDestroyed()
+	r.UnderReplicated = e.UnderReplicated
+	r.Failed = e.Damaged
+	if failedByPass > r.Failed {
+		r.Failed = failedByPass
+	}
+	r.DataLossSegments = e.DataLoss
+	r.Unhealthy = nil
+	ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
+	for id := range e.Unhealthy {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for i, id := range ids {
+		if i == 20 {
+			break
+		}
+		if r.Unhealthy == nil {
+			r.Unhealthy = map[meta.SegmentID]string{}
+		}
+		r.Unhealthy[id] = e.Unhealthy[id]
+	}
+	r.BytesRereplicated, r.BytesEstimated = 0, 0
+	stagesOK := true
+	for _, f := range r.Faults {
+		r.BytesRereplicated += f.BytesRereplicated
+		r.BytesEstimated += f.BytesEstimated
+		if f.Injected && !f.Healed {
+			stagesOK = false
+		}
+		if f.Stage == "kill" && f.Injected {
+			r.SecondsToHeal, r.GraceWaitSeconds = f.SecondsToHeal, f.GraceWaitSeconds
+		}
+	}
+	if runErr != nil {
+		r.Error = runErr.Error()
+	}
+	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
+	r.summarize(e)
+}
+
+// summarize fills Summary from the stages and the final evaluation;
+// CopiesVerified and CopiesVerifiedAtEnd are the caller's, kept.
+func (r *Report) summarize(e evaluation) {
+	s := Summary{
+		CopiesVerified: r.Summary.CopiesVerified, CopiesVerifiedAtEnd: r.Summary.CopiesVerifiedAtEnd,
+		SegmentsChecked: e.Sealed + len(r.Destroyed), SegmentsHealthy: e.Healthy,
+		BytesRereplicated: r.BytesRereplicated, SegmentsLost: r.DataLossSegments, SegmentsDestroyed: len(r.Destroyed),
+		SecondsToHeal: []stageSeconds{},
+	}
+	for _, f := range r.Faults {
+		if !f.Injected {
+			continue
+		}
+		s.FaultsInjected++
+		if f.Healed {
+			s.FaultsSurvived++
+		}
+		s.SecondsToHeal = append(s.SecondsToHeal, stageSeconds{Stage: f.Stage, Seconds: f.SecondsToHeal})
+	}
+	r.Summary = s
+}
+
+// writeJSON prints the report as indented JSON.
+func (r *Report) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// writeText prints the report for a person.
+func (r *Report) writeText(w io.Writer) {
+	verdict := "HEALED"
+	if !r.OK {
+		verdict = "NOT HEALED"
+	}
+	fmt.Fprintf(w, "\n== report: %s ==\n", verdict)
+	fmt.Fprintf(w, "cluster            %d brokers, replication factor %d, %d sealed segments of %s\n", r.Brokers, r.ReplicationFactor, r.Segments, bytesize.Format(r.SegmentBytes))
+	if len(r.Config) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.Config)) {
+			parts = append(parts, k+"="+r.Config[k])
+		}
+		fmt.Fprintf(w, "config             %s\n", strings.Join(parts, " "))
+	}
+	fmt.Fprintf(w, "load               %s in %.2fs\n", bytesize.Format(r.LoadBytes), r.LoadSeconds)
+	killed := false
+	for _, f := range r.Faults {
+		killed = killed || f.Stage == "kill" && f.Injected
+	}
+	if killed {
+		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
+		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	} else {
+		fmt.Fprintf(w, "seconds_to_heal    - (no broker was killed: the kill stage did not run)\n")
+	}
+	fmt.Fprintf(w, "re-replicated      %s received by backfills (brokers' metrics), %s estimated from copy sizes\n", bytesize.Format(r.BytesRereplicated), bytesize.Format(r.BytesEstimated))
+	fmt.Fprintf(w, "audited            %s of copies read and checked by the demo itself\n", bytesize.Format(r.AuditBytes))
+	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
+	for _, ds := range r.Destroyed {
+		ack := "not acknowledged"
+		if ds.Acknowledged {
+			ack = "acknowledged"
+		}
+		fmt.Fprintf(w, "destroyed          %s on purpose (%s): reported lost on %d passes, missed %d, %s\n", ds.Segment, ds.How, ds.PassesReported, ds.PassesMissed, ack)
+	}
+	sm := r.Summary
+	fmt.Fprintf(w, "\nsummary            faults injected %d, survived %d; segments checked %d (%d healthy, %d destroyed on purpose), lost %d\n",
+		sm.FaultsInjected, sm.FaultsSurvived, sm.SegmentsChecked, sm.SegmentsHealthy, sm.SegmentsDestroyed, sm.SegmentsLost)
+	fmt.Fprintf(w, "                   copies verified %d by the demo's audits over the run, %d intact in the final check; %s re-replicated\n",
+		sm.CopiesVerified, sm.CopiesVerifiedAtEnd, bytesize.Format(sm.BytesRereplicated))
+	if len(sm.SecondsToHeal) > 0 {
+		var parts []string
+		for _, st := range sm.SecondsToHeal {
+			parts = append(parts, st.Stage+" "+fmtSeconds(st.Seconds))
+		}
+		fmt.Fprintf(w, "                   seconds to heal: %s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	for _, f := range r.Faults {
+		if !f.Injected {
+			fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
+			continue
+		}
+		grace := "-"
+		if f.GraceWaitSeconds != nil {
+			grace = fmtSeconds(f.GraceWaitSeconds)
+		}
+		fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), bytesize.Format(f.BytesRereplicated))
+		if f.BackfillPassSeconds > 0 {
+			fmt.Fprintf(w, "              heal passes seen: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
+		}
+		if f.Note != "" {
+			fmt.Fprintf(w, "              note: %s\n", f.Note)
+		}
+		if f.Error != "" {
+			fmt.Fprintf(w, "              error: %s\n", f.Error)
+		}
+	}
+	fmt.Fprintf(w, "\nverified means:\n")
+	for _, v := range r.Verification {
+		fmt.Fprintf(w, "  - %s\n", v)
+	}
+	if len(r.Unhealthy) > 0 {
+		fmt.Fprintf(w, "\nnot healthy at the end (first %d):\n", len(r.Unhealthy))
+		ids := make([]string, 0, len(r.Unhealthy))
+		for id := range r.Unhealthy {
+			ids = append(ids, string(id))
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			fmt.Fprintf(w, "  %s: %s\n", id, r.Unhealthy[meta.SegmentID(id)])
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", r.Error)
+	}
+	if r.Dir != "" {
+		fmt.Fprintf(w, "cluster directory: %s\n", r.Dir)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

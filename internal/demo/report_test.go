@@ -1,0 +1,155 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+func healedStage(name string, secs float64, bytes int64) FaultReport {
+	return FaultReport{Stage: name, Injected: true, Detected: true, Healed: true, SecondsToHeal: &secs, BytesRereplicated: bytes, BytesEstimated: bytes}
+}
+
+// reportJSON is r as written by writeJSON, decoded, and its text for
+// failure messages.
+func reportJSON(t *testing.T, r *Report) (map[string]any, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := r.writeJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	return doc, buf.String()
+}
+
+func TestReportJSONShape(t *testing.T) {
+	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
+	kill := healedStage("kill", 1.25, 3<<20)
+	kill.GraceWaitSeconds = seconds(time.Second)
+	r.Faults = []FaultReport{kill, healedStage("delete", 0.2, 1<<20), {Stage: "bitflip", Skipped: "no scrubber"}}
+	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	if !r.OK {
+		t.Fatalf("all healed, not OK: %+v", r)
+	}
+	doc, js := reportJSON(t, r)
+	for _, k := range []string{"segments", "under_replicated", "failed", "data_loss_segments", "seconds_to_heal", "grace_wait_seconds", "bytes_rereplicated", "faults", "ok"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("JSON report lacks %q: %s", k, js)
+		}
+	}
+	if doc["seconds_to_heal"] != 1.25 || doc["grace_wait_seconds"] != 1.0 {
+		t.Errorf("seconds_to_heal %v grace %v, want the kill stage's 1.25 and 1", doc["seconds_to_heal"], doc["grace_wait_seconds"])
+	}
+	if doc["bytes_rereplicated"] != float64(4<<20) {
+		t.Errorf("bytes_rereplicated %v, want the stages' sum %d", doc["bytes_rereplicated"], 4<<20)
+	}
+	faults := doc["faults"].([]any)
+	if len(faults) != 3 || faults[2].(map[string]any)["skipped"] != "no scrubber" {
+		t.Errorf("faults: %v", faults)
+	}
+	var text bytes.Buffer
+	r.writeText(&text)
+	for _, want := range []string{"HEALED", "seconds_to_heal    1.250s", "bitflip       skipped: no scrubber"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+func TestReportNotHealed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults []FaultReport
+		ev     evaluation
+		failed int
+		err    error
+		check  func(t *testing.T, r *Report)
+	}{
+		{
+			name:   "stage never healed",
+			faults: []FaultReport{{Stage: "kill", Injected: true}},
+			ev:     evaluation{Sealed: 2, Healthy: 1, UnderReplicated: 1, Unhealthy: map[meta.SegmentID]string{"s-1": "2 replicas"}},
+			check: func(t *testing.T, r *Report) {
+				if r.SecondsToHeal != nil || r.UnderReplicated != 1 || r.Unhealthy["s-1"] != "2 replicas" {
+					t.Errorf("%+v", r)
+				}
+				b, _ := json.Marshal(r)
+				if !strings.Contains(string(b), `"seconds_to_heal":null`) {
+					t.Errorf("an unhealed stage must give seconds_to_heal null: %s", b)
+				}
+			},
+		},
+		{
+			name:   "data loss",
+			faults: []FaultReport{healedStage("kill", 1, 0)},
+			ev:     evaluation{Sealed: 2, Healthy: 1, Damaged: 1, DataLoss: 1, Unhealthy: map[meta.SegmentID]string{"s-2": "missing"}},
+			check: func(t *testing.T, r *Report) {
+				if r.DataLossSegments != 1 || r.Failed != 1 {
+					t.Errorf("%+v", r)
+				}
+			},
+		},
+		{
+			name:   "failed by the heal pass",
+			faults: []FaultReport{healedStage("kill", 1, 0)},
+			ev:     evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			failed: 3,
+			check: func(t *testing.T, r *Report) {
+				if r.Failed != 3 {
+					t.Errorf("failed %d, want the pass's 3", r.Failed)
+				}
+			},
+		},
+		{
+			name:   "segments missing from the metadata",
+			faults: nil,
+			ev:     evaluation{Sealed: 1, Healthy: 1, Unhealthy: map[meta.SegmentID]string{}},
+		},
+		{
+			name:   "interrupted",
+			faults: []FaultReport{healedStage("kill", 1, 0)},
+			ev:     evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			err:    ErrUsage,
+			check: func(t *testing.T, r *Report) {
+				if r.Error == "" {
+					t.Error("error not reported")
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Report{Segments: 2, Faults: tc.faults}
+			r.finish(tc.ev, tc.failed, tc.err)
+			if r.OK {
+				t.Fatalf("OK, want not healed: %+v", r)
+			}
+			var text bytes.Buffer
+			r.writeText(&text)
+			if !strings.Contains(text.String(), "NOT HEALED") {
+				t.Errorf("text report does not say NOT HEALED:\n%s", text.String())
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
+func TestReportUnhealthyCapped(t *testing.T) {
+	ev := evaluation{Sealed: 50, Damaged: 50, Unhealthy: map[meta.SegmentID]string{}}
+	for i := 0; i < 50; i++ {
+		ev.Unhealthy[meta.SegmentID("s-"+string(rune('A'+i)))] = "missing"
+	}
+	r := &Report{Segments: 50}
+	r.finish(ev, 0, nil)
+	if len(r.Unhealthy) != 20 || r.Failed != 50 {
+		t.Fatalf("unhealthy %d (want 20 listed), failed %d", len(r.Unhealthy), r.Failed)
+	}
+}

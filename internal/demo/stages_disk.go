@@ -1,0 +1,624 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Stages that fault a broker's copies disk, a loop-mounted ext4 at its
+// <data_dir>/copies (cluster.loop says why only the copies): diskfull fills
+// it, readonly makes it read-only under the live broker as an ext4 error
+// with errors=remount-ro does.
+//
+// What the cluster must then write there, in both: in-place backfills of
+// copies the demo damages on that disk (a short copy is resumed in place
+// by the integrity pass), and new segments placed on that broker (POST
+// /v1/load through the leader). That is what a production disk fault
+// looks like to a broker: it keeps its intact copies and serves them, and
+// fails every write. The checks: the copies that cannot be written are
+// latched and replaced from intact replicas on other brokers, the
+// broker's intact copies stay in their sets and serving, the errors name
+// the cause (ENOSPC, EROFS) in the brokers' logs, no write that was
+// acknowledged is lost (every sealed segment, including those the stage
+// wrote, is at its replication factor and verified); then the operator's
+// remedy (remove the filler; or stop, unmount, e2fsck -y, mount, start)
+// and everything is checked again.
+
+// diskFiller is the filler file's name in the copies directory: no .seg
+// suffix, so the store never takes it for a copy.
+const diskFiller = "demo-disk-filler"
+
+// copiesDisk returns the loop-mounted copies disk and its broker, mounting
+// one first when the cluster started without (the demo did not ask for it
+// before the brokers started): a running follower is stopped, its copies
+// moved onto a new loop ext4 at <data_dir>/copies, and it is started
+// again. It sets fr.Skipped when no loop disk can be had.
+func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
+	if l, lb := d.c.Loop(); l != nil && lb != nil {
+		if !lb.Alive() {
+			if err := d.restart(ctx, lb); err != nil {
+				return nil, nil, err
+			}
+		}
+		return lb, l, nil
+	}
+	if d.c.LoopSkip() != "" {
+		fr.Skipped = "no loop-mounted copies disk: " + d.c.LoopSkip()
+		return nil, nil, nil
+	}
+	if why := loopdisk.Unavailable(); why != "" {
+		fr.Skipped = "no loop-mounted copies disk: " + why
+		return nil, nil, nil
+	}
+	b := d.pickDiskBroker()
+	if b == nil {
+		fr.Skipped = "no running follower to give a loop-mounted copies disk"
+		return nil, nil, nil
+	}
+	size := d.copiesDiskSize()
+	d.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, under the running broker: mount aside, copy, mount --move onto %s",
+		b.ID, bytesize.Format(size), filepath.Join(b.Dir, "copies"))
+	files, n, err := d.c.MoveCopiesToDisk(b, size)
+	if err != nil {
+		fr.Skipped = "no loop-mounted copies disk: " + err.Error()
+		return nil, nil, nil
+	}
+	// After the move: a pass that began before it saw the old files.
+	movedAt := time.Now()
+	d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
+	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
+	tmp := FaultReport{Stage: "loop-mount"}
+	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
+		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
+	}
+	if err := d.waitSettled(ctx, movedAt); err != nil {
+		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
+	}
+	l, _ := d.c.Loop()
+	return b, l, nil
+}
+
+// waitSettled waits for a heal pass that started after since and left
+// nothing unsettled or unconfirmed: the moved copies' new file identities
+// are confirmed again, so that the fault that follows hits only the
+// copies it damages (a settle on a read-only disk latches its copy).
+func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
+	deadline := time.Now().Add(d.o.StageTimeout)
+	why := "no heal pass seen"
+	for time.Now().Before(deadline) {
+		v, err := poll(ctx, d.c, false)
+		if err != nil {
+			why = err.Error()
+		} else if _, started, _, ok := admin.LastPass(v.Status); !ok {
+			why = "no heal report in the leader's /v1/status"
+		} else if started.IsZero() || !started.After(since) {
+			why = "no heal pass started since the copies moved"
+		} else if clean, cwhy := passClean(v); !clean {
+			why = cwhy
+		} else {
+			d.observe(v)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.o.Poll):
+		}
+	}
+	return fmt.Errorf("copies not confirmed again after %v: %s", d.o.StageTimeout, why)
+}
+
+// pickDiskBroker chooses the running broker other than the leader that
+// holds the most sealed replicas (an earlier stage may have left one with
+// copies its sets no longer name, which would make the fault moot).
+func (d *demo) pickDiskBroker() *harness.Broker {
+	var best *harness.Broker
+	most := -1
+	for _, b := range d.c.Running() {
+		if d.last != nil && b.ID == d.last.Leader {
+			continue
+		}
+		n := 0
+		if d.last != nil {
+			n = len(d.sealedOn(b.ID))
+		}
+		if n > most {
+			best, most = b, n
+		}
+	}
+	return best
+}
+
+// copiesDiskSize is the loop disk's size: room for one copy of every
+// segment (a broker holds at most one copy of each) and the stages' new
+// writes, a quarter more, and ext4's journal and tables. The image is
+// sparse: only what is written takes space.
+func (d *demo) copiesDiskSize() int64 {
+	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
+	per := max(d.rep.SegmentBytes, 4096) + footerSize
+	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
+}
+
+// diskCopies chooses up to n healthy sealed segments with a copy on b.
+func (d *demo) diskCopies(b *harness.Broker, n int) []meta.Segment {
+	var segs []meta.Segment
+	for _, s := range d.last.Snap.Segments {
+		if _, bad := d.lastEv.Unhealthy[s.ID]; !s.Sealed || bad || !s.HasReplica(b.ID) {
+			continue
+		}
+		if _, ok := d.last.Copies[b.ID][s.ID]; ok {
+			segs = append(segs, s)
+		}
+	}
+	d.rng.Shuffle(len(segs), func(i, j int) { segs[i], segs[j] = segs[j], segs[i] })
+	return segs[:min(n, len(segs))]
+}
+
+// cutCopies truncates each copy's file on b to a random length in its
+// first half, so that an in-place backfill must write at least half a
+// segment.
+func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment, pre map[meta.SegmentID]map[meta.BrokerID]int64) {
+	for _, s := range segs {
+		path := copyPath(b, s.ID)
+		fi, err := os.Stat(path)
+		if err == nil && fi.Size() < 2 {
+			err = fmt.Errorf("%s: %w", path, harness.ErrEmptyCopy)
+		}
+		if err == nil {
+			at := d.rng.Int64N(fi.Size() / 2)
+			if err = os.Truncate(path, at); err == nil {
+				fr.Copies = append(fr.Copies, harness.Fault{Kind: "truncate", Path: path, SizeBefore: fi.Size(), SizeAfter: at, Offset: at})
+				pre[s.ID][b.ID] = at
+			}
+		}
+		d.aud.Forget(path)
+		if err != nil {
+			fr.Error = fmt.Sprintf("truncating %s on broker %d: %v", s.ID, b.ID, err)
+		}
+	}
+}
+
+// frozen runs fn with b stopped (SIGSTOP), so that no heal pass sees a
+// half-made fault; b is continued (SIGCONT) whatever fn returns. The pause
+// is milliseconds, far below the grace delay.
+func (d *demo) frozen(b *harness.Broker, fn func() error) error {
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	err := fn()
+	if cerr := b.Signal(syscall.SIGCONT); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// diskWrites are the stage's new segments written while the disk is
+// faulted: acknowledged ones must survive; refused ones were never
+// acknowledged.
+type diskWrites struct {
+	tried, acked int
+	refused      []string // the errors, in order
+}
+
+// writeSegments writes n new sealed segments, one POST /v1/load each, so
+// that the leader's rotating placement puts some on the faulted broker.
+// The sealed segments it adds are counted in the report's segments (the
+// final check wants every sealed segment accounted for).
+func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrites {
+	recs, rsize := recordShape(d.o.SegmentSize)
+	var w diskWrites
+	sealedBefore, berr := d.sealedCount(ctx)
+	defer func() {
+		if after, err := d.sealedCount(ctx); err == nil && berr == nil && after > sealedBefore {
+			d.rep.Segments += after - sealedBefore
+		} else {
+			d.rep.Segments += w.acked
+		}
+	}()
+	for i := 0; i < n; i++ {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		req := admin.LoadRequest{Segments: 1, RecordsPerSegment: recs, RecordSize: rsize, Prefix: prefix, First: i, Concurrency: 1}
+		_, err := d.leaderClient(ctx).Load(lctx, req)
+		cancel()
+		w.tried++
+		if err != nil {
+			w.refused = append(w.refused, err.Error())
+			continue
+		}
+		w.acked++
+	}
+	return w
+}
+
+func (w diskWrites) String() string {
+	s := fmt.Sprintf("%d of %d new segments written and acknowledged", w.acked, w.tried)
+	if len(w.refused) > 0 {
+		s += fmt.Sprintf(", %d refused (first: %s)", len(w.refused), firstLine(w.refused[0], 240))
+	}
+	return s
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+// logMarks are the brokers' log sizes at a moment, to read what they
+// logged after it.
+type logMarks map[meta.BrokerID]int64
+
+func (d *demo) markLogs() logMarks {
+	m := logMarks{}
+	for _, b := range d.c.Brokers() {
+		if fi, err := os.Stat(b.LogPath); err == nil {
+			m[b.ID] = fi.Size()
+		}
+	}
+	return m
+}
+
+// grep counts the lines the brokers logged since the marks that contain
+// needle (case-insensitive), per broker, and returns the first.
+func (m logMarks) grep(bs []*harness.Broker, needle string) (map[meta.BrokerID]int, string) {
+	counts := map[meta.BrokerID]int{}
+	first := ""
+	needle = strings.ToLower(needle)
+	for _, b := range bs {
+		f, err := os.Open(b.LogPath)
+		if err != nil {
+			continue
+		}
+		if _, err := f.Seek(m[b.ID], io.SeekStart); err == nil {
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				if strings.Contains(strings.ToLower(sc.Text()), needle) {
+					counts[b.ID]++
+					if first == "" {
+						first = fmt.Sprintf("broker %d: %s", b.ID, firstLine(sc.Text(), 300))
+					}
+				}
+			}
+		}
+		f.Close()
+	}
+	return counts, first
+}
+
+func (d *demo) noteCause(fr *FaultReport, m logMarks, needle string) bool {
+	counts, first := m.grep(d.c.Brokers(), needle)
+	if len(counts) == 0 {
+		addNote(fr, "no broker's log names %q", needle)
+		return false
+	}
+	var parts []string
+	for _, b := range d.c.Brokers() {
+		if n := counts[b.ID]; n > 0 {
+			parts = append(parts, fmt.Sprintf("broker %d: %d", b.ID, n))
+		}
+	}
+	addNote(fr, "%q in the logs (%s lines), e.g. %s", needle, strings.Join(parts, ", "), first)
+	return true
+}
+
+// diskStart is what both disk stages do first: revive, find the disk and
+// its broker, free space the diskfull stage may have left taken.
+func (d *demo) diskStart(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
+	if err := d.reviveAll(ctx); err != nil {
+		return nil, nil, err
+	}
+	b, l, err := d.copiesDisk(ctx, fr)
+	if err != nil || fr.Skipped != "" {
+		return nil, nil, err
+	}
+	fr.Broker = b.ID
+	return b, l, nil
+}
+
+// finishDisk waits for the cluster to heal the fault and fills in the
+// report's timings and bytes.
+func (d *demo) finishDisk(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, pre map[meta.SegmentID]map[meta.BrokerID]int64, before map[meta.BrokerID]counterReading) error {
+	err := d.waitHealed(ctx, fr, label, start, targets, d.o.StageTimeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	if err != nil {
+		fr.Error = err.Error()
+	}
+	return err
+}
+
+// diskRun is what a disk stage notes before its fault: the broker of the
+// copies disk, the copies it damages (targets), their sizes, the catch-up
+// counters, the log marks and how many replicas the broker holds.
+type diskRun struct {
+	b       *harness.Broker
+	l       *loopdisk.Disk
+	segs    []meta.Segment
+	targets []meta.SegmentID
+	pre     map[meta.SegmentID]map[meta.BrokerID]int64
+	before  map[meta.BrokerID]counterReading
+	marks   logMarks
+	kept    int
+}
+
+// beginDisk readies the copies disk (diskStart) and notes the diskRun; nil
+// when the stage cannot run (fr.Skipped, logged) or failed (the error).
+func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error) {
+	b, l, err := d.diskStart(ctx, fr)
+	if err != nil || fr.Skipped != "" {
+		if fr.Skipped != "" {
+			d.logf("stage %s: skipped: %s", fr.Stage, fr.Skipped)
+		}
+		return nil, err
+	}
+	r := &diskRun{b: b, l: l, segs: d.diskCopies(b, d.o.Copies)}
+	for _, s := range r.segs {
+		r.targets = append(r.targets, s.ID)
+	}
+	r.pre = d.sizes(r.targets)
+	r.before = d.backfillBytes(ctx)
+	r.marks = d.markLogs()
+	r.kept = len(d.sealedOn(b.ID))
+	return r, nil
+}
+
+func (d *demo) stageDiskFull(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "diskfull"}
+	r, err := d.beginDisk(ctx, &fr)
+	if r == nil {
+		return fr, err
+	}
+	b, l, segs, targets, pre, before, marks, keptBefore := r.b, r.l, r.segs, r.targets, r.pre, r.before, r.marks, r.kept
+	filler := filepath.Join(l.Dir, diskFiller)
+	var filled, free int64
+	start := time.Now()
+	err = d.frozen(b, func() error {
+		d.cutCopies(&fr, b, segs, pre)
+		var err error
+		if filled, err = l.Fill(filler, 0); err != nil {
+			return err
+		}
+		free, err = l.Free()
+		return err
+	})
+	if err != nil {
+		fr.Error = err.Error()
+		os.Remove(filler)
+		return fr, fatal(ctx, err, d)
+	}
+	fr.Injected = true
+	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s filler, %s left free; %d of its copies truncated to under half",
+		b.ID, bytesize.Format(l.Size), bytesize.Format(filled), bytesize.Format(free), len(fr.Copies))
+	d.logf("stage diskfull: %s", fr.What)
+	w := d.writeSegments(ctx, "diskfull", d.o.Brokers)
+	d.logf("  writes while full: %s", w)
+	addNote(&fr, "while full: %s", w)
+	// A second broker dies while the disk is full, when the cluster can
+	// spare it: its replicas need new homes, and the full broker, which
+	// the placement may well choose, must fail as a target (its backfills
+	// latch on ENOSPC) and be avoided for that segment.
+	dead, deadSegs := d.killBeside(&fr, b, "full", pre)
+	targets = append(targets, deadSegs...)
+	herr := d.finishDisk(ctx, &fr, "healing around the full disk", start, targets, pre, before)
+	d.noteCause(&fr, marks, "no space left on device")
+	if err := d.reviveBeside(ctx, &fr, dead, b, "full", marks); err != nil {
+		os.Remove(filler)
+		return fr, fatal(ctx, err, d)
+	}
+	if herr == nil {
+		addNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, len(d.sealedOn(b.ID)), keptBefore)
+	}
+	// The remedy: free the space; everything is checked again.
+	if err := os.Remove(filler); err != nil {
+		fr.Error = fmt.Sprintf("removing the filler %s: %v", filler, err)
+		return fr, fatal(ctx, err, d)
+	}
+	freed, _ := l.Free()
+	if herr != nil {
+		return fr, fatal(ctx, herr, d)
+	}
+	tmp := FaultReport{Stage: "diskfull-freed"}
+	if err := d.waitHealed(ctx, &tmp, "after freeing the disk", time.Now(), nil, d.o.StageTimeout); err != nil {
+		fr.Healed = false
+		fr.Error = "after the filler was removed: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	addNote(&fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(tmp.SecondsToHeal))
+	return fr, nil
+}
+
+// killBeside kills a running follower other than the faulted broker full
+// (its disk "full" or "read-only") when the cluster keeps a spare target
+// and its quorum without both, and returns it (nil when not).
+func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, pre map[meta.SegmentID]map[meta.BrokerID]int64) (*harness.Broker, []meta.SegmentID) {
+	run := d.c.Running()
+	if len(run)-2 < d.o.RF || len(run)-1 <= len(d.c.Brokers())/2 {
+		addNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), d.o.RF, state)
+		return nil, nil
+	}
+	var victim *harness.Broker
+	most := -1
+	for _, b := range run {
+		if b == full || b.ID == d.last.Leader {
+			continue
+		}
+		if n := len(d.sealedOn(b.ID)); n > most {
+			victim, most = b, n
+		}
+	}
+	if victim == nil {
+		return nil, nil
+	}
+	segs := d.sealedOn(victim.ID)
+	for id, m := range d.sizesLosing(segs, victim.ID) {
+		if _, ok := pre[id]; !ok {
+			pre[id] = m
+		}
+	}
+	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
+	if err := d.c.Kill(victim); err != nil {
+		addNote(fr, "killing broker %d: %v", victim.ID, err)
+		return nil, nil
+	}
+	return victim, segs
+}
+
+// reviveBeside notes what the heal did with dead's replicas while full's
+// disk was faulted, and starts dead again. Nil dead does nothing.
+func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *harness.Broker, state string, marks logMarks) error {
+	if dead == nil {
+		return nil
+	}
+	counts, _ := marks.grep(d.c.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
+	tried := 0
+	for _, n := range counts {
+		tried += n
+	}
+	addNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
+	if err := d.restart(ctx, dead); err != nil {
+		fr.Error = err.Error()
+		return err
+	}
+	return nil
+}
+
+func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "readonly"}
+	r, err := d.beginDisk(ctx, &fr)
+	if r == nil {
+		return fr, err
+	}
+	b, l, segs, targets, pre, before, marks, keptBefore := r.b, r.l, r.segs, r.targets, r.pre, r.before, r.marks, r.kept
+	var how string
+	start := time.Now()
+	err = d.frozen(b, func() error {
+		d.cutCopies(&fr, b, segs, pre)
+		// Cut copies reach the disk before it stops taking writes.
+		if err := harness.SyncDir(l.Dir); err != nil {
+			return err
+		}
+		syscall.Sync()
+		var err error
+		how, err = l.GoReadOnly()
+		return err
+	})
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	fr.Injected = true
+	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
+		b.ID, how, len(fr.Copies))
+	d.logf("stage readonly: %s", fr.What)
+	w := d.writeSegments(ctx, "readonly", d.o.Brokers)
+	d.logf("  writes while read-only: %s", w)
+	addNote(&fr, "while read-only: %s", w)
+	dead, deadSegs := d.killBeside(&fr, b, "read-only", pre)
+	targets = append(targets, deadSegs...)
+	herr := d.finishDisk(ctx, &fr, "healing around the read-only disk", start, targets, pre, before)
+	d.noteCause(&fr, marks, "read-only file system")
+	if err := d.reviveBeside(ctx, &fr, dead, b, "read-only", marks); err != nil {
+		return fr, fatal(ctx, err, d)
+	}
+	if herr == nil {
+		addNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, len(d.sealedOn(b.ID)), keptBefore)
+	}
+	if herr != nil && ctx.Err() != nil {
+		return fr, ctx.Err()
+	}
+	// The operator's remedy: stop the broker, unmount, e2fsck -y, mount,
+	// start it; everything is checked again.
+	rstart := time.Now()
+	fsck, err := d.recoverDisk(ctx, b, l)
+	if err != nil {
+		fr.Healed = false
+		fr.Error = "recovering the disk: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	if herr != nil {
+		return fr, fatal(ctx, herr, d)
+	}
+	tmp := FaultReport{Stage: "readonly-recovered"}
+	if err := d.waitHealed(ctx, &tmp, "after e2fsck and restart", rstart, nil, d.o.StageTimeout); err != nil {
+		fr.Healed = false
+		fr.Error = "after the disk was recovered: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	addNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", fsck, fmtSeconds(tmp.SecondsToHeal))
+	if n := orphans(d.last, b.ID); n > 0 {
+		addNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", b.ID, n)
+	}
+	return fr, nil
+}
+
+// recoverDisk is the operator's remedy for a read-only disk: stop b, unmount,
+// e2fsck -f -y, mount, start b. It returns e2fsck's verdict in words.
+func (d *demo) recoverDisk(ctx context.Context, b *harness.Broker, l *loopdisk.Disk) (string, error) {
+	d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", b.ID, l.Dir, l.Dev)
+	if err := d.c.Terminate(b, 10*time.Second); err != nil {
+		return "", err
+	}
+	if err := l.Unmount(); err != nil {
+		return "", err
+	}
+	out, ferr := l.Fsck()
+	verdict := "e2fsck -f -y (clean)"
+	if strings.Contains(out, "MODIFIED") {
+		verdict = "e2fsck -f -y (errors corrected)"
+	}
+	if err := l.Mount(); err != nil {
+		return "", errors.Join(ferr, err)
+	}
+	if ferr != nil {
+		return "", ferr
+	}
+	if ro, err := l.ReadOnly(); err != nil || ro {
+		return "", fmt.Errorf("%s still read-only after e2fsck and mount (%v)", l.Dir, err)
+	}
+	d.aud.forgetDir(l.Dir)
+	if err := d.restart(ctx, b); err != nil {
+		return "", err
+	}
+	return verdict, nil
+}
+
+// orphans counts the copies b lists of sealed segments whose replica set
+// does not name b.
+func orphans(v *view, b meta.BrokerID) int {
+	n := 0
+	for id := range v.Copies[b] {
+		if s, ok := v.Snap.Segment(id); ok && s.Sealed && !s.HasReplica(b) {
+			n++
+		}
+	}
+	return n
+}
+
+// forgetDir drops the audit results of every file under dir (its shard
+// directories too): the files under a mount point may change without their
+// keys showing it (e2fsck).
+func (a *auditor) forgetDir(dir string) {
+	for p := range a.cache {
+		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			delete(a.cache, p)
+		}
+	}
+}

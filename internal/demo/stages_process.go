@@ -1,0 +1,1176 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Stages that fault processes and data directories: pause (SIGSTOP past
+// the grace delay), swap (the data directory replaced by an empty one),
+// backfill-kill (kill -9 of a broker during another's backfill), nospare
+// (a latched copy with no spare broker) and lost (every copy of two
+// segments destroyed on purpose).
+
+// sealedOn lists the sealed segments of the last view with a replica on b.
+func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
+	var out []meta.SegmentID
+	for _, s := range d.last.Snap.Segments {
+		if s.Sealed && s.HasReplica(b) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+// pickFollower chooses a running broker other than the leader that holds
+// sealed replicas, or nil.
+func (d *demo) pickFollower(exclude ...meta.BrokerID) *harness.Broker {
+	var cands []*harness.Broker
+	for _, b := range d.c.Running() {
+		if b.ID != d.last.Leader && !slices.Contains(exclude, b.ID) && len(d.sealedOn(b.ID)) > 0 {
+			cands = append(cands, b)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[d.rng.IntN(len(cands))]
+}
+
+// deadMoment sets fr's grace fields for broker faulted at faultAt and
+// returns the moment it counts as dead: faultAt + grace, or the start of an
+// earlier heal pass that listed it dead when passStart (a killed broker:
+// stageKill, stageBackfillKill).
+// A stopped broker's probe hangs until its timeout, so the pass that lists
+// it dead started long before it decided so: without passStart the start
+// of such a pass is only reported (dead_seen_seconds), and the broker
+// counts as dead at faultAt + grace (its last contact was at or before the
+// fault, at most a tick before: the heal time may be short by that much).
+func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) time.Time {
+	deadAt := faultAt.Add(d.o.Grace)
+	if !d.deadSeen.IsZero() {
+		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(faultAt))
+		if passStart && d.deadSeen.Before(deadAt) {
+			deadAt = d.deadSeen
+		}
+	}
+	fr.GraceWaitSeconds = seconds(deadAt.Sub(faultAt))
+	return deadAt
+}
+
+// addNote appends a sentence to fr.Note, after a "; " when it has one.
+func addNote(fr *FaultReport, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if fr.Note == "" {
+		fr.Note = s
+	} else {
+		fr.Note += "; " + s
+	}
+}
+
+// victimFollower restarts every dead broker, then picks a running
+// follower that holds sealed replicas, and returns it with those
+// segments; nil when there is none (fr.Skipped says so) or on error.
+func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Broker, []meta.SegmentID, error) {
+	if err := d.reviveAll(ctx); err != nil {
+		fr.Error = err.Error()
+		return nil, nil, err
+	}
+	b := d.pickFollower()
+	if b == nil {
+		fr.Skipped = "no running follower holds sealed replicas"
+		return nil, nil, nil
+	}
+	fr.Broker = b.ID
+	return b, d.sealedOn(b.ID), nil
+}
+
+// stagePause stops a follower with SIGSTOP: its process lives but answers
+// nothing. Past the grace delay the heal pass counts it dead and moves its
+// replicas; once they are all re-replicated and verified it gets SIGCONT
+// and must rejoin: the cluster is then healthy with every broker running.
+func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "pause"}
+	b, targets, err := d.victimFollower(ctx, &fr)
+	if b == nil {
+		return fr, err
+	}
+	fr.What = fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets))
+	d.logf("stage pause: SIGSTOP broker %d (pid %d), which holds %d sealed replicas", b.ID, b.Pid(), len(targets))
+	pre := d.sizesLosing(targets, b.ID)
+	before := d.backfillBytes(ctx)
+	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	defer func() { d.watchDead = 0 }()
+	stopAt := time.Now()
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Injected = true
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = b.Signal(syscall.SIGCONT) // never leave a broker stopped
+		}
+	}()
+
+	// Heal without it: poll the other brokers only, counting it dead.
+	sub := d.c.Without(b.ID)
+	live := d.liveSet()
+	delete(live, b.ID)
+	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
+	deadline := stopAt.Add(d.o.StageTimeout)
+	var healedAt time.Time
+	var why string
+	for {
+		if err := ctx.Err(); err != nil {
+			p.Finish("interrupted")
+			return fr, err
+		}
+		if err := d.c.UnexpectedExit(); err != nil {
+			p.Finish("a broker died")
+			fr.Error = err.Error()
+			return fr, err
+		}
+		v, err := poll(ctx, sub, true)
+		if err == nil && evaluate(v, d.o.RF, live, d.checkCopy).UnderReplicated == 0 {
+			v, err = poll(ctx, sub, false)
+		}
+		if err != nil {
+			why = err.Error()
+		} else {
+			e := evaluate(v, d.o.RF, live, d.checkCopy)
+			d.countPass(v, &fr)
+			moved := 0
+			for _, id := range targets {
+				if s, ok := v.Snap.Segment(id); ok && !s.HasReplica(b.ID) {
+					moved++
+				}
+			}
+			p.Set(moved, len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
+			clean, cwhy := passClean(v)
+			switch {
+			case d.deadSeen.IsZero():
+				why = fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
+			case moved < len(targets):
+				why = fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
+			case !e.OK():
+				why = fmt.Sprintf("%d segments unhealthy", len(e.Unhealthy))
+			case !clean:
+				why = cwhy
+			case len(v.Unreachable) > 0:
+				why = v.Unreachable[0]
+			default:
+				healedAt = v.At
+			}
+			if !healedAt.IsZero() {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(d.o.Poll)
+	}
+	deadAt := d.deadMoment(&fr, stopAt, false)
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	if healedAt.IsZero() {
+		p.Finish("timed out")
+		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
+	} else {
+		fr.Detected = true
+		fr.SecondsToHeal = seconds(healedAt.Sub(deadAt))
+		p.Finish(fmt.Sprintf("re-replicated and verified %s after it counted dead", fmtSeconds(fr.SecondsToHeal)))
+	}
+
+	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
+	contAt := time.Now()
+	if err := b.Signal(syscall.SIGCONT); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	resumed = true
+	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
+	rejoin := FaultReport{Stage: "pause-rejoin"}
+	err = d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
+	if err == nil {
+		err = d.waitNotDead(ctx, b.ID, d.o.StageTimeout)
+	}
+	if err != nil {
+		fr.Error = strings.TrimPrefix(fr.Error+"; ", "; ") + "after SIGCONT: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	addNote(&fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
+		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(rejoin.SecondsToHeal))
+	fr.Healed = !healedAt.IsZero()
+	return fr, nil
+}
+
+// waitNotDead waits until the leader's heal pass no longer lists broker id
+// dead, and id answers health naming the same leader as the others.
+func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	b := d.c.Broker(id)
+	for {
+		p, err := leaderStatus(ctx, d.c.Running())
+		if err == nil {
+			hctx, cancel := context.WithTimeout(ctx, time.Second)
+			h, herr := b.Client.Health(hctx)
+			cancel()
+			switch {
+			case herr != nil:
+				err = herr
+			case h.Leader != p.Leader:
+				err = fmt.Errorf("broker %d names leader %d, the leader is %d", id, h.Leader, p.Leader)
+			case slices.Contains(p.Dead, id):
+				err = fmt.Errorf("heal pass %d still lists broker %d dead", p.Passes, id)
+			default:
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("broker %d not back in the control plane after %v: %w", id, timeout, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(d.o.Poll)
+	}
+}
+
+// stageSwap kills a follower, swaps its data directory for an empty one
+// and starts it again with the same config: it comes back with no copies,
+// no raft log and no Pebble state. The old directory is kept, renamed,
+// beside the new one under the demo's directory, for inspection (it goes
+// with the demo's directory when that is removed after a healthy run).
+func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "swap"}
+	b, targets, err := d.victimFollower(ctx, &fr)
+	if b == nil {
+		return fr, err
+	}
+	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
+	pre := d.sizesLosing(targets, b.ID)
+	before := d.backfillBytes(ctx)
+	d.logf("stage swap: kill -9 broker %d (pid %d), then an empty data directory in place of %s", b.ID, b.Pid(), b.Dir)
+	killAt := time.Now()
+	if err := d.c.Kill(b); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Injected = true
+	aside := b.Dir + ".swapped"
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(aside); os.IsNotExist(err) {
+			break
+		}
+		aside = fmt.Sprintf("%s.swapped%d", b.Dir, i)
+	}
+	files, size := dirUsage(b.Dir)
+	if err := os.Rename(b.Dir, aside); err != nil {
+		fr.Error = fmt.Sprintf("swap: moving %s aside: %v", b.Dir, err)
+		return fr, fmt.Errorf("stage swap: %s", fr.Error)
+	}
+	if err := os.Mkdir(b.Dir, 0o755); err != nil {
+		fr.Error = fmt.Sprintf("swap: creating the empty %s: %v", b.Dir, err)
+		return fr, fmt.Errorf("stage swap: %s", fr.Error)
+	}
+	d.aud.forgetUnder(aside)
+	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), aside, b.ID)
+	startAt := time.Now()
+	if err := d.restart(ctx, b); err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	if _, err := d.c.Leader(ctx, true); err != nil {
+		d.logf("  brokers not yet agreed on a leader: %v", err)
+	}
+	upAt := time.Now()
+	err = d.waitHealed(ctx, &fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	held := 0
+	if cs, ok := d.last.Copies[b.ID]; ok {
+		held = len(cs)
+	}
+	addNote(&fr, "seconds_to_heal from the restart on the empty directory (killed %s before; it answered with a leader after %s); it holds %d copies again; old directory kept at %s",
+		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), held, aside)
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	return fr, nil
+}
+
+// dirUsage counts the regular files under dir and their bytes.
+func dirUsage(dir string) (files int, bytes int64) {
+	_ = filepath.WalkDir(dir, func(_ string, de os.DirEntry, err error) error {
+		if err != nil || !de.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := de.Info(); err == nil {
+			files++
+			bytes += fi.Size()
+		}
+		return nil
+	})
+	return files, bytes
+}
+
+// forgetUnder drops the audit results of every file under dir.
+func (a *auditor) forgetUnder(dir string) {
+	for p := range a.cache {
+		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			delete(a.cache, p)
+		}
+	}
+}
+
+// transfers is what a scan of the copies directories found of a dead
+// broker's segments on brokers outside their replica sets: the targets of
+// the heal pass's backfills.
+type transfers struct {
+	Partial    int   // files short of the sealed size: bytes still moving
+	Complete   int   // full-size files (committed, or about to be)
+	Bytes      int64 // bytes on disk in the partial files
+	BytesTotal int64 // their sealed sizes
+}
+
+// copyFiles is what a broker's copies directory held: size by segment.
+type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
+
+// listCopyFiles reads the copies directory of every running broker.
+func (d *demo) listCopyFiles() copyFiles {
+	out := copyFiles{}
+	for _, b := range d.c.Running() {
+		m, err := b.CopySizes()
+		if err != nil {
+			continue
+		}
+		out[b.ID] = m
+	}
+	return out
+}
+
+// scanTransfers stats the copies of segs on every running broker not in
+// skip and outside the segment's replica set in segs, leaving out the
+// files baseline lists with the same size: copies left behind by earlier
+// stages (a paused broker keeps its old copies) are not transfers.
+func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copyFiles, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
+	out := map[meta.BrokerID]transfers{}
+	for _, b := range d.c.Running() {
+		if slices.Contains(skip, b.ID) {
+			continue
+		}
+		sizes, err := b.CopySizes()
+		if err != nil {
+			continue
+		}
+		var t transfers
+		for id, size := range sizes {
+			seg, ok := segs[id]
+			if !ok || seg.HasReplica(b.ID) {
+				continue
+			}
+			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
+				continue
+			}
+			full := seg.ByteSize + footerSize
+			if size < full {
+				t.Partial++
+				t.Bytes += size
+				t.BytesTotal += full
+			} else {
+				t.Complete++
+			}
+		}
+		if t.Partial+t.Complete > 0 {
+			out[b.ID] = t
+		}
+	}
+	return out
+}
+
+// stageBackfillKill kills a follower A and, while the heal pass is
+// backfilling A's segments, kill -9s a broker B that is the target of
+// transfers in flight. Everything must come back at RF on the survivors.
+// A and B are left dead: the next stage revives them, or nospare uses the
+// three survivors as they are.
+//
+// The mass-failure brake (hold_share 0.25 by default, which the demo's
+// config leaves: two of five brokers missing within one grace delay of
+// each other hold every backfill): B dies during the backfills of the
+// pass that declared A dead, and that pass probed B first, so B's last
+// contact is at least one grace delay after A's and the brake does not
+// hold by construction (seen in the leaders' logs: "hold":"" on every
+// pass). The stage still watches for a hold while it heals and, should
+// one appear (a probe of A later than expected), releases it through
+// POST /v1/heal/release as an operator who knows the two deaths are
+// unrelated would, and says so in its note.
+func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "backfill-kill"}
+	if err := d.reviveAll(ctx); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	a := d.pickFollower()
+	if a == nil {
+		fr.Skipped = "no running follower holds sealed replicas"
+		return fr, nil
+	}
+	leader := d.last.Leader
+	targetsA := d.sealedOn(a.ID)
+	segs := map[meta.SegmentID]meta.Segment{}
+	for _, id := range targetsA {
+		s, _ := d.last.Snap.Segment(id)
+		segs[id] = *s
+	}
+	pre := d.sizesLosing(targetsA, a.ID)
+	before := d.backfillBytes(ctx)
+	baseline := d.listCopyFiles()
+	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.Pid(), len(targetsA))
+	d.watchDead, d.deadSeen = a.ID, time.Time{}
+	defer func() { d.watchDead = 0 }()
+	killA := time.Now()
+	if err := d.c.Kill(a); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Injected = true
+
+	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
+	if err != nil {
+		return fr, err
+	}
+	if failure != "" {
+		fr.Error = failure
+		return fr, nil
+	}
+	deadSeenA := d.deadSeen
+	targetsB := d.sealedOn(b.ID)
+	for id, m := range d.sizes(targetsB) {
+		if pre[id] == nil {
+			pre[id] = m
+		}
+		pre[id][b.ID] = 0
+	}
+	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	killB := time.Now()
+	if err := d.c.Kill(b); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	fr.Broker = b.ID
+	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
+	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies %s",
+		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete, "complete")
+	addNote(&fr, "broker %d killed %s after broker %d, while it was the target of %d of its backfills (%d partial: %s of %s on disk; %d full-size; chosen for: %s)",
+		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete, how)
+	if !deadSeenA.IsZero() {
+		addNote(&fr, "broker %d was listed dead by the pass that started %s after its kill", a.ID, deadSeenA.Sub(killA).Round(time.Millisecond))
+	}
+
+	all := append(slices.Clone(targetsA), targetsB...)
+	rel := d.startHoldReleaser(ctx)
+	err = d.waitHealed(ctx, &fr, "healing after two kills", killB, all, d.o.StageTimeout)
+	rel.stop()
+	if n := rel.note(); n != "" {
+		addNote(&fr, "%s", n)
+		d.logf("  %s", n)
+	} else {
+		addNote(&fr, "the mass-failure brake did not hold")
+	}
+	fr.Detected = fr.Healed
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesEstimated = d.estimateBytes(pre)
+	deadAt := d.deadMoment(&fr, killB, true)
+	if fr.Healed {
+		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
+		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
+			fr.Healed = false
+			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
+		}
+	}
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	return fr, nil
+}
+
+// strikeTarget watches the targets' copy directories, after broker a's
+// kill at killA, for a's segments (segs) arriving, and picks the broker B
+// to kill while its transfers are in flight: bytes on disk short of the
+// sealed size; else target files created with no bytes for 100 ms; else a
+// complete copy whose set the pass has not recorded yet. It returns B,
+// what it saw there and why it was chosen; or a failure (no backfill seen
+// in time, the window missed) that fails the stage; or ctx's error.
+func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline copyFiles, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
+	// Watch the targets' copy directories for A's segments arriving: kill
+	// a target with bytes on disk short of the sealed size (bytes moving,
+	// not done); files only created (0 bytes) do for want of better after
+	// 100 ms.
+	lb := d.c.Broker(leader)
+	deadline := killA.Add(d.o.StageTimeout)
+	var emptySince time.Time
+	for i := 0; b == nil; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, seen, "", "", err
+		}
+		if time.Now().After(deadline) {
+			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout), nil
+		}
+		found := d.scanTransfers(segs, baseline, a.ID, leader)
+		best, empty := meta.BrokerID(0), meta.BrokerID(0)
+		for id, t := range found {
+			if t.Bytes > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
+				best = id
+			}
+			if t.Partial > 0 && (empty == 0 || t.Partial > found[empty].Partial) {
+				empty = id
+			}
+		}
+		if best != 0 {
+			b, seen, how = d.c.Broker(best), found[best], "bytes on disk short of the sealed size"
+			break
+		}
+		if len(found) > 0 && emptySince.IsZero() {
+			emptySince = time.Now()
+		}
+		waited := !emptySince.IsZero() && time.Since(emptySince) > 100*time.Millisecond
+		if empty != 0 && waited {
+			b, seen, how = d.c.Broker(empty), found[empty], "target files created, no bytes seen in 100 ms"
+			break
+		}
+		// No file short of its size seen (small segments copy in
+		// milliseconds): a target holding a full new copy while the
+		// metadata still lists A for its segments is inside the pass
+		// (the pass records the sets only after all its backfills).
+		if i%16 == 0 && lb != nil {
+			mctx, cancel := context.WithTimeout(ctx, time.Second)
+			snap, err := lb.Client.Metadata(mctx)
+			cancel()
+			pending := 0
+			for _, id := range targetsA {
+				if s, ok := snap.Segment(id); err == nil && ok && s.HasReplica(a.ID) {
+					pending++
+				}
+			}
+			if err == nil && (waited || pending == 0) {
+				for id, t := range found {
+					if best == 0 || t.Complete > found[best].Complete {
+						best = id
+					}
+				}
+				if best == 0 {
+					// Nothing moved (placed where an intact leftover
+					// copy was): any other follower.
+					b = d.pickFollower(a.ID)
+					if b == nil {
+						return nil, seen, "", "no follower left to kill", nil
+					}
+					best = b.ID
+				}
+				b, seen = d.c.Broker(best), found[best]
+				how = fmt.Sprintf("complete but unrecorded (%d of broker %d's sets still pending)", pending, a.ID)
+				if pending == 0 {
+					// Every set recorded before a scan caught a transfer:
+					// the fault this stage is about did not happen. It
+					// fails; it is never counted as survived.
+					missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw a transfer in flight (heal.backfill_bytes_per_second = %d; --backfill-rate -1 throttles transfers so they can be struck)", a.ID, d.o.BackfillRate)
+					d.logf("  %s", missed)
+					return nil, seen, "", missed, nil
+				}
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return b, seen, how, "", nil
+}
+
+// nospareReason is how the heal pass reports a lost copy with nowhere to go.
+const nospareReason = "no_spare_broker"
+
+// stageNoSpare latches one copy while exactly RF brokers run: there is no
+// spare broker to replace it on. The segment must stay at RF with the
+// latched copy kept in its set, be reported no_spare_broker on every pass,
+// and stay readable from its intact copies; once the dead brokers are
+// restarted the latched copy is replaced and everything is healthy.
+//
+// It does not revive first when the running brokers are already healthy
+// and number at least RF (the backfill-kill stage leaves two of five dead
+// and everything healed on the three others: exactly what this stage
+// needs); otherwise it revives them all. Then it kills followers one at a
+// time, each after the previous one healed, so their deaths are far more
+// than a grace delay apart and the mass-failure brake does not hold.
+func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "nospare"}
+	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
+		if err := d.reviveAll(ctx); err != nil {
+			fr.Error = err.Error()
+			return fr, err
+		}
+	}
+	killed := 0
+	for len(d.c.Running()) > d.o.RF {
+		k := d.pickFollower()
+		if k == nil {
+			fr.Skipped = "no follower to kill down to the replication factor"
+			return fr, nil
+		}
+		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
+		if err := d.c.Kill(k); err != nil {
+			fr.Error = err.Error()
+			return fr, err
+		}
+		killed++
+		tmp := FaultReport{Stage: "nospare-kill"}
+		if err := d.waitHealed(ctx, &tmp, "re-replicating", time.Now(), nil, d.o.StageTimeout); err != nil {
+			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
+			return fr, fatal(ctx, err, d)
+		}
+	}
+	vs := d.pickVictims(1)
+	if len(vs) == 0 {
+		fr.Skipped = "no healthy sealed copy to latch"
+		return fr, nil
+	}
+	v := vs[0]
+	id, lb := v.seg.ID, v.b
+	fr.Broker = lb.ID
+	fr.What = fmt.Sprintf("latch %s on %d, %d running", id, lb.ID, len(d.c.Running()))
+	d.logf("stage nospare: %d brokers run (replication factor %d: no spare); latch %s on broker %d", len(d.c.Running()), d.o.RF, id, lb.ID)
+	if err := lb.Client.Latch(ctx, id); err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	fr.Injected = true
+	fr.Latched = []admin.CopyRef{{Segment: id, Broker: lb.ID}}
+	d.aud.Forget(copyPath(lb, id))
+
+	tally := newPassTally([]meta.SegmentID{id}, func(p passStatus, seg meta.SegmentID) bool {
+		return p.failedReason(seg) == nospareReason
+	})
+	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
+	hits, misses := tally.Hits[id], tally.Misses[id]
+	addNote(&fr, "%d broker(s) killed first; reported %s on %d of %d passes observed after its first report (%d missed, %d passes unseen between polls); %d intact copies audited readable while latched",
+		killed, nospareReason, hits, hits+misses, misses, tally.Unseen, reads)
+	if len(problems) > 0 {
+		fr.Error = strings.Join(problems, "; ")
+		d.logf("  nospare: %s", fr.Error)
+	}
+	fr.Detected = tally.detected()
+
+	// Spares back: the latched copy must be replaced. A restarted broker
+	// may still hold an old intact copy (from before it was killed),
+	// resumed in place at no cost: the estimate counts what each file
+	// lacked before the restart.
+	sizeBefore := map[meta.BrokerID]int64{}
+	for _, b := range d.c.Brokers() {
+		if fi, err := os.Stat(copyPath(b, id)); err == nil && b.ID != lb.ID {
+			sizeBefore[b.ID] = fi.Size()
+		}
+	}
+	setBefore := []meta.BrokerID{}
+	if s, ok := d.last.Snap.Segment(id); ok {
+		setBefore = slices.Clone(s.Replicas)
+	}
+	restartAt := time.Now()
+	for _, b := range d.c.Brokers() {
+		if !b.Alive() {
+			d.logf("  restarting broker %d: a spare again", b.ID)
+			if err := d.restart(ctx, b); err != nil {
+				fr.Error = err.Error()
+				return fr, fatal(ctx, err, d)
+			}
+		}
+	}
+	before := d.backfillBytes(ctx)
+	healed := FaultReport{Stage: "nospare-heal"}
+	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
+	fr.Passes += healed.Passes
+	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	if s, ok := d.last.Snap.Segment(id); ok {
+		for _, r := range s.Replicas {
+			if !slices.Contains(setBefore, r) {
+				fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
+			}
+		}
+	}
+	if err != nil {
+		fr.Error = strings.TrimPrefix(fr.Error+"; ", "; ") + "after the restarts: " + err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	if s, ok := d.last.Snap.Segment(id); ok {
+		if lc, listed := d.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
+			problems = append(problems, fmt.Sprintf("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id))
+		}
+		addNote(&fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
+			id, s.Replicas, lb.ID, fmtSeconds(healed.SecondsToHeal))
+	}
+	fr.SecondsToHeal = healed.SecondsToHeal
+	fr.healedAt = healed.healedAt
+	fr.Affected = healed.Affected
+	fr.Healed = len(problems) == 0 && healed.Healed
+	if len(problems) > 0 {
+		fr.Error = strings.Join(problems, "; ")
+	}
+	return fr, nil
+}
+
+// noSparePasses is how many heal passes the nospare and lost stages watch
+// after the fault is first reported.
+const noSparePasses = 10
+
+// watchNoSpare follows the heal passes while no spare exists, until the
+// latched segment was reported on noSparePasses passes (or the stage
+// timeout). On full polls it checks that the segment keeps RF replicas
+// with the latched copy among them, that its other copies pass the demo's
+// own audit (read straight from the files, uncached: still readable), and
+// that no other segment is unhealthy. It returns what went wrong and how
+// many intact-copy audits passed.
+func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTally, v victim) (problems []string, reads int) {
+	id := v.seg.ID
+	deadline := time.Now().Add(d.o.StageTimeout)
+	lastFull := time.Time{}
+	interval := max(d.o.Tick/4, 10*time.Millisecond)
+	p := newProgress(d.out, d.tty, "no spare: watching heal passes", noSparePasses)
+	add := func(s string) {
+		if !slices.Contains(problems, s) {
+			problems = append(problems, s)
+		}
+	}
+	for ctx.Err() == nil {
+		if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && tally.observe(ps) {
+			fr.Passes++
+			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.Misses[id]))
+		}
+		if time.Since(lastFull) > time.Second {
+			lastFull = time.Now()
+			if view, err := poll(ctx, d.c, false); err == nil {
+				e := d.observe(view)
+				for other, why := range e.Unhealthy {
+					if other != id {
+						add(fmt.Sprintf("%s became unhealthy: %s", other, why))
+					}
+				}
+				s, ok := view.Snap.Segment(id)
+				switch {
+				case !ok:
+					add(fmt.Sprintf("%s left the metadata", id))
+				case len(s.Replicas) != d.o.RF:
+					add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
+				case !s.HasReplica(v.b.ID):
+					add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
+				}
+				if ok {
+					for _, r := range s.Replicas {
+						if r == v.b.ID {
+							continue
+						}
+						if br := d.c.Broker(r); br != nil {
+							if err := auditCopyFile(copyPath(br, id), *s); err != nil {
+								add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
+							} else {
+								reads++
+							}
+						}
+					}
+				}
+			}
+		}
+		if tally.Hits[id] >= noSparePasses || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(interval)
+	}
+	switch {
+	case !tally.detected():
+		add(fmt.Sprintf("no heal pass reported %s %s within %v", id, nospareReason, d.o.StageTimeout))
+		p.Finish("not reported")
+	case tally.Hits[id] < noSparePasses:
+		add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, nospareReason, tally.Hits[id], d.o.StageTimeout))
+		p.Finish("timed out")
+	default:
+		p.Finish(fmt.Sprintf("reported on %d of %d passes", tally.Hits[id], tally.Hits[id]+tally.Misses[id]))
+	}
+	if tally.Misses[id] > 0 {
+		add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, nospareReason, tally.Misses[id]))
+	}
+	return problems, reads
+}
+
+// lostReported: the pass lists seg lost, or failed for want of any intact
+// copy.
+func lostReported(p passStatus, seg meta.SegmentID) bool {
+	if _, ok := p.lost(seg); ok {
+		return true
+	}
+	r := p.failedReason(seg)
+	return r == "no_intact_source" || r == "all_replicas_dead"
+}
+
+// stageLost destroys every copy of two segments on purpose: X's files are
+// deleted, Y's damaged in place (a bit flip, same size, for the scrubber
+// to find; truncated when the scrubber is off). Over at least ten heal
+// passes both must be reported lost on every pass, no other segment may
+// become unhealthy, and no file of Y may be deleted by the cluster (they
+// are the last remains of its data). Then both are acknowledged through
+// POST /v1/heal/acknowledge/{id} and the report must mark them so. It is
+// the last stage: the demo ends with X and Y destroyed, and the report
+// counts them apart from real data loss only when all of this held.
+func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "lost"}
+	if err := d.reviveAll(ctx); err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	vs := d.pickVictims(2)
+	if len(vs) < 2 {
+		fr.Skipped = "fewer than two healthy sealed segments"
+		return fr, nil
+	}
+	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: "bitflip", yFiles: map[string]int64{},
+		firstAt: map[meta.SegmentID]time.Time{}, acked: map[meta.SegmentID]bool{}}
+	x, y := r.x, r.y
+	if !d.scrubberAdvertised() {
+		r.damage = "truncate"
+	}
+	fr.What = fmt.Sprintf("delete all of %s, %s all of %s", x.ID, r.damage, y.ID)
+	d.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, r.damage, y.ID)
+	r.start = time.Now()
+	r.nx, r.ny = r.hit(x, "delete"), r.hit(y, r.damage)
+	if r.nx == 0 && r.ny == 0 {
+		return fr, nil
+	}
+	fr.Injected = true
+	if r.extra > 0 {
+		addNote(&fr, "%d of the %d copy files destroyed lay outside their segment's replica set (left by earlier stages)", r.extra, r.nx+r.ny)
+	}
+	if r.nx < len(x.Replicas) || r.ny < len(y.Replicas) {
+		fr.Error = fmt.Sprintf("only %d of %d copies of %s and %d of %d of %s destroyed: %s", r.nx, len(x.Replicas), x.ID, r.ny, len(y.Replicas), y.ID, fr.Error)
+		return fr, nil
+	}
+	r.ids = []meta.SegmentID{x.ID, y.ID}
+	r.tally = newPassTally(r.ids, lostReported)
+	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
+	if err := r.watch(ctx); err != nil {
+		return fr, err
+	}
+	r.checkKept()
+	r.acknowledge(ctx)
+	r.finish()
+	return fr, nil
+}
+
+// lostRun is one run of the lost stage: X is deleted, Y damaged in place.
+type lostRun struct {
+	d      *demo
+	fr     *FaultReport
+	x, y   meta.Segment
+	damage string // what is done to Y's copies: bitflip, or truncate
+	ids    []meta.SegmentID
+	start  time.Time
+	// nx and ny are the copies of X and Y destroyed, extra those of them
+	// outside the segment's replica set.
+	nx, ny, extra int
+	// yFiles are Y's damaged files and their sizes after the fault; kept
+	// how many of them the cluster left as the fault left them.
+	yFiles   map[string]int64
+	kept     int
+	tally    *passTally
+	firstAt  map[meta.SegmentID]time.Time
+	acked    map[meta.SegmentID]bool
+	problems []string
+	interval time.Duration
+}
+
+func (r *lostRun) add(s string) {
+	if !slices.Contains(r.problems, s) {
+		r.problems = append(r.problems, s)
+	}
+}
+
+// hit destroys every copy file of seg on any broker (kind delete, bitflip
+// or truncate): its replicas' and any left outside its set by earlier
+// stages (a restarted broker keeps its old copies; an intact one would
+// rightly heal the segment). It returns how many it destroyed.
+func (r *lostRun) hit(seg meta.Segment, kind string) int {
+	d, fr := r.d, r.fr
+	n := 0
+	var first *harness.Fault
+	for _, b := range d.c.Brokers() {
+		path := copyPath(b, seg.ID)
+		if _, err := os.Stat(path); err != nil {
+			if seg.HasReplica(b.ID) {
+				fr.Error = fmt.Sprintf("%s has no file on its replica %d: %v", seg.ID, b.ID, err)
+			}
+			continue
+		}
+		if !seg.HasReplica(b.ID) {
+			r.extra++
+		}
+		var df harness.Fault
+		var err error
+		switch kind {
+		case "delete":
+			df, err = harness.DeleteCopy(path)
+		case "bitflip":
+			df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.BitflipCopy(path, seg.ByteSize, d.rng) })
+		case "truncate":
+			df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.TruncateCopy(path, d.rng) })
+		}
+		if err == nil && first == nil {
+			first = &df
+		}
+		d.aud.Forget(path)
+		if err != nil {
+			fr.Error = err.Error()
+			continue
+		}
+		if kind != "delete" {
+			r.yFiles[path] = df.SizeAfter
+		}
+		fr.Copies = append(fr.Copies, df)
+		d.logf("  %s on broker %d: %s", seg.ID, b.ID, describeFault(df))
+		n++
+	}
+	return n
+}
+
+// watch follows the heal passes until both segments were reported lost
+// on noSparePasses passes (or the stage times out), noting any other
+// segment that becomes unhealthy meanwhile.
+func (r *lostRun) watch(ctx context.Context) error {
+	d, fr, tally, ids := r.d, r.fr, r.tally, r.ids
+	deadline := r.start.Add(d.o.StageTimeout)
+	p := newProgress(d.out, d.tty, "watching the loss reported", noSparePasses)
+	var lastFull time.Time
+	for ctx.Err() == nil {
+		if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && tally.observe(ps) {
+			fr.Passes++
+			for _, id := range ids {
+				if r.firstAt[id].IsZero() && tally.FirstPass[id] != 0 {
+					r.firstAt[id] = time.Now()
+				}
+			}
+			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.misses()))
+		}
+		if time.Since(lastFull) > time.Second {
+			lastFull = time.Now()
+			if view, err := poll(ctx, d.c, false); err == nil {
+				for other, why := range d.observe(view).Unhealthy {
+					if !slices.Contains(ids, other) {
+						r.add(fmt.Sprintf("%s became unhealthy: %s", other, why))
+					}
+				}
+			}
+		}
+		if tally.detected() && tally.minHits() >= noSparePasses || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(r.interval)
+	}
+	if err := ctx.Err(); err != nil {
+		p.Finish("interrupted")
+		return err
+	}
+	fr.Detected = tally.detected()
+	if tally.minHits() >= noSparePasses && tally.misses() == 0 {
+		p.Finish(fmt.Sprintf("both reported lost on every one of %d passes", tally.Observed-min(tally.FirstPass[r.x.ID], tally.FirstPass[r.y.ID])+1))
+	} else {
+		p.Finish("not reported as required")
+	}
+	for _, id := range ids {
+		switch {
+		case tally.FirstPass[id] == 0:
+			r.add(fmt.Sprintf("%s never reported lost within %v", id, d.o.StageTimeout))
+		case tally.Hits[id] < noSparePasses:
+			r.add(fmt.Sprintf("%s reported lost on only %d passes within %v", id, tally.Hits[id], d.o.StageTimeout))
+		}
+		if m := tally.Misses[id]; m > 0 {
+			r.add(fmt.Sprintf("%s not reported lost on %d passes after its first report", id, m))
+		}
+	}
+	return nil
+}
+
+// checkKept: Y's damaged copies are the last remains: none may be gone,
+// and its replicas' copies must be as the fault left them. A leftover copy
+// outside the set may have been picked as the target of a backfill while
+// the scrubber had not yet found every replica corrupt: the catch-up then
+// cuts it back to its last valid frame (the same bytes are damaged in
+// every copy, so what it drops is still in the replicas' copies); that is
+// noted, not counted as a deletion.
+func (r *lostRun) checkKept() {
+	y := r.y
+	for path, size := range r.yFiles {
+		inSet := false
+		for _, id := range y.Replicas {
+			if b := r.d.c.Broker(id); b != nil && copyPath(b, y.ID) == path {
+				inSet = true
+			}
+		}
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			r.add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
+		case fi.Size() != size && inSet:
+			r.add(fmt.Sprintf("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
+		case fi.Size() != size:
+			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was a backfill target and cut back from %d to %d bytes, its valid frames; the file is kept", y.ID, path, size, fi.Size())
+			r.kept++
+		default:
+			r.kept++
+		}
+	}
+}
+
+// acknowledge has an operator acknowledge both segments; the report must
+// mark them.
+func (r *lostRun) acknowledge(ctx context.Context) {
+	d, ids := r.d, r.ids
+	ps, err := leaderStatus(ctx, d.c.Running())
+	if err != nil {
+		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
+	} else {
+		ab := d.pickAcknowledger(ps.Leader)
+		for _, id := range ids {
+			if err := acknowledge(ctx, ab, id); err != nil {
+				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
+			}
+		}
+		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
+		ackDeadline := time.Now().Add(max(20*d.o.Tick, 5*time.Second))
+		for len(r.acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
+			if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && r.tally.observe(ps) {
+				r.fr.Passes++
+				for _, id := range ids {
+					if l, ok := ps.lost(id); ok && l.Acknowledged {
+						r.acked[id] = true
+					}
+				}
+			}
+			time.Sleep(r.interval)
+		}
+		for _, id := range ids {
+			if !r.acked[id] {
+				r.add(fmt.Sprintf("no heal report marks %s acknowledged", id))
+			}
+		}
+	}
+	if r.tally.misses() > 0 {
+		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.misses()))
+	}
+}
+
+// finish records both destroyed segments and the stage's verdict.
+func (r *lostRun) finish() {
+	fr, x, y, tally := r.fr, r.x, r.y, r.tally
+	for _, seg := range []meta.Segment{x, y} {
+		copies := r.nx
+		if seg.ID == y.ID {
+			copies = r.ny
+		}
+		ds := destroyedSegment{
+			Segment: seg.ID, Copies: copies, PassesReported: tally.Hits[seg.ID],
+			PassesMissed: tally.Misses[seg.ID], Acknowledged: r.acked[seg.ID],
+		}
+		if seg.ID == x.ID {
+			ds.How = "every copy's file deleted"
+		} else {
+			ds.How = fmt.Sprintf("every copy damaged in place (%s)", r.damage)
+			ds.FilesKept = r.kept
+		}
+		if !r.firstAt[seg.ID].IsZero() {
+			ds.ReportedAfterSeconds = seconds(r.firstAt[seg.ID].Sub(r.start))
+		}
+		fr.Destroyed = append(fr.Destroyed, ds)
+	}
+	addNote(fr, "seconds_to_heal is, for this stage, from the fault to both reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed, %d passes unseen between polls); %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
+		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.Unseen, r.kept, len(r.yFiles), y.ID, len(r.acked))
+	if len(r.problems) > 0 {
+		fr.Error = strings.Join(r.problems, "; ")
+		r.d.logf("  lost: %s", fr.Error)
+	}
+	// Healed, for this stage, means reported as required: the data is
+	// gone by design.
+	fr.Healed = len(r.problems) == 0
+	if fr.Healed {
+		last := r.start
+		for _, t := range r.firstAt {
+			last = later(last, t)
+		}
+		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
+	}
+}
+
+// sameDamage damages the copy at path: with first nil by fresh, else
+// exactly as first was damaged (the same bit of the same byte flipped, or
+// cut at the same byte). Copies are byte-identical, so every copy then
+// lacks the same bytes: no two of them make an intact copy together (a
+// resume cuts a copy back to its first bad frame and fetches the rest from
+// another, which with a different flip would have healed the segment).
+func (d *demo) sameDamage(path string, seg meta.Segment, first *harness.Fault, fresh func() (harness.Fault, error)) (harness.Fault, error) {
+	if first == nil {
+		return fresh()
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return harness.Fault{}, fmt.Errorf("%s fault: %w", first.Kind, err)
+	}
+	df := *first
+	df.Path, df.SizeBefore = path, fi.Size()
+	switch first.Kind {
+	case "bitflip":
+		if _, err := harness.FlipBit(path, first.Offset, first.Bit); err != nil {
+			return harness.Fault{}, fmt.Errorf("bitflip fault: %s: %w", path, err)
+		}
+	case "truncate":
+		if err := os.Truncate(path, first.Offset); err != nil {
+			return harness.Fault{}, fmt.Errorf("truncate fault: %w", err)
+		}
+	default:
+		return harness.Fault{}, fmt.Errorf("sameDamage: %s: no such damage %q for %s", path, first.Kind, seg.ID)
+	}
+	df.SizeAfter = df.SizeBefore
+	if first.Kind == "truncate" {
+		df.SizeAfter = first.Offset
+	}
+	return df, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// pickAcknowledger is a running follower when there is one (its admin API
+// forwards to the leader, as an operator's call to any broker would be),
+// else the leader.
+func (d *demo) pickAcknowledger(leader meta.BrokerID) *harness.Broker {
+	var lb *harness.Broker
+	for _, b := range d.c.Running() {
+		if b.ID != leader {
+			return b
+		}
+		lb = b
+	}
+	return lb
+}

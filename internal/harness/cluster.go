@@ -1,0 +1,389 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/internal/rpc"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
+)
+
+// Config is what a cluster is made of.
+type Config struct {
+	Bin     string // the malachid binary
+	Root    string // every broker's directory lives under it
+	Brokers int
+	RF      int
+	// Tick and Grace are heal.tick and heal.grace (0: not written, the
+	// plugin's defaults).
+	Tick, Grace time.Duration
+	// Raft are the [raft] timings written to every config.
+	Raft RaftTimings
+	// NoHeal writes heal.enabled = false.
+	NoHeal bool
+	// HealExtra is appended to every [heal] table, one key per line.
+	HealExtra string
+	// LogLevel is malachid's log_level ("": its default).
+	LogLevel string
+	// CallTimeout bounds each admin call (0: 30 s).
+	CallTimeout time.Duration
+	// Keep leaves the processes running when the process that started
+	// them exits (no parent-death signal).
+	Keep bool
+	// Insecure runs the brokers with insecure = true: plaintext on
+	// loopback, no certificates. Otherwise New makes a CA, a certificate
+	// per broker and the operator and viewer clients under Root/certs,
+	// and the harness calls the brokers as "operator".
+	Insecure bool
+	// LoopBroker, when set, is the broker whose <data_dir>/copies is a
+	// loop-mounted ext4 of LoopBytes bytes, mounted by Start before that
+	// broker starts and unmounted by Stop. Where the mount cannot be made,
+	// Start says why in LoopSkip and the broker runs on the plain
+	// directory.
+	LoopBroker meta.BrokerID
+	LoopBytes  int64
+}
+
+// RaftTimings are malachid's [raft] table; a zero field is not written.
+type RaftTimings struct {
+	Heartbeat, Election, LeaderLease, Commit time.Duration
+}
+
+// DemoRaft are the demo's timings: heartbeat and election timeout t, the
+// leader lease half of it, a 5 ms commit timeout.
+func DemoRaft(t time.Duration) RaftTimings {
+	return RaftTimings{Heartbeat: t, Election: t, LeaderLease: t / 2, Commit: 5 * time.Millisecond}
+}
+
+// Cluster runs brokers as real processes.
+type Cluster struct {
+	cfg Config
+	// certs is the layout of the cluster's certificates (Root/certs);
+	// zero with cfg.Insecure. They live outside every data_dir, so a
+	// broker whose data directory is swapped keeps its identity.
+	certs pki.Local
+	// rpc is the harness's one client of every broker, as "operator".
+	rpc     *rpc.Client
+	brokers []*Broker
+
+	mu sync.Mutex
+	// loop is the loop-mounted copies disk of loopBroker, nil when none is
+	// mounted; loopSkip says why a requested one could not be made.
+	// INVARIANT: a non-nil loop is closed (unmounted, detached) by Stop.
+	//
+	// What is mounted is the broker's <data_dir>/copies only, like Kafka's
+	// log.dirs kept apart from its metadata: the raft log, the Pebble
+	// confirmation DB and the scrubber's state stay on the plain directory.
+	// Pebble treats a failed write as fatal by design (store's ConfirmMinFree
+	// guard keeps it from writing on a nearly full disk), so a full or
+	// read-only disk under it would be a broker crash, not the copy-disk
+	// fault the demo's diskfull and readonly stages are about. mkfs leaves a
+	// lost+found directory in the mount; it stays: store.Open registers
+	// regular files named <segment-id>.seg only and skips everything else.
+	loop       *loopdisk.Disk
+	loopBroker *Broker
+	loopSkip   string
+	// loopCloseErr is what closing the loop disk in Stop returned.
+	loopCloseErr error
+}
+
+// FreeLoopbackPorts returns n distinct free TCP addresses on 127.0.0.1.
+// The listeners are held until all are chosen so no two are the same;
+// another process could still take one before the broker binds it.
+func FreeLoopbackPorts(n int) ([]string, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("harness: choosing a free loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+// New lays out a cluster of cfg.Brokers brokers on loopback under
+// cfg.Root (Root/bN/data, Root/bN/malachid.toml, Root/bN/malachid.log)
+// and makes its certificates; nothing runs until Start.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Brokers < 1 {
+		return nil, fmt.Errorf("harness: Brokers = %d: want at least 1", cfg.Brokers)
+	}
+	addrs, err := FreeLoopbackPorts(4 * cfg.Brokers)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg}
+	if err := c.makeCerts(); err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.Brokers; i++ {
+		home := filepath.Join(cfg.Root, fmt.Sprintf("b%d", i+1))
+		b := &Broker{
+			ID:         meta.BrokerID(i + 1),
+			Home:       home,
+			Dir:        filepath.Join(home, "data"),
+			Host:       "127.0.0.1",
+			Admin:      addrs[4*i],
+			Raft:       addrs[4*i+1],
+			RPC:        addrs[4*i+2],
+			Data:       addrs[4*i+3],
+			ConfigPath: filepath.Join(home, "malachid.toml"),
+			LogPath:    filepath.Join(home, "malachid.log"),
+		}
+		b.Client = admin.New(b.Admin, c.rpc, cfg.Insecure)
+		b.Plugin = admin.New(b.RPC, c.rpc, cfg.Insecure)
+		c.brokers = append(c.brokers, b)
+	}
+	return c, nil
+}
+
+// makeCerts writes the cluster's certificates under Root/certs (valid
+// for 127.0.0.1 and localhost) and makes the harness's client with the
+// operator's; with cfg.Insecure, a plaintext client and no files.
+func (c *Cluster) makeCerts() error {
+	timeout := c.cfg.CallTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	if c.cfg.Insecure {
+		c.rpc = rpc.NewClient(nil, admin.Codes, timeout)
+		return nil
+	}
+	ids := make([]meta.BrokerID, c.cfg.Brokers)
+	for i := range ids {
+		ids[i] = meta.BrokerID(i + 1)
+	}
+	l, err := pki.CreateLocal(filepath.Join(c.cfg.Root, "certs"), ids, []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		return fmt.Errorf("harness: the cluster's certificates: %w", err)
+	}
+	certs, err := pki.LoadClient(l.ClientDir(), string(pki.RoleOperator))
+	if err != nil {
+		return fmt.Errorf("harness: the operator's certificate: %w", err)
+	}
+	c.certs, c.rpc = l, rpc.NewClient(certs, admin.Codes, timeout)
+	return nil
+}
+
+// Config is the cluster's configuration as given to New.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// Certs is the layout of the cluster's certificates (zero when insecure).
+func (c *Cluster) Certs() pki.Local { return c.certs }
+
+// RPC is the harness's client of every broker (as the operator), for a
+// client of an address of the caller's choosing (admin.New).
+func (c *Cluster) RPC() *rpc.Client { return c.rpc }
+
+// CLIFlags are the flags that let `malachi status` and the other
+// commands talk to this cluster as the operator.
+func (c *Cluster) CLIFlags() []string {
+	if c.cfg.Insecure {
+		return []string{"--insecure"}
+	}
+	return []string{"--certs-dir", c.certs.ClientDir(), "--user", string(pki.RoleOperator)}
+}
+
+// Brokers returns every broker, by id from 1.
+func (c *Cluster) Brokers() []*Broker { return c.brokers }
+
+// Broker returns broker id, nil when the cluster has none of that id.
+func (c *Cluster) Broker(id meta.BrokerID) *Broker {
+	for _, b := range c.brokers {
+		if b.ID == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// Running returns the brokers whose process is up.
+func (c *Cluster) Running() []*Broker {
+	var out []*Broker
+	for _, b := range c.brokers {
+		if b.Alive() {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Without returns a view of the cluster without broker id (same
+// processes, same client) for polling the brokers that stay.
+func (c *Cluster) Without(id meta.BrokerID) *Cluster {
+	o := &Cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc}
+	for _, b := range c.brokers {
+		if b.ID != id {
+			o.brokers = append(o.brokers, b)
+		}
+	}
+	return o
+}
+
+// Start writes every config, mounts the loop disk when asked for
+// (LoopBroker) and starts every broker.
+func (c *Cluster) Start() error {
+	for _, b := range c.brokers {
+		if err := c.WriteConfig(b); err != nil {
+			return err
+		}
+	}
+	if l, _ := c.Loop(); l == nil && c.Broker(c.cfg.LoopBroker) != nil {
+		b := c.Broker(c.cfg.LoopBroker)
+		if err := c.MountCopiesDisk(b, c.cfg.LoopBytes); err != nil {
+			c.mu.Lock()
+			c.loopSkip = err.Error()
+			c.mu.Unlock()
+		}
+	}
+	for _, b := range c.brokers {
+		if err := c.StartBroker(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteConfig makes broker b's data directory and writes its config.
+func (c *Cluster) WriteConfig(b *Broker) error {
+	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+		return fmt.Errorf("harness: broker %d: %w", b.ID, err)
+	}
+	if err := os.WriteFile(b.ConfigPath, []byte(c.configText(b)), 0o600); err != nil {
+		return fmt.Errorf("harness: broker %d: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Stop ends every broker still running: SIGTERM, then SIGKILL after a
+// grace; then it unmounts and detaches the loop disk, if any, and closes
+// the client's idle connections.
+func (c *Cluster) Stop() {
+	defer c.rpc.Close()
+	defer c.closeLoop()
+	var wg sync.WaitGroup
+	for _, b := range c.brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.stop(3 * time.Second)
+		}()
+	}
+	wg.Wait()
+}
+
+// UnexpectedExit names a broker that exited without the harness being
+// asked to stop it, with the last lines of its log.
+func (c *Cluster) UnexpectedExit() error {
+	for _, b := range c.brokers {
+		if exited, err := b.exitedOnItsOwn(); exited {
+			return fmt.Errorf("broker %d (admin %s) exited on its own: %v; last lines of %s:\n%s", b.ID, b.Admin, err, b.LogPath, TailFile(b.LogPath, 8))
+		}
+	}
+	return nil
+}
+
+// WaitReady waits until every running broker answers /v1/health and they
+// agree on a leader, and returns it. It fails at once when a broker exits
+// on its own.
+func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) (meta.BrokerID, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var lastErr error
+	for {
+		if err := c.UnexpectedExit(); err != nil {
+			return 0, err
+		}
+		leader, err := c.Leader(ctx, true)
+		if err == nil {
+			return leader, nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return 0, fmt.Errorf("cluster not ready after %v: %w", timeout, lastErr)
+			}
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Leader asks every running broker for its view of the leader and returns
+// it when they agree. With all, every running broker must answer.
+func (c *Cluster) Leader(ctx context.Context, all bool) (meta.BrokerID, error) {
+	var leader meta.BrokerID
+	for _, b := range c.brokers {
+		if !b.Alive() {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := b.Client.Health(hctx)
+		cancel()
+		if err != nil {
+			if all {
+				return 0, err
+			}
+			continue
+		}
+		if h.Leader == 0 {
+			return 0, fmt.Errorf("broker %d (admin %s) knows no leader yet", b.ID, b.Admin)
+		}
+		if leader != 0 && h.Leader != leader {
+			return 0, fmt.Errorf("brokers disagree on the leader: %d and %d", leader, h.Leader)
+		}
+		leader = h.Leader
+	}
+	if leader == 0 {
+		return 0, errors.New("no running broker answered /v1/health")
+	}
+	return leader, nil
+}
+
+// WaitRegistered waits until the metadata, as a running broker serves
+// it, lists every running broker.
+func (c *Cluster) WaitRegistered(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	missing := "no running broker"
+	for {
+		if run := c.Running(); len(run) > 0 {
+			snap, err := run[0].Client.Metadata(ctx)
+			missing = ""
+			if err != nil {
+				missing = err.Error()
+			}
+			for _, b := range run {
+				if _, ok := snap.Broker(b.ID); !ok && err == nil {
+					missing = fmt.Sprintf("broker %d not in the metadata", b.ID)
+				}
+			}
+			if missing == "" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("brokers not registered after %v: %s", timeout, missing)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,44 @@
+// Package harness runs clusters of real malachid processes for the demo
+// (internal/demo), the e2e tests and the fault suite: it locates or builds
+// the binary, makes the cluster's certificates (pki.CreateLocal; insecure
+// only when asked), writes each broker's config, starts, stops, kills,
+// pauses and restarts brokers, waits for a leader and for registration,
+// calls every broker through the typed admin client (internal/admin), and
+// injects the faults done to a copy's file (delete, truncate, extend, bit
+// flip). The one fault a broker injects itself is the latch
+// (admin.Client.Latch): it needs the broker's store to see an I/O error.
+//
+// Usage:
+//
+//	c, err := harness.New(harness.Config{Bin: bin, Root: dir, Brokers: 3, RF: 3})
+//	defer c.Stop()             // or t.Cleanup(c.Stop)
+//	err = c.Start()
+//	leader, err := c.WaitReady(ctx, 20*time.Second)
+//	b := c.Broker(2)
+//	err = c.Kill(b); err = c.Restart(b)
+//	path, err := b.CopyPath(id) // the one place that knows the copies' layout
+//	f, err := harness.TruncateCopy(path, rng)
+//
+// Everything about one broker (its addresses, data dir, process, admin
+// client, the command prefix it runs under) is a field of its Broker, so a
+// later change can place each broker elsewhere (a network namespace, with
+// a Prefix such as `ip netns exec NAME`).
+//
+// Invariants:
+//
+//  1. Every broker runs in a process group of its own; signals go to the
+//     group. Unless Config.Keep, the kernel kills a broker when the process
+//     that started it dies (Linux's parent-death signal).
+//  2. Stop ends every broker still running (SIGTERM, SIGKILL after 3 s),
+//     reaps it, and unmounts the loop disk: after it returns nothing the
+//     cluster started is left running or mounted. It is safe to call
+//     twice and after a failed Start.
+//  3. A broker's exit is unexpected unless the harness was asked to stop
+//     it (Kill, Terminate, Stop); UnexpectedExit names the first such one
+//     with the tail of its log.
+//  4. No code outside copies.go knows where a broker keeps a copy's file:
+//     CopyPath and CopyFiles walk the broker's copies directory.
+//
+// A Cluster's methods may be called from several goroutines; a Broker's
+// process state is guarded by its own mutex.
+package harness
