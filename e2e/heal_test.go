@@ -261,7 +261,7 @@ func TestHealDisabled(t *testing.T) {
 		}
 		for _, e := range ents {
 			switch e.Name() {
-			case "copies", "confirm", "LOCK", "raft":
+			case "copies", "confirm", "LOCK", "FORMAT", "raft":
 			default:
 				t.Errorf("broker %d: unexpected %s in its data dir", b.id, filepath.Join(b.dir, e.Name()))
 			}
