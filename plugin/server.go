@@ -47,9 +47,10 @@ type server struct {
 	log     zerolog.Logger
 	metrics *metrics
 	scrub   *scrubber // nil when scrubbing is off
-	// scratch holds *probeScratch: probes may overlap (a pass and a dry
-	// run), each takes its own.
-	scratch sync.Pool
+	// scratch is the probe's memory, kept from probe to probe under
+	// scratchMu (takeScratch).
+	scratchMu sync.Mutex
+	scratch   *probeScratch
 }
 
 // routes registers the RPCs on mux, for brokers only (rpcs authenticates
@@ -90,18 +91,27 @@ func (s *server) viewAt(ctx context.Context, index uint64) (*meta.View, error) {
 	}
 }
 
-// probeScratch is one probe's memory, reused from probe to probe so that a
-// probe allocates nothing per copy once warm.
+// probeScratch is the probe's memory, reused from probe to probe so that
+// a probe allocates nothing per copy once warm.
+//
+// known caches the store's confirmations in the order the view lists the
+// broker's copies, while the store's ConfirmationsVersion stays version:
+// a steady probe reads them in sequence, where a lookup per copy in the
+// store's map of 10^5 or more missed the cache on most copies. An entry
+// whose segment is not the one at its position is looked up again.
 type probeScratch struct {
-	segs  []*meta.Segment // the copies stat'ed, parallel to batch
-	conf  []confirmation  // their confirmations, parallel to batch
-	dirs  store.StatDirs  // the shard directories, opened for this probe
-	batch probe.Batch
-	out   []probe.Result
+	segs      []*meta.Segment // the copies stat'ed, parallel to batch
+	known     []confirmation  // their confirmations, parallel to segs
+	version   uint64
+	versionOK bool
+	dirs      store.StatDirs // the shard directories, opened for this probe
+	batch     probe.Batch
+	out       []probe.Result
 }
 
 // confirmation is the store's confirmed identity of a copy, if any.
 type confirmation struct {
+	id meta.SegmentID
 	fi store.FileIdentity
 	ok bool
 }
@@ -148,31 +158,43 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 		// copies are unknown rather than all overrun.
 		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
 	}
-	sc, _ := s.scratch.Get().(*probeScratch)
-	if sc == nil {
-		sc = new(probeScratch)
-	}
-	defer s.scratch.Put(sc)
+	sc := s.takeScratch()
+	defer s.putScratch(sc)
 	if err := s.db.OpenStatDirs(&sc.dirs); err != nil {
 		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
 	}
 	defer sc.dirs.Close()
-	sc.segs, sc.conf = sc.segs[:0], sc.conf[:0]
+	version := s.db.ConfirmationsVersion()
+	known := sc.known
+	if !sc.versionOK || sc.version != version {
+		known = nil // a confirmation changed: look every copy up again
+	}
+	sc.segs = sc.segs[:0]
 	sc.batch.Reset()
 	for seg := range view.HeldBy(s.self) {
 		if !seg.Sealed {
 			continue
 		}
 		rep.Copies++
-		latch, fi, ok := s.db.ProbeFacts(seg.ID)
-		if latch != nil {
+		if latch := s.db.ProbeLatch(seg.ID); latch != nil {
 			rep.Add(seg, heal.Fact{Segment: seg.ID, Flags: heal.FactLatched, Why: latch.Error()})
 			continue
 		}
+		k := len(sc.segs)
+		if k >= len(known) || known[k].id != seg.ID {
+			_, fi, ok := s.db.ProbeFacts(seg.ID)
+			c := confirmation{id: seg.ID, fi: fi, ok: ok}
+			if k < len(sc.known) {
+				sc.known[k] = c
+			} else {
+				sc.known = append(sc.known, c)
+			}
+		}
 		sc.segs = append(sc.segs, seg)
-		sc.conf = append(sc.conf, confirmation{fi, ok})
 		sc.batch.Add(sc.dirs.Target(seg.ID))
 	}
+	sc.known = sc.known[:len(sc.segs)]
+	sc.version, sc.versionOK = version, true
 	if cap(sc.out) < len(sc.segs) {
 		sc.out = make([]probe.Result, len(sc.segs))
 	}
@@ -181,9 +203,27 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 		return rep, fmt.Errorf("plugin: broker %d: probing %d copies: %w", s.self, len(sc.segs), err)
 	}
 	for i, seg := range sc.segs {
-		rep.Add(seg, s.fact(seg, &out[i], sc.conf[i]))
+		rep.Add(seg, s.fact(seg, &out[i], sc.known[i]))
 	}
 	return rep, nil
+}
+
+// takeScratch returns the server's probe memory, or a fresh one while
+// another probe holds it (a pass and a dry run at once).
+func (s *server) takeScratch() *probeScratch {
+	if s.scratchMu.TryLock() {
+		if s.scratch == nil {
+			s.scratch = new(probeScratch)
+		}
+		return s.scratch
+	}
+	return new(probeScratch)
+}
+
+func (s *server) putScratch(sc *probeScratch) {
+	if sc == s.scratch {
+		s.scratchMu.Unlock()
+	}
 }
 
 // fact is what the probe observed of the copy of seg: its stat r and the

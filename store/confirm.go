@@ -147,6 +147,7 @@ func (db *DB) setConfirmed(id meta.SegmentID, fi FileIdentity, ok bool) {
 	} else {
 		delete(db.confirmed, id)
 	}
+	db.confVersion.Add(1)
 }
 
 // loadConfirmed reads every confirmation of conf. A segment with more than
@@ -234,6 +235,7 @@ func (db *DB) confirmDB(op string, id meta.SegmentID, write bool) (*pebble.DB, e
 			return nil, fmt.Errorf("%w: %s %s: load confirmations: %w", ErrConfirmState, op, id, err)
 		}
 		db.conf, db.confirmed = conf, confirmed
+		db.confVersion.Add(1)
 	}
 	return db.conf, nil
 }

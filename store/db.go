@@ -67,6 +67,8 @@ type DB struct {
 	// loaded when conf opens and changed only after a durable write to
 	// it, so Confirmed never reads Pebble. Protected by confMu.
 	confirmed map[meta.SegmentID]FileIdentity
+	// confVersion changes whenever confirmed does (ConfirmationsVersion).
+	confVersion atomic.Uint64
 	minFree   int64
 	// confFailed is set when Pebble reported a fatal error.
 	confFailed atomic.Pointer[failure]
@@ -77,6 +79,15 @@ type DB struct {
 
 	mu sync.RWMutex // protects m
 	m  map[meta.SegmentID]*copyState
+
+	// latched mirrors the latch of every latched copy in m, for
+	// ProbeFacts: small (latches are rare), so a probe's lookups in it stay
+	// in cache where m's would miss; nLatched is its size, so that a probe
+	// of a store with no latched copy skips it. Written under the copy's
+	// mu, then latchedMu.
+	latchedMu sync.RWMutex
+	latched   map[meta.SegmentID]*latchError
+	nLatched  atomic.Int64
 }
 
 // copyState is the in-memory state of one copy. All fields are protected by
@@ -90,8 +101,6 @@ type copyState struct {
 	loaded bool // the fields below reflect the file
 	held   bool // by a Target
 	latch  error
-	// latched mirrors latch for ProbeFacts, which reads it without mu.
-	latched atomic.Pointer[latchError]
 
 	// An active copy is open for appends in this process.
 	// INVARIANT: active => f != nil && !sealed.
@@ -193,6 +202,7 @@ func (db *DB) Close() error {
 			errs = append(errs, err)
 		}
 		db.conf, db.confirmed = nil, nil
+		db.confVersion.Add(1)
 	}
 	db.confMu.Unlock()
 	if err := db.lock.Close(); err != nil {
@@ -280,7 +290,13 @@ func (db *DB) fail(c *copyState, op string, err error) error {
 	if c.latch == nil {
 		le := &latchError{id: string(c.id), op: op, cause: err}
 		c.latch = le
-		c.latched.Store(le)
+		db.latchedMu.Lock()
+		if db.latched == nil {
+			db.latched = map[meta.SegmentID]*latchError{}
+		}
+		db.latched[c.id] = le
+		db.nLatched.Store(int64(len(db.latched)))
+		db.latchedMu.Unlock()
 		db.log.Error().Str("segment", string(c.id)).Str("op", op).Err(err).Msg("store: copy latched")
 		if c.f != nil {
 			_ = c.f.Close()
@@ -293,6 +309,14 @@ func (db *DB) fail(c *copyState, op string, err error) error {
 // forget removes a copy whose file is gone from the map. Caller holds c.mu.
 func (db *DB) forget(c *copyState) {
 	c.gone = true
+	if c.latch != nil {
+		db.latchedMu.Lock()
+		if le, ok := db.latched[c.id]; ok && le == c.latch {
+			delete(db.latched, c.id)
+		}
+		db.nLatched.Store(int64(len(db.latched)))
+		db.latchedMu.Unlock()
+	}
 	if c.f != nil {
 		_ = c.f.Close()
 		c.f, c.active = nil, false

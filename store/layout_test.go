@@ -440,6 +440,12 @@ func TestStatDirs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("Target+ProbeFacts allocate %v times per run, want 0", allocs)
 	}
+	if err := db.Delete("b"); err != nil {
+		t.Fatal(err)
+	}
+	if latch, _, _ := db.ProbeFacts("b"); latch != nil {
+		t.Fatalf("ProbeFacts of a deleted latched copy: %v, want no latch", latch)
+	}
 	d.Close()
 	// Replace a's shard by an empty directory, as a disk mounted over it
 	// would: the next batch sees the new, empty one.

@@ -59,8 +59,10 @@ func (d *StatDirs) Close() {
 // ProbeFacts answers, from memory, what the probe needs besides the stat:
 // latched (with the latch error, which wraps ErrLatched and its cause) and
 // the confirmed file identity, if any. No allocation, no I/O, no per-copy
-// lock: a read lock of the copy map, an atomic load, a read lock of the
-// confirmation mirror.
+// lock: one lookup in the confirmation mirror under its read lock, and one
+// in the small set of latched copies only when there is any (a lookup in
+// the map of all copies missed the cache on most copies: it cost a probe
+// of 10^5 copies a third of its time).
 //
 // The confirmations are those loaded by the first use of the confirmation
 // DB: before it (see LoadConfirmations) no copy reads as confirmed, which
@@ -68,19 +70,32 @@ func (d *StatDirs) Close() {
 //
 //lint:ignore ST1008 latch is a fact about the copy the call reports, not a failure of the call
 func (db *DB) ProbeFacts(id meta.SegmentID) (latch error, confirmed FileIdentity, isConfirmed bool) {
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
-	if c != nil {
-		if le := c.latched.Load(); le != nil {
-			latch = le
-		}
-	}
+	latch = db.ProbeLatch(id)
 	db.confMu.RLock()
 	confirmed, isConfirmed = db.confirmed[id]
 	db.confMu.RUnlock()
 	return latch, confirmed, isConfirmed
 }
+
+// ProbeLatch is ProbeFacts's latch alone: nil unless the copy of id is
+// latched. It costs an atomic load while no copy is latched.
+func (db *DB) ProbeLatch(id meta.SegmentID) error {
+	if db.nLatched.Load() == 0 {
+		return nil
+	}
+	db.latchedMu.RLock()
+	defer db.latchedMu.RUnlock()
+	if le, ok := db.latched[id]; ok {
+		return le
+	}
+	return nil
+}
+
+// ConfirmationsVersion changes whenever a confirmation is recorded,
+// replaced or forgotten (and when they are loaded or the DB closes): a
+// caller that remembers what ProbeFacts answered for many copies keeps it
+// while the version is the same, and asks again after it changed.
+func (db *DB) ConfirmationsVersion() uint64 { return db.confVersion.Load() }
 
 // LoadConfirmations opens the confirmation DB if it is not yet open and
 // loads its confirmations into memory, for ProbeFacts. Once they are
