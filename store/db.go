@@ -69,7 +69,7 @@ type DB struct {
 	confirmed map[meta.SegmentID]FileIdentity
 	// confVersion changes whenever confirmed does (ConfirmationsVersion).
 	confVersion atomic.Uint64
-	minFree   int64
+	minFree     int64
 	// confFailed is set when Pebble reported a fatal error.
 	confFailed atomic.Pointer[failure]
 
