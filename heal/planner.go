@@ -695,6 +695,7 @@ func (p *Planner) placed(seg *meta.Segment, t *trouble, states []copyState, s *n
 	if !meta.SameReplicas(p.pl.out, seg.Replicas) {
 		cmd := meta.SetSegmentReplicas{ID: seg.ID, Expected: slices.Clone(seg.Replicas), Replicas: slices.Clone(p.pl.out)}
 		plan.Actions = append(plan.Actions, Action{Op: SetReplicas, Segment: *seg, Command: cmd})
+		plan.Commands = append(plan.Commands, cmd)
 		rep.Commands++
 		for _, r := range p.pl.replaced {
 			if st := states[slices.Index(seg.Replicas, r)]; st == copyLatched || st == copyCorrupt {

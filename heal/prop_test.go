@@ -334,10 +334,7 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 		}
 		// Every broker already counts as seen long ago: the dead are dead.
 		c := coordinator(t, f, w.in.Now)
-		c.seen = map[meta.BrokerID]time.Time{}
-		for _, s := range w.in.Seen {
-			c.seen[s.Broker] = s.At
-		}
+		seeAll(c, w.in.Seen)
 		rep, err := c.Pass(context.Background())
 		if err != nil {
 			t.Fatal(err)
