@@ -52,7 +52,11 @@ func drawWorld(t *rapid.T) (*world, map[meta.BrokerID]brokerFate) {
 			w.dead(b)
 			fate[b] = f
 		default:
-			w.report(b).LatchUnknown = rapid.IntRange(0, 9).Draw(t, "latchunknown") == 0
+			if rapid.IntRange(0, 9).Draw(t, "latchunknown") == 0 {
+				// Latch state unreadable: the broker did not answer.
+				w.down(b, time.Second)
+				fate[b] = fateSuspect
+			}
 		}
 	}
 	kinds := []Kind{KindUnknown, KindUnknown, KindUnknown, Missing, Short, Overrun, Latched, TimedOut, Corrupt}
