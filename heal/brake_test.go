@@ -131,8 +131,8 @@ func TestCoordinatorReturningBroker(t *testing.T) {
 	if !slices.Equal(rep.Returned, []meta.SegmentID{"a"}) || rep.BytesSaved != 1000 || len(rep.Failed) != 0 || !slices.Equal(rep.Healed, []meta.SegmentID{"b"}) {
 		t.Errorf("report %+v", rep)
 	}
-	if c.avoid[CopyRef{"a", 7}] != 0 || len(c.avoid) != 0 {
-		t.Errorf("a cancelled backfill's target is avoided: %v", c.avoid)
+	if avoid := folded(c).Avoid; len(avoid) != 0 {
+		t.Errorf("a cancelled backfill's target is avoided: %v", avoid)
 	}
 }
 

@@ -129,8 +129,8 @@ func TestCoordinatorSealConflictFromBackfill(t *testing.T) {
 		if rep.FailedReason("a") != SealConflict || len(rep.Failed) != 1 || !slices.Equal(rep.Failed[0].Copies, []meta.BrokerID{2}) {
 			t.Fatalf("pass %d: failed %+v, want a seal_conflict on copy 2", pass, rep.Failed)
 		}
-		if len(rep.Healed) != 0 || len(rep.Resumed) != 0 || rep.Refused != 0 || len(c.refused) != 0 {
-			t.Fatalf("pass %d: healed %v resumed %v refused %d %v", pass, rep.Healed, rep.Resumed, rep.Refused, c.refused)
+		if len(rep.Healed) != 0 || len(rep.Resumed) != 0 || rep.Refused != 0 || len(folded(c).Refused) != 0 {
+			t.Fatalf("pass %d: healed %v resumed %v refused %d %v", pass, rep.Healed, rep.Resumed, rep.Refused, folded(c).Refused)
 		}
 	}
 }

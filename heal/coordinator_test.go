@@ -28,10 +28,7 @@ func calls(f *fakeBrokers) string {
 // seenLongAgo makes the coordinator's grace clock start an hour ago, so
 // the brokers without a report are dead.
 func seenLongAgo(c *Coordinator, w *world) {
-	c.seen = map[meta.BrokerID]time.Time{}
-	for _, s := range w.in.Seen {
-		c.seen[s.Broker] = s.At
-	}
+	seeAll(c, w.in.Seen)
 }
 
 // P2.2: the command only when every backfill of the segment succeeded.
@@ -196,16 +193,17 @@ func TestCoordinatorGraceFromTermStart(t *testing.T) {
 func TestCoordinatorRun(t *testing.T) {
 	w := newWorld(3, 3, seg("a", 1, 2, 3))
 	f := newFake(w)
+	tick := make(chan time.Time)
 	var reports []Report
 	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Now: func() time.Time { return t0 }, OnReport: func(r Report) { reports = append(reports, r) }})
+		Now: func() time.Time { return t0 }, OnReport: func(r Report) { reports = append(reports, r) },
+		After: func(time.Duration) <-chan time.Time { return tick }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tick := make(chan time.Time)
 	done := make(chan error)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- c.Run(ctx, tick) }()
+	go func() { done <- c.Run(ctx) }()
 	tick <- t0
 	tick <- t0
 	cancel()
@@ -280,5 +278,33 @@ func TestCoordinatorProbesEveryBrokerAtOnce(t *testing.T) {
 	}
 	if len(rep.Suspect)+len(rep.Dead) != 0 {
 		t.Fatalf("%d suspect and %d dead brokers: probes did not all run at once", len(rep.Suspect), len(rep.Dead))
+	}
+}
+
+// fastTick is the FastTick the plugin's loop ran with.
+const fastTick = 25 * time.Millisecond
+
+// TestNextPassIgnoresAuthFailed (moved from the plugin with the loop): a broker inside its grace delay hurries
+// the next pass; one that only fails authentication does not (it would
+// make the coordinator probe every broker every 25 ms for as long as the
+// certificates are wrong).
+func TestNextPassIgnoresAuthFailed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    Report
+		want time.Duration
+		ok   bool
+	}{
+		{"work done", Report{Backfills: 1, Suspect: []meta.BrokerID{5}}, 0, true},
+		{"in grace", Report{Suspect: []meta.BrokerID{4}}, fastTick, true},
+		{"deferred", Report{Deferred: 2}, fastTick, true},
+		{"quiet", Report{}, 0, false},
+		{"auth failed only", Report{Suspect: []meta.BrokerID{5}, Deferred: 3, AuthFailed: []AuthFailure{{Broker: 5, Reason: "x"}}}, 0, false},
+		{"auth failed and in grace", Report{Suspect: []meta.BrokerID{4, 5}, AuthFailed: []AuthFailure{{Broker: 5}}}, fastTick, true},
+	} {
+		d, ok := NextPass(&tc.r, fastTick)
+		if d != tc.want || ok != tc.ok {
+			t.Errorf("%s: next pass in %v (%v), want %v (%v)", tc.name, d, ok, tc.want, tc.ok)
+		}
 	}
 }

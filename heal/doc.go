@@ -9,19 +9,41 @@
 // property tests and with a deterministic simulation. Place is its
 // placement rule.
 //
-// The Coordinator is the executor: while it holds leadership it runs one
-// pass per tick (View, Probe every broker, Plan, execute) through the
-// small interfaces this package declares (ControlPlane, Prober, Backfiller,
-// Settler, Deleter), which the plugin implements over RPC.
+// All memory that outlives a pass is one value, State (settle cursor,
+// refusals and their failure counts, avoided targets, conflicts, lost and
+// acknowledged segments, last-seen times, an operator's release, the last
+// hold): Planner.Step(state, observation) returns (plan, next state), the
+// way a consensus core keeps its protocol state. Step first folds the
+// previous pass's Outcomes into the state: what a failure means (a source
+// that refused, or failed Policy.RefuseAfter times in a row, is refused;
+// the target of a failed new replica is avoided for Policy.AvoidPasses
+// passes; ErrSealConflict records a Conflict) is decided there, not by the
+// executor. The changes it makes are returned as Report.Events; the core
+// logs nothing.
+//
+// The Coordinator is the executor and the pass loop: Run (one per
+// leadership term; the plugin drives it) runs one pass now, then one per
+// Config.Tick, or sooner as NextPass says (at once after work, after
+// FastTick while a broker is in its grace delay or a segment waits), all
+// on the injected clock (Config.Now, Config.After). A pass observes (View,
+// probe every broker), Steps, and executes the plan through the small
+// interfaces this package declares (ControlPlane, Prober, Backfiller,
+// Settler, Deleter), which the plugin implements over RPC. The executor
+// applies actions by type and returns their Outcomes (a value); the
+// pass's Report is Outcomes.Report, a pure function. Per the seed, the
+// commands whose backfills all succeeded are returned for the caller's
+// control plane to apply (Outcomes.Ready, Report.Ready); the dry run
+// (Coordinator.DryRun, Plan.Commands) shows the commands a pass would
+// hand over.
 //
 // Usage loop (what Coordinator.Run does):
 //
-//	view := control.View(ctx) // immutable, shared: no copy of the metadata
-//	reports := probe every registered broker at view.Index(), all at once
-//	           (Config.MaxProbes), each within its own ProbeTimeout
-//	plan := planner.Plan(Input{view, reports, seen, now, policy, cursor, refused, conflicts, acked, lost})
-//	execute plan (see Plan for the order contract); report plan.Report
-//	cursor, refused, conflicts, acked, lost = plan's, plus the refusals and conflicts execution found
+//	obs := Observation{View: control.View(ctx), Reports: probe every broker
+//	        at view.Index() (Config.MaxProbes), Executed: last outcomes, ...}
+//	plan, state = planner.Step(state, obs)
+//	outcomes := execute(plan)   // gated: commands after their backfills
+//	report := outcomes.Report() // OnReport; the next Step folds outcomes
+//	wait Tick, or NextPass(&report, FastTick) if sooner
 //
 // Brokers send facts, heal decides: a ProbeReport lists a Fact
 // (flags missing / timed out / stat failed / latched / confirmed / corrupt,
@@ -49,16 +71,21 @@
 //     is unsettled. Nothing is repaired from the unsettled list: a batch
 //     of it, round-robin (the cursor survives between passes) and bounded
 //     by Policy.SettleBatch, is settled each pass.
-//   - An unsettled copy is selected (SettleOverrun, then ConfirmCopy once
-//     the settle succeeded) only on a pass in which its segment is fully
-//     live (every replica's broker answered), not under-replicated (no
-//     dead, latched, short or missing copy, at least the replication
-//     factor), the copy is not latched, the segment's latch state was
-//     readable this tick (no replica's broker reported LatchUnknown) and
-//     the copy's own probe did not time out. On other passes it stays in
-//     Report.Unsettled, untouched. A confirmed copy is never selected again
-//     (it is Intact: the broker stops reporting it, or reports it with
-//     FactConfirmed).
+//   - The seed's unsettled list read literally: an overrun copy is in
+//     Report.Unsettled (and may be selected into Report.Settling:
+//     SettleOverrun, then ConfirmCopy once the settle succeeded) only on a
+//     pass in which its segment is fully live (every replica's broker
+//     answered), not under-replicated (no dead, latched, short or missing
+//     copy, at least the replication factor), the copy is not latched, the
+//     segment's latch state was readable this tick, and the copy's own
+//     probe did not time out (another replica's timed-out stat does not
+//     matter). On other passes it is not listed (it still counts in
+//     Anomalies). "Latch state readable" is "the broker answered": the
+//     latch lives in the broker's memory and every answer reports latched
+//     copies (FactLatched), so a readable latch state needs no field of
+//     its own (ProbeReport.LatchUnknown, which no broker set, is gone). A
+//     confirmed copy is never selected again (it is Intact: the broker
+//     stops reporting it, or reports it with FactConfirmed).
 //   - A latched copy is neither a backfill source nor a placement target
 //     for its segment; it is replaced, never merely dropped. With no spare
 //     broker it stays in the set behind the healthy replicas and the
@@ -145,6 +172,12 @@
 //  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
 //     in Report.AuthFailed on every such pass, counts as seen (never dead
 //     for it), and, having no report, is neither a source nor a target.
+//
+// With the build tag invariants (go test -tags invariants), every Step
+// also checks the plan against its view (invariants_on.go): no set names
+// a broker twice, a SetReplicas expects exactly the view's set and keeps
+// a copy, every DeleteDroppedCopy follows a SetReplicas leaving its
+// broker out, every ConfirmCopy follows its settle; a violation panics.
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;
 // Plans and Reports it returns share no memory with it. The Coordinator

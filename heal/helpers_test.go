@@ -173,3 +173,23 @@ func ops(p Plan) string {
 	}
 	return b.String()
 }
+
+// folded is c's State with the last pass's outcomes folded in, as the
+// next Step will see it.
+func folded(c *Coordinator) State {
+	st := c.state
+	if c.pending == nil {
+		return st
+	}
+	st.Pass++
+	st, _ = st.fold(c.pending, c.cfg.Policy)
+	return st
+}
+
+// seeAll makes c's last-seen times those of seen.
+func seeAll(c *Coordinator, seen []Seen) {
+	c.state.Seen = nil
+	for _, s := range seen {
+		c.state.Seen = seenAt(c.state.Seen, s.Broker, s.At, true)
+	}
+}

@@ -270,7 +270,7 @@ func TestCoordinatorRefusedSourceNotReadAgain(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				avoided = max(avoided, len(c.avoid))
+				avoided = max(avoided, len(folded(c).Avoid))
 				if rep.IsLost("a") && lostFrom < 0 {
 					lostFrom = pass
 				}
@@ -367,7 +367,7 @@ func TestCoordinatorDurableEndFailureNotARefusal(t *testing.T) {
 			t.Fatalf("pass %d: %+v", pass, rep.Failed)
 		}
 	}
-	if len(c.refused) != 0 || len(c.fills) != 0 {
-		t.Errorf("refused %v fills %v", c.refused, c.fills)
+	if st := folded(c); len(st.Refused) != 0 || len(st.Fills) != 0 {
+		t.Errorf("refused %v fills %v", st.Refused, st.Fills)
 	}
 }

@@ -86,12 +86,11 @@ type node struct {
 	rack int32 // index of the rack name; -1 when the broker has none
 	// up: answered this tick (a source and a target); dead: unseen for
 	// longer than the grace delay. Neither: suspect.
-	up, dead     bool
-	recent       bool // seen within the grace delay
-	latchUnknown bool
-	load         int // replicas held, plus those placed this pass
-	busy         int // backfills planned this pass as source or target
-	report       int // index of its report in the pass's input, -1 none
+	up, dead bool
+	recent   bool // seen within the grace delay
+	load     int  // replicas held, plus those placed this pass
+	busy     int  // backfills planned this pass as source or target
+	report   int  // index of its report in the pass's input, -1 none
 }
 
 // placer holds the brokers of a pass and the scratch buffers of placement,

@@ -229,6 +229,10 @@ type Plan struct {
 	Actions []Action `json:"actions"`
 	// Report is what the pass found, before execution.
 	Report Report `json:"report"`
+	// Commands are the plan's SetReplicas commands, in plan order: each is
+	// handed to the control plane only if every backfill of its segment
+	// succeeds (Outcomes.Ready, Report.Ready).
+	Commands []meta.SetSegmentReplicas `json:"commands,omitempty"`
 	// SettleCursor is where the next pass's round-robin over unsettled
 	// copies starts; feed it back as Input.SettleCursor (the Planner does).
 	SettleCursor CopyRef `json:"settle_cursor"`
@@ -355,6 +359,28 @@ type Policy struct {
 	// of new replicas is held (Report.HoldReason). Zero means the default,
 	// 1/4; a negative value disables the brake. See Hold.
 	HoldShare float64 `json:"hold_share"`
+	// RefuseAfter is how many failed backfills of one segment from one
+	// source, in a row and with the segment unchanged, count as that
+	// source refusing when the errors do not say so (zero: 3; negative:
+	// only ErrSourceRefused counts). Step decides it (see State.Fills).
+	RefuseAfter int `json:"refuse_after,omitempty"`
+	// AvoidPasses is how many passes a broker whose backfill of a new
+	// replica failed is not chosen again for that segment (zero: 5).
+	AvoidPasses int `json:"avoid_passes,omitempty"`
+}
+
+func (p Policy) refuseAfter() int {
+	if p.RefuseAfter == 0 {
+		return 3
+	}
+	return max(p.RefuseAfter, 0)
+}
+
+func (p Policy) avoidPasses() int {
+	if p.AvoidPasses <= 0 {
+		return 5
+	}
+	return p.AvoidPasses
 }
 
 // DefaultPolicy returns the policy an operator gets without configuring
@@ -379,6 +405,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxBackfills < 0 {
 		return fmt.Errorf("%w: policy max_backfills %d is negative", ErrInvalid, p.MaxBackfills)
+	}
+	if p.AvoidPasses < 0 {
+		return fmt.Errorf("%w: policy avoid_passes %d is negative", ErrInvalid, p.AvoidPasses)
 	}
 	return nil
 }

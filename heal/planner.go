@@ -55,10 +55,9 @@ type trouble struct {
 }
 
 type unsettled struct {
-	ref         CopyRef
-	confirmable bool
-	s           *meta.Segment
-	print       uint64 // its copy's copyPrint
+	ref   CopyRef
+	s     *meta.Segment
+	print uint64 // its copy's copyPrint
 }
 
 // copyState classifies one replica of a troubled segment.
@@ -67,7 +66,6 @@ type copyState uint8
 const (
 	copyIntact   copyState = iota // up, no anomaly: a source
 	copyOverrun                   // up, overrun not confirmed: a source of last resort
-	copyUnknownL                  // up, no anomaly, latch state unknown: a source of last resort
 	copyShort                     // up, short or missing: resumed in place
 	copyTimedOut                  // up, its probe timed out: unknown
 	copySuspect                   // broker not up, within its grace delay: unknown
@@ -78,7 +76,7 @@ const (
 	copyDead                      // broker dead or unknown: lost
 )
 
-func (s copyState) healthy() bool { return s <= copyUnknownL }
+func (s copyState) healthy() bool { return s <= copyOverrun }
 func (s copyState) lost() bool    { return s >= copyLatched }
 func (s copyState) unknown() bool { return s == copyTimedOut || s == copySuspect }
 
@@ -267,7 +265,7 @@ func (p *Planner) nodes(in Input, rep *Report) {
 	for i := range in.Reports {
 		if j := p.find(in.Reports[i].Broker); j >= 0 {
 			n := &p.pl.nodes[j]
-			n.up, n.report, n.latchUnknown = true, i, in.Reports[i].LatchUnknown
+			n.up, n.report = true, i
 		}
 	}
 	for _, s := range in.Seen {
@@ -405,9 +403,6 @@ func (p *Planner) classify(view *meta.View, t *trouble, rep *Report) {
 			switch {
 			case n.up:
 				st = copyIntact
-				if n.latchUnknown {
-					st = copyUnknownL
-				}
 				if a := p.anomaly(t, r); a != nil {
 					an = a
 					rep.Anomalies++
@@ -506,8 +501,7 @@ func (p *Planner) anomaly(t *trouble, r meta.BrokerID) *anom {
 }
 
 // source picks the intact replica a backfill of t reads from: an intact
-// copy first, then one whose only fault is an overrun or an unknown latch
-// state; among equals the least busy, then the first in the set. It returns
+// copy first, then one whose only fault is an overrun; among equals the least busy, then the first in the set. It returns
 // -1 when there is none, or when every candidate has reached the per-broker
 // cap (capped is then true).
 func (p *Planner) source(seg *meta.Segment, states []copyState, cap int) (j int, capped bool) {
@@ -523,12 +517,8 @@ func (p *Planner) source(seg *meta.Segment, states []copyState, cap int) (j int,
 			capped = true
 			continue
 		}
-		class := st
-		if class == copyUnknownL {
-			class = copyOverrun
-		}
-		if best < 0 || class < bestClass || (class == bestClass && n.busy < p.pl.nodes[best].busy) {
-			best, bestClass = k, class
+		if best < 0 || st < bestClass || (st == bestClass && n.busy < p.pl.nodes[best].busy) {
+			best, bestClass = k, st
 		}
 	}
 	return best, capped && best < 0
@@ -542,8 +532,8 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 	states := p.state[t.st : int(t.st)+len(seg.Replicas)]
 	pol := in.Policy
 
-	var lost, dead, short, unknown, latchUnknown, conflict int
-	for i, st := range states {
+	var lost, dead, short, unknown, suspect, conflict int
+	for _, st := range states {
 		switch {
 		case st == copyConflict:
 			conflict++
@@ -556,21 +546,24 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 			short++
 		case st.unknown():
 			unknown++
-		}
-		if st == copySuspect || st == copyDead {
-			latchUnknown++
-		} else if j := p.find(seg.Replicas[i]); p.pl.nodes[j].latchUnknown {
-			latchUnknown++
+			if st == copySuspect {
+				suspect++
+			}
 		}
 	}
 	needPlace := lost > 0 || len(seg.Replicas) < rf
 
-	// Overrun copies: listed, and selectable for settling only when their
-	// confirmation rules hold on this pass.
-	confirmable := !needPlace && short == 0 && unknown == 0 && latchUnknown == 0 && conflict == 0
-	for i, st := range states {
-		if st == copyOverrun {
-			p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, confirmable: confirmable, s: seg, print: p.prints[int(t.st)+i]})
+	// The seed's unsettled list: an overrun copy is listed (and may be
+	// selected) only on a pass in which its segment is fully live (no
+	// replica's broker silent: its latch state is then readable, see
+	// doc.go), not under-replicated, the copy not latched and its own
+	// probe answered (a copyOverrun is neither latched nor timed out:
+	// another replica's timed-out stat does not count).
+	if !needPlace && short == 0 && suspect == 0 && conflict == 0 {
+		for i, st := range states {
+			if st == copyOverrun {
+				p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, s: seg, print: p.prints[int(t.st)+i]})
+			}
 		}
 	}
 	if conflict > 0 {
@@ -613,24 +606,8 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 
 	// Short or missing copies on live brokers: resume in place.
 	start := len(plan.Actions)
-	for i, st := range states {
-		if st != copyShort {
-			continue
-		}
-		n := &p.pl.nodes[p.find(seg.Replicas[i])]
-		s := &p.pl.nodes[src]
-		if !budget(1) || (pol.MaxBackfillsPerBroker > 0 && (n.busy >= pol.MaxBackfillsPerBroker || s.busy >= pol.MaxBackfillsPerBroker)) {
-			rep.Deferred++
-			p.unplan(plan, start)
-			return
-		}
-		a := p.anomaly(t, seg.Replicas[i])
-		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size,
-			State: t.fp, TargetState: p.prints[int(t.st)+i]})
-		n.busy++
-		s.busy++
-		*backfills++
-		rep.Backfills++
+	if !p.resume(t, states, src, pol, budget, plan, backfills) {
+		return
 	}
 	if !needPlace {
 		return
@@ -668,6 +645,34 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 	p.placed(seg, t, states, s, rf, plan, backfills)
 }
 
+// resume plans the in-place backfills of t's short or missing copies
+// from the node src; when a cap stops one it plans none and returns false.
+func (p *Planner) resume(t *trouble, states []copyState, src int, pol Policy, budget func(int) bool, plan *Plan, backfills *int) bool {
+	seg := t.s
+	rep := &plan.Report
+	start := len(plan.Actions)
+	for i, st := range states {
+		if st != copyShort {
+			continue
+		}
+		n := &p.pl.nodes[p.find(seg.Replicas[i])]
+		s := &p.pl.nodes[src]
+		if !budget(1) || (pol.MaxBackfillsPerBroker > 0 && (n.busy >= pol.MaxBackfillsPerBroker || s.busy >= pol.MaxBackfillsPerBroker)) {
+			rep.Deferred++
+			p.unplan(plan, start)
+			return false
+		}
+		a := p.anomaly(t, seg.Replicas[i])
+		plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: n.id, Source: s.id, From: a.size,
+			State: t.fp, TargetState: p.prints[int(t.st)+i]})
+		n.busy++
+		s.busy++
+		*backfills++
+		rep.Backfills++
+	}
+	return true
+}
+
 // placed appends the actions of the placement p.pl just made for t: one
 // backfill per added replica from s, the command, the deletions of the
 // dropped latched or corrupt copies, and the failure of a kept lost
@@ -695,6 +700,7 @@ func (p *Planner) placed(seg *meta.Segment, t *trouble, states []copyState, s *n
 	if !meta.SameReplicas(p.pl.out, seg.Replicas) {
 		cmd := meta.SetSegmentReplicas{ID: seg.ID, Expected: slices.Clone(seg.Replicas), Replicas: slices.Clone(p.pl.out)}
 		plan.Actions = append(plan.Actions, Action{Op: SetReplicas, Segment: *seg, Command: cmd})
+		plan.Commands = append(plan.Commands, cmd)
 		rep.Commands++
 		for _, r := range p.pl.replaced {
 			if st := states[slices.Index(seg.Replicas, r)]; st == copyLatched || st == copyCorrupt {
@@ -762,8 +768,7 @@ func (p *Planner) fail(plan *Plan, seg *meta.Segment, r Reason, copies []meta.Br
 }
 
 // settle lists the unsettled copies in order and selects, round-robin from
-// the cursor and bounded by the settle batch, the confirmable ones to
-// settle and confirm.
+// the cursor and bounded by the settle batch, those to settle and confirm.
 func (p *Planner) settle(in Input, plan *Plan) {
 	if len(p.unset) == 0 {
 		return
@@ -794,9 +799,6 @@ func (p *Planner) settle(in Input, plan *Plan) {
 	})
 	for k := 0; k < len(p.unset) && len(rep.Settling) < batch; k++ {
 		u := &p.unset[(start+k)%len(p.unset)]
-		if !u.confirmable {
-			continue
-		}
 		seg := u.s
 		plan.Actions = append(plan.Actions,
 			Action{Op: SettleOverrun, Segment: *seg, Target: u.ref.Broker, TargetState: u.print},

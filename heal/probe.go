@@ -211,9 +211,6 @@ type ProbeReport struct {
 	// an Intact fact that is listed anyway counts as an anomaly that
 	// changes nothing.
 	Facts []Fact `json:"facts,omitempty"`
-	// LatchUnknown says the broker could not read its latch state this
-	// tick: no copy of it is then confirmed, and it is not a source.
-	LatchUnknown bool `json:"latch_unknown,omitempty"`
 }
 
 // Add appends f, observed of the broker's copy of seg, unless it is Intact

@@ -52,7 +52,11 @@ func drawWorld(t *rapid.T) (*world, map[meta.BrokerID]brokerFate) {
 			w.dead(b)
 			fate[b] = f
 		default:
-			w.report(b).LatchUnknown = rapid.IntRange(0, 9).Draw(t, "latchunknown") == 0
+			if rapid.IntRange(0, 9).Draw(t, "latchunknown") == 0 {
+				// Latch state unreadable: the broker did not answer.
+				w.down(b, time.Second)
+				fate[b] = fateSuspect
+			}
 		}
 	}
 	kinds := []Kind{KindUnknown, KindUnknown, KindUnknown, Missing, Short, Overrun, Latched, TimedOut, Corrupt}
@@ -334,10 +338,7 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 		}
 		// Every broker already counts as seen long ago: the dead are dead.
 		c := coordinator(t, f, w.in.Now)
-		c.seen = map[meta.BrokerID]time.Time{}
-		for _, s := range w.in.Seen {
-			c.seen[s.Broker] = s.At
-		}
+		seeAll(c, w.in.Seen)
 		rep, err := c.Pass(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,9 @@ package heal
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -89,6 +91,16 @@ type Report struct {
 	// avoided (the cancelled backfills' sizes less what they had copied).
 	Returned   []meta.SegmentID `json:"returned,omitempty"`
 	BytesSaved int64            `json:"bytes_saved,omitempty"`
+	// Ready are the commands whose backfills all succeeded, in plan
+	// order: what heal hands the caller's control plane to apply (the
+	// seed's returned :set_segment_replicas commands). Healed, Stale and
+	// Failed say what the control plane made of them.
+	Ready []meta.SetSegmentReplicas `json:"ready,omitempty"`
+	// Events are the changes of the core's memory this pass made (see
+	// Event), in the order made.
+	Events []Event `json:"events,omitempty"`
+	// Took is how long the pass took, on the Coordinator's clock.
+	Took time.Duration `json:"took,omitempty"`
 	// Aborted says the pass stopped early (leadership lost): what it
 	// lists was done, the rest was not started.
 	Aborted bool `json:"aborted,omitempty"`
@@ -183,4 +195,124 @@ func (p Plan) String() string {
 type AuthFailure struct {
 	Broker meta.BrokerID `json:"broker"`
 	Reason string        `json:"reason"`
+}
+
+// Report is the pass's Report: the plan's, with what execution did. It
+// is a pure function of the plan and its outcomes.
+func (o *Outcomes) Report() Report {
+	plan := &o.Plan
+	rep := plan.Report
+	failed := map[meta.SegmentID]string{} // a backfill of the segment failed
+	conflicts := map[meta.SegmentID]*Failure{}
+	var returnedBytes int64
+	for i := range plan.Actions {
+		a, out := &plan.Actions[i], o.of(i)
+		if a.Op.IsBackfill() {
+			rep.BytesCopied += out.Bytes
+			if o.returned(a.Segment.ID) {
+				returnedBytes += out.Bytes
+			}
+		}
+		switch r := out.Result; {
+		case r == SealConflicted:
+			conflictFailure(conflicts, a, out.Err)
+			if a.Op.IsBackfill() {
+				failed[a.Segment.ID] = out.Err
+			}
+		case !a.Op.IsBackfill() || r == NotRun || r == Succeeded || r == Cancelled:
+		case failed[a.Segment.ID] != "":
+		case r == SourceRefused:
+			failed[a.Segment.ID] = fmt.Sprintf("%s to %d from %d: source refused: %s", a.Op, a.Target, a.Source, out.Err)
+		default:
+			failed[a.Segment.ID] = fmt.Sprintf("%s to %d from %d: %s", a.Op, a.Target, a.Source, out.Err)
+		}
+	}
+	for i := range plan.Actions {
+		if a := &plan.Actions[i]; a.Op.IsBackfill() && o.returned(a.Segment.ID) {
+			if !slices.Contains(rep.Returned, a.Segment.ID) {
+				rep.Returned = append(rep.Returned, a.Segment.ID)
+			}
+			rep.BytesSaved += a.Segment.ByteSize
+		}
+	}
+	rep.BytesSaved = max(0, rep.BytesSaved-returnedBytes)
+	commanded := map[meta.SegmentID]bool{}
+	for i := range plan.Actions {
+		a := &plan.Actions[i]
+		if a.Op == SetReplicas {
+			commanded[a.Segment.ID] = true
+		}
+		if f, ok := conflicts[a.Segment.ID]; ok {
+			if f.Reason != ReasonNone {
+				rep.Failed = append(rep.Failed, *f)
+				f.Reason = ReasonNone // reported once
+			}
+			continue
+		}
+		if msg, ok := failed[a.Segment.ID]; ok && a.Op.IsBackfill() && !slices.ContainsFunc(rep.Failed, func(f Failure) bool {
+			return f.Segment == a.Segment.ID && f.Reason == BackfillFailed
+		}) {
+			rep.Failed = append(rep.Failed, Failure{Segment: a.Segment.ID, Reason: BackfillFailed, Err: msg})
+		}
+	}
+	o.executed(&rep, failed, commanded)
+	return rep
+}
+
+// executed adds the commands', resumes', settles', confirmations' and
+// deletions' results to rep.
+func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, commanded map[meta.SegmentID]bool) {
+	plan := &o.Plan
+	rep.Ready = o.Ready()
+	for i := range plan.Actions {
+		a, out := &plan.Actions[i], o.of(i)
+		ref := CopyRef{a.Segment.ID, a.Target}
+		switch {
+		case a.Op == ResumeShortCopy && out.Result == Succeeded:
+			rep.Resumed = append(rep.Resumed, ref)
+		case a.Op == SetReplicas && out.Result == Succeeded:
+			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {
+				// A set that only moved kept lost replicas behind is
+				// recorded but not healed.
+				rep.Healed = append(rep.Healed, a.Segment.ID)
+			}
+		case a.Op == SetReplicas && out.Result == StaleSet:
+			rep.Stale = append(rep.Stale, a.Segment.ID)
+		case a.Op == SetReplicas && out.Result == Failed:
+			rep.Failed = append(rep.Failed, Failure{Segment: a.Segment.ID, Reason: CommandFailed, Err: out.Err})
+		case a.Op == SettleOverrun && out.Result == Succeeded:
+			rep.Settled = append(rep.Settled, ref)
+		case a.Op == ConfirmCopy && out.Result == Succeeded:
+			rep.Confirmed = append(rep.Confirmed, ref)
+		case a.Op == DeleteDroppedCopy && out.Result == Succeeded:
+			rep.Deleted = append(rep.Deleted, ref)
+		}
+	}
+	sortRefs(rep.Resumed)
+	sortRefs(rep.Settled)
+	sortRefs(rep.Confirmed)
+	sortRefs(rep.Deleted)
+	if o.Aborted {
+		rep.Aborted = true
+		return
+	}
+	// Segments healed by in-place resumes alone.
+	for _, r := range rep.Resumed {
+		if _, bad := failed[r.Segment]; !bad && !commanded[r.Segment] && !slices.Contains(rep.Healed, r.Segment) {
+			rep.Healed = append(rep.Healed, r.Segment)
+		}
+	}
+}
+
+// conflictFailure adds a's target to its segment's SealConflict failure.
+func conflictFailure(byID map[meta.SegmentID]*Failure, a *Action, err string) {
+	f := byID[a.Segment.ID]
+	if f == nil {
+		f = &Failure{Segment: a.Segment.ID, Reason: SealConflict, Err: fmt.Sprintf("%s on %d: %s", a.Op, a.Target, err)}
+		byID[a.Segment.ID] = f
+	}
+	if !slices.Contains(f.Copies, a.Target) {
+		f.Copies = append(f.Copies, a.Target)
+		slices.Sort(f.Copies)
+	}
 }

@@ -245,7 +245,12 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 		return ProbeReport{}, errors.New("sim: broker down")
 	}
 	snap := s.snap()
-	r := ProbeReport{Broker: id, Index: snap.Index, LatchUnknown: s.chance(0.03, "latchunknown", id)}
+	if s.chance(0.03, "latchunknown", id) {
+		// A broker that cannot read its latch state cannot answer: the
+		// seed's "latch state readable" is "the broker answered".
+		return ProbeReport{}, errors.New("sim: latch state unreadable")
+	}
+	r := ProbeReport{Broker: id, Index: snap.Index}
 	for _, seg := range snap.Segments {
 		if !seg.Sealed || !seg.HasReplica(id) {
 			continue
@@ -258,7 +263,7 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 			f.Flags = FactTimedOut
 		case c == nil:
 			f.Flags = FactMissing
-		case c.latched && !r.LatchUnknown:
+		case c.latched:
 			f.Flags = FactLatched
 		default:
 			f.Size = c.size

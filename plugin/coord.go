@@ -3,15 +3,10 @@ package plugin
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
@@ -20,11 +15,6 @@ import (
 // ErrNotCoordinator is returned by DryRun and Release on an instance that
 // is not running the coordinator (not the leader, or disabled).
 var ErrNotCoordinator = errors.New("plugin: not the heal coordinator (not the raft leader)")
-
-// fastTick is the pass period while a broker is suspect (inside its grace
-// delay): the pass that finds it dead starts within fastTick of the grace
-// delay's end, not a whole tick later.
-const fastTick = 25 * time.Millisecond
 
 // healControl adapts the ControlPlane to heal.ControlPlane.
 type healControl struct {
@@ -62,9 +52,7 @@ func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplica
 // term is one leadership term's coordinator.
 type term struct {
 	barriered atomic.Bool // see healControl; reset at every term start
-	mu        sync.Mutex  // serialises Pass and DryRun (both read probes into c)
 	c         *heal.Coordinator
-	urgent    chan time.Duration // the next pass's delay, when sooner than a tick
 }
 
 // watchLeadership runs the coordinator while this node leads: started on
@@ -132,7 +120,7 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		p.runTerm(ctx, t)
+		_ = t.c.Run(ctx) // heal's pass loop; it returns when ctx is cancelled
 	}()
 	return func() {
 		cancel()
@@ -150,84 +138,23 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 }
 
 // newTerm builds a coordinator over the plugin's client and control plane.
+// heal runs the pass loop (Coordinator.Run) on the plugin's clock; the
+// plugin reacts to each pass's Report (metrics, status, log).
 func (p *Plugin) newTerm() (*term, error) {
-	t := &term{urgent: make(chan time.Duration, 1)}
-	poke := func(d time.Duration) {
-		select {
-		case t.urgent <- d:
-		default:
-		}
-	}
+	t := &term{}
 	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
 		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare}
 	c, err := heal.NewCoordinator(heal.Config{
 		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
-		Policy: pol, Now: p.now, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
-		ProbeTimeout: p.cfg.ProbeDeadline, Logger: slog.New(zerologHandler{p.log}),
-		OnReport: func(r heal.Report) {
-			if d, ok := nextPass(&r); ok {
-				poke(d)
-			}
-		},
+		Policy: pol, Now: p.now, Tick: p.cfg.Tick, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
+		ProbeTimeout: p.cfg.ProbeDeadline, Logger: p.log.With().Str("component", "heal").Logger(),
+		OnReport: func(r heal.Report) { p.recordPass(&r, r.Took) },
 	})
 	if err != nil {
 		return nil, err
 	}
 	t.c = c
 	return t, nil
-}
-
-// nextPass says when the pass after r should start, if sooner than the
-// tick: at once when r did work; soon (fastTick) when a broker is inside
-// its grace delay, to act right after it ends. (Deferred without
-// backfills means a replica inside its grace delay, not a cap: polling it
-// at once would spin.) A broker that answered but could not be
-// authenticated stays suspect until an operator fixes its certificates:
-// that is no reason to hurry, and every hurried pass probes every broker.
-func nextPass(r *heal.Report) (time.Duration, bool) {
-	if r.Backfills > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0 {
-		return 0, true
-	}
-	authFailed := func(b meta.BrokerID) bool {
-		return slices.ContainsFunc(r.AuthFailed, func(a heal.AuthFailure) bool { return a.Broker == b })
-	}
-	waiting := slices.ContainsFunc(r.Suspect, func(b meta.BrokerID) bool { return !authFailed(b) })
-	if waiting || r.Deferred > 0 && len(r.AuthFailed) == 0 {
-		return fastTick, true
-	}
-	return 0, false
-}
-
-// runTerm runs passes: one now, then one per tick, or sooner when the last
-// pass asked for it.
-func (p *Plugin) runTerm(ctx context.Context, t *term) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		start := p.now()
-		t.mu.Lock()
-		rep, err := t.c.Pass(ctx)
-		t.mu.Unlock()
-		took := p.now().Sub(start)
-		if err != nil && ctx.Err() == nil {
-			p.log.Warn().Err(err).Msg("heal pass failed")
-		}
-		if err == nil || rep.Index != 0 {
-			p.recordPass(&rep, took)
-		}
-		next := p.cfg.Tick
-		select {
-		case d := <-t.urgent:
-			next = min(next, d)
-		default:
-		}
-		timer.Reset(next)
-	}
 }
 
 // recordPass updates metrics and status with a pass's report.
@@ -261,6 +188,14 @@ func (p *Plugin) recordPass(r *heal.Report, took time.Duration) {
 		Int("unsettled", len(r.Unsettled)).Int("settled", len(r.Settled)).Int("confirmed", len(r.Confirmed)).
 		Int("deleted", len(r.Deleted)).Int("stale", len(r.Stale)).Int64("bytes_copied", r.BytesCopied).
 		Str("hold", r.HoldReason).Dur("took", took).Msg("heal pass")
+	for _, e := range r.Events {
+		ev := p.log.Warn()
+		if e.Kind == heal.EventHoldLifted {
+			ev = p.log.Info()
+		}
+		ev.Str("event", e.Kind.String()).Str("segment", string(e.Segment)).Uint32("broker", uint32(e.Broker)).
+			Str("detail", e.Detail).Msg("heal: state changed")
+	}
 	for _, f := range r.Failed {
 		p.log.Warn().Str("segment", string(f.Segment)).Str("reason", f.Reason.String()).Str("err", f.Err).
 			Interface("copies", f.Copies).Msg("segment not healed")
@@ -277,8 +212,6 @@ func (p *Plugin) DryRun(ctx context.Context) (heal.Plan, error) {
 	if t == nil {
 		return heal.Plan{}, ErrNotCoordinator
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	return t.c.DryRun(ctx)
 }
 
@@ -305,48 +238,4 @@ func (p *Plugin) Acknowledge(id meta.SegmentID) error {
 		return ErrNotCoordinator
 	}
 	return t.c.Acknowledge(id)
-}
-
-// zerologHandler is a slog.Handler writing to a zerolog.Logger, so heal's
-// events land in the broker's log.
-type zerologHandler struct {
-	log zerolog.Logger
-}
-
-func (h zerologHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return h.log.GetLevel() <= zlevel(l)
-}
-
-func zlevel(l slog.Level) zerolog.Level {
-	switch {
-	case l >= slog.LevelError:
-		return zerolog.ErrorLevel
-	case l >= slog.LevelWarn:
-		return zerolog.WarnLevel
-	case l >= slog.LevelInfo:
-		return zerolog.InfoLevel
-	}
-	return zerolog.DebugLevel
-}
-
-func (h zerologHandler) Handle(_ context.Context, r slog.Record) error {
-	ev := h.log.WithLevel(zlevel(r.Level))
-	r.Attrs(func(a slog.Attr) bool {
-		ev = ev.Str(a.Key, fmt.Sprint(a.Value.Any()))
-		return true
-	})
-	ev.Msg(r.Message)
-	return nil
-}
-
-func (h zerologHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	c := h.log.With()
-	for _, a := range as {
-		c = c.Str(a.Key, fmt.Sprint(a.Value.Any()))
-	}
-	return zerologHandler{c.Logger()}
-}
-
-func (h zerologHandler) WithGroup(name string) slog.Handler {
-	return zerologHandler{h.log.With().Str("group", name).Logger()}
 }

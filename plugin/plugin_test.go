@@ -500,31 +500,6 @@ func TestScrubberFindsInPlaceCorruption(t *testing.T) {
 	}
 }
 
-// TestNextPassIgnoresAuthFailed: a broker inside its grace delay hurries
-// the next pass; one that only fails authentication does not (it would
-// make the coordinator probe every broker every 25 ms for as long as the
-// certificates are wrong).
-func TestNextPassIgnoresAuthFailed(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		r    heal.Report
-		want time.Duration
-		ok   bool
-	}{
-		{"work done", heal.Report{Backfills: 1, Suspect: []meta.BrokerID{5}}, 0, true},
-		{"in grace", heal.Report{Suspect: []meta.BrokerID{4}}, fastTick, true},
-		{"deferred", heal.Report{Deferred: 2}, fastTick, true},
-		{"quiet", heal.Report{}, 0, false},
-		{"auth failed only", heal.Report{Suspect: []meta.BrokerID{5}, Deferred: 3, AuthFailed: []heal.AuthFailure{{Broker: 5, Reason: "x"}}}, 0, false},
-		{"auth failed and in grace", heal.Report{Suspect: []meta.BrokerID{4, 5}, AuthFailed: []heal.AuthFailure{{Broker: 5}}}, fastTick, true},
-	} {
-		d, ok := nextPass(&tc.r)
-		if d != tc.want || ok != tc.ok {
-			t.Errorf("%s: next pass in %v (%v), want %v (%v)", tc.name, d, ok, tc.want, tc.ok)
-		}
-	}
-}
-
 // TestCertificateExpiryMetric: every certificate of the certs directory is
 // a series, also when ca.crt holds two CAs (one being rotated in), and a
 // reload shows at the next scrape.
