@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -47,10 +48,16 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 			return restore, err
 		}
 	}
+	leftovers := 0
 	for _, b := range d.c.Running() {
 		if err := d.c.Terminate(b, 10*time.Second); err != nil {
 			return restore, err
 		}
+		n, err := d.dropLeftovers(b)
+		if err != nil {
+			return restore, err
+		}
+		leftovers += n
 		if err := d.restart(ctx, b); err != nil {
 			return restore, err
 		}
@@ -59,7 +66,7 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 	if err := d.waitHealed(ctx, &tmp, "brokers back at the stage's catch-up rate", time.Now(), nil, d.o.StageTimeout); err != nil {
 		return restore, err
 	}
-	addNote(fr, "catch-up throttled to %d B/s per broker for the stage (brokers restarted with it first)", rate)
+	addNote(fr, "catch-up throttled to %d B/s per broker for the stage (brokers restarted with it first; %d copies left outside their replica sets by earlier stages removed while their broker was down, so that the heal pass must move bytes instead of adopting one)", rate, leftovers)
 	return restore, nil
 }
 
@@ -106,4 +113,24 @@ func (d *demo) freshestFollower() *harness.Broker {
 		return nil
 	}
 	return best[d.rng.IntN(len(best))]
+}
+
+// dropLeftovers removes broker b's (stopped) copy files of segments whose
+// replica set, in the last metadata read, leaves b out; it returns how
+// many.
+func (d *demo) dropLeftovers(b *harness.Broker) (int, error) {
+	files, err := b.CopyFiles()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, path := range files {
+		if seg, ok := d.last.Snap.Segment(id); ok && !seg.HasReplica(b.ID) {
+			if err := os.Remove(path); err != nil {
+				return n, fmt.Errorf("backfill-kill: removing broker %d's leftover copy of %s: %w", b.ID, id, err)
+			}
+			n++
+		}
+	}
+	return n, nil
 }
