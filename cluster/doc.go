@@ -63,7 +63,8 @@
 //  2. A command the FSM refuses (meta.Table.Apply's error, e.g. a stale
 //     compare-and-set) still occupies its index and changes nothing else;
 //     its error reaches the proposer through Apply.
-//  3. The FSM holds one meta.Table and nothing else of size. View()
+//  3. The FSM holds one meta.Table and no copy of its state (the factor
+//     too is the table's, read through ReplicationFactor). View()
 //     returns a *meta.View of it at one applied index, shared and
 //     read-only, the same one while no command applies; what it returned
 //     never changes afterwards (copy-on-write). Snapshot() returns the same

@@ -319,10 +319,7 @@ func (n *Node) ensureFactor(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := n.Barrier(ctx)
 		if err == nil {
-			n.fsm.mu.RLock()
-			f := n.fsm.factor
-			n.fsm.mu.RUnlock()
-			if f != 0 {
+			if n.fsm.factor() != 0 {
 				return
 			}
 			_, err = n.Apply(ctx, meta.SetReplicationFactor{Factor: n.cfg.ReplicationFactor})

@@ -57,7 +57,6 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.table, f.cur = t, nil
 	f.applied = hdr.Index
-	f.factor = hdr.ReplicationFactor
 	ch := f.changed
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

@@ -81,6 +81,10 @@ func sortedUnique(segs []Segment) []int {
 // Index is the index of the last applied command.
 func (t *Table) Index() uint64 { return t.index }
 
+// ReplicationFactor is the factor the last SetReplicationFactor set (or
+// the one the table was made with), as View.ReplicationFactor.
+func (t *Table) ReplicationFactor() int { return t.factor }
+
 // Apply applies c as the command at index. It validates c, returns an error
 // that wraps ErrInvalid, ErrUnknownSegment, ErrSegmentExists,
 // ErrStaleReplicas, ErrSealed or ErrNotSealed when c cannot apply, and then
