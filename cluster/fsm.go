@@ -62,6 +62,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		out[i] = applyResult{err: f.table.Apply(l.Index, c)}
 	}
 	f.cur = nil
+	f.checkApplied()
 	ch := f.changed
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

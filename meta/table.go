@@ -33,6 +33,7 @@ type Table struct {
 	idArena *strings.Builder         // ids live here: never rewritten
 	rsArena []BrokerID               // initial replica sets: never rewritten
 	view    *View                    // the last View, nil after any Apply
+	inv     invState                 // what the invariants build checks against; empty otherwise
 }
 
 // NewTable returns an empty Table with the given replication factor.
@@ -93,6 +94,12 @@ func (t *Table) ReplicationFactor() int { return t.factor }
 // segment's start_offset, length, byte_size, checksum or sealed flag is
 // refused with ErrSealed (invariant 4).
 func (t *Table) Apply(index uint64, c Command) error {
+	err := t.apply(index, c)
+	t.checkInvariants(c.Op())
+	return err
+}
+
+func (t *Table) apply(index uint64, c Command) error {
 	t.view = nil
 	if index > t.index {
 		t.index = index
@@ -313,6 +320,7 @@ func (t *Table) View() *View {
 	if t.view == nil {
 		t.view = t.peek()
 		t.gen++
+		t.sampleView(t.view)
 	}
 	return t.view
 }
