@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 
 help:
 	@echo "build   compile every package and the binaries into bin/"
-	@echo "test    go vet, then go test -race over every package (the CI command)"
+	@echo "test    go vet, then go test -race -tags invariants over every package (the CI command)"
 	@echo "bench   run every benchmark with -benchmem and write $(BENCH_OUT)"
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
@@ -21,9 +21,12 @@ build:
 	$(GO) build ./...
 	$(GO) build -o bin/ ./cmd/...
 
+# -tags invariants compiles in the expensive state-machine checks (meta/ and
+# cluster/invariants.go); vet sees both builds.
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) vet -tags invariants ./...
+	$(GO) test -race -count=1 -tags invariants -timeout 30m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m ./... | tee $(BENCH_OUT)

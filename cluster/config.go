@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/hclogzero"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/rs/zerolog"
@@ -62,7 +63,10 @@ type Config struct {
 	// snapshot that triggers a new one.
 	SnapshotThreshold uint64
 
-	// Logger receives this node's events and those of raft and Pebble.
+	// Logger receives this node's events and those of raft and Pebble. It
+	// is the host's logger: it may name the broker (malachid's does; the
+	// node does not add it again) but carries no "component" field, which
+	// the node sets once per line: cluster, raft (or raft.<name>), pebble.
 	Logger zerolog.Logger
 }
 
@@ -249,7 +253,7 @@ func (c Config) raftConfig(notify chan<- bool, log zerolog.Logger) *raft.Config 
 	rc.CommitTimeout = c.CommitTimeout
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.NotifyCh = notify
-	rc.Logger = newHCLogger(log, "raft")
+	rc.Logger = hclogzero.New(log, "raft")
 	rc.BatchApplyCh = true
 	rc.NoLegacyTelemetry = true
 	return rc

@@ -63,7 +63,8 @@
 //  2. A command the FSM refuses (meta.Table.Apply's error, e.g. a stale
 //     compare-and-set) still occupies its index and changes nothing else;
 //     its error reaches the proposer through Apply.
-//  3. The FSM holds one meta.Table and nothing else of size. View()
+//  3. The FSM holds one meta.Table and no copy of its state (the factor
+//     too is the table's, read through ReplicationFactor). View()
 //     returns a *meta.View of it at one applied index, shared and
 //     read-only, the same one while no command applies; what it returned
 //     never changes afterwards (copy-on-write). Snapshot() returns the same
@@ -96,4 +97,15 @@
 // command may or may not be committed. A crash loses nothing that Apply
 // acknowledged. Close is idempotent; after it, methods return ErrClosed
 // or zero values.
+//
+// Built with -tags invariants (make test does), invariants.go also checks
+// after each batch that the table applied nothing past the last command
+// entry, and after each Restore that the table is at the snapshot's index
+// and keeps every segment the previous state held sealed (invariant 5),
+// beside meta's checks of the table itself; it panics naming the segment.
+//
+// Raft's hclog goes through internal/hclogzero and Pebble's logger through
+// internal/pebblelog, each given the host's logger (no component of its
+// own): every line names its component (cluster, raft, pebble) once, and
+// the broker only as the host's logger names it.
 package cluster

@@ -11,7 +11,8 @@ import (
 
 // fsm is the raft state machine: a meta.Table, and the last meta.View of
 // it while no command applied since (so that readers between two changes
-// share one View).
+// share one View). It keeps no copy of any of the table's state (the
+// factor, the segments): the table's own accessors answer.
 //
 // INVARIANT: cur is nil or table.View() at the current applied state;
 // every change sets it to nil. Protected by mu (table.View marks the
@@ -22,7 +23,6 @@ type fsm struct {
 	mu      sync.RWMutex
 	table   *meta.Table
 	cur     *meta.View
-	factor  int    // replication factor, as in table
 	applied uint64 // last raft index of a command entry applied, or of the restored snapshot's table
 	// changed is closed (and replaced) after every batch applied or
 	// restore, to wake Barrier waiters on followers.
@@ -59,13 +59,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			out[i] = applyResult{err: fmt.Errorf("cluster: command at index %d: %w", l.Index, err)}
 			continue
 		}
-		err = f.table.Apply(l.Index, c)
-		if rf, ok := c.(meta.SetReplicationFactor); ok && err == nil {
-			f.factor = rf.Factor
-		}
-		out[i] = applyResult{err: err}
+		out[i] = applyResult{err: f.table.Apply(l.Index, c)}
 	}
 	f.cur = nil
+	f.checkApplied()
 	ch := f.changed
 	f.changed = make(chan struct{})
 	f.mu.Unlock()
@@ -91,6 +88,13 @@ func (f *fsm) view() *meta.View {
 		f.cur = f.table.View()
 	}
 	return f.cur
+}
+
+// factor returns the table's replication factor.
+func (f *fsm) factor() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.ReplicationFactor()
 }
 
 func (f *fsm) segment(id meta.SegmentID) (meta.Segment, bool) {

@@ -76,8 +76,8 @@ func TestSnapshotPersistRestoreManySegments(t *testing.T) {
 	if len(got.Segments) != n || !reflect.DeepEqual(got, want) {
 		t.Fatalf("restored %d segments at index %d, want %d at %d (or contents differ)", len(got.Segments), got.Index, len(want.Segments), want.Index)
 	}
-	if g.factor != 3 || g.applied != want.Index {
-		t.Fatalf("restored factor %d applied %d", g.factor, g.applied)
+	if g.factor() != 3 || g.applied != want.Index {
+		t.Fatalf("restored factor %d applied %d", g.factor(), g.applied)
 	}
 	// And it is the JSON of a meta.Snapshot, readable in one piece.
 	var whole bytes.Buffer

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/hclogzero"
 	"github.com/malachi-log/malachi/internal/raftwire"
 	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/rs/zerolog"
@@ -80,7 +81,7 @@ func newGateRig(t *testing.T) *gateRig {
 	cli := newPipeStream()
 	cli.server = r.server
 	r.dialer = cli
-	quiet := newHCLogger(zerolog.New(r.log).Level(zerolog.WarnLevel), "raft")
+	quiet := hclogzero.New(zerolog.New(r.log).Level(zerolog.WarnLevel), "raft")
 	srv := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: r.server, MaxPool: 3, Timeout: 5 * time.Second, Logger: quiet})
 	r.client = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: cli, MaxPool: 3, Timeout: 5 * time.Second, Logger: quiet})
 	t.Cleanup(func() { r.client.Close(); srv.Close() })

@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/hclogzero"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -94,7 +96,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	base := cfg.Logger.With().Stringer("broker", cfg.ID).Logger()
+	base := cfg.Logger // the host names the broker; cluster adds only its component
 	log := base.With().Str("component", "cluster").Logger()
 	n := &Node{
 		cfg:      cfg,
@@ -126,7 +128,7 @@ func Open(cfg Config) (*Node, error) {
 	if n.logs, err = raft.NewLogCache(512, n.store); err != nil {
 		return nil, fmt.Errorf("cluster: log cache: %w", err)
 	}
-	hlog := newHCLogger(base, "raft")
+	hlog := hclogzero.New(base, "raft")
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(snapDir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot store %s: %w", snapDir, err)
@@ -181,7 +183,7 @@ func Open(cfg Config) (*Node, error) {
 
 // openTransport binds cfg.Addr: raft's NetworkTransport over mutual TLS
 // (tlsStream) with cfg.TLS, its plain TCP transport with cfg.Insecure.
-func openTransport(cfg Config, g *gate, hlog *hclogger) (*raft.NetworkTransport, error) {
+func openTransport(cfg Config, g *gate, hlog hclog.Logger) (*raft.NetworkTransport, error) {
 	if cfg.Insecure {
 		adv, err := net.ResolveTCPAddr("tcp", cfg.Addr)
 		if err != nil {
@@ -317,10 +319,7 @@ func (n *Node) ensureFactor(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := n.Barrier(ctx)
 		if err == nil {
-			n.fsm.mu.RLock()
-			f := n.fsm.factor
-			n.fsm.mu.RUnlock()
-			if f != 0 {
+			if n.fsm.factor() != 0 {
 				return
 			}
 			_, err = n.Apply(ctx, meta.SetReplicationFactor{Factor: n.cfg.ReplicationFactor})

@@ -36,7 +36,8 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 // names the segment and the field, and the state is left as it was.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b := meta.NewBuilder(f.view()) // raft runs no Apply during Restore: the view stays current
+	prev := f.view() // raft runs no Apply during Restore: the view stays current
+	b := meta.NewBuilder(prev)
 	var sealedErr error
 	hdr, err := decodeSnapshot(rc, func(s *meta.Segment) error {
 		err := b.Add(s)
@@ -54,10 +55,10 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	t := b.Finish(hdr.Index, hdr.ReplicationFactor, hdr.Brokers)
+	checkRestored(prev, t, hdr.Index)
 	f.mu.Lock()
 	f.table, f.cur = t, nil
 	f.applied = hdr.Index
-	f.factor = hdr.ReplicationFactor
 	ch := f.changed
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/hclogzero"
 	"github.com/rs/zerolog"
 	"pgregory.net/rapid"
 
@@ -223,7 +224,7 @@ func TestDeleteRangeToMaxUint64(t *testing.T) {
 func TestLoggersGoToZerolog(t *testing.T) {
 	var buf bytes.Buffer
 	zl := zerolog.New(&buf)
-	h := newHCLogger(zl, "raft").Named("net").With("peer", "2")
+	h := hclogzero.New(zl, "raft").Named("net").With("peer", "2")
 	h.Info("hello", "term", 3, "err", errors.New("boom"))
 	h.Debug("quiet")
 	h.SetLevel(1 << 3) // above Error: off

@@ -100,5 +100,6 @@ func (b *Builder) Finish(index uint64, factor int, brokers []Broker) *Table {
 	for _, l := range t.held {
 		l.trim()
 	}
+	t.checkInvariants("restore")
 	return t
 }

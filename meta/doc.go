@@ -34,4 +34,14 @@
 //     copy. A View equals the Table.Snapshot taken at the same moment, and
 //     View.HeldBy(b) yields exactly the segments whose Replicas name b.
 //  7. Segments are never removed; at most 2^32-1 live in one Table.
+//
+// Built with -tags invariants (make test does), invariants.go checks 3, 4
+// and 6 on the whole table after every Apply and Builder.Finish (a
+// restore), and on a sample of Views taken, and panics naming the segment
+// and the broken property: replica sets, sealed fields against those
+// first seen sealed, each broker's index against the filter of all
+// segments, the id order of the chunks, earlier Views unchanged. Tables
+// above 256 segments are checked on every k-th call only. Without the tag
+// the checks compile to nothing (invariants_off.go); meta.Invariants
+// reports which build this is.
 package meta

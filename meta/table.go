@@ -33,6 +33,7 @@ type Table struct {
 	idArena *strings.Builder         // ids live here: never rewritten
 	rsArena []BrokerID               // initial replica sets: never rewritten
 	view    *View                    // the last View, nil after any Apply
+	inv     invState                 // what the invariants build checks against; empty otherwise
 }
 
 // NewTable returns an empty Table with the given replication factor.
@@ -81,6 +82,10 @@ func sortedUnique(segs []Segment) []int {
 // Index is the index of the last applied command.
 func (t *Table) Index() uint64 { return t.index }
 
+// ReplicationFactor is the factor the last SetReplicationFactor set (or
+// the one the table was made with), as View.ReplicationFactor.
+func (t *Table) ReplicationFactor() int { return t.factor }
+
 // Apply applies c as the command at index. It validates c, returns an error
 // that wraps ErrInvalid, ErrUnknownSegment, ErrSegmentExists,
 // ErrStaleReplicas, ErrSealed or ErrNotSealed when c cannot apply, and then
@@ -89,6 +94,12 @@ func (t *Table) Index() uint64 { return t.index }
 // segment's start_offset, length, byte_size, checksum or sealed flag is
 // refused with ErrSealed (invariant 4).
 func (t *Table) Apply(index uint64, c Command) error {
+	err := t.apply(index, c)
+	t.checkInvariants(c.Op())
+	return err
+}
+
+func (t *Table) apply(index uint64, c Command) error {
 	t.view = nil
 	if index > t.index {
 		t.index = index
@@ -309,6 +320,7 @@ func (t *Table) View() *View {
 	if t.view == nil {
 		t.view = t.peek()
 		t.gen++
+		t.sampleView(t.view)
 	}
 	return t.view
 }

@@ -55,7 +55,7 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 		return e, fmt.Errorf("%w: catch-up limits: %v", ErrConfig, err)
 	}
 	e.throttle = th
-	cl := &catchup.Client{Insecure: deps.Insecure, Throttle: th, Logger: log}
+	cl := &catchup.Client{Insecure: deps.Insecure, Throttle: th, Logger: log.With().Str("component", "catchup").Logger()}
 	if cfg.DataEncryption && deps.Certs != nil {
 		cl.TLS = deps.Certs.ClientConfig()
 	}
@@ -87,8 +87,9 @@ func (s proberStatter) StatBatch(ctx context.Context, b *probe.Batch, out []prob
 // serveData runs the catch-up server on l until the returned stop is
 // called.
 func (e *engines) serveData(l net.Listener, cfg Config, deps Deps, log zerolog.Logger) (stop func() error) {
+	log = log.With().Str("component", "catchup").Logger()
 	srv := &catchup.Server{Source: catchup.StoreSource{DB: deps.Store}, Self: deps.Self, Insecure: deps.Insecure,
-		Throttle: e.throttle, Logger: log.With().Str("component", "catchup").Logger()}
+		Throttle: e.throttle, Logger: log}
 	if deps.Certs != nil {
 		srv.Tickets = deps.Certs
 		if cfg.DataEncryption {

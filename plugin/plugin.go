@@ -59,7 +59,9 @@ type Deps struct {
 	// by its probe answers and dead after the grace delay without one (the
 	// plugin's RPC is what a source or target must answer).
 	LastContact func() map[meta.BrokerID]time.Time
-	// Logger receives the plugin's events. The zero Logger discards.
+	// Logger receives the plugin's events. The zero Logger discards. It is
+	// the host's logger, without a "component" field: each part adds its
+	// own once (heal, probe, fsync, catchup, rpc, scrub, pebble).
 	Logger zerolog.Logger
 	// Registry is where the plugin's metrics are registered; nil creates
 	// one per instance (never the global registry).
@@ -201,7 +203,7 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 			p.closeAll()
 		}
 	}()
-	p.engines, err = openEngines(p.cfg, p.deps, p.log)
+	p.engines, err = openEngines(p.cfg, p.deps, p.deps.Logger)
 	if err != nil {
 		return err
 	}
@@ -215,7 +217,7 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	p.srv = &server{self: p.deps.Self, db: p.deps.Store, cp: p.deps.Control, stat: p.engines.stat,
 		fetch: p.engines.fetch, cfg: p.cfg, log: p.log, metrics: p.metrics}
 	if p.cfg.ScrubInterval > 0 {
-		sc, err := newScrubber(p.cfg, p.deps.Self, p.deps.Store, p.deps.Control, p.metrics, p.log, p.now)
+		sc, err := newScrubber(p.cfg, p.deps.Self, p.deps.Store, p.deps.Control, p.metrics, p.deps.Logger, p.now)
 		if err != nil {
 			return err
 		}
@@ -234,13 +236,13 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("plugin: heal.data_listen = %q: %w", p.cfg.DataListen, err)
 	}
-	stopData := p.engines.serveData(dl, p.cfg, p.deps, p.log)
+	stopData := p.engines.serveData(dl, p.cfg, p.deps, p.deps.Logger)
 	p.closers = append(p.closers, stopData)
 	rl, err := rpc.Listen(p.cfg.RPCListen, p.deps.Certs)
 	if err != nil {
 		return fmt.Errorf("plugin: heal.rpc_listen = %q: %w", p.cfg.RPCListen, err)
 	}
-	hs := rpc.NewHTTPServer(p.routes(), p.log.With().Str("component", "rpc").Logger())
+	hs := rpc.NewHTTPServer(p.routes(), p.deps.Logger.With().Str("component", "rpc").Logger())
 	p.status.RPCAddr, p.status.DataAddr = rl.Addr().String(), dl.Addr().String()
 	p.wg.Add(1)
 	go func() {
@@ -348,7 +350,7 @@ func (p *Plugin) Client() *Client { return p.client }
 func (p *Plugin) routes() http.Handler {
 	mux := http.NewServeMux()
 	rpcs := &rpc.Server{Certs: p.deps.Certs, Insecure: p.deps.Insecure, Codes: errCodes, MaxBody: maxBody,
-		Logger: p.log.With().Str("component", "rpc").Logger(), Refused: p.metrics.refused}
+		Logger: p.deps.Logger.With().Str("component", "rpc").Logger(), Refused: p.metrics.refused}
 	p.srv.routes(mux, rpcs)
 	mux.Handle("GET /metrics", rpcs.WrapHTTP(rpc.Viewers, promhttp.HandlerFor(p.metrics.reg, promhttp.HandlerOpts{})))
 	rpcs.Handle(mux, "GET /status", rpc.Viewers, func(context.Context, *rpc.Request) (any, error) { return p.Status(), nil })

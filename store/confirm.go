@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/internal/pebblelog"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -205,8 +206,17 @@ func parseConfirmKey(k []byte) (meta.SegmentID, FileIdentity, bool) {
 	return meta.SegmentID(k[1:sep]), fi, true
 }
 
+// openConfirm opens the confirmation DB. Pebble reports an error it cannot
+// unwind (a failed MANIFEST or WAL write) through Fatalf, which must not
+// return (when it does, Pebble retries the failed flush in a tight loop):
+// pebblelog logs it and panics, and first marks the DB failed here, so
+// every later use answers ErrConfirmState. The store makes this unlikely
+// on a full disk: it opens Pebble only when confirmations are first used
+// and refuses to write to it with less than Options.ConfirmMinFree bytes
+// free.
 func openConfirm(dir string, log zerolog.Logger, failed *atomic.Pointer[failure]) (*pebble.DB, error) {
-	return pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{l: log, failed: failed}})
+	onFatal := func(msg string) { failed.CompareAndSwap(nil, &failure{msg: msg}) }
+	return pebble.Open(dir, &pebble.Options{Logger: pebblelog.New(log, "confirm").OnFatal(onFatal)})
 }
 
 // confirmDB returns the confirmation DB, opening it on first use. Before a
@@ -225,7 +235,7 @@ func (db *DB) confirmDB(op string, id meta.SegmentID, write bool) (*pebble.DB, e
 		}
 	}
 	if db.conf == nil {
-		conf, err := openConfirm(filepath.Join(db.dir, "confirm"), db.log, &db.confFailed)
+		conf, err := openConfirm(filepath.Join(db.dir, "confirm"), db.host, &db.confFailed)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s %s: open: %w", ErrConfirmState, op, id, err)
 		}
@@ -238,37 +248,6 @@ func (db *DB) confirmDB(op string, id meta.SegmentID, write bool) (*pebble.DB, e
 		db.confVersion.Add(1)
 	}
 	return db.conf, nil
-}
-
-// pebbleLogger routes Pebble's messages to zerolog, so Pebble never writes to
-// stderr on its own.
-type pebbleLogger struct {
-	l      zerolog.Logger
-	failed *atomic.Pointer[failure]
-}
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Info().Str("component", "pebble").Msgf(format, args...)
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error().Str("component", "pebble").Msgf(format, args...)
-}
-
-// Fatalf is how Pebble reports an error it cannot unwind (a failed MANIFEST
-// or WAL write). Pebble requires that Fatalf not return: when it does,
-// Pebble retries the failed flush in a tight loop. So the adapter logs at
-// fatal level, marks the confirmation DB failed and panics, as Pebble's own
-// logger would exit. The store makes this unlikely on a full disk: it opens
-// Pebble only when confirmations are first used and refuses to write to it
-// with less than Options.ConfirmMinFree bytes free (ErrConfirmState).
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.WithLevel(zerolog.FatalLevel).Str("component", "pebble").Msg(msg)
-	if p.failed != nil {
-		p.failed.CompareAndSwap(nil, &failure{msg: msg})
-	}
-	panic("pebble: " + msg)
 }
 
 type failure struct{ msg string }

@@ -24,7 +24,8 @@ type Options struct {
 	// FS is the file-system seam; nil means OSFS().
 	FS FS
 	// Logger receives the store's and Pebble's messages; the zero Logger
-	// discards them.
+	// discards them. It is the host's logger, without a "component" field:
+	// the store adds component=store, Pebble's lines component=pebble.
 	Logger zerolog.Logger
 	// DirSyncer syncs a copy's shard directory; nil means FS.SyncDir.
 	DirSyncer DirSyncer
@@ -58,6 +59,7 @@ type DB struct {
 	shards [Shards]string // shards[i] is the path of shard directory i
 	fs     FS
 	log    zerolog.Logger
+	host   zerolog.Logger // Options.Logger, the parent of Pebble's logger
 	syncer DirSyncer
 	pre    int64
 	// conf is opened on first use (confirmDB). Protected by confMu.
@@ -144,7 +146,8 @@ func Open(dir string, opts Options) (*DB, error) {
 		dir:     dir,
 		copies:  filepath.Join(dir, "copies"),
 		fs:      fsys,
-		log:     opts.Logger,
+		log:     opts.Logger.With().Str("component", "store").Logger(),
+		host:    opts.Logger,
 		syncer:  opts.DirSyncer,
 		pre:     opts.Preallocate,
 		minFree: opts.ConfirmMinFree,

@@ -134,6 +134,6 @@
 //
 // The confirmation DB is opened on first use and not written with less
 // than Options.ConfirmMinFree bytes free: Pebble treats a failed write as
-// fatal (see pebbleLogger.Fatalf), and the store must keep serving, and
+// fatal (see openConfirm), and the store must keep serving, and
 // latching, copies on a full disk.
 package store

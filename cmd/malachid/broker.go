@@ -71,7 +71,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 
 	// The store, through the fault-injecting FS when asked, with the
 	// plugin's fsync engine as its directory syncer when heal is enabled.
-	opts := store.Options{Logger: log.With().Str("component", "store").Logger(), Preallocate: cfg.Preallocate}
+	opts := store.Options{Logger: log, Preallocate: cfg.Preallocate}
 	if cfg.FaultInjection {
 		b.faults = newFaultFS(store.OSFS())
 		opts.FS = b.faults

@@ -7,8 +7,13 @@
 //     written to stderr or to a global logger.
 //  2. A message is trimmed of surrounding white space (Pebble ends most
 //     with a newline).
-//  3. Fatalf logs at fatal level and then panics; it never calls
-//     os.Exit, so the host decides what a broken Pebble invariant costs.
+//  3. Fatalf calls the OnFatal hook (if set), logs at fatal level and then
+//     panics; it never calls os.Exit, so the host decides what a broken
+//     Pebble invariant costs.
+//  4. It is the project's only pebble.Logger: the store's confirmations,
+//     the cluster's raft log and the scrubber all open Pebble with one.
+//     The logger given to New carries no "component" (the host's logger,
+//     not a package's), so each line names its component once.
 //
 // The logger holds no state of its own and is safe for concurrent use.
 package pebblelog

@@ -20,3 +20,19 @@ func TestMessageTrimmedAndTagged(t *testing.T) {
 		}
 	}
 }
+
+// Fatalf runs the OnFatal hook with the message, logs and panics.
+func TestFatalRunsHookThenPanics(t *testing.T) {
+	var buf bytes.Buffer
+	var got string
+	l := New(zerolog.New(&buf), "confirm").OnFatal(func(msg string) { got = msg })
+	defer func() {
+		if r := recover(); r == nil {
+			t.Fatal("Fatalf returned")
+		}
+		if got != "MANIFEST write failed" || !strings.Contains(buf.String(), `"level":"fatal"`) {
+			t.Errorf("hook saw %q, log %s", got, buf.String())
+		}
+	}()
+	l.Fatalf("MANIFEST write failed\n")
+}

@@ -1,4 +1,4 @@
-package cluster
+package hclogzero
 
 import (
 	"fmt"
@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// hclogger adapts zerolog to hclog.Logger for hashicorp/raft. Key/value
-// pairs become zerolog fields; a name becomes the "component" field.
+// hclogger adapts zerolog to hclog.Logger. Key/value pairs become zerolog
+// fields; a name becomes the "component" field.
 type hclogger struct {
 	log     zerolog.Logger
 	name    string
@@ -20,7 +20,11 @@ type hclogger struct {
 	level   *atomic.Int32 // hclog.Level, shared by With/Named children
 }
 
-func newHCLogger(log zerolog.Logger, name string) *hclogger {
+// New returns an hclog.Logger that writes to log with component=name
+// (children made with Named append ".child"). log must not carry a
+// "component" field of its own: give it the host's logger, not a
+// package's.
+func New(log zerolog.Logger, name string) hclog.Logger {
 	l := &hclogger{log: log, name: name, level: new(atomic.Int32)}
 	l.level.Store(int32(hclog.Debug))
 	return l
@@ -74,6 +78,8 @@ func fields(e *zerolog.Event, args []any) *zerolog.Event {
 			break
 		}
 		switch v := args[i+1].(type) {
+		case hclog.Format: // hclog.Fmt("%+v", x): a format and its arguments
+			e = e.Str(key, format(v))
 		case error:
 			e = e.AnErr(key, v)
 		case fmt.Stringer:
@@ -83,6 +89,18 @@ func fields(e *zerolog.Event, args []any) *zerolog.Event {
 		}
 	}
 	return e
+}
+
+// format renders an hclog.Fmt value as hclog does.
+func format(v hclog.Format) string {
+	if len(v) == 0 {
+		return ""
+	}
+	f, ok := v[0].(string)
+	if !ok {
+		return fmt.Sprint(v...)
+	}
+	return fmt.Sprintf(f, v[1:]...)
 }
 
 func (l *hclogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
