@@ -229,10 +229,15 @@ func removeNet(n int) error {
 			}
 		}
 	}
+	// Deleting the bridge's namespace destroys the peer of the root veth
+	// and, asynchronously, the root end with it: a link that vanished
+	// between the look and the delete is removed, not an error.
 	link := fmt.Sprintf("mlc%dr", n)
 	if _, err := os.Stat("/sys/class/net/" + link); err == nil {
 		if err := run("", "ip", "link", "del", link); err != nil {
-			errs = append(errs, err)
+			if _, still := os.Stat("/sys/class/net/" + link); still == nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
