@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,17 +39,28 @@ func openStatDirs(copies string, shards []string, d *StatDirs) error {
 	return nil
 }
 
-// openPath opens dir O_PATH.
+// atFDCWD is AT_FDCWD as a system call argument.
+var atFDCWD = func() uintptr { fd := unix.AT_FDCWD; return uintptr(fd) }()
+
+// openPath opens dir O_PATH. It allocates only on error: the path is
+// copied into a stack buffer, NUL-terminated, for openat(2) (a probe opens
+// 257 directories; unix.Open would allocate for each).
 func openPath(dir string) (int, error) {
+	var buf [512]byte
+	if len(dir) >= len(buf) || strings.IndexByte(dir, 0) >= 0 {
+		return -1, fmt.Errorf("open directory %s: %w", dir, unix.ENAMETOOLONG)
+	}
+	copy(buf[:], dir)
 	for {
-		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.EINTR) {
+		fd, _, en := unix.Syscall6(unix.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(&buf[0])),
+			uintptr(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), 0, 0, 0)
+		if en == unix.EINTR {
 			continue
 		}
-		if err != nil {
-			return -1, fmt.Errorf("open directory %s: %w", dir, err)
+		if en != 0 {
+			return -1, fmt.Errorf("open directory %s: %w", dir, en)
 		}
-		return fd, nil
+		return int(fd), nil
 	}
 }
 

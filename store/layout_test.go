@@ -440,6 +440,18 @@ func TestStatDirs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("Target+ProbeFacts allocate %v times per run, want 0", allocs)
 	}
+	d.Close()
+	if allocs := testing.AllocsPerRun(20, func() {
+		if err := db.OpenStatDirs(&d); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+	}); allocs != 0 {
+		t.Fatalf("OpenStatDirs+Close of %d directories allocate %v times, want 0", store.Shards+1, allocs)
+	}
+	if err := db.OpenStatDirs(&d); err != nil {
+		t.Fatal(err)
+	}
 	if err := db.Delete("b"); err != nil {
 		t.Fatal(err)
 	}
