@@ -308,3 +308,36 @@ func TestNextPassIgnoresAuthFailed(t *testing.T) {
 		}
 	}
 }
+
+// invalidProber answers broker 2's probes with a report that is not valid
+// (a fact of an unknown flag); the others as the fake does.
+type invalidProber struct{ *fakeBrokers }
+
+func (p invalidProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+	r, err := p.fakeBrokers.Probe(ctx, id, index)
+	if id == 2 {
+		r.Facts = append(r.Facts, Fact{Segment: "a", Flags: 99})
+	}
+	return r, err
+}
+
+// TestCoordinatorLeavesOutInvalidReports: a report is validated once,
+// where it crosses the network; an invalid one is left out, as if its
+// broker had not answered (suspect within its grace delay), and the pass
+// goes on for the others.
+func TestCoordinatorLeavesOutInvalidReports(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3))
+	f := newFake(w)
+	c, err := NewCoordinator(Config{Control: f, Prober: invalidProber{f}, Backfiller: f, Settler: f, Deleter: f,
+		Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Suspect, []meta.BrokerID{2}) || len(rep.Dead) != 0 {
+		t.Fatalf("suspect %v dead %v, want broker 2 suspect only (its report invalid)", rep.Suspect, rep.Dead)
+	}
+}

@@ -52,7 +52,15 @@
 // a Kind, checking in a fixed order: latched, timed out, missing, stat
 // failed (as timed out), corrupt, size at most ByteSize (short), above it
 // (overrun, unless confirmed: intact). Reports are validated
-// (ProbeReport.Validate) where they cross the network.
+// (ProbeReport.Validate) once, where they cross the network
+// (Coordinator: an invalid one is left out, its broker as if silent);
+// Plan does not check them again (it panics on one under -tags invariants).
+//
+// From a stat to a recorded command, six conversions: the broker's stat
+// result becomes a Fact (1), the Fact JSON on the wire (2), JSON a Fact
+// again (3, validated here), the Fact the planner's anomaly through
+// Classify (4), the anomaly an Action carrying its meta.SetSegmentReplicas
+// (5), the command a raft log entry the state machine applies (6).
 //
 // The rules, from the specification (SEED.txt):
 //

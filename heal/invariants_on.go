@@ -24,6 +24,16 @@ func checkStep(_ *State, obs *Observation, plan *Plan, next *State) {
 	}
 }
 
+// checkReports panics on a report that is not valid: the Coordinator
+// validates each where it crosses the network, so Plan never sees one.
+func checkReports(reports []ProbeReport) {
+	for i := range reports {
+		if err := reports[i].Validate(); err != nil {
+			panic(fmt.Sprintf("heal: invariant violated: Plan given an invalid report: %v", err))
+		}
+	}
+}
+
 // planInvariants checks plan against the view it was made from.
 func planInvariants(view *meta.View, plan *Plan) error {
 	recorded := map[meta.SegmentID][]meta.BrokerID{} // the set each SetReplicas records

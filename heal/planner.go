@@ -86,7 +86,11 @@ var severity = [...]uint8{KindUnknown: 0, Overrun: 1, Short: 2, Missing: 3, Time
 const denseIDs = 1 << 16
 
 // Plan runs one pass over in. It returns an error wrapping ErrInvalid, and
-// no plan, when the policy, the replication factor or a report is invalid.
+// no plan, when the policy or the replication factor is invalid. The
+// reports must be valid (ProbeReport.Validate): they are validated once,
+// where they cross the network (the Coordinator leaves out a report that
+// is not, as if its broker had not answered), and not again here; under
+// the invariants build tag an invalid report panics.
 func (p *Planner) Plan(in Input) (Plan, error) {
 	pol := in.Policy
 	if err := pol.Validate(); err != nil {
@@ -100,11 +104,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	if rf < 1 {
 		return Plan{}, fmt.Errorf("%w: snapshot %d: replication_factor %d: want at least 1", ErrInvalid, view.Index(), rf)
 	}
-	for i := range in.Reports {
-		if err := in.Reports[i].Validate(); err != nil {
-			return Plan{}, err
-		}
-	}
+	checkReports(in.Reports)
 	plan := Plan{Index: view.Index(), Actions: []Action{}, SettleCursor: in.SettleCursor}
 	rep := &plan.Report
 	rep.Index = view.Index()
