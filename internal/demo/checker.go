@@ -22,7 +22,7 @@ type Injected struct {
 	// Copies are the copies a file fault damaged (segment on broker).
 	Copies []admin.CopyRef `json:"copies,omitempty"`
 	Start  time.Time       `json:"start"`
-	End    time.Time       `json:"end"` // undone (zero: never)
+	End    time.Time       `json:"end"` // its undo began (zero: never)
 }
 
 // down says whether the fault keeps its brokers from reporting.
@@ -59,6 +59,7 @@ type SetObs struct {
 // ("" when its bytes matched the frames' CRCs and the segment checksum).
 type QuiescentObs struct {
 	Label    string                                      `json:"label"`
+	Acked    []meta.SegmentID                            `json:"-"` // acknowledged by then
 	At       time.Time                                   `json:"at"`
 	Healed   bool                                        `json:"healed"`
 	Why      string                                      `json:"why,omitempty"`
@@ -79,6 +80,17 @@ type Observations struct {
 	Passes    []PassObs
 	Sets      map[meta.SegmentID][]SetObs
 	Checks    []QuiescentObs
+	// Settle is added to grace and two ticks before a down broker must be
+	// listed dead (a new leader's election, a poll's lag); 0: one second.
+	Settle time.Duration
+}
+
+func (o Observations) slack() time.Duration {
+	s := o.Settle
+	if s == 0 {
+		s = time.Second
+	}
+	return o.Grace + 2*o.Tick + s
 }
 
 // Violation is one property broken.
@@ -109,7 +121,7 @@ func checkDurable(o Observations) []Violation {
 		if !q.Healed {
 			out = append(out, Violation{"healed", fmt.Sprintf("%s: not healthy within the bound: %s", q.Label, q.Why)})
 		}
-		for _, id := range o.Acked {
+		for _, id := range q.Acked {
 			seg, ok := q.Segments[id]
 			switch {
 			case !ok:
@@ -226,7 +238,7 @@ func checkLastCopy(o Observations) []Violation {
 // that was itself down is not judged.
 func checkDeadReported(o Observations) []Violation {
 	var out []Violation
-	slack := o.Grace + 2*o.Tick + time.Second
+	slack := o.slack()
 	for _, p := range o.Passes {
 		for _, f := range o.Faults {
 			if !f.down() || f.Kind == KindQuorumLoss {
@@ -248,14 +260,12 @@ func checkDeadReported(o Observations) []Violation {
 }
 
 // losses counts the faults that hit a replica of seg: a fault on a broker
-// while its replica set (as seen) named it, or on the copy itself.
+// while its replica set (as seen) named it, or on the copy itself. A
+// restart counts: its broker may be gone longer than the grace delay.
 func losses(o Observations, seg meta.SegmentID) int {
 	n := 0
 	sets := o.Sets[seg]
 	for _, f := range o.Faults {
-		if f.Kind == KindRestart {
-			continue
-		}
 		for _, c := range f.Copies {
 			if c.Segment == seg {
 				n++
@@ -340,7 +350,7 @@ func checkHold(o Observations) []Violation {
 	if share < 0 || o.Brokers == 0 {
 		return nil
 	}
-	slack := o.Grace + 2*o.Tick + time.Second
+	slack := o.slack()
 	for _, p := range o.Passes {
 		type down struct {
 			b  meta.BrokerID

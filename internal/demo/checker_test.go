@@ -30,7 +30,7 @@ func cleanObs() Observations {
 			{At: at(5.5), Version: 4, Replicas: []meta.BrokerID{1, 2, 4, 3}},
 			{At: at(6.5), Version: 5, Replicas: []meta.BrokerID{1, 2, 3}},
 		}},
-		Checks: []QuiescentObs{{Label: "epoch 1", At: at(20), Healed: true,
+		Checks: []QuiescentObs{{Label: "epoch 1", At: at(20), Healed: true, Acked: []meta.SegmentID{"a"},
 			Segments: map[meta.SegmentID]meta.Segment{"a": seg},
 			Verified: map[meta.SegmentID]map[meta.BrokerID]string{"a": {1: "", 2: "", 3: ""}},
 			Running:  map[meta.BrokerID]bool{1: true, 2: true, 3: true, 4: true, 5: true}}},
@@ -56,7 +56,7 @@ func TestCheckerFires(t *testing.T) {
 			o.Checks[0].Healed, o.Checks[0].Why = false, "1 segment unhealthy"
 		}},
 		{"acked missing", "durable", "not in the metadata", func(o *Observations) {
-			o.Acked = append(o.Acked, "b")
+			o.Checks[0].Acked = append(o.Checks[0].Acked, "b")
 		}},
 		{"under-replicated", "durable", "has 2 replicas", func(o *Observations) {
 			s := o.Checks[0].Segments["a"]

@@ -47,6 +47,12 @@ type Options struct {
 	// Insecure runs the cluster in plaintext without certificates
 	// (insecure = true in every broker's config).
 	Insecure bool
+	// Nemesis is "" (the stages) or "random": the randomized nemesis
+	// (nemesis.go) for NemesisDuration, its schedule drawn from Seed.
+	Nemesis         string
+	NemesisDuration time.Duration
+	// NemesisNoDisk leaves the disk faults out (no loop-mounted disk).
+	NemesisNoDisk bool
 }
 
 // ErrUsage marks a bad command line: the CLI exits with status 2.
@@ -100,6 +106,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "run the brokers in plaintext without certificates (insecure = true); by default the demo makes a CA, broker and client certificates under --dir/certs and every connection is mutual TLS")
+	fs.StringVar(&o.Nemesis, "nemesis", "", "\"random\": instead of the stages, a randomized nemesis: overlapping process, file and disk faults drawn from --seed while a writer loads segments, checked at quiescent points (nemesis.go)")
+	fs.DurationVar(&o.NemesisDuration, "duration", 3*time.Minute, "with --nemesis: how long the schedule runs (one epoch of faults and a check per minute)")
+	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -118,6 +127,11 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, err
 	}
 	o.Stages = stages
+	if o.Nemesis != "" {
+		if err := o.validateNemesis(); err != nil {
+			return o, err
+		}
+	}
 	return o, o.validate()
 }
 
@@ -275,7 +289,7 @@ func (o *Options) infeasible(st string, before []string) string {
 // skippedStages lists the default stages validate dropped, with why.
 func (o *Options) skippedStages() map[string]string {
 	out := map[string]string{}
-	if o.stagesSet {
+	if o.stagesSet || o.Nemesis != "" {
 		return out
 	}
 	var before []string
@@ -315,4 +329,23 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	}
 	return harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure}
+}
+
+// validateNemesis checks the nemesis flags; the nemesis replaces the
+// stages, so --faults may not be given with it.
+func (o *Options) validateNemesis() error {
+	switch {
+	case o.Nemesis != "random":
+		return usageErr("--nemesis %q: want random", o.Nemesis)
+	case o.stagesSet:
+		return usageErr("--nemesis and --faults: the nemesis replaces the stages; give one")
+	case o.NemesisDuration < 10*time.Second || o.NemesisDuration > 24*time.Hour:
+		return usageErr("--duration %v: want 10s to 24h", o.NemesisDuration)
+	case o.RF < 2:
+		return usageErr("--nemesis with --rf %d: every fault destroys or hides a copy; want --rf 2 or more", o.RF)
+	case o.Brokers < 3:
+		return usageErr("--nemesis with --brokers %d: want 3 or more (a broker down must leave a quorum)", o.Brokers)
+	}
+	o.Stages = nil
+	return nil
 }

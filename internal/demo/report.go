@@ -74,6 +74,8 @@ type Report struct {
 	// Dir is where the cluster's configs, data and logs are (kept on
 	// failure and with --keep).
 	Dir string `json:"dir,omitempty"`
+	// Nemesis is the randomized nemesis's run (--nemesis), nil without.
+	Nemesis *NemesisReport `json:"nemesis,omitempty"`
 }
 
 // FaultReport is one stage of the demo.
@@ -255,6 +257,9 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 		r.Error = runErr.Error()
 	}
 	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
+	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
+		r.OK = false
+	}
 	r.summarize(e)
 }
 
@@ -355,6 +360,9 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Error != "" {
 			fmt.Fprintf(w, "              error: %s\n", f.Error)
 		}
+	}
+	if r.Nemesis != nil {
+		r.Nemesis.writeText(w)
 	}
 	fmt.Fprintf(w, "\nverified means:\n")
 	for _, v := range r.Verification {
