@@ -12,6 +12,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/internal/netns"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
@@ -51,6 +52,16 @@ type Config struct {
 	// directory.
 	LoopBroker meta.BrokerID
 	LoopBytes  int64
+	// Hosts places each broker on a host of its own: a network namespace
+	// with its own address (internal/netns), reached from this process
+	// directly; the brokers listen on ports 7001-7004 of that address and
+	// their certificates name it. Where namespaces cannot be made (not
+	// root, no ip/nft/tc), New says why in NetSkip (and once through
+	// Logf) and lays the cluster out on loopback.
+	Hosts bool
+	// Logf, when set, receives the harness's few notices (the loopback
+	// fallback of Hosts).
+	Logf func(format string, args ...any)
 }
 
 // RaftTimings are malachid's [raft] table; a zero field is not written.
@@ -92,6 +103,11 @@ type Cluster struct {
 	loop       *loopdisk.Disk
 	loopBroker *Broker
 	loopSkip   string
+	// net is the brokers' hosts (nil on loopback); netSkip says why a
+	// requested one could not be made. INVARIANT: a non-nil net is
+	// closed by Stop, after every broker exited.
+	net     *netns.Net
+	netSkip string
 	// loopCloseErr is what closing the loop disk in Stop returned.
 	loopCloseErr error
 }
@@ -125,12 +141,13 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Brokers < 1 {
 		return nil, fmt.Errorf("harness: Brokers = %d: want at least 1", cfg.Brokers)
 	}
-	addrs, err := FreeLoopbackPorts(4 * cfg.Brokers)
+	c := &Cluster{cfg: cfg}
+	addrs, err := c.layout()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg}
 	if err := c.makeCerts(); err != nil {
+		c.closeNet()
 		return nil, err
 	}
 	for i := 0; i < cfg.Brokers; i++ {
@@ -146,6 +163,9 @@ func New(cfg Config) (*Cluster, error) {
 			Data:       addrs[4*i+3],
 			ConfigPath: filepath.Join(home, "malachid.toml"),
 			LogPath:    filepath.Join(home, "malachid.log"),
+		}
+		if c.net != nil {
+			b.Host, b.Prefix = c.net.Addr(i+1), c.net.Prefix(i+1)
 		}
 		b.Client = admin.New(b.Admin, c.rpc, cfg.Insecure)
 		b.Plugin = admin.New(b.RPC, c.rpc, cfg.Insecure)
@@ -170,7 +190,13 @@ func (c *Cluster) makeCerts() error {
 	for i := range ids {
 		ids[i] = meta.BrokerID(i + 1)
 	}
-	l, err := pki.CreateLocal(filepath.Join(c.cfg.Root, "certs"), ids, []string{"127.0.0.1", "localhost"})
+	hosts := []string{"127.0.0.1", "localhost"}
+	if c.net != nil {
+		for i := range ids {
+			hosts = append(hosts, c.net.Addr(i+1))
+		}
+	}
+	l, err := pki.CreateLocal(filepath.Join(c.cfg.Root, "certs"), ids, hosts)
 	if err != nil {
 		return fmt.Errorf("harness: the cluster's certificates: %w", err)
 	}
@@ -228,7 +254,7 @@ func (c *Cluster) Running() []*Broker {
 // Without returns a view of the cluster without broker id (same
 // processes, same client) for polling the brokers that stay.
 func (c *Cluster) Without(id meta.BrokerID) *Cluster {
-	o := &Cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc}
+	o := &Cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc, net: c.net}
 	for _, b := range c.brokers {
 		if b.ID != id {
 			o.brokers = append(o.brokers, b)
@@ -277,6 +303,7 @@ func (c *Cluster) WriteConfig(b *Broker) error {
 // the client's idle connections.
 func (c *Cluster) Stop() {
 	defer c.rpc.Close()
+	defer c.closeNet()
 	defer c.closeLoop()
 	var wg sync.WaitGroup
 	for _, b := range c.brokers {

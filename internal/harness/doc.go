@@ -20,9 +20,18 @@
 //	f, err := harness.TruncateCopy(path, rng)
 //
 // Everything about one broker (its addresses, data dir, process, admin
-// client, the command prefix it runs under) is a field of its Broker, so a
-// later change can place each broker elsewhere (a network namespace, with
-// a Prefix such as `ip netns exec NAME`).
+// client, the command prefix it runs under) is a field of its Broker.
+// With Config.Hosts each broker runs on a host of its own (a network
+// namespace from internal/netns: its own address, ports 7001-7004, Prefix
+// `ip netns exec NAME`), reachable from this process without any switch;
+// Cluster.Net is then the network fault injector (host i is broker i):
+//
+//	undo, err := c.Net().Isolate(int(id))   // Partition, DropOutbound, DropInbound, Cap
+//	stop, events, err := c.Net().Flap(int(id), 30*time.Second, seed)
+//	err = c.Net().HealAll()
+//
+// Without root or ip/nft/tc, New lays the cluster out on loopback, says
+// why in NetSkip (and Logf), and Net is nil.
 //
 // Invariants:
 //
@@ -32,7 +41,8 @@
 //  2. Stop ends every broker still running (SIGTERM, SIGKILL after 3 s),
 //     reaps it, and unmounts the loop disk: after it returns nothing the
 //     cluster started is left running or mounted. It is safe to call
-//     twice and after a failed Start.
+//     twice and after a failed Start. The hosts (namespaces, veths,
+//     bridge, fault tables) are removed after the brokers exited.
 //  3. A broker's exit is unexpected unless the harness was asked to stop
 //     it (Kill, Terminate, Stop); UnexpectedExit names the first such one
 //     with the tail of its log.

@@ -1,0 +1,56 @@
+package harness
+
+import (
+	"fmt"
+
+	"github.com/malachi-log/malachi/internal/netns"
+)
+
+// Ports every broker listens on when it has a host of its own
+// (Config.Hosts): admin, raft, plugin rpc, data.
+const (
+	HostAdminPort = 7001
+	HostRaftPort  = 7002
+	HostRPCPort   = 7003
+	HostDataPort  = 7004
+)
+
+// layout returns the four listen addresses of every broker (admin, raft,
+// rpc, data, broker after broker): on hosts of their own when cfg.Hosts
+// and namespaces can be made (c.net set), else free loopback ports.
+func (c *Cluster) layout() ([]string, error) {
+	if c.cfg.Hosts {
+		nt, err := netns.New(c.cfg.Brokers)
+		if err == nil {
+			c.net = nt
+			var addrs []string
+			for i := 1; i <= c.cfg.Brokers; i++ {
+				for _, p := range []int{HostAdminPort, HostRaftPort, HostRPCPort, HostDataPort} {
+					addrs = append(addrs, fmt.Sprintf("%s:%d", nt.Addr(i), p))
+				}
+			}
+			return addrs, nil
+		}
+		c.netSkip = err.Error()
+		if c.cfg.Logf != nil {
+			c.cfg.Logf("harness: brokers on loopback, not on hosts of their own: %v", err)
+		}
+	}
+	return FreeLoopbackPorts(4 * c.cfg.Brokers)
+}
+
+// Net is the brokers' hosts — the network fault injector
+// (Isolate, Partition, DropOutbound, DropInbound, Flap, Cap, HealAll;
+// host i is broker i) — nil when the brokers run on loopback.
+func (c *Cluster) Net() *netns.Net { return c.net }
+
+// NetSkip says why Config.Hosts was asked for and the brokers run on
+// loopback ("" otherwise).
+func (c *Cluster) NetSkip() string { return c.netSkip }
+
+// closeNet removes the hosts, if any (after the brokers exited).
+func (c *Cluster) closeNet() {
+	if c.net != nil {
+		c.net.Close()
+	}
+}
