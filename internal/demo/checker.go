@@ -25,10 +25,11 @@ type Injected struct {
 	End    time.Time       `json:"end"` // its undo began (zero: never)
 }
 
-// down says whether the fault keeps its brokers from reporting.
+// down says whether the fault keeps its brokers from reporting (for a
+// partition: its Brokers are the minority side).
 func (f Injected) down() bool {
 	switch f.Kind {
-	case KindKill, KindPause, KindSwap, KindQuorumLoss:
+	case KindKill, KindPause, KindSwap, KindQuorumLoss, KindIsolate, KindPartition:
 		return true
 	}
 	return false

@@ -51,8 +51,11 @@ type Options struct {
 	// (nemesis.go) for NemesisDuration, its schedule drawn from Seed.
 	Nemesis         string
 	NemesisDuration time.Duration
-	// NemesisNoDisk leaves the disk faults out (no loop-mounted disk).
+	// NemesisNoDisk leaves the disk faults out (no loop-mounted disk);
+	// NemesisNoNet the network faults (the brokers on loopback, not on
+	// hosts of their own).
 	NemesisNoDisk bool
+	NemesisNoNet  bool
 }
 
 // ErrUsage marks a bad command line: the CLI exits with status 2.
@@ -109,6 +112,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.Nemesis, "nemesis", "", "\"random\": instead of the stages, a randomized nemesis: overlapping process, file and disk faults drawn from --seed while a writer loads segments, checked at quiescent points (nemesis.go)")
 	fs.DurationVar(&o.NemesisDuration, "duration", 3*time.Minute, "with --nemesis: how long the schedule runs (one epoch of faults and a check per minute)")
 	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
+	fs.BoolVar(&o.NemesisNoNet, "nemesis-no-net", false, "with --nemesis: no network faults (brokers on loopback; by default, as root with ip, nft and tc, each broker runs on a host of its own: a network namespace)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -328,7 +332,8 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
 	return harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
-		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure}
+		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
+		Hosts: o.Nemesis != "" && !o.NemesisNoNet}
 }
 
 // validateNemesis checks the nemesis flags; the nemesis replaces the

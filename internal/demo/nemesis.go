@@ -19,6 +19,7 @@ import (
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/internal/netns"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -85,6 +86,9 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 	if disk {
 		kinds = append(kinds, DiskKinds...)
 	}
+	if d.c.Net() != nil {
+		kinds = append(kinds, NetKinds...)
+	}
 	if d.o.Brokers >= 3 {
 		kinds = append(kinds, KindQuorumLoss)
 	}
@@ -112,6 +116,10 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 			d.logf("nemesis: no disk faults: %s", fr.Skipped)
 			d.rep.Notes = append(d.rep.Notes, "nemesis: disk faults (diskfull, readonly) not drawn: "+fr.Skipped)
 		}
+	}
+	if d.c.Net() == nil && d.o.Nemesis != "" && !d.o.NemesisNoNet {
+		d.logf("nemesis: no network faults: %s", d.c.NetSkip())
+		d.rep.Notes = append(d.rep.Notes, "nemesis: network faults not drawn (brokers on loopback): "+d.c.NetSkip())
 	}
 	n.sched = Draw(seed, d.o.NemesisDuration, d.o.Brokers, d.o.RF, d.nemesisKinds(diskID != 0), diskID)
 	n.rep = &NemesisReport{Seed: seed, Duration: d.o.NemesisDuration.String(), Epochs: len(n.sched.Epochs),
@@ -303,6 +311,8 @@ func (n *nemesis) inject(ctx context.Context, e Event, f *Injected) (func() erro
 		cs, err := n.fileFault(ctx, e, brokers[0])
 		f.Copies = cs
 		return nil, err
+	case KindIsolate, KindPartition, KindDropOut, KindDropIn, KindFlap, KindCap:
+		return n.network(e)
 	case KindDiskFull:
 		return n.diskFull()
 	case KindReadOnly:
@@ -385,6 +395,45 @@ func (n *nemesis) swap(ctx context.Context, b *harness.Broker) (func() error, er
 		_ = os.RemoveAll(aside)
 		return start()
 	}, nil
+}
+
+// network injects a network fault between the brokers' hosts (host i is
+// broker i) and returns its undo.
+func (n *nemesis) network(e Event) (func() error, error) {
+	nt := n.d.c.Net()
+	if nt == nil {
+		return nil, fmt.Errorf("brokers on loopback: %s", n.d.c.NetSkip())
+	}
+	hosts := make([]int, len(e.Brokers))
+	for i, b := range e.Brokers {
+		hosts[i] = int(b)
+	}
+	var undo netns.Undo
+	var err error
+	switch e.Kind {
+	case KindIsolate:
+		undo, err = nt.Isolate(hosts[0])
+	case KindPartition:
+		var rest []int
+		for i := 1; i <= n.d.o.Brokers; i++ {
+			if !slices.Contains(hosts, i) {
+				rest = append(rest, i)
+			}
+		}
+		undo, err = nt.Partition(hosts, rest)
+	case KindDropOut:
+		undo, err = nt.DropOutbound(hosts[0], nil)
+	case KindDropIn:
+		undo, err = nt.DropInbound(hosts[0], nil)
+	case KindFlap:
+		undo, _, err = nt.Flap(hosts[0], e.Length, e.Seed)
+	case KindCap:
+		undo, err = nt.Cap(hosts[0], 2<<20)
+	}
+	if undo == nil {
+		return nil, err
+	}
+	return func() error { return undo() }, err
 }
 
 // diskFull fills the loop-mounted copies disk; the undo removes the filler.

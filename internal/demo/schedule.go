@@ -31,6 +31,17 @@ const (
 	KindLatch    FaultKind = "latch"
 	KindDiskFull FaultKind = "diskfull"
 	KindReadOnly FaultKind = "readonly"
+	// Network faults (internal/netns; brokers on hosts of their own):
+	// isolate cuts a broker off both ways, partition cuts a minority of
+	// Limit brokers from the rest, drop-out / drop-in lose every packet a
+	// broker sends / receives (one way), flap cuts and restores a broker's
+	// link every 0.5-2 s, cap limits its link to 2 MiB/s.
+	KindIsolate   FaultKind = "isolate"
+	KindPartition FaultKind = "partition"
+	KindDropOut   FaultKind = "drop-out"
+	KindDropIn    FaultKind = "drop-in"
+	KindFlap      FaultKind = "flap"
+	KindCap       FaultKind = "cap"
 	// KindQuorumLoss is a deliberate quorum-loss window: a majority of the
 	// brokers killed together, nothing else at the same time; writes are
 	// expected to fail during it.
@@ -43,18 +54,8 @@ var (
 	ProcessKinds = []FaultKind{KindKill, KindPause, KindRestart, KindSwap}
 	FileKinds    = []FaultKind{KindDelete, KindTruncate, KindExtend, KindBitflip, KindLatch}
 	DiskKinds    = []FaultKind{KindDiskFull, KindReadOnly}
+	NetKinds     = []FaultKind{KindIsolate, KindPartition, KindDropOut, KindDropIn, KindFlap, KindCap}
 )
-
-// destructive kinds destroy or hide copies: a broker under one counts
-// against the RF-1 bound. restart is the only one that does not (a
-// graceful stop and start; its copies stay whole).
-func (k FaultKind) takesDown() bool {
-	switch k {
-	case KindKill, KindPause, KindSwap, KindQuorumLoss, KindReadOnly:
-		return true
-	}
-	return false
-}
 
 // Event is one fault of a schedule: at At after its epoch's start, Kind on
 // Brokers for Length (then undone: restarted, resumed, filler removed;
@@ -142,7 +143,8 @@ const cooldown = 8 * time.Second
 
 // Draw draws the schedule for seed: a pure function of (seed, duration,
 // brokers, rf, kinds, disk broker). kinds are the kinds available (the
-// disk kinds only with disk != 0, the broker with the copies disk).
+// disk kinds only with disk != 0, the broker with the copies disk; the
+// network kinds only with brokers on hosts of their own).
 // Bounds: outside a quorum-loss window at most min(rf-1, (brokers-1)/2)
 // brokers are under a destructive fault (or its cooldown) at once, so no
 // segment loses more than rf-1 copies and the control plane keeps its
@@ -183,9 +185,8 @@ func Draw(seed uint64, duration time.Duration, brokers, rf int, kinds []FaultKin
 
 // slot is a broker's busy interval in an epoch.
 type slot struct {
-	b          meta.BrokerID
-	from, to   time.Duration
-	destroying bool
+	b        meta.BrokerID
+	from, to time.Duration
 }
 
 func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
@@ -204,6 +205,10 @@ func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 			e.Length = 2*time.Second + time.Duration(rng.Int64N(int64(8*time.Second)))
 		case KindRestart:
 			e.Length = time.Second
+		case KindIsolate, KindPartition, KindDropOut, KindDropIn:
+			e.Length = 3*time.Second + time.Duration(rng.Int64N(int64(7*time.Second)))
+		case KindFlap, KindCap:
+			e.Length = 5*time.Second + time.Duration(rng.Int64N(int64(10*time.Second)))
 		case KindDiskFull, KindReadOnly:
 			e.Length = 5*time.Second + time.Duration(rng.Int64N(int64(5*time.Second)))
 		default: // file faults: the length is the time allowed to heal
@@ -219,6 +224,9 @@ func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 		if (k == KindKill || k == KindPause) && s.Limit >= 2 && rng.IntN(4) == 0 {
 			want = 2
 		}
+		if k == KindPartition {
+			want = s.Limit // the minority side: a majority keeps its quorum
+		}
 		var targets []meta.BrokerID
 		if k == KindDiskFull || k == KindReadOnly {
 			targets = []meta.BrokerID{s.Disk}
@@ -230,7 +238,7 @@ func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 		}
 		e.Brokers = targets
 		for _, b := range targets {
-			busy = append(busy, slot{b: b, from: e.At, to: e.End() + cooldown, destroying: k != KindRestart})
+			busy = append(busy, slot{b: b, from: e.At, to: e.End() + cooldown})
 		}
 		events = append(events, e)
 	}

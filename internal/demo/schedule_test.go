@@ -8,7 +8,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-var allKinds = append(append(append(slices.Clone(ProcessKinds), FileKinds...), DiskKinds...), KindQuorumLoss)
+var allKinds = slices.Concat(ProcessKinds, FileKinds, DiskKinds, NetKinds, []FaultKind{KindQuorumLoss})
 
 func TestScheduleDeterministic(t *testing.T) {
 	a := Draw(42, 10*time.Minute, 5, 3, allKinds, 2)
