@@ -262,10 +262,16 @@ func checkDeadReported(o Observations) []Violation {
 
 // losses counts the faults that hit a replica of seg: a fault on a broker
 // while its replica set (as seen) named it, or on the copy itself. A
-// restart counts: its broker may be gone longer than the grace delay.
+// restart counts: its broker may be gone longer than the grace delay. A
+// segment first seen with fewer than RF replicas counts each missing one.
 func losses(o Observations, seg meta.SegmentID) int {
 	n := 0
 	sets := o.Sets[seg]
+	if len(sets) > 0 {
+		// Born short: the write sealed it on the replicas that took it
+		// (the others were down); each missing one is a loss.
+		n += max(0, o.RF-len(sets[0].Replicas))
+	}
 	for _, f := range o.Faults {
 		for _, c := range f.Copies {
 			if c.Segment == seg {
