@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/meta"
 	"io"
 	"slices"
 	"strings"
@@ -331,9 +332,29 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
-	return harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
+	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
 		Hosts: o.Nemesis != "" && !o.NemesisNoNet}
+	if o.Nemesis != "" && !o.NemesisNoDisk {
+		// Mounted before the brokers start: a broker on a host of its own
+		// runs in a mount namespace of its own (ip netns exec), which
+		// would not see a disk mounted under it later.
+		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
+	}
+	return cfg
+}
+
+// nemesisDiskBroker is the broker whose copies the nemesis puts on the
+// loop-mounted disk (the disk faults' target).
+const nemesisDiskBroker meta.BrokerID = 1
+
+// nemesisDiskSize is the copies disk for the nemesis: room for every
+// segment the baseline and the writer (one per writeEvery) may put on the
+// broker, a quarter more, and ext4's own. Sparse: only what is written
+// takes space.
+func (o *Options) nemesisDiskSize() int64 {
+	segs := int64(o.Segments) + int64(o.NemesisDuration/writeEvery) + 4*int64(o.Brokers)
+	return max(64<<20, (segs*(o.SegmentSize+footerSize)*5/4+48<<20)&^(1<<20-1))
 }
 
 // validateNemesis checks the nemesis flags; the nemesis replaces the

@@ -104,18 +104,15 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 		obs: Observations{RF: d.o.RF, Brokers: d.o.Brokers, Grace: d.o.Grace, Tick: d.o.Tick,
 			Settle: 2*d.o.RaftTimeout + time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID
-	if !d.o.NemesisNoDisk {
-		fr := FaultReport{Stage: "nemesis-disk"}
-		b, l, err := d.copiesDisk(ctx, &fr)
-		if err != nil {
-			return err
+	if l, b := d.c.Loop(); l != nil && b != nil {
+		n.disk, n.diskBroker, diskID = l, b, b.ID
+	} else if !d.o.NemesisNoDisk {
+		why := d.c.LoopSkip()
+		if why == "" {
+			why = loopdisk.Unavailable()
 		}
-		if b != nil {
-			n.disk, n.diskBroker, diskID = l, b, b.ID
-		} else {
-			d.logf("nemesis: no disk faults: %s", fr.Skipped)
-			d.rep.Notes = append(d.rep.Notes, "nemesis: disk faults (diskfull, readonly) not drawn: "+fr.Skipped)
-		}
+		d.logf("nemesis: no disk faults: no loop-mounted copies disk: %s", why)
+		d.rep.Notes = append(d.rep.Notes, "nemesis: disk faults (diskfull, readonly) not drawn: no loop-mounted copies disk: "+why)
 	}
 	if d.c.Net() == nil && d.o.Nemesis != "" && !d.o.NemesisNoNet {
 		d.logf("nemesis: no network faults: %s", d.c.NetSkip())

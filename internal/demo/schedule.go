@@ -230,6 +230,10 @@ func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 		var targets []meta.BrokerID
 		if k == KindDiskFull || k == KindReadOnly {
 			targets = []meta.BrokerID{s.Disk}
+		} else if k == KindSwap && s.Disk != 0 {
+			// Never the disk broker: its copies are a mount inside the
+			// data directory a swap moves aside.
+			targets = pick(rng, s.Brokers, want, []meta.BrokerID{s.Disk})
 		} else {
 			targets = pick(rng, s.Brokers, want, nil)
 		}

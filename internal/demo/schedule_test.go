@@ -52,6 +52,9 @@ func TestScheduleBounds(t *testing.T) {
 				if (e.Kind == KindDiskFull || e.Kind == KindReadOnly) && !slices.Equal(e.Brokers, []meta.BrokerID{2}) {
 					t.Fatalf("seed %d: %s not on the disk broker 2", seed, e)
 				}
+				if e.Kind == KindSwap && slices.Contains(e.Brokers, 2) {
+					t.Fatalf("seed %d: %s swaps the disk broker's data directory", seed, e)
+				}
 				if e.Kind == KindQuorumLoss {
 					if len(ep.Events) != 1 || len(e.Brokers) != 3 {
 						t.Fatalf("seed %d: quorum loss %s not alone or not a majority (%d events)", seed, e, len(ep.Events))
