@@ -340,7 +340,9 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "                   seconds to heal: %s\n", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	if len(r.Faults) > 0 {
+		fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	}
 	for _, f := range r.Faults {
 		if !f.Injected {
 			fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
