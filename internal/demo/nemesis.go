@@ -74,7 +74,6 @@ type nemesis struct {
 	damaged     map[meta.SegmentID]bool     // copies hit this epoch
 	quorumLoss  bool
 	lastPasses  map[meta.BrokerID]uint64
-	written     int
 	disk        *loopdisk.Disk
 	diskBroker  *harness.Broker
 	writeSerial int
