@@ -37,9 +37,15 @@ func (f Injected) down() bool {
 
 // PassObs is one heal pass seen in the leader's /v1/status.
 type PassObs struct {
-	Leader  meta.BrokerID    `json:"leader"`
-	Number  uint64           `json:"number"` // the leader's pass counter
+	Leader meta.BrokerID `json:"leader"`
+	Number uint64        `json:"number"` // the leader's pass counter
+	// Started is a lower bound of the pass's start, when it sampled which
+	// brokers report: the end of the leader's previous pass (zero: not
+	// known, the pass is not judged by time). Ended is when it was
+	// published (last_pass_at). A pass that backfills can run for seconds
+	// after its sample, so neither alone says what it saw.
 	Started time.Time        `json:"started"`
+	Ended   time.Time        `json:"ended"`
 	Report  admin.HealReport `json:"report"`
 	// Unseen counts the passes of this leader between the previous
 	// observed one and this (the poll missed them).
@@ -213,11 +219,11 @@ func checkLastCopy(o Observations) []Violation {
 					out = append(out, Violation{"last-copy", fmt.Sprintf("pass %d of leader %d deleted %s's copy on broker %d while reporting it lost", p.Number, p.Leader, del.Segment, del.Broker)})
 				}
 			}
-			set := setAt(o.Sets[del.Segment], p.Started)
+			set := setAt(o.Sets[del.Segment], p.Ended)
 			if set == nil {
 				continue // never seen: nothing to judge by
 			}
-			bad := damagedAt(o, del.Segment, p.Started)
+			bad := damagedAt(o, del.Segment, p.Ended)
 			intact := 0
 			for _, b := range set {
 				if b != del.Broker && !bad[b] {
@@ -225,17 +231,27 @@ func checkLastCopy(o Observations) []Violation {
 				}
 			}
 			if intact == 0 {
-				out = append(out, Violation{"last-copy", fmt.Sprintf("pass %d of leader %d (started %s) deleted %s's copy on broker %d while its replica set %v held no other intact copy",
-					p.Number, p.Leader, p.Started.Format(time.RFC3339Nano), del.Segment, del.Broker, set)})
+				out = append(out, Violation{"last-copy", fmt.Sprintf("pass %d of leader %d (ended %s) deleted %s's copy on broker %d while its replica set %v held no other intact copy",
+					p.Number, p.Leader, p.Ended.Format(time.RFC3339Nano), del.Segment, del.Broker, set)})
 			}
 		}
 	}
 	return out
 }
 
+// within says whether pass p surely sampled the brokers while fault f
+// held: it started (at the earliest) slack after f began and was
+// published before f's undo began.
+func within(p PassObs, f Injected, slack time.Duration) bool {
+	if p.Started.IsZero() || p.Started.Before(f.Start.Add(slack)) {
+		return false
+	}
+	return f.End.IsZero() || !p.Ended.After(f.End)
+}
+
 // checkDeadReported: every broker the nemesis kept down is listed dead
-// on every pass that started more than grace + two ticks (and a second of
-// slack) after it went down and before it came back. A pass of a leader
+// on every pass that started more than grace + two ticks (and the settle
+// slack) after it went down and was published before it came back. A pass of a leader
 // that was itself down is not judged.
 func checkDeadReported(o Observations) []Violation {
 	var out []Violation
@@ -245,7 +261,7 @@ func checkDeadReported(o Observations) []Violation {
 			if !f.down() || f.Kind == KindQuorumLoss {
 				continue
 			}
-			if p.Started.Before(f.Start.Add(slack)) || (!f.End.IsZero() && !p.Started.Before(f.End)) {
+			if !within(p, f, slack) {
 				continue
 			}
 			for _, b := range f.Brokers {
@@ -365,7 +381,7 @@ func checkHold(o Observations) []Violation {
 		}
 		var ds []down
 		for _, f := range o.Faults {
-			if !f.down() || p.Started.Before(f.Start.Add(slack)) || (!f.End.IsZero() && !p.Started.Before(f.End)) {
+			if !f.down() || !within(p, f, slack) {
 				continue
 			}
 			for _, b := range f.Brokers {

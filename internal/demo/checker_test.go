@@ -21,8 +21,8 @@ func cleanObs() Observations {
 		Acked:  []meta.SegmentID{"a"},
 		Faults: []Injected{{Kind: KindKill, Brokers: []meta.BrokerID{4}, Start: at(1), End: at(11)}},
 		Passes: []PassObs{
-			{Leader: 1, Number: 10, Started: at(5), Report: admin.HealReport{Dead: []meta.BrokerID{4}}},
-			{Leader: 1, Number: 11, Started: at(6), Report: admin.HealReport{Dead: []meta.BrokerID{4},
+			{Leader: 1, Number: 10, Started: at(5), Ended: at(5.2), Report: admin.HealReport{Dead: []meta.BrokerID{4}}},
+			{Leader: 1, Number: 11, Started: at(6), Ended: at(6.2), Report: admin.HealReport{Dead: []meta.BrokerID{4},
 				Deleted: []admin.CopyRef{{Segment: "a", Broker: 4}}}},
 		},
 		Sets: map[meta.SegmentID][]SetObs{"a": {
@@ -55,6 +55,16 @@ func TestCheckerClean(t *testing.T) {
 func TestCheckerFires(t *testing.T) {
 	at := func(o Observations, s float64) time.Time {
 		return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second)))
+	}
+	o0 := cleanObs()
+	// A pass that began before the fault could be seen, or was published
+	// after it was undone, is not judged.
+	o0.Passes[0].Report.Dead = nil
+	o0.Passes[0].Started = time.Time{}
+	o0.Passes[1].Ended = at(o0, 12)
+	o0.Passes[1].Report.Dead = nil
+	if v := Check(o0); len(v) != 0 {
+		t.Fatalf("passes not judged by time were: %v", v)
 	}
 	cases := []struct {
 		name, property, want string

@@ -74,6 +74,7 @@ type nemesis struct {
 	damaged     map[meta.SegmentID]bool     // copies hit this epoch
 	quorumLoss  bool
 	lastPasses  map[meta.BrokerID]uint64
+	lastEnded   map[meta.BrokerID]time.Time
 	disk        *loopdisk.Disk
 	diskBroker  *harness.Broker
 	writeSerial int
@@ -99,7 +100,7 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 // at every quiescent point, and fails on the first violation with the
 // seed and the schedule printed.
 func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
-	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, lastPasses: map[meta.BrokerID]uint64{},
+	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{},
 		obs: Observations{RF: d.o.RF, Brokers: d.o.Brokers, Grace: d.o.Grace, Tick: d.o.Tick,
 			Settle: 2*d.o.RaftTimeout + time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID

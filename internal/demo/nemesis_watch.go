@@ -138,9 +138,11 @@ func (n *nemesis) watch(ctx context.Context) {
 	}
 }
 
-// notePass records the leader's last pass when it is new. Callers hold mu.
+// notePass records the leader's last pass when it is new: Started is the
+// end of that leader's previous pass (the earliest it can have begun),
+// Ended its last_pass_at. Callers hold mu.
 func (n *nemesis) notePass(leader meta.BrokerID, raw []byte, now time.Time) {
-	r, started, passes, ok := admin.LastPass(raw)
+	r, _, passes, ok := admin.LastPass(raw)
 	if !ok || passes == 0 || passes <= n.lastPasses[leader] {
 		return
 	}
@@ -149,10 +151,13 @@ func (n *nemesis) notePass(leader meta.BrokerID, raw []byte, now time.Time) {
 		unseen = passes - last - 1
 	}
 	n.lastPasses[leader] = passes
-	if started.IsZero() {
-		started = now
+	ended := now
+	if st, ok := admin.DecodeStatus(raw); ok && !st.LastPassAt.IsZero() {
+		ended = st.LastPassAt
 	}
-	n.obs.Passes = append(n.obs.Passes, PassObs{Leader: leader, Number: passes, Started: started, Report: r, Unseen: unseen})
+	started := n.lastEnded[leader]
+	n.lastEnded[leader] = ended
+	n.obs.Passes = append(n.obs.Passes, PassObs{Leader: leader, Number: passes, Started: started, Ended: ended, Report: r, Unseen: unseen})
 }
 
 // noteSets appends each sealed segment's replica set when it changed.
