@@ -84,7 +84,14 @@ type nemesis struct {
 func (d *demo) nemesisKinds(disk bool) []FaultKind {
 	kinds := slices.Concat(ProcessKinds, FileKinds)
 	if disk {
-		kinds = append(kinds, DiskKinds...)
+		kinds = append(kinds, KindDiskFull)
+		// readonly's remedy (umount, e2fsck) needs the device free, and
+		// every process started by ip netns exec after the mount holds a
+		// copy of it in its mount namespace (its parent mount is private,
+		// so an umount does not propagate): not drawn on hosts.
+		if d.c.Net() == nil {
+			kinds = append(kinds, KindReadOnly)
+		}
 	}
 	if d.c.Net() != nil {
 		kinds = append(kinds, NetKinds...)
@@ -113,6 +120,9 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 		}
 		d.logf("nemesis: no disk faults: no loop-mounted copies disk: %s", why)
 		d.rep.Notes = append(d.rep.Notes, "nemesis: disk faults (diskfull, readonly) not drawn: no loop-mounted copies disk: "+why)
+	}
+	if d.c.Net() != nil && diskID != 0 {
+		d.rep.Notes = append(d.rep.Notes, "nemesis: readonly not drawn: brokers on hosts of their own hold copies of the copies disk's mount in their mount namespaces, so its remedy (umount, e2fsck) finds the device in use; --nemesis-no-net draws it")
 	}
 	if d.c.Net() == nil && d.o.Nemesis != "" && !d.o.NemesisNoNet {
 		d.logf("nemesis: no network faults: %s", d.c.NetSkip())
