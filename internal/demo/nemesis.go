@@ -35,6 +35,9 @@ type NemesisReport struct {
 	FaultsScheduled map[FaultKind]int `json:"faults_scheduled"`
 	FaultsInjected  map[FaultKind]int `json:"faults_injected"`
 	NotInjected     []string          `json:"not_injected,omitempty"`
+	// UndoFailed lists faults whose undo failed: the quiescent point after
+	// them was not one, and the run fails.
+	UndoFailed []string `json:"undo_failed,omitempty"`
 	// QuorumLossWindows are the deliberate quorum-loss windows injected:
 	// writes were expected to fail during them.
 	QuorumLossWindows int `json:"quorum_loss_windows"`
@@ -143,6 +146,9 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 	wg.Wait()
 	n.rep.Minutes = time.Since(start).Minutes()
 	n.finish()
+	if err == nil && len(n.rep.UndoFailed) > 0 {
+		err = fmt.Errorf("nemesis: %d faults could not be undone, first: %s", len(n.rep.UndoFailed), n.rep.UndoFailed[0])
+	}
 	if err == nil && len(n.rep.Violations) > 0 {
 		err = fmt.Errorf("nemesis: %d violations, first: %s", len(n.rep.Violations), n.rep.Violations[0])
 	}
@@ -267,6 +273,9 @@ func (n *nemesis) event(ctx context.Context, e Event) {
 	if undo != nil {
 		if err := undo(); err != nil {
 			n.d.logf("  nemesis: undoing %s failed: %v (the quiescent check restarts what is down)", e, err)
+			n.mu.Lock()
+			n.rep.UndoFailed = append(n.rep.UndoFailed, fmt.Sprintf("%s: %v", e, err))
+			n.mu.Unlock()
 		}
 	}
 	n.mu.Lock()
@@ -562,6 +571,9 @@ func (r *NemesisReport) writeText(w io.Writer) {
 		r.PassesObserved, r.PassesUnseen, r.HoldsSeen, r.SetChangesSeen)
 	for _, s := range r.NotInjected {
 		fmt.Fprintf(w, "  NOT injected: %s\n", s)
+	}
+	for _, s := range r.UndoFailed {
+		fmt.Fprintf(w, "  UNDO FAILED: %s\n", s)
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  VIOLATION: %s\n", v)

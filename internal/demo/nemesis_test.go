@@ -87,6 +87,8 @@ func TestNemesisShort(t *testing.T) {
 			switch {
 			case code != 0 || !rep.OK:
 				t.Fatalf("exit %d, ok %v: %s\n%s", code, rep.OK, rep.Error, n.Schedule)
+			case len(n.UndoFailed) > 0:
+				t.Fatalf("faults not undone: %v\n%s", n.UndoFailed, n.Schedule)
 			case len(n.Violations) > 0:
 				t.Fatalf("violations: %v\n%s", n.Violations, n.Schedule)
 			case n.SegmentsLost != 0:

@@ -257,7 +257,7 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 		r.Error = runErr.Error()
 	}
 	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
-	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
+	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
 		r.OK = false
 	}
 	r.summarize(e)
