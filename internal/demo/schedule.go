@@ -133,8 +133,9 @@ func (s Schedule) Count() map[FaultKind]int {
 	return n
 }
 
-// epochSpan is the schedule time one epoch stands for: its fault window
-// plus the heal and check that follow.
+// epochSpan is the time one epoch stands for: its 50 s fault window plus
+// the heal and check that follow (about ten seconds), so that a run of
+// --duration D lasts about D.
 const epochSpan = 60 * time.Second
 
 // cooldown keeps a broker out of new destructive faults after one ends,
@@ -164,9 +165,9 @@ func Draw(seed uint64, duration time.Duration, brokers, rf int, kinds []FaultKin
 	slices.Sort(s.Kinds)
 	rng := rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc909))
 	epochs := max(1, int(duration/epochSpan))
-	window := 40 * time.Second
+	window := 50 * time.Second
 	if duration < epochSpan {
-		window = max(10*time.Second, duration*2/3)
+		window = max(10*time.Second, duration*5/6)
 	}
 	quorum := slices.Contains(s.Kinds, KindQuorumLoss) && brokers >= 3
 	for i := 0; i < epochs; i++ {
