@@ -81,6 +81,7 @@ func (n *nemesis) write(ctx context.Context) {
 		serial := n.writeSerial
 		n.writeSerial++
 		n.rep.SegmentsWritten++
+		inQuorumLoss := n.quorumLoss
 		n.mu.Unlock()
 		var err error
 		if lb := n.leader(ctx); lb == nil {
@@ -96,7 +97,7 @@ func (n *nemesis) write(ctx context.Context) {
 			n.rep.SegmentsAcknowledged++
 		} else if ctx.Err() == nil {
 			n.rep.WriteFailures++
-			if n.quorumLoss {
+			if inQuorumLoss || n.quorumLoss { // began or ended in the window
 				n.rep.WriteFailuresQuorumLoss++
 			}
 		} else {
