@@ -80,6 +80,11 @@ type clusterOpts struct {
 	// insecure runs every broker with insecure = true and no
 	// certificates; the harness calls them in plaintext.
 	insecure bool
+	// hosts runs every broker in a network namespace of its own
+	// (harness Config.Hosts); the test is skipped where that cannot be.
+	hosts bool
+	// raft replaces e2eRaft when set.
+	raft *harness.RaftTimings
 }
 
 // e2eRaft are the [raft] timings of every test cluster.
@@ -107,16 +112,27 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		if root, err = os.MkdirTemp(d, "e2e-"); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { os.RemoveAll(root) })
+		if os.Getenv("MALACHI_E2E_KEEP") == "" {
+			t.Cleanup(func() { os.RemoveAll(root) })
+		}
 	}
 	extra := o.extra
 	if !strings.Contains(extra, "max_backfills") {
 		extra += "\nmax_backfills = 256\nmax_backfills_per_broker = 64\n"
 	}
+	raft := e2eRaft
+	if o.raft != nil {
+		raft = *o.raft
+	}
 	h, err := harness.New(harness.Config{Bin: binary, Root: root, Brokers: o.n, RF: o.rf, Tick: tick, Grace: grace,
-		Raft: e2eRaft, NoHeal: !o.heal, HealExtra: extra, LogLevel: "info", CallTimeout: 10 * time.Second, Insecure: o.insecure})
+		Raft: raft, NoHeal: !o.heal, HealExtra: extra, LogLevel: "info", CallTimeout: 10 * time.Second, Insecure: o.insecure,
+		Hosts: o.hosts, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.hosts && h.Net() == nil {
+		h.Stop()
+		t.Skipf("brokers on hosts of their own need root, ip, nft and tc: %s", h.NetSkip())
 	}
 	c := &cluster{t: t, h: h, certs: h.Certs(), insecure: o.insecure, rpc: h.RPC()}
 	slow := c.slowClient()

@@ -375,16 +375,20 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copy
 		if slices.Contains(skip, b.ID) {
 			continue
 		}
-		sizes, err := b.CopySizes()
-		if err != nil {
-			continue
-		}
 		var t transfers
-		for id, size := range sizes {
-			seg, ok := segs[id]
-			if !ok || seg.HasReplica(b.ID) {
+		for id, seg := range segs {
+			if seg.HasReplica(b.ID) {
 				continue
 			}
+			p, err := b.CopyPath(id)
+			if err != nil {
+				continue
+			}
+			fi, err := os.Stat(p)
+			if err != nil {
+				continue
+			}
+			size := fi.Size()
 			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
 				continue
 			}
@@ -426,7 +430,13 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		fr.Error = err.Error()
 		return fr, err
 	}
-	a := d.pickFollower()
+	restore, err := d.slowBackfills(ctx, &fr)
+	defer restore()
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, err
+	}
+	a := d.freshestFollower()
 	if a == nil {
 		fr.Skipped = "no running follower holds sealed replicas"
 		return fr, nil
@@ -511,22 +521,18 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// strikeTarget watches the targets' copy directories, after broker a's
-// kill at killA, for a's segments (segs) arriving, and picks the broker B
-// to kill while its transfers are in flight: bytes on disk short of the
-// sealed size; else target files created with no bytes for 100 ms; else a
-// complete copy whose set the pass has not recorded yet. It returns B,
-// what it saw there and why it was chosen; or a failure (no backfill seen
-// in time, the window missed) that fails the stage; or ctx's error.
+// strikeTarget watches the targets' copy files, after broker a's kill at
+// killA, for a's segments (segs) arriving, and picks the broker B to kill
+// while bytes are moving to it: a copy on disk short of its sealed size
+// that grew since the previous scan. Nothing else counts: when every set
+// of a's segments is recorded before such a scan, the window was MISSED
+// and the stage fails (a failure, never a survival); likewise when no
+// backfill is seen in time. ctx's error is returned as err.
 func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline copyFiles, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
-	// Watch the targets' copy directories for A's segments arriving: kill
-	// a target with bytes on disk short of the sealed size (bytes moving,
-	// not done); files only created (0 bytes) do for want of better after
-	// 100 ms.
 	lb := d.c.Broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
-	var emptySince time.Time
-	for i := 0; b == nil; i++ {
+	prev := map[meta.BrokerID]transfers{}
+	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, seen, "", "", err
 		}
@@ -534,72 +540,40 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout), nil
 		}
 		found := d.scanTransfers(segs, baseline, a.ID, leader)
-		best, empty := meta.BrokerID(0), meta.BrokerID(0)
+		best := meta.BrokerID(0)
 		for id, t := range found {
-			if t.Bytes > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
+			if t.Partial > 0 && t.Bytes > prev[id].Bytes && prev[id].Partial > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
 				best = id
-			}
-			if t.Partial > 0 && (empty == 0 || t.Partial > found[empty].Partial) {
-				empty = id
 			}
 		}
 		if best != 0 {
-			b, seen, how = d.c.Broker(best), found[best], "bytes on disk short of the sealed size"
-			break
+			return d.c.Broker(best), found[best], fmt.Sprintf("bytes moving: %s on disk short of the sealed size, %s more than the scan before",
+				bytesize.Format(found[best].Bytes), bytesize.Format(found[best].Bytes-prev[best].Bytes)), "", nil
 		}
-		if len(found) > 0 && emptySince.IsZero() {
-			emptySince = time.Now()
+		prev = found
+		if i%16 != 0 || lb == nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
 		}
-		waited := !emptySince.IsZero() && time.Since(emptySince) > 100*time.Millisecond
-		if empty != 0 && waited {
-			b, seen, how = d.c.Broker(empty), found[empty], "target files created, no bytes seen in 100 ms"
-			break
-		}
-		// No file short of its size seen (small segments copy in
-		// milliseconds): a target holding a full new copy while the
-		// metadata still lists A for its segments is inside the pass
-		// (the pass records the sets only after all its backfills).
-		if i%16 == 0 && lb != nil {
-			mctx, cancel := context.WithTimeout(ctx, time.Second)
-			snap, err := lb.Client.Metadata(mctx)
-			cancel()
-			pending := 0
-			for _, id := range targetsA {
-				if s, ok := snap.Segment(id); err == nil && ok && s.HasReplica(a.ID) {
-					pending++
-				}
-			}
-			if err == nil && (waited || pending == 0) {
-				for id, t := range found {
-					if best == 0 || t.Complete > found[best].Complete {
-						best = id
-					}
-				}
-				if best == 0 {
-					// Nothing moved (placed where an intact leftover
-					// copy was): any other follower.
-					b = d.pickFollower(a.ID)
-					if b == nil {
-						return nil, seen, "", "no follower left to kill", nil
-					}
-					best = b.ID
-				}
-				b, seen = d.c.Broker(best), found[best]
-				how = fmt.Sprintf("complete but unrecorded (%d of broker %d's sets still pending)", pending, a.ID)
-				if pending == 0 {
-					// Every set recorded before a scan caught a transfer:
-					// the fault this stage is about did not happen. It
-					// fails; it is never counted as survived.
-					missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw a transfer in flight (heal.backfill_bytes_per_second = %d; --backfill-rate -1 throttles transfers so they can be struck)", a.ID, d.o.BackfillRate)
-					d.logf("  %s", missed)
-					return nil, seen, "", missed, nil
-				}
-				break
+		mctx, cancel := context.WithTimeout(ctx, time.Second)
+		snap, err := lb.Client.Metadata(mctx)
+		cancel()
+		pending := 0
+		for _, id := range targetsA {
+			if s, ok := snap.Segment(id); err == nil && ok && s.HasReplica(a.ID) {
+				pending++
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		if err == nil && pending == 0 {
+			// Every set recorded before a scan caught bytes moving: the
+			// fault this stage is about did not happen. It fails; it is
+			// never counted as survived.
+			missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, d.o.BackfillRate, backfillStageShare)
+			d.logf("  %s", missed)
+			return nil, seen, "", missed, nil
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return b, seen, how, "", nil
 }
 
 // nospareReason is how the heal pass reports a lost copy with nowhere to go.

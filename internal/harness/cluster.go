@@ -209,7 +209,11 @@ func (c *Cluster) makeCerts() error {
 }
 
 // Config is the cluster's configuration as given to New.
-func (c *Cluster) Config() Config { return c.cfg }
+func (c *Cluster) Config() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
 
 // Certs is the layout of the cluster's certificates (zero when insecure).
 func (c *Cluster) Certs() pki.Local { return c.certs }
@@ -413,4 +417,13 @@ func (c *Cluster) WaitRegistered(ctx context.Context, timeout time.Duration) err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// SetHealExtra replaces Config.HealExtra for the configs written from now
+// on (WriteConfig, Start): a stage that needs other heal settings rewrites
+// the configs and restarts the brokers it wants them on.
+func (c *Cluster) SetHealExtra(extra string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.HealExtra = extra
 }

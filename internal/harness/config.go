@@ -41,7 +41,7 @@ func (c *Cluster) configText(b *Broker) string {
 	fmt.Fprintf(&s, "data_listen = %q\n", b.Data)
 	writeDuration(&s, "tick", c.cfg.Tick)
 	writeDuration(&s, "grace", c.cfg.Grace)
-	if x := strings.TrimSpace(c.cfg.HealExtra); x != "" {
+	if x := strings.TrimSpace(c.Config().HealExtra); x != "" {
 		fmt.Fprintf(&s, "%s\n", x)
 	}
 	return s.String()

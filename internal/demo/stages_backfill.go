@@ -1,0 +1,136 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/harness"
+)
+
+// backfillStageShare is how much slower than the run's catch-up rate the
+// backfill-kill stage moves bytes: a quarter (two segments a second per
+// broker by default), so that a target's transfers last seconds and the
+// strike lands while bytes are moving, never by luck of a scan.
+const backfillStageShare = 4
+
+// slowBackfills rewrites every broker's config with the stage's catch-up
+// rate (heal.backfill_bytes_per_second / backfillStageShare) and restarts
+// the running brokers one at a time (SIGTERM, start, wait for a leader),
+// then waits until everything is healthy again. restore writes the run's
+// rate back into every config: a broker gets it when it next starts (the
+// survivors of the stage keep the stage's rate until then). With no cap
+// (--backfill-rate 0) it changes nothing and says so.
+func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func(), err error) {
+	restore = func() {}
+	if d.o.BackfillRate <= 0 {
+		addNote(fr, "catch-up not throttled (--backfill-rate 0): the in-flight window may be missed, and the stage then fails")
+		return restore, nil
+	}
+	old := d.c.Config().HealExtra
+	key := fmt.Sprintf("backfill_bytes_per_second = %d", d.o.BackfillRate)
+	if !strings.Contains(old, key) {
+		return restore, fmt.Errorf("backfill-kill: the brokers' [heal] settings carry no %q to slow down", key)
+	}
+	rate := max(d.o.BackfillRate/backfillStageShare, 4096)
+	d.c.SetHealExtra(strings.Replace(old, key, fmt.Sprintf("backfill_bytes_per_second = %d", rate), 1))
+	restore = func() {
+		d.c.SetHealExtra(old)
+		for _, b := range d.c.Brokers() {
+			_ = d.c.WriteConfig(b)
+		}
+	}
+	d.logf("  catch-up slowed to %d B/s per broker for this stage (a quarter of %d): restarting the brokers one at a time", rate, d.o.BackfillRate)
+	for _, b := range d.c.Brokers() {
+		if err := d.c.WriteConfig(b); err != nil {
+			return restore, err
+		}
+	}
+	leftovers := 0
+	for _, b := range d.c.Running() {
+		if err := d.c.Terminate(b, 10*time.Second); err != nil {
+			return restore, err
+		}
+		n, err := d.dropLeftovers(b)
+		if err != nil {
+			return restore, err
+		}
+		leftovers += n
+		if err := d.restart(ctx, b); err != nil {
+			return restore, err
+		}
+	}
+	tmp := FaultReport{Stage: "revive"}
+	if err := d.waitHealed(ctx, &tmp, "brokers back at the stage's catch-up rate", time.Now(), nil, d.o.StageTimeout); err != nil {
+		return restore, err
+	}
+	addNote(fr, "catch-up throttled to %d B/s per broker for the stage (brokers restarted with it first; %d copies left outside their replica sets by earlier stages removed while their broker was down, so that the heal pass must move bytes instead of adopting one)", rate, leftovers)
+	return restore, nil
+}
+
+// freshestFollower is the follower with sealed replicas whose death needs
+// the most real transfers: segments of which no running broker outside
+// the replica set holds a file already (earlier stages leave copies
+// behind on returning brokers, and the heal pass adopts an intact
+// leftover instead of moving bytes). Ties are broken by the run's seed.
+func (d *demo) freshestFollower() *harness.Broker {
+	files := d.listCopyFiles()
+	var best []*harness.Broker
+	most := -1
+	for _, b := range d.c.Running() {
+		if b.ID == d.last.Leader {
+			continue
+		}
+		fresh := 0
+		for _, id := range d.sealedOn(b.ID) {
+			seg, ok := d.last.Snap.Segment(id)
+			if !ok {
+				continue
+			}
+			left := false
+			for holder, m := range files {
+				if _, has := m[id]; has && !seg.HasReplica(holder) {
+					left = true
+				}
+			}
+			if !left {
+				fresh++
+			}
+		}
+		if len(d.sealedOn(b.ID)) == 0 {
+			continue
+		}
+		switch {
+		case fresh > most:
+			best, most = []*harness.Broker{b}, fresh
+		case fresh == most:
+			best = append(best, b)
+		}
+	}
+	if len(best) == 0 {
+		return nil
+	}
+	return best[d.rng.IntN(len(best))]
+}
+
+// dropLeftovers removes broker b's (stopped) copy files of segments whose
+// replica set, in the last metadata read, leaves b out; it returns how
+// many.
+func (d *demo) dropLeftovers(b *harness.Broker) (int, error) {
+	files, err := b.CopyFiles()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, path := range files {
+		if seg, ok := d.last.Snap.Segment(id); ok && !seg.HasReplica(b.ID) {
+			if err := os.Remove(path); err != nil {
+				return n, fmt.Errorf("backfill-kill: removing broker %d's leftover copy of %s: %w", b.ID, id, err)
+			}
+			n++
+		}
+	}
+	return n, nil
+}
