@@ -7,7 +7,7 @@ FAULTS_OUT ?= faults-report.json
 FUZZTIME ?= 30s
 NEMESIS_OUT ?= nemesis-report.json
 NEMESIS_SEED ?= 0
-NEMESIS_DURATION ?= 11m
+NEMESIS_DURATION ?= 12m
 
 .PHONY: help build test bench lint demo faults nemesis fuzz clean
 
@@ -18,7 +18,7 @@ help:
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
 	@echo "faults  the fault suite: every demo stage on 5 real brokers (report in $(FAULTS_OUT)), then every TestFault* test (root for loop disks)"
-	@echo "nemesis the randomized nemesis on 5 brokers for NEMESIS_DURATION (11m: eleven epochs of faults and checks, over ten minutes), seed NEMESIS_SEED (0: from the clock, printed); report in $(NEMESIS_OUT) (root for disk and network faults)"
+	@echo "nemesis the randomized nemesis on 5 brokers for NEMESIS_DURATION (12m: twelve epochs of about 52 s each, over ten minutes), seed NEMESIS_SEED (0: from the clock, printed); report in $(NEMESIS_OUT) (root for disk and network faults)"
 	@echo "fuzz    every fuzz target for FUZZTIME (30s) each; plain go test runs their seed corpora"
 
 build:
