@@ -5,8 +5,11 @@ GOBIN ?= $(shell $(GO) env GOPATH)/bin
 BENCH_OUT ?= bench/report.txt
 FAULTS_OUT ?= faults-report.json
 FUZZTIME ?= 30s
+NEMESIS_OUT ?= nemesis-report.json
+NEMESIS_SEED ?= 0
+NEMESIS_DURATION ?= 12m
 
-.PHONY: help build test bench lint demo faults fuzz clean
+.PHONY: help build test bench lint demo faults nemesis fuzz clean
 
 help:
 	@echo "build   compile every package and the binaries into bin/"
@@ -15,6 +18,7 @@ help:
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
 	@echo "faults  the fault suite: every demo stage on 5 real brokers (report in $(FAULTS_OUT)), then every TestFault* test (root for loop disks)"
+	@echo "nemesis the randomized nemesis on 5 brokers for NEMESIS_DURATION (12m: twelve epochs of about 52 s each, over ten minutes), seed NEMESIS_SEED (0: from the clock, printed); report in $(NEMESIS_OUT) (root for disk and network faults)"
 	@echo "fuzz    every fuzz target for FUZZTIME (30s) each; plain go test runs their seed corpora"
 
 build:
@@ -44,6 +48,9 @@ faults:
 	$(GO) run ./cmd/malachi demo --json > $(FAULTS_OUT)
 	$(GO) test -race -count=1 -timeout 60m -run 'Fault' ./...
 
+nemesis:
+	$(GO) run ./cmd/malachi demo --nemesis random --seed $(NEMESIS_SEED) --duration $(NEMESIS_DURATION) --brokers 5 --rf 3 --segments 100 --segment-size 256KiB --json > $(NEMESIS_OUT)
+
 # Every func FuzzXxx in a _test.go file, one at a time, package by package.
 fuzz:
 	@set -e; for dir in $$(grep -l '^func Fuzz' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do \
@@ -54,4 +61,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(BENCH_OUT) $(FAULTS_OUT)
+	rm -rf bin $(BENCH_OUT) $(FAULTS_OUT) $(NEMESIS_OUT)

@@ -44,6 +44,7 @@ type demo struct {
 	// auditsPassed counts the auditor's full reads of a copy file that
 	// passed (a cached result is not counted again).
 	auditsPassed int
+	seed         uint64 // the run's seed (--seed, or drawn from the clock)
 }
 
 // Run runs the demo and returns the process exit status.
@@ -57,7 +58,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 		seed = uint64(time.Now().UnixNano())
 	}
 	d := &demo{
-		o: o, out: out, tty: isTerminal(out), aud: newAuditor(),
+		o: o, out: out, tty: isTerminal(out), aud: newAuditor(), seed: seed,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		rep: &Report{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
 			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
@@ -198,6 +199,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.brokerVerified = d.copiesCarryConfirmed()
 	d.rep.Segments = d.lastEv.Sealed
+	if d.o.Nemesis != "" {
+		return d.runNemesis(ctx, d.seed)
+	}
 	for _, st := range d.o.Stages {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/meta"
 	"io"
 	"slices"
 	"strings"
@@ -47,6 +48,15 @@ type Options struct {
 	// Insecure runs the cluster in plaintext without certificates
 	// (insecure = true in every broker's config).
 	Insecure bool
+	// Nemesis is "" (the stages) or "random": the randomized nemesis
+	// (nemesis.go) for NemesisDuration, its schedule drawn from Seed.
+	Nemesis         string
+	NemesisDuration time.Duration
+	// NemesisNoDisk leaves the disk faults out (no loop-mounted disk);
+	// NemesisNoNet the network faults (the brokers on loopback, not on
+	// hosts of their own).
+	NemesisNoDisk bool
+	NemesisNoNet  bool
 }
 
 // ErrUsage marks a bad command line: the CLI exits with status 2.
@@ -100,6 +110,10 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "run the brokers in plaintext without certificates (insecure = true); by default the demo makes a CA, broker and client certificates under --dir/certs and every connection is mutual TLS")
+	fs.StringVar(&o.Nemesis, "nemesis", "", "\"random\": instead of the stages, a randomized nemesis: overlapping process, file and disk faults drawn from --seed while a writer loads segments, checked at quiescent points (nemesis.go)")
+	fs.DurationVar(&o.NemesisDuration, "duration", 3*time.Minute, "with --nemesis: how long the schedule runs (one epoch of faults and a check per minute)")
+	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
+	fs.BoolVar(&o.NemesisNoNet, "nemesis-no-net", false, "with --nemesis: no network faults (brokers on loopback; by default, as root with ip, nft and tc, each broker runs on a host of its own: a network namespace)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -118,6 +132,11 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, err
 	}
 	o.Stages = stages
+	if o.Nemesis != "" {
+		if err := o.validateNemesis(); err != nil {
+			return o, err
+		}
+	}
 	return o, o.validate()
 }
 
@@ -275,7 +294,7 @@ func (o *Options) infeasible(st string, before []string) string {
 // skippedStages lists the default stages validate dropped, with why.
 func (o *Options) skippedStages() map[string]string {
 	out := map[string]string{}
-	if o.stagesSet {
+	if o.stagesSet || o.Nemesis != "" {
 		return out
 	}
 	var before []string
@@ -313,6 +332,46 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
-	return harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
-		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure}
+	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
+		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
+		Hosts: o.Nemesis != "" && !o.NemesisNoNet}
+	if o.Nemesis != "" && !o.NemesisNoDisk {
+		// Mounted before the brokers start: a broker on a host of its own
+		// runs in a mount namespace of its own (ip netns exec), which
+		// would not see a disk mounted under it later.
+		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
+	}
+	return cfg
+}
+
+// nemesisDiskBroker is the broker whose copies the nemesis puts on the
+// loop-mounted disk (the disk faults' target).
+const nemesisDiskBroker meta.BrokerID = 1
+
+// nemesisDiskSize is the copies disk for the nemesis: room for every
+// segment the baseline and the writer (one per writeEvery) may put on the
+// broker, a quarter more, and ext4's own. Sparse: only what is written
+// takes space.
+func (o *Options) nemesisDiskSize() int64 {
+	segs := int64(o.Segments) + int64(o.NemesisDuration/writeEvery) + 4*int64(o.Brokers)
+	return max(64<<20, (segs*(o.SegmentSize+footerSize)*5/4+48<<20)&^(1<<20-1))
+}
+
+// validateNemesis checks the nemesis flags; the nemesis replaces the
+// stages, so --faults may not be given with it.
+func (o *Options) validateNemesis() error {
+	switch {
+	case o.Nemesis != "random":
+		return usageErr("--nemesis %q: want random", o.Nemesis)
+	case o.stagesSet:
+		return usageErr("--nemesis and --faults: the nemesis replaces the stages; give one")
+	case o.NemesisDuration < 10*time.Second || o.NemesisDuration > 24*time.Hour:
+		return usageErr("--duration %v: want 10s to 24h", o.NemesisDuration)
+	case o.RF < 2:
+		return usageErr("--nemesis with --rf %d: every fault destroys or hides a copy; want --rf 2 or more", o.RF)
+	case o.Brokers < 3:
+		return usageErr("--nemesis with --brokers %d: want 3 or more (a broker down must leave a quorum)", o.Brokers)
+	}
+	o.Stages = nil
+	return nil
 }

@@ -56,6 +56,11 @@ func TestParseDemoFlagsErrors(t *testing.T) {
 		{[]string{"--stage-timeout", "-1s"}, "--stage-timeout -1s"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--segments", "100000", "--segment-size", "1GiB"}, "more than 64 GiB"},
+		{[]string{"--nemesis", "chaos"}, `--nemesis "chaos": want random`},
+		{[]string{"--nemesis", "random", "--faults", "kill"}, "the nemesis replaces the stages"},
+		{[]string{"--nemesis", "random", "--duration", "1s"}, "--duration 1s"},
+		{[]string{"--nemesis", "random", "--rf", "1"}, "want --rf 2 or more"},
+		{[]string{"--nemesis", "random", "--brokers", "2", "--rf", "2"}, "want 3 or more"},
 	} {
 		_, err := ParseFlags(tc.args, io.Discard)
 		if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
@@ -86,5 +91,29 @@ func TestDefaultStagesDroppedWhenInfeasible(t *testing.T) {
 	// Without a restart, the leader kill comes on top of the first kill.
 	if _, err := ParseFlags([]string{"--brokers", "4", "--faults", "kill,leader"}, io.Discard); err == nil || !strings.Contains(err.Error(), "killing the leader leaves 2 live brokers") {
 		t.Fatalf("4 brokers, kill then leader without restart: %v", err)
+	}
+}
+
+func TestParseNemesisFlags(t *testing.T) {
+	o, err := ParseFlags([]string{"--nemesis", "random", "--seed", "7", "--duration", "10m", "--segments", "30"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Nemesis != "random" || o.Seed != 7 || o.NemesisDuration != 10*time.Minute || len(o.Stages) != 0 || len(o.skippedStages()) != 0 {
+		t.Fatalf("%+v", o)
+	}
+	cfg := o.clusterConfig("malachid")
+	if !cfg.Hosts || cfg.LoopBroker != nemesisDiskBroker || cfg.LoopBytes < 64<<20 {
+		t.Fatalf("the nemesis's cluster: hosts %v, loop broker %d of %d bytes", cfg.Hosts, cfg.LoopBroker, cfg.LoopBytes)
+	}
+	o, err = ParseFlags([]string{"--nemesis", "random", "--nemesis-no-net", "--nemesis-no-disk"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := o.clusterConfig("malachid"); cfg.Hosts || cfg.LoopBroker != 0 {
+		t.Fatalf("--nemesis-no-net --nemesis-no-disk: hosts %v, loop broker %d", cfg.Hosts, cfg.LoopBroker)
+	}
+	if cfg := (&Options{}).clusterConfig("malachid"); cfg.Hosts || cfg.LoopBroker != 0 {
+		t.Fatal("the stages' cluster changed: hosts or a loop disk at start")
 	}
 }

@@ -40,6 +40,29 @@
 // default list with its reason in the report, or refused with --faults. Progress shows as bars on a terminal,
 // as plain lines otherwise; the report ends the run, as text or --json.
 //
+// --nemesis random replaces the stages with a randomized nemesis
+// (schedule.go, nemesis.go, nemesis_watch.go, checker.go): Draw makes a
+// schedule of epochs of overlapping faults, a pure function of (seed,
+// duration, brokers, rf, kinds available) — process (kill, pause, restart,
+// swap), file (delete, truncate, extend, bitflip, latch), disk (diskfull,
+// readonly; with the loop disk) and network (isolate, partition, drop-out,
+// drop-in, flap, cap; with brokers on hosts of their own, internal/netns)
+// — bounded so that outside a deliberate quorum-loss window (alone in its
+// epoch, reported as such) at most min(rf-1, (brokers-1)/2) brokers are
+// under a fault (or its cooldown) at once; file faults pick only copies
+// whose other replicas no fault holds. A writer loads one segment every
+// 300 ms through the leader and records every acknowledgement; a watcher
+// records every heal pass seen and every replica-set change. After each
+// epoch every fault is undone, the heal is waited for (a bound that
+// expires is a failure), every replica copy of every acknowledged segment
+// is read and verified, and Check (pure: observations in, violations out)
+// runs: durable and verified, no last intact copy deleted, every down
+// broker listed dead on every pass, replica-set changes at most two per
+// loss, a hold whenever more than hold_share of the brokers went down
+// together. A violation stops the run and prints the seed and the
+// schedule; a fault that could not be injected is reported as not
+// injected, never as survived.
+//
 // The usage loop of a stage: inject; poll every --poll (100 ms) (GET /v1/health,
 // /v1/copies of every running broker, /v1/metadata, the leader's
 // /v1/status); evaluate every sealed segment; stop when all are healthy.

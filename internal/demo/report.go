@@ -74,6 +74,8 @@ type Report struct {
 	// Dir is where the cluster's configs, data and logs are (kept on
 	// failure and with --keep).
 	Dir string `json:"dir,omitempty"`
+	// Nemesis is the randomized nemesis's run (--nemesis), nil without.
+	Nemesis *NemesisReport `json:"nemesis,omitempty"`
 }
 
 // FaultReport is one stage of the demo.
@@ -255,6 +257,9 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 		r.Error = runErr.Error()
 	}
 	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
+	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
+		r.OK = false
+	}
 	r.summarize(e)
 }
 
@@ -335,7 +340,9 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "                   seconds to heal: %s\n", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	if len(r.Faults) > 0 {
+		fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "bytes")
+	}
 	for _, f := range r.Faults {
 		if !f.Injected {
 			fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
@@ -355,6 +362,9 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Error != "" {
 			fmt.Fprintf(w, "              error: %s\n", f.Error)
 		}
+	}
+	if r.Nemesis != nil {
+		r.Nemesis.writeText(w)
 	}
 	fmt.Fprintf(w, "\nverified means:\n")
 	for _, v := range r.Verification {

@@ -1,0 +1,407 @@
+package demo
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// The nemesis's checker is pure: its inputs are what the nemesis observed
+// (Observations), its output the violations found. Each property is one
+// function, so that a test can make each fire on a crafted violation.
+
+// Injected is one fault as it was really injected (a scheduled fault that
+// could not be is not here: it is counted as not injected).
+type Injected struct {
+	Kind    FaultKind       `json:"kind"`
+	Brokers []meta.BrokerID `json:"brokers"`
+	// Copies are the copies a file fault damaged (segment on broker).
+	Copies []admin.CopyRef `json:"copies,omitempty"`
+	Start  time.Time       `json:"start"`
+	End    time.Time       `json:"end"` // its undo began (zero: never)
+}
+
+// down says whether the fault keeps its brokers from reporting (for a
+// partition: its Brokers are the minority side).
+func (f Injected) down() bool {
+	switch f.Kind {
+	case KindKill, KindPause, KindSwap, KindQuorumLoss, KindIsolate, KindPartition:
+		return true
+	}
+	return false
+}
+
+// PassObs is one heal pass seen in the leader's /v1/status.
+type PassObs struct {
+	Leader meta.BrokerID `json:"leader"`
+	Number uint64        `json:"number"` // the leader's pass counter
+	// Started is a lower bound of the pass's start, when it sampled which
+	// brokers report: the end of the leader's previous pass (zero: not
+	// known, the pass is not judged by time). Ended is when it was
+	// published (last_pass_at). A pass that backfills can run for seconds
+	// after its sample, so neither alone says what it saw.
+	Started time.Time        `json:"started"`
+	Ended   time.Time        `json:"ended"`
+	Report  admin.HealReport `json:"report"`
+	// Unseen counts the passes of this leader between the previous
+	// observed one and this (the poll missed them).
+	Unseen uint64 `json:"unseen"`
+}
+
+// SetObs is a segment's replica set as seen by a metadata poll.
+type SetObs struct {
+	At       time.Time       `json:"at"`
+	Version  uint64          `json:"version"`
+	Replicas []meta.BrokerID `json:"replicas"`
+}
+
+// QuiescentObs is one check at a quiescent point: every fault undone and
+// the heal waited for. Healed false means the bound expired (Why says
+// what was still wrong). Segments is the metadata then; Verified the
+// result of reading every replica copy of the acknowledged segments
+// ("" when its bytes matched the frames' CRCs and the segment checksum).
+type QuiescentObs struct {
+	Label    string                                      `json:"label"`
+	Acked    []meta.SegmentID                            `json:"-"` // acknowledged by then
+	At       time.Time                                   `json:"at"`
+	Healed   bool                                        `json:"healed"`
+	Why      string                                      `json:"why,omitempty"`
+	Segments map[meta.SegmentID]meta.Segment             `json:"-"`
+	Verified map[meta.SegmentID]map[meta.BrokerID]string `json:"-"`
+	Running  map[meta.BrokerID]bool                      `json:"-"`
+}
+
+// Observations are everything the checker is given.
+type Observations struct {
+	RF        int
+	Brokers   int
+	Grace     time.Duration
+	Tick      time.Duration
+	HoldShare float64 // 0: heal.DefaultHoldShare (0.25)
+	Acked     []meta.SegmentID
+	Faults    []Injected
+	Passes    []PassObs
+	Sets      map[meta.SegmentID][]SetObs
+	Checks    []QuiescentObs
+	// Settle is added to grace and two ticks before a down broker must be
+	// listed dead (a new leader's election, a poll's lag); 0: one second.
+	Settle time.Duration
+}
+
+func (o Observations) slack() time.Duration {
+	s := o.Settle
+	if s == 0 {
+		s = time.Second
+	}
+	return o.Grace + 2*o.Tick + s
+}
+
+// Violation is one property broken.
+type Violation struct {
+	Property string `json:"property"`
+	What     string `json:"what"`
+}
+
+func (v Violation) String() string { return v.Property + ": " + v.What }
+
+// Check runs every property over o.
+func Check(o Observations) []Violation {
+	var out []Violation
+	out = append(out, checkDurable(o)...)
+	out = append(out, checkLastCopy(o)...)
+	out = append(out, checkDeadReported(o)...)
+	out = append(out, checkSetChanges(o)...)
+	out = append(out, checkHold(o)...)
+	return out
+}
+
+// checkDurable: at every quiescent point the heal finished within its
+// bound, and every acknowledged segment is in the metadata, sealed, with
+// exactly RF replicas on running brokers, each copy read and verified.
+func checkDurable(o Observations) []Violation {
+	var out []Violation
+	for _, q := range o.Checks {
+		if !q.Healed {
+			out = append(out, Violation{"healed", fmt.Sprintf("%s: not healthy within the bound: %s", q.Label, q.Why)})
+		}
+		for _, id := range q.Acked {
+			seg, ok := q.Segments[id]
+			switch {
+			case !ok:
+				out = append(out, Violation{"durable", fmt.Sprintf("%s: acknowledged segment %s is not in the metadata", q.Label, id)})
+				continue
+			case !seg.Sealed:
+				out = append(out, Violation{"durable", fmt.Sprintf("%s: acknowledged segment %s is not sealed", q.Label, id)})
+				continue
+			case len(seg.Replicas) != o.RF:
+				out = append(out, Violation{"durable", fmt.Sprintf("%s: acknowledged segment %s has %d replicas %v, want %d", q.Label, id, len(seg.Replicas), seg.Replicas, o.RF)})
+			}
+			for _, b := range seg.Replicas {
+				why, read := q.Verified[id][b]
+				switch {
+				case q.Running != nil && !q.Running[b]:
+					out = append(out, Violation{"durable", fmt.Sprintf("%s: segment %s's replica on broker %d, which is not running", q.Label, id, b)})
+				case !read:
+					out = append(out, Violation{"durable", fmt.Sprintf("%s: segment %s's copy on broker %d was not read", q.Label, id, b)})
+				case why != "":
+					out = append(out, Violation{"durable", fmt.Sprintf("%s: segment %s's copy on broker %d: %s", q.Label, id, b, why)})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// setAt is the last replica set of seg seen at or before t (nil: none).
+func setAt(sets []SetObs, t time.Time) []meta.BrokerID {
+	var cur []meta.BrokerID
+	for _, s := range sets {
+		if s.At.After(t) {
+			break
+		}
+		cur = s.Replicas
+	}
+	return cur
+}
+
+// damagedAt: the copies the nemesis had damaged and the cluster had not
+// yet replaced by t: a copy is damaged from its fault until the segment's
+// replica set is seen without that broker, or a quiescent point passes
+// (where every copy was verified).
+func damagedAt(o Observations, seg meta.SegmentID, t time.Time) map[meta.BrokerID]bool {
+	out := map[meta.BrokerID]bool{}
+	for _, f := range o.Faults {
+		if f.Start.After(t) {
+			continue
+		}
+		var hit []meta.BrokerID
+		for _, c := range f.Copies {
+			if c.Segment == seg {
+				hit = append(hit, c.Broker)
+			}
+		}
+		if f.Kind == KindSwap {
+			hit = append(hit, f.Brokers...)
+		}
+		for _, b := range hit {
+			healed := false
+			for _, q := range o.Checks {
+				if q.At.After(f.Start) && !q.At.After(t) && q.Healed {
+					healed = true
+				}
+			}
+			for _, s := range o.Sets[seg] {
+				if s.At.After(f.Start) && !s.At.After(t) && !slices.Contains(s.Replicas, b) {
+					healed = true
+				}
+			}
+			if !healed {
+				out[b] = true
+			}
+		}
+	}
+	return out
+}
+
+// checkLastCopy: no pass deleted a copy of a segment while it was its
+// last intact one: the same pass reports the segment lost, or every other
+// broker of its replica set then held a copy the nemesis had damaged.
+func checkLastCopy(o Observations) []Violation {
+	var out []Violation
+	for _, p := range o.Passes {
+		for _, del := range p.Report.Deleted {
+			for _, l := range p.Report.Lost {
+				if l.Segment == del.Segment {
+					out = append(out, Violation{"last-copy", fmt.Sprintf("pass %d of leader %d deleted %s's copy on broker %d while reporting it lost", p.Number, p.Leader, del.Segment, del.Broker)})
+				}
+			}
+			set := setAt(o.Sets[del.Segment], p.Ended)
+			if set == nil {
+				continue // never seen: nothing to judge by
+			}
+			bad := damagedAt(o, del.Segment, p.Ended)
+			intact := 0
+			for _, b := range set {
+				if b != del.Broker && !bad[b] {
+					intact++
+				}
+			}
+			if intact == 0 {
+				out = append(out, Violation{"last-copy", fmt.Sprintf("pass %d of leader %d (ended %s) deleted %s's copy on broker %d while its replica set %v held no other intact copy",
+					p.Number, p.Leader, p.Ended.Format(time.RFC3339Nano), del.Segment, del.Broker, set)})
+			}
+		}
+	}
+	return out
+}
+
+// within says whether pass p surely sampled the brokers while fault f
+// held: it started (at the earliest) slack after f began and was
+// published before f's undo began.
+func within(p PassObs, f Injected, slack time.Duration) bool {
+	if p.Started.IsZero() || p.Started.Before(f.Start.Add(slack)) {
+		return false
+	}
+	return f.End.IsZero() || !p.Ended.After(f.End)
+}
+
+// checkDeadReported: every broker the nemesis kept down is listed dead
+// on every pass that started more than grace + two ticks (and the settle
+// slack) after it went down and was published before it came back. A pass of a leader
+// that was itself down is not judged.
+func checkDeadReported(o Observations) []Violation {
+	var out []Violation
+	slack := o.slack()
+	for _, p := range o.Passes {
+		for _, f := range o.Faults {
+			if !f.down() || f.Kind == KindQuorumLoss {
+				continue
+			}
+			if !within(p, f, slack) {
+				continue
+			}
+			for _, b := range f.Brokers {
+				if b == p.Leader || slices.Contains(p.Report.Dead, b) {
+					continue
+				}
+				out = append(out, Violation{"reported", fmt.Sprintf("pass %d of leader %d (started %s) does not list broker %d dead, down by %s since %s",
+					p.Number, p.Leader, p.Started.Format(time.RFC3339Nano), b, f.Kind, f.Start.Format(time.RFC3339Nano))})
+			}
+		}
+	}
+	return out
+}
+
+// losses counts the faults that hit a replica of seg: a fault on a broker
+// while its replica set (as seen) named it, or on the copy itself. A
+// restart counts: its broker may be gone longer than the grace delay. A
+// segment first seen with fewer than RF replicas counts each missing one.
+func losses(o Observations, seg meta.SegmentID) int {
+	n := 0
+	sets := o.Sets[seg]
+	if len(sets) > 0 {
+		// Born short: the write sealed it on the replicas that took it
+		// (the others were down); each missing one is a loss.
+		n += max(0, o.RF-len(sets[0].Replicas))
+	}
+	for _, f := range o.Faults {
+		for _, c := range f.Copies {
+			if c.Segment == seg {
+				n++
+			}
+		}
+		if len(f.Copies) > 0 {
+			continue
+		}
+		end := f.End
+		if end.IsZero() {
+			end = time.Now()
+		}
+		for _, b := range f.Brokers {
+			hit := slices.Contains(setAt(sets, f.Start), b)
+			for _, s := range sets {
+				if s.At.After(f.Start) && s.At.Before(end.Add(o.Grace)) && slices.Contains(s.Replicas, b) {
+					hit = true
+				}
+			}
+			if hit {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// checkSetChanges: no segment's replica set changed (as a set) more often
+// than its losses require: each loss allows two changes (a replica added,
+// the lost one dropped). The polls may merge changes, so the count seen
+// is a lower bound.
+func checkSetChanges(o Observations) []Violation {
+	var out []Violation
+	ids := make([]meta.SegmentID, 0, len(o.Sets))
+	for id := range o.Sets {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		changes := 0
+		sets := o.Sets[id]
+		for i := 1; i < len(sets); i++ {
+			if !sameSet(sets[i-1].Replicas, sets[i].Replicas) {
+				changes++
+			}
+		}
+		if l := losses(o, id); changes > 2*l {
+			out = append(out, Violation{"set-changes", fmt.Sprintf("segment %s's replica set changed %d times for %d losses (at most %d): %s", id, changes, l, 2*l, fmtSets(sets))})
+		}
+	}
+	return out
+}
+
+func sameSet(a, b []meta.BrokerID) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+func fmtSets(sets []SetObs) string {
+	s := ""
+	for i, o := range sets {
+		if i > 0 && sameSet(sets[i-1].Replicas, o.Replicas) {
+			continue
+		}
+		s += fmt.Sprintf(" v%d%v", o.Version, o.Replicas)
+	}
+	return s
+}
+
+// checkHold: a pass that started while more than hold_share of the
+// brokers (and at least two) had been down together — their faults began
+// within half a grace window of each other, at least grace + two ticks and
+// a second before the pass — reports a hold (or a released one).
+func checkHold(o Observations) []Violation {
+	var out []Violation
+	share := o.HoldShare
+	if share == 0 {
+		share = 0.25
+	}
+	if share < 0 || o.Brokers == 0 {
+		return nil
+	}
+	slack := o.slack()
+	for _, p := range o.Passes {
+		type down struct {
+			b  meta.BrokerID
+			at time.Time
+		}
+		var ds []down
+		for _, f := range o.Faults {
+			if !f.down() || !within(p, f, slack) {
+				continue
+			}
+			for _, b := range f.Brokers {
+				ds = append(ds, down{b, f.Start})
+			}
+		}
+		sort.Slice(ds, func(i, j int) bool { return ds[i].at.Before(ds[j].at) })
+		// The largest group within grace/2 of each other.
+		best := 0
+		for i := range ds {
+			n := 0
+			for j := i; j < len(ds) && ds[j].at.Sub(ds[i].at) <= o.Grace/2; j++ {
+				n++
+			}
+			best = max(best, n)
+		}
+		if best >= 2 && float64(best) > share*float64(o.Brokers) && p.Report.HoldReason == "" && !p.Report.HoldReleased {
+			out = append(out, Violation{"hold", fmt.Sprintf("pass %d of leader %d (started %s): %d of %d brokers down together (more than hold_share %.2f) and no hold reported",
+				p.Number, p.Leader, p.Started.Format(time.RFC3339Nano), best, o.Brokers, share)})
+		}
+	}
+	return out
+}

@@ -1,0 +1,133 @@
+package demo
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// cleanObs is a run in which nothing went wrong: broker 4 was killed for
+// ten seconds, segment a moved from {1,2,4} to {1,2,3}, the passes listed
+// 4 dead, and the quiescent check found a at RF with every copy verified.
+func cleanObs() Observations {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	seg := meta.Segment{ID: "a", Sealed: true, Replicas: []meta.BrokerID{1, 2, 3}, Version: 5}
+	return Observations{
+		RF: 3, Brokers: 5, Grace: time.Second, Tick: 200 * time.Millisecond,
+		Acked:  []meta.SegmentID{"a"},
+		Faults: []Injected{{Kind: KindKill, Brokers: []meta.BrokerID{4}, Start: at(1), End: at(11)}},
+		Passes: []PassObs{
+			{Leader: 1, Number: 10, Started: at(5), Ended: at(5.2), Report: admin.HealReport{Dead: []meta.BrokerID{4}}},
+			{Leader: 1, Number: 11, Started: at(6), Ended: at(6.2), Report: admin.HealReport{Dead: []meta.BrokerID{4},
+				Deleted: []admin.CopyRef{{Segment: "a", Broker: 4}}}},
+		},
+		Sets: map[meta.SegmentID][]SetObs{"a": {
+			{At: at(0), Version: 3, Replicas: []meta.BrokerID{1, 2, 4}},
+			{At: at(5.5), Version: 4, Replicas: []meta.BrokerID{1, 2, 4, 3}},
+			{At: at(6.5), Version: 5, Replicas: []meta.BrokerID{1, 2, 3}},
+		}},
+		Checks: []QuiescentObs{{Label: "epoch 1", At: at(20), Healed: true, Acked: []meta.SegmentID{"a"},
+			Segments: map[meta.SegmentID]meta.Segment{"a": seg},
+			Verified: map[meta.SegmentID]map[meta.BrokerID]string{"a": {1: "", 2: "", 3: ""}},
+			Running:  map[meta.BrokerID]bool{1: true, 2: true, 3: true, 4: true, 5: true}}},
+	}
+}
+
+func TestCheckerClean(t *testing.T) {
+	if v := Check(cleanObs()); len(v) != 0 {
+		t.Fatalf("a clean run: %v", v)
+	}
+	// A segment sealed on one replica (the others were down as it was
+	// written) may gain two without a fault the nemesis saw.
+	o := cleanObs()
+	t1 := o.Sets["a"][0].At
+	o.Sets["b"] = []SetObs{{At: t1, Version: 2, Replicas: []meta.BrokerID{2}}, {At: t1.Add(time.Second), Version: 3, Replicas: []meta.BrokerID{2, 4, 1}}}
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a segment born short: %v", v)
+	}
+}
+
+// Each property fires on a crafted violation, and only that property.
+func TestCheckerFires(t *testing.T) {
+	at := func(o Observations, s float64) time.Time {
+		return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second)))
+	}
+	o0 := cleanObs()
+	// A pass that began before the fault could be seen, or was published
+	// after it was undone, is not judged.
+	o0.Passes[0].Report.Dead = nil
+	o0.Passes[0].Started = time.Time{}
+	o0.Passes[1].Ended = at(o0, 12)
+	o0.Passes[1].Report.Dead = nil
+	if v := Check(o0); len(v) != 0 {
+		t.Fatalf("passes not judged by time were: %v", v)
+	}
+	cases := []struct {
+		name, property, want string
+		mutate               func(o *Observations)
+	}{
+		{"bound expired", "healed", "not healthy within the bound", func(o *Observations) {
+			o.Checks[0].Healed, o.Checks[0].Why = false, "1 segment unhealthy"
+		}},
+		{"acked missing", "durable", "not in the metadata", func(o *Observations) {
+			o.Checks[0].Acked = append(o.Checks[0].Acked, "b")
+		}},
+		{"under-replicated", "durable", "has 2 replicas", func(o *Observations) {
+			s := o.Checks[0].Segments["a"]
+			s.Replicas = []meta.BrokerID{1, 2}
+			o.Checks[0].Segments["a"] = s
+		}},
+		{"copy bad", "durable", "frame 3: CRC mismatch", func(o *Observations) {
+			o.Checks[0].Verified["a"][2] = "frame 3: CRC mismatch"
+		}},
+		{"copy unread", "durable", "was not read", func(o *Observations) {
+			delete(o.Checks[0].Verified["a"], 3)
+		}},
+		{"last copy deleted", "last-copy", "no other intact copy", func(o *Observations) {
+			// 1 and 2 were damaged by the nemesis just before the pass
+			// deleted 4's copy, and never replaced.
+			o.Faults = append(o.Faults, Injected{Kind: KindDelete, Brokers: []meta.BrokerID{1, 2},
+				Copies: []admin.CopyRef{{Segment: "a", Broker: 1}, {Segment: "a", Broker: 2}}, Start: at(*o, 5.8), End: at(*o, 5.8)})
+			o.Sets["a"] = o.Sets["a"][:1]
+		}},
+		{"deleted while lost", "last-copy", "while reporting it lost", func(o *Observations) {
+			o.Passes[1].Report.Lost = []admin.LostEntry{{Segment: "a"}}
+		}},
+		{"dead not reported", "reported", "does not list broker 4 dead", func(o *Observations) {
+			o.Passes[0].Report.Dead = nil
+		}},
+		{"set churn", "set-changes", "changed 4 times for 1 losses", func(o *Observations) {
+			s := o.Sets["a"]
+			o.Sets["a"] = append(s, SetObs{At: at(*o, 8), Version: 6, Replicas: []meta.BrokerID{1, 5, 3}},
+				SetObs{At: at(*o, 9), Version: 7, Replicas: []meta.BrokerID{1, 2, 3}})
+		}},
+		{"no hold", "hold", "2 of 5 brokers down together", func(o *Observations) {
+			o.Faults[0].Brokers = []meta.BrokerID{4, 5}
+			o.Passes[0].Report.Dead = []meta.BrokerID{4, 5}
+			o.Passes[1].Report.Dead = []meta.BrokerID{4, 5}
+			o.Passes[1].Report.HoldReason = "brokers_missing: 2 of 5 within 1s"
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := cleanObs()
+			c.mutate(&o)
+			vs := Check(o)
+			if len(vs) == 0 {
+				t.Fatalf("no violation found")
+			}
+			for _, v := range vs {
+				if v.Property != c.property {
+					t.Errorf("unexpected %s", v)
+				}
+			}
+			if !strings.Contains(vs[0].What, c.want) {
+				t.Errorf("violation %q does not say %q", vs[0], c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,314 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// The nemesis's observers: the writer (one segment per writeEvery through
+// the leader's POST /v1/load, every acknowledgement recorded), the watcher
+// (the leader's heal passes and the metadata's replica sets, every
+// watchEvery) and the quiescent check.
+
+const (
+	writeEvery = 300 * time.Millisecond
+	watchEvery = 100 * time.Millisecond
+)
+
+// leader finds the leader among the running brokers no fault holds,
+// asking each briefly; nil when none answers with one.
+func (n *nemesis) leader(ctx context.Context) *harness.Broker {
+	n.mu.Lock()
+	skip := make(map[meta.BrokerID]bool, len(n.active))
+	for b := range n.active {
+		skip[b] = true
+	}
+	n.mu.Unlock()
+	for _, b := range n.d.c.Running() {
+		if skip[b.ID] {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		h, err := b.Client.Health(hctx)
+		cancel()
+		if err != nil || h.Leader == 0 {
+			continue
+		}
+		if lb := n.d.c.Broker(h.Leader); lb != nil && lb.Alive() && !skip[lb.ID] {
+			return lb
+		}
+	}
+	return nil
+}
+
+// cachedLeader is *last while it still says it leads and no fault holds
+// it, else a fresh look-up (stored in *last).
+func (n *nemesis) cachedLeader(ctx context.Context, last **harness.Broker) *harness.Broker {
+	if b := *last; b != nil && b.Alive() {
+		n.mu.Lock()
+		_, busy := n.active[b.ID]
+		n.mu.Unlock()
+		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		h, err := b.Client.Health(hctx)
+		cancel()
+		if !busy && err == nil && h.IsLeader {
+			return b
+		}
+	}
+	*last = n.leader(ctx)
+	return *last
+}
+
+// write loads one segment every writeEvery until ctx ends.
+func (n *nemesis) write(ctx context.Context) {
+	recs, rsize := recordShape(n.d.o.SegmentSize)
+	t := time.NewTicker(writeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		serial := n.writeSerial
+		n.writeSerial++
+		n.rep.SegmentsWritten++
+		inQuorumLoss := n.quorumLoss
+		n.mu.Unlock()
+		var err error
+		if lb := n.leader(ctx); lb == nil {
+			err = fmt.Errorf("no leader")
+		} else {
+			lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			_, err = lb.Client.Load(lctx, admin.LoadRequest{Segments: 1, RecordsPerSegment: recs, RecordSize: rsize, Prefix: "nem", First: serial, Concurrency: 1})
+			cancel()
+		}
+		n.mu.Lock()
+		if err == nil {
+			n.obs.Acked = append(n.obs.Acked, meta.SegmentID(fmt.Sprintf("nem-%05d", serial)))
+			n.rep.SegmentsAcknowledged++
+		} else if ctx.Err() == nil {
+			n.rep.WriteFailures++
+			if inQuorumLoss || n.quorumLoss { // began or ended in the window
+				n.rep.WriteFailuresQuorumLoss++
+			}
+		} else {
+			n.rep.SegmentsWritten-- // cut short by the end of the epoch: not an attempt
+		}
+		n.mu.Unlock()
+	}
+}
+
+// watch records every heal pass the leader reports and every change of a
+// segment's replica set, until ctx ends.
+func (n *nemesis) watch(ctx context.Context) {
+	var last *harness.Broker
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lb := n.cachedLeader(ctx, &last)
+		if lb == nil {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		raw, serr := lb.Client.Status(pctx)
+		snap, merr := lb.Client.Metadata(pctx)
+		cancel()
+		now := time.Now()
+		n.mu.Lock()
+		if serr == nil {
+			n.notePass(lb.ID, raw, now)
+		}
+		if merr == nil {
+			n.noteSets(snap, now)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// notePass records the leader's last pass when it is new: Started is the
+// end of that leader's previous pass (the earliest it can have begun),
+// Ended its last_pass_at. Callers hold mu.
+func (n *nemesis) notePass(leader meta.BrokerID, raw []byte, now time.Time) {
+	r, _, passes, ok := admin.LastPass(raw)
+	if !ok || passes == 0 || passes <= n.lastPasses[leader] {
+		return
+	}
+	var unseen uint64
+	if last := n.lastPasses[leader]; last > 0 {
+		unseen = passes - last - 1
+	}
+	n.lastPasses[leader] = passes
+	ended := now
+	if st, ok := admin.DecodeStatus(raw); ok && !st.LastPassAt.IsZero() {
+		ended = st.LastPassAt
+	}
+	started := n.lastEnded[leader]
+	n.lastEnded[leader] = ended
+	n.obs.Passes = append(n.obs.Passes, PassObs{Leader: leader, Number: passes, Started: started, Ended: ended, Report: r, Unseen: unseen})
+}
+
+// noteSets appends each sealed segment's replica set when it changed.
+// Callers hold mu.
+func (n *nemesis) noteSets(snap meta.Snapshot, now time.Time) {
+	for _, s := range snap.Segments {
+		if !s.Sealed {
+			continue
+		}
+		hist := n.obs.Sets[s.ID]
+		if len(hist) > 0 && slices.Equal(hist[len(hist)-1].Replicas, s.Replicas) {
+			continue
+		}
+		n.obs.Sets[s.ID] = append(hist, SetObs{At: now, Version: s.Version, Replicas: slices.Clone(s.Replicas)})
+	}
+}
+
+// snapshot copies the observations for the checker.
+func (n *nemesis) snapshot() Observations {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	o := n.obs
+	o.Acked = slices.Clone(n.obs.Acked)
+	o.Faults = slices.Clone(n.obs.Faults)
+	o.Passes = slices.Clone(n.obs.Passes)
+	o.Checks = slices.Clone(n.obs.Checks)
+	o.Sets = make(map[meta.SegmentID][]SetObs, len(n.obs.Sets))
+	for k, v := range n.obs.Sets {
+		o.Sets[k] = slices.Clone(v)
+	}
+	return o
+}
+
+// quiesce is a quiescent point: every broker running, the heal waited for
+// (to the stage timeout: a bound that expires is recorded as not healed),
+// then every replica copy of every acknowledged segment read and verified.
+func (n *nemesis) quiesce(ctx context.Context, label string) error {
+	var down []*harness.Broker
+	for _, b := range n.d.c.Brokers() {
+		if !b.Alive() {
+			down = append(down, b)
+		}
+	}
+	if len(down) > 0 {
+		n.d.logf("  nemesis: %d brokers still down at the quiescent point: restarting them", len(down))
+		if err := n.startAll(ctx, down); err != nil {
+			return fmt.Errorf("%s: restarting brokers: %w", label, err)
+		}
+	}
+	fr := FaultReport{Stage: "nemesis"}
+	herr := n.d.waitHealed(ctx, &fr, "nemesis: healing "+label, time.Now(), nil, n.d.o.StageTimeout)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	q := QuiescentObs{Label: label, At: time.Now(), Healed: herr == nil, Running: n.d.liveSet(),
+		Segments: map[meta.SegmentID]meta.Segment{}, Verified: map[meta.SegmentID]map[meta.BrokerID]string{}}
+	if herr != nil {
+		q.Why = herr.Error()
+		n.d.logf("  nemesis: %s: NOT healthy within %v: %v", label, n.d.o.StageTimeout, herr)
+	}
+	snap, err := n.d.leaderClient(ctx).Metadata(ctx)
+	if err != nil {
+		if n.d.last == nil {
+			return fmt.Errorf("%s: no metadata: %w", label, err)
+		}
+		snap = n.d.last.Snap
+	}
+	n.mu.Lock()
+	q.Acked = slices.Clone(n.obs.Acked)
+	n.noteSets(snap, q.At)
+	n.mu.Unlock()
+	for _, s := range snap.Segments {
+		q.Segments[s.ID] = s
+	}
+	verified := 0
+	for _, id := range q.Acked {
+		seg, ok := q.Segments[id]
+		if !ok {
+			continue
+		}
+		q.Verified[id] = map[meta.BrokerID]string{}
+		for _, b := range seg.Replicas {
+			q.Verified[id][b] = n.verifyCopy(b, seg)
+			if q.Verified[id][b] == "" {
+				verified++
+			}
+		}
+	}
+	n.mu.Lock()
+	n.obs.Checks = append(n.obs.Checks, q)
+	n.rep.CopiesVerified += verified
+	n.rep.ChecksRun++
+	n.mu.Unlock()
+	n.d.logf("  nemesis: %s: %d acknowledged segments, %d copies read and verified", label, len(q.Acked), verified)
+	return nil
+}
+
+// verifyCopy reads b's copy of seg in full: every frame's CRC and offset,
+// the footer, the frames' checksum against the metadata. "" is good.
+func (n *nemesis) verifyCopy(b meta.BrokerID, seg meta.Segment) string {
+	br := n.d.c.Broker(b)
+	if br == nil {
+		return "unknown broker"
+	}
+	path, err := br.CopyPath(seg.ID)
+	if err != nil || path == "" {
+		return fmt.Sprintf("no copy file (%v)", err)
+	}
+	if err := auditCopyFile(path, seg); err != nil {
+		if os.IsNotExist(err) {
+			return "no copy file"
+		}
+		return "audit: " + err.Error()
+	}
+	return ""
+}
+
+// finish fills the report's figures from the observations.
+func (n *nemesis) finish() {
+	o := n.snapshot()
+	n.rep.PassesObserved = len(o.Passes)
+	for _, p := range o.Passes {
+		n.rep.PassesUnseen += int(p.Unseen)
+		if p.Report.HoldReason != "" {
+			n.rep.HoldsSeen++
+		}
+	}
+	for _, sets := range o.Sets {
+		for i := 1; i < len(sets); i++ {
+			if !sameSet(sets[i-1].Replicas, sets[i].Replicas) {
+				n.rep.SetChangesSeen++
+			}
+		}
+	}
+	if len(o.Checks) > 0 {
+		last := o.Checks[len(o.Checks)-1]
+		for _, id := range last.Acked {
+			good := false
+			for _, why := range last.Verified[id] {
+				good = good || why == ""
+			}
+			if !good {
+				n.rep.SegmentsLost++
+			}
+		}
+		n.d.rep.Segments = 0
+		for _, s := range last.Segments {
+			if s.Sealed {
+				n.d.rep.Segments++
+			}
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package demo
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+var allKinds = slices.Concat(ProcessKinds, FileKinds, DiskKinds, NetKinds, []FaultKind{KindQuorumLoss})
+
+func TestScheduleDeterministic(t *testing.T) {
+	a := Draw(42, 10*time.Minute, 5, 3, allKinds, 2)
+	b := Draw(42, 10*time.Minute, 5, 3, allKinds, 2)
+	if !a.Equal(b) {
+		t.Fatalf("two draws with seed 42 differ:\n%s\n%s", a, b)
+	}
+	c := Draw(43, 10*time.Minute, 5, 3, allKinds, 2)
+	if a.Equal(c) {
+		t.Fatalf("seeds 42 and 43 drew the same schedule:\n%s", a)
+	}
+	if n := len(a.Epochs); n != 10 {
+		t.Fatalf("10 minutes: %d epochs, want 10", n)
+	}
+	// Kinds given in another order are the same input.
+	rev := slices.Clone(allKinds)
+	slices.Reverse(rev)
+	if d := Draw(42, 10*time.Minute, 5, 3, rev, 2); !a.Equal(d) {
+		t.Fatalf("the order of the kinds changed the draw")
+	}
+}
+
+func TestScheduleBounds(t *testing.T) {
+	counts := map[FaultKind]int{}
+	for seed := uint64(1); seed <= 300; seed++ {
+		s := Draw(seed, 10*time.Minute, 5, 3, allKinds, 2)
+		if s.Limit != 2 || s.Majority != 3 {
+			t.Fatalf("limit %d majority %d, want 2 and 3", s.Limit, s.Majority)
+		}
+		for i, ep := range s.Epochs {
+			for _, e := range ep.Events {
+				counts[e.Kind]++
+				if e.At < 0 || e.End() > ep.Window || e.Length <= 0 {
+					t.Fatalf("seed %d epoch %d: %s outside its window %v", seed, i, e, ep.Window)
+				}
+				for _, b := range e.Brokers {
+					if b < 1 || b > 5 {
+						t.Fatalf("seed %d: %s names broker %d", seed, e, b)
+					}
+				}
+				if (e.Kind == KindDiskFull || e.Kind == KindReadOnly) && !slices.Equal(e.Brokers, []meta.BrokerID{2}) {
+					t.Fatalf("seed %d: %s not on the disk broker 2", seed, e)
+				}
+				if e.Kind == KindSwap && slices.Contains(e.Brokers, 2) {
+					t.Fatalf("seed %d: %s swaps the disk broker's data directory", seed, e)
+				}
+				if e.Kind == KindQuorumLoss {
+					if len(ep.Events) != 1 || len(e.Brokers) != 3 {
+						t.Fatalf("seed %d: quorum loss %s not alone or not a majority (%d events)", seed, e, len(ep.Events))
+					}
+				}
+			}
+			if ep.Events != nil && ep.Events[0].Kind == KindQuorumLoss {
+				continue
+			}
+			// At every instant: at most Limit brokers busy, one fault a broker.
+			for at := time.Duration(0); at < ep.Window; at += 100 * time.Millisecond {
+				on := map[meta.BrokerID]int{}
+				for _, e := range ep.Events {
+					if e.At <= at && at < e.End() {
+						for _, b := range e.Brokers {
+							on[b]++
+						}
+					}
+				}
+				if len(on) > s.Limit {
+					t.Fatalf("seed %d epoch %d at %v: %d brokers faulted at once, limit %d\n%s", seed, i, at, len(on), s.Limit, s)
+				}
+				for b, n := range on {
+					if n > 1 {
+						t.Fatalf("seed %d epoch %d at %v: broker %d has %d faults at once\n%s", seed, i, at, b, n, s)
+					}
+				}
+			}
+		}
+	}
+	for _, k := range allKinds {
+		if counts[k] == 0 {
+			t.Errorf("300 draws never chose %s", k)
+		}
+	}
+	// Without a disk broker the disk kinds are not drawn.
+	s := Draw(7, 10*time.Minute, 5, 3, allKinds, 0)
+	if c := s.Count(); c[KindDiskFull]+c[KindReadOnly] > 0 || slices.Contains(s.Kinds, KindDiskFull) {
+		t.Fatalf("disk kinds drawn without a disk broker: %v", c)
+	}
+	// RF 1 allows no destructive fault at all.
+	if s := Draw(7, 2*time.Minute, 5, 1, ProcessKinds, 0); len(s.Count()) != 0 {
+		t.Fatalf("rf 1: %v drawn", s.Count())
+	}
+}
