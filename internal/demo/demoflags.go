@@ -336,9 +336,10 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
 		Hosts: o.Nemesis != "" && !o.NemesisNoNet}
 	if o.Nemesis != "" && !o.NemesisNoDisk {
-		// Mounted before the brokers start: a broker on a host of its own
-		// runs in a mount namespace of its own (ip netns exec), which
-		// would not see a disk mounted under it later.
+		// Mounted before the brokers start (written when brokers on
+		// hosts ran under ip netns exec, in mount namespaces of their
+		// own; they now run under nsenter, in the root's, so a later
+		// mount would be seen too: kept as the simpler order).
 		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
 	}
 	return cfg

@@ -25,7 +25,7 @@ type Broker struct {
 	Admin, Raft, RPC, Data string // host:port
 	ConfigPath, LogPath    string
 	// Prefix is put before the malachid command line (nil: none), e.g.
-	// {"ip", "netns", "exec", "NAME"} to run it in a network namespace.
+	// {"nsenter", "--net=/run/netns/NAME", "--"} to run it in a network namespace.
 	Prefix []string
 	Client *admin.Client // its admin API
 	Plugin *admin.Client // its plugin's rpc_listen (/metrics)

@@ -23,7 +23,7 @@
 // client, the command prefix it runs under) is a field of its Broker.
 // With Config.Hosts each broker runs on a host of its own (a network
 // namespace from internal/netns: its own address, ports 7001-7004, Prefix
-// `ip netns exec NAME`), reachable from this process without any switch;
+// `nsenter --net=/run/netns/NAME --`), reachable from this process without any switch;
 // Cluster.Net is then the network fault injector (host i is broker i):
 //
 //	undo, err := c.Net().Isolate(int(id))   // Partition, DropOutbound, DropInbound, Cap

@@ -14,7 +14,8 @@
 // The calling process reaches every host directly (the root veth is on the
 // bridge's segment), so admin clients and `malachi` subprocesses need no
 // namespace switch; a host's processes run under Prefix(i)
-// (`ip netns exec mlcN-h<i>`). Do runs a function inside a host's
+// (`nsenter --net=/run/netns/mlcN-h<i> --`: the network namespace only,
+// no mount namespace of its own). Do runs a function inside a host's
 // namespace (a goroutine locked to an OS thread that setns'd into it;
 // sockets it makes stay there).
 //

@@ -141,8 +141,16 @@ func (nt *Net) NS(i int) string { return fmt.Sprintf("mlc%d-h%d", nt.n, i) }
 // bridgeNS is the bridge's namespace name.
 func (nt *Net) bridgeNS() string { return fmt.Sprintf("mlc%d-br", nt.n) }
 
-// Prefix is the command prefix that runs a process on host i.
-func (nt *Net) Prefix(i int) []string { return []string{"ip", "netns", "exec", nt.NS(i)} }
+// Prefix is the command prefix that runs a process on host i: nsenter
+// into the host's network namespace only, then exec (same pid). Not `ip
+// netns exec`, which also gives the process a mount namespace of its own
+// holding a private copy of every mount of the moment: a loop disk another
+// test mounted then stays mounted in that copy after its umount, and its
+// e2fsck fails with "device in use" (seen when the fault suite's loop
+// disks and the network tests ran at once).
+func (nt *Net) Prefix(i int) []string {
+	return []string{"nsenter", "--net=/run/netns/" + nt.NS(i), "--"}
+}
 
 // Close stops every flap and removes the namespaces (and with them the
 // veths, the bridge, the fault tables and the qdiscs), then releases the
