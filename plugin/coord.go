@@ -147,7 +147,7 @@ func (p *Plugin) newTerm() (*term, error) {
 	c, err := heal.NewCoordinator(heal.Config{
 		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
 		Policy: pol, Now: p.now, Tick: p.cfg.Tick, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
-		ProbeTimeout: p.cfg.ProbeDeadline, Logger: p.log.With().Str("component", "heal").Logger(),
+		ProbeTimeout: p.cfg.ProbeDeadline, Logger: p.log,
 		OnReport: func(r heal.Report) { p.recordPass(&r, r.Took) },
 	})
 	if err != nil {
