@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -158,18 +157,23 @@ func (fx *rpcFixture) seed(tb testing.TB) {
 func (fx *rpcFixture) state(tb testing.TB) string {
 	tb.Helper()
 	var b strings.Builder
-	dir := filepath.Dir(fx.db.Path("x"))
-	ents, err := os.ReadDir(dir)
+	// Every file under copies/, each shard directory included (WalkDir
+	// goes in lexical order).
+	copies := filepath.Dir(filepath.Dir(fx.db.Path("x")))
+	err := filepath.WalkDir(copies, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(copies, path)
+		fmt.Fprintf(&b, "file %s %d\n", rel, fi.Size())
+		return nil
+	})
 	if err != nil {
 		tb.Fatal(err)
-	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
-	for _, e := range ents {
-		fi, err := e.Info()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		fmt.Fprintf(&b, "file %s %d\n", e.Name(), fi.Size())
 	}
 	for _, id := range fx.db.List() {
 		fi, err := fx.db.Identity(id)

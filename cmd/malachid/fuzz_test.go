@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -222,13 +222,22 @@ func freeAddr(t *testing.T) string {
 func adminState(t *testing.T, b *broker) string {
 	t.Helper()
 	var s strings.Builder
-	ents, err := os.ReadDir(filepath.Dir(b.db.Path("x")))
+	// Every file under copies/, each shard directory included.
+	copies := filepath.Dir(filepath.Dir(b.db.Path("x")))
+	err := filepath.WalkDir(copies, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(copies, path)
+		fmt.Fprintf(&s, "file %s %d\n", rel, fi.Size())
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, e := range ents {
-		fi, _ := e.Info()
-		fmt.Fprintf(&s, "file %s %d\n", e.Name(), fi.Size())
 	}
 	for _, id := range b.db.List() {
 		end, err := b.db.DurableEnd(id)
