@@ -371,3 +371,28 @@ func TestCoordinatorDurableEndFailureNotARefusal(t *testing.T) {
 		t.Errorf("refused %v fills %v", st.Refused, st.Fills)
 	}
 }
+
+// A segment lost last pass whose only source is a copy refused before
+// (its refusal lifted because another replica's state changed: a
+// scrubber flagging the copies one at a time) stays listed lost on this
+// pass, while the read from that copy is tried again. Without it the loss
+// disappeared from one pass's report (the fault suite's lost stage saw
+// "not reported lost on 1 pass").
+func TestLostWhileRetryingARefusedSource(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Corrupt, 0, false)
+	w.in.Lost = []meta.SegmentID{"a"}
+	w.in.Refused = []Refusal{{Segment: "a", Source: 3, Version: 1, State: 12345}} // a state no longer current
+	p := w.plan()
+	if !p.Report.IsLost("a") {
+		t.Errorf("not listed lost: plan:\n%sreport %+v", ops(p), p.Report)
+	}
+	if !strings.Contains(ops(p), "<-3") {
+		t.Errorf("no retry from the copy whose refusal lifted: plan:\n%s", ops(p))
+	}
+	// The same without the earlier refusal: copy 3 may be intact; not lost.
+	w = newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Corrupt, 0, false).anomaly(2, "a", Corrupt, 0, false)
+	w.in.Lost = []meta.SegmentID{"a"}
+	if p := w.plan(); p.Report.IsLost("a") {
+		t.Errorf("listed lost with a copy never refused: %+v", p.Report)
+	}
+}

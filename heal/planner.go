@@ -580,11 +580,7 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 		return
 	}
 
-	if len(seg.Replicas) > 0 && dead == len(seg.Replicas) {
-		p.fail(plan, seg, AllReplicasDead, nil)
-		return
-	}
-	if len(seg.Replicas) == 0 {
+	if dead == len(seg.Replicas) { // every replica dead, or none at all
 		p.fail(plan, seg, AllReplicasDead, nil)
 		return
 	}
@@ -596,6 +592,9 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 		}
 		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states))
 		return
+	}
+	if wasLost && p.onlyRefusedBefore(seg, states) {
+		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states)) // still lost while the read is retried
 	}
 	if hold {
 		// The mass-failure brake: no backfill starts, in place or not.
@@ -735,6 +734,34 @@ func lostCopies(seg *meta.Segment, states []copyState) []meta.BrokerID {
 		}
 	}
 	return out
+}
+
+// onlyRefusedBefore reports whether every healthy copy of seg was refused
+// as a backfill source by an earlier pass (Input.Refused, in force or
+// lifted since), so that none is known intact. A segment lost last pass
+// whose only sources are such copies (a change to another replica lifted
+// their refusals) stays listed lost on this pass too, while the read is
+// tried again: the seed reports a loss on every pass while it lasts.
+func (p *Planner) onlyRefusedBefore(seg *meta.Segment, states []copyState) bool {
+	k, _ := slices.BinarySearchFunc(p.refused, seg.ID, func(r Refusal, id meta.SegmentID) int { return cmp.Compare(r.Segment, id) })
+	found := false
+	for i, st := range states {
+		if !st.healthy() {
+			continue
+		}
+		refused := false
+		for j := k; j < len(p.refused) && p.refused[j].Segment == seg.ID; j++ {
+			if p.refused[j].Source == seg.Replicas[i] {
+				refused = true
+				break
+			}
+		}
+		if !refused {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // unplan removes the actions appended since start, undoing their counts.
