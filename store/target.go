@@ -149,6 +149,7 @@ func (db *DB) openTarget(c *copyState, seg meta.Segment, created bool) (*Target,
 	if created {
 		flag |= os.O_CREATE
 	}
+	c.settled = settledMark{}
 	f, err := db.fs.OpenFile(c.path, flag, 0o644)
 	if errors.Is(err, os.ErrNotExist) {
 		// The file is gone: receive it anew.

@@ -1,0 +1,197 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// settledMark is what a settle leaves behind for the next one: the file
+// (device, inode, size) and its status change time right after this
+// process settled it to a segment (start, length, byte size, checksum).
+// While a stat finds the same file with the same change time, settling it
+// again to the same segment needs no read: nothing has written to it since
+// (a write, truncate or attribute change moves the change time, and the
+// store clears the mark whenever it opens the file to write). A mark is
+// set only when the change time lies more than markAge in the past, so
+// that a later write cannot land in the same coarse timestamp tick. It
+// says nothing about bit rot under an unchanged inode: that is the
+// scrubber's to find.
+type settledMark struct {
+	ok       bool
+	dev, ino uint64
+	size     int64
+	ctime    int64
+	start    uint64
+	length   uint64
+	byteSize int64
+	sum      meta.Checksum
+	end      End
+}
+
+// markAge is how far in the past a file's change time must lie for a
+// settle to mark it: well over the kernel's coarse timestamp tick (at most
+// 10 ms at HZ=100).
+const markAge = 20 * time.Millisecond
+
+// markSettled records f, just settled to seg with end, as c's mark.
+func (db *DB) markSettled(c *copyState, f File, seg meta.Segment, end End) {
+	c.settled = settledMark{}
+	fi, err := f.Stat()
+	if err != nil {
+		return
+	}
+	dev, ino, ok := fileIDs(fi)
+	ctime, ok2 := fileChanged(fi)
+	if !ok || !ok2 || time.Now().UnixNano()-ctime < markAge.Nanoseconds() {
+		return
+	}
+	c.settled = settledMark{ok: true, dev: dev, ino: ino, size: fi.Size(), ctime: ctime,
+		start: seg.StartOffset, length: seg.Length, byteSize: seg.ByteSize, sum: seg.Checksum, end: end}
+}
+
+// unchangedSince reports whether c carries a mark for seg and a stat finds
+// its file as marked. Caller holds c.mu.
+func (db *DB) unchangedSince(c *copyState, seg meta.Segment) bool {
+	m := &c.settled
+	if !m.ok || !c.sealed || m.start != seg.StartOffset || m.length != seg.Length || m.byteSize != seg.ByteSize || m.sum != seg.Checksum {
+		return false
+	}
+	fi, err := db.fs.Stat(c.path)
+	if err != nil {
+		return false
+	}
+	dev, ino, ok := fileIDs(fi)
+	ctime, ok2 := fileChanged(fi)
+	return ok && ok2 && dev == m.dev && ino == m.ino && fi.Size() == m.size && ctime == m.ctime
+}
+
+// DirsSyncer is an optional capability of a DirSyncer: SyncDirs makes the
+// entries of every directory in dirs durable at once, setting errs[i] for
+// dirs[i] (the fsync package answers a batch of many directories of one
+// file system with one syncfs). SettleBatch uses it when present.
+type DirsSyncer interface {
+	SyncDirs(ctx context.Context, dirs []string, errs []error) error
+}
+
+// SettleBatch settles the copies of segs (each as Settle does) and then
+// makes their shard directories durable together: one SyncDirs for every
+// distinct shard of the batch when Options.DirSyncer has it, else one
+// SyncDir per shard. results[i] and errs[i] answer segs[i]; both must be
+// as long as segs. A copy whose directory sync fails is latched, as in
+// Settle. The copies' own work runs on up to GOMAXPROCS goroutines.
+func (db *DB) SettleBatch(ctx context.Context, segs []meta.Segment, results []SettleResult, errs []error) error {
+	if len(results) != len(segs) || len(errs) != len(segs) {
+		return fmt.Errorf("%w: settle batch: %d segments, %d results, %d errors", ErrInvalid, len(segs), len(results), len(errs))
+	}
+	var need [Shards]bool
+	var mu sync.Mutex
+	db.eachParallel(len(segs), func(i int) {
+		results[i], errs[i] = SettleResult{}, nil
+		id := segs[i].ID
+		if errs[i] = checkSegment("settle", id, segs[i]); errs[i] != nil {
+			return
+		}
+		c, err := db.acquire("settle", id)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		errs[i] = db.settle(c, segs[i], &results[i])
+		c.mu.Unlock()
+		if errs[i] == nil {
+			mu.Lock()
+			need[Shard(id)] = true
+			mu.Unlock()
+		}
+	})
+	failed := db.syncShards(ctx, &need)
+	for i := range segs {
+		if errs[i] != nil || failed[Shard(segs[i].ID)] == nil {
+			continue
+		}
+		errs[i] = db.failCopy(segs[i].ID, "settle: directory sync", failed[Shard(segs[i].ID)])
+	}
+	return nil
+}
+
+// eachParallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.
+func (db *DB) eachParallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := int(next.Add(1) - 1); j < n; j = int(next.Add(1) - 1) {
+				fn(j)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// syncShards makes the shard directories flagged in need durable and
+// returns, per shard, the error of its sync (nil: synced or not needed).
+func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) *[Shards]error {
+	var out [Shards]error
+	var dirs []string
+	var idx []int
+	for s, ok := range need {
+		if ok {
+			dirs = append(dirs, db.shards[s])
+			idx = append(idx, s)
+		}
+	}
+	if len(dirs) == 0 {
+		return &out
+	}
+	errs := make([]error, len(dirs))
+	if ds, ok := db.syncer.(DirsSyncer); ok {
+		if err := ds.SyncDirs(ctx, dirs, errs); err != nil {
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		}
+	} else {
+		for i, d := range dirs {
+			if db.syncer != nil {
+				errs[i] = db.syncer.SyncDir(ctx, d)
+			} else {
+				errs[i] = db.fs.SyncDir(d)
+			}
+		}
+	}
+	for i, s := range idx {
+		out[s] = errs[i]
+	}
+	return &out
+}
+
+// failCopy latches the copy of id with err (a directory sync of its
+// shard failed after its settle) and returns the latch error.
+func (db *DB) failCopy(id meta.SegmentID, op string, err error) error {
+	db.mu.RLock()
+	c := db.m[id]
+	db.mu.RUnlock()
+	if c == nil {
+		return fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return db.fail(c, op, err)
+}
