@@ -605,6 +605,7 @@ func (db *DB) Seal(id meta.SegmentID) (Seal, error) {
 	if err := db.syncDir(c, "seal"); err != nil {
 		return Seal{}, err
 	}
+	db.mark(c, ft)
 	return Seal{StartOffset: ft.StartOffset, Length: ft.Length, ByteSize: ft.ByteSize, Checksum: meta.CRC32C(ft.FramesCRC)}, nil
 }
 

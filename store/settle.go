@@ -95,7 +95,7 @@ func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) 
 // settle does Settle's work on the locked copy c but the directory sync.
 func (db *DB) settle(c *copyState, seg meta.Segment, res *SettleResult) error {
 	if !c.active && db.unchangedSince(c, seg) {
-		res.End = c.settled.end
+		res.End = footerEnd(c.settled.footer)
 		return nil
 	}
 	if c.active {
@@ -153,7 +153,7 @@ func (db *DB) settle(c *copyState, seg meta.Segment, res *SettleResult) error {
 	r.FileSize, r.Cause = want, nil
 	c.adopt(r)
 	res.End = r.End
-	db.markSettled(c, f, seg, r.End)
+	db.mark(c, r.footer)
 	return nil
 }
 

@@ -6,60 +6,56 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/malachi-log/malachi/meta"
 )
 
-// settledMark is what a settle leaves behind for the next one: the file
-// (device, inode, size) and its status change time right after this
-// process settled it to a segment (start, length, byte size, checksum).
-// While a stat finds the same file with the same change time, settling it
-// again to the same segment needs no read: nothing has written to it since
-// (a write, truncate or attribute change moves the change time, and the
-// store clears the mark whenever it opens the file to write). A mark is
-// set only when the change time lies more than markAge in the past, so
-// that a later write cannot land in the same coarse timestamp tick. It
-// says nothing about bit rot under an unchanged inode: that is the
-// scrubber's to find.
+// settledMark is what the store remembers of a copy it sealed, received
+// (a committed catch-up target) or settled in this process: the file
+// (device, inode, size), its status change time (ctime) and the footer it
+// ends with. While a stat finds the same file with the same size and
+// change time, settling it again to the segment of that footer needs no
+// read: nothing has written to it since. In-process writes clear the mark
+// (every open for writing does); another process's write, truncate or
+// attribute change moves the ctime, except one that lands within the same
+// coarse timestamp tick (a few milliseconds) as the store's own last
+// change. What a mark never says is that the bytes are still good under an
+// unchanged inode (bit rot): that is the scrubber's to find, as for every
+// confirmed copy.
 type settledMark struct {
 	ok       bool
 	dev, ino uint64
 	size     int64
 	ctime    int64
-	start    uint64
-	length   uint64
-	byteSize int64
-	sum      meta.Checksum
-	end      End
+	footer   Footer
 }
 
-// markAge is how far in the past a file's change time must lie for a
-// settle to mark it: well over the kernel's coarse timestamp tick (at most
-// 10 ms at HZ=100).
-const markAge = 20 * time.Millisecond
-
-// markSettled records f, just settled to seg with end, as c's mark.
-func (db *DB) markSettled(c *copyState, f File, seg meta.Segment, end End) {
+// mark records c's file, sealed with ft, as c's mark (no mark when the
+// stat fails or the system gives no ctime). Caller holds c.mu.
+func (db *DB) mark(c *copyState, ft Footer) {
 	c.settled = settledMark{}
-	fi, err := f.Stat()
+	fi, err := db.fs.Stat(c.path)
 	if err != nil {
 		return
 	}
 	dev, ino, ok := fileIDs(fi)
 	ctime, ok2 := fileChanged(fi)
-	if !ok || !ok2 || time.Now().UnixNano()-ctime < markAge.Nanoseconds() {
+	if !ok || !ok2 || fi.Size() != ft.ByteSize+FooterSize {
 		return
 	}
-	c.settled = settledMark{ok: true, dev: dev, ino: ino, size: fi.Size(), ctime: ctime,
-		start: seg.StartOffset, length: seg.Length, byteSize: seg.ByteSize, sum: seg.Checksum, end: end}
+	c.settled = settledMark{ok: true, dev: dev, ino: ino, size: fi.Size(), ctime: ctime, footer: ft}
 }
 
-// unchangedSince reports whether c carries a mark for seg and a stat finds
-// its file as marked. Caller holds c.mu.
+// footerEnd is the durable end of a copy sealed with ft.
+func footerEnd(ft Footer) End {
+	return End{NextOffset: ft.StartOffset + ft.Length, Bytes: ft.ByteSize, Frames: ft.Length, FileSize: ft.ByteSize + FooterSize, Footer: true}
+}
+
+// unchangedSince reports whether c carries a mark whose footer is seg's
+// and a stat finds its file as marked. Caller holds c.mu.
 func (db *DB) unchangedSince(c *copyState, seg meta.Segment) bool {
 	m := &c.settled
-	if !m.ok || !c.sealed || m.start != seg.StartOffset || m.length != seg.Length || m.byteSize != seg.ByteSize || m.sum != seg.Checksum {
+	if !m.ok || !c.sealed || !footerAgrees(m.footer, seg) {
 		return false
 	}
 	fi, err := db.fs.Stat(c.path)

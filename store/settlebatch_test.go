@@ -9,36 +9,24 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
 
-// settledAged fills and settles id, waits until its change time is old
-// enough for a settle to mark it, and settles it once more (which marks it).
-func settledAged(t *testing.T, db *store.DB, id meta.SegmentID) meta.Segment {
-	t.Helper()
-	fill(t, db, id, 0, 7)
-	seg := segment(id, 0, 7)
-	if _, err := db.Settle(id, seg); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // past the coarse timestamp tick: not a timed assertion
-	if _, err := db.Settle(id, seg); err != nil {
-		t.Fatal(err)
-	}
-	return seg
-}
-
-// A settle of a copy this process settled, which a stat finds unchanged,
-// opens nothing; one that was written to since (its bytes now run past the
-// sealed size) is opened, read and cut as before.
+// A settle of a copy this process sealed (or settled), which a stat finds
+// unchanged, opens nothing; settling it to another segment reads it; one
+// that was written to since (its bytes now run past the sealed size) is
+// opened, read and cut as before.
 func TestSettleOfUnchangedCopyOnlyStats(t *testing.T) {
 	const id = meta.SegmentID("marked")
 	fsys := &traceFS{FS: store.OSFS(), name: string(id) + ".seg"}
 	db := open(t, t.TempDir(), store.Options{FS: fsys})
-	seg := settledAged(t, db, id)
+	fill(t, db, id, 0, 7)
+	if _, err := db.Seal(id); err != nil {
+		t.Fatal(err)
+	}
+	seg := segment(id, 0, 7)
 	fsys.take()
 	res, err := db.Settle(id, seg)
 	if err != nil || res.BytesCut != 0 || res.FooterWritten || res.End.Bytes != seg.ByteSize {

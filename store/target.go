@@ -252,7 +252,13 @@ func (t *Target) commit() error {
 	}
 	r.FileSize, r.Cause = want, nil
 	c.adopt(r)
-	return db.syncDir(c, "commit")
+	if err := db.syncDir(c, "commit"); err != nil {
+		return err
+	}
+	if r.Footer {
+		db.mark(c, r.footer)
+	}
+	return nil
 }
 
 // cut truncates the target's file at byte n and syncs it. Caller holds c.mu.
