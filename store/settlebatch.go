@@ -1,11 +1,15 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -190,4 +194,84 @@ func (db *DB) failCopy(id meta.SegmentID, op string, err error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return db.fail(c, op, err)
+}
+
+// ConfirmBatch confirms each ids[i] with fis[i] as Confirm does, with one
+// durable write for the whole batch; errs[i] answers ids[i] (as long as
+// ids, as is fis). A copy it cannot take (unknown, latched, busy) or a bad
+// identity fails alone; when the write fails, every copy of the batch
+// fails with it and nothing is confirmed.
+func (db *DB) ConfirmBatch(ids []meta.SegmentID, fis []FileIdentity, errs []error) error {
+	if len(fis) != len(ids) || len(errs) != len(ids) {
+		return fmt.Errorf("%w: confirm batch: %d segments, %d identities, %d errors", ErrInvalid, len(ids), len(fis), len(errs))
+	}
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+		errs[i] = nil
+	}
+	// Take the copies in id order: two batches never wait on each other.
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ids[a], ids[b]) })
+	var held []*copyState
+	defer func() {
+		for _, c := range held {
+			c.mu.Unlock()
+		}
+	}()
+	var conf *pebble.DB
+	var b *pebble.Batch
+	var set []int
+	for k, i := range order {
+		if k > 0 && ids[order[k-1]] == ids[i] {
+			errs[i] = fmt.Errorf("%w: confirm batch: %s twice", ErrInvalid, ids[i])
+			continue
+		}
+		if fis[i].Size < 0 {
+			errs[i] = fmt.Errorf("%w: confirm %s: negative size %d", ErrInvalid, ids[i], fis[i].Size)
+			continue
+		}
+		c, err := db.acquire("confirm", ids[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		held = append(held, c)
+		if conf == nil {
+			if conf, err = db.confirmDB("confirm", ids[i], true); err != nil {
+				errs[i] = err
+				conf = nil
+				continue
+			}
+			b = conf.NewBatch()
+			defer b.Close()
+		}
+		old, had := db.confirmedOf(ids[i])
+		if had && old == fis[i] {
+			continue
+		}
+		if had {
+			if err := b.Delete(confirmKey(ids[i], old), nil); err != nil {
+				errs[i] = fmt.Errorf("store: confirm %s: %w", ids[i], err)
+				continue
+			}
+		}
+		if err := b.Set(confirmKey(ids[i], fis[i]), nil, nil); err != nil {
+			errs[i] = fmt.Errorf("store: confirm %s: %w", ids[i], err)
+			continue
+		}
+		set = append(set, i)
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		for _, i := range set {
+			errs[i] = fmt.Errorf("store: confirm %s: %w", ids[i], err)
+		}
+		return nil
+	}
+	for _, i := range set {
+		db.setConfirmed(ids[i], fis[i], true)
+	}
+	return nil
 }

@@ -129,3 +129,38 @@ func TestSettleBatchSyncsShardsOnceAndLatchesOnFailure(t *testing.T) {
 		t.Fatalf("SettleBatch with a short results slice = %v, want ErrInvalid", err)
 	}
 }
+
+// ConfirmBatch confirms the copies it can take with one write and fails
+// the others alone: an unknown copy, a segment named twice.
+func TestConfirmBatch(t *testing.T) {
+	db := open(t, t.TempDir(), store.Options{})
+	var fis []store.FileIdentity
+	for _, id := range []meta.SegmentID{"a", "b"} {
+		fill(t, db, id, 0, 3)
+		if _, err := db.Seal(id); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := db.Identity(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fis = append(fis, fi)
+	}
+	ids := []meta.SegmentID{"b", "a", "nope", "a"}
+	in := []store.FileIdentity{fis[1], fis[0], fis[0], fis[0]}
+	errs := make([]error, len(ids))
+	if err := db.ConfirmBatch(ids, in, errs); err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || !errors.Is(errs[2], store.ErrUnknownCopy) || (errs[1] == nil) == (errs[3] == nil) {
+		t.Fatalf("errors %v: want b and one a confirmed, nope unknown, the other a refused as named twice", errs)
+	}
+	for i, id := range []meta.SegmentID{"a", "b"} {
+		if ok, err := db.Confirmed(id, fis[i]); !ok || err != nil {
+			t.Errorf("Confirmed(%s) = %v, %v after the batch", id, ok, err)
+		}
+	}
+	if err := db.ConfirmBatch(ids, in[:1], errs); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("ConfirmBatch with one identity for four ids = %v, want ErrInvalid", err)
+	}
+}
