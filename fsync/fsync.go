@@ -269,6 +269,18 @@ func (s *Syncer) SyncDir(ctx context.Context, path string) error {
 	return err[0]
 }
 
+// SyncDirs makes the entries of every directory in dirs durable in one
+// batch (a batch of at least Config.FilesystemSyncMin directories of one
+// journaled file system is answered by one syncfs), storing the error of
+// dirs[i] in errs[i]. Errors as for Sync. It satisfies store.DirsSyncer.
+func (s *Syncer) SyncDirs(ctx context.Context, dirs []string, errs []error) error {
+	reqs := make([]Request, len(dirs))
+	for i, d := range dirs {
+		reqs[i] = Request{Path: d, Dir: true}
+	}
+	return s.Sync(ctx, reqs, errs)
+}
+
 // SyncFile makes the file at path durable (data and metadata, or with
 // dataOnly fdatasync semantics). Errors as for SyncDir.
 func (s *Syncer) SyncFile(ctx context.Context, path string, dataOnly bool) error {

@@ -133,7 +133,9 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 		}
 	}()
 	stop := c.watchReturns(ctx, plan, x.comeBack)
-	// Phase 1: backfills and settles, in risk order.
+	// Phase 1: backfills in risk order, and each broker's settles in one
+	// batch.
+	x.batches(SettleOverrun, func(int) bool { return true }, c.cfg.Settler.Settle)
 	for i, a := range plan.Actions {
 		if ctx.Err() != nil {
 			break
@@ -141,11 +143,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 		switch a.Op {
 		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy:
 			x.run(i, []meta.BrokerID{a.Target, a.Source}, x.backfill)
-		case SettleOverrun:
-			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
-				return 0, c.cfg.Settler.Settle(ctx, a.Target, a.Segment)
-			})
-		case SetReplicas, ConfirmCopy, DeleteDroppedCopy, ReportFailed:
+		case SetReplicas, SettleOverrun, ConfirmCopy, DeleteDroppedCopy, ReportFailed:
 		default:
 			panic(fmt.Sprintf("heal: Coordinator: action with unknown op %d", a.Op))
 		}
@@ -161,16 +159,18 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 	slices.Sort(x.out.Returned)
 	// Phase 2: the commands whose backfills succeeded.
 	x.commands()
-	// Phase 3: confirmations after settles, deletions after commands.
+	// Phase 3: confirmations after settles (a batch per broker),
+	// deletions after commands.
+	settled := x.succeededCopies(SettleOverrun)
+	x.batches(ConfirmCopy, func(i int) bool {
+		a := &plan.Actions[i]
+		return settled[CopyRef{a.Segment.ID, a.Target}]
+	}, c.cfg.Settler.Confirm)
 	for i, a := range plan.Actions {
 		if ctx.Err() != nil {
 			break
 		}
 		switch {
-		case a.Op == ConfirmCopy && x.succeeded(SettleOverrun, a.Segment.ID, a.Target):
-			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
-				return 0, c.cfg.Settler.Confirm(ctx, a.Target, a.Segment)
-			})
 		case a.Op == DeleteDroppedCopy && x.succeeded(SetReplicas, a.Segment.ID, 0):
 			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
 				return 0, c.cfg.Deleter.Delete(ctx, a.Target, a.Segment.ID)
@@ -193,6 +193,78 @@ func (x *executor) succeeded(op Op, seg meta.SegmentID, target meta.BrokerID) bo
 		}
 	}
 	return false
+}
+
+// succeededCopies returns the copies whose op succeeded in this plan.
+func (x *executor) succeededCopies(op Op) map[CopyRef]bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := map[CopyRef]bool{}
+	for i, a := range x.out.Plan.Actions {
+		if a.Op == op && x.out.Of[i].Result == Succeeded {
+			out[CopyRef{a.Segment.ID, a.Target}] = true
+		}
+	}
+	return out
+}
+
+// batchStep is a Settler method: one request for a broker's copies.
+type batchStep func(ctx context.Context, broker meta.BrokerID, segs []meta.Segment, errs []error) error
+
+// batches starts, for each broker, one step over the plan's op actions
+// on it that ok admits (in plan order), within the limits, and records
+// each action's outcome.
+func (x *executor) batches(op Op, ok func(i int) bool, step batchStep) {
+	by := map[meta.BrokerID][]int{}
+	var order []meta.BrokerID
+	for i := range x.out.Plan.Actions {
+		a := &x.out.Plan.Actions[i]
+		if a.Op != op || !ok(i) {
+			continue
+		}
+		if _, seen := by[a.Target]; !seen {
+			order = append(order, a.Target)
+		}
+		by[a.Target] = append(by[a.Target], i)
+	}
+	for _, b := range order {
+		if x.ctx.Err() != nil {
+			return
+		}
+		release, err := x.lim.acquire(x.ctx, b)
+		if err != nil {
+			return
+		}
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			defer release()
+			x.runBatch(b, by[b], step)
+		}()
+	}
+}
+
+// runBatch runs step for broker b's actions idx and records the outcomes.
+func (x *executor) runBatch(b meta.BrokerID, idx []int, step batchStep) {
+	segs := make([]meta.Segment, len(idx))
+	errs := make([]error, len(idx))
+	for k, i := range idx {
+		segs[k] = x.out.Plan.Actions[i].Segment
+	}
+	if err := step(x.ctx, b, segs, errs); err != nil {
+		for k := range errs {
+			errs[k] = err
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for k, i := range idx {
+		a := &x.out.Plan.Actions[i]
+		x.out.Of[i] = x.classify(a, errs[k])
+		if x.out.Of[i].Result == Failed {
+			x.c.cfg.Logger.Warn().Str("op", a.Op.String()).Str("copy", CopyRef{a.Segment.ID, a.Target}.String()).Err(errs[k]).Msg("heal: step failed")
+		}
+	}
 }
 
 // backfill asks the target for its durable end and copies the rest.

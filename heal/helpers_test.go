@@ -1,6 +1,7 @@
 package heal
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -192,4 +193,12 @@ func seeAll(c *Coordinator, seen []Seen) {
 	for _, s := range seen {
 		c.state.Seen = seenAt(c.state.Seen, s.Broker, s.At, true)
 	}
+}
+
+// eachCopy answers a Settler batch one copy at a time with one.
+func eachCopy(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error, one func(context.Context, meta.BrokerID, meta.Segment) error) error {
+	for i := range segs {
+		errs[i] = one(ctx, b, segs[i])
+	}
+	return nil
 }

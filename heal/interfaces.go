@@ -68,23 +68,26 @@ type Backfiller interface {
 }
 
 // Settler brings overrun copies back to their sealed size and records that
-// they are exact.
+// they are exact, a broker's batch at a time (one request per broker and
+// pass: the broker makes the batch's directories durable together).
 type Settler interface {
-	// Settle brings broker's copy of seg down to seg.ByteSize (plus the
-	// seal footer), writing the footer if the copy is not yet sealed and
-	// syncing and rolling the log first if the copy is its active
-	// segment, then fences the copy and syncs its directory. It never
-	// confirms anything and it refuses (with an error) a copy whose frames
-	// end short of seg.ByteSize. A copy that carries its own valid seal
-	// disagreeing with seg is refused, changing nothing, with an error
-	// wrapping ErrSealConflict.
-	Settle(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error
+	// Settle brings broker's copy of each segs[i] down to its ByteSize
+	// (plus the seal footer), writing the footer if the copy is not yet
+	// sealed and syncing and rolling the log first if the copy is its
+	// active segment, then fences the copy and syncs its directory. It
+	// never confirms anything and it refuses (errs[i]) a copy whose frames
+	// end short of ByteSize. A copy that carries its own valid seal
+	// disagreeing with segs[i] is refused, changing nothing, with an error
+	// wrapping ErrSealConflict. errs[i] answers segs[i]; the returned
+	// error means none was answered (the broker could not be reached).
+	Settle(ctx context.Context, broker meta.BrokerID, segs []meta.Segment, errs []error) error
 
-	// Confirm records, durably on broker, that its copy of seg has been
-	// settled and is exact, keyed by the copy's file identity, so that the
-	// copy is never reported overrun again. The Coordinator calls it only
-	// after a successful Settle of the same copy in the same pass.
-	Confirm(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error
+	// Confirm records, durably on broker, that its copy of each segs[i]
+	// has been settled and is exact, keyed by the copy's file identity,
+	// so that the copy is never reported overrun again. The Coordinator
+	// calls it only for copies whose Settle succeeded in the same pass.
+	// Errors as for Settle.
+	Confirm(ctx context.Context, broker meta.BrokerID, segs []meta.Segment, errs []error) error
 }
 
 // Deleter removes copies that the metadata no longer assigns.

@@ -289,11 +289,11 @@ func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID
 	}
 	return s.ByteSize - from, nil
 }
-func (f *fakeBrokers) Settle(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
+func (f *fakeBrokers) settleOne(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
 	f.log("settle %s@%d", s.ID, b)
 	return f.settleErr
 }
-func (f *fakeBrokers) Confirm(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
+func (f *fakeBrokers) confirmOne(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
 	f.log("confirm %s@%d", s.ID, b)
 	return nil
 }
@@ -365,4 +365,12 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 			}
 		}
 	})
+}
+
+func (f *fakeBrokers) Settle(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return eachCopy(ctx, b, segs, errs, f.settleOne)
+}
+
+func (f *fakeBrokers) Confirm(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return eachCopy(ctx, b, segs, errs, f.confirmOne)
 }

@@ -222,7 +222,7 @@ func (p scaleBrokers) Backfill(ctx context.Context, target, source meta.BrokerID
 	return seg.ByteSize + scaleFooter - from, nil
 }
 
-func (p scaleBrokers) Settle(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
+func (p scaleBrokers) settleOne(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -234,7 +234,7 @@ func (p scaleBrokers) Settle(ctx context.Context, id meta.BrokerID, seg meta.Seg
 	return nil
 }
 
-func (p scaleBrokers) Confirm(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
+func (p scaleBrokers) confirmOne(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -509,4 +509,12 @@ func loadString() string {
 		return err.Error()
 	}
 	return l.String()
+}
+
+func (p scaleBrokers) Settle(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return eachCopy(ctx, b, segs, errs, p.settleOne)
+}
+
+func (p scaleBrokers) Confirm(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return eachCopy(ctx, b, segs, errs, p.confirmOne)
 }

@@ -363,7 +363,7 @@ func (s *sim) upBroker(ctx context.Context, id meta.BrokerID) (*simBroker, error
 	return br, nil
 }
 
-func (b simBrokers) Settle(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
+func (b simBrokers) settleOne(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,7 +379,7 @@ func (b simBrokers) Settle(ctx context.Context, id meta.BrokerID, seg meta.Segme
 	return nil
 }
 
-func (b simBrokers) Confirm(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
+func (b simBrokers) confirmOne(ctx context.Context, id meta.BrokerID, seg meta.Segment) error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -742,4 +742,12 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 	}
 	s.stats["converged_after"] += done - faultTicks
 	return s.stats
+}
+
+func (b simBrokers) Settle(ctx context.Context, id meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return eachCopy(ctx, id, segs, errs, b.settleOne)
+}
+
+func (b simBrokers) Confirm(ctx context.Context, id meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return eachCopy(ctx, id, segs, errs, b.confirmOne)
 }

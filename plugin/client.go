@@ -63,7 +63,12 @@ func (c *Client) do(ctx context.Context, b meta.BrokerID, path string, req, resp
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	err = c.rpc.CallBroker(ctx, b, http.MethodPost, br.RPCAddr, path, req, resp)
+	return c.classify(path, b, c.rpc.CallBroker(ctx, b, http.MethodPost, br.RPCAddr, path, req, resp))
+}
+
+// classify wraps an error of path on broker b in the heal sentinel it
+// means to the coordinator.
+func (c *Client) classify(path string, b meta.BrokerID, err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -131,16 +136,6 @@ func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg
 		return 0, err
 	}
 	return resp.Bytes, nil
-}
-
-// Settle implements heal.Settler.
-func (c *Client) Settle(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error {
-	return c.do(ctx, broker, pathSettle, SegmentRequest{Segment: seg}, &SettleResponse{}, true)
-}
-
-// Confirm implements heal.Settler.
-func (c *Client) Confirm(ctx context.Context, broker meta.BrokerID, seg meta.Segment) error {
-	return c.do(ctx, broker, pathConfirm, SegmentRequest{Segment: seg}, nil, true)
 }
 
 // Delete implements heal.Deleter.

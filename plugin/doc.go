@@ -26,8 +26,9 @@
 //	POST /rpc/v1/probe        {"index"}        -> heal.ProbeReport (anomalies and counts only)
 //	POST /rpc/v1/durable_end  {"segment"}      -> {"bytes",...}  (0 when there is no copy)
 //	POST /rpc/v1/backfill     {"segment","source","source_addr","from","ticket"} -> {"bytes"}: this broker pulls
-//	POST /rpc/v1/settle       {"segment"}      -> what the settle did
-//	POST /rpc/v1/confirm      {"segment"}      -> {} (durable, keyed by file identity)
+//	POST /rpc/v1/settle       {"segments"}     -> {"items"}: each copy's error or what its settle did;
+//	                                              the batch's shard directories synced together
+//	POST /rpc/v1/confirm      {"segments"}     -> {"items"}: durable (one write), keyed by file identity
 //	POST /rpc/v1/delete       {"segment"}      -> {} (a missing copy is not an error)
 //	POST /rpc/v1/latched      {}               -> {"latched":[...]}
 //	GET  /metrics, GET /status

@@ -32,8 +32,8 @@ var rpcPaths = []struct {
 	{pathProbe, []string{"index", "deadline_ms"}},
 	{pathDurableEnd, []string{"segment"}},
 	{pathBackfill, []string{"segment", "source", "source_addr", "from"}},
-	{pathSettle, []string{"segment"}},
-	{pathConfirm, []string{"segment"}},
+	{pathSettle, []string{"segments"}},
+	{pathConfirm, []string{"segments"}},
 	{pathDelete, []string{"segment"}},
 	{pathLatched, nil},
 }
@@ -348,7 +348,8 @@ func TestRPCRefusesMalformedRequests(t *testing.T) {
 		{"unknown field", 0, authBroker, `{"index":1,"indexx":2}`, 400, `unknown field "indexx"`},
 		{"wrong type", 0, authBroker, `{"index":"one"}`, 400, "cannot unmarshal string"},
 		{"huge number", 0, authBroker, `{"index":1e400}`, 400, "cannot unmarshal number"},
-		{"negative size", 3, authBroker, `{"segment":{"id":"a","length":1,"byte_size":-1,"replicas":[1]}}`, 400, "byte_size -1 is negative"},
+		{"negative size", 3, authBroker, `{"segments":[{"id":"a","length":1,"byte_size":-1,"replicas":[1]}]}`, 400, "byte_size -1 is negative"},
+		{"too many segments", 3, authBroker, tooManySegments(), 400, "at most 4096"},
 		{"path escape", 5, authBroker, `{"segment":"../a"}`, 400, `segment id "../a" starts with a dot`},
 		{"slash in id", 5, authBroker, `{"segment":"x/../a"}`, 400, `byte '/' at 1`},
 		{"latched with garbage", 6, authBroker, `garbage`, 400, "invalid character"},
@@ -434,6 +435,9 @@ func FuzzClientDecode(f *testing.F) {
 	f.Add(uint8(3), uint16(209), []byte(`{"code":"latched","message":"copy latched"}`))
 	f.Add(uint8(3), uint16(201), []byte(`{"code":"unauthenticated","message":"bad signature"}`))
 	f.Add(uint8(3), uint16(300), []byte(`<html>bad gateway</html>`))
+	f.Add(uint8(3), uint16(0), []byte(`{"items":[{"code":"short","message":"copy short"}]}`))
+	f.Add(uint8(3), uint16(0), []byte(`{"items":[]}`))
+	f.Add(uint8(3), uint16(0), []byte(`{"items":[{}]}`))
 	f.Add(uint8(0), uint16(0), []byte(``))
 	f.Add(uint8(1), uint16(0), []byte(`{"bytes":1e400}`))
 	seg := meta.Segment{ID: "a", Length: 1, ByteSize: 10, Sealed: true, Checksum: meta.CRC32C(1), Replicas: []meta.BrokerID{1}}
@@ -462,7 +466,7 @@ func FuzzClientDecode(f *testing.F) {
 		case 2:
 			_, err = cl.Latched(ctx, 1)
 		case 3:
-			err = cl.Settle(ctx, 1, seg)
+			err = settleOne(ctx, cl, 1, seg)
 		}
 		if code != http.StatusOK {
 			if err == nil {
@@ -475,6 +479,14 @@ func FuzzClientDecode(f *testing.F) {
 				}
 			} else if !errors.Is(err, ErrRemote) {
 				t.Fatalf("HTTP %d %q: %v, want ErrRemote", code, body, err)
+			}
+			return
+		}
+		var br BatchResponse
+		if call%4 == 3 && json.Unmarshal(body, &br) == nil && len(br.Items) == 1 && br.Items[0].Code != "" {
+			// One copy's error inside a good answer: its own sentinel.
+			if want := errors.Unwrap(errCodes.Decode(br.Items[0].Code, "")); !errors.Is(err, want) {
+				t.Fatalf("HTTP 200 %q: %v, want it to wrap %v", body, err, want)
 			}
 			return
 		}
@@ -491,4 +503,14 @@ func FuzzClientDecode(f *testing.F) {
 type wireError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// tooManySegments is a settle request of MaxSettleBatch+1 segments.
+func tooManySegments() string {
+	segs := make([]meta.Segment, MaxSettleBatch+1)
+	for i := range segs {
+		segs[i] = meta.Segment{ID: "a", Length: 1, ByteSize: 10, Sealed: true, Checksum: meta.CRC32C(1), Replicas: []meta.BrokerID{1}}
+	}
+	b, _ := json.Marshal(SegmentsRequest{Segments: segs})
+	return string(b)
 }

@@ -235,10 +235,10 @@ func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Confirm a: it then measures intact and is not listed.
-	if err := cl.Settle(ctx, 1, a); err != nil {
+	if err := settleOne(ctx, cl, 1, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Confirm(ctx, 1, a); err != nil {
+	if err := confirmOne(ctx, cl, 1, a); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := cl.Probe(ctx, 1, cp.Snapshot().Index)
@@ -262,16 +262,16 @@ func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
 		t.Errorf("d: %+v, want short at %d", x, d.ByteSize/2)
 	}
 	// Settling and confirming b removes it; a short copy refuses both.
-	if err := cl.Settle(ctx, 1, b); err != nil {
+	if err := settleOne(ctx, cl, 1, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Confirm(ctx, 1, b); err != nil {
+	if err := confirmOne(ctx, cl, 1, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Settle(ctx, 1, d); !errors.Is(err, store.ErrShort) {
+	if err := settleOne(ctx, cl, 1, d); !errors.Is(err, store.ErrShort) {
 		t.Errorf("settle of a short copy: %v, want store.ErrShort across the wire", err)
 	}
-	if err := cl.Confirm(ctx, 1, d); err == nil {
+	if err := confirmOne(ctx, cl, 1, d); err == nil {
 		t.Error("confirm of a short copy succeeded")
 	}
 	rep, err = cl.Probe(ctx, 1, cp.Snapshot().Index)
@@ -634,4 +634,22 @@ func TestEngineMetricFollowsAuto(t *testing.T) {
 			t.Fatalf("status probe_engine %q, want %q", got, want)
 		}
 	}
+}
+
+// settleOne settles one copy through the batch RPC.
+func settleOne(ctx context.Context, cl *Client, b meta.BrokerID, seg meta.Segment) error {
+	errs := make([]error, 1)
+	if err := cl.Settle(ctx, b, []meta.Segment{seg}, errs); err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// confirmOne confirms one copy through the batch RPC.
+func confirmOne(ctx context.Context, cl *Client, b meta.BrokerID, seg meta.Segment) error {
+	errs := make([]error, 1)
+	if err := cl.Confirm(ctx, b, []meta.Segment{seg}, errs); err != nil {
+		return err
+	}
+	return errs[0]
 }

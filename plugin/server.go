@@ -158,8 +158,8 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 		// copies are unknown rather than all overrun.
 		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
 	}
-	sc := s.takeScratch()
-	defer s.putScratch(sc)
+	sc, release := s.takeScratch()
+	defer release()
 	if err := s.db.OpenStatDirs(&sc.dirs); err != nil {
 		return rep, fmt.Errorf("plugin: broker %d: probe: %w", s.self, err)
 	}
@@ -208,22 +208,17 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 	return rep, nil
 }
 
-// takeScratch returns the server's probe memory, or a fresh one while
-// another probe holds it (a pass and a dry run at once).
-func (s *server) takeScratch() *probeScratch {
+// takeScratch returns the server's probe memory and the func that gives
+// it back, or a fresh one while another probe holds it (a pass and a dry
+// run at once).
+func (s *server) takeScratch() (*probeScratch, func()) {
 	if s.scratchMu.TryLock() {
 		if s.scratch == nil {
 			s.scratch = new(probeScratch)
 		}
-		return s.scratch
+		return s.scratch, s.scratchMu.Unlock
 	}
-	return new(probeScratch)
-}
-
-func (s *server) putScratch(sc *probeScratch) {
-	if sc == s.scratch {
-		s.scratchMu.Unlock()
-	}
+	return new(probeScratch), func() {}
 }
 
 // fact is what the probe observed of the copy of seg: its stat r and the
@@ -326,40 +321,6 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	s.log.Info().Str("segment", string(req.Segment.ID)).Uint32("source", uint32(req.Source)).Int64("bytes", n).
 		Dur("took", time.Since(start)).Msg("backfill committed")
 	return BackfillResponse{Bytes: n}, nil
-}
-
-// settle brings the local copy down to its sealed size and fences it.
-func (s *server) settle(ctx context.Context, body []byte) (any, error) {
-	seg, err := s.segmentReq(body)
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.db.Settle(seg.ID, seg)
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info().Str("segment", string(seg.ID)).Bool("footer_written", r.FooterWritten).Int64("bytes_cut", r.BytesCut).Msg("copy settled")
-	return SettleResponse{FooterWritten: r.FooterWritten, SyncedAndRolled: r.SyncedAndRolled, BytesCut: r.BytesCut}, nil
-}
-
-// confirm records, durably, that the local copy is exact.
-func (s *server) confirm(ctx context.Context, body []byte) (any, error) {
-	seg, err := s.segmentReq(body)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := s.db.Identity(seg.ID)
-	if err != nil {
-		return nil, err
-	}
-	if want := seg.ByteSize + store.FooterSize; fi.Size != want {
-		return nil, fmt.Errorf("%w: confirm %s: copy measures %d bytes, want %d", store.ErrInvalid, seg.ID, fi.Size, want)
-	}
-	if err := s.db.Confirm(seg.ID, fi); err != nil {
-		return nil, err
-	}
-	s.metrics.confirmed.Inc()
-	return empty{}, nil
 }
 
 // delete removes the local copy; a missing copy is not an error.

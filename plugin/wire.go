@@ -57,11 +57,25 @@ type BackfillResponse struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// SettleResponse reports what a settle did.
-type SettleResponse struct {
-	FooterWritten   bool  `json:"footer_written"`
-	SyncedAndRolled bool  `json:"synced_and_rolled"`
-	BytesCut        int64 `json:"bytes_cut"`
+// SegmentsRequest names a batch of segments by their full metadata (the
+// settle and confirm RPCs: one request per broker and pass).
+type SegmentsRequest struct {
+	Segments []meta.Segment `json:"segments"`
+}
+
+// BatchResponse answers a SegmentsRequest: Items[i] for Segments[i].
+type BatchResponse struct {
+	Items []BatchItem `json:"items"`
+}
+
+// BatchItem is one copy's answer: an error (Code, as the RPC layer's
+// error codes, and Message) or, for a settle, what it did.
+type BatchItem struct {
+	Code            string `json:"code,omitempty"`
+	Message         string `json:"message,omitempty"`
+	FooterWritten   bool   `json:"footer_written,omitempty"`
+	SyncedAndRolled bool   `json:"synced_and_rolled,omitempty"`
+	BytesCut        int64  `json:"bytes_cut,omitempty"`
 }
 
 // DeleteRequest names a copy to delete.

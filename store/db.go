@@ -118,6 +118,10 @@ type copyState struct {
 	alloc      int64  // file size (preallocated) when active
 	footer     Footer // when sealed
 	scratch    []byte
+
+	// settled remembers the file as this process last settled it (see
+	// settledMark); cleared whenever the process opens the file to write.
+	settled settledMark
 }
 
 // Open opens the store in dir, creating dir/copies, its shard directories
@@ -334,6 +338,9 @@ func (db *DB) forget(c *copyState) {
 // openFile opens the copy's file. A missing file forgets the copy and
 // returns ErrUnknownCopy; any other error latches it.
 func (db *DB) openFile(c *copyState, op string, flag int) (File, error) {
+	if flag&(os.O_WRONLY|os.O_RDWR) != 0 {
+		c.settled = settledMark{}
+	}
 	f, err := db.fs.OpenFile(c.path, flag, 0o644)
 	if err == nil {
 		return f, nil
@@ -598,6 +605,7 @@ func (db *DB) Seal(id meta.SegmentID) (Seal, error) {
 	if err := db.syncDir(c, "seal"); err != nil {
 		return Seal{}, err
 	}
+	db.mark(c, ft)
 	return Seal{StartOffset: ft.StartOffset, Length: ft.Length, ByteSize: ft.ByteSize, Checksum: meta.CRC32C(ft.FramesCRC)}, nil
 }
 

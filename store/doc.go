@@ -73,6 +73,7 @@
 //	seal, _ := db.Seal(id)          // footer, fenced; seal goes to the metadata
 //	...
 //	db.Settle(id, seg)              // heal: bring a copy to the sealed segment
+//	db.SettleBatch(ctx, segs, r, e) // ... a batch, one SyncDirs for its shards
 //	db.Verify(id, seg)              // scrub
 //	t, _ := db.OpenTarget(id, seg)  // catch-up: write [t.Resume(), size) then
 //	t.Commit()                      // verify, sync, fence
@@ -130,7 +131,11 @@
 // own shard directory, and only it (through Options.DirSyncer when set):
 // concurrent settles of copies in many shards reach the DirSyncer as many
 // distinct directories, which fsync.Syncer coalesces (one syncfs for a
-// batch of at least FilesystemSyncMin of them).
+// batch of at least FilesystemSyncMin of them); SettleBatch hands them over
+// in one SyncDirs. A copy this process sealed, received or settled keeps a
+// mark (inode, size, ctime): settling it again while a stat finds it
+// unchanged reads nothing (see settledMark for what a mark cannot see).
+// ConfirmBatch writes a batch's confirmations in one durable Pebble write.
 //
 // The confirmation DB is opened on first use and not written with less
 // than Options.ConfirmMinFree bytes free: Pebble treats a failed write as

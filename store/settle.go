@@ -83,37 +83,52 @@ func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) 
 		return res, err
 	}
 	defer c.mu.Unlock()
+	if err := db.settle(c, seg, &res); err != nil {
+		return res, err
+	}
+	if err := db.syncDir(c, "settle"); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// settle does Settle's work on the locked copy c but the directory sync.
+func (db *DB) settle(c *copyState, seg meta.Segment, res *SettleResult) error {
+	if !c.active && db.unchangedSince(c, seg) {
+		res.End = footerEnd(c.settled.footer)
+		return nil
+	}
 	if c.active {
 		if err := c.f.Datasync(); err != nil {
-			return res, db.fail(c, "settle: sync", err)
+			return db.fail(c, "settle: sync", err)
 		}
 		err := c.f.Close()
 		c.f, c.active = nil, false
 		if err != nil {
-			return res, db.fail(c, "settle: close", err)
+			return db.fail(c, "settle: close", err)
 		}
 		res.SyncedAndRolled = true
 	}
 	f, err := db.openFile(c, "settle", os.O_RDWR)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer f.Close()
 	r, err := db.scanFile(c, "settle", f, scanOpts{limit: seg.ByteSize, start: seg.StartOffset, startKnown: true, whole: true})
 	if err != nil {
-		return res, err
+		return err
 	}
 	if !r.Footer || !footerAgrees(r.footer, seg) || r.crc != r.footer.FramesCRC {
 		// Not already settled to seg: the copy's own seal, if it has
 		// one, must agree with seg before anything is cut (invariant 8).
 		if err := db.checkSeal(c, "settle", f, seg); err != nil {
-			return res, err
+			return err
 		}
 	}
 	if err := agree(r, seg); err != nil {
 		c.adopt(r)
 		c.sealed = false
-		return res, fmt.Errorf("settle %s: %w", id, err)
+		return fmt.Errorf("settle %s: %w", c.id, err)
 	}
 	want := seg.ByteSize + FooterSize
 	if !r.Footer || r.footer.FramesCRC != r.crc {
@@ -122,26 +137,24 @@ func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) 
 			res.BytesCut = r.FileSize - want
 		}
 		if err := db.writeFooter(c, "settle", f, ft); err != nil {
-			return res, err
+			return err
 		}
 		res.FooterWritten = true
 		r.Footer, r.footer = true, ft
 	} else if r.FileSize != want {
 		res.BytesCut = r.FileSize - want
 		if err := f.Truncate(want); err != nil {
-			return res, db.fail(c, "settle: truncate", err)
+			return db.fail(c, "settle: truncate", err)
 		}
 		if err := f.Sync(); err != nil {
-			return res, db.fail(c, "settle: sync", err)
+			return db.fail(c, "settle: sync", err)
 		}
 	}
 	r.FileSize, r.Cause = want, nil
 	c.adopt(r)
-	if err := db.syncDir(c, "settle"); err != nil {
-		return res, err
-	}
 	res.End = r.End
-	return res, nil
+	db.mark(c, r.footer)
+	return nil
 }
 
 // checkSeal reads the whole copy in f, unbounded by seg, and returns a

@@ -149,6 +149,7 @@ func (db *DB) openTarget(c *copyState, seg meta.Segment, created bool) (*Target,
 	if created {
 		flag |= os.O_CREATE
 	}
+	c.settled = settledMark{}
 	f, err := db.fs.OpenFile(c.path, flag, 0o644)
 	if errors.Is(err, os.ErrNotExist) {
 		// The file is gone: receive it anew.
@@ -251,7 +252,13 @@ func (t *Target) commit() error {
 	}
 	r.FileSize, r.Cause = want, nil
 	c.adopt(r)
-	return db.syncDir(c, "commit")
+	if err := db.syncDir(c, "commit"); err != nil {
+		return err
+	}
+	if r.Footer {
+		db.mark(c, r.footer)
+	}
+	return nil
 }
 
 // cut truncates the target's file at byte n and syncs it. Caller holds c.mu.
