@@ -48,7 +48,6 @@
 //     with the tail of its log.
 //  4. No code outside copies.go knows where a broker keeps a copy's file:
 //     CopyPath and CopyFiles walk the broker's copies directory.
-//
 //  5. On loopback, a cluster's ports are drawn outside the kernel's
 //     ephemeral range and claimed (an flock on a file per port under
 //     os.TempDir()) from New until Stop: no other harness, in this process
