@@ -95,6 +95,9 @@ func claimPorts(n int, candidates []int) (*portClaim, error) {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("harness: the port lock directory: %w", err)
 	}
+	// Shared by every user's harness, like /tmp itself (best effort: only
+	// its owner may change it).
+	_ = os.Chmod(dir, 0o777|os.ModeSticky)
 	pc := &portClaim{}
 	for _, p := range candidates {
 		if len(pc.addrs) == n {
@@ -128,7 +131,8 @@ func claimPorts(n int, candidates []int) (*portClaim, error) {
 // another claim holds it.
 func lockPort(dir string, port int) (f *os.File, ok bool, err error) {
 	path := filepath.Join(dir, strconv.Itoa(port))
-	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	// Read-only is enough for flock, and opens another user's file.
+	f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, false, fmt.Errorf("harness: port lock %s: %w", path, err)
 	}
