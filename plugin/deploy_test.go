@@ -11,12 +11,14 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -242,5 +244,19 @@ func TestCheckQueriesRejectsUnknownMetrics(t *testing.T) {
 	good := map[string]string{"ok": `histogram_quantile(0.99, sum by (le) (rate(malachi_heal_pass_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`}
 	if errs := checkQueries(good, exported); len(errs) != 0 {
 		t.Errorf("a good query rejected: %v", errs)
+	}
+}
+
+// malachi_heal_hold follows the last pass's HoldReason.
+func TestHoldGaugeFollowsTheReport(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	for _, tc := range []struct {
+		reason string
+		want   float64
+	}{{"", 0}, {"brokers_missing: 3 of 6 within 1s", 1}, {"brokers_missing: 2 of 6 within 1s", 1}, {"", 0}} {
+		m.observePass(&heal.Report{HoldReason: tc.reason}, 0.01)
+		if got := testutil.ToFloat64(m.hold); got != tc.want {
+			t.Errorf("hold_reason %q: malachi_heal_hold %v, want %v", tc.reason, got, tc.want)
+		}
 	}
 }
