@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -120,8 +121,14 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 // every copy is confirmed, and returns the cluster, its leader and the
 // metadata then: a heal of one broker's replicas lasts seconds.
 func throttledCluster(t *testing.T) (*cluster, int, meta.Snapshot) {
+	return throttledClusterAt(t, 262144)
+}
+
+// throttledClusterAt is throttledCluster with catch-up capped at rate
+// bytes a second a broker.
+func throttledClusterAt(t *testing.T, rate int) (*cluster, int, meta.Snapshot) {
 	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true,
-		extra: "backfill_bytes_per_second = 262144\nmax_backfills = 64\nmax_backfills_per_broker = 16\n"})
+		extra: fmt.Sprintf("backfill_bytes_per_second = %d\nmax_backfills = 64\nmax_backfills_per_broker = 16\n", rate)})
 	leader := c.waitLeader(10 * time.Second)
 	c.load(leader, 12, 128, 4096, "r") // 12 × 512 KiB
 	c.waitConfirmed(12)

@@ -67,7 +67,11 @@
 //  5. The coordinator runs only while Control reports leadership, and at
 //     most one pass at a time; it is cancelled when leadership is lost,
 //     which cancels its RPCs (the servers roll back what they were doing).
-//  6. Metrics live on the instance's registry, never the global one.
+//  6. Metrics live on the instance's registry, never the global one. Every
+//     metric the alerting rules and the dashboard in deploy/ name is
+//     registered there (deploy_test.go checks it); the lifecycle gauges
+//     (decommission, maintenance, leftover copies) are declared here and
+//     set by the code that reports them.
 //  7. The scrubber (heal.scrub_interval > 0) reads sealed copies end to end
 //     at a bounded rate and marks a copy that fails verification, by file
 //     identity, in memory; the probe reports a marked copy as corrupt until

@@ -39,7 +39,22 @@ type metrics struct {
 	scrubCycles     prometheus.Counter
 	leader          prometheus.Gauge
 	engine          *prometheus.GaugeVec // kind=probe|fsync, engine=uring|syscall
+	hold            prometheus.Gauge     // 1 while the last pass's HoldReason is set
 	auth            authMetrics
+	lifecycle
+}
+
+// lifecycle are the operator's lifecycle gauges (issue 15): decommission
+// progress by broker, brokers in maintenance, copies left outside their
+// replica sets by cause. Declared and registered here so the alerts and
+// the dashboard (deploy/) can name them; the leader sets them from the
+// pass report.
+type lifecycle struct {
+	decommissionLeft      *prometheus.GaugeVec // by broker: segments still to move
+	decommissionBytesLeft *prometheus.GaugeVec // by broker: their bytes
+	decommissionBlocked   *prometheus.GaugeVec // by broker, reason: segments that cannot move
+	maintenanceBrokers    prometheus.Gauge
+	leftoverCopies        *prometheus.GaugeVec // by cause
 }
 
 var failedReasons = []heal.Reason{heal.AllReplicasDead, heal.NoSpareBroker, heal.NoIntactSource, heal.BackfillFailed, heal.CommandFailed, heal.SealConflict}
@@ -75,12 +90,31 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.scrubCycles = prometheus.NewCounter(prometheus.CounterOpts(f("scrub_cycles_total", "Full scrub cycles over this broker's sealed copies.")))
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts(f("leader", "1 while this instance runs the coordinator.")))
 	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
+	m.hold = prometheus.NewGauge(prometheus.GaugeOpts(f("hold", "1 while the mass-failure brake holds placement of new replicas (the last pass's hold_reason is set; leader only).")))
+	m.lifecycle = newLifecycle(f)
+	reg.MustRegister(m.hold, m.decommissionLeft, m.decommissionBytesLeft, m.decommissionBlocked, m.maintenanceBrokers, m.leftoverCopies)
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
 		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
 	}
 	return m
+}
+
+// newLifecycle makes the lifecycle gauges with f's namespace and subsystem.
+func newLifecycle(f func(name, help string) prometheus.Opts) lifecycle {
+	return lifecycle{
+		decommissionLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts(f("decommission_segments_left",
+			"Segments a decommissioned broker still holds a replica of, by broker (leader only).")), []string{"broker"}),
+		decommissionBytesLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts(f("decommission_bytes_left",
+			"Bytes of those segments, by broker (leader only).")), []string{"broker"}),
+		decommissionBlocked: prometheus.NewGaugeVec(prometheus.GaugeOpts(f("decommission_blocked_segments",
+			"Segments of a decommissioned broker that cannot move at the last pass, by broker and reason (leader only).")), []string{"broker", "reason"}),
+		maintenanceBrokers: prometheus.NewGauge(prometheus.GaugeOpts(f("maintenance_brokers",
+			"Brokers inside a maintenance window at the last pass (leader only)."))),
+		leftoverCopies: prometheus.NewGaugeVec(prometheus.GaugeOpts(f("leftover_copies",
+			"Copies held outside their segment's replica set at the last pass, by cause (leader only).")), []string{"cause"}),
+	}
 }
 
 // observePass records the last pass's report.
@@ -91,6 +125,10 @@ func (m *metrics) observePass(r *heal.Report, seconds float64) {
 	m.unsettled.Set(float64(len(r.Unsettled)))
 	m.lostSegments.Set(float64(len(r.Lost)))
 	m.lostBytes.Set(float64(r.LostBytes))
+	m.hold.Set(0)
+	if r.HoldReason != "" {
+		m.hold.Set(1)
+	}
 	m.returned.Add(float64(len(r.Returned)))
 	m.bytesSaved.Add(float64(r.BytesSaved))
 	counts := map[heal.Reason]int{}

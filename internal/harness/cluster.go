@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -110,28 +109,10 @@ type Cluster struct {
 	netSkip string
 	// loopCloseErr is what closing the loop disk in Stop returned.
 	loopCloseErr error
-}
-
-// FreeLoopbackPorts returns n distinct free TCP addresses on 127.0.0.1.
-// The listeners are held until all are chosen so no two are the same;
-// another process could still take one before the broker binds it.
-func FreeLoopbackPorts(n int) ([]string, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	addrs := make([]string, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("harness: choosing a free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
+	// ports are the loopback ports claimed for the brokers (nil on hosts
+	// of their own). INVARIANT: held from New until Stop, after every
+	// broker exited, so a restarted broker binds its own ports again.
+	ports *portClaim
 }
 
 // New lays out a cluster of cfg.Brokers brokers on loopback under
@@ -148,6 +129,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	if err := c.makeCerts(); err != nil {
 		c.closeNet()
+		c.releasePorts()
 		return nil, err
 	}
 	for i := 0; i < cfg.Brokers; i++ {
@@ -307,6 +289,7 @@ func (c *Cluster) WriteConfig(b *Broker) error {
 // the client's idle connections.
 func (c *Cluster) Stop() {
 	defer c.rpc.Close()
+	defer c.releasePorts()
 	defer c.closeNet()
 	defer c.closeLoop()
 	var wg sync.WaitGroup

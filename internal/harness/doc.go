@@ -48,6 +48,11 @@
 //     with the tail of its log.
 //  4. No code outside copies.go knows where a broker keeps a copy's file:
 //     CopyPath and CopyFiles walk the broker's copies directory.
+//  5. On loopback, a cluster's ports are drawn outside the kernel's
+//     ephemeral range and claimed (an flock on a file per port under
+//     os.TempDir()) from New until Stop: no other harness, in this process
+//     or another, and no outgoing connection takes a broker's port, so a
+//     start or a restart never finds it in use (ports.go).
 //
 // A Cluster's methods may be called from several goroutines; a Broker's
 // process state is guarded by its own mutex.

@@ -17,7 +17,8 @@ const (
 
 // layout returns the four listen addresses of every broker (admin, raft,
 // rpc, data, broker after broker): on hosts of their own when cfg.Hosts
-// and namespaces can be made (c.net set), else free loopback ports.
+// and namespaces can be made (c.net set), else loopback ports claimed
+// for the cluster's life (ports.go).
 func (c *Cluster) layout() ([]string, error) {
 	if c.cfg.Hosts {
 		nt, err := netns.New(c.cfg.Brokers)
@@ -36,7 +37,25 @@ func (c *Cluster) layout() ([]string, error) {
 			c.cfg.Logf("harness: brokers on loopback, not on hosts of their own: %v", err)
 		}
 	}
-	return FreeLoopbackPorts(4 * c.cfg.Brokers)
+	pc, err := claimPorts(4*c.cfg.Brokers, claimCandidates())
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.ports = pc
+	c.mu.Unlock()
+	return pc.addrs, nil
+}
+
+// releasePorts drops the cluster's claim on its loopback ports (safe to
+// call twice).
+func (c *Cluster) releasePorts() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ports != nil {
+		c.ports.release()
+		c.ports = nil
+	}
 }
 
 // Net is the brokers' hosts — the network fault injector
