@@ -339,6 +339,37 @@ func (c *cluster) load(id, n, records, size int, prefix string) {
 	if err := c.post(id, "/v1/load", req, nil); err != nil {
 		c.t.Fatalf("load: %v", err)
 	}
+	// The load answered once its seals were committed; a broker that lost
+	// the leadership meanwhile may apply them a little later. Every test
+	// reads some broker's metadata next: wait until every live broker's
+	// shows the n segments sealed.
+	var last string
+	defer func() { c.t.Logf("load %s: last seen: %s", prefix, last) }()
+	c.eventually(30*time.Second, "the loaded segments sealed in every live broker's metadata ("+prefix+")", func() bool {
+		for i := range c.brokers {
+			id := i + 1
+			if !c.alive(id) {
+				continue
+			}
+			snap, err := c.metadata(id)
+			if err != nil {
+				last = err.Error()
+				return false
+			}
+			sealed := 0
+			for _, s := range snap.Segments {
+				if strings.HasPrefix(string(s.ID), prefix+"-") && s.Sealed {
+					sealed++
+				}
+			}
+			if sealed < n {
+				last = fmt.Sprintf("broker %d: %d of %d sealed", id, sealed, n)
+				return false
+			}
+		}
+		last = "all sealed"
+		return true
+	})
 }
 
 // healStatus is the part of the plugin's /status the tests read.
