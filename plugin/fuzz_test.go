@@ -36,6 +36,7 @@ var rpcPaths = []struct {
 	{pathConfirm, []string{"segment"}},
 	{pathDelete, []string{"segment"}},
 	{pathLatched, nil},
+	{pathDeleteLeftover, []string{"segment", "index"}},
 }
 
 // Who the fuzzer's request comes from: the TLS state the server sees.
