@@ -184,8 +184,9 @@ func (p Policy) leftoverDelay() time.Duration {
 // passes), classifies this pass's leftovers into plan.Report.Leftovers,
 // plans a backfill of a lost segment from a usable leftover, and plans the
 // DeleteLeftoverCopy actions that are safe (see safeToCollect). It returns
-// the next memo, sorted.
-func leftovers(plan *Plan, obs *Observation, memo []LeftoverMemo, refused []Refusal, pass int) []LeftoverMemo {
+// the next memo, sorted, and the refusals of leftover sources to keep
+// (the planner keeps only those of replicas).
+func leftovers(plan *Plan, obs *Observation, memo []LeftoverMemo, refused []Refusal, pass int) ([]LeftoverMemo, []Refusal) {
 	memo = slices.Clone(memo)
 	if x := obs.Executed; x != nil {
 		for i := range x.Plan.Actions {
@@ -253,7 +254,22 @@ func leftovers(plan *Plan, obs *Observation, memo []LeftoverMemo, refused []Refu
 	}
 	rescue(plan, obs, up, refused)
 	slices.SortFunc(next, func(a, b LeftoverMemo) int { return cmpMemo(a, b.Copy) })
-	return slices.CompactFunc(next, func(a, b LeftoverMemo) bool { return a.Copy == b.Copy })
+	return slices.CompactFunc(next, func(a, b LeftoverMemo) bool { return a.Copy == b.Copy }), leftoverRefusals(obs.View, refused)
+}
+
+// leftoverRefusals returns the refusals of refused whose source is
+// outside its segment's set (a leftover that refused as a rescue source)
+// while the segment's version is unchanged: the planner drops them, this
+// term keeps them.
+func leftoverRefusals(view *meta.View, refused []Refusal) []Refusal {
+	var out []Refusal
+	for _, rf := range refused {
+		if seg, ok := view.Segment(rf.Segment); ok && seg.Version == rf.Version && !slices.Contains(seg.Replicas, rf.Source) &&
+			!slices.Contains(out, rf) {
+			out = append(out, rf)
+		}
+	}
+	return out
 }
 
 func cmpMemo(m LeftoverMemo, c CopyRef) int {

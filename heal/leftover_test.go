@@ -271,3 +271,30 @@ func TestLeftoverValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A leftover that refused as a rescue source is not read again while its
+// segment is unchanged.
+func TestLeftoverRefusedSourceNotRetried(t *testing.T) {
+	w := newWorld(4, 3, seg("s", 1, 2, 3)).
+		anomaly(1, "s", Short, 10, false).anomaly(2, "s", Corrupt, 1048, false).anomaly(3, "s", Corrupt, 1048, false).
+		leftover(4, "s", 1048, true, "")
+	var p Planner
+	_, st := w.step(t, &p, State{}, t0, nil)
+	plan, st := w.step(t, &p, st, t0.Add(time.Second), nil)
+	if !strings.Contains(ops(plan), "resume_short_copy s 1<-4") {
+		t.Fatalf("no rescue:\n%s", ops(plan))
+	}
+	out := &Outcomes{Plan: plan, Of: make([]Outcome, len(plan.Actions))}
+	for i, a := range plan.Actions {
+		if a.Op == ResumeShortCopy {
+			out.Of[i] = Outcome{Result: SourceRefused, Err: "checksum mismatch at the source"}
+		}
+	}
+	plan, st = w.step(t, &p, st, t0.Add(2*time.Second), out)
+	for k := 0; k < 3; k++ {
+		if strings.Contains(ops(plan), "<-4") {
+			t.Fatalf("pass %d: the refused leftover is read again:\n%s", st.Pass, ops(plan))
+		}
+		plan, st = w.step(t, &p, st, t0.Add(time.Duration(3+k)*time.Second), nil)
+	}
+}

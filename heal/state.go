@@ -151,7 +151,9 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	next.Held = held
 	next.Cursor = plan.SettleCursor
 	next.Refused, next.Conflicts, next.Lost, next.Acknowledged = plan.Refused, plan.Conflicts, plan.Lost, plan.Acknowledged
-	next.Leftovers = leftovers(&plan, &obs, next.Leftovers, next.Refused, next.Pass)
+	var refusedLeftovers []Refusal
+	next.Leftovers, refusedLeftovers = leftovers(&plan, &obs, next.Leftovers, in.Refused, next.Pass)
+	next.Refused = append(slices.Clip(next.Refused), refusedLeftovers...)
 	plan.Report.AuthFailed = slices.Clone(obs.AuthFailed)
 	plan.Report.Events = append(plan.Report.Events, events...)
 	checkStep(&st, &obs, &plan, &next)
