@@ -146,6 +146,9 @@ func (r Report) String() string {
 	if r.Refused > 0 {
 		s += fmt.Sprintf(" refused=%d", r.Refused)
 	}
+	if r.LeftoverCopies > 0 || len(r.LeftoversDeleted) > 0 {
+		s += fmt.Sprintf(" leftovers=%d leftover_bytes=%d leftovers_deleted=%d", r.LeftoverCopies, r.LeftoverBytes, len(r.LeftoversDeleted))
+	}
 	if r.HoldReason != "" {
 		s += " hold_reason=" + r.HoldReason
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
 )
 
 // leftoverCluster is the e2e fixture of the leftover test: a cluster, its
@@ -74,8 +75,10 @@ func group(r admin.HealReport, b meta.BrokerID, cause string) (admin.LeftoverGro
 
 // A broker killed past its grace delay comes back holding copies of
 // segments whose replicas were replaced: they are reported as
-// returned_broker leftovers (not as its replicas), and deleted after the
-// leftover delay, only once each segment is back at its factor. A copy
+// returned_broker leftovers (not as its replicas), one cut short as
+// partial_backfill, a copy of a segment the metadata never knew as
+// failed_load, and all are deleted after the leftover delay, only once
+// each segment is back at its factor. A copy
 // whose delete fails (chattr +i: EPERM) is reported failed_delete with the
 // errno text on every pass, and deleted once the attribute is removed.
 func TestLeftoverCopiesCollected(t *testing.T) {
@@ -118,8 +121,8 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 			held = append(held, s.ID)
 		}
 	}
-	if len(held) < 2 {
-		t.Fatalf("broker %d holds %d of 8 segments, want at least 2", victim.ID, len(held))
+	if len(held) < 3 {
+		t.Fatalf("broker %d holds %d of 8 segments, want at least 3", victim.ID, len(held))
 	}
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
@@ -146,9 +149,25 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 	} else {
 		t.Logf("chattr +i %s failed (not root, or a file system without the attribute): the failed-delete stage is skipped", stuckPath)
 	}
+	// One copy is cut short, as a stalled backfill leaves it; one file is
+	// a copy of a segment the metadata never recorded, as a failed load
+	// leaves it.
+	partial := held[1]
+	partialPath, err := victim.CopyPath(partial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := harness.TruncateCopyAt(partialPath, 100); err != nil {
+		t.Fatal(err)
+	}
+	const stray = meta.SegmentID("lo-stray-00001")
+	if err := os.WriteFile(store.CopyPath(victim.Dir, stray), make([]byte, 300), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Restart(victim); err != nil {
 		t.Fatal(err)
 	}
+	held = append(held, stray)
 	sawReturned := false
 	gone := func(id meta.SegmentID) bool {
 		p, err := victim.CopyPath(id)
@@ -161,7 +180,11 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 	lc.until(2*time.Minute, "collected the returned broker's copies", func() bool {
 		snap := lc.meta()
 		r, ok := lc.report()
-		if g, found := group(r, victim.ID, "returned_broker"); ok && found && g.Copies == len(held) {
+		g, found := group(r, victim.ID, "returned_broker")
+		gp, foundP := group(r, victim.ID, "partial_backfill")
+		gl, foundL := group(r, victim.ID, "failed_load")
+		if ok && found && foundP && foundL && g.Copies == len(held)-2 && gp.Copies == 1 && gp.Segments[0] == partial &&
+			gl.Copies == 1 && gl.Segments[0] == stray {
 			sawReturned = true
 		}
 		n := 0
@@ -177,7 +200,7 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 			}
 		}
 		if !sawReturned && n > 0 {
-			t.Fatalf("%d copies deleted before all %d were reported returned_broker", n, len(held))
+			t.Fatalf("%d copies deleted before all %d were reported by cause", n, len(held))
 		}
 		want := len(held)
 		if immutable {
