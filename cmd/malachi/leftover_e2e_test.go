@@ -100,7 +100,9 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin0 := c.Brokers()[0].Admin
-	cli := func(cmd string, args ...string) []string { return append(append([]string{cmd}, c.CLIFlags()...), args...) }
+	cli := func(cmd string, args ...string) []string {
+		return append(append([]string{cmd}, c.CLIFlags()...), args...)
+	}
 	var out, errb strings.Builder
 	if code := run(cli("load", "--admin", admin0, "--segments", "8", "--records", "8", "--size", "1KiB", "--prefix", "lo"), &out, &errb); code != 0 {
 		t.Fatalf("load: exit %d: %s", code, errb.String())
