@@ -164,9 +164,14 @@
 // and nothing else planned for it; a failed delete waits 2, 4, ... 64
 // passes before the next try and is reported (Report.LeftoverErrors, and
 // the broker's failed_delete with its errno text) until one succeeds. A
-// lost segment (no_intact_source) with a short or missing replica on a
-// live broker is first resumed from a leftover with a footer and the full
-// size (its source verifies the checksum before sending). The executor
+// lost segment with a leftover that has a footer and the full size on a
+// live broker uses it first: each short or missing replica on a live
+// broker is resumed from it (its source verifies the checksum before
+// sending), or, with none, the leftover's broker takes the place of a
+// dead (else latched or corrupt) replica in the set, nothing deleted (the
+// copy left out is a leftover in turn, collected only once the segment is
+// healthy); a leftover that refused as a source is not read again while
+// its segment's version is unchanged. The executor
 // runs DeleteLeftoverCopy through a LeftoverDeleter, which refuses when
 // the broker's set names it at the plan's index or later.
 //

@@ -342,24 +342,27 @@ func safeToCollect(plan *Plan, obs *Observation, up map[meta.BrokerID]*ProbeRepo
 	return !slices.ContainsFunc(plan.Actions, func(a Action) bool { return a.Segment.ID == id && a.Op != DeleteLeftoverCopy })
 }
 
-// rescue plans, for each lost segment (NoIntactSource) with a short or
-// missing replica on a live broker, a ResumeShortCopy of that replica from
-// a usable leftover on a live broker (the first by broker id) that has not
-// refused for it this term: the leftover may be the last intact copy. The
-// segment stays reported lost this pass.
+// rescue plans, for each lost segment with a usable leftover on a live
+// broker (the first by broker id) that has not refused for it this term,
+// a ResumeShortCopy from the leftover of each short or missing replica on
+// a live broker, or, with none, adopts the leftover into the set (adopt):
+// the leftover may be the last intact copy. The segment stays reported
+// lost this pass. A segment the planner already plans for (a lost one whose
+// refused source is tried again) is left to it.
 func rescue(plan *Plan, obs *Observation, up map[meta.BrokerID]*ProbeReport, refused []Refusal) {
 	if plan.Report.HoldReason != "" && !plan.Report.HoldReleased {
 		return
 	}
 	for _, lost := range plan.Report.Lost {
 		seg, ok := obs.View.Segment(lost.Segment)
-		if !ok || lost.Reason != NoIntactSource {
-			continue
+		if !ok || slices.ContainsFunc(plan.Actions, func(a Action) bool { return a.Segment.ID == seg.ID && a.Op != ReportFailed }) {
+			continue // the planner reads a replica again: no rescue beside it
 		}
 		src := leftoverSource(obs, seg, refused)
 		if src == 0 {
 			continue
 		}
+		resumed := false
 		for _, b := range seg.Replicas {
 			r := up[b]
 			if r == nil {
@@ -372,11 +375,52 @@ func rescue(plan *Plan, obs *Observation, up map[meta.BrokerID]*ProbeReport, ref
 				if a := Classify(seg, &f); a.Kind == Short || a.Kind == Missing {
 					plan.Actions = append(plan.Actions, Action{Op: ResumeShortCopy, Segment: *seg, Target: b, Source: src, From: a.Size})
 					plan.Report.Backfills++
+					resumed = true
 				}
 				break
 			}
 		}
+		if !resumed {
+			adopt(plan, seg, up, src)
+		}
 	}
+}
+
+// adopt records src, a broker holding a usable leftover of the lost seg,
+// in the place of one replica whose copy cannot be read (a dead broker's
+// first, else a latched or corrupt copy): no backfill has a target then,
+// and the leftover may be the last intact copy. Nothing is deleted: the
+// copy left out becomes a leftover itself, collected only once the
+// segment is healthy; the next pass probes src's copy as a replica (a bad
+// one is short, overrun or corrupt as any other). A set of one is left
+// alone (it would keep no replica).
+func adopt(plan *Plan, seg *meta.Segment, up map[meta.BrokerID]*ProbeReport, src meta.BrokerID) {
+	if len(seg.Replicas) < 2 {
+		return
+	}
+	out := -1
+	for i, b := range seg.Replicas {
+		if slices.Contains(plan.Report.Dead, b) {
+			out = i
+			break
+		}
+	}
+	for i, b := range seg.Replicas {
+		if r := up[b]; out < 0 && r != nil && slices.ContainsFunc(r.Facts, func(f Fact) bool {
+			return f.Segment == seg.ID && f.Flags&(FactLatched|FactCorrupt) != 0
+		}) {
+			out = i
+		}
+	}
+	if out < 0 {
+		return
+	}
+	set := slices.Clone(seg.Replicas)
+	set[out] = src
+	cmd := meta.SetSegmentReplicas{ID: seg.ID, Expected: slices.Clone(seg.Replicas), Replicas: set}
+	plan.Actions = append(plan.Actions, Action{Op: SetReplicas, Segment: *seg, Command: cmd})
+	plan.Commands = append(plan.Commands, cmd)
+	plan.Report.Commands++
 }
 
 // leftoverSource returns the first live broker holding a usable leftover

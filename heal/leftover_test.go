@@ -353,3 +353,44 @@ func TestCoordinatorDeletesLeftover(t *testing.T) {
 		}
 	}
 }
+
+// A lost segment with no replica to resume (every replica dead, or the
+// live ones corrupt) adopts an intact leftover in the place of a dead
+// replica first, else of a corrupt one; nothing is deleted.
+func TestLeftoverAdoptedIntoLostSegment(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		w    func() *world
+		want string
+	}{
+		{"all replicas dead", func() *world {
+			return newWorld(4, 3, seg("s", 1, 2, 3)).dead(1).dead(2).dead(3).leftover(4, "s", 1048, true, "")
+		}, "set_replicas s [1 2 3]->[4 2 3]"},
+		{"dead and corrupt", func() *world {
+			return newWorld(4, 3, seg("s", 1, 2, 3)).anomaly(1, "s", Corrupt, 1048, false).anomaly(2, "s", Corrupt, 1048, false).
+				dead(3).leftover(4, "s", 1048, true, "")
+		}, "set_replicas s [1 2 3]->[1 2 4]"},
+		{"all corrupt", func() *world {
+			return newWorld(4, 3, seg("s", 1, 2, 3)).anomaly(1, "s", Corrupt, 1048, false).anomaly(2, "s", Latched, 0, false).
+				anomaly(3, "s", Corrupt, 1048, false).leftover(4, "s", 1048, true, "")
+		}, "set_replicas s [1 2 3]->[4 2 3]"},
+		{"partial leftover", func() *world {
+			return newWorld(4, 3, seg("s", 1, 2, 3)).dead(1).dead(2).dead(3).leftover(4, "s", 1000, false, "")
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := c.w()
+			w.in.Policy.HoldShare = -1
+			var p Planner
+			_, st := w.step(t, &p, State{}, t0, nil)
+			plan, _ := w.step(t, &p, st, t0.Add(time.Second), nil)
+			got := ops(plan)
+			if c.want == "" && strings.Contains(got, "set_replicas") || c.want != "" && !strings.Contains(got, c.want) {
+				t.Fatalf("plan:\n%s\nwant %q", got, c.want)
+			}
+			if strings.Contains(got, "delete") || !plan.Report.IsLost("s") {
+				t.Fatalf("plan deletes or forgets the loss:\n%s", got)
+			}
+		})
+	}
+}
