@@ -150,6 +150,31 @@
 // lost segment (Coordinator.Acknowledge, Input.Acknowledged): it stays in
 // Report.Lost, marked, until it is healthy again.
 //
+// Leftover copies (issue 15, leftover.go): a ProbeReport also lists the
+// copies the broker holds outside their segment's set (Leftover: size,
+// footer, the last failed delete's error text). ClassifyLeftover gives
+// each a Cause (failed_delete, failed_load, partial_backfill,
+// returned_broker); Report.Leftovers counts them per broker and cause and
+// no count of the Report takes one for a replica. State.Leftovers keeps
+// when each was first seen and its failed deletes. DeleteLeftoverCopy is
+// planned only Policy.LeftoverDelay after the first sighting, with no hold
+// in force, and only for a segment the metadata still does not know, or
+// one that is sealed, at its factor, with every replica's broker answering
+// and reporting nothing about its copy (intact and confirmed), no conflict
+// and nothing else planned for it; a failed delete waits 2, 4, ... 64
+// passes before the next try and is reported (Report.LeftoverErrors, and
+// the broker's failed_delete with its errno text) until one succeeds. A
+// lost segment with a leftover that has a footer and the full size on a
+// live broker uses it first: each short or missing replica on a live
+// broker is resumed from it (its source verifies the checksum before
+// sending), or, with none, the leftover's broker takes the place of a
+// dead (else latched or corrupt) replica in the set, nothing deleted (the
+// copy left out is a leftover in turn, collected only once the segment is
+// healthy); a leftover that refused as a source is not read again while
+// its segment's version is unchanged. The executor
+// runs DeleteLeftoverCopy through a LeftoverDeleter, which refuses when
+// the broker's set names it at the plan's index or later.
+//
 // Invariants:
 //
 //  1. A healed replica set never names a broker twice, never names a dead
@@ -185,7 +210,9 @@
 // also checks the plan against its view (invariants_on.go): no set names
 // a broker twice, a SetReplicas expects exactly the view's set and keeps
 // a copy, every DeleteDroppedCopy follows a SetReplicas leaving its
-// broker out, every ConfirmCopy follows its settle; a violation panics.
+// broker out, every ConfirmCopy follows its settle, every
+// DeleteLeftoverCopy names a broker outside the set of a sealed segment
+// with nothing else planned for it; a violation panics.
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;
 // Plans and Reports it returns share no memory with it. The Coordinator

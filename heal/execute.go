@@ -143,7 +143,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 		switch a.Op {
 		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy:
 			x.run(i, []meta.BrokerID{a.Target, a.Source}, x.backfill)
-		case SetReplicas, SettleOverrun, ConfirmCopy, DeleteDroppedCopy, ReportFailed:
+		case SetReplicas, SettleOverrun, ConfirmCopy, DeleteDroppedCopy, ReportFailed, DeleteLeftoverCopy:
 		default:
 			panic(fmt.Sprintf("heal: Coordinator: action with unknown op %d", a.Op))
 		}
@@ -174,6 +174,10 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 		case a.Op == DeleteDroppedCopy && x.succeeded(SetReplicas, a.Segment.ID, 0):
 			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
 				return 0, c.cfg.Deleter.Delete(ctx, a.Target, a.Segment.ID)
+			})
+		case a.Op == DeleteLeftoverCopy:
+			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
+				return 0, deleteLeftover(ctx, c.cfg.Deleter, a, plan.Index)
 			})
 		}
 	}

@@ -41,8 +41,14 @@ func planInvariants(view *meta.View, plan *Plan) error {
 	for i := range plan.Actions {
 		a := &plan.Actions[i]
 		cur, ok := view.Segment(a.Segment.ID)
-		if !ok {
+		if !ok && a.Op != DeleteLeftoverCopy {
 			return fmt.Errorf("action %d (%s) names segment %s, not in the view", i, a.Op, a.Segment.ID)
+		}
+		if a.Op == DeleteLeftoverCopy {
+			if err := leftoverInvariant(plan, a, cur); err != nil {
+				return err
+			}
+			continue
 		}
 		switch a.Op {
 		case SetReplicas:
@@ -112,4 +118,25 @@ func keepsIntact(plan *Plan, i int, cur *meta.Segment) bool {
 		}
 	}
 	return false
+}
+
+// leftoverInvariant checks a DeleteLeftoverCopy: its target outside the
+// set, and, for a known segment, a sealed one at its factor with nothing
+// else planned for it.
+func leftoverInvariant(plan *Plan, a *Action, cur *meta.Segment) error {
+	if cur == nil {
+		return nil
+	}
+	if slices.Contains(cur.Replicas, a.Target) {
+		return fmt.Errorf("delete_leftover_copy %s@%d: the set %v names it", a.Segment.ID, a.Target, cur.Replicas)
+	}
+	if !cur.Sealed {
+		return fmt.Errorf("delete_leftover_copy %s@%d: the segment is active", a.Segment.ID, a.Target)
+	}
+	for _, b := range plan.Actions {
+		if b.Segment.ID == a.Segment.ID && b.Op != DeleteLeftoverCopy {
+			return fmt.Errorf("delete_leftover_copy %s@%d beside %s of its segment", a.Segment.ID, a.Target, b.Op)
+		}
+	}
+	return nil
 }

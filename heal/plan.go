@@ -82,10 +82,17 @@ const (
 	// live broker. The corrupt copy is deleted (DeleteDroppedCopy) only
 	// after the set leaving it out is recorded.
 	ReplaceCorruptCopy
+	// DeleteLeftoverCopy deletes Target's copy of a segment whose set does
+	// not name Target (a leftover, see Leftover), through a
+	// LeftoverDeleter that refuses if the set names Target at the plan's
+	// index. Planned only after Policy.LeftoverDelay and only while the
+	// segment is safe (see doc.go); Segment carries only the id when the
+	// metadata does not know the segment.
+	DeleteLeftoverCopy
 )
 
 var opNames = [...]string{"unknown", "replace_dead_replica", "replace_latched_copy", "add_missing_replica",
-	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy"}
+	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy", "delete_leftover_copy"}
 
 // String returns the snake_case name of o.
 func (o Op) String() string {
@@ -367,6 +374,9 @@ type Policy struct {
 	// AvoidPasses is how many passes a broker whose backfill of a new
 	// replica failed is not chosen again for that segment (zero: 5).
 	AvoidPasses int `json:"avoid_passes,omitempty"`
+	// LeftoverDelay is how long a leftover copy must have been seen before
+	// it may be deleted (zero: 2 minutes).
+	LeftoverDelay time.Duration `json:"leftover_delay,omitempty"`
 }
 
 func (p Policy) refuseAfter() int {
@@ -405,6 +415,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxBackfills < 0 {
 		return fmt.Errorf("%w: policy max_backfills %d is negative", ErrInvalid, p.MaxBackfills)
+	}
+	if p.LeftoverDelay < 0 {
+		return fmt.Errorf("%w: policy leftover_delay %v is negative", ErrInvalid, p.LeftoverDelay)
 	}
 	if p.AvoidPasses < 0 {
 		return fmt.Errorf("%w: policy avoid_passes %d is negative", ErrInvalid, p.AvoidPasses)

@@ -211,6 +211,10 @@ type ProbeReport struct {
 	// an Intact fact that is listed anyway counts as an anomaly that
 	// changes nothing.
 	Facts []Fact `json:"facts,omitempty"`
+	// Leftovers are the copies the broker's store holds outside their
+	// segment's replica set at Index (see Leftover), in any order; never
+	// counted in Copies.
+	Leftovers []Leftover `json:"leftovers,omitempty"`
 }
 
 // Add appends f, observed of the broker's copy of seg, unless it is Intact
@@ -243,6 +247,11 @@ func (r *ProbeReport) Validate() error {
 	for i := range r.Facts {
 		if err := r.Facts[i].Validate(); err != nil {
 			return fmt.Errorf("%w: probe report from broker %d: fact %d: %w", ErrInvalid, r.Broker, i, err)
+		}
+	}
+	for i := range r.Leftovers {
+		if err := r.Leftovers[i].Validate(); err != nil {
+			return fmt.Errorf("%w: probe report from broker %d: leftover %d: %w", ErrInvalid, r.Broker, i, err)
 		}
 	}
 	return nil

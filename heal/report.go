@@ -99,6 +99,15 @@ type Report struct {
 	// Events are the changes of the core's memory this pass made (see
 	// Event), in the order made.
 	Events []Event `json:"events,omitempty"`
+	// Leftovers count, per broker and cause, the copies brokers hold
+	// outside their segment's replica set (never counted as replicas);
+	// LeftoverCopies and LeftoverBytes sum them. LeftoversDeleted lists
+	// those this pass deleted, LeftoverErrors the deletes that failed.
+	Leftovers        []LeftoverGroup `json:"leftovers,omitempty"`
+	LeftoverCopies   int             `json:"leftover_copies,omitempty"`
+	LeftoverBytes    int64           `json:"leftover_bytes,omitempty"`
+	LeftoversDeleted []CopyRef       `json:"leftovers_deleted,omitempty"`
+	LeftoverErrors   []Failure       `json:"leftover_errors,omitempty"`
 	// Took is how long the pass took, on the Coordinator's clock.
 	Took time.Duration `json:"took,omitempty"`
 	// Aborted says the pass stopped early (leadership lost): what it
@@ -136,6 +145,9 @@ func (r Report) String() string {
 	}
 	if r.Refused > 0 {
 		s += fmt.Sprintf(" refused=%d", r.Refused)
+	}
+	if r.LeftoverCopies > 0 || len(r.LeftoversDeleted) > 0 {
+		s += fmt.Sprintf(" leftovers=%d leftover_bytes=%d leftovers_deleted=%d", r.LeftoverCopies, r.LeftoverBytes, len(r.LeftoversDeleted))
 	}
 	if r.HoldReason != "" {
 		s += " hold_reason=" + r.HoldReason
@@ -286,6 +298,8 @@ func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, comma
 			rep.Confirmed = append(rep.Confirmed, ref)
 		case a.Op == DeleteDroppedCopy && out.Result == Succeeded:
 			rep.Deleted = append(rep.Deleted, ref)
+		case a.Op == DeleteLeftoverCopy:
+			leftoverOutcome(rep, ref, out)
 		}
 	}
 	sortRefs(rep.Resumed)

@@ -36,6 +36,9 @@ type State struct {
 	// condition clears); Held is the last pass's HoldReason.
 	Release bool   `json:"release,omitempty"`
 	Held    string `json:"held,omitempty"`
+	// Leftovers remember the leftover copies seen (see LeftoverMemo),
+	// sorted by copy.
+	Leftovers []LeftoverMemo `json:"leftovers,omitempty"`
 }
 
 // Fill counts the failed backfills of one segment state from one source.
@@ -148,6 +151,9 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	next.Held = held
 	next.Cursor = plan.SettleCursor
 	next.Refused, next.Conflicts, next.Lost, next.Acknowledged = plan.Refused, plan.Conflicts, plan.Lost, plan.Acknowledged
+	var refusedLeftovers []Refusal
+	next.Leftovers, refusedLeftovers = leftovers(&plan, &obs, next.Leftovers, in.Refused, next.Pass)
+	next.Refused = append(slices.Clip(next.Refused), refusedLeftovers...)
 	plan.Report.AuthFailed = slices.Clone(obs.AuthFailed)
 	plan.Report.Events = append(plan.Report.Events, events...)
 	checkStep(&st, &obs, &plan, &next)

@@ -41,6 +41,11 @@ type Config struct {
 	Grace time.Duration `toml:"grace"`
 	// SettleBatch bounds the overrun copies settled per pass (round-robin).
 	SettleBatch int `toml:"settle_batch"`
+	// LeftoverDelay is how long a copy held outside its segment's replica
+	// set must have been seen before heal deletes it (and only once its
+	// segment is at its factor with every member confirmed); 0 means
+	// heal's default, 2 minutes.
+	LeftoverDelay time.Duration `toml:"leftover_delay"`
 	// ProbeDeadline bounds one broker's probe of all its sealed copies; a
 	// copy not answered in time is reported timed out, never confirmed.
 	ProbeDeadline time.Duration `toml:"probe_deadline"`
@@ -89,6 +94,7 @@ func DefaultConfig() Config {
 		Tick:                   2 * time.Second,
 		Grace:                  10 * time.Second,
 		SettleBatch:            512,
+		LeftoverDelay:          2 * time.Minute,
 		ProbeDeadline:          2 * time.Second,
 		RPCTimeout:             5 * time.Second,
 		MaxBackfills:           64,
@@ -131,6 +137,7 @@ func (c Config) Validate() error {
 	}{
 		{"tick", c.Tick, time.Millisecond},
 		{"grace", c.Grace, 0},
+		{"leftover_delay", c.LeftoverDelay, 0},
 		{"probe_deadline", c.ProbeDeadline, time.Millisecond},
 		{"rpc_timeout", c.RPCTimeout, time.Millisecond},
 		{"backfill_timeout", c.BackfillTimeout, time.Millisecond},

@@ -31,6 +31,7 @@
 //	POST /rpc/v1/confirm      {"segments"}     -> {"items"}: durable (one write), keyed by file identity
 //	POST /rpc/v1/delete       {"segment"}      -> {} (a missing copy is not an error)
 //	POST /rpc/v1/latched      {}               -> {"latched":[...]}
+//	POST /rpc/v1/delete_leftover {"segment","index"} -> {} (refused while the set names this broker)
 //	GET  /metrics, GET /status
 //
 // The listener speaks mutual TLS 1.3 with the broker's certificates
@@ -57,7 +58,7 @@
 //     confirmed, latched, timed out, corrupt per the scrubber) and counts; an intact copy (exactly
 //     its sealed size with its footer, and confirmed) costs no
 //     bytes on the wire (one stat and one lookup in the local confirmation
-//     store). No probe opens a file.
+//     store). No probe opens a replica's file (only leftovers' tails, 8).
 //  3. A probe answers for the metadata at an index at least the one asked
 //     for; a broker whose view lags waits for it, bounded by the probe
 //     deadline, and fails with ErrLagging rather than answer an older view.
@@ -77,7 +78,18 @@
 //     identity, in memory; the probe reports a marked copy as corrupt until
 //     its file changes. The scrubber never repairs, moves or deletes
 //     anything itself.
-//  8. Every RPC body is decoded strictly (one JSON object, no unknown
+//  8. A probe also lists the copies the store holds outside their set at
+//     the probe's view (heal.Leftover: size and footer from store.Tail,
+//     and the error text of the last failed delete of the copy, kept in
+//     memory until a delete of it succeeds). The list is recomputed only
+//     when store.CopiesVersion, the view's index or a delete result
+//     changed, so a steady probe still allocates nothing per copy; it
+//     costs O(leftovers) bytes on the wire. delete_leftover deletes only
+//     while the broker's view, at the planned index or later, leaves the
+//     broker out of the segment's set (store.ErrInvalid otherwise, naming
+//     the set). heal.leftover_delay is the policy's LeftoverDelay;
+//     setLeftoverGauge sets malachi_heal_leftover_copies{cause}.
+//  9. Every RPC body is decoded strictly (one JSON object, no unknown
 //     field, nothing after it) and checked (segment ids, sizes, a backfill's
 //     source) before anything is touched: an unauthenticated (401) or
 //     malformed (400, code "invalid") request changes no copy, no

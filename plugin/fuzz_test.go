@@ -36,6 +36,7 @@ var rpcPaths = []struct {
 	{pathConfirm, []string{"segments"}},
 	{pathDelete, []string{"segment"}},
 	{pathLatched, nil},
+	{pathDeleteLeftover, []string{"segment", "index"}},
 }
 
 // Who the fuzzer's request comes from: the TLS state the server sees.

@@ -140,6 +140,7 @@ func (m *metrics) observePass(r *heal.Report, seconds float64) {
 	}
 	m.healed.Add(float64(len(r.Healed)))
 	m.stale.Add(float64(len(r.Stale)))
+	setLeftoverGauge(r, m.leftoverCopies)
 }
 
 // CertWarning is how long before a certificate expires /status warns.

@@ -51,19 +51,22 @@ type server struct {
 	// scratchMu (takeScratch).
 	scratchMu sync.Mutex
 	scratch   *probeScratch
+	// left are the leftover copies the probe reports (leftover.go).
+	left leftovers
 }
 
 // routes registers the RPCs on mux, for brokers only (rpcs authenticates
 // and authorizes every request before its handler runs).
 func (s *server) routes(mux *http.ServeMux, rpcs *rpc.Server) {
 	for path, h := range map[string]handler{
-		pathProbe:      s.probe,
-		pathDurableEnd: s.durableEnd,
-		pathBackfill:   s.backfill,
-		pathSettle:     s.settle,
-		pathConfirm:    s.confirm,
-		pathDelete:     s.delete,
-		pathLatched:    s.latched,
+		pathProbe:          s.probe,
+		pathDurableEnd:     s.durableEnd,
+		pathBackfill:       s.backfill,
+		pathSettle:         s.settle,
+		pathConfirm:        s.confirm,
+		pathDelete:         s.delete,
+		pathLatched:        s.latched,
+		pathDeleteLeftover: s.deleteLeftover,
 	} {
 		name := path[strings.LastIndexByte(path, '/')+1:]
 		obs := s.metrics.rpcSeconds.WithLabelValues(name)
@@ -205,6 +208,7 @@ func (s *server) probeView(ctx context.Context, view *meta.View) (heal.ProbeRepo
 	for i, seg := range sc.segs {
 		rep.Add(seg, s.fact(seg, &out[i], sc.known[i]))
 	}
+	rep.Leftovers = s.left.report(s.db, view, s.self)
 	return rep, nil
 }
 
@@ -333,8 +337,10 @@ func (s *server) delete(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	if err := s.db.Delete(req.Segment); err != nil && !errors.Is(err, store.ErrUnknownCopy) {
+		s.left.deleted(req.Segment, err) // reported as a leftover, retried by heal
 		return nil, err
 	}
+	s.left.deleted(req.Segment, nil)
 	if s.scrub != nil {
 		if err := s.scrub.clear(req.Segment); err != nil {
 			return nil, err

@@ -71,7 +71,10 @@ type DB struct {
 	confirmed map[meta.SegmentID]FileIdentity
 	// confVersion changes whenever confirmed does (ConfirmationsVersion).
 	confVersion atomic.Uint64
-	minFree     int64
+	// copiesVersion changes whenever m gains or loses a copy
+	// (CopiesVersion).
+	copiesVersion atomic.Uint64
+	minFree       int64
 	// confFailed is set when Pebble reported a fatal error.
 	confFailed atomic.Pointer[failure]
 
@@ -331,6 +334,7 @@ func (db *DB) forget(c *copyState) {
 	db.mu.Lock()
 	if db.m[c.id] == c {
 		delete(db.m, c.id)
+		db.copiesVersion.Add(1)
 	}
 	db.mu.Unlock()
 }
@@ -430,12 +434,14 @@ func (db *DB) Create(id meta.SegmentID, startOffset uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	db.m[id] = c
+	db.copiesVersion.Add(1)
 	db.mu.Unlock()
 
 	f, err := db.fs.OpenFile(c.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		db.mu.Lock()
 		delete(db.m, id)
+		db.copiesVersion.Add(1)
 		db.mu.Unlock()
 		c.gone = true
 		if errors.Is(err, fs.ErrExist) {

@@ -64,6 +64,14 @@
 // at its start (a disk mounted over copies/ while the broker runs
 // included), and Close of the DB never races a stat.
 //
+// # Leftovers
+//
+// CopiesVersion changes whenever the store gains or loses a copy, so a
+// caller keeps a list derived from List until it moves. Tail gives a
+// copy's size and whether a valid seal footer ends it, reading at most
+// FooterSize bytes without loading or latching the copy (for copies
+// outside their replica set, which the probe reports).
+//
 // # Usage
 //
 //	db, _ := store.Open(dir, store.Options{Logger: log, Preallocate: 64 << 20})

@@ -122,6 +122,7 @@ func (db *DB) OpenTarget(id meta.SegmentID, seg meta.Segment) (*Target, error) {
 	if c == nil {
 		c = &copyState{id: id, path: db.Path(id)}
 		db.m[id] = c
+		db.copiesVersion.Add(1)
 		created = true
 	}
 	db.mu.Unlock()

@@ -180,7 +180,7 @@ func gatherStatus(ctx context.Context, addr string, rc *rpc.Client, insecure boo
 			}
 			bs.Up, bs.IsLeader = true, bh.IsLeader
 			if cs, err := bc.Copies(ctx); err == nil {
-				bs.Copies = len(cs)
+				bs.Copies = replicaCopies(&snap, b.ID, cs) // leftovers are listed apart
 				for _, lc := range cs {
 					if lc.Latched {
 						bs.Latched++
@@ -366,6 +366,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 		for _, k := range reasons {
 			fmt.Fprintf(w, "  failed %s: %d (%s)\n", k, len(byReason[k]), joinIDs(byReason[k], 5))
 		}
+		writeLeftovers(w, r)
 	}
 }
 

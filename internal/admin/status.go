@@ -37,6 +37,24 @@ type HealReport struct {
 	BytesCopied     int64            `json:"bytes_copied"`
 	Aborted         bool             `json:"aborted"`
 	AuthFailed      []AuthFailure    `json:"auth_failed"`
+	// Leftovers mirror heal.Report.Leftovers: copies held outside their
+	// segment's replica set, per broker and cause (never replicas).
+	Leftovers        []LeftoverGroup `json:"leftovers"`
+	LeftoverCopies   int             `json:"leftover_copies"`
+	LeftoverBytes    int64           `json:"leftover_bytes"`
+	LeftoversDeleted []CopyRef       `json:"leftovers_deleted"`
+	LeftoverErrors   []HealFailure   `json:"leftover_errors"`
+}
+
+// LeftoverGroup mirrors heal.LeftoverGroup with the cause as a string
+// (returned_broker, partial_backfill, failed_delete, failed_load).
+type LeftoverGroup struct {
+	Broker   meta.BrokerID    `json:"broker"`
+	Cause    string           `json:"cause"`
+	Copies   int              `json:"copies"`
+	Bytes    int64            `json:"bytes"`
+	Err      string           `json:"err,omitempty"`
+	Segments []meta.SegmentID `json:"segments,omitempty"`
 }
 
 // AuthFailure mirrors heal.AuthFailure: a broker the coordinator could not
