@@ -113,7 +113,7 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{},
 		obs: Observations{RF: d.o.RF, Brokers: d.o.Brokers, Grace: d.o.Grace, Tick: d.o.Tick,
-			Settle: 2*d.o.RaftTimeout + time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
+			Settle: 2*d.o.RaftTimeout + time.Second, StepDown: 2*d.o.RaftTimeout + 2*time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID
 	if l, b := d.c.Loop(); l != nil && b != nil {
 		n.disk, n.diskBroker, diskID = l, b, b.ID

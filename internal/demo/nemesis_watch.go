@@ -119,6 +119,7 @@ func (n *nemesis) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		n.watchCutOff(ctx)
 		lb := n.cachedLeader(ctx, &last)
 		if lb == nil {
 			continue
@@ -135,6 +136,37 @@ func (n *nemesis) watch(ctx context.Context) {
 		if merr == nil {
 			n.noteSets(snap, now)
 		}
+		n.mu.Unlock()
+	}
+}
+
+// watchCutOff records the passes of the brokers a network fault cuts off
+// from the majority (their admin API stays reachable: the harness's
+// client is never cut off), so that the checker sees whether they stopped
+// coordinating (checkMinority).
+func (n *nemesis) watchCutOff(ctx context.Context) {
+	n.mu.Lock()
+	var cut []meta.BrokerID
+	for b, k := range n.active {
+		if k == KindIsolate || k == KindPartition {
+			cut = append(cut, b)
+		}
+	}
+	n.mu.Unlock()
+	slices.Sort(cut)
+	for _, id := range cut {
+		b := n.d.c.Broker(id)
+		if b == nil || !b.Alive() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		raw, err := b.Client.Status(pctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		n.mu.Lock()
+		n.notePass(id, raw, time.Now())
 		n.mu.Unlock()
 	}
 }
