@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +199,30 @@ func TestCheckerFires(t *testing.T) {
 				t.Errorf("violation %q does not say %q", vs[0], c.want)
 			}
 		})
+	}
+}
+
+// notePass records each new pass once, counts the ones the poll missed,
+// and takes a restarted broker's passes (its count from 1 again, a later
+// last_pass_at) as new.
+func TestNotePass(t *testing.T) {
+	n := &nemesis{lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	status := func(passes uint64, at time.Time) []byte {
+		return []byte(fmt.Sprintf(`{"enabled":true,"leader":true,"passes":%d,"last_pass":{"index":1},"last_pass_at":%q,"last_pass_seconds":0.1}`,
+			passes, at.Format(time.RFC3339Nano)))
+	}
+	for _, st := range []struct {
+		passes uint64
+		at     float64
+	}{{5, 1}, {5, 1}, {8, 2}, {2, 10}, {2, 10}, {3, 11}, {2, 10}} {
+		n.notePass(1, status(st.passes, t0.Add(time.Duration(st.at*float64(time.Second)))), t0)
+	}
+	var got []string
+	for _, p := range n.obs.Passes {
+		got = append(got, fmt.Sprintf("%d+%d@%v", p.Number, p.Unseen, p.Ended.Sub(t0)))
+	}
+	if want := []string{"5+0@1s", "8+2@2s", "2+0@10s", "3+0@11s"}; !slices.Equal(got, want) {
+		t.Fatalf("passes recorded %v, want %v", got, want)
 	}
 }

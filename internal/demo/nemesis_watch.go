@@ -173,21 +173,30 @@ func (n *nemesis) watchCutOff(ctx context.Context) {
 
 // notePass records the leader's last pass when it is new: Started is the
 // end of that leader's previous pass (the earliest it can have begun),
-// Ended its last_pass_at. Callers hold mu.
+// Ended its last_pass_at. A restarted broker counts its passes from 1
+// again: a count not above the last one seen, with a later last_pass_at,
+// is a new process's pass (its unseen count unknown, 0). Callers hold mu.
 func (n *nemesis) notePass(leader meta.BrokerID, raw []byte, now time.Time) {
 	r, _, passes, ok := admin.LastPass(raw)
-	if !ok || passes == 0 || passes <= n.lastPasses[leader] {
+	if !ok || passes == 0 {
 		return
 	}
-	var unseen uint64
-	if last := n.lastPasses[leader]; last > 0 {
-		unseen = passes - last - 1
-	}
-	n.lastPasses[leader] = passes
 	ended := now
 	if st, ok := admin.DecodeStatus(raw); ok && !st.LastPassAt.IsZero() {
 		ended = st.LastPassAt
 	}
+	last := n.lastPasses[leader]
+	if passes <= last && ended.After(n.lastEnded[leader]) {
+		last = 0 // restarted
+	}
+	if passes <= last {
+		return
+	}
+	var unseen uint64
+	if last > 0 {
+		unseen = passes - last - 1
+	}
+	n.lastPasses[leader] = passes
 	started := n.lastEnded[leader]
 	n.lastEnded[leader] = ended
 	n.obs.Passes = append(n.obs.Passes, PassObs{Leader: leader, Number: passes, Started: started, Ended: ended, Report: r, Unseen: unseen})
