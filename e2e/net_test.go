@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"context"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +33,17 @@ var netRaft = harness.DemoRaft(time.Second)
 // segs segments of 32 records of 1 KiB through the leader.
 func netCluster(t *testing.T, n, segs int, extra string) (*cluster, int, meta.Snapshot) {
 	t.Helper()
+	return netClusterOpts(t, clusterOpts{n: n, extra: extra}, segs)
+}
+
+// netClusterOpts is netCluster with o's grace and tick (o.n brokers, o.extra).
+func netClusterOpts(t *testing.T, o clusterOpts, segs int) (*cluster, int, meta.Snapshot) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the network tests run real brokers")
 	}
-	c := startCluster(t, clusterOpts{n: n, rf: 3, heal: true, hosts: true, extra: extra, raft: &netRaft})
+	o.rf, o.heal, o.hosts, o.raft = 3, true, true, &netRaft
+	c := startCluster(t, o)
 	leader := c.waitLeader(20 * time.Second)
 	c.load(leader, segs, 32, 1024, "n")
 	before, err := c.metadata(leader)
@@ -408,4 +418,135 @@ func TestNetPartitionCutsBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.netFinal(before, holds(v))
+}
+
+// flapFor is how long TestNetFlap's link flaps.
+const flapFor = 30 * time.Second
+
+// flapped is what the leader said while a link flapped.
+type flapped struct {
+	passes  int     // distinct heal passes seen (the poll misses some)
+	suspect int     // of which listed the flapping broker suspect
+	dead    int     // of which listed it dead
+	silent  float64 // the longest silence of the flapping broker the leader's raft reported, seconds
+}
+
+// flapStatus is the part of /v1/status flap reads.
+type flapStatus struct {
+	healStatus
+	Members []struct {
+		ID     meta.BrokerID `json:"id"`
+		Silent float64       `json:"silent_seconds"`
+	} `json:"members"`
+}
+
+// flap flaps broker f's link for flapFor (FlapPlan(f, flapFor, seed)),
+// polling the leader's status meanwhile (heal passes, raft silences). It
+// fails the test if the flap met an error, made fewer changes than
+// planned, or the leader never heard f silent for half the longest
+// planned down phase (the cuts did not reach the brokers).
+func (c *cluster) flap(f int, seed uint64) flapped {
+	c.t.Helper()
+	plan := netns.FlapPlan(f, flapFor, seed)
+	var longest time.Duration
+	for k := 1; k < len(plan); k++ {
+		if plan[k-1].Down {
+			longest = max(longest, plan[k].At-plan[k-1].At)
+		}
+	}
+	undo, events, err := c.net().Flap(f, flapFor, seed)
+	c.undoLater(undo, err)
+	var out flapped
+	seen := map[[2]uint64]bool{} // (leader, pass number)
+	lead := 0
+	for end := time.Now().Add(flapFor + time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if lead == 0 {
+			for _, b := range c.brokers {
+				var h health
+				if b.id != f && c.alive(b.id) && c.get(b.id, "/v1/health", &h) == nil && h.IsLeader {
+					lead = b.id
+				}
+			}
+			if lead == 0 {
+				continue
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var st flapStatus
+		err := c.b(lead).Client.Call(ctx, http.MethodGet, "/v1/status", nil, &st)
+		cancel()
+		if err != nil || !st.Leader {
+			lead = 0
+			continue
+		}
+		for _, m := range st.Members {
+			if m.ID == meta.BrokerID(f) {
+				out.silent = max(out.silent, m.Silent)
+			}
+		}
+		key := [2]uint64{uint64(lead), st.Passes}
+		if st.LastPass == nil || seen[key] {
+			continue
+		}
+		seen[key] = true
+		out.passes++
+		if slices.Contains(st.LastPass.Suspect, meta.BrokerID(f)) {
+			out.suspect++
+		}
+		if slices.Contains(st.LastPass.Dead, meta.BrokerID(f)) {
+			out.dead++
+		}
+	}
+	if err := undo(); err != nil {
+		c.t.Errorf("the flap of broker %d: %v", f, err)
+	}
+	done := events()
+	if len(done) < len(plan) {
+		c.t.Fatalf("the link of broker %d changed %d times, %d planned (FlapPlan seed %d): %v", f, len(done), len(plan), seed, done)
+	}
+	c.t.Logf("broker %d's link changed %d times in %v (planned %d, longest cut %v); the leader heard it silent for up to %.2f s; heal passes seen: %d, %d listing it suspect, %d dead",
+		f, len(done), flapFor, len(plan), longest, out.silent, out.passes, out.suspect, out.dead)
+	if out.silent < longest.Seconds()/2 {
+		c.t.Errorf("the leader heard broker %d silent for at most %.2f s, the longest cut lasted %v: the flap did not cut it off", f, out.silent, longest)
+	}
+	return out
+}
+
+// TestNetFlap flaps a follower's link (cut off from every other broker
+// and restored, every 0.5–2 s, for 30 s). What the heal may do depends on
+// the grace delay:
+//
+//   - grace 10 s, longer than any phase: the broker is never away past
+//     the grace delay, so it is never listed dead and no replica set
+//     changes at all;
+//   - grace 1 s, shorter than most down phases: it may be listed dead and
+//     replaced, but each segment it held changes at most once (its
+//     replacement; a return during the backfill cancels it, changing
+//     nothing) and no other segment changes.
+//
+// Both end with every segment at RF 3 and every copy audited.
+func TestNetFlap(t *testing.T) {
+	t.Parallel() // own namespaces and subnet: independent of every other test
+	for _, tc := range []struct {
+		name, grace string
+		seed        uint64
+	}{{"within-grace", "10s", 5}, {"past-grace", "1s", 6}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, leader, before := netClusterOpts(t, clusterOpts{n: 4, grace: tc.grace}, 16)
+			f := victim(c, before, leader)
+			got := c.flap(f, tc.seed)
+			if got.passes == 0 {
+				t.Fatal("no heal pass seen while the link flapped")
+			}
+			if tc.name == "within-grace" {
+				if got.dead > 0 {
+					t.Errorf("%d passes listed broker %d dead: it was never away past the 10 s grace delay", got.dead, f)
+				}
+				c.netFinal(before, holds())
+				return
+			}
+			c.netFinal(before, holds(f))
+		})
+	}
 }

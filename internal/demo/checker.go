@@ -2,6 +2,7 @@ package demo
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -24,6 +25,10 @@ type Injected struct {
 	Start  time.Time       `json:"start"`
 	End    time.Time       `json:"end"` // its undo began (zero: never)
 }
+
+// cutOff says whether the fault cuts its Brokers off from the majority
+// (an isolated broker, a partition's minority side).
+func (f Injected) cutOff() bool { return f.Kind == KindIsolate || f.Kind == KindPartition }
 
 // down says whether the fault keeps its brokers from reporting (for a
 // partition: its Brokers are the minority side).
@@ -90,14 +95,29 @@ type Observations struct {
 	// Settle is added to grace and two ticks before a down broker must be
 	// listed dead (a new leader's election, a poll's lag); 0: one second.
 	Settle time.Duration
+	// StepDown bounds how long after a partition is in force a broker cut
+	// off from the majority may still publish a heal pass: its leader
+	// lease runs out, its plugin steps down and aborts a pass in flight;
+	// 0: Settle.
+	StepDown time.Duration
+}
+
+func (o Observations) settle() time.Duration {
+	if o.Settle == 0 {
+		return time.Second
+	}
+	return o.Settle
+}
+
+func (o Observations) stepDown() time.Duration {
+	if o.StepDown == 0 {
+		return o.settle()
+	}
+	return o.StepDown
 }
 
 func (o Observations) slack() time.Duration {
-	s := o.Settle
-	if s == 0 {
-		s = time.Second
-	}
-	return o.Grace + 2*o.Tick + s
+	return o.Grace + 2*o.Tick + o.settle()
 }
 
 // Violation is one property broken.
@@ -116,6 +136,8 @@ func Check(o Observations) []Violation {
 	out = append(out, checkDeadReported(o)...)
 	out = append(out, checkSetChanges(o)...)
 	out = append(out, checkHold(o)...)
+	out = append(out, checkMinority(o)...)
+	out = append(out, checkFailuresReported(o)...)
 	return out
 }
 
@@ -401,6 +423,154 @@ func checkHold(o Observations) []Violation {
 		if best >= 2 && float64(best) > share*float64(o.Brokers) && p.Report.HoldReason == "" && !p.Report.HoldReleased {
 			out = append(out, Violation{"hold", fmt.Sprintf("pass %d of leader %d (started %s): %d of %d brokers down together (more than hold_share %.2f) and no hold reported",
 				p.Number, p.Leader, p.Started.Format(time.RFC3339Nano), best, o.Brokers, share)})
+		}
+	}
+	return out
+}
+
+// majorityWindow is how long a cut must last past the step-down bound for
+// the majority side to be required to publish a pass meanwhile.
+const majorityWindow = 2 * time.Second
+
+// checkMinority: a broker cut off from the majority (isolated, or on a
+// partition's minority side) stops coordinating: it publishes no heal
+// pass later than StepDown after the cut and before its undo began.
+// The majority side coordinates: when the cut lasted StepDown plus
+// majorityWindow and the majority kept a quorum (no other fault keeping
+// brokers down overlapped it), a broker of the majority published a pass
+// after StepDown and at most slack after the undo (its heal, that the
+// cut-off brokers are listed dead, is checkDeadReported's).
+func checkMinority(o Observations) []Violation {
+	var out []Violation
+	bound := o.stepDown()
+	for _, f := range o.Faults {
+		if !f.cutOff() {
+			continue
+		}
+		from := f.Start.Add(bound)
+		majority := false
+		for _, p := range o.Passes {
+			if !p.Ended.After(from) {
+				continue
+			}
+			if slices.Contains(f.Brokers, p.Leader) {
+				if f.End.IsZero() || !p.Ended.After(f.End) {
+					out = append(out, Violation{"minority", fmt.Sprintf("broker %d, cut off by %s %v since %s, published pass %d at %s (more than %v after the cut)",
+						p.Leader, f.Kind, f.Brokers, f.Start.Format(time.RFC3339Nano), p.Number, p.Ended.Format(time.RFC3339Nano), bound)})
+				}
+				continue
+			}
+			if !f.End.IsZero() && !p.Ended.After(f.End.Add(o.slack())) {
+				majority = true
+			}
+		}
+		if !majority && !f.End.IsZero() && f.End.Sub(f.Start) >= bound+majorityWindow && keepsQuorum(o, f) {
+			out = append(out, Violation{"majority", fmt.Sprintf("no broker outside %v published a heal pass while %s cut them off (%s to %s, the leader's step-down bound %v)",
+				f.Brokers, f.Kind, f.Start.Format(time.RFC3339Nano), f.End.Format(time.RFC3339Nano), bound)})
+		}
+	}
+	return out
+}
+
+// keepsQuorum says whether the brokers outside cut's minority, less those
+// other faults kept down while it held, are a majority of o.Brokers.
+func keepsQuorum(o Observations, cut Injected) bool {
+	gone := map[meta.BrokerID]bool{}
+	for _, b := range cut.Brokers {
+		gone[b] = true
+	}
+	for _, f := range o.Faults {
+		overlaps := f.Start.Before(cut.End) && (f.End.IsZero() || f.End.After(cut.Start))
+		if !overlaps || len(f.Copies) > 0 || f.Kind == KindDiskFull {
+			continue
+		}
+		for _, b := range f.Brokers {
+			gone[b] = true
+		}
+	}
+	return o.Brokers-len(gone) > o.Brokers/2
+}
+
+// persistentReasons are the failures that last while their cause does
+// (planning failures); backfill_failed and command_failed are one
+// attempt's outcome, reported once (the next pass plans it again).
+var persistentReasons = []string{"all_replicas_dead", "no_spare_broker", "no_intact_source", "seal_conflict"}
+
+// failures are what pass p reports failed (persistent reasons) or lost,
+// as "segment reason" keys ("lost" for Report.Lost).
+func failures(p PassObs) map[string]meta.SegmentID {
+	out := map[string]meta.SegmentID{}
+	for _, f := range p.Report.Failed {
+		if slices.Contains(persistentReasons, f.Reason) {
+			out[string(f.Segment)+" "+f.Reason] = f.Segment
+		}
+	}
+	for _, l := range p.Report.Lost {
+		out[string(l.Segment)+" lost"] = l.Segment
+	}
+	return out
+}
+
+// actedOn says whether p's report did anything to seg (a change that may
+// end a failure).
+func actedOn(p PassObs, seg meta.SegmentID) bool {
+	r := p.Report
+	if slices.Contains(r.Healed, seg) || slices.Contains(r.Stale, seg) {
+		return true
+	}
+	for _, l := range [][]admin.CopyRef{r.Resumed, r.Settled, r.Confirmed, r.Deleted} {
+		if slices.ContainsFunc(l, func(c admin.CopyRef) bool { return c.Segment == seg }) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(r.Failed, func(f admin.HealFailure) bool { return f.Segment == seg })
+}
+
+// quietBetween says whether nothing that may change a failure happened
+// from a to b: no fault began or was undone, and seg's replica set was
+// not seen to change.
+func quietBetween(o Observations, seg meta.SegmentID, a, b time.Time) bool {
+	in := func(t time.Time) bool { return !t.IsZero() && !t.Before(a) && !t.After(b) }
+	for _, f := range o.Faults {
+		if in(f.Start) || in(f.End) {
+			return false
+		}
+	}
+	return sameSet(setAt(o.Sets[seg], a), setAt(o.Sets[seg], b))
+}
+
+// checkFailuresReported: a failure (a segment failed for a persistent
+// reason) or a loss is reported on every pass while it is present. The
+// checker cannot see a failure's cause, so it judges what it can: a
+// failure a leader reports on two of its passes, with nothing between
+// them that could have ended and renewed it (no fault began or was
+// undone, the replica set unchanged, no pass between acted on the
+// segment), was present throughout, and every pass of that leader between
+// them must report it too.
+func checkFailuresReported(o Observations) []Violation {
+	var out []Violation
+	byLeader := map[meta.BrokerID][]PassObs{}
+	for _, p := range o.Passes {
+		byLeader[p.Leader] = append(byLeader[p.Leader], p)
+	}
+	for _, leader := range slices.Sorted(maps.Keys(byLeader)) {
+		ps := byLeader[leader]
+		for i := 0; i < len(ps); i++ {
+			fs := failures(ps[i])
+			for _, key := range slices.Sorted(maps.Keys(fs)) {
+				seg := fs[key]
+				// The next pass that reports it again, and the ones between.
+				for j := i + 1; j < len(ps); j++ {
+					if _, again := failures(ps[j])[key]; !again {
+						continue
+					}
+					if j > i+1 && quietBetween(o, seg, ps[i].Ended, ps[j].Ended) && !slices.ContainsFunc(ps[i+1:j], func(q PassObs) bool { return actedOn(q, seg) }) {
+						out = append(out, Violation{"failure-reported", fmt.Sprintf("leader %d reported %s on passes %d and %d but not on pass %d between them (nothing changed that could end it)",
+							leader, key, ps[i].Number, ps[j].Number, ps[i+1].Number)})
+					}
+					break
+				}
+			}
 		}
 	}
 	return out

@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,60 @@ func TestCheckerClean(t *testing.T) {
 	if v := Check(o); len(v) != 0 {
 		t.Fatalf("a segment born short: %v", v)
 	}
+	// The leader isolated: its last pass published within the step-down
+	// bound, the majority's new leader publishing after it.
+	o = cleanObs()
+	isolateLeader(&o)
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("an isolated leader that stepped down: %v", v)
+	}
+	// A failure reported on every pass, and one that stops being reported
+	// on the pass that heals it (then comes back).
+	o = cleanObs()
+	flicker(&o, "no_spare_broker")
+	o.Passes[3].Report.Failed = o.Passes[2].Report.Failed
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a failure on every pass: %v", v)
+	}
+	o.Passes[3].Report.Failed = nil
+	o.Passes[3].Report.Healed = []meta.SegmentID{"a"}
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a failure healed and back: %v", v)
+	}
+	// A pass omitting it while a fault began is not judged.
+	o.Passes[3].Report.Healed = nil
+	o.Faults = append(o.Faults, Injected{Kind: KindPause, Brokers: []meta.BrokerID{5}, Start: o.Passes[3].Ended, End: o.Passes[4].Ended.Add(time.Second)})
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a failure omitted while a fault began: %v", v)
+	}
+}
+
+// isolateLeader isolates leader 1 from 12 s to 18 s: its last pass ends
+// within the step-down bound (1 s, Settle's default), and broker 2, the
+// majority's new leader, publishes its first pass at 14 s.
+func isolateLeader(o *Observations) {
+	at := func(s float64) time.Time { return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second))) }
+	o.Faults = append(o.Faults, Injected{Kind: KindIsolate, Brokers: []meta.BrokerID{1}, Start: at(12), End: at(18)})
+	o.Passes = append(o.Passes,
+		PassObs{Leader: 1, Number: 12, Started: at(11.8), Ended: at(12.5), Report: admin.HealReport{Aborted: true}},
+		PassObs{Leader: 2, Number: 1, Ended: at(14)})
+}
+
+// flicker adds passes 12, 13 and 14 of leader 1 at 12, 13 and 14 s: 12
+// and 14 report segment a failed for reason (or lost, reason "lost"), 13
+// does not.
+func flicker(o *Observations, reason string) {
+	at := func(s float64) time.Time { return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second))) }
+	var r admin.HealReport
+	if reason == "lost" {
+		r.Lost = []admin.LostEntry{{Segment: "a", Replicas: []meta.BrokerID{1, 2, 3}}}
+	} else {
+		r.Failed = []admin.HealFailure{{Segment: "a", Reason: reason}}
+	}
+	o.Passes = append(o.Passes,
+		PassObs{Leader: 1, Number: 12, Started: at(11.8), Ended: at(12), Report: r},
+		PassObs{Leader: 1, Number: 13, Started: at(12), Ended: at(13)},
+		PassObs{Leader: 1, Number: 14, Started: at(13), Ended: at(14), Report: r})
 }
 
 // Each property fires on a crafted violation, and only that property.
@@ -105,6 +161,20 @@ func TestCheckerFires(t *testing.T) {
 			o.Sets["a"] = append(s, SetObs{At: at(*o, 8), Version: 6, Replicas: []meta.BrokerID{1, 5, 3}},
 				SetObs{At: at(*o, 9), Version: 7, Replicas: []meta.BrokerID{1, 2, 3}})
 		}},
+		{"isolated leader coordinates", "minority", "broker 1, cut off by isolate [1]", func(o *Observations) {
+			isolateLeader(o)
+			o.Passes[2].Ended = o.Faults[1].Start.Add(3 * time.Second)
+		}},
+		{"majority silent", "majority", "no broker outside [1] published a heal pass", func(o *Observations) {
+			isolateLeader(o)
+			o.Passes = o.Passes[:3]
+		}},
+		{"failure omitted", "failure-reported", "a no_spare_broker on passes 12 and 14 but not on pass 13", func(o *Observations) {
+			flicker(o, "no_spare_broker")
+		}},
+		{"loss omitted", "failure-reported", "a lost on passes 12 and 14 but not on pass 13", func(o *Observations) {
+			flicker(o, "lost")
+		}},
 		{"no hold", "hold", "2 of 5 brokers down together", func(o *Observations) {
 			o.Faults[0].Brokers = []meta.BrokerID{4, 5}
 			o.Passes[0].Report.Dead = []meta.BrokerID{4, 5}
@@ -129,5 +199,30 @@ func TestCheckerFires(t *testing.T) {
 				t.Errorf("violation %q does not say %q", vs[0], c.want)
 			}
 		})
+	}
+}
+
+// notePass records each new pass once, counts the ones the poll missed,
+// and takes a restarted broker's passes (its count from 1 again, a later
+// last_pass_at) as new.
+func TestNotePass(t *testing.T) {
+	n := &nemesis{lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	status := func(passes uint64, at time.Time) []byte {
+		return []byte(fmt.Sprintf(`{"enabled":true,"leader":true,"passes":%d,"last_pass":{"index":1},"last_pass_at":%q,"last_pass_seconds":0.1}`,
+			passes, at.Format(time.RFC3339Nano)))
+	}
+	for _, st := range []struct {
+		passes uint64
+		at     float64
+	}{{5, 1}, {5, 1}, {8, 2}, {2, 10}, {2, 10}, {3, 11}, {2, 10}} {
+		n.notePass(1, status(st.passes, t0.Add(time.Duration(st.at*float64(time.Second)))), t0)
+	}
+	var got []string
+	for _, p := range n.obs.Passes {
+		got = append(got, fmt.Sprintf("%d+%d@%v", p.Number, p.Unseen, p.Ended.Sub(t0)))
+	}
+	if want := []string{"5+0@1s", "8+2@2s", "2+0@10s", "3+0@11s"}; !slices.Equal(got, want) {
+		t.Fatalf("passes recorded %v, want %v", got, want)
 	}
 }

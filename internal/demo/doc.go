@@ -59,7 +59,11 @@
 // runs: durable and verified, no last intact copy deleted, every down
 // broker listed dead on every pass, replica-set changes at most two per
 // loss, a hold whenever more than hold_share of the brokers went down
-// together. A violation stops the run and prints the seed and the
+// together, no pass published by a broker cut off from the majority later
+// than StepDown after the cut (the watcher polls cut-off brokers too) and
+// one by the majority, and a persistent failure or a loss reported on
+// every pass between two that report it with nothing changed between
+// (failure-reported). A violation stops the run and prints the seed and the
 // schedule; a fault that could not be injected is reported as not
 // injected, never as survived.
 //

@@ -88,14 +88,11 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 	kinds := slices.Concat(ProcessKinds, FileKinds)
 	if disk {
 		kinds = append(kinds, KindDiskFull)
-		// readonly's remedy (umount, e2fsck) needs the device free; it was
-		// not drawn on hosts when brokers ran under ip netns exec (each
-		// held a private copy of the mount). They now run under nsenter,
-		// in the root's mount namespace; drawing it on hosts again is
-		// left until a nemesis run shows it.
-		if d.c.Net() == nil {
-			kinds = append(kinds, KindReadOnly)
-		}
+		// readonly's remedy (stop, umount, e2fsck, mount, start) needs the
+		// device free: brokers on hosts run under nsenter --net, in the
+		// root's mount namespace, so none holds a copy of the mount (under
+		// ip netns exec each did, and umount found the device busy).
+		kinds = append(kinds, KindReadOnly)
 	}
 	if d.c.Net() != nil {
 		kinds = append(kinds, NetKinds...)
@@ -113,7 +110,7 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{},
 		obs: Observations{RF: d.o.RF, Brokers: d.o.Brokers, Grace: d.o.Grace, Tick: d.o.Tick,
-			Settle: 2*d.o.RaftTimeout + time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
+			Settle: 2*d.o.RaftTimeout + time.Second, StepDown: 2*d.o.RaftTimeout + 2*time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID
 	if l, b := d.c.Loop(); l != nil && b != nil {
 		n.disk, n.diskBroker, diskID = l, b, b.ID
@@ -124,9 +121,6 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 		}
 		d.logf("nemesis: no disk faults: no loop-mounted copies disk: %s", why)
 		d.rep.Notes = append(d.rep.Notes, "nemesis: disk faults (diskfull, readonly) not drawn: no loop-mounted copies disk: "+why)
-	}
-	if d.c.Net() != nil && diskID != 0 {
-		d.rep.Notes = append(d.rep.Notes, "nemesis: readonly not drawn: brokers on hosts of their own hold copies of the copies disk's mount in their mount namespaces, so its remedy (umount, e2fsck) finds the device in use; --nemesis-no-net draws it")
 	}
 	if d.c.Net() == nil && d.o.Nemesis != "" && !d.o.NemesisNoNet {
 		d.logf("nemesis: no network faults: %s", d.c.NetSkip())

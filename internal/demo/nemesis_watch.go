@@ -119,6 +119,7 @@ func (n *nemesis) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		n.watchCutOff(ctx)
 		lb := n.cachedLeader(ctx, &last)
 		if lb == nil {
 			continue
@@ -139,23 +140,63 @@ func (n *nemesis) watch(ctx context.Context) {
 	}
 }
 
+// watchCutOff records the passes of the brokers a network fault cuts off
+// from the majority (their admin API stays reachable: the harness's
+// client is never cut off), so that the checker sees whether they stopped
+// coordinating (checkMinority).
+func (n *nemesis) watchCutOff(ctx context.Context) {
+	n.mu.Lock()
+	var cut []meta.BrokerID
+	for b, k := range n.active {
+		if k == KindIsolate || k == KindPartition {
+			cut = append(cut, b)
+		}
+	}
+	n.mu.Unlock()
+	slices.Sort(cut)
+	for _, id := range cut {
+		b := n.d.c.Broker(id)
+		if b == nil || !b.Alive() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		raw, err := b.Client.Status(pctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		n.mu.Lock()
+		n.notePass(id, raw, time.Now())
+		n.mu.Unlock()
+	}
+}
+
 // notePass records the leader's last pass when it is new: Started is the
 // end of that leader's previous pass (the earliest it can have begun),
-// Ended its last_pass_at. Callers hold mu.
+// Ended its last_pass_at. A restarted broker counts its passes from 1
+// again: a count not above the last one seen, with a later last_pass_at,
+// is a new process's pass (its unseen count unknown, 0). Callers hold mu.
 func (n *nemesis) notePass(leader meta.BrokerID, raw []byte, now time.Time) {
 	r, _, passes, ok := admin.LastPass(raw)
-	if !ok || passes == 0 || passes <= n.lastPasses[leader] {
+	if !ok || passes == 0 {
 		return
 	}
-	var unseen uint64
-	if last := n.lastPasses[leader]; last > 0 {
-		unseen = passes - last - 1
-	}
-	n.lastPasses[leader] = passes
 	ended := now
 	if st, ok := admin.DecodeStatus(raw); ok && !st.LastPassAt.IsZero() {
 		ended = st.LastPassAt
 	}
+	last := n.lastPasses[leader]
+	if passes <= last && ended.After(n.lastEnded[leader]) {
+		last = 0 // restarted
+	}
+	if passes <= last {
+		return
+	}
+	var unseen uint64
+	if last > 0 {
+		unseen = passes - last - 1
+	}
+	n.lastPasses[leader] = passes
 	started := n.lastEnded[leader]
 	n.lastEnded[leader] = ended
 	n.obs.Passes = append(n.obs.Passes, PassObs{Leader: leader, Number: passes, Started: started, Ended: ended, Report: r, Unseen: unseen})

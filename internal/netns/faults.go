@@ -246,9 +246,9 @@ func (f *flap) stop() error {
 
 // Flap cuts host i off from every other host and restores it, again and
 // again, each phase lasting 0.5–2 s drawn from seed, for d (the link is
-// left up at the end). It returns at once; Undo stops it early (link up)
-// and returns the first error a change met. Events lists the changes so
-// far (the same seed gives the same durations).
+// left up at the end), as FlapPlan(i, d, seed) lists. It returns at once;
+// Undo stops it early (link up) and returns the first error a change met.
+// Events lists the changes made so far, each at the offset it was made.
 func (nt *Net) Flap(i int, d time.Duration, seed uint64) (undo Undo, events func() []FlapEvent, err error) {
 	if err := nt.check(i); err != nil {
 		return nil, nil, err
@@ -259,7 +259,7 @@ func (nt *Net) Flap(i int, d time.Duration, seed uint64) (undo Undo, events func
 	key := nt.seq
 	nt.flaps[key] = f
 	nt.mu.Unlock()
-	go nt.runFlap(f, i, d, rand.New(rand.NewPCG(seed, uint64(i))))
+	go nt.runFlap(f, i, d, seed)
 	undo = func() error {
 		nt.mu.Lock()
 		delete(nt.flaps, key)
@@ -274,8 +274,28 @@ func (nt *Net) Flap(i int, d time.Duration, seed uint64) (undo Undo, events func
 	return undo, events, nil
 }
 
-// runFlap is Flap's loop.
-func (nt *Net) runFlap(f *flap, i int, d time.Duration, rng *rand.Rand) {
+// FlapPlan is the schedule Flap(i, d, seed) follows: the changes, each at
+// its offset from the start (the phases are 0.5–2 s drawn from seed and
+// i), ending with the link restored at d. Flap keeps to these offsets
+// (the time an nft change takes does not push later changes back), so a
+// run whose Events are fewer than FlapPlan's was cut short or fell behind.
+func FlapPlan(i int, d time.Duration, seed uint64) []FlapEvent {
+	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	var plan []FlapEvent
+	down := false
+	for at := time.Duration(0); at < d; {
+		down = !down
+		plan = append(plan, FlapEvent{At: at, Down: down})
+		at += 500*time.Millisecond + time.Duration(rng.Int64N(int64(1500*time.Millisecond)))
+	}
+	if down {
+		plan = append(plan, FlapEvent{At: d, Down: false})
+	}
+	return plan
+}
+
+// runFlap is Flap's loop: it makes each change of FlapPlan at its offset.
+func (nt *Net) runFlap(f *flap, i int, d time.Duration, seed uint64) {
 	defer close(f.done)
 	start := time.Now()
 	var cut Undo
@@ -292,20 +312,19 @@ func (nt *Net) runFlap(f *flap, i int, d time.Duration, rng *rand.Rand) {
 			record(false, cut())
 		}
 	}()
-	for time.Since(start) < d {
-		if cut == nil {
-			u, err := nt.Isolate(i)
-			record(true, err)
-			cut = u
-		} else {
-			record(false, cut())
-			cut = nil
-		}
-		phase := 500*time.Millisecond + time.Duration(rng.Int64N(int64(1500*time.Millisecond)))
+	for _, ev := range FlapPlan(i, d, seed) {
 		select {
 		case <-f.quit:
 			return
-		case <-time.After(min(phase, max(d-time.Since(start), 0))):
+		case <-time.After(time.Until(start.Add(ev.At))):
+		}
+		if ev.Down {
+			u, err := nt.Isolate(i)
+			record(true, err)
+			cut = u
+		} else if cut != nil {
+			record(false, cut())
+			cut = nil
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,6 +242,15 @@ func TestFlap(t *testing.T) {
 	if len(ev) < 3 || !ev[0].Down || ev[len(ev)-1].Down {
 		t.Errorf("flap events %v: want at least down, up, down … ending up", ev)
 	}
+	plan := FlapPlan(1, 4*time.Second, 7)
+	if len(ev) != len(plan) {
+		t.Errorf("flap made %d changes %v, its plan %d %v", len(ev), ev, len(plan), plan)
+	}
+	for k := range min(len(ev), len(plan)) {
+		if ev[k].Down != plan[k].Down || ev[k].At < plan[k].At {
+			t.Errorf("change %d: %+v, planned %+v (never early, same direction)", k, ev[k], plan[k])
+		}
+	}
 	if ups == 0 || downs == 0 {
 		t.Errorf("during the flap %d datagrams arrived and %d were lost: want both", ups, downs)
 	}
@@ -338,5 +348,32 @@ func TestCloseAndCleanup(t *testing.T) {
 	}
 	if _, err := os.Stat("/run/netns/" + live.NS(1)); err != nil {
 		t.Errorf("Cleanup removed the live net's namespace %s: %v", live.NS(1), err)
+	}
+}
+
+// FlapPlan alternates down and up from down, each phase 0.5–2 s, ends with
+// the link up, and the same seed gives the same plan.
+func TestFlapPlan(t *testing.T) {
+	const d = 30 * time.Second
+	plan := FlapPlan(3, d, 11)
+	if !slices.Equal(plan, FlapPlan(3, d, 11)) {
+		t.Fatal("the same seed gave two plans")
+	}
+	if slices.Equal(plan, FlapPlan(3, d, 12)) {
+		t.Error("two seeds gave the same plan")
+	}
+	if len(plan) < int(d/(2*time.Second)) || plan[0].At != 0 || !plan[0].Down || plan[len(plan)-1].Down {
+		t.Fatalf("plan %v: want at least %d changes from down at 0 to up at the end", plan, d/(2*time.Second))
+	}
+	for k := 1; k < len(plan); k++ {
+		if plan[k].Down == plan[k-1].Down {
+			t.Errorf("changes %d and %d both down=%v", k-1, k, plan[k].Down)
+		}
+		if gap := plan[k].At - plan[k-1].At; plan[k].At < d && (gap < 500*time.Millisecond || gap > 2*time.Second) {
+			t.Errorf("phase %d lasts %v: want 0.5–2 s", k, gap)
+		}
+		if plan[k].At > d {
+			t.Errorf("change %d at %v, after the flap's %v", k, plan[k].At, d)
+		}
 	}
 }
