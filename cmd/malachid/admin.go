@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -615,7 +616,11 @@ func (b *broker) seal(ctx context.Context, id meta.SegmentID) (SealResponse, err
 }
 
 // LoadRequest is the body of POST /v1/load: create, write and seal
-// Segments segments named Prefix-NNNNN (the demo's loader).
+// Segments segments named Prefix-NNNNN (Prefix NNNNN when Prefix ends in
+// "-"), numbered from First; without First (absent or 0), from one past
+// the highest number any segment of that prefix has, so that a second
+// load makes new ids instead of failing with segment_exists (two loads of
+// one prefix at the same moment may still collide: one fails).
 type LoadRequest struct {
 	Segments          int    `json:"segments"`
 	RecordsPerSegment int    `json:"records_per_segment"`
@@ -627,9 +632,12 @@ type LoadRequest struct {
 
 // LoadResponse reports a load.
 type LoadResponse struct {
-	Segments int     `json:"segments"`
-	Bytes    int64   `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
+	Segments int `json:"segments"`
+	// First and Last are the ids of the first and last segment made.
+	First   meta.SegmentID `json:"first"`
+	Last    meta.SegmentID `json:"last"`
+	Bytes   int64          `json:"bytes"`
+	Seconds float64        `json:"seconds"`
 }
 
 // parseLoad decodes and checks the body of POST /v1/load, filling in the
@@ -667,15 +675,45 @@ func parseLoad(body []byte) (LoadRequest, error) {
 	return req, nil
 }
 
-// loadID is the id of the n-th segment of a load.
+// loadID is the id of the n-th segment of a load: prefix, one "-" (none
+// when prefix ends in one), then n in five digits or more.
 func loadID(prefix string, n int) meta.SegmentID {
-	return meta.SegmentID(fmt.Sprintf("%s-%05d", prefix, n))
+	if !strings.HasSuffix(prefix, "-") {
+		prefix += "-"
+	}
+	return meta.SegmentID(fmt.Sprintf("%s%05d", prefix, n))
+}
+
+// nextLoadNumber is one past the highest n of any segment in v named
+// loadID(prefix, n), 0 when there is none. O(log segments + those of the
+// prefix): ids are in order in v.
+func nextLoadNumber(v *meta.View, prefix string) int {
+	head := string(loadID(prefix, 0))
+	head = head[:len(head)-5]
+	next := 0
+	i, _ := v.Find(meta.SegmentID(head))
+	for ; i < v.Len(); i++ {
+		rest, ok := strings.CutPrefix(string(v.At(i).ID), head)
+		if !ok {
+			break
+		}
+		if n, err := strconv.Atoi(rest); err == nil && n >= 0 && len(rest) >= 5 && n >= next {
+			next = n + 1
+		}
+	}
+	return next
 }
 
 func (b *broker) load(r *http.Request, body []byte) (any, error) {
 	req, err := parseLoad(body)
 	if err != nil {
 		return nil, err
+	}
+	if req.First == 0 {
+		req.First = nextLoadNumber(b.node.View(), req.Prefix)
+		if err := loadID(req.Prefix, req.First+req.Segments-1).Validate(); err != nil {
+			return nil, fmt.Errorf("%w: prefix = %q from number %d: %w", errBadRequest, req.Prefix, req.First, err)
+		}
 	}
 	start := time.Now()
 	var mu sync.Mutex
@@ -705,7 +743,7 @@ func (b *broker) load(r *http.Request, body []byte) (any, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	return LoadResponse{Segments: req.Segments, Bytes: total, Seconds: time.Since(start).Seconds()}, nil
+	return LoadResponse{Segments: req.Segments, First: loadID(req.Prefix, req.First), Last: loadID(req.Prefix, req.First+req.Segments-1), Bytes: total, Seconds: time.Since(start).Seconds()}, nil
 }
 
 // ---- internal copy operations, on the replica ----
