@@ -55,6 +55,7 @@ var adminCodes = rpc.Codes{
 	{Name: "disagree", Status: http.StatusConflict, Err: errDisagree},
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: cluster.ErrNotLeader},
 	{Name: "no_leader", Status: http.StatusServiceUnavailable, Err: errNoLeader},
+	{Name: "no_quorum", Status: http.StatusServiceUnavailable, Err: cluster.ErrNoQuorum},
 	{Name: "leadership_lost", Status: http.StatusServiceUnavailable, Err: cluster.ErrLeadershipLost},
 }
 
@@ -155,7 +156,7 @@ func (b *broker) post(ctx context.Context, addr, path string, req, resp any) err
 // admin API and decodes the answer into resp (nil: discarded).
 func (b *broker) call(ctx context.Context, method, addr, path string, req, resp any) error {
 	if err := b.rpc.Call(ctx, method, addr, path, req, resp); err != nil {
-		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
+		return fmt.Errorf("%s %s: %w", addr, path, err)
 	}
 	return nil
 }
@@ -190,6 +191,7 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var qw quorumWatch
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		idx, err := b.node.Apply(ctx, c)
 		if err == nil {
@@ -215,12 +217,38 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 		} else {
 			err = lerr
 		}
+		if qerr := qw.check(b.node); qerr != nil {
+			return 0, fmt.Errorf("apply %s: %w", c.Op(), qerr)
+		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("malachid: apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
+			return 0, fmt.Errorf("apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
 		case <-time.After(wait):
 		}
 	}
+}
+
+// quorumWatch fails a write that waits for a leader once its node has
+// lacked a quorum for a whole Quorum.Window in a row (an election that can
+// succeed ends well within it), with the error that says how many voters
+// answer, instead of waiting out the caller's deadline.
+type quorumWatch struct{ since time.Time }
+
+func (w *quorumWatch) check(n *cluster.Node) error {
+	q := n.Quorum()
+	err := q.Err()
+	if err == nil {
+		w.since = time.Time{}
+		return nil
+	}
+	now := time.Now()
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if now.Sub(w.since) < q.Window {
+		return nil
+	}
+	return err
 }
 
 func isConnErr(err error) bool {
@@ -295,7 +323,9 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	}
 	if len(req.Replicas) == 0 {
 		if !b.node.IsLeader() {
-			// The leader places; wait out an election, bounded by ctx.
+			// The leader places; wait out an election, bounded by ctx and
+			// by the quorum.
+			var qw quorumWatch
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 				_, addr, err := b.leaderAdmin()
 				if err == nil {
@@ -307,6 +337,9 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 				}
 				if b.node.IsLeader() {
 					break
+				}
+				if qerr := qw.check(b.node); qerr != nil {
+					return meta.Segment{}, fmt.Errorf("create %s: %w", req.ID, qerr)
 				}
 				select {
 				case <-ctx.Done():

@@ -37,6 +37,7 @@ var (
 var Codes = rpc.Codes{
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "no_leader", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
+	{Name: "no_quorum", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "leadership_lost", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "deadline", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "canceled", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
