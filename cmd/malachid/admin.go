@@ -136,11 +136,30 @@ type Health struct {
 	IsLeader bool          `json:"is_leader"`
 	Heal     bool          `json:"heal"`
 	Index    uint64        `json:"index"`
+	// Quorum is what this broker's node knows of the voters: Error is
+	// cluster.Quorum.Err's text ("cluster: no quorum: 2 of 5 voters
+	// reachable ..."), empty while a quorum is heard.
+	Quorum QuorumHealth `json:"quorum"`
+}
+
+// QuorumHealth is cluster.Quorum as /v1/health serves it.
+type QuorumHealth struct {
+	Voters    int             `json:"voters"`
+	Reachable []meta.BrokerID `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
+}
+
+func quorumHealth(q cluster.Quorum) QuorumHealth {
+	h := QuorumHealth{Voters: q.Voters, Reachable: q.Reachable}
+	if err := q.Err(); err != nil {
+		h.Error = err.Error()
+	}
+	return h
 }
 
 func (b *broker) health(*http.Request, []byte) (any, error) {
 	id, _ := b.node.Leader()
-	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index}, nil
+	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index, Quorum: quorumHealth(b.node.Quorum())}, nil
 }
 
 // ---- forwarding to the leader ----
@@ -864,12 +883,17 @@ type Copy struct {
 	Size    int64          `json:"size"`
 	Latched bool           `json:"latched"`
 	Sealed  bool           `json:"sealed"`
+	// LatchError is the error that latched the copy (store.DB.LatchErr).
+	LatchError string `json:"latch_error,omitempty"`
 }
 
 func (b *broker) copies(r *http.Request, _ []byte) (any, error) {
 	out := []Copy{}
 	for _, id := range b.db.List() {
-		c := Copy{ID: id, Latched: b.db.LatchErr(id) != nil}
+		c := Copy{ID: id}
+		if err := b.db.LatchErr(id); err != nil {
+			c.Latched, c.LatchError = true, err.Error()
+		}
 		if fi, err := os.Stat(b.db.Path(id)); err == nil {
 			c.Size = fi.Size()
 			c.Sealed = hasFooter(b.db.Path(id), fi.Size())

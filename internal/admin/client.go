@@ -64,6 +64,16 @@ type Health struct {
 	Leader   meta.BrokerID `json:"leader"`
 	IsLeader bool          `json:"is_leader"`
 	Index    uint64        `json:"index,omitempty"`
+	// Quorum is the broker's view of the voters it reaches.
+	Quorum Quorum `json:"quorum"`
+}
+
+// Quorum mirrors malachid's QuorumHealth: Error ("cluster: no quorum: 2
+// of 5 voters reachable ...") is empty while the broker hears a quorum.
+type Quorum struct {
+	Voters    int             `json:"voters"`
+	Reachable []meta.BrokerID `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
 }
 
 // Copy is one row of GET /v1/copies: {id, size, latched, sealed}, and
@@ -75,6 +85,8 @@ type Copy struct {
 	Latched   bool           `json:"latched"`
 	Sealed    bool           `json:"sealed"`
 	Confirmed *bool          `json:"confirmed,omitempty"`
+	// LatchError is the error that latched the copy, when it is.
+	LatchError string `json:"latch_error,omitempty"`
 }
 
 // LoadRequest is POST /v1/load.
