@@ -26,8 +26,9 @@ var (
 	ErrRefused = errors.New("malachi: admin request refused")
 	// ErrUnavailable: the broker cannot serve the request now (no leader,
 	// a leader change, a deadline on its side: HTTP 503); a retry may
-	// succeed. Always wrapped with ErrRefused.
-	ErrUnavailable = errors.New("malachi: broker unavailable (no leader, or a leader change)")
+	// succeed. Always wrapped with ErrRefused, whose text names the
+	// command: its own has no prefix.
+	ErrUnavailable = errors.New("broker unavailable (no leader, no quorum, or a leader change)")
 )
 
 // Codes decodes the admin API's error codes the CLI acts on
