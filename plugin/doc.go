@@ -52,40 +52,32 @@
 //
 //  1. A disabled plugin (Config.Enabled false) creates no goroutine, no
 //     listener and no file: New only validates, Start and Stop return nil.
-//
 //  2. A probe answer lists only anomalies (missing, short, overrun not yet
 //     confirmed, latched, timed out, corrupt per the scrubber) and counts; an intact copy (exactly
 //     its sealed size with its footer, and confirmed) costs no
 //     bytes on the wire (one stat and one lookup in the local confirmation
 //     store). No probe opens a file.
-//
 //  3. A probe answers for the metadata at an index at least the one asked
 //     for; a broker whose view lags waits for it, bounded by the probe
 //     deadline, and fails with ErrLagging rather than answer an older view.
-//
 //  4. A backfill commits only a copy the store verified against the
 //     segment (frames, offsets, footer, checksum); on any error or
 //     cancellation the target is cut back to its durable end.
-//
 //  5. The coordinator runs only while Control reports leadership, and at
 //     most one pass at a time; it is cancelled when leadership is lost,
 //     which cancels its RPCs (the servers roll back what they were doing).
-//
 //  6. Metrics live on the instance's registry, never the global one.
-//
 //  7. The scrubber (heal.scrub_interval > 0) reads sealed copies end to end
 //     at a bounded rate and marks a copy that fails verification, by file
 //     identity, in memory; the probe reports a marked copy as corrupt until
 //     its file changes. The scrubber never repairs, moves or deletes
 //     anything itself.
-//
 //  8. Every RPC body is decoded strictly (one JSON object, no unknown
 //     field, nothing after it) and checked (segment ids, sizes, a backfill's
 //     source) before anything is touched: an unauthenticated (401) or
 //     malformed (400, code "invalid") request changes no copy, no
 //     confirmation and no metadata (FuzzRPCDecode). A well-formed backfill
 //     that then fails leaves at most an empty target copy it created.
-//
 //  9. /status tells its age: the last pass comes with its age and, when it
 //     is no longer current (this instance does not lead, or no pass ended
 //     within Config.StaleAfter), why (last_pass_stale); totals are the
