@@ -41,8 +41,13 @@ lint:
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN)/staticcheck ./...
 
+# The binaries are built first, saying so: a first build compiles raft,
+# Pebble and Prometheus for a minute or more, silent under `go run`.
 demo:
-	@if [ -d cmd/malachi ]; then $(GO) run ./cmd/malachi demo; else echo "demo: not built yet"; fi
+	@echo "demo: compiling malachi and malachid into bin/ (the first build takes a minute or more)..."
+	@$(GO) build -o bin/ ./cmd/malachi ./cmd/malachid
+	@echo "demo: starting: bin/malachi demo --malachid bin/malachid"
+	@./bin/malachi demo --malachid bin/malachid
 
 # The network stages are e2e's TestNet* (brokers in network namespaces of
 # their own; skipped, saying why, without root, ip, nft and tc); then the

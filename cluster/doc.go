@@ -89,6 +89,13 @@
 //     once per remote IP per minute. Raft dials only servers whose
 //     certificate names the broker the configuration gives that address.
 //
+// Node.Quorum (quorum.go) says which voters this node heard from within
+// three election timeouts, from raft's own traffic only (the leader's
+// heartbeat answers, a follower's leader, a candidate's vote answers):
+// Quorum.Err is "cluster: no quorum: 2 of 5 voters reachable ..." when
+// neither a live leader nor a majority is heard. A write that waits for a
+// leader fails with it instead of waiting out its deadline (malachid).
+//
 // # Concurrency and crash contract
 //
 // All Node methods are safe for concurrent use. Apply returns only after

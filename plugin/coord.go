@@ -107,6 +107,9 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 			cancel()
 			return func() {}
 		}
+		p.mu.Lock()
+		p.status.Totals = newTotals(p.now())
+		p.mu.Unlock()
 	}
 	t.barriered.Store(false) // a new term: catch up with earlier leaders first
 	p.mu.Lock()
@@ -168,6 +171,10 @@ func (p *Plugin) recordPass(r *heal.Report, took time.Duration) {
 	p.status.LastPassSeconds = took.Seconds()
 	p.status.Hold = r.HoldReason
 	p.status.AuthFailed = r.AuthFailed
+	if p.status.Totals == nil {
+		p.status.Totals = newTotals(p.now())
+	}
+	p.status.Totals.add(r)
 	p.mu.Unlock()
 	p.metrics.auth.authFailed.Set(float64(len(r.AuthFailed)))
 	for _, a := range r.AuthFailed {
@@ -193,7 +200,7 @@ func (p *Plugin) recordPass(r *heal.Report, took time.Duration) {
 		if e.Kind == heal.EventHoldLifted {
 			ev = p.log.Info()
 		}
-		ev.Str("event", e.Kind.String()).Str("segment", string(e.Segment)).Uint32("broker", uint32(e.Broker)).
+		ev.Str("event", e.Kind.String()).Str("segment", string(e.Segment)).Uint32("peer", uint32(e.Broker)).
 			Str("detail", e.Detail).Msg("heal: state changed")
 	}
 	for _, f := range r.Failed {

@@ -95,6 +95,11 @@
 //     malformed (400, code "invalid") request changes no copy, no
 //     confirmation and no metadata (FuzzRPCDecode). A well-formed backfill
 //     that then fails leaves at most an empty target copy it created.
+//  9. /status tells its age: the last pass comes with its age and, when it
+//     is no longer current (this instance does not lead, or no pass ended
+//     within Config.StaleAfter), why (last_pass_stale); totals are the
+//     running coordinator's sums of its reports since it started
+//     (totals.since), kept in the report hook (totals.go).
 //
 // # Concurrency and crashes
 //

@@ -125,6 +125,16 @@ type Status struct {
 	LastPass        *heal.Report `json:"last_pass,omitempty"`
 	LastPassAt      time.Time    `json:"last_pass_at,omitzero"`
 	LastPassSeconds float64      `json:"last_pass_seconds,omitempty"`
+	// LastPassAge is how long ago the last pass ended, in seconds, when
+	// the status was read; LastPassStale says why that report is no
+	// longer current, empty while it is: this instance no longer leads
+	// (the report is from its last term), or no pass has ended for longer
+	// than StaleAfter.
+	LastPassAge   float64 `json:"last_pass_age_seconds,omitempty"`
+	LastPassStale string  `json:"last_pass_stale,omitempty"`
+	// Totals are the running coordinator's cumulative figures (nil when
+	// this instance has not led).
+	Totals *Totals `json:"totals,omitempty"`
 	// Insecure: this instance runs without authentication (Deps.Insecure).
 	Insecure bool `json:"insecure,omitempty"`
 	// Certificates are this broker's certificates and when they expire;
@@ -317,6 +327,7 @@ func (p *Plugin) Stop() error {
 func (p *Plugin) Status() Status {
 	p.mu.Lock()
 	s := p.status
+	s.Totals = s.Totals.clone() // Totals is changed in place under mu
 	sc := p.scrub
 	stat := p.engines.stat
 	p.mu.Unlock()
@@ -335,11 +346,33 @@ func (p *Plugin) Status() Status {
 		}
 		slices.SortFunc(s.Members, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	}
+	if s.LastPass != nil {
+		s.LastPassAge = p.now().Sub(s.LastPassAt).Seconds()
+		s.LastPassStale = p.staleness(s.Leader, p.now().Sub(s.LastPassAt))
+	}
 	s.Certificates = certStatus(p.deps.Certs, p.now())
 	if stat != nil {
 		s.ProbeEngine = stat.Engine() // auto's current choice
 	}
 	return s
+}
+
+// StaleAfter is how long without a finished pass makes the leader's last
+// report stale: ten ticks, or two probe deadlines, or 30 s, the longest.
+func (c Config) StaleAfter() time.Duration {
+	return max(10*c.Tick, 2*c.ProbeDeadline, 30*time.Second)
+}
+
+// staleness is why a last pass that ended age ago is no longer current,
+// "" while it is.
+func (p *Plugin) staleness(leading bool, age time.Duration) string {
+	switch {
+	case !leading:
+		return fmt.Sprintf("this broker does not lead: the report is from its last term, %s ago", age.Round(time.Second))
+	case age > p.cfg.StaleAfter():
+		return fmt.Sprintf("no pass has ended for %s (stale after %s)", age.Round(time.Second), p.cfg.StaleAfter())
+	}
+	return ""
 }
 
 // Client returns the RPC client the coordinator uses (nil before Start).

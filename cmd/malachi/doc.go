@@ -3,7 +3,7 @@
 //	malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--insecure]
 //	malachi status --admin host:port [--json]
 //	malachi plan   --admin host:port [--json]
-//	malachi load   --admin host:port --segments N --records R --size B
+//	malachi load   --admin host:port --segments N --records R --size B [--prefix p]
 //	malachi release --admin host:port
 //	malachi cert   create-ca | create-broker | create-client | list
 //
@@ -16,9 +16,18 @@
 // broker its certs_dir and calls every broker as "operator"; --insecure
 // runs it the old plaintext way (insecure = true).
 //
+// status prints one section per function (statusSections in status.go):
+// every health count is the leader's last pass report, shown with its
+// index and age and marked STALE when it is not current; the totals since
+// that leader started; NO QUORUM when the broker asked hears neither a
+// leader nor a majority; each latched copy with the error that latched it.
+// load numbers its segments on after the prefix's highest (a second load
+// makes new ids).
+//
 // demo is internal/demo (its doc lists the stages and their invariants);
 // cmd/malachi only hands it the command line.
 //
-// Exit status: 0 success, 1 failure or a demo that did not heal, 2 a bad
-// command line. Errors name the flag and value, or the broker and address.
+// Exit status: 0 success and -h/--help on every command, 1 failure or a demo that did not heal, 2 a bad
+// command line. Errors name the flag and value, or the broker and address,
+// and carry the "malachi:" prefix once.
 package main

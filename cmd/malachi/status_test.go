@@ -33,7 +33,7 @@ func TestStatusShowsAuthFailedAndExpiry(t *testing.T) {
 	failed := []heal.AuthFailure{{Broker: 5, Reason: reason}}
 	soon := time.Now().Add(10 * 24 * time.Hour).Truncate(time.Second)
 	st := plugin.Status{Broker: 1, Enabled: true, Leader: true, Passes: 3, AuthFailed: failed,
-		LastPass: &heal.Report{Index: 7, Sealed: 3, AuthFailed: failed},
+		LastPass: &heal.Report{Index: 7, Sealed: 3, UnderReplicated: 2, AuthFailed: failed},
 		Certificates: []plugin.CertStatus{{File: "ca.crt", NotAfter: time.Now().Add(3650 * 24 * time.Hour)},
 			{File: "broker.crt", NotAfter: soon, Warning: "expires in 240h0m0s: replace it and send SIGHUP"}}}
 	snap := meta.Snapshot{Index: 7, ReplicationFactor: 2,
@@ -56,6 +56,7 @@ func TestStatusShowsAuthFailedAndExpiry(t *testing.T) {
 	for _, want := range []string{
 		"broker 5: auth_failed: " + reason,
 		"with a replica on a down broker 1\n",
+		"health (last heal pass, at index 7): under-replicated 2, failed 0, lost 0",
 		"on a broker that failed authentication: 2",
 		"WARNING: broker 1 certificate broker.crt (not after " + soon.UTC().Format(time.RFC3339) + "): expires in 240h0m0s",
 	} {
@@ -76,7 +77,7 @@ func TestStatusShowsAuthFailedAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(cs.Brokers) != 3 || cs.Brokers[2].AuthFailed != reason || cs.Brokers[2].Up || cs.Brokers[1].AuthFailed != "" ||
-		cs.OnDownBrokers != 1 || cs.OnAuthFailedBrokers != 2 || cs.UnderReplicated != 3 {
+		cs.OnDownBrokers != 1 || cs.OnAuthFailedBrokers != 2 || cs.UnderReplicated != 2 || cs.PassIndex != 7 {
 		cs.Heal = nil
 		t.Errorf("status --json: %+v", cs)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,7 @@ var adminCodes = rpc.Codes{
 	{Name: "disagree", Status: http.StatusConflict, Err: errDisagree},
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: cluster.ErrNotLeader},
 	{Name: "no_leader", Status: http.StatusServiceUnavailable, Err: errNoLeader},
+	{Name: "no_quorum", Status: http.StatusServiceUnavailable, Err: cluster.ErrNoQuorum},
 	{Name: "leadership_lost", Status: http.StatusServiceUnavailable, Err: cluster.ErrLeadershipLost},
 }
 
@@ -134,11 +136,30 @@ type Health struct {
 	IsLeader bool          `json:"is_leader"`
 	Heal     bool          `json:"heal"`
 	Index    uint64        `json:"index"`
+	// Quorum is what this broker's node knows of the voters: Error is
+	// cluster.Quorum.Err's text ("cluster: no quorum: 2 of 5 voters
+	// reachable ..."), empty while a quorum is heard.
+	Quorum QuorumHealth `json:"quorum"`
+}
+
+// QuorumHealth is cluster.Quorum as /v1/health serves it.
+type QuorumHealth struct {
+	Voters    int             `json:"voters"`
+	Reachable []meta.BrokerID `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
+}
+
+func quorumHealth(q cluster.Quorum) QuorumHealth {
+	h := QuorumHealth{Voters: q.Voters, Reachable: q.Reachable}
+	if err := q.Err(); err != nil {
+		h.Error = err.Error()
+	}
+	return h
 }
 
 func (b *broker) health(*http.Request, []byte) (any, error) {
 	id, _ := b.node.Leader()
-	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index}, nil
+	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index, Quorum: quorumHealth(b.node.Quorum())}, nil
 }
 
 // ---- forwarding to the leader ----
@@ -154,7 +175,7 @@ func (b *broker) post(ctx context.Context, addr, path string, req, resp any) err
 // admin API and decodes the answer into resp (nil: discarded).
 func (b *broker) call(ctx context.Context, method, addr, path string, req, resp any) error {
 	if err := b.rpc.Call(ctx, method, addr, path, req, resp); err != nil {
-		return fmt.Errorf("malachid: %s %s: %w", addr, path, err)
+		return fmt.Errorf("%s %s: %w", addr, path, err)
 	}
 	return nil
 }
@@ -189,6 +210,7 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var qw quorumWatch
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		idx, err := b.node.Apply(ctx, c)
 		if err == nil {
@@ -214,12 +236,38 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 		} else {
 			err = lerr
 		}
+		if qerr := qw.check(b.node); qerr != nil {
+			return 0, fmt.Errorf("apply %s: %w", c.Op(), qerr)
+		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("malachid: apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
+			return 0, fmt.Errorf("apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
 		case <-time.After(wait):
 		}
 	}
+}
+
+// quorumWatch fails a write that waits for a leader once its node has
+// lacked a quorum for a whole Quorum.Window in a row (an election that can
+// succeed ends well within it), with the error that says how many voters
+// answer, instead of waiting out the caller's deadline.
+type quorumWatch struct{ since time.Time }
+
+func (w *quorumWatch) check(n *cluster.Node) error {
+	q := n.Quorum()
+	err := q.Err()
+	if err == nil {
+		w.since = time.Time{}
+		return nil
+	}
+	now := time.Now()
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if now.Sub(w.since) < q.Window {
+		return nil
+	}
+	return err
 }
 
 func isConnErr(err error) bool {
@@ -294,7 +342,9 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	}
 	if len(req.Replicas) == 0 {
 		if !b.node.IsLeader() {
-			// The leader places; wait out an election, bounded by ctx.
+			// The leader places; wait out an election, bounded by ctx and
+			// by the quorum.
+			var qw quorumWatch
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 				_, addr, err := b.leaderAdmin()
 				if err == nil {
@@ -306,6 +356,9 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 				}
 				if b.node.IsLeader() {
 					break
+				}
+				if qerr := qw.check(b.node); qerr != nil {
+					return meta.Segment{}, fmt.Errorf("create %s: %w", req.ID, qerr)
 				}
 				select {
 				case <-ctx.Done():
@@ -615,7 +668,11 @@ func (b *broker) seal(ctx context.Context, id meta.SegmentID) (SealResponse, err
 }
 
 // LoadRequest is the body of POST /v1/load: create, write and seal
-// Segments segments named Prefix-NNNNN (the demo's loader).
+// Segments segments named Prefix-NNNNN (Prefix NNNNN when Prefix ends in
+// "-"), numbered from First; without First (absent or 0), from one past
+// the highest number any segment of that prefix has, so that a second
+// load makes new ids instead of failing with segment_exists (two loads of
+// one prefix at the same moment may still collide: one fails).
 type LoadRequest struct {
 	Segments          int    `json:"segments"`
 	RecordsPerSegment int    `json:"records_per_segment"`
@@ -627,9 +684,12 @@ type LoadRequest struct {
 
 // LoadResponse reports a load.
 type LoadResponse struct {
-	Segments int     `json:"segments"`
-	Bytes    int64   `json:"bytes"`
-	Seconds  float64 `json:"seconds"`
+	Segments int `json:"segments"`
+	// First and Last are the ids of the first and last segment made.
+	First   meta.SegmentID `json:"first"`
+	Last    meta.SegmentID `json:"last"`
+	Bytes   int64          `json:"bytes"`
+	Seconds float64        `json:"seconds"`
 }
 
 // parseLoad decodes and checks the body of POST /v1/load, filling in the
@@ -667,15 +727,45 @@ func parseLoad(body []byte) (LoadRequest, error) {
 	return req, nil
 }
 
-// loadID is the id of the n-th segment of a load.
+// loadID is the id of the n-th segment of a load: prefix, one "-" (none
+// when prefix ends in one), then n in five digits or more.
 func loadID(prefix string, n int) meta.SegmentID {
-	return meta.SegmentID(fmt.Sprintf("%s-%05d", prefix, n))
+	if !strings.HasSuffix(prefix, "-") {
+		prefix += "-"
+	}
+	return meta.SegmentID(fmt.Sprintf("%s%05d", prefix, n))
+}
+
+// nextLoadNumber is one past the highest n of any segment in v named
+// loadID(prefix, n), 0 when there is none. O(log segments + those of the
+// prefix): ids are in order in v.
+func nextLoadNumber(v *meta.View, prefix string) int {
+	head := string(loadID(prefix, 0))
+	head = head[:len(head)-5]
+	next := 0
+	i, _ := v.Find(meta.SegmentID(head))
+	for ; i < v.Len(); i++ {
+		rest, ok := strings.CutPrefix(string(v.At(i).ID), head)
+		if !ok {
+			break
+		}
+		if n, err := strconv.Atoi(rest); err == nil && n >= 0 && len(rest) >= 5 && n >= next {
+			next = n + 1
+		}
+	}
+	return next
 }
 
 func (b *broker) load(r *http.Request, body []byte) (any, error) {
 	req, err := parseLoad(body)
 	if err != nil {
 		return nil, err
+	}
+	if req.First == 0 {
+		req.First = nextLoadNumber(b.node.View(), req.Prefix)
+		if err := loadID(req.Prefix, req.First+req.Segments-1).Validate(); err != nil {
+			return nil, fmt.Errorf("%w: prefix = %q from number %d: %w", errBadRequest, req.Prefix, req.First, err)
+		}
 	}
 	start := time.Now()
 	var mu sync.Mutex
@@ -705,7 +795,7 @@ func (b *broker) load(r *http.Request, body []byte) (any, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	return LoadResponse{Segments: req.Segments, Bytes: total, Seconds: time.Since(start).Seconds()}, nil
+	return LoadResponse{Segments: req.Segments, First: loadID(req.Prefix, req.First), Last: loadID(req.Prefix, req.First+req.Segments-1), Bytes: total, Seconds: time.Since(start).Seconds()}, nil
 }
 
 // ---- internal copy operations, on the replica ----
@@ -793,12 +883,17 @@ type Copy struct {
 	Size    int64          `json:"size"`
 	Latched bool           `json:"latched"`
 	Sealed  bool           `json:"sealed"`
+	// LatchError is the error that latched the copy (store.DB.LatchErr).
+	LatchError string `json:"latch_error,omitempty"`
 }
 
 func (b *broker) copies(r *http.Request, _ []byte) (any, error) {
 	out := []Copy{}
 	for _, id := range b.db.List() {
-		c := Copy{ID: id, Latched: b.db.LatchErr(id) != nil}
+		c := Copy{ID: id}
+		if err := b.db.LatchErr(id); err != nil {
+			c.Latched, c.LatchError = true, err.Error()
+		}
 		if fi, err := os.Stat(b.db.Path(id)); err == nil {
 			c.Size = fi.Size()
 			c.Sealed = hasFooter(b.db.Path(id), fi.Size())

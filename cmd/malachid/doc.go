@@ -14,10 +14,13 @@
 // --peers=1=127.0.0.1:7101,2=...); a flag wins over the file. Defaults
 // (DefaultConfig): id 1, admin 127.0.0.1:7001, raft 127.0.0.1:7101,
 // replication_factor 3, raft heartbeat/election 400ms, lease 300ms, and
-// plugin.DefaultConfig() under [heal], certs_dir data_dir/certs. A bad
+// plugin.DefaultConfig() under [heal], certs_dir data_dir/certs.
+// malachid.example.toml sets every key, commented (TestExampleConfigSetsEveryKey
+// fails when a key of Config is not in it). A bad
 // configuration (unknown key, bad value, missing or foreign certificates,
 // insecure = true off loopback) prints an error naming the key and the
-// value and exits with status 2. SIGINT/SIGTERM shut down cleanly (exit 0);
+// value and exits with status 2 (-h, --help and help print the flags and
+// exit 0; an error names the command once). SIGINT/SIGTERM shut down cleanly (exit 0);
 // SIGHUP reloads the certificates (a failed reload keeps the old ones).
 //
 // # Security
@@ -31,13 +34,15 @@
 //
 // # Admin API (HTTP/JSON)
 //
-//	GET  /v1/health                         {"id","leader","is_leader","heal","index"}
+//	GET  /v1/health                         {"id","leader","is_leader","heal","index","quorum":{"voters","reachable","error"}}
 //	GET  /v1/metadata                       meta.Snapshot of this broker's view
 //	POST /v1/segments {"id","start_offset"} create on a replica set placed by the leader
 //	POST /v1/segments/{id}/records {"count","size","seed"} | {"records":[base64...]}
 //	POST /v1/segments/{id}/seal             seal every replica, then SealSegment through raft
 //	POST /v1/load {"segments","records_per_segment","record_size","prefix","concurrency","first"}
-//	GET  /v1/copies                         [{"id","size","latched","sealed"}] of this broker
+//	                                        ids prefix-NNNNN (one "-"), from first or, without it,
+//	                                        one past the prefix's highest: a second load makes new ids
+//	GET  /v1/copies                         [{"id","size","latched","sealed","latch_error"}] of this broker
 //	GET  /v1/status                         the plugin's /status, or {"heal":"disabled"}
 //	GET  /v1/plan                           dry run of the next pass (heal.Plan), from the leader
 //	POST /v1/heal/release                   lift a mass-failure hold (on the leader)
@@ -51,7 +56,10 @@
 //
 // Metadata writes go through raft: a broker that is not the leader forwards
 // them to the leader's admin API (/v1/internal/apply, with this broker's
-// certificate), retrying across an election.
+// certificate), retrying across an election, but not past a lost quorum:
+// a write that has waited for a leader while its node lacked a quorum for
+// three election timeouts (cluster.Node.Quorum) fails with "cluster: no
+// quorum: 2 of 5 voters reachable ..." (code no_quorum, 503).
 // The write path: the leader places a new segment on min(RF, live brokers)
 // brokers (round-robin over those the control plane heard from recently),
 // creates the copy on each, then commits CreateSegment; records are

@@ -21,6 +21,9 @@ func main() {
 // run is main without the exit: 0 after a clean shutdown, 2 for a bad
 // configuration, 1 for any other failure.
 func run(args []string, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "help" {
+		args = []string{"-h"} // `malachid help` as `malachid -h`
+	}
 	cfg, err := loadConfig(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0 // the flag package printed the usage

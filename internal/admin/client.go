@@ -26,8 +26,9 @@ var (
 	ErrRefused = errors.New("malachi: admin request refused")
 	// ErrUnavailable: the broker cannot serve the request now (no leader,
 	// a leader change, a deadline on its side: HTTP 503); a retry may
-	// succeed. Always wrapped with ErrRefused.
-	ErrUnavailable = errors.New("malachi: broker unavailable (no leader, or a leader change)")
+	// succeed. Always wrapped with ErrRefused, whose text names the
+	// command: its own has no prefix.
+	ErrUnavailable = errors.New("broker unavailable (no leader, no quorum, or a leader change)")
 )
 
 // Codes decodes the admin API's error codes the CLI acts on
@@ -37,6 +38,7 @@ var (
 var Codes = rpc.Codes{
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "no_leader", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
+	{Name: "no_quorum", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "leadership_lost", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "deadline", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 	{Name: "canceled", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
@@ -63,6 +65,16 @@ type Health struct {
 	Leader   meta.BrokerID `json:"leader"`
 	IsLeader bool          `json:"is_leader"`
 	Index    uint64        `json:"index,omitempty"`
+	// Quorum is the broker's view of the voters it reaches.
+	Quorum Quorum `json:"quorum"`
+}
+
+// Quorum mirrors malachid's QuorumHealth: Error ("cluster: no quorum: 2
+// of 5 voters reachable ...") is empty while the broker hears a quorum.
+type Quorum struct {
+	Voters    int             `json:"voters"`
+	Reachable []meta.BrokerID `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
 }
 
 // Copy is one row of GET /v1/copies: {id, size, latched, sealed}, and
@@ -74,6 +86,8 @@ type Copy struct {
 	Latched   bool           `json:"latched"`
 	Sealed    bool           `json:"sealed"`
 	Confirmed *bool          `json:"confirmed,omitempty"`
+	// LatchError is the error that latched the copy, when it is.
+	LatchError string `json:"latch_error,omitempty"`
 }
 
 // LoadRequest is POST /v1/load.

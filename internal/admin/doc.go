@@ -16,8 +16,9 @@
 //     exactly one of ErrUnreachable (no answer) or ErrRefused (an answer
 //     that is an error, or a refused or untrusted certificate); a decoding
 //     failure wraps neither.
-//  2. ErrUnavailable (no leader, a leader change, a deadline on the
-//     broker's side) is always wrapped with ErrRefused: a retry may succeed.
+//  2. ErrUnavailable (no leader, no quorum, a leader change, a deadline on
+//     the broker's side) is always wrapped with ErrRefused: a retry may
+//     succeed. Its text has no "malachi:" of its own (ErrRefused's has).
 //
 // A Client holds no state of its own beyond its address; it is safe for
 // concurrent use as its rpc.Client is.

@@ -132,7 +132,12 @@ type PluginStatus struct {
 	LastPass        *HealReport   `json:"last_pass"`
 	LastPassAt      time.Time     `json:"last_pass_at"`
 	LastPassSeconds float64       `json:"last_pass_seconds"`
-	Hold            string        `json:"hold"`
+	// LastPassAge and LastPassStale: see plugin.Status.
+	LastPassAge   float64 `json:"last_pass_age_seconds"`
+	LastPassStale string  `json:"last_pass_stale"`
+	// Totals: the coordinator's figures since it started (plugin.Totals).
+	Totals *Totals `json:"totals"`
+	Hold   string  `json:"hold"`
 	// Insecure: the broker runs with insecure = true.
 	Insecure bool `json:"insecure"`
 	// Certificates are the broker's own, with a warning near their end.
@@ -143,6 +148,19 @@ type PluginStatus struct {
 	// Scrub is the scrubber's part, nil when the plugin has none or it
 	// is off.
 	Scrub *ScrubStatus `json:"scrub"`
+}
+
+// Totals mirrors plugin.Totals.
+type Totals struct {
+	Since          time.Time         `json:"since"`
+	Passes         uint64            `json:"passes"`
+	SegmentsHealed uint64            `json:"segments_healed"`
+	BytesHealed    int64             `json:"bytes_healed"`
+	Backfills      uint64            `json:"backfills"`
+	Settled        uint64            `json:"settled"`
+	Confirmed      uint64            `json:"confirmed"`
+	Deleted        uint64            `json:"deleted"`
+	Failures       map[string]uint64 `json:"failures"`
 }
 
 // ScrubStatus mirrors plugin.ScrubStatus.

@@ -7,6 +7,7 @@ import (
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 	"io"
 	"slices"
 	"strings"
@@ -101,7 +102,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&o.Tick, "tick", 200*time.Millisecond, "heal pass period (heal.tick)")
 	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
 	fs.DurationVar(&o.RaftTimeout, "raft-timeout", time.Second, "control plane heartbeat and election timeout (raft.heartbeat_timeout, raft.election_timeout; the lease is half)")
-	fs.IntVar(&o.SettleBatch, "settle-batch", 512, "overrun copies settled and confirmed per pass (heal.settle_batch; the plugin's default is 64)")
+	fs.IntVar(&o.SettleBatch, "settle-batch", plugin.DefaultConfig().SettleBatch, "overrun copies settled and confirmed per pass (heal.settle_batch, whose default this is)")
 	fs.DurationVar(&o.ScrubEvery, "scrub-interval", time.Second, "pause between two scrub cycles (heal.scrub_interval; 0 turns the scrubber off, and the bit-flip stage with it)")
 	scrubRate := bytesize.Size(32 << 20)
 	fs.Var(&scrubRate, "scrub-rate", "bytes per second each broker's scrubber may read (heal.scrub_bytes_per_second)")

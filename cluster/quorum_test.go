@@ -1,0 +1,59 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// TestQuorumErrSaysHowManyAnswered: the message an operator sees.
+func TestQuorumErrSaysHowManyAnswered(t *testing.T) {
+	q := Quorum{Voters: 5, Reachable: []meta.BrokerID{1, 2}, Window: time.Second}
+	err := q.Err()
+	if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "no quorum: 2 of 5 voters reachable") {
+		t.Fatalf("Err() = %v", err)
+	}
+	q.Reachable = append(q.Reachable, 3)
+	if !q.Has() || q.Err() != nil {
+		t.Fatalf("3 of 5: %v", q.Err())
+	}
+	if (Quorum{Voters: 5, Leader: 4}).Err() != nil {
+		t.Fatal("a follower of a live leader has a quorum through it")
+	}
+}
+
+// TestQuorumLostWhenMajorityCloses: every node of a healthy cluster has a
+// quorum; with two of three closed, the last one says it has not, and how
+// many voters it reaches.
+func TestQuorumLostWhenMajorityCloses(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.leader()
+	for i, n := range c.nodes {
+		if err := n.Quorum().Err(); err != nil {
+			t.Fatalf("node %d of a healthy cluster: %v", i+1, err)
+		}
+	}
+	if q := c.nodes[li].Quorum(); len(q.Reachable) != 3 || q.Voters != 3 {
+		t.Fatalf("leader's quorum %+v, want 3 of 3 reachable", q)
+	}
+	survivor := (li + 1) % 3
+	c.close(li)
+	c.close((li + 2) % 3)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := c.nodes[survivor].Quorum().Err()
+		if err != nil {
+			if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "no quorum: 1 of 3 voters reachable") {
+				t.Fatalf("survivor: %v", err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor of three still claims a quorum: %+v", c.nodes[survivor].Quorum())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
