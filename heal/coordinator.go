@@ -369,7 +369,7 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 				return
 			}
 			if err != nil {
-				c.cfg.Logger.Debug().Uint32("broker", uint32(b.ID)).Err(err).Msg("heal: probe failed")
+				c.cfg.Logger.Debug().Uint32("peer", uint32(b.ID)).Err(err).Msg("heal: probe failed")
 				return
 			}
 			reports[i], ok[i] = r, true

@@ -502,7 +502,7 @@ func (c *Coordinator) probeReturns(ctx context.Context, index uint64, order []me
 			rest = append(rest, b)
 			continue
 		}
-		c.cfg.Logger.Info().Uint32("broker", uint32(b)).Msg("heal: a replaced broker came back; its segments' backfills are cancelled")
+		c.cfg.Logger.Info().Uint32("peer", uint32(b)).Msg("heal: a replaced broker came back; its segments' backfills are cancelled")
 		c.returnSeen(Seen{Broker: b, At: c.cfg.Now()})
 		for _, seg := range watch[b] {
 			if !slices.ContainsFunc(r.Facts, func(f Fact) bool { return f.Segment == seg.ID && !Intact(seg, &f) }) {
