@@ -396,3 +396,27 @@ func TestLostWhileRetryingARefusedSource(t *testing.T) {
 		t.Errorf("listed lost with a copy never refused: %+v", p.Report)
 	}
 }
+
+// A segment lost last pass whose only healthy copy is overrun (never
+// settled and confirmed against the checksum: here a leftover adopted into
+// the set, as the fault suite's lost stage saw when every copy, the
+// leftover's too, was bit-flipped) stays listed lost while the copy is read;
+// a confirmed copy ends the loss.
+func TestLostWhileOnlyAnUnconfirmedCopyIsLeft(t *testing.T) {
+	w := newWorld(5, 3, seg("a", 4, 2, 3)).dead(2).dead(3).anomaly(4, "a", Overrun, 1040, false)
+	w.in.Lost = []meta.SegmentID{"a"}
+	w.in.Policy.HoldShare = -1
+	p := w.plan()
+	if !p.Report.IsLost("a") {
+		t.Errorf("not listed lost: plan:\n%sreport %+v", ops(p), p.Report)
+	}
+	if !strings.Contains(ops(p), "<-4") {
+		t.Errorf("no read of the unconfirmed copy: plan:\n%s", ops(p))
+	}
+	w = newWorld(5, 3, seg("a", 4, 2, 3)).dead(2).dead(3)
+	w.in.Lost = []meta.SegmentID{"a"}
+	w.in.Policy.HoldShare = -1
+	if p := w.plan(); p.Report.IsLost("a") {
+		t.Errorf("listed lost with an intact copy: %+v", p.Report)
+	}
+}

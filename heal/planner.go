@@ -593,8 +593,8 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states))
 		return
 	}
-	if wasLost && p.onlyRefusedBefore(seg, states) {
-		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states)) // still lost while the read is retried
+	if wasLost && p.noneKnownIntact(seg, states) {
+		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states)) // still lost while the read is tried
 	}
 	if hold {
 		// The mass-failure brake: no backfill starts, in place or not.
@@ -736,17 +736,25 @@ func lostCopies(seg *meta.Segment, states []copyState) []meta.BrokerID {
 	return out
 }
 
-// onlyRefusedBefore reports whether every healthy copy of seg was refused
-// as a backfill source by an earlier pass (Input.Refused, in force or
-// lifted since), so that none is known intact. A segment lost last pass
-// whose only sources are such copies (a change to another replica lifted
-// their refusals) stays listed lost on this pass too, while the read is
-// tried again: the seed reports a loss on every pass while it lasts.
-func (p *Planner) onlyRefusedBefore(seg *meta.Segment, states []copyState) bool {
+// noneKnownIntact reports whether every healthy copy of seg is either
+// overrun (never settled and confirmed against the segment's checksum: a
+// returned broker's copy, or a leftover adopted into the set while the
+// segment was lost) or was refused as a backfill source by an earlier pass
+// (Input.Refused, in force or lifted since), so that none is known intact.
+// A segment lost last pass whose only sources are such copies (a change to
+// another replica lifted their refusals) stays listed lost on this pass
+// too, while the read is tried (a backfill from it verifies its checksum;
+// a fully live segment's overrun copies are settled, which checks it too):
+// the seed reports a loss on every pass while it lasts.
+func (p *Planner) noneKnownIntact(seg *meta.Segment, states []copyState) bool {
 	k, _ := slices.BinarySearchFunc(p.refused, seg.ID, func(r Refusal, id meta.SegmentID) int { return cmp.Compare(r.Segment, id) })
 	found := false
 	for i, st := range states {
 		if !st.healthy() {
+			continue
+		}
+		found = true
+		if st == copyOverrun {
 			continue
 		}
 		refused := false
@@ -759,7 +767,6 @@ func (p *Planner) onlyRefusedBefore(seg *meta.Segment, states []copyState) bool 
 		if !refused {
 			return false
 		}
-		found = true
 	}
 	return found
 }
