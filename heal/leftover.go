@@ -345,7 +345,8 @@ func safeToCollect(plan *Plan, obs *Observation, up map[meta.BrokerID]*ProbeRepo
 // rescue plans, for each lost segment with a usable leftover on a live
 // broker (the first by broker id) that has not refused for it this term,
 // a ResumeShortCopy from the leftover of each short or missing replica on
-// a live broker, or, with none, adopts the leftover into the set (adopt):
+// a live broker, or, with none, adopts the leftover in the place of a dead
+// replica (adopt):
 // the leftover may be the last intact copy. The segment stays reported
 // lost this pass. A segment the planner already plans for (a lost one whose
 // refused source is tried again) is left to it.
@@ -381,20 +382,22 @@ func rescue(plan *Plan, obs *Observation, up map[meta.BrokerID]*ProbeReport, ref
 			}
 		}
 		if !resumed {
-			adopt(plan, seg, up, src)
+			adopt(plan, seg, src)
 		}
 	}
 }
 
 // adopt records src, a broker holding a usable leftover of the lost seg,
-// in the place of one replica whose copy cannot be read (a dead broker's
-// first, else a latched or corrupt copy): no backfill has a target then,
-// and the leftover may be the last intact copy. Nothing is deleted: the
+// in the place of a dead broker's replica: no backfill has a target then,
+// and the leftover may be the last intact copy. A live broker's copy, even
+// latched or corrupt, is never swapped out (it would become a leftover, and
+// a later backfill placed on its broker would cut its damaged bytes, which
+// an operator may still want). Nothing is deleted: the
 // copy left out becomes a leftover itself, collected only once the
 // segment is healthy; the next pass probes src's copy as a replica (a bad
 // one is short, overrun or corrupt as any other). A set of one is left
 // alone (it would keep no replica).
-func adopt(plan *Plan, seg *meta.Segment, up map[meta.BrokerID]*ProbeReport, src meta.BrokerID) {
+func adopt(plan *Plan, seg *meta.Segment, src meta.BrokerID) {
 	if len(seg.Replicas) < 2 {
 		return
 	}
@@ -403,13 +406,6 @@ func adopt(plan *Plan, seg *meta.Segment, up map[meta.BrokerID]*ProbeReport, src
 		if slices.Contains(plan.Report.Dead, b) {
 			out = i
 			break
-		}
-	}
-	for i, b := range seg.Replicas {
-		if r := up[b]; out < 0 && r != nil && slices.ContainsFunc(r.Facts, func(f Fact) bool {
-			return f.Segment == seg.ID && f.Flags&(FactLatched|FactCorrupt) != 0
-		}) {
-			out = i
 		}
 	}
 	if out < 0 {
