@@ -139,7 +139,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 			break
 		}
 		switch a.Op {
-		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy:
+		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy, MoveReplica:
 			x.run(i, []meta.BrokerID{a.Target, a.Source}, x.backfill)
 		case SettleOverrun:
 			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {

@@ -36,6 +36,9 @@ type State struct {
 	// condition clears); Held is the last pass's HoldReason.
 	Release bool   `json:"release,omitempty"`
 	Held    string `json:"held,omitempty"`
+	// Drains mark where each decommission started (time, bytes left),
+	// for its rate and ETA (lifecycle.go).
+	Drains []DrainMark `json:"drains,omitempty"`
 }
 
 // Fill counts the failed backfills of one segment state from one source.
@@ -146,6 +149,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		next.Release = false // the hold cleared: a new one may arise
 	}
 	next.Held = held
+	next.Drains = drainRates(next.Drains, &plan.Report, obs.Now)
 	next.Cursor = plan.SettleCursor
 	next.Refused, next.Conflicts, next.Lost, next.Acknowledged = plan.Refused, plan.Conflicts, plan.Lost, plan.Acknowledged
 	plan.Report.AuthFailed = slices.Clone(obs.AuthFailed)
