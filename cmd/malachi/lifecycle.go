@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// The operator's lifecycle commands (issue 15):
+//
+//	malachi decommission ID [--cancel]   drain broker ID (or cancel)
+//	malachi maintenance ID --for 30m     a maintenance window (or --end)
+
+// splitID takes the broker id from args: the first argument when it is
+// not a flag, else the one argument left after the flags.
+func splitID(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
+// lifecycleFlags parses a lifecycle command's flags and broker id.
+func lifecycleFlags(fs *flag.FlagSet, args []string) (meta.BrokerID, error) {
+	id, rest := splitID(args)
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, errHelp
+		}
+		return 0, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if id == "" && fs.NArg() > 0 {
+		id = fs.Arg(0)
+		rest = fs.Args()[1:]
+	} else {
+		rest = fs.Args()
+	}
+	if len(rest) > 0 {
+		return 0, usageErr("%s: unexpected argument %q", fs.Name(), rest[0])
+	}
+	if id == "" {
+		return 0, usageErr("%s: no broker id (malachi %s ID ...)", fs.Name(), fs.Name())
+	}
+	b, err := meta.ParseBrokerID(id)
+	if err != nil {
+		return 0, usageErr("%s: %v", fs.Name(), err)
+	}
+	return b, nil
+}
+
+func runDecommission(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("decommission", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: malachi decommission ID [--cancel] --admin host:port\n\n"+
+			"Drain broker ID: its replicas move to other brokers (add, verify, record, then drop),\n"+
+			"never below the replication factor; `malachi status` shows the progress and says when\n"+
+			"it can be stopped. --cancel puts it back to active (the moves done stay).\n\n")
+		fs.PrintDefaults()
+	}
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
+	cancel := fs.Bool("cancel", false, "cancel the decommission: the broker is active again")
+	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	conn := addConnFlags(fs)
+	id, err := lifecycleFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := validateAddr("admin", *addr); err != nil {
+		return fmt.Errorf("%w: decommission: %v", errUsage, err)
+	}
+	rc, err := conn.client("decommission", *timeout)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	c := admin.New(*addr, rc, conn.insecure)
+	if *cancel {
+		m, err := c.CancelDecommission(ctx, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "broker %d: decommission cancelled, active again (index %d)\n", m.Broker, m.Index)
+		return nil
+	}
+	m, err := c.Decommission(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "broker %d: decommissioning (index %d); `malachi status` shows what is left\n", m.Broker, m.Index)
+	return nil
+}
+
+func runMaintenance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("maintenance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: malachi maintenance ID --for 30m | --end  --admin host:port\n\n"+
+			"Open a maintenance window for broker ID: until it ends, the broker's absence is not a\n"+
+			"failure (no re-replication); after it, the normal grace delay starts. A segment down to\n"+
+			"one healthy copy is healed anyway. At most heal.max_maintenance brokers at once.\n\n")
+		fs.PrintDefaults()
+	}
+	addr := fs.String("admin", "", "host:port of any broker's admin API")
+	dur := fs.Duration("for", 0, "length of the window, from the leader's clock (e.g. 30m)")
+	end := fs.Bool("end", false, "end the window now: the broker is active again")
+	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	conn := addConnFlags(fs)
+	id, err := lifecycleFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := validateAddr("admin", *addr); err != nil {
+		return fmt.Errorf("%w: maintenance: %v", errUsage, err)
+	}
+	if *end == (*dur != 0) {
+		return usageErr("maintenance: give exactly one of --for DURATION and --end")
+	}
+	if *dur < 0 {
+		return usageErr("maintenance: --for %v is negative", *dur)
+	}
+	rc, err := conn.client("maintenance", *timeout)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	c := admin.New(*addr, rc, conn.insecure)
+	if *end {
+		m, err := c.EndMaintenance(ctx, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "broker %d: maintenance ended, active again (index %d)\n", m.Broker, m.Index)
+		return nil
+	}
+	m, err := c.Maintenance(ctx, id, *dur)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "broker %d: in maintenance until %s (index %d)\n", m.Broker, m.Until.UTC().Format(time.RFC3339), m.Index)
+	return nil
+}
