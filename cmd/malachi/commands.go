@@ -367,6 +367,7 @@ func writeStatus(w io.Writer, st *clusterStatus) {
 			fmt.Fprintf(w, "  failed %s: %d (%s)\n", k, len(byReason[k]), joinIDs(byReason[k], 5))
 		}
 	}
+	writeLifecycle(w, st.Heal, time.Now())
 }
 
 // planDoc mirrors heal.Plan with string ops and reasons.

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -146,4 +149,66 @@ func runMaintenance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "broker %d: in maintenance until %s (index %d)\n", m.Broker, m.Until.UTC().Format(time.RFC3339), m.Index)
 	return nil
+}
+
+// writeLifecycle prints, after `malachi status`'s heal summary, each
+// decommission's progress (segments and bytes left, moves, rate, ETA, the
+// reasons segments are blocked, "can be stopped" once drained) and each
+// maintenance window, from the leader's last pass report in heal (its
+// /status document). It prints nothing when there is neither.
+func writeLifecycle(w io.Writer, heal json.RawMessage, now time.Time) {
+	l, ok := admin.FindLifecycle(heal)
+	if !ok {
+		return
+	}
+	for _, d := range l.Decommission {
+		if d.Drained {
+			fmt.Fprintf(w, "decommission broker %d: drained: no replica set names it; it can be stopped\n", d.Broker)
+			continue
+		}
+		fmt.Fprintf(w, "decommission broker %d: %d segments (%s) left, %d moving this pass", d.Broker, d.Segments, bytesize.Format(d.Bytes), d.Moving)
+		if d.Rate > 0 {
+			fmt.Fprintf(w, ", %s/s, ETA %s", bytesize.Format(int64(d.Rate)), d.ETA.Round(time.Second))
+		} else {
+			fmt.Fprint(w, ", no rate yet")
+		}
+		if !d.Up {
+			fmt.Fprint(w, "; the broker is not answering (its loss is an ordinary failure)")
+		}
+		fmt.Fprintln(w)
+		if len(d.Blocked) > 0 {
+			reasons := make([]string, 0, len(d.Blocked))
+			for r := range d.Blocked {
+				reasons = append(reasons, r)
+			}
+			sort.Strings(reasons)
+			parts := make([]string, 0, len(reasons))
+			for _, r := range reasons {
+				parts = append(parts, fmt.Sprintf("%s %d", r, d.Blocked[r]))
+			}
+			fmt.Fprintf(w, "  blocked this pass: %s", strings.Join(parts, ", "))
+			if len(d.Examples) > 0 {
+				ex := make([]string, 0, 3)
+				for _, e := range d.Examples[:min(3, len(d.Examples))] {
+					ex = append(ex, fmt.Sprintf("%s %s", e.Segment, e.Reason))
+				}
+				fmt.Fprintf(w, " (e.g. %s)", strings.Join(ex, "; "))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	for _, m := range l.Maintenance {
+		seen := "not answering"
+		if m.Seen {
+			seen = "answering"
+		}
+		if m.Ended {
+			fmt.Fprintf(w, "maintenance broker %d: window ended %s, %s; the grace delay runs from its end (end it with --end)\n", m.Broker, m.Until.UTC().Format(time.RFC3339), seen)
+			continue
+		}
+		fmt.Fprintf(w, "maintenance broker %d: until %s (%s left), %s; its absence is not a failure\n", m.Broker, m.Until.UTC().Format(time.RFC3339), m.Until.Sub(now).Round(time.Second), seen)
+	}
+	for _, f := range l.MaintenanceFloor {
+		fmt.Fprintf(w, "  healed in spite of maintenance: %s (its copy on broker %d: %s)\n", f.Segment, f.Broker, f.Reason)
+	}
 }
