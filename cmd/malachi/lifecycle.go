@@ -21,37 +21,31 @@ import (
 //	malachi decommission ID [--cancel]   drain broker ID (or cancel)
 //	malachi maintenance ID --for 30m     a maintenance window (or --end)
 
-// splitID takes the broker id from args: the first argument when it is
-// not a flag, else the one argument left after the flags.
-func splitID(args []string) (string, []string) {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return args[0], args[1:]
-	}
-	return "", args
-}
-
-// lifecycleFlags parses a lifecycle command's flags and broker id.
+// lifecycleFlags parses a lifecycle command's flags and its one broker
+// id, which may come before, between or after the flags.
 func lifecycleFlags(fs *flag.FlagSet, args []string) (meta.BrokerID, error) {
-	id, rest := splitID(args)
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, errHelp
+	var ids []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0, errHelp
+			}
+			return 0, fmt.Errorf("%w: %v", errUsage, err)
 		}
-		return 0, fmt.Errorf("%w: %v", errUsage, err)
+		if fs.NArg() == 0 {
+			break
+		}
+		ids = append(ids, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
-		rest = fs.Args()[1:]
-	} else {
-		rest = fs.Args()
-	}
-	if len(rest) > 0 {
-		return 0, usageErr("%s: unexpected argument %q", fs.Name(), rest[0])
-	}
-	if id == "" {
+	switch len(ids) {
+	case 0:
 		return 0, usageErr("%s: no broker id (malachi %s ID ...)", fs.Name(), fs.Name())
+	case 1:
+	default:
+		return 0, usageErr("%s: unexpected argument %q", fs.Name(), ids[1])
 	}
-	b, err := meta.ParseBrokerID(id)
+	b, err := meta.ParseBrokerID(ids[0])
 	if err != nil {
 		return 0, usageErr("%s: %v", fs.Name(), err)
 	}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// TestDecommissionEndToEnd: real brokers, 4 of them at RF 3, one move per
+// pass (pass_backfills = 1). A decommission cancelled midway stops moving
+// replicas (and leaves every set at 3); a decommission of another broker
+// runs to "drained", after which every set has 3 members, none of them
+// that broker, and it holds no copy. Every wait has a generous deadline
+// and fails with what it saw.
+func TestDecommissionEndToEnd(t *testing.T) {
+	malachid, _ := binaries(t)
+	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 4, RF: 3, Tick: 200 * time.Millisecond,
+		Grace: 2 * time.Second, Raft: harness.DemoRaft(time.Second), HealExtra: "pass_backfills = 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx := context.Background()
+	leader, err := c.WaitReady(ctx, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitRegistered(ctx, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	addr := c.Broker(leader).Admin
+	cli := func(cmd string, args ...string) (string, string, int) {
+		var out, errb strings.Builder
+		code := run(append(append([]string{cmd}, c.CLIFlags()...), args...), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	if out, errs, code := cli("load", "--admin", addr, "--segments", "12", "--records", "4", "--size", "1KiB", "--prefix", "dc"); code != 0 {
+		t.Fatalf("load: exit %d: %s%s", code, out, errs)
+	}
+	client := admin.New(addr, c.RPC(), c.Config().Insecure)
+	held := func(b meta.BrokerID) (int, meta.Snapshot) {
+		t.Helper()
+		snap, err := client.Metadata(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range snap.Segments {
+			if s.HasReplica(b) {
+				n++
+			}
+			if len(s.Replicas) != 3 {
+				t.Fatalf("segment %s has %v: not 3 replicas", s.ID, s.Replicas)
+			}
+		}
+		return n, snap
+	}
+	// drain returns b's progress in the leader's last pass, and the pass
+	// count.
+	drain := func(b meta.BrokerID) (*admin.Drain, uint64) {
+		t.Helper()
+		out, errs, code := cli("status", "--admin", addr, "--json")
+		if code != 0 {
+			t.Fatalf("status: exit %d: %s", code, errs)
+		}
+		var st clusterStatus
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json: %v: %s", err, out)
+		}
+		ps, _ := admin.DecodeStatus(st.Heal)
+		l, _ := admin.FindLifecycle(st.Heal)
+		for i := range l.Decommission {
+			if l.Decommission[i].Broker == b {
+				return &l.Decommission[i], ps.Passes
+			}
+		}
+		return nil, ps.Passes
+	}
+	var others []meta.BrokerID
+	for _, b := range c.Brokers() {
+		if b.ID != leader {
+			others = append(others, b.ID)
+		}
+	}
+	cancelled, drained := others[0], others[1]
+
+	// Cancel midway.
+	before, _ := held(cancelled)
+	if out, errs, code := cli("decommission", cancelled.String(), "--admin", addr); code != 0 || !strings.Contains(out, "decommissioning") {
+		t.Fatalf("decommission %d: exit %d: %s%s", cancelled, code, out, errs)
+	}
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		n, _ := held(cancelled)
+		return n < before, "no replica moved off the decommissioning broker"
+	})
+	if out, errs, code := cli("decommission", cancelled.String(), "--cancel", "--admin", addr); code != 0 || !strings.Contains(out, "cancelled") {
+		t.Fatalf("decommission --cancel %d: exit %d: %s%s", cancelled, code, out, errs)
+	}
+	var since uint64
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		d, passes := drain(cancelled)
+		since = passes
+		return d == nil, "the last pass still reports the cancelled decommission"
+	})
+	left, _ := held(cancelled)
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		_, passes := drain(cancelled)
+		return passes >= since+3, "fewer than 3 passes ran after the cancel"
+	})
+	if n, snap := held(cancelled); n != left {
+		t.Fatalf("broker %d went from %d to %d replicas after its decommission was cancelled: %+v", cancelled, left, n, snap.Segments)
+	}
+	_, snapNow := held(cancelled)
+	if b, _ := snapNow.Broker(cancelled); !b.Is(meta.ModeActive) {
+		t.Fatalf("broker %d after cancel: %+v", cancelled, b)
+	}
+	t.Logf("cancelled midway: broker %d kept %d of %d replicas", cancelled, left, before)
+
+	// Decommission to the end.
+	if _, errs, code := cli("decommission", drained.String(), "--admin", addr); code != 0 {
+		t.Fatalf("decommission %d: exit %d: %s", drained, code, errs)
+	}
+	var last *admin.Drain
+	waitFor(t, 120*time.Second, func() (bool, string) {
+		last, _ = drain(drained)
+		return last != nil && last.Drained, "not drained"
+	})
+	n, snap := held(drained)
+	if n != 0 {
+		t.Fatalf("drained, but broker %d is in %d sets", drained, n)
+	}
+	for _, s := range snap.Segments {
+		if len(s.Replicas) != 3 || slices.Contains(s.Replicas, drained) {
+			t.Fatalf("segment %s: %v", s.ID, s.Replicas)
+		}
+	}
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		files, err := c.Broker(drained).CopyFiles()
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(files) == 0, "copies left on the drained broker"
+	})
+	out, _, _ := cli("status", "--admin", addr)
+	if !strings.Contains(out, "it can be stopped") {
+		t.Fatalf("status does not say the drained broker can be stopped:\n%s", out)
+	}
+}
+
+// waitFor polls cond until it holds or within has passed; then it fails with
+// cond's last account of what it saw.
+func waitFor(t *testing.T, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, saw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
