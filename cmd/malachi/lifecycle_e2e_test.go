@@ -173,3 +173,110 @@ func waitFor(t *testing.T, within time.Duration, cond func() (bool, string)) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestMaintenanceEndToEnd: a broker killed inside its maintenance window
+// is not re-replicated (its sets stay as they were over passes well past
+// the grace delay) and shows in status; a second window is refused by
+// heal.max_maintenance (1); once the window is ended, the broker's absence
+// is a failure again and its replicas are replaced.
+func TestMaintenanceEndToEnd(t *testing.T) {
+	malachid, _ := binaries(t)
+	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 4, RF: 3, Tick: 200 * time.Millisecond,
+		Grace: time.Second, Raft: harness.DemoRaft(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx := context.Background()
+	leader, err := c.WaitReady(ctx, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitRegistered(ctx, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	addr := c.Broker(leader).Admin
+	cli := func(cmd string, args ...string) (string, string, int) {
+		var out, errb strings.Builder
+		code := run(append(append([]string{cmd}, c.CLIFlags()...), args...), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	if out, errs, code := cli("load", "--admin", addr, "--segments", "8", "--records", "4", "--size", "1KiB", "--prefix", "mt"); code != 0 {
+		t.Fatalf("load: exit %d: %s%s", code, out, errs)
+	}
+	client := admin.New(addr, c.RPC(), c.Config().Insecure)
+	sets := func() map[meta.SegmentID][]meta.BrokerID {
+		t.Helper()
+		snap, err := client.Metadata(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[meta.SegmentID][]meta.BrokerID{}
+		for _, s := range snap.Segments {
+			m[s.ID] = s.Replicas
+		}
+		return m
+	}
+	passes := func() uint64 {
+		t.Helper()
+		raw, err := client.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, _ := admin.DecodeStatus(raw)
+		return ps.Passes
+	}
+	var others []meta.BrokerID
+	for _, b := range c.Brokers() {
+		if b.ID != leader {
+			others = append(others, b.ID)
+		}
+	}
+	m, second := others[0], others[1]
+	if out, errs, code := cli("maintenance", m.String(), "--for", "10m", "--admin", addr); code != 0 || !strings.Contains(out, "in maintenance until") {
+		t.Fatalf("maintenance %d: exit %d: %s%s", m, code, out, errs)
+	}
+	if out, errs, code := cli("maintenance", second.String(), "--for", "10m", "--admin", addr); code != 1 || !strings.Contains(errs, "max_maintenance is 1") {
+		t.Fatalf("a second window: exit %d, want 1 naming max_maintenance: %s%s", code, out, errs)
+	}
+	before := sets()
+	if err := c.Kill(c.Broker(m)); err != nil {
+		t.Fatal(err)
+	}
+	// Well past the grace delay (1 s): 25 passes of 200 ms.
+	start := passes()
+	waitFor(t, 60*time.Second, func() (bool, string) { return passes() >= start+25, "fewer than 25 passes ran" })
+	if after := sets(); !mapsEqual(before, after) {
+		t.Fatalf("replica sets changed while broker %d was in maintenance:\nbefore %v\nafter  %v", m, before, after)
+	}
+	out, _, _ := cli("status", "--admin", addr)
+	if !strings.Contains(out, "maintenance broker "+m.String()+": until") || !strings.Contains(out, "not answering; its absence is not a failure") {
+		t.Fatalf("status does not show the window:\n%s", out)
+	}
+	if out, errs, code := cli("maintenance", m.String(), "--end", "--admin", addr); code != 0 || !strings.Contains(out, "maintenance ended") {
+		t.Fatalf("maintenance --end: exit %d: %s%s", code, out, errs)
+	}
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		for id, rs := range sets() {
+			if slices.Contains(rs, m) || len(rs) != 3 {
+				return false, string(id) + " still names the broker whose window ended, or has not 3 replicas"
+			}
+		}
+		return true, ""
+	})
+}
+
+func mapsEqual(a, b map[meta.SegmentID][]meta.BrokerID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !meta.SameReplicas(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
