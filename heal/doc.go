@@ -150,6 +150,25 @@
 // lost segment (Coordinator.Acknowledge, Input.Acknowledged): it stays in
 // Report.Lost, marked, until it is healthy again.
 //
+// The operator's lifecycle (lifecycle.go), read from the View's broker
+// records (meta.SetBrokerMode): a decommissioning broker is never a
+// placement target; each of its sealed segments not otherwise in trouble
+// is moved after healing, with the budgets healing left (MoveReplica from
+// an intact replica, the broker itself while it answers; SetReplicas with
+// the target in its place; DeleteDroppedCopy of its copy once recorded),
+// never leaving a set below the factor and never lowering the set's rack
+// count. Report.Decommission gives each one's segments and bytes left, the
+// moves of the pass, the blocked segments by reason (no_spare_broker,
+// rack_constraint, no_intact_source, source_latched, healing, deferred,
+// active, held), Drained, and a rate and ETA from State.Drains (where the
+// drain started: time and bytes). Its loss is an ordinary failure. A
+// broker absent inside a maintenance window (Now < Until) is neither dead
+// nor suspect, not counted by the hold brake and neither source nor
+// target; its copies are unknown, unless a segment is down to one healthy
+// copy (Report.MaintenanceFloor: that copy counts as dead and is
+// replaced). After the window the grace delay runs from max(last seen,
+// Until). Report.Maintenance lists the windows.
+//
 // Invariants:
 //
 //  1. A healed replica set never names a broker twice, never names a dead
@@ -180,6 +199,10 @@
 //  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
 //     in Report.AuthFailed on every such pass, counts as seen (never dead
 //     for it), and, having no report, is neither a source nor a target.
+//  10. A move never records a set with fewer members than the replication
+//     factor, never adds a decommissioning broker, and deletes the moved
+//     copy only after the set leaving it out is recorded
+//     (TestDecommissionNeverBelowFactor).
 //
 // With the build tag invariants (go test -tags invariants), every Step
 // also checks the plan against its view (invariants_on.go): no set names

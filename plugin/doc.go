@@ -48,6 +48,11 @@
 // with heal.data_encryption). With Deps.Insecure, both listeners are
 // plaintext and unauthenticated (malachi_heal_insecure 1).
 //
+// heal.max_maintenance (default 1, at least 1) bounds the brokers in a
+// maintenance window at once: the broker's admin API puts it in each
+// meta.SetBrokerMode, whose state machine refuses one more; the planner
+// does not read it.
+//
 // # Invariants
 //
 //  1. A disabled plugin (Config.Enabled false) creates no goroutine, no
@@ -67,6 +72,9 @@
 //     most one pass at a time; it is cancelled when leadership is lost,
 //     which cancels its RPCs (the servers roll back what they were doing).
 //  6. Metrics live on the instance's registry, never the global one.
+//     SetLifecycleMetrics sets the decommission and maintenance gauges
+//     from a pass's Report, resetting their vectors first, so a broker
+//     no longer decommissioning leaves no stale series.
 //  7. The scrubber (heal.scrub_interval > 0) reads sealed copies end to end
 //     at a bounded rate and marks a copy that fails verification, by file
 //     identity, in memory; the probe reports a marked copy as corrupt until
