@@ -206,8 +206,8 @@
 //
 // With the build tag invariants (go test -tags invariants), every Step
 // also checks the plan against its view (invariants_on.go): no set names
-// a broker twice, a SetReplicas expects exactly the view's set and keeps
-// a copy, every DeleteDroppedCopy follows a SetReplicas leaving its
+// a broker twice, a SetReplicas expects exactly the view's set, keeps
+// a copy and adds no decommissioning broker (a move's keeps the factor), every DeleteDroppedCopy follows a SetReplicas leaving its
 // broker out, every ConfirmCopy follows its settle; a violation panics.
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;

@@ -1,6 +1,7 @@
 package heal
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -335,15 +336,27 @@ func (p *Planner) racks(set []meta.BrokerID) int {
 	return n
 }
 
-// moves reports whether the plan's SetReplicas for seg is a decommission's
-// move (its Replaces names the decommissioning replica).
-func (p *Plan) moves(seg meta.SegmentID) bool {
-	for i := range p.Actions {
-		if a := &p.Actions[i]; a.Segment.ID == seg && a.Op == SetReplicas && a.Replaces != 0 {
-			return true
+// lifecycleString is the lifecycle part of Report.String: moves recorded,
+// each decommission's segments left, the brokers in an open maintenance
+// window; empty when there is none.
+func lifecycleString(r *Report) string {
+	s := ""
+	if len(r.Moved) > 0 {
+		s += fmt.Sprintf(" moved=%d", len(r.Moved))
+	}
+	for _, d := range r.Decommission {
+		s += fmt.Sprintf(" decommission_%d_left=%d", d.Broker, d.Segments)
+	}
+	open := 0
+	for _, m := range r.Maintenance {
+		if !m.Ended {
+			open++
 		}
 	}
-	return false
+	if open > 0 {
+		s += fmt.Sprintf(" maintenance=%d", open)
+	}
+	return s
 }
 
 // drainRates computes each decommission's rate and ETA in rep from the

@@ -2,6 +2,7 @@ package heal
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +259,24 @@ func TestMaintenanceNotCountedByHold(t *testing.T) {
 	w.mode(6, meta.ModeMaintenance, t0.Add(time.Hour))
 	if p := w.plan(); p.Report.HoldReason != "" {
 		t.Fatalf("hold %q for brokers in maintenance", p.Report.HoldReason)
+	}
+}
+
+// A move's recorded set is reported moved, not healed, and its dropped
+// copy deleted.
+func TestMoveReportedMovedNotHealed(t *testing.T) {
+	w := newWorld(4, 3, seg("a", 1, 2, 3))
+	w.mode(2, meta.ModeDecommissioning, time.Time{})
+	p := w.plan()
+	out := &Outcomes{Plan: p, Of: make([]Outcome, len(p.Actions))}
+	for i := range out.Of {
+		out.Of[i].Result = Succeeded
+	}
+	rep := out.Report()
+	if !slices.Equal(rep.Moved, []meta.SegmentID{"a"}) || len(rep.Healed) != 0 || !slices.Equal(rep.Deleted, []CopyRef{{"a", 2}}) {
+		t.Fatalf("moved %v healed %v deleted %v", rep.Moved, rep.Healed, rep.Deleted)
+	}
+	if s := rep.String(); !strings.Contains(s, "moved=1 decommission_2_left=1") {
+		t.Fatalf("report line %q", s)
 	}
 }

@@ -195,7 +195,9 @@ type Action struct {
 	// From is, for ResumeShortCopy, the stored size the probe reported (a
 	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
 	From int64 `json:"from,omitempty"`
-	// Command is the compare-and-set for SetReplicas.
+	// Command is the compare-and-set for SetReplicas. A SetReplicas of a
+	// decommission's move names in Replaces the decommissioning replica
+	// it leaves out (Report.Moved, not Healed).
 	Command meta.SetSegmentReplicas `json:"command,omitzero"`
 	// Reason and Copies explain ReportFailed.
 	Reason Reason          `json:"reason,omitempty"`

@@ -146,6 +146,7 @@ func (r Report) String() string {
 	if r.Refused > 0 {
 		s += fmt.Sprintf(" refused=%d", r.Refused)
 	}
+	s += lifecycleString(&r)
 	if r.HoldReason != "" {
 		s += " hold_reason=" + r.HoldReason
 	}
@@ -279,7 +280,7 @@ func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, comma
 		switch {
 		case a.Op == ResumeShortCopy && out.Result == Succeeded:
 			rep.Resumed = append(rep.Resumed, ref)
-		case a.Op == SetReplicas && out.Result == Succeeded && plan.moves(a.Segment.ID):
+		case a.Op == SetReplicas && out.Result == Succeeded && a.Replaces != 0: // a decommission's move
 			rep.Moved = append(rep.Moved, a.Segment.ID)
 		case a.Op == SetReplicas && out.Result == Succeeded:
 			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {
