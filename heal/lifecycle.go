@@ -97,10 +97,11 @@ type DrainMark struct {
 	Start  int64         `json:"start"`
 }
 
-// lastSeen is s.At, or the end of its broker's maintenance window when
-// later: the grace delay starts when the window ends.
+// lastSeen is s.At, or the end of its broker's maintenance window (its
+// Until, also kept when ended early) when later: the grace delay starts
+// when the window ends.
 func (p *Planner) lastSeen(in Input, s Seen) time.Time {
-	if b, ok := in.View.Broker(s.Broker); ok && b.Mode == meta.ModeMaintenance && b.Until.After(s.At) {
+	if b, ok := in.View.Broker(s.Broker); ok && b.Until.After(s.At) {
 		return b.Until
 	}
 	return s.At

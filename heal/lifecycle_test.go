@@ -228,6 +228,12 @@ func TestMaintenanceGraceStartsAtUntil(t *testing.T) {
 	w.mode(3, meta.ModeMaintenance, t0.Add(-11*time.Second))
 	p = w.plan()
 	wantOps(t, p, "replace_dead_replica a 4<-1\nset_replicas a [1 2 3]->[1 2 4]\n")
+	// Ended early (--end): active, Until recording when; the grace delay
+	// runs from then too.
+	w.mode(3, "", t0.Add(-5*time.Second))
+	if p = w.plan(); !slices.Equal(p.Report.Suspect, []meta.BrokerID{3}) || len(p.Report.Maintenance) != 0 {
+		t.Fatalf("ended early: suspect %v maintenance %+v", p.Report.Suspect, p.Report.Maintenance)
+	}
 }
 
 // A segment down to one healthy copy is healed anyway, and the report says

@@ -42,7 +42,8 @@
 //     brokers have an Until after the command's IssuedAt
 //     (ErrMaintenanceFull): Apply never reads the clock, so every replica
 //     decides alike. A record without the fields (an older snapshot) is
-//     active.
+//     active. Ending a window early (active, with IssuedAt before Until)
+//     keeps Until = IssuedAt, when it ended.
 //
 // Built with -tags invariants (make test does), invariants.go checks 3, 4
 // and 6 on the whole table after every Apply and Builder.Finish (a

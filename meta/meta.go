@@ -132,7 +132,8 @@ type Broker struct {
 	// Mode is the operator's lifecycle mode (SetBrokerMode); empty is
 	// active. RegisterBroker keeps it.
 	Mode BrokerMode `json:"mode,omitempty"`
-	// Until ends a maintenance window (UTC); zero for the other modes.
+	// Until ends a maintenance window (UTC). An active broker whose window
+	// was ended early keeps when it was ended; zero otherwise.
 	Until time.Time `json:"until,omitzero"`
 }
 

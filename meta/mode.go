@@ -120,8 +120,14 @@ func applyMode(brokers []Broker, c SetBrokerMode) ([]Broker, error) {
 	}
 	bs := slices.Clone(brokers)
 	b := &bs[i]
-	b.Mode, b.Until = c.Mode, c.Until.UTC()
-	if c.Mode == ModeActive {
+	switch {
+	case c.Mode != ModeActive:
+		b.Mode, b.Until = c.Mode, c.Until.UTC()
+	case b.Mode == ModeMaintenance && !c.IssuedAt.IsZero() && b.Until.After(c.IssuedAt):
+		// A window ended early: Until records when, so the grace delay
+		// of a broker still absent starts then.
+		b.Mode, b.Until = "", c.IssuedAt.UTC()
+	default:
 		b.Mode, b.Until = "", time.Time{}
 	}
 	return bs, nil

@@ -117,6 +117,16 @@ func TestSetBrokerModeApply(t *testing.T) {
 	if err := tb.Apply(18, m(3, t0.Add(33*time.Minute), time.Hour)); err != nil {
 		t.Fatal(err)
 	}
+	// Ended early with an issue time: active, Until records when.
+	if err := tb.Apply(19, SetBrokerMode{Broker: 3, Mode: ModeActive, IssuedAt: t0.Add(40 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := tb.View().Broker(3); !b.Is(ModeActive) || !b.Until.Equal(t0.Add(40*time.Minute)) || b.InMaintenance(t0.Add(35*time.Minute)) {
+		t.Fatalf("broker 3 ended early = %+v, want active with until %v", b, t0.Add(40*time.Minute))
+	}
+	if err := tb.Apply(20, m(3, t0.Add(41*time.Minute), time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	if b, _ := tb.View().Broker(3); !b.InMaintenance(t0.Add(time.Hour)) || b.InMaintenance(t0.Add(2*time.Hour)) {
 		t.Fatalf("broker 3 = %+v: want in maintenance until %v", b, t0.Add(93*time.Minute))
 	}
