@@ -195,7 +195,7 @@ func TestCacheMatchesTable(t *testing.T) {
 				}
 				return out
 			}
-			switch rapid.IntRange(0, 5).Draw(rt, "op") {
+			switch rapid.IntRange(0, 6).Draw(rt, "op") {
 			case 0:
 				c = meta.CreateSegment{Segment: meta.Segment{ID: id, Replicas: rs("create")}}
 			case 1:
@@ -211,6 +211,9 @@ func TestCacheMatchesTable(t *testing.T) {
 				c = meta.RegisterBroker{Broker: meta.Broker{ID: meta.BrokerID(rapid.IntRange(1, 4).Draw(rt, "b")), Rack: rapid.StringN(0, 3, 3).Draw(rt, "rack")}}
 			case 5:
 				c = meta.SetReplicationFactor{Factor: rapid.IntRange(1, 5).Draw(rt, "f")}
+			case 6: // refused for a broker not registered yet
+				mode := rapid.SampledFrom([]meta.BrokerMode{meta.ModeActive, meta.ModeDecommissioning}).Draw(rt, "mode")
+				c = meta.SetBrokerMode{Broker: meta.BrokerID(rapid.IntRange(1, 4).Draw(rt, "mb")), Mode: mode}
 			}
 			idx += uint64(rapid.IntRange(1, 3).Draw(rt, "gap"))
 			f.ApplyBatch([]*raft.Log{logOf(t, idx, c)})

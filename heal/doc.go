@@ -168,12 +168,32 @@
 // live broker uses it first: each short or missing replica on a live
 // broker is resumed from it (its source verifies the checksum before
 // sending), or, with none, the leftover's broker takes the place of a
-// dead (else latched or corrupt) replica in the set, nothing deleted (the
-// copy left out is a leftover in turn, collected only once the segment is
-// healthy); a leftover that refused as a source is not read again while
+// dead replica in the set, nothing deleted (a live broker's copy, even
+// latched or corrupt, is never swapped out); while its only healthy copies
+// are overrun (not yet confirmed) it stays listed lost. A leftover that
+// refused as a source is not read again while
 // its segment's version is unchanged. The executor
 // runs DeleteLeftoverCopy through a LeftoverDeleter, which refuses when
 // the broker's set names it at the plan's index or later.
+//
+// The operator's lifecycle (lifecycle.go), read from the View's broker
+// records (meta.SetBrokerMode): a decommissioning broker is never a
+// placement target; each of its sealed segments not otherwise in trouble
+// is moved after healing, with the budgets healing left (MoveReplica from
+// an intact replica, the broker itself while it answers; SetReplicas with
+// the target in its place; DeleteDroppedCopy of its copy once recorded),
+// never leaving a set below the factor and never lowering the set's rack
+// count. Report.Decommission gives each one's segments and bytes left, the
+// moves of the pass, the blocked segments by reason (no_spare_broker,
+// rack_constraint, no_intact_source, source_latched, healing, deferred,
+// active, held), Drained, and a rate and ETA from State.Drains (where the
+// drain started: time and bytes). Its loss is an ordinary failure. A
+// broker absent inside a maintenance window (Now < Until) is neither dead
+// nor suspect, not counted by the hold brake and neither source nor
+// target; its copies are unknown, unless a segment is down to one healthy
+// copy (Report.MaintenanceFloor: that copy counts as dead and is
+// replaced). After the window the grace delay runs from max(last seen,
+// Until). Report.Maintenance lists the windows.
 //
 // Invariants:
 //
@@ -205,14 +225,19 @@
 //  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
 //     in Report.AuthFailed on every such pass, counts as seen (never dead
 //     for it), and, having no report, is neither a source nor a target.
+//  10. A move never records a set with fewer members than the replication
+//     factor, never adds a decommissioning broker, and deletes the moved
+//     copy only after the set leaving it out is recorded
+//     (TestDecommissionNeverBelowFactor).
 //
 // With the build tag invariants (go test -tags invariants), every Step
 // also checks the plan against its view (invariants_on.go): no set names
-// a broker twice, a SetReplicas expects exactly the view's set and keeps
-// a copy, every DeleteDroppedCopy follows a SetReplicas leaving its
-// broker out, every ConfirmCopy follows its settle, every
-// DeleteLeftoverCopy names a broker outside the set of a sealed segment
-// with nothing else planned for it; a violation panics.
+// a broker twice, a SetReplicas expects exactly the view's set, keeps a
+// copy and adds no decommissioning broker (a move's keeps the factor),
+// every DeleteDroppedCopy follows a SetReplicas leaving its broker out,
+// every ConfirmCopy follows its settle, every DeleteLeftoverCopy names a
+// broker outside the set of a sealed segment with nothing else planned
+// for it; a violation panics.
 //
 // Concurrency and crash contract: a Planner is not safe for concurrent use;
 // Plans and Reports it returns share no memory with it. The Coordinator

@@ -66,6 +66,9 @@ func planInvariants(view *meta.View, plan *Plan) error {
 			if !keepsIntact(plan, i, cur) {
 				return fmt.Errorf("set_replicas %s %v->%v keeps no copy that is intact or backfilled in this plan", cmd.ID, cmd.Expected, cmd.Replicas)
 			}
+			if err := checkMove(view, a, cur); err != nil {
+				return err
+			}
 			recorded[cmd.ID] = cmd.Replicas
 		case DeleteDroppedCopy:
 			set, ok := recorded[a.Segment.ID]
@@ -136,6 +139,22 @@ func leftoverInvariant(plan *Plan, a *Action, cur *meta.Segment) error {
 	for _, b := range plan.Actions {
 		if b.Segment.ID == a.Segment.ID && b.Op != DeleteLeftoverCopy {
 			return fmt.Errorf("delete_leftover_copy %s@%d beside %s of its segment", a.Segment.ID, a.Target, b.Op)
+		}
+	}
+	return nil
+}
+
+// checkMove checks that a SetReplicas adds no decommissioning broker and,
+// for a decommission's move (Replaces set), keeps at least the replication
+// factor and leaves Replaces out.
+func checkMove(view *meta.View, a *Action, cur *meta.Segment) error {
+	cmd := a.Command
+	if a.Replaces != 0 && (len(cmd.Replicas) < view.ReplicationFactor() || slices.Contains(cmd.Replicas, a.Replaces)) {
+		return fmt.Errorf("move %s %v->%v: below the factor %d or keeps %d", cmd.ID, cmd.Expected, cmd.Replicas, view.ReplicationFactor(), a.Replaces)
+	}
+	for _, b := range cmd.Replicas {
+		if br, ok := view.Broker(b); ok && !cur.HasReplica(b) && br.Is(meta.ModeDecommissioning) {
+			return fmt.Errorf("move %s %v->%v adds decommissioning broker %d", cmd.ID, cmd.Expected, cmd.Replicas, b)
 		}
 	}
 	return nil

@@ -88,6 +88,8 @@ type node struct {
 	// longer than the grace delay. Neither: suspect.
 	up, dead bool
 	recent   bool // seen within the grace delay
+	decom    bool // decommissioning: never a target (lifecycle.go)
+	maint    bool // in a maintenance window and not up: not dead, not suspect
 	load     int  // replicas held, plus those placed this pass
 	busy     int  // backfills planned this pass as source or target
 	report   int  // index of its report in the pass's input, -1 none
@@ -140,7 +142,7 @@ func (p *placer) place(current []meta.BrokerID, lost []bool, factor int, eligibl
 		bestShared := false
 		for j := range p.nodes {
 			n := &p.nodes[j]
-			if !n.up || slices.Contains(current, n.id) || slices.Contains(p.added, n.id) {
+			if !n.up || n.decom || slices.Contains(current, n.id) || slices.Contains(p.added, n.id) {
 				continue
 			}
 			if eligible != nil && !eligible(n) {

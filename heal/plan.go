@@ -89,10 +89,15 @@ const (
 	// segment is safe (see doc.go); Segment carries only the id when the
 	// metadata does not know the segment.
 	DeleteLeftoverCopy
+	// MoveReplica backfills Target, a new replica, from Source, to take
+	// the place of Replaces, a healthy replica on a decommissioning
+	// broker (see lifecycle.go): add, verify, record (SetReplicas), then
+	// drop (DeleteDroppedCopy).
+	MoveReplica
 )
 
 var opNames = [...]string{"unknown", "replace_dead_replica", "replace_latched_copy", "add_missing_replica",
-	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy", "delete_leftover_copy"}
+	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy", "delete_leftover_copy", "move_replica"}
 
 // String returns the snake_case name of o.
 func (o Op) String() string {
@@ -118,7 +123,7 @@ func (o *Op) UnmarshalText(b []byte) error {
 
 // IsBackfill reports whether o copies bytes to Target.
 func (o Op) IsBackfill() bool {
-	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy || o == ReplaceCorruptCopy
+	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy || o == ReplaceCorruptCopy || o == MoveReplica
 }
 
 // Reason says why a segment could not be healed.
@@ -190,13 +195,16 @@ type Action struct {
 	Target meta.BrokerID `json:"target,omitempty"`
 	// Source is the intact replica a backfill copies from.
 	Source meta.BrokerID `json:"source,omitempty"`
-	// Replaces is, for ReplaceDeadReplica, ReplaceLatchedCopy and
-	// ReplaceCorruptCopy, the lost replica Target takes the place of.
+	// Replaces is, for ReplaceDeadReplica, ReplaceLatchedCopy,
+	// ReplaceCorruptCopy and MoveReplica, the replica Target takes the
+	// place of.
 	Replaces meta.BrokerID `json:"replaces,omitempty"`
 	// From is, for ResumeShortCopy, the stored size the probe reported (a
 	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
 	From int64 `json:"from,omitempty"`
-	// Command is the compare-and-set for SetReplicas.
+	// Command is the compare-and-set for SetReplicas. A SetReplicas of a
+	// decommission's move names in Replaces the decommissioning replica
+	// it leaves out (Report.Moved, not Healed).
 	Command meta.SetSegmentReplicas `json:"command,omitzero"`
 	// Reason and Copies explain ReportFailed.
 	Reason Reason          `json:"reason,omitempty"`
@@ -377,6 +385,10 @@ type Policy struct {
 	// LeftoverDelay is how long a leftover copy must have been seen before
 	// it may be deleted (zero: 2 minutes).
 	LeftoverDelay time.Duration `json:"leftover_delay,omitempty"`
+	// MaxMaintenance bounds the brokers in maintenance at once (default
+	// 1); the admin API puts it in each meta.SetBrokerMode, whose state
+	// machine enforces it. The planner does not read it.
+	MaxMaintenance int `json:"max_maintenance,omitempty"`
 }
 
 func (p Policy) refuseAfter() int {
@@ -396,7 +408,7 @@ func (p Policy) avoidPasses() int {
 // DefaultPolicy returns the policy an operator gets without configuring
 // one.
 func DefaultPolicy() Policy {
-	return Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256}
+	return Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256, MaxMaintenance: 1}
 }
 
 // Validate checks the policy; its errors name the field and the value.
@@ -418,6 +430,9 @@ func (p Policy) Validate() error {
 	}
 	if p.LeftoverDelay < 0 {
 		return fmt.Errorf("%w: policy leftover_delay %v is negative", ErrInvalid, p.LeftoverDelay)
+	}
+	if p.MaxMaintenance < 0 {
+		return fmt.Errorf("%w: policy max_maintenance %d is negative", ErrInvalid, p.MaxMaintenance)
 	}
 	if p.AvoidPasses < 0 {
 		return fmt.Errorf("%w: policy avoid_passes %d is negative", ErrInvalid, p.AvoidPasses)

@@ -111,7 +111,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	rep.Segments = view.Len()
 
 	p.nodes(in, rep)
-	hold, reason := Hold(view.Brokers(), in.Reports, in.Seen, in.Policy)
+	hold, reason := Hold(p.holdBrokers(view), in.Reports, in.Seen, in.Policy)
 	if hold {
 		rep.HoldReason = reason
 		rep.HoldReleased = in.Release
@@ -157,6 +157,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 		plan.Lost = append(plan.Lost, l.Segment)
 	}
 	slices.Sort(plan.Lost)
+	p.decommission(view, in, hold, &plan, &backfills)
 	p.settle(in, &plan)
 	// The scratch keeps no pointer into the view: an old view's chunks
 	// must not outlive the pass (they would once the table copies them).
@@ -269,13 +270,14 @@ func (p *Planner) nodes(in Input, rep *Report) {
 		}
 	}
 	for _, s := range in.Seen {
-		if j := p.find(s.Broker); j >= 0 && in.Now.Sub(s.At) <= in.Policy.Grace {
+		if j := p.find(s.Broker); j >= 0 && in.Now.Sub(p.lastSeen(in, s)) <= in.Policy.Grace {
 			p.pl.nodes[j].recent = true
 		}
 	}
+	p.modes(in, rep)
 	for j := range p.pl.nodes {
 		n := &p.pl.nodes[j]
-		if n.up {
+		if n.up || n.maint {
 			continue
 		}
 		if n.recent {
@@ -447,6 +449,7 @@ func (p *Planner) classify(view *meta.View, t *trouble, rep *Report) {
 		}
 	}
 	p.conflicts(seg, states, p.prints[t.st:])
+	p.maintenanceFloor(view, seg, states, rep)
 	for _, st := range states {
 		if st.healthy() {
 			healthy++

@@ -96,6 +96,15 @@ type Report struct {
 	// seed's returned :set_segment_replicas commands). Healed, Stale and
 	// Failed say what the control plane made of them.
 	Ready []meta.SetSegmentReplicas `json:"ready,omitempty"`
+	// Moved lists the segments whose replica set was recorded by a
+	// decommission's move (MoveReplica): moved, not healed.
+	Moved []meta.SegmentID `json:"moved,omitempty"`
+	// Decommission is the progress of each decommissioning broker, by
+	// id; Maintenance the brokers in a maintenance window, and
+	// MaintenanceFloor the segments healed in spite of one (lifecycle.go).
+	Decommission     []Drain            `json:"decommission,omitempty"`
+	Maintenance      []Maintenance      `json:"maintenance,omitempty"`
+	MaintenanceFloor []MaintenanceFloor `json:"maintenance_floor,omitempty"`
 	// Events are the changes of the core's memory this pass made (see
 	// Event), in the order made.
 	Events []Event `json:"events,omitempty"`
@@ -149,6 +158,7 @@ func (r Report) String() string {
 	if r.LeftoverCopies > 0 || len(r.LeftoversDeleted) > 0 {
 		s += fmt.Sprintf(" leftovers=%d leftover_bytes=%d leftovers_deleted=%d", r.LeftoverCopies, r.LeftoverBytes, len(r.LeftoversDeleted))
 	}
+	s += lifecycleString(&r)
 	if r.HoldReason != "" {
 		s += " hold_reason=" + r.HoldReason
 	}
@@ -282,6 +292,8 @@ func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, comma
 		switch {
 		case a.Op == ResumeShortCopy && out.Result == Succeeded:
 			rep.Resumed = append(rep.Resumed, ref)
+		case a.Op == SetReplicas && out.Result == Succeeded && a.Replaces != 0: // a decommission's move
+			rep.Moved = append(rep.Moved, a.Segment.ID)
 		case a.Op == SetReplicas && out.Result == Succeeded:
 			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {
 				// A set that only moved kept lost replicas behind is

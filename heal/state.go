@@ -39,6 +39,9 @@ type State struct {
 	// Leftovers remember the leftover copies seen (see LeftoverMemo),
 	// sorted by copy.
 	Leftovers []LeftoverMemo `json:"leftovers,omitempty"`
+	// Drains mark where each decommission started (time, bytes left),
+	// for its rate and ETA (lifecycle.go).
+	Drains []DrainMark `json:"drains,omitempty"`
 }
 
 // Fill counts the failed backfills of one segment state from one source.
@@ -149,6 +152,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		next.Release = false // the hold cleared: a new one may arise
 	}
 	next.Held = held
+	next.Drains = drainRates(next.Drains, &plan.Report, obs.Now)
 	next.Cursor = plan.SettleCursor
 	next.Refused, next.Conflicts, next.Lost, next.Acknowledged = plan.Refused, plan.Conflicts, plan.Lost, plan.Acknowledged
 	var refusedLeftovers []Refusal

@@ -17,7 +17,8 @@ type Command interface {
 	Validate() error
 }
 
-// RegisterBroker adds a broker or updates its addresses and rack.
+// RegisterBroker adds a broker or updates its addresses and rack; the
+// mode of a registered broker is kept (only SetBrokerMode changes it).
 type RegisterBroker struct {
 	Broker Broker `json:"broker"`
 }
@@ -210,6 +211,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeArgs[SetSegmentReplicas](env.Args)
 	case SetReplicationFactor{}.Op():
 		c, err = decodeArgs[SetReplicationFactor](env.Args)
+	case SetBrokerMode{}.Op():
+		c, err = decodeArgs[SetBrokerMode](env.Args)
 	default:
 		return nil, fmt.Errorf("%w: command op %q is unknown", ErrInvalid, env.Op)
 	}

@@ -34,6 +34,16 @@
 //     copy. A View equals the Table.Snapshot taken at the same moment, and
 //     View.HeldBy(b) yields exactly the segments whose Replicas name b.
 //  7. Segments are never removed; at most 2^32-1 live in one Table.
+//  8. A broker's lifecycle mode (Broker.Mode: active, decommissioning,
+//     maintenance with Until) changes only by SetBrokerMode; RegisterBroker
+//     keeps it. SetBrokerMode is refused, changing nothing, for an
+//     unregistered broker (ErrUnknownBroker), a bad mode or window
+//     (ErrInvalid), and for entering maintenance while MaxMaintenance other
+//     brokers have an Until after the command's IssuedAt
+//     (ErrMaintenanceFull): Apply never reads the clock, so every replica
+//     decides alike. A record without the fields (an older snapshot) is
+//     active. Ending a window early (active, with IssuedAt before Until)
+//     keeps Until = IssuedAt, when it ended.
 //
 // Built with -tags invariants (make test does), invariants.go checks 3, 4
 // and 6 on the whole table after every Apply and Builder.Finish (a

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Errors returned by validation and by Apply. Match them with errors.Is.
@@ -128,12 +129,21 @@ type Broker struct {
 	RPCAddr string `json:"rpc_addr,omitempty"`
 	// DataAddr is the catch-up data listener (host:port).
 	DataAddr string `json:"data_addr,omitempty"`
+	// Mode is the operator's lifecycle mode (SetBrokerMode); empty is
+	// active. RegisterBroker keeps it.
+	Mode BrokerMode `json:"mode,omitempty"`
+	// Until ends a maintenance window (UTC). An active broker whose window
+	// was ended early keeps when it was ended; zero otherwise.
+	Until time.Time `json:"until,omitzero"`
 }
 
-// Validate checks the broker's id.
+// Validate checks the broker's id and mode.
 func (b Broker) Validate() error {
 	if b.ID == 0 {
 		return fmt.Errorf("%w: broker id 0 is reserved", ErrInvalid)
+	}
+	if err := b.Mode.Validate(); err != nil {
+		return fmt.Errorf("broker %d: %w", b.ID, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Table is mutable metadata that applies Commands in order: the state
@@ -88,7 +89,8 @@ func (t *Table) ReplicationFactor() int { return t.factor }
 
 // Apply applies c as the command at index. It validates c, returns an error
 // that wraps ErrInvalid, ErrUnknownSegment, ErrSegmentExists,
-// ErrStaleReplicas, ErrSealed or ErrNotSealed when c cannot apply, and then
+// ErrStaleReplicas, ErrSealed, ErrNotSealed, ErrUnknownBroker or
+// ErrMaintenanceFull when c cannot apply, and then
 // leaves the table unchanged but for the index: a refused command still
 // occupies its log position. Whatever the command, a change to a sealed
 // segment's start_offset, length, byte_size, checksum or sealed flag is
@@ -112,9 +114,13 @@ func (t *Table) apply(index uint64, c Command) error {
 		i, ok := slices.BinarySearchFunc(t.brokers, c.Broker.ID, func(b Broker, id BrokerID) int { return cmp.Compare(b.ID, id) })
 		bs := slices.Clone(t.brokers) // never in place: Views share t.brokers
 		if ok {
+			mode, until := bs[i].Mode, bs[i].Until
 			bs[i] = c.Broker
+			bs[i].Mode, bs[i].Until = mode, until
 		} else {
-			bs = slices.Insert(bs, i, c.Broker)
+			b := c.Broker
+			b.Mode, b.Until = "", time.Time{}
+			bs = slices.Insert(bs, i, b)
 		}
 		t.brokers = bs
 	case CreateSegment:
@@ -143,6 +149,12 @@ func (t *Table) apply(index uint64, c Command) error {
 		return t.replace(c.Op(), serial, prev, next)
 	case SetReplicationFactor:
 		t.factor = c.Factor
+	case SetBrokerMode:
+		bs, err := applyMode(t.brokers, c)
+		if err != nil {
+			return err
+		}
+		t.brokers = bs
 	default:
 		panic(fmt.Sprintf("meta: Table.Apply: unknown command type %T", c))
 	}

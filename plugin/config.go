@@ -69,6 +69,10 @@ type Config struct {
 	// an operator releases the hold. 0 means heal.DefaultHoldShare (0.25);
 	// a negative value disables the brake.
 	HoldShare float64 `toml:"hold_share"`
+	// MaxMaintenance bounds the brokers in maintenance at once: the
+	// admin API refuses `malachi maintenance` for one more (the metadata's
+	// state machine decides, meta.SetBrokerMode).
+	MaxMaintenance int `toml:"max_maintenance"`
 	// BackfillTimeout bounds one backfill transfer.
 	BackfillTimeout time.Duration `toml:"backfill_timeout"`
 	// ScrubInterval is the pause between two full scrub cycles, each
@@ -102,6 +106,7 @@ func DefaultConfig() Config {
 		PassBackfills:          1024,
 		BackfillBytesPerSecond: 0,
 		BackfillTimeout:        2 * time.Minute,
+		MaxMaintenance:         1,
 		ScrubInterval:          time.Hour,
 		ScrubBytesPerSecond:    32 << 20,
 		ProbeEngine:            "auto",
@@ -150,7 +155,7 @@ func (c Config) Validate() error {
 	ints := []struct {
 		key string
 		v   int
-	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"pass_backfills", c.PassBackfills}}
+	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"pass_backfills", c.PassBackfills}, {"max_maintenance", c.MaxMaintenance}}
 	for _, n := range ints {
 		if n.v < 1 {
 			return bad(n.key, n.v, "want at least 1")

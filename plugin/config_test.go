@@ -46,6 +46,7 @@ func TestConfigValidateNamesKeyAndValue(t *testing.T) {
 		{"rate", func(c *Config) { c.BackfillBytesPerSecond = -1 }, `heal.backfill_bytes_per_second = -1`},
 		{"engine", func(c *Config) { c.ProbeEngine = "epoll" }, `heal.probe_engine = "epoll"`},
 		{"fsync engine", func(c *Config) { c.FsyncEngine = "" }, `heal.fsync_engine = ""`},
+		{"max maintenance", func(c *Config) { c.MaxMaintenance = 0 }, `heal.max_maintenance = 0: want at least 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig(t)

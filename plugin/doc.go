@@ -50,6 +50,11 @@
 // with heal.data_encryption). With Deps.Insecure, both listeners are
 // plaintext and unauthenticated (malachi_heal_insecure 1).
 //
+// heal.max_maintenance (default 1, at least 1) bounds the brokers in a
+// maintenance window at once: the broker's admin API puts it in each
+// meta.SetBrokerMode, whose state machine refuses one more; the planner
+// does not read it.
+//
 // # Invariants
 //
 //  1. A disabled plugin (Config.Enabled false) creates no goroutine, no
@@ -71,8 +76,10 @@
 //  6. Metrics live on the instance's registry, never the global one. Every
 //     metric the alerting rules and the dashboard in deploy/ name is
 //     registered there (deploy_test.go checks it); the lifecycle gauges
-//     (decommission, maintenance, leftover copies) are declared here and
-//     set by the code that reports them.
+//     (decommission, maintenance, leftover copies) are set from each
+//     pass's Report (setLifecycleMetrics, setLeftoverGauge), their vectors
+//     reset first, so a broker no longer decommissioning leaves no stale
+//     series.
 //  7. The scrubber (heal.scrub_interval > 0) reads sealed copies end to end
 //     at a bounded rate and marks a copy that fails verification, by file
 //     identity, in memory; the probe reports a marked copy as corrupt until

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
@@ -177,12 +176,12 @@ func TestSetLeftoverGauge(t *testing.T) {
 	}}
 	setLeftoverGauge(&rep, g)
 	for cause, want := range map[string]float64{"returned_broker": 5, "failed_delete": 1, "partial_backfill": 0, "failed_load": 0} {
-		if got := gaugeValue(t, g, cause); got != want {
+		if got := gaugeValue(t, g.WithLabelValues(cause)); got != want {
 			t.Errorf("%s: %v, want %v", cause, got, want)
 		}
 	}
 	setLeftoverGauge(&heal.Report{}, g)
-	if got := gaugeValue(t, g, "returned_broker"); got != 0 {
+	if got := gaugeValue(t, g.WithLabelValues("returned_broker")); got != 0 {
 		t.Errorf("returned_broker after a clean pass: %v", got)
 	}
 }
@@ -194,13 +193,4 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-func gaugeValue(t *testing.T, g *prometheus.GaugeVec, cause string) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.WithLabelValues(cause).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
 }

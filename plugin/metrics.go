@@ -47,8 +47,8 @@ type metrics struct {
 // lifecycle are the operator's lifecycle gauges (issue 15): decommission
 // progress by broker, brokers in maintenance, copies left outside their
 // replica sets by cause. Declared and registered here so the alerts and
-// the dashboard (deploy/) can name them; the leader sets them from the
-// pass report.
+// the dashboard (deploy/) can name them; observePass sets them from the
+// leader's pass report.
 type lifecycle struct {
 	decommissionLeft      *prometheus.GaugeVec // by broker: segments still to move
 	decommissionBytesLeft *prometheus.GaugeVec // by broker: their bytes
@@ -141,6 +141,8 @@ func (m *metrics) observePass(r *heal.Report, seconds float64) {
 	m.healed.Add(float64(len(r.Healed)))
 	m.stale.Add(float64(len(r.Stale)))
 	setLeftoverGauge(r, m.leftoverCopies)
+	setLifecycleMetrics(r, lifecycleGauges{SegmentsLeft: m.decommissionLeft, BytesLeft: m.decommissionBytesLeft,
+		Blocked: m.decommissionBlocked, Maintenance: m.maintenanceBrokers})
 }
 
 // CertWarning is how long before a certificate expires /status warns.

@@ -52,3 +52,17 @@ func freeBytes(path string) (int64, bool) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize), true
 }
+
+// osStamp stats path with stat(2) into the stack: no allocation.
+func osStamp(path string) (fileStamp, bool) {
+	var st unix.Stat_t
+	for {
+		err := unix.Stat(path, &st)
+		if err == nil {
+			return fileStamp{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, ctime: st.Ctim.Nano()}, true
+		}
+		if !errors.Is(err, unix.EINTR) {
+			return fileStamp{}, false
+		}
+	}
+}

@@ -18,3 +18,12 @@ func allocate(f *os.File, off, n int64) error {
 }
 
 func freeBytes(string) (int64, bool) { return 0, false }
+
+// osStamp stats path through os.Stat.
+func osStamp(path string) (fileStamp, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, false
+	}
+	return stampOf(fi)
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -27,27 +28,46 @@ import (
 // unchanged inode (bit rot): that is the scrubber's to find, as for every
 // confirmed copy.
 type settledMark struct {
-	ok       bool
-	dev, ino uint64
-	size     int64
-	ctime    int64
-	footer   Footer
+	ok     bool
+	stamp  fileStamp
+	footer Footer
+}
+
+// fileStamp is what a stat says of a file that a mark compares.
+type fileStamp struct {
+	dev, ino    uint64
+	size, ctime int64
+}
+
+// stampOf reads a stamp from an FS's stat answer.
+func stampOf(fi os.FileInfo) (fileStamp, bool) {
+	dev, ino, ok := fileIDs(fi)
+	ctime, ok2 := fileChanged(fi)
+	return fileStamp{dev: dev, ino: ino, size: fi.Size(), ctime: ctime}, ok && ok2
+}
+
+// stamp stats the copy's file: straight into the stack on the operating
+// system's file system, through the FS seam otherwise.
+func (db *DB) stamp(path string) (fileStamp, bool) {
+	if _, ok := db.fs.(osFS); ok {
+		return osStamp(path)
+	}
+	fi, err := db.fs.Stat(path)
+	if err != nil {
+		return fileStamp{}, false
+	}
+	return stampOf(fi)
 }
 
 // mark records c's file, sealed with ft, as c's mark (no mark when the
 // stat fails or the system gives no ctime). Caller holds c.mu.
 func (db *DB) mark(c *copyState, ft Footer) {
 	c.settled = settledMark{}
-	fi, err := db.fs.Stat(c.path)
-	if err != nil {
+	st, ok := db.stamp(c.path)
+	if !ok || st.size != ft.ByteSize+FooterSize {
 		return
 	}
-	dev, ino, ok := fileIDs(fi)
-	ctime, ok2 := fileChanged(fi)
-	if !ok || !ok2 || fi.Size() != ft.ByteSize+FooterSize {
-		return
-	}
-	c.settled = settledMark{ok: true, dev: dev, ino: ino, size: fi.Size(), ctime: ctime, footer: ft}
+	c.settled = settledMark{ok: true, stamp: st, footer: ft}
 }
 
 // footerEnd is the durable end of a copy sealed with ft.
@@ -62,13 +82,8 @@ func (db *DB) unchangedSince(c *copyState, seg meta.Segment) bool {
 	if !m.ok || !c.sealed || !footerAgrees(m.footer, seg) {
 		return false
 	}
-	fi, err := db.fs.Stat(c.path)
-	if err != nil {
-		return false
-	}
-	dev, ino, ok := fileIDs(fi)
-	ctime, ok2 := fileChanged(fi)
-	return ok && ok2 && dev == m.dev && ino == m.ino && fi.Size() == m.size && ctime == m.ctime
+	st, ok := db.stamp(c.path)
+	return ok && st == m.stamp
 }
 
 // DirsSyncer is an optional capability of a DirSyncer: SyncDirs makes the
@@ -89,8 +104,6 @@ func (db *DB) SettleBatch(ctx context.Context, segs []meta.Segment, results []Se
 	if len(results) != len(segs) || len(errs) != len(segs) {
 		return fmt.Errorf("%w: settle batch: %d segments, %d results, %d errors", ErrInvalid, len(segs), len(results), len(errs))
 	}
-	var need [Shards]bool
-	var mu sync.Mutex
 	db.eachParallel(len(segs), func(i int) {
 		results[i], errs[i] = SettleResult{}, nil
 		id := segs[i].ID
@@ -104,12 +117,13 @@ func (db *DB) SettleBatch(ctx context.Context, segs []meta.Segment, results []Se
 		}
 		errs[i] = db.settle(c, segs[i], &results[i])
 		c.mu.Unlock()
-		if errs[i] == nil {
-			mu.Lock()
-			need[Shard(id)] = true
-			mu.Unlock()
-		}
 	})
+	var need [Shards]bool
+	for i := range segs {
+		if errs[i] == nil {
+			need[Shard(segs[i].ID)] = true
+		}
+	}
 	failed := db.syncShards(ctx, &need)
 	for i := range segs {
 		if errs[i] != nil || failed[Shard(segs[i].ID)] == nil {

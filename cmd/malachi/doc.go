@@ -5,9 +5,11 @@
 //	malachi plan   --admin host:port [--json]
 //	malachi load   --admin host:port --segments N --records R --size B [--prefix p]
 //	malachi release --admin host:port
+//	malachi decommission ID [--cancel] --admin host:port
+//	malachi maintenance ID --for 30m | --end --admin host:port
 //	malachi cert   create-ca | create-broker | create-client | list
 //
-// status, plan, load and release call the admin API through internal/rpc
+// status, plan, load, release, decommission and maintenance call the admin API through internal/rpc
 // over mutual TLS with a client certificate (--certs-dir, --user), or in
 // plaintext with --insecure; a refusal says what was missing (no client
 // certificate, the role the route needs). The demo makes its own CA,

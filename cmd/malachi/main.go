@@ -20,6 +20,8 @@ usage:
   malachi plan   --admin host:port [--json]
   malachi load   --admin host:port --segments N --records R --size B [--prefix p]
   malachi release --admin host:port   (lift a mass-failure hold for the next pass)
+  malachi decommission ID [--cancel] --admin host:port   (drain a broker; status shows progress)
+  malachi maintenance ID --for 30m | --end --admin host:port   (absence is not a failure until then)
   malachi cert   create-ca | create-broker ID --host H... | create-client NAME --role R | list
 
 status, plan, load and release speak mutual TLS with a client certificate:
@@ -71,6 +73,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runLoad(ctx, rest, stdout, stderr)
 	case "release":
 		err = runRelease(ctx, rest, stdout, stderr)
+	case "decommission":
+		err = runDecommission(ctx, rest, stdout, stderr)
+	case "maintenance":
+		err = runMaintenance(ctx, rest, stdout, stderr)
 	case "cert":
 		err = runCert(rest, stdout, stderr)
 	case "help", "-h", "--help":

@@ -289,6 +289,7 @@ var statusSections = []func(io.Writer, *clusterStatus){
 	writeBrokers,
 	writeSegments,
 	writeHeal,
+	func(w io.Writer, st *clusterStatus) { writeLifecycle(w, st.Heal, time.Now()) },
 }
 
 func writeStatus(w io.Writer, st *clusterStatus) {

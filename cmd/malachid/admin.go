@@ -43,6 +43,8 @@ var adminCodes = rpc.Codes{
 	{Name: "invalid", Status: http.StatusBadRequest, Err: meta.ErrInvalid},
 	{Name: "invalid", Status: http.StatusBadRequest, Err: store.ErrInvalid},
 	{Name: "not_found", Status: http.StatusNotFound, Err: errNotFound},
+	{Name: "unknown_broker", Status: http.StatusNotFound, Err: meta.ErrUnknownBroker},
+	{Name: "maintenance_full", Status: http.StatusConflict, Err: meta.ErrMaintenanceFull},
 	{Name: "unknown_segment", Status: http.StatusNotFound, Err: meta.ErrUnknownSegment},
 	{Name: "unknown_copy", Status: http.StatusNotFound, Err: store.ErrUnknownCopy},
 	{Name: "segment_exists", Status: http.StatusConflict, Err: meta.ErrSegmentExists},
@@ -119,6 +121,7 @@ func (b *broker) routes() http.Handler {
 	} {
 		srv.Handle(mux, rt.pattern, rt.roles, adapt(rt.h))
 	}
+	b.handleLifecycle(srv, mux)
 	if b.faults != nil {
 		srv.Handle(mux, "POST /v1/faults/{kind}/{id}", rpc.Operators, adapt(b.fault))
 	}

@@ -47,12 +47,19 @@
 //	GET  /v1/plan                           dry run of the next pass (heal.Plan), from the leader
 //	POST /v1/heal/release                   lift a mass-failure hold (on the leader)
 //	POST /v1/heal/acknowledge/{id}          acknowledge a lost segment (on the leader)
+//	POST|DELETE /v1/brokers/{id}/decommission         drain broker id | cancel
+//	POST /v1/brokers/{id}/maintenance?for=30m         a maintenance window (until = the
+//	DELETE /v1/brokers/{id}/maintenance               leader's now + for) | end it
 //	POST /v1/faults/latch/{id}  fault_injection only (file faults: internal/harness)
 //	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
 //
 // Errors answer {"code","message"} with a status that fits the code
 // (unauthenticated 401, forbidden 403, bad_request, not_found,
-// segment_exists, stale_replicas, not_leader, ...).
+// segment_exists, stale_replicas, unknown_broker, maintenance_full,
+// not_leader, ...). The lifecycle routes (lifecycle.go) apply a
+// meta.SetBrokerMode on the leader, which fills until, issued_at and
+// heal.max_maintenance from its own clock and config; a follower forwards
+// them to the leader's /v1/internal/brokers/... routes.
 //
 // Metadata writes go through raft: a broker that is not the leader forwards
 // them to the leader's admin API (/v1/internal/apply, with this broker's
