@@ -154,10 +154,14 @@ const leftoverBatch = 256
 const maxLeftoverBackoff = 64
 
 // LeftoverMemo is heal's memory of one leftover copy: when it was first
-// seen (the safety delay runs from there), how many deletes of it failed
-// in a row, and the first pass a delete may be planned again.
+// seen with its cause (the safety delay runs from there, and starts again
+// when the cause changes: a copy seen as a failed load just before its
+// broker went silent is a returned broker's when it comes back), how many
+// deletes of it failed in a row, and the first pass a delete may be
+// planned again.
 type LeftoverMemo struct {
 	Copy     CopyRef   `json:"copy"`
+	Cause    Cause     `json:"cause,omitempty"`
 	Since    time.Time `json:"since"`
 	Failures int       `json:"failures,omitempty"`
 	Retry    int       `json:"retry,omitempty"`
@@ -229,9 +233,12 @@ func leftovers(plan *Plan, obs *Observation, memo []LeftoverMemo, refused []Refu
 				continue
 			}
 			ref := CopyRef{l.Segment, r.Broker}
-			m := LeftoverMemo{Copy: ref, Since: obs.Now}
+			m := LeftoverMemo{Copy: ref, Cause: cause, Since: obs.Now}
 			if j, ok := slices.BinarySearchFunc(memo, ref, cmpMemo); ok {
 				m = memo[j]
+				if m.Cause != cause && cause != FailedDelete && m.Cause != FailedDelete {
+					m.Cause, m.Since = cause, obs.Now
+				}
 			}
 			next = append(next, m)
 			addGroup(groups, r.Broker, cause, l)

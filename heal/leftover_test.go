@@ -394,3 +394,33 @@ func TestLeftoverAdoptedIntoLostSegment(t *testing.T) {
 		})
 	}
 }
+
+// A copy seen once as a failed_load leftover while its load was being
+// recorded, whose broker then goes silent, is a returned broker's when it
+// comes back: the safety delay starts again at that sighting (found by
+// e2e TestNetPartitionLeavesReturnedCopies: copies deleted 1 s after the
+// partition healed, with a 5 s delay).
+func TestLeftoverDelayRestartsWhenTheCauseChanges(t *testing.T) {
+	w := newWorld(4, 3) // the load has written s's copies; the metadata does not know s yet
+	w.leftover(3, "s", 500, false, "")
+	var p Planner
+	plan, st := w.step(t, &p, State{}, t0, nil)
+	t.Logf("pass 1 (load in flight): leftovers %+v memo %+v", plan.Report.Leftovers, st.Leftovers)
+	// s recorded on {1,2,3}; broker 3 cut off (silent) right after.
+	w.snap.Segments = []meta.Segment{seg("s", 1, 2, 3)}
+	w.in.Now = t0.Add(time.Second)
+	w.down(3, 0)
+	plan, st = w.step(t, &p, st, t0.Add(time.Second), nil)
+	t.Logf("pass 2 (broker 3 silent, s a replica on it): memo %+v", st.Leftovers)
+	// Two minutes later s was healed onto {1,2,4}; broker 3 comes back
+	// with its (whole) copy of s: a returned_broker leftover first seen now.
+	w.snap.Segments = []meta.Segment{seg("s", 1, 2, 4)}
+	w.snap.Segments[0].Version = 2
+	w.in.Now = t0.Add(2 * time.Minute)
+	w.up(3).leftover(3, "s", 1000+footerSize, true, "")
+	plan, _ = w.step(t, &p, st, t0.Add(2*time.Minute), nil)
+	t.Logf("pass 3 (broker 3 back): leftovers %+v", plan.Report.Leftovers)
+	if d := leftoverDeletes(plan); len(d) != 0 {
+		t.Errorf("deleted %v at its first sighting as returned_broker (leftover delay 1 min): the memo of a failed_load sighting 2 minutes ago, kept while broker 3 was silent, stood in for it", d)
+	}
+}
