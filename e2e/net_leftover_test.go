@@ -25,15 +25,23 @@ const netLeftoverDelay = 3 * time.Second
 
 // leaderPass is the leader's last heal pass as /v1/status serves it:
 // the report, the pass's number and the broker that ran it (0 when no
-// broker answered as the leader with a report).
-func (c *cluster) leaderPass() (admin.HealReport, uint64, int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+// broker answered as the leader with a report). It asks the brokers of
+// prefer first (a paused broker costs a timeout).
+func (c *cluster) leaderPass(prefer ...int) (admin.HealReport, uint64, int) {
+	order := slices.Clone(prefer)
 	for _, b := range c.brokers {
+		if !slices.Contains(order, b.id) {
+			order = append(order, b.id)
+		}
+	}
+	for _, id := range order {
+		b := c.b(id)
 		if !c.alive(b.id) {
 			continue
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		raw, err := b.Client.Status(ctx)
+		cancel()
 		if err != nil {
 			continue
 		}
@@ -161,19 +169,77 @@ func (c *cluster) watchReturn(f int, held []meta.SegmentID, healed time.Time) *r
 	return w
 }
 
+// unconfirmedReplica pauses broker r (SIGSTOP), a replica of every
+// segment of held, from now until the leftover delay has passed since
+// reportedAt (the moment, measured from healed, the caller saw broker f's
+// leftovers reported) and one second more, then resumes it. Meanwhile no
+// copy of held may leave broker f: a replica's broker that does not answer
+// is not confirmed, so its segment's leftovers must wait. It FAILS when
+// no pass of the leader listed r suspect (the pause did not reach the
+// heal) or listed it dead (the pause outlasted the grace delay).
+func (c *cluster) unconfirmedReplica(r, f, lead int, held []meta.SegmentID, healed time.Time, reportedAt time.Duration) {
+	c.t.Helper()
+	if err := c.b(r).Pause(); err != nil {
+		c.t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			c.b(r).Resume()
+		}
+	}()
+	paused := time.Now()
+	suspect := 0
+	seen := map[uint64]bool{}
+	for time.Since(healed) < reportedAt+netLeftoverDelay+time.Second {
+		time.Sleep(20 * time.Millisecond)
+		rep, pass, l := c.leaderPass(lead)
+		if l != 0 && !seen[pass] {
+			seen[pass] = true
+			if slices.Contains(rep.Suspect, meta.BrokerID(r)) {
+				suspect++
+			}
+			if slices.Contains(rep.Dead, meta.BrokerID(r)) {
+				c.t.Fatalf("pass %d listed the paused broker %d dead %v after the pause: it outlasted the grace delay", pass, r, time.Since(paused))
+			}
+		}
+		cps := c.copiesOf(f)
+		if cps == nil {
+			continue
+		}
+		for _, id := range held {
+			if _, ok := cps[id]; !ok {
+				c.t.Fatalf("broker %d's copy of %s deleted %v after the partition healed, while broker %d, a replica of it, was paused (not confirmed)", f, id, time.Since(healed), r)
+			}
+		}
+	}
+	resumed = true
+	if err := c.b(r).Resume(); err != nil {
+		c.t.Fatal(err)
+	}
+	if suspect == 0 {
+		c.t.Fatalf("no pass of the %d seen listed the paused broker %d suspect: the pause did not reach the heal", len(seen), r)
+	}
+	c.t.Logf("broker %d paused %v (until %v after the partition healed): %d passes listed it suspect, none dead; broker %d kept all %d copies",
+		r, time.Since(paused).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond), suspect, f, len(held))
+}
+
 // TestNetPartitionLeavesReturnedCopies isolates a follower past the
 // grace delay (its replicas are replaced on the majority side), then
 // heals the partition: the leader reports every copy the returning broker
 // still holds as a returned_broker leftover, no replica set names it
 // again and `malachi status` counts none of them under COPIES; no copy is
-// deleted before leftover_delay (3 s) after the partition healed nor
-// while its segment is short of RF 3; then all of them are collected
+// deleted before leftover_delay (3 s) after the partition healed, nor
+// while a replica of its segment does not answer (one is paused, within
+// the 10 s grace delay, until the delay has passed: FAILS when no pass
+// saw it suspect), nor while its segment is short of RF 3 (sampled on
+// every poll); then all of them are collected
 // (gone from its /v1/copies) and every segment is at RF 3 with every copy
 // audited. It FAILS when the isolation replaced nothing or the broker
 // came back without its copies (the fault did not happen).
 func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 	t.Parallel() // own namespaces and subnet: independent of every other test
-	c, leader, before := netCluster(t, 4, 16, fmt.Sprintf("leftover_delay = %q\n", netLeftoverDelay.String()))
+	c, leader, before := netClusterOpts(t, clusterOpts{n: 4, grace: "10s", extra: fmt.Sprintf("leftover_delay = %q\n", netLeftoverDelay.String())}, 16)
 	f := victim(c, before, leader)
 	var held []meta.SegmentID
 	for _, s := range before.Segments {
@@ -213,6 +279,13 @@ func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 		t.Fatalf("broker %d's copies were deleted before the leader reported all %d of them returned_broker", f, len(held))
 	}
 	reportedAt := time.Since(healed)
+	var r int // a replica of every segment f held: the sets are the three others
+	for _, b := range c.brokers {
+		if b.id != f && b.id != leader {
+			r = b.id
+		}
+	}
+	c.unconfirmedReplica(r, f, leader, held, healed, reportedAt)
 	if n := c.statusCopies(leader, f); n != countOn(cut, f) {
 		t.Errorf("malachi status: broker %d COPIES %d while it holds %d returned copies and %d replicas: a leftover counted as a replica", f, n, len(held), countOn(cut, f))
 	}
@@ -314,8 +387,10 @@ type partialWatch struct {
 // watchPartial polls, after the partition healed, until broker spare's
 // copy of seg is in seg's set or gone: every distinct pass of the leader
 // is read for a partial_backfill leftover of seg on spare, and every poll
-// asserts that while the copy is not whole and sealed no set names it.
-func (c *cluster) watchPartial(spare int, seg meta.Segment) partialWatch {
+// asserts that while the copy is not whole and sealed no set names it, and
+// that it is not deleted while seg is short of RF 3 live replicas (dead
+// is the killed broker).
+func (c *cluster) watchPartial(spare, dead int, seg meta.Segment) partialWatch {
 	c.t.Helper()
 	var w partialWatch
 	seen := map[[2]uint64]bool{}
@@ -349,6 +424,8 @@ func (c *cluster) watchPartial(spare int, seg meta.Segment) partialWatch {
 			c.t.Fatalf("segment %s's set %v names broker %d whose copy is %+v (present %v): a partial copy counted as a replica", seg.ID, s.Replicas, spare, ci, has)
 		case s.HasReplica(meta.BrokerID(spare)):
 			w.replica = true
+		case !has && (!s.Sealed || len(s.Replicas) != 3 || s.HasReplica(meta.BrokerID(dead))):
+			c.t.Fatalf("broker %d's partial copy of %s was deleted while the set was %v (broker %d dead): under-replicated", spare, seg.ID, s.Replicas, dead)
 		case !has:
 			w.gone = true
 		}
@@ -368,9 +445,12 @@ func (c *cluster) watchPartial(spare int, seg meta.Segment) partialWatch {
 // names the spare while its copy is not whole, and the heal resumes it:
 // the segment's next backfill to the spare starts at the partial copy's
 // durable end (the spare's "backfill committed" line moves fewer bytes
-// than the copy's size) and the spare joins the set as a replica (or, had
-// the heal chosen another target, the partial copy is collected). It ends
-// with every segment at RF 3 and every copy audited.
+// than the copy's size: exactly its size less the partial copy's) and the
+// spare joins the set as a replica (or, had the heal chosen another
+// target, the partial copy is collected, never while the segment is short
+// of RF 3 live replicas). It ends with every segment at RF 3, every copy
+// audited and no live broker holding a copy outside its set (the killed
+// broker keeps its files: a dead broker is not probed).
 func TestNetPartitionLeavesPartialBackfill(t *testing.T) {
 	t.Parallel() // own namespaces and subnet: independent of every other test
 	c, leader, before := netClusterOpts(t, clusterOpts{n: 4, tick: "500ms",
@@ -417,14 +497,15 @@ func TestNetPartitionLeavesPartialBackfill(t *testing.T) {
 	if err := undo(); err != nil {
 		t.Fatal(err)
 	}
-	w := c.watchPartial(spare, seg)
+	w := c.watchPartial(spare, v, seg)
 	if !w.reported {
 		t.Fatalf("broker %d's partial copy of %s was never reported partial_backfill in the %d passes seen (last: %s)", spare, seg.ID, w.passes, w.seen)
 	}
 	if w.replica {
 		got := logged(c.b(spare), "backfill committed", seg.ID)
-		if len(got) != 1 || got[0] <= 0 || got[0] >= seg.ByteSize+40 {
-			t.Errorf("broker %d's committed backfills of %s moved %v bytes: want one that resumed the partial copy (%d of %d bytes on disk)", spare, seg.ID, got, partial, seg.ByteSize+40)
+		if len(got) != 1 || got[0] != seg.ByteSize+40-partial {
+			t.Errorf("broker %d's committed backfills of %s moved %v bytes: want one of %d, resuming at the partial copy's durable end (%d of %d bytes on disk)",
+				spare, seg.ID, got, seg.ByteSize+40-partial, partial, seg.ByteSize+40)
 		}
 		t.Logf("reported partial_backfill, then resumed as a replica: the backfill moved %v bytes onto the %d already there (%d in all)", got, partial, seg.ByteSize+40)
 	} else {
@@ -434,7 +515,18 @@ func TestNetPartitionLeavesPartialBackfill(t *testing.T) {
 		r, _, _ := c.leaderPass()
 		return r.LeftoverCopies == 0 && len(r.LeftoverErrors) == 0
 	})
-	c.netFinal(before, holds(v))
+	after := c.netFinal(before, holds(v))
+	for _, b := range c.brokers {
+		files, err := b.CopyFiles()
+		if err != nil || !c.alive(b.id) {
+			continue // the killed broker keeps its files: it is not probed
+		}
+		for id := range files {
+			if s, ok := after.Segment(id); ok && !s.HasReplica(meta.BrokerID(b.id)) {
+				t.Errorf("live broker %d still holds a copy of %s outside its set %v", b.id, id, s.Replicas)
+			}
+		}
+	}
 }
 
 // metadataOrFail is broker id's metadata; it fails the test on an error.
