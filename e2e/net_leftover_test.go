@@ -21,7 +21,7 @@ import (
 // replica by a backfill that resumes it) once the partition heals.
 
 // netLeftoverDelay is the heal's leftover_delay in these tests.
-const netLeftoverDelay = 3 * time.Second
+const netLeftoverDelay = 5 * time.Second
 
 // leaderPass is the leader's last heal pass as /v1/status serves it:
 // the report, the pass's number and the broker that ran it (0 when no
@@ -169,15 +169,18 @@ func (c *cluster) watchReturn(f int, held []meta.SegmentID, healed time.Time) *r
 	return w
 }
 
-// unconfirmedReplica pauses broker r (SIGSTOP), a replica of every
-// segment of held, from now until the leftover delay has passed since
-// reportedAt (the moment, measured from healed, the caller saw broker f's
-// leftovers reported) and one second more, then resumes it. Meanwhile no
-// copy of held may leave broker f: a replica's broker that does not answer
-// is not confirmed, so its segment's leftovers must wait. It FAILS when
-// no pass of the leader listed r suspect (the pause did not reach the
-// heal) or listed it dead (the pause outlasted the grace delay).
-func (c *cluster) unconfirmedReplica(r, f, lead int, held []meta.SegmentID, healed time.Time, reportedAt time.Duration) {
+// unconfirmedReplica pauses broker r (SIGSTOP) until every copy of off
+// (segments without a replica on r) is gone from broker f, and at least
+// until the leftover delay and one second more have passed since
+// reportedAt (measured from healed, when the caller saw f's leftovers
+// reported), then resumes it. Meanwhile no copy of on (segments with a
+// replica on r) may leave f: a replica's broker that does not answer is
+// not confirmed, so its segment's leftovers wait, while the others are
+// collected once the delay has passed. It FAILS when no pass of the
+// leader listed r suspect (the pause did not reach the heal), when one
+// listed it dead (the pause outlasted the grace delay) or when off is not
+// collected within limit of pause.
+func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, healed time.Time, reportedAt, limit time.Duration) {
 	c.t.Helper()
 	if err := c.b(r).Pause(); err != nil {
 		c.t.Fatal(err)
@@ -191,7 +194,11 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, held []meta.SegmentID, heal
 	paused := time.Now()
 	suspect := 0
 	seen := map[uint64]bool{}
-	for time.Since(healed) < reportedAt+netLeftoverDelay+time.Second {
+	gone := map[meta.SegmentID]time.Duration{}
+	for len(gone) < len(off) || time.Since(healed) < reportedAt+netLeftoverDelay+time.Second {
+		if time.Since(paused) > limit {
+			c.t.Fatalf("broker %d paused %v: only %d of the %d copies on broker %d of segments without a replica on it were collected (%v)", r, limit, len(gone), len(off), f, gone)
+		}
 		time.Sleep(20 * time.Millisecond)
 		rep, pass, l := c.leaderPass(lead)
 		if l != 0 && !seen[pass] {
@@ -207,9 +214,17 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, held []meta.SegmentID, heal
 		if cps == nil {
 			continue
 		}
-		for _, id := range held {
+		for _, id := range on {
 			if _, ok := cps[id]; !ok {
 				c.t.Fatalf("broker %d's copy of %s deleted %v after the partition healed, while broker %d, a replica of it, was paused (not confirmed)", f, id, time.Since(healed), r)
+			}
+		}
+		for _, id := range off {
+			if _, ok := cps[id]; !ok && gone[id] == 0 {
+				gone[id] = time.Since(healed)
+				if gone[id] < netLeftoverDelay {
+					c.t.Fatalf("broker %d's copy of %s gone %v after the partition healed, before leftover_delay %v", f, id, gone[id], netLeftoverDelay)
+				}
 			}
 		}
 	}
@@ -220,26 +235,60 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, held []meta.SegmentID, heal
 	if suspect == 0 {
 		c.t.Fatalf("no pass of the %d seen listed the paused broker %d suspect: the pause did not reach the heal", len(seen), r)
 	}
-	c.t.Logf("broker %d paused %v (until %v after the partition healed): %d passes listed it suspect, none dead; broker %d kept all %d copies",
-		r, time.Since(paused).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond), suspect, f, len(held))
+	first := time.Duration(1 << 62)
+	for _, d := range gone {
+		first = min(first, d)
+	}
+	c.t.Logf("broker %d paused %v (until %v after the partition healed; %d passes listed it suspect, none dead): broker %d kept its %d copies of segments on it, "+
+		"its %d others were collected from %v after the partition healed",
+		r, time.Since(paused).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond), suspect, f, len(on), len(off), first.Round(time.Millisecond))
 }
 
-// TestNetPartitionLeavesReturnedCopies isolates a follower past the
-// grace delay (its replicas are replaced on the majority side), then
-// heals the partition: the leader reports every copy the returning broker
-// still holds as a returned_broker leftover, no replica set names it
-// again and `malachi status` counts none of them under COPIES; no copy is
-// deleted before leftover_delay (3 s) after the partition healed, nor
-// while a replica of its segment does not answer (one is paused, within
-// the 10 s grace delay, until the delay has passed: FAILS when no pass
-// saw it suspect), nor while its segment is short of RF 3 (sampled on
-// every poll); then all of them are collected
-// (gone from its /v1/copies) and every segment is at RF 3 with every copy
-// audited. It FAILS when the isolation replaced nothing or the broker
-// came back without its copies (the fault did not happen).
+// splitBy picks a broker r, neither f nor the leader, such that some
+// segments of held have a replica on r in snap (on) and some do not
+// (off), the most even split of those brokers; it fails the test when no
+// broker splits them.
+func (c *cluster) splitBy(snap meta.Snapshot, held []meta.SegmentID, f, leader int) (r int, on, off []meta.SegmentID) {
+	for _, b := range snap.Brokers {
+		if int(b.ID) == f || int(b.ID) == leader {
+			continue
+		}
+		var bon, boff []meta.SegmentID
+		for _, id := range held {
+			if s, _ := snap.Segment(id); s.HasReplica(b.ID) {
+				bon = append(bon, id)
+			} else {
+				boff = append(boff, id)
+			}
+		}
+		if min(len(bon), len(boff)) > min(len(on), len(off)) {
+			r, on, off = int(b.ID), bon, boff
+		}
+	}
+	if r == 0 {
+		c.t.Fatalf("no broker but %d and the leader %d splits the sets of %v in %+v", f, leader, held, snap.Segments)
+	}
+	return r, on, off
+}
+
+// TestNetPartitionLeavesReturnedCopies isolates a follower of five
+// brokers past the grace delay (15 s; its replicas are replaced on the
+// majority side), then heals the partition. The leader reports every copy
+// the returning broker still holds as a returned_broker leftover; no
+// replica set names it again and `malachi status` counts none of them
+// under COPIES. Then a replica r of some of those segments is paused
+// (within the grace delay: suspect, never dead): the copies of segments
+// without a replica on r are collected, none before leftover_delay (5 s)
+// after the partition healed, while those of segments on r are kept until
+// r answers again (a member not confirmed). After r resumes, the rest are
+// collected, each only while its segment is sealed at RF 3 (sampled on
+// every poll), gone from the broker's /v1/copies; every segment ends at
+// RF 3 with every copy audited. It FAILS when the isolation replaced
+// nothing, the broker came back without its copies, or no pass saw r
+// suspect (a fault that did not happen).
 func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 	t.Parallel() // own namespaces and subnet: independent of every other test
-	c, leader, before := netClusterOpts(t, clusterOpts{n: 4, grace: "10s", extra: fmt.Sprintf("leftover_delay = %q\n", netLeftoverDelay.String())}, 16)
+	c, leader, before := netClusterOpts(t, clusterOpts{n: 5, grace: "15s", extra: fmt.Sprintf("leftover_delay = %q\n", netLeftoverDelay.String())}, 16)
 	f := victim(c, before, leader)
 	var held []meta.SegmentID
 	for _, s := range before.Segments {
@@ -279,16 +328,11 @@ func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 		t.Fatalf("broker %d's copies were deleted before the leader reported all %d of them returned_broker", f, len(held))
 	}
 	reportedAt := time.Since(healed)
-	var r int // a replica of every segment f held: the sets are the three others
-	for _, b := range c.brokers {
-		if b.id != f && b.id != leader {
-			r = b.id
-		}
-	}
-	c.unconfirmedReplica(r, f, leader, held, healed, reportedAt)
 	if n := c.statusCopies(leader, f); n != countOn(cut, f) {
 		t.Errorf("malachi status: broker %d COPIES %d while it holds %d returned copies and %d replicas: a leftover counted as a replica", f, n, len(held), countOn(cut, f))
 	}
+	r, on, off := c.splitBy(cut, held, f, leader)
+	c.unconfirmedReplica(r, f, leader, on, off, healed, reportedAt, 12*time.Second)
 	w := c.watchReturn(f, held, healed)
 	first := time.Duration(1 << 62)
 	for _, d := range w.gone {
