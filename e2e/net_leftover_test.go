@@ -182,6 +182,8 @@ func (c *cluster) watchReturn(f int, held []meta.SegmentID, healed time.Time) *r
 // collected within limit of pause.
 func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, healed time.Time, reportedAt, limit time.Duration) {
 	c.t.Helper()
+	gone := map[meta.SegmentID]time.Duration{}
+	c.keptWhilePaused(f, 0, on, off, gone, healed) // before the pause
 	if err := c.b(r).Pause(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -194,7 +196,6 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, h
 	paused := time.Now()
 	suspect := 0
 	seen := map[uint64]bool{}
-	gone := map[meta.SegmentID]time.Duration{}
 	for len(gone) < len(off) || time.Since(healed) < reportedAt+netLeftoverDelay+time.Second {
 		if time.Since(paused) > limit {
 			c.t.Fatalf("broker %d paused %v: only %d of the %d copies on broker %d of segments without a replica on it were collected (%v)", r, limit, len(gone), len(off), f, gone)
@@ -210,23 +211,7 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, h
 				c.t.Fatalf("pass %d listed the paused broker %d dead %v after the pause: it outlasted the grace delay", pass, r, time.Since(paused))
 			}
 		}
-		cps := c.copiesOf(f)
-		if cps == nil {
-			continue
-		}
-		for _, id := range on {
-			if _, ok := cps[id]; !ok {
-				c.t.Fatalf("broker %d's copy of %s deleted %v after the partition healed, while broker %d, a replica of it, was paused (not confirmed)", f, id, time.Since(healed), r)
-			}
-		}
-		for _, id := range off {
-			if _, ok := cps[id]; !ok && gone[id] == 0 {
-				gone[id] = time.Since(healed)
-				if gone[id] < netLeftoverDelay {
-					c.t.Fatalf("broker %d's copy of %s gone %v after the partition healed, before leftover_delay %v", f, id, gone[id], netLeftoverDelay)
-				}
-			}
-		}
+		c.keptWhilePaused(f, r, on, off, gone, healed)
 	}
 	resumed = true
 	if err := c.b(r).Resume(); err != nil {
@@ -242,6 +227,32 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, h
 	c.t.Logf("broker %d paused %v (until %v after the partition healed; %d passes listed it suspect, none dead): broker %d kept its %d copies of segments on it, "+
 		"its %d others were collected from %v after the partition healed",
 		r, time.Since(paused).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond), suspect, f, len(on), len(off), first.Round(time.Millisecond))
+}
+
+// keptWhilePaused reads broker f's copies once: a copy of on or off gone
+// sooner than the leftover delay after healed fails the test, as does a
+// copy of on gone while broker r (0: none yet) is paused; gone records
+// when each copy of off was first seen gone.
+func (c *cluster) keptWhilePaused(f, r int, on, off []meta.SegmentID, gone map[meta.SegmentID]time.Duration, healed time.Time) {
+	c.t.Helper()
+	cps := c.copiesOf(f)
+	if cps == nil {
+		return
+	}
+	for _, id := range slices.Concat(on, off) {
+		if _, ok := cps[id]; ok || gone[id] != 0 {
+			continue
+		}
+		d := time.Since(healed)
+		switch {
+		case d < netLeftoverDelay:
+			c.t.Fatalf("broker %d's copy of %s gone %v after the partition healed, before leftover_delay %v (it returned with the partition's heal: no sighting of it as a leftover can be older)",
+				f, id, d, netLeftoverDelay)
+		case slices.Contains(on, id):
+			c.t.Fatalf("broker %d's copy of %s deleted %v after the partition healed, while broker %d, a replica of it, was paused (not confirmed)", f, id, d, r)
+		}
+		gone[id] = d
+	}
 }
 
 // splitBy picks a broker r, neither f nor the leader, such that some
@@ -325,7 +336,8 @@ func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 		return reported || len(c.copiesOf(f)) < len(held)
 	})
 	if !reported {
-		t.Fatalf("broker %d's copies were deleted before the leader reported all %d of them returned_broker", f, len(held))
+		t.Fatalf("broker %d's copies were deleted %v after the partition healed, before the leader reported all %d of them returned_broker (leftover_delay %v)",
+			f, time.Since(healed), len(held), netLeftoverDelay)
 	}
 	reportedAt := time.Since(healed)
 	if n := c.statusCopies(leader, f); n != countOn(cut, f) {
