@@ -308,6 +308,11 @@ func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 		}
 	}
 	undo := c.undoLater(c.net().Isolate(f))
+	// What the leader last reported of broker f before it went silent (a
+	// leftover seen then is remembered while f is silent).
+	if r, pass, _ := c.leaderPass(leader); len(r.Leftovers) > 0 {
+		t.Logf("at the cut, the leader's pass %d (index %d) listed leftovers %+v", pass, r.Index, r.Leftovers)
+	}
 	cut := c.healedOff(leader, map[meta.BrokerID]bool{meta.BrokerID(f): true}, 60*time.Second, "segments healed off the isolated follower")
 	files, err := c.b(f).CopyFiles()
 	if err != nil {
