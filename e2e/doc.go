@@ -56,6 +56,16 @@
 //     heal completes, nothing is refused for credentials.
 //   - TestInsecureModeSaysSo: insecure = true is in the log, the metric,
 //     /v1/status and `malachi status`.
+//   - The network tests (net_test.go, net_leftover_test.go: brokers in
+//     network namespaces of their own, root only) each end with every
+//     segment at RF 3 and every copy audited. TestNetPartitionLeaves-
+//     ReturnedCopies: a follower isolated past the grace delay comes back
+//     holding copies reported returned_broker (never in a set, never under
+//     COPIES), collected after leftover_delay, and not while a replica of
+//     their segment is paused. TestNetPartitionLeavesPartialBackfill: a
+//     partition that cuts a throttled backfill leaves a partial copy,
+//     reported partial_backfill, never a replica while short, then resumed
+//     at its durable end.
 //
 // Invariants of the harness: every process a test starts is killed in its
 // cleanup, even on failure, and a failing test prints the tail of each

@@ -377,33 +377,7 @@ func TestNetPartitionCutsBackfill(t *testing.T) {
 		}
 	}
 	c.kill(v)
-	// Bytes moving: a copy on the spare short of its sealed size that grew
-	// between two looks.
-	partial := func() (meta.Segment, int64) {
-		for _, s := range segs {
-			if s.HasReplica(meta.BrokerID(spare)) {
-				continue
-			}
-			p, err := c.b(spare).CopyPath(s.ID)
-			if err != nil {
-				continue
-			}
-			if fi, err := os.Stat(p); err == nil && fi.Size() > 0 && fi.Size() < s.ByteSize+40 {
-				return s, fi.Size()
-			}
-		}
-		return meta.Segment{}, 0
-	}
-	var seg meta.Segment
-	var was int64
-	c.eventually(60*time.Second, "bytes moving to the spare", func() bool {
-		s, n := partial()
-		if s.ID != "" && s.ID == seg.ID && n > was {
-			return true
-		}
-		seg, was = s, n
-		return false
-	})
+	seg := c.strikeBackfill(spare, segs) // bytes moving to the spare
 	undo := c.undoLater(c.net().Isolate(spare))
 	p, _ := c.b(spare).CopyPath(seg.ID)
 	fi, err := os.Stat(p)
