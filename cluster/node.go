@@ -183,13 +183,26 @@ func Open(cfg Config) (*Node, error) {
 
 // openTransport binds cfg.Addr: raft's NetworkTransport over mutual TLS
 // (tlsStream) with cfg.TLS, its plain TCP transport with cfg.Insecure.
+//
+// Both replicate without pipelining (MaxRPCsInFlight 1): with hashicorp/raft
+// 1.8's default of 2, both of the pipeline's channels are unbuffered, and a
+// follower's Success=false ends the leader's decoder while its sender can
+// still issue one more send, which then waits on the decoder forever; the
+// pipeline is closed only by that sender, so replication to that follower
+// stops for good (heartbeats go on, so no election heals it) and
+// Raft.Shutdown waits for it forever. Seen here as a cluster test that hung
+// in Node.Close for 11 minutes (goroutine dump: netPipeline.AppendEntries
+// blocked on inprogressCh, decodeResponses on doneCh). Synchronous
+// AppendEntries cost nothing measurable at our command rates.
 func openTransport(cfg Config, g *gate, hlog hclog.Logger) (*raft.NetworkTransport, error) {
 	if cfg.Insecure {
 		adv, err := net.ResolveTCPAddr("tcp", cfg.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: Addr %q: %w", cfg.Addr, err)
 		}
-		nt, err := raft.NewTCPTransportWithLogger(cfg.Addr, adv, 3, 10*time.Second, hlog)
+		nt, err := raft.NewTCPTransportWithConfig(cfg.Addr, adv, &raft.NetworkTransportConfig{
+			MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog, MaxRPCsInFlight: 1,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: listen on Addr %q: %w", cfg.Addr, err)
 		}
@@ -200,7 +213,7 @@ func openTransport(cfg Config, g *gate, hlog hclog.Logger) (*raft.NetworkTranspo
 		return nil, fmt.Errorf("cluster: listen on Addr %q: %w", cfg.Addr, err)
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
+		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog, MaxRPCsInFlight: 1,
 	}), nil
 }
 
