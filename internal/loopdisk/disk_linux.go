@@ -201,8 +201,21 @@ func (l *Disk) Unmount() error {
 
 // Fsck runs e2fsck -f -y on the unmounted device. Exit status 1 (errors
 // corrected) is success; its output is returned either way.
+//
+// A device "in use" after its umount is held by a mount namespace that
+// copied the mount while it was up (any `ip netns exec` or `unshare -m` of
+// the moment, on this machine): such a holder is short-lived, so e2fsck is
+// tried again, up to 20 times 250 ms apart, before the error is returned.
 func (l *Disk) Fsck() (string, error) {
-	out, err := exec.Command("e2fsck", "-f", "-y", l.Dev).CombinedOutput()
+	var out []byte
+	var err error
+	for try := 0; ; try++ {
+		out, err = exec.Command("e2fsck", "-f", "-y", l.Dev).CombinedOutput()
+		if err == nil || try == 19 || !strings.Contains(string(out), "is in use") {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() == 1 {
 		err = nil

@@ -61,9 +61,11 @@ func run(stdin string, args ...string) error {
 	return nil
 }
 
-// inNS prefixes a command with `ip netns exec ns`.
+// inNS prefixes a command to run in namespace ns: nsenter into its network
+// namespace only (see Prefix: `ip netns exec` would also copy every mount
+// of the moment into a mount namespace of its own while the command runs).
 func inNS(ns string, args ...string) []string {
-	return append([]string{"ip", "netns", "exec", ns}, args...)
+	return append([]string{"nsenter", "--net=/run/netns/" + ns, "--"}, args...)
 }
 
 // New claims a free subnet and makes the bridge namespace, one namespace
