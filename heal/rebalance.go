@@ -25,11 +25,13 @@ import (
 // replica, SetReplicas with the target in the donor's place, then
 // DeleteDroppedCopy of the donor's copy), of a sealed segment at its
 // factor that is not in trouble and has nothing else planned this pass,
-// to a broker that holds no copy of it (nor a leftover), never lowering
-// the set's rack count. Greedy and deterministic: the donor is the most
-// loaded by relative excess (ties by id), the receiver the least loaded;
-// among a bounded number of the donor's segments the one that lowers the
-// potential
+// to a broker that holds no copy of it, never lowering the set's rack
+// count. A leftover copy of it on the receiver (a returned broker's) is
+// not in the way: as for healing, the move's backfill resumes at its
+// durable end and verifies it, and the leftover becomes the new replica.
+// Greedy and deterministic: the donor is the most loaded by relative
+// excess (ties by id); among a bounded number of the donor's segments and
+// every receiver, the move that lowers the potential
 //
 //	Phi = sum over brokers ((count-mean)/bound)^2 + ((bytes-mean)/bound)^2
 //
@@ -262,7 +264,7 @@ func (p *Planner) bestMove(view *meta.View, in Input, b *balance, d int, receive
 			if delta >= bestD || (delta == bestD && best != nil) {
 				continue
 			}
-			if !p.racksKept(seg.Replicas, dn.id, tn.id) || p.leftoverOn(in, tn, seg.ID) {
+			if !p.racksKept(seg.Replicas, dn.id, tn.id) {
 				continue
 			}
 			best, bestT, bestD = seg, t, delta
@@ -284,12 +286,4 @@ func (p *Planner) racksKept(set []meta.BrokerID, d, t meta.BrokerID) bool {
 		next = append(next, r)
 	}
 	return p.racks(next) >= p.racks(set)
-}
-
-// leftoverOn reports whether n's report lists a leftover copy of seg.
-func (p *Planner) leftoverOn(in Input, n *node, seg meta.SegmentID) bool {
-	if n.report < 0 {
-		return false
-	}
-	return slices.ContainsFunc(in.Reports[n.report].Leftovers, func(l Leftover) bool { return l.Segment == seg })
 }

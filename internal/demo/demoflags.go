@@ -337,6 +337,11 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
+	if o.Nemesis != "" {
+		// The nemesis checks that replica sets change only for losses
+		// (checkSetChanges); the rebalancer's moves are not losses.
+		extra.WriteString("rebalance = false\n")
+	}
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
 		Hosts: o.Nemesis != "" && !o.NemesisNoNet}
