@@ -225,10 +225,14 @@
 //  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
 //     in Report.AuthFailed on every such pass, counts as seen (never dead
 //     for it), and, having no report, is neither a source nor a target.
-//  10. A move never records a set with fewer members than the replication
-//     factor, never adds a decommissioning broker, and deletes the moved
-//     copy only after the set leaving it out is recorded
-//     (TestDecommissionNeverBelowFactor).
+//  10. A move (a decommission's or the rebalancer's) never records a set
+//     with fewer members than the replication factor, never adds a
+//     decommissioning broker, and deletes the moved copy only after the
+//     set leaving it out is recorded (TestDecommissionNeverBelowFactor).
+//  11. The rebalancer plans nothing while anything is under-replicated,
+//     failed, lost, deferred, suspect or held, or healing planned a
+//     backfill; every move it plans strictly lowers its potential
+//     (TestRebalanceConvergesWithoutPingPong).
 //
 // With the build tag invariants (go test -tags invariants), every Step
 // also checks the plan against its view (invariants_on.go): no set names

@@ -141,7 +141,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 			break
 		}
 		switch a.Op {
-		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy, MoveReplica:
+		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy, MoveReplica, RebalanceReplica:
 			x.run(i, []meta.BrokerID{a.Target, a.Source}, x.backfill)
 		case SetReplicas, SettleOverrun, ConfirmCopy, DeleteDroppedCopy, ReportFailed, DeleteLeftoverCopy:
 		default:

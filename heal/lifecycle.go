@@ -203,7 +203,7 @@ func (p *Planner) decommission(view *meta.View, in Input, hold bool, plan *Plan,
 			case hold:
 				reason = DrainHeld
 			default:
-				reason = p.move(view, seg, b.ID, in, plan, backfills)
+				reason = p.move(view, seg, b.ID, in, plan, backfills, MoveReplica, nil)
 			}
 			if reason == "" {
 				d.Moving++
@@ -243,8 +243,9 @@ func (p *Planner) troubledReason(t *trouble, rep *Report) string {
 // returns "" or the reason it cannot move this pass. A set above the
 // replication factor merely drops d; otherwise the new replica is added,
 // verified and recorded before d's copy is dropped, so the set never has
-// fewer than the replication factor.
-func (p *Planner) move(view *meta.View, seg *meta.Segment, d meta.BrokerID, in Input, plan *Plan, backfills *int) string {
+// fewer than the replication factor. op names the backfill (MoveReplica,
+// RebalanceReplica); want, when not nil, further restricts the target.
+func (p *Planner) move(view *meta.View, seg *meta.Segment, d meta.BrokerID, in Input, plan *Plan, backfills *int, op Op, want func(*node) bool) string {
 	rf := view.ReplicationFactor()
 	pol := in.Policy
 	rep := &plan.Report
@@ -280,6 +281,9 @@ func (p *Planner) move(view *meta.View, seg *meta.Segment, d meta.BrokerID, in I
 				return false
 			}
 		}
+		if want != nil && !want(n) {
+			return false
+		}
 		if capped(n) {
 			capHit = true
 			return false
@@ -298,7 +302,7 @@ func (p *Planner) move(view *meta.View, seg *meta.Segment, d meta.BrokerID, in I
 		return DrainRackConstraint
 	}
 	s, n := &p.pl.nodes[src], &p.pl.nodes[target]
-	plan.Actions = append(plan.Actions, Action{Op: MoveReplica, Segment: *seg, Target: n.id, Source: s.id, Replaces: d})
+	plan.Actions = append(plan.Actions, Action{Op: op, Segment: *seg, Target: n.id, Source: s.id, Replaces: d})
 	n.busy++
 	s.busy++
 	*backfills++
@@ -347,6 +351,9 @@ func lifecycleString(r *Report) string {
 	}
 	for _, d := range r.Decommission {
 		s += fmt.Sprintf(" decommission_%d_left=%d", d.Broker, d.Segments)
+	}
+	if rb := r.Rebalance; rb != nil && (rb.Moves > 0 || !rb.Balanced) {
+		s += fmt.Sprintf(" rebalance_moves=%d rebalance_outside=%d", rb.Moves, rb.Outside)
 	}
 	open := 0
 	for _, m := range r.Maintenance {

@@ -87,12 +87,14 @@ type node struct {
 	// up: answered this tick (a source and a target); dead: unseen for
 	// longer than the grace delay. Neither: suspect.
 	up, dead bool
-	recent   bool // seen within the grace delay
-	decom    bool // decommissioning: never a target (lifecycle.go)
-	maint    bool // in a maintenance window and not up: not dead, not suspect
-	load     int  // replicas held, plus those placed this pass
-	busy     int  // backfills planned this pass as source or target
-	report   int  // index of its report in the pass's input, -1 none
+	recent   bool  // seen within the grace delay
+	decom    bool  // decommissioning: never a target (lifecycle.go)
+	maint    bool  // in a maintenance window and not up: not dead, not suspect
+	load     int   // replicas held, plus those placed this pass
+	busy     int   // backfills planned this pass as source or target
+	held     int   // replicas of sealed segments held (rebalance.go)
+	bytes    int64 // their bytes
+	report   int   // index of its report in the pass's input, -1 none
 }
 
 // placer holds the brokers of a pass and the scratch buffers of placement,

@@ -94,10 +94,16 @@ const (
 	// broker (see lifecycle.go): add, verify, record (SetReplicas), then
 	// drop (DeleteDroppedCopy).
 	MoveReplica
+	// RebalanceReplica is a MoveReplica made by the rebalancer (see
+	// rebalance.go): Target, a new replica on a less loaded broker, is
+	// backfilled from Source to take the place of Replaces, a healthy
+	// replica on a more loaded one; then SetReplicas, then
+	// DeleteDroppedCopy, as for a move.
+	RebalanceReplica
 )
 
 var opNames = [...]string{"unknown", "replace_dead_replica", "replace_latched_copy", "add_missing_replica",
-	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy", "delete_leftover_copy", "move_replica"}
+	"resume_short_copy", "set_replicas", "settle_overrun", "confirm_copy", "delete_dropped_copy", "report_failed", "replace_corrupt_copy", "delete_leftover_copy", "move_replica", "rebalance_replica"}
 
 // String returns the snake_case name of o.
 func (o Op) String() string {
@@ -123,7 +129,7 @@ func (o *Op) UnmarshalText(b []byte) error {
 
 // IsBackfill reports whether o copies bytes to Target.
 func (o Op) IsBackfill() bool {
-	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy || o == ReplaceCorruptCopy || o == MoveReplica
+	return o == ReplaceDeadReplica || o == ReplaceLatchedCopy || o == AddMissingReplica || o == ResumeShortCopy || o == ReplaceCorruptCopy || o == MoveReplica || o == RebalanceReplica
 }
 
 // Reason says why a segment could not be healed.
@@ -389,7 +395,24 @@ type Policy struct {
 	// 1); the admin API puts it in each meta.SetBrokerMode, whose state
 	// machine enforces it. The planner does not read it.
 	MaxMaintenance int `json:"max_maintenance,omitempty"`
+	// Rebalance turns on the rebalancer (rebalance.go): with nothing
+	// more urgent planned, replicas move from the most to the least
+	// loaded brokers until each is within 10% of the mean by count and
+	// by bytes. RebalanceMoves bounds its moves per pass (zero: 8), within
+	// MaxBackfills and MaxBackfillsPerBroker.
+	Rebalance      bool `json:"rebalance,omitempty"`
+	RebalanceMoves int  `json:"rebalance_moves,omitempty"`
 }
+
+func (p Policy) rebalanceMoves() int {
+	if p.RebalanceMoves <= 0 {
+		return DefaultRebalanceMoves
+	}
+	return p.RebalanceMoves
+}
+
+// DefaultRebalanceMoves is Policy.RebalanceMoves when zero.
+const DefaultRebalanceMoves = 8
 
 func (p Policy) refuseAfter() int {
 	if p.RefuseAfter == 0 {
@@ -408,7 +431,7 @@ func (p Policy) avoidPasses() int {
 // DefaultPolicy returns the policy an operator gets without configuring
 // one.
 func DefaultPolicy() Policy {
-	return Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256, MaxMaintenance: 1}
+	return Policy{Grace: 10 * time.Second, SettleBatch: 64, MaxBackfillsPerBroker: 8, MaxBackfills: 256, MaxMaintenance: 1, Rebalance: true}
 }
 
 // Validate checks the policy; its errors name the field and the value.
@@ -436,6 +459,9 @@ func (p Policy) Validate() error {
 	}
 	if p.AvoidPasses < 0 {
 		return fmt.Errorf("%w: policy avoid_passes %d is negative", ErrInvalid, p.AvoidPasses)
+	}
+	if p.RebalanceMoves < 0 {
+		return fmt.Errorf("%w: policy rebalance_moves %d is negative", ErrInvalid, p.RebalanceMoves)
 	}
 	return nil
 }

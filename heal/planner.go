@@ -158,6 +158,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	}
 	slices.Sort(plan.Lost)
 	p.decommission(view, in, hold, &plan, &backfills)
+	p.rebalance(view, in, hold, &plan, &backfills)
 	p.settle(in, &plan)
 	// The scratch keeps no pointer into the view: an old view's chunks
 	// must not outlive the pass (they would once the table copies them).
@@ -376,6 +377,10 @@ func (p *Planner) scan(view *meta.View) (active int) {
 			}
 			n := &nodes[j]
 			n.load++
+			if seg.Sealed {
+				n.held++
+				n.bytes += seg.ByteSize
+			}
 			ok = ok && n.up
 		}
 		if !seg.Sealed {

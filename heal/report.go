@@ -97,7 +97,8 @@ type Report struct {
 	// Failed say what the control plane made of them.
 	Ready []meta.SetSegmentReplicas `json:"ready,omitempty"`
 	// Moved lists the segments whose replica set was recorded by a
-	// decommission's move (MoveReplica): moved, not healed.
+	// decommission's move (MoveReplica) or the rebalancer's
+	// (RebalanceReplica): moved, not healed.
 	Moved []meta.SegmentID `json:"moved,omitempty"`
 	// Decommission is the progress of each decommissioning broker, by
 	// id; Maintenance the brokers in a maintenance window, and
@@ -105,6 +106,10 @@ type Report struct {
 	Decommission     []Drain            `json:"decommission,omitempty"`
 	Maintenance      []Maintenance      `json:"maintenance,omitempty"`
 	MaintenanceFloor []MaintenanceFloor `json:"maintenance_floor,omitempty"`
+	// Rebalance is what the rebalancer saw and planned (rebalance.go);
+	// nil when Policy.Rebalance is off. Its moves, once recorded, are in
+	// Moved.
+	Rebalance *Rebalance `json:"rebalance,omitempty"`
 	// Events are the changes of the core's memory this pass made (see
 	// Event), in the order made.
 	Events []Event `json:"events,omitempty"`
@@ -292,7 +297,7 @@ func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, comma
 		switch {
 		case a.Op == ResumeShortCopy && out.Result == Succeeded:
 			rep.Resumed = append(rep.Resumed, ref)
-		case a.Op == SetReplicas && out.Result == Succeeded && a.Replaces != 0: // a decommission's move
+		case a.Op == SetReplicas && out.Result == Succeeded && a.Replaces != 0: // a decommission's or the rebalancer's move
 			rep.Moved = append(rep.Moved, a.Segment.ID)
 		case a.Op == SetReplicas && out.Result == Succeeded:
 			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {

@@ -73,6 +73,12 @@ type Config struct {
 	// admin API refuses `malachi maintenance` for one more (the metadata's
 	// state machine decides, meta.SetBrokerMode).
 	MaxMaintenance int `toml:"max_maintenance"`
+	// Rebalance turns on the rebalancer: with nothing more urgent to do,
+	// replicas move (add, verify, record, drop) from the most to the least
+	// loaded brokers until each is within 10% of the mean by count and by
+	// bytes; RebalanceMoves bounds its moves per pass (at least 1).
+	Rebalance      bool `toml:"rebalance"`
+	RebalanceMoves int  `toml:"rebalance_moves"`
 	// BackfillTimeout bounds one backfill transfer.
 	BackfillTimeout time.Duration `toml:"backfill_timeout"`
 	// ScrubInterval is the pause between two full scrub cycles, each
@@ -107,6 +113,8 @@ func DefaultConfig() Config {
 		BackfillBytesPerSecond: 0,
 		BackfillTimeout:        2 * time.Minute,
 		MaxMaintenance:         1,
+		Rebalance:              true,
+		RebalanceMoves:         8, // heal.DefaultRebalanceMoves
 		ScrubInterval:          time.Hour,
 		ScrubBytesPerSecond:    32 << 20,
 		ProbeEngine:            "auto",
@@ -155,7 +163,7 @@ func (c Config) Validate() error {
 	ints := []struct {
 		key string
 		v   int
-	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"pass_backfills", c.PassBackfills}, {"max_maintenance", c.MaxMaintenance}}
+	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"pass_backfills", c.PassBackfills}, {"max_maintenance", c.MaxMaintenance}, {"rebalance_moves", c.RebalanceMoves}}
 	for _, n := range ints {
 		if n.v < 1 {
 			return bad(n.key, n.v, "want at least 1")

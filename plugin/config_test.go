@@ -47,6 +47,7 @@ func TestConfigValidateNamesKeyAndValue(t *testing.T) {
 		{"engine", func(c *Config) { c.ProbeEngine = "epoll" }, `heal.probe_engine = "epoll"`},
 		{"fsync engine", func(c *Config) { c.FsyncEngine = "" }, `heal.fsync_engine = ""`},
 		{"max maintenance", func(c *Config) { c.MaxMaintenance = 0 }, `heal.max_maintenance = 0: want at least 1`},
+		{"rebalance moves", func(c *Config) { c.RebalanceMoves = 0 }, `heal.rebalance_moves = 0: want at least 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig(t)

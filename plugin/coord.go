@@ -146,7 +146,8 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 func (p *Plugin) newTerm() (*term, error) {
 	t := &term{}
 	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
-		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare, LeftoverDelay: p.cfg.LeftoverDelay, MaxMaintenance: p.cfg.MaxMaintenance}
+		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare, LeftoverDelay: p.cfg.LeftoverDelay, MaxMaintenance: p.cfg.MaxMaintenance,
+		Rebalance: p.cfg.Rebalance, RebalanceMoves: p.cfg.RebalanceMoves}
 	c, err := heal.NewCoordinator(heal.Config{
 		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
 		Policy: pol, Now: p.now, Tick: p.cfg.Tick, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,

@@ -55,6 +55,11 @@
 // meta.SetBrokerMode, whose state machine refuses one more; the planner
 // does not read it.
 //
+// heal.rebalance (default true) and heal.rebalance_moves (default 8, at
+// least 1) are heal.Policy.Rebalance and RebalanceMoves: after healing and
+// decommissions, replicas move from the most to the least loaded brokers
+// until each is within 10% of the mean by count and bytes.
+//
 // # Invariants
 //
 //  1. A disabled plugin (Config.Enabled false) creates no goroutine, no

@@ -60,8 +60,9 @@ type planAction struct {
 		Expected []meta.BrokerID `json:"expected"`
 		Replicas []meta.BrokerID `json:"replicas"`
 	} `json:"command"`
-	Reason string          `json:"reason"`
-	Copies []meta.BrokerID `json:"copies"`
+	Reason   string          `json:"reason"`
+	Copies   []meta.BrokerID `json:"copies"`
+	Replaces meta.BrokerID   `json:"replaces"`
 }
 
 func (a planAction) String() string {
@@ -77,6 +78,9 @@ func (a planAction) String() string {
 		fmt.Fprintf(&b, " %v -> %v", a.Command.Expected, a.Command.Replicas)
 	case a.Source != 0:
 		fmt.Fprintf(&b, " target=%d source=%d", a.Target, a.Source)
+		if a.Replaces != 0 {
+			fmt.Fprintf(&b, " replaces=%d", a.Replaces)
+		}
 		if a.From > 0 {
 			fmt.Fprintf(&b, " from byte %d of %d", a.From, a.Segment.ByteSize+store.FooterSize)
 		}
@@ -135,6 +139,9 @@ func writePlan(w io.Writer, p planDoc) {
 	}
 	if r.HoldReason != "" {
 		fmt.Fprintf(w, "HOLD: %s (the pass would place no new replica; malachi release lifts it)\n", r.HoldReason)
+	}
+	if r.Rebalance != nil {
+		fmt.Fprintf(w, "would %s\n", rebalanceLine(r.Rebalance))
 	}
 }
 

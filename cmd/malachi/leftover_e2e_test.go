@@ -84,7 +84,7 @@ func group(r admin.HealReport, b meta.BrokerID, cause string) (admin.LeftoverGro
 func TestLeftoverCopiesCollected(t *testing.T) {
 	malachid, _ := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 4, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second,
-		Raft: harness.DemoRaft(time.Second), HealExtra: `leftover_delay = "3s"`})
+		Raft: harness.DemoRaft(time.Second), HealExtra: "leftover_delay = \"3s\"\nrebalance = false"}) // the returned broker's replica count is asserted
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -290,6 +290,7 @@ var statusSections = []func(io.Writer, *clusterStatus){
 	writeSegments,
 	writeHeal,
 	func(w io.Writer, st *clusterStatus) { writeLifecycle(w, st.Heal, time.Now()) },
+	writeRebalance,
 }
 
 func writeStatus(w io.Writer, st *clusterStatus) {

@@ -44,6 +44,10 @@ type HealReport struct {
 	LeftoverBytes    int64           `json:"leftover_bytes"`
 	LeftoversDeleted []CopyRef       `json:"leftovers_deleted"`
 	LeftoverErrors   []HealFailure   `json:"leftover_errors"`
+	// Moved and Rebalance mirror heal.Report.Moved (sets recorded by a
+	// decommission's or the rebalancer's move) and heal.Report.Rebalance.
+	Moved     []meta.SegmentID `json:"moved"`
+	Rebalance *Rebalance       `json:"rebalance"`
 }
 
 // LeftoverGroup mirrors heal.LeftoverGroup with the cause as a string

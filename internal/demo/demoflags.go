@@ -16,7 +16,7 @@ import (
 
 // The demo's stages, in the order they run.
 var AllStages = []string{
-	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader",
+	"kill", "restart", "rebalance", "delete", "truncate", "extend", "bitflip", "latch", "leader",
 	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
 }
 
@@ -219,7 +219,7 @@ func (o *Options) validate() error {
 
 // reviving are the stages that restart every dead broker before they
 // inject their fault.
-var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost"}
+var reviving = []string{"rebalance", "pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost"}
 
 // infeasible says why stage st cannot heal on this cluster after the
 // stages before it, or "".
@@ -259,6 +259,10 @@ func (o *Options) infeasible(st string, before []string) string {
 		}
 		if live-1 <= o.Brokers/2 {
 			return fmt.Sprintf("killing the leader leaves %d of %d brokers: no quorum", live-1, o.Brokers)
+		}
+	case "rebalance":
+		if o.Brokers < o.RF+1 {
+			return fmt.Sprintf("emptying a broker (decommission) moves its replicas to a spare one: %d brokers for replication factor %d leave none", o.Brokers, o.RF)
 		}
 	case "pause", "diskfull", "readonly":
 		if live < o.RF+1 {
@@ -332,6 +336,11 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	}
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
+	}
+	if o.Nemesis != "" {
+		// The nemesis checks that replica sets change only for losses
+		// (checkSetChanges); the rebalancer's moves are not losses.
+		extra.WriteString("rebalance = false\n")
 	}
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,

@@ -47,6 +47,8 @@ func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 		return d.stageNoSpare(ctx)
 	case "lost":
 		return d.stageLost(ctx)
+	case "rebalance":
+		return d.stageRebalance(ctx)
 	}
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
 }
