@@ -17,7 +17,8 @@ import (
 // The demo's stages, in the order they run.
 var AllStages = []string{
 	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader",
-	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
+	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare",
+	"decommission", "maintenance", "lost",
 }
 
 // Options are the flags of `malachi demo`.
@@ -219,7 +220,7 @@ func (o *Options) validate() error {
 
 // reviving are the stages that restart every dead broker before they
 // inject their fault.
-var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost"}
+var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost", "decommission", "maintenance"}
 
 // infeasible says why stage st cannot heal on this cluster after the
 // stages before it, or "".
@@ -259,6 +260,14 @@ func (o *Options) infeasible(st string, before []string) string {
 		}
 		if live-1 <= o.Brokers/2 {
 			return fmt.Sprintf("killing the leader leaves %d of %d brokers: no quorum", live-1, o.Brokers)
+		}
+	case "decommission":
+		if live < o.RF+1 {
+			return fmt.Sprintf("the drained broker's replicas move to a spare broker: %d brokers for replication factor %d leave none", live, o.RF)
+		}
+	case "maintenance":
+		if live-1 <= o.Brokers/2 {
+			return fmt.Sprintf("with one of %d brokers stopped for maintenance the control plane has no quorum; want --brokers 3 or more", live)
 		}
 	case "pause", "diskfull", "readonly":
 		if live < o.RF+1 {

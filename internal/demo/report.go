@@ -124,8 +124,10 @@ type FaultReport struct {
 	// Destroyed: the lost stage's segments, with how they were reported.
 	// For that stage Healed means reported as required, not repaired.
 	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
-	Note      string             `json:"note,omitempty"`
-	Error     string             `json:"error,omitempty"`
+	// Lifecycle: the decommission and maintenance stages' figures.
+	Lifecycle *LifecycleFigures `json:"lifecycle,omitempty"`
+	Note      string            `json:"note,omitempty"`
+	Error     string            `json:"error,omitempty"`
 
 	healedAt time.Time // when the view that found it healed was taken
 }
