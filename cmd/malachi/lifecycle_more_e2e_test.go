@@ -112,6 +112,28 @@ func (lc *lifeCluster) sample(ctx context.Context) (passSample, bool) {
 	return passSample{Pass: st1.Passes, Rep: *st1.LastPass, Life: life, Start: start, End: st1.LastPassAt, Snap: snap, Read: read}, true
 }
 
+// watch samples the leader in a tight loop (a pass every tick must not
+// slip between two samples) until each says done, or fails after within
+// with each's last account.
+func (lc *lifeCluster) watch(within time.Duration, each func(s passSample) (bool, string)) {
+	lc.t.Helper()
+	deadline := time.Now().Add(within)
+	why := "no sample of the leader's status and metadata"
+	for {
+		if s, ok := lc.sample(context.Background()); ok {
+			done, w := each(s)
+			if done {
+				return
+			}
+			why = w
+		}
+		if time.Now().After(deadline) {
+			lc.t.Fatalf("after %v: %s", within, why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // passLog keeps every sample, and says which passes none was taken for.
 type passLog struct {
 	all   []passSample
@@ -165,6 +187,48 @@ func (l *passLog) requireAll(t *testing.T, what string) {
 	t.Logf("%s: every pass from %d to %d sampled (%d passes, %d metadata reads)", what, ps[0], ps[len(ps)-1], len(ps), len(l.all))
 }
 
+// coverage logs, without failing, how many passes were sampled: after a
+// pass that did work the next one starts at once (heal.NextPass), so no
+// reader outside the leader can place a read between every two passes.
+func (l *passLog) coverage(t *testing.T, what string) {
+	t.Helper()
+	ps := l.passes()
+	if len(ps) == 0 {
+		t.Fatalf("%s: no pass sampled", what)
+	}
+	t.Logf("%s: passes %d..%d: %d sampled, %d ran back to back with no read between their ends (%d reads)", what, ps[0], ps[len(ps)-1], len(ps), len(l.missed()), len(l.all))
+}
+
+// versionLog checks that every replica set a segment ever had was read:
+// every change to a segment increments its Version (meta invariant 5),
+// so consecutive reads must find each segment's version grown by at most
+// one. A segment created after the first read may have been changed
+// (sealed) before its first read: those versions are counted apart.
+type versionLog struct {
+	last       map[meta.SegmentID]uint64
+	gaps       []string
+	beforeSeen int
+	reads      int
+}
+
+func (v *versionLog) add(snap meta.Snapshot) {
+	first := v.last == nil
+	if first {
+		v.last = map[meta.SegmentID]uint64{}
+	}
+	v.reads++
+	for _, s := range snap.Segments {
+		prev, ok := v.last[s.ID]
+		switch {
+		case ok && s.Version > prev+1:
+			v.gaps = append(v.gaps, fmt.Sprintf("%s v%d→v%d (now %v)", s.ID, prev, s.Version, s.Replicas))
+		case !ok && !first && s.Version > 1:
+			v.beforeSeen += int(s.Version - 1)
+		}
+		v.last[s.ID] = s.Version
+	}
+}
+
 func drainOf(l admin.Lifecycle, b meta.BrokerID) *admin.Drain {
 	for i := range l.Decommission {
 		if l.Decommission[i].Broker == b {
@@ -187,20 +251,24 @@ func belowFactor(snap meta.Snapshot, rf int) []string {
 
 // TestDecommissionUnderWriteLoadEndToEnd: 4 real brokers at RF 3; a
 // follower is decommissioned while a writer keeps loading new segments.
-// The leader's metadata is read between the ends of every two
-// consecutive passes (passLog: a status read, the metadata, a status read
-// with the same pass counter; the test fails if any pass number in the
-// run has no such read): no set ever has fewer than 3 members and no pass
-// report counts a segment under-replicated. The writes must overlap the
+// The leader's metadata is read in a tight loop, and every version of
+// every segment must be read (versionLog: every change bumps a segment's
+// Version, so no replica set it ever had goes unread; the test fails on a
+// gap): no set read has fewer than 3 members, and no pass report read
+// counts a segment under-replicated. Passes are not all bracketed (a pass
+// that did work is followed at once by the next: heal.NextPass); the test
+// logs how many were. The writes must overlap the
 // drain (at least 2 loads finish while the drain is not done), and the
 // drain must end: every set at 3 without the broker.
 func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
-	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 300 * time.Millisecond, Grace: 2 * time.Second, HealExtra: "pass_backfills = 2"})
+	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 500 * time.Millisecond, Grace: 2 * time.Second, HealExtra: "pass_backfills = 1"})
 	lc.load("dl", 12)
 	ctx := context.Background()
 	d := lc.followers()[0]
 	var log passLog
+	var versions versionLog
 	check := func(s passSample) {
+		versions.add(s.Snap)
 		if bad := belowFactor(s.Snap, 3); len(bad) > 0 {
 			t.Fatalf("after pass %d: sets below the factor: %v", s.Pass, bad)
 		}
@@ -210,13 +278,10 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 	}
 	// Sample before the decommission so the first pass of the drain is
 	// bracketed too.
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		s, ok := lc.sample(ctx)
-		if ok {
-			check(s)
-			log.add(s)
-		}
-		return ok, "no sample of the leader's pass and metadata"
+	lc.watch(30*time.Second, func(s passSample) (bool, string) {
+		check(s)
+		log.add(s)
+		return true, ""
 	})
 	if out, errs, code := lc.cli("decommission", d.String()); code != 0 {
 		t.Fatalf("decommission %d: exit %d: %s%s", d, code, out, errs)
@@ -287,12 +352,16 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 			}
 			t.Fatalf("after 180s broker %d is not drained (writer stopped %v): %s", d, writerStopped, last)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
-	log.requireAll(t, "decommission under write load")
+	log.coverage(t, "decommission under write load")
+	if len(versions.gaps) > 0 {
+		t.Fatalf("%d segment versions were never read (a replica set may have been below the factor unseen): %v", len(versions.gaps), versions.gaps)
+	}
+	t.Logf("every version of every segment read after its first read (%d reads); %d versions of new segments changed before their first read", versions.reads, versions.beforeSeen)
 	// The writes overlapped the drain.
 	during := 0
 	for _, at := range loadsDone {
@@ -349,11 +418,7 @@ func TestDecommissionBlockedEndToEnd(t *testing.T) {
 	}
 	var log passLog
 	var from uint64
-	waitFor(t, 120*time.Second, func() (bool, string) {
-		s, ok := lc.sample(ctx)
-		if !ok {
-			return false, "no sample"
-		}
+	lc.watch(120*time.Second, func(s passSample) (bool, string) {
 		dr := drainOf(s.Life, d)
 		if from == 0 {
 			if dr == nil || s.Rep.Index < s.Snap.Index {
@@ -407,7 +472,7 @@ const DrainNoSpare = "no_spare_broker"
 // set changed; in the end every set has 3 members without it.
 func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 	const grace = 2 * time.Second
-	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 200 * time.Millisecond, Grace: grace})
+	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 400 * time.Millisecond, Grace: grace})
 	lc.load("mg", 8)
 	ctx := context.Background()
 	m := lc.followers()[0]
@@ -422,6 +487,7 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 	if err := lc.c.Kill(lc.c.Broker(m)); err != nil {
 		t.Fatal(err)
 	}
+	killAt := time.Now()
 	until := mode.Until
 	var log passLog
 	replaced := func(snap meta.Snapshot) bool {
@@ -432,12 +498,10 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 120*time.Second, func() (bool, string) {
-		s, ok := lc.sample(ctx)
-		if !ok {
-			return false, "no sample"
+	lc.watch(120*time.Second, func(s passSample) (bool, string) {
+		if s.Start.After(killAt) { // the passes that ran without it
+			log.add(s)
 		}
-		log.add(s)
 		if s.Read.Before(until.Add(grace)) && !sameSets(before, s.Snap) {
 			t.Fatalf("metadata read at %s (window ends %s, + grace %s) shows sets changed: %v", s.Read.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano), until.Add(grace).Format(time.RFC3339Nano), s.Snap.Segments)
 		}
@@ -498,7 +562,7 @@ func sameSets(a, b meta.Snapshot) bool {
 // one_healthy_copy) and its set ends without M too. A segment with M and
 // not F keeps M (its window holds) over 10 further passes.
 func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
-	lc := startLifeCluster(t, harness.Config{Brokers: 5, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second})
+	lc := startLifeCluster(t, harness.Config{Brokers: 5, RF: 3, Tick: 400 * time.Millisecond, Grace: time.Second})
 	lc.load("m2", 10)
 	ctx := context.Background()
 	snap, err := lc.client.Metadata(ctx)
@@ -541,14 +605,15 @@ func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
 	if err := lc.c.Kill(lc.c.Broker(f)); err != nil {
 		t.Fatal(err)
 	}
+	killAt := time.Now()
 	floor := map[meta.SegmentID]admin.FloorEntry{}
 	var last passSample
-	waitFor(t, 120*time.Second, func() (bool, string) {
-		s, ok := lc.sample(ctx)
-		if !ok {
-			return false, "no sample"
-		}
+	var log passLog
+	lc.watch(120*time.Second, func(s passSample) (bool, string) {
 		last = s
+		if s.Start.After(killAt) {
+			log.add(s)
+		}
 		if bad := belowFactor(s.Snap, 3); len(bad) > 0 {
 			t.Fatalf("after pass %d: sets with fewer than 3 members: %v", s.Pass, bad)
 		}
@@ -565,6 +630,7 @@ func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
 		}
 		return true, ""
 	})
+	log.requireAll(t, "second failure during maintenance")
 	for _, id := range both {
 		fl, ok := floor[id]
 		if !ok || fl.Broker != m || fl.Reason != "one_healthy_copy" {
