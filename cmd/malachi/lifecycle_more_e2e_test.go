@@ -286,32 +286,8 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 	if out, errs, code := lc.cli("decommission", d.String()); code != 0 {
 		t.Fatalf("decommission %d: exit %d: %s%s", d, code, out, errs)
 	}
-	var mu sync.Mutex
-	var loadsDone []time.Time
-	var loadErr error
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { // the writer: 2 new segments per load until stopped (at most 10 loads)
-		defer close(done)
-		for i := 1; i <= 10; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var out, errb strings.Builder
-			args := append(append([]string{"load"}, lc.c.CLIFlags()...), "--admin", lc.addr, "--segments", "2", "--records", "4", "--size", "1KiB", "--prefix", fmt.Sprintf("w%d", i))
-			if code := run(args, &out, &errb); code != 0 {
-				mu.Lock()
-				loadErr = fmt.Errorf("load %d: exit %d: %s%s", i, code, out.String(), errb.String())
-				mu.Unlock()
-				return
-			}
-			mu.Lock()
-			loadsDone = append(loadsDone, time.Now())
-			mu.Unlock()
-		}
-	}()
+	w := startWriter(lc, 10)
+	defer w.stop() // idempotent: ends the writer if the test fails first
 	var drainedAt time.Time
 	writerStopped := false
 	onD := map[meta.SegmentID]bool{} // new segments first seen with a replica on d
@@ -331,12 +307,8 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 					}
 				}
 			}
-			mu.Lock()
-			n := len(loadsDone)
-			mu.Unlock()
-			if !writerStopped && n >= 4 {
-				close(stop)
-				<-done
+			if !writerStopped && w.count() >= 4 {
+				w.stop()
 				writerStopped = true
 			}
 			if dr := drainOf(s.Life, d); writerStopped && dr != nil && dr.Drained && s.Rep.Index >= s.Snap.Index {
@@ -354,6 +326,7 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	loadsDone, loadErr := w.stop()
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
@@ -392,6 +365,58 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 	}
 	t.Logf("drained broker %d under %d loads (%d before the drain ended), %d moves planned over the sampled passes; %d new segments were created with a replica on the decommissioning broker: %v",
 		d, len(loadsDone), during, moves, len(onD), sortedIDs(onD))
+}
+
+// writer loads 2 new segments at a time until stopped (or n loads).
+type writer struct {
+	mu    sync.Mutex
+	done  []time.Time // when each load finished
+	err   error
+	quit  chan struct{}
+	ended chan struct{}
+	once  sync.Once
+}
+
+func startWriter(lc *lifeCluster, n int) *writer {
+	w := &writer{quit: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(w.ended)
+		for i := 1; i <= n; i++ {
+			select {
+			case <-w.quit:
+				return
+			default:
+			}
+			var out, errb strings.Builder
+			args := append(append([]string{"load"}, lc.c.CLIFlags()...), "--admin", lc.addr, "--segments", "2", "--records", "4", "--size", "1KiB", "--prefix", fmt.Sprintf("w%d", i))
+			code := run(args, &out, &errb)
+			w.mu.Lock()
+			if code != 0 {
+				w.err = fmt.Errorf("load %d: exit %d: %s%s", i, code, out.String(), errb.String())
+				w.mu.Unlock()
+				return
+			}
+			w.done = append(w.done, time.Now())
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.done)
+}
+
+// stop ends the writer after its load in progress and returns when each
+// load finished, and its error.
+func (w *writer) stop() ([]time.Time, error) {
+	w.once.Do(func() { close(w.quit) })
+	<-w.ended
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.done), w.err
 }
 
 func sortedIDs(m map[meta.SegmentID]bool) []meta.SegmentID {
