@@ -16,9 +16,9 @@ import (
 
 // The demo's stages, in the order they run.
 var AllStages = []string{
-	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch", "leader",
-	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare",
-	"decommission", "maintenance", "lost",
+	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch",
+	"decommission", "maintenance", "leader",
+	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
 }
 
 // Options are the flags of `malachi demo`.

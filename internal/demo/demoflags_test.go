@@ -74,7 +74,7 @@ func TestDefaultStagesDroppedWhenInfeasible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend", "swap", "nospare", "maintenance", "lost"}) {
+	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend", "maintenance", "swap", "nospare", "lost"}) {
 		t.Fatalf("3 brokers at RF 3: stages %v", o.Stages)
 	}
 	skipped := o.skippedStages()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -129,10 +130,17 @@ func setsBelow(snap meta.Snapshot, rf int) int {
 // the later stages keep every broker).
 func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "decommission"}
-	b, targets, err := d.victimFollower(ctx, &fr)
-	if b == nil {
+	if err := d.reviveAll(ctx); err != nil {
+		fr.Error = err.Error()
 		return fr, err
 	}
+	b := d.drainableFollower()
+	if b == nil {
+		fr.Skipped = "no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)"
+		return fr, nil
+	}
+	fr.Broker = b.ID
+	targets := d.sealedOn(b.ID)
 	lf := &LifecycleFigures{Broker: b.ID, SegmentsMoved: len(targets)}
 	fr.Lifecycle = lf
 	for _, id := range targets {
@@ -195,8 +203,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	after := FaultReport{Stage: "decommission-after"}
-	err = d.waitHealed(ctx, &after, "active again", time.Now(), nil, d.o.StageTimeout)
-	if err != nil {
+	if err := d.waitHealed(ctx, &after, "active again", time.Now(), nil, d.o.StageTimeout); err != nil {
 		fr.Error = joinErr(fr.Error, "after it was made active again: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
@@ -206,6 +213,25 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	addNote(&fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d metadata reads below RF; %d passes sampled, %d missed; active again (empty)",
 		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, lf.PassesSampled, lf.PassesMissed)
 	return fr, nil
+}
+
+// drainableFollower is a running follower that holds sealed replicas and
+// no unsealed one (a failed load's segment stays unsealed, and a
+// decommission never moves it), or nil.
+func (d *demo) drainableFollower() *harness.Broker {
+	var cands []*harness.Broker
+	for _, b := range d.c.Running() {
+		if b.ID == d.last.Leader || len(d.sealedOn(b.ID)) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) }) {
+			cands = append(cands, b)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[d.rng.IntN(len(cands))]
 }
 
 func drainOf(l admin.Lifecycle, b meta.BrokerID) *admin.Drain {
