@@ -138,6 +138,9 @@ func (lc *lifeCluster) watch(within time.Duration, each func(s passSample) (bool
 type passLog struct {
 	all   []passSample
 	first map[uint64]int // pass → index of its first sample
+	// from, when set, is the first pass that must be read: those before
+	// the first one read count as missed too.
+	from uint64
 }
 
 func (l *passLog) add(s passSample) (fresh bool) {
@@ -167,6 +170,11 @@ func (l *passLog) passes() []uint64 {
 func (l *passLog) missed() []uint64 {
 	ps := l.passes()
 	var out []uint64
+	if l.from > 0 && len(ps) > 0 {
+		for p := l.from; p < ps[0]; p++ {
+			out = append(out, p)
+		}
+	}
 	for i := 1; i < len(ps); i++ {
 		for p := ps[i-1] + 1; p < ps[i]; p++ {
 			out = append(out, p)
@@ -510,12 +518,15 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var log, window passLog
+	lc.watch(30*time.Second, func(s passSample) (bool, string) {
+		log.from, window.from = s.Pass+1, s.Pass+1 // every pass after the kill must be read
+		return true, ""
+	})
 	if err := lc.c.Kill(lc.c.Broker(m)); err != nil {
 		t.Fatal(err)
 	}
-	killAt := time.Now()
 	until := mode.Until
-	var log, window passLog
 	deadSeen := false
 	replaced := func(snap meta.Snapshot) bool {
 		for _, s := range snap.Segments {
@@ -529,7 +540,7 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 		// The passes that ran without it, up to the first that lists it
 		// dead: the ones after it backfill, and a pass that did work is
 		// followed at once by the next (heal.NextPass), too soon to read.
-		if s.Start.After(killAt) && !deadSeen {
+		if s.Pass >= log.from && !deadSeen {
 			log.add(s)
 			deadSeen = slices.Contains(s.Rep.Dead, m)
 			if s.End.Before(until) {
@@ -642,19 +653,22 @@ func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
 	if _, err := lc.client.Maintenance(ctx, m, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	var log passLog
+	lc.watch(30*time.Second, func(s passSample) (bool, string) {
+		log.from = s.Pass + 1 // every pass after the kills' start must be read
+		return true, ""
+	})
 	if err := lc.c.Kill(lc.c.Broker(m)); err != nil {
 		t.Fatal(err)
 	}
 	if err := lc.c.Kill(lc.c.Broker(f)); err != nil {
 		t.Fatal(err)
 	}
-	killAt := time.Now()
 	floor := map[meta.SegmentID]admin.FloorEntry{}
 	var last passSample
-	var log passLog
 	lc.watch(120*time.Second, func(s passSample) (bool, string) {
 		last = s
-		if s.Start.After(killAt) {
+		if s.Pass >= log.from {
 			log.add(s)
 		}
 		if bad := belowFactor(s.Snap, 3); len(bad) > 0 {
