@@ -167,6 +167,28 @@ func TestDemoEndToEnd(t *testing.T) {
 			t.Errorf("kill re-replicated %v bytes, want at least one 64 KiB segment", b)
 		}
 	}
+	for _, st := range []string{"decommission", "maintenance"} {
+		m := stages[st]
+		if m == nil || m["injected"] != true || m["healed"] != true {
+			t.Errorf("stage %s: %v", st, m)
+			continue
+		}
+		lf, _ := m["lifecycle"].(map[string]any)
+		if lf == nil || lf["below_factor"] != 0.0 || lf["sets_changed"] != 0.0 {
+			t.Errorf("stage %s: lifecycle figures %v", st, lf)
+		}
+	}
+	if m := stages["decommission"]; m != nil {
+		if lf, _ := m["lifecycle"].(map[string]any); lf == nil || lf["drained"] != true || lf["segments_moved"] == nil {
+			t.Errorf("decommission: not drained: %v", m)
+		}
+	}
+	if m := stages["maintenance"]; m != nil {
+		lf, _ := m["lifecycle"].(map[string]any)
+		if m["bytes_rereplicated"] != 0.0 || lf == nil || lf["passes_past_grace"] == nil {
+			t.Errorf("maintenance: re-replicated %v, figures %v", m["bytes_rereplicated"], lf)
+		}
+	}
 	if m := stages["leader"]; m != nil && m["new_leader"] == nil {
 		t.Errorf("leader stage names no new leader: %v", m)
 	}

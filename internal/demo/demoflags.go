@@ -16,7 +16,8 @@ import (
 
 // The demo's stages, in the order they run.
 var AllStages = []string{
-	"kill", "restart", "rebalance", "delete", "truncate", "extend", "bitflip", "latch", "leader",
+	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch",
+	"decommission", "maintenance", "rebalance", "leader",
 	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
 }
 
@@ -219,7 +220,7 @@ func (o *Options) validate() error {
 
 // reviving are the stages that restart every dead broker before they
 // inject their fault.
-var reviving = []string{"rebalance", "pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost"}
+var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost", "decommission", "maintenance", "rebalance"}
 
 // infeasible says why stage st cannot heal on this cluster after the
 // stages before it, or "".
@@ -263,6 +264,14 @@ func (o *Options) infeasible(st string, before []string) string {
 	case "rebalance":
 		if o.Brokers < o.RF+1 {
 			return fmt.Sprintf("emptying a broker (decommission) moves its replicas to a spare one: %d brokers for replication factor %d leave none", o.Brokers, o.RF)
+		}
+	case "decommission":
+		if live < o.RF+1 {
+			return fmt.Sprintf("the drained broker's replicas move to a spare broker: %d brokers for replication factor %d leave none", live, o.RF)
+		}
+	case "maintenance":
+		if live-1 <= o.Brokers/2 {
+			return fmt.Sprintf("with one of %d brokers stopped for maintenance the control plane has no quorum; want --brokers 3 or more", live)
 		}
 	case "pause", "diskfull", "readonly":
 		if live < o.RF+1 {

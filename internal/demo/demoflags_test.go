@@ -74,11 +74,11 @@ func TestDefaultStagesDroppedWhenInfeasible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend", "swap", "nospare", "lost"}) {
+	if !slices.Equal(o.Stages, []string{"delete", "truncate", "extend", "maintenance", "swap", "nospare", "lost"}) {
 		t.Fatalf("3 brokers at RF 3: stages %v", o.Stages)
 	}
 	skipped := o.skippedStages()
-	for _, st := range []string{"kill", "restart", "bitflip", "latch", "leader", "pause", "diskfull", "readonly", "backfill-kill"} {
+	for _, st := range []string{"kill", "restart", "bitflip", "latch", "leader", "pause", "diskfull", "readonly", "backfill-kill", "decommission"} {
 		if skipped[st] == "" {
 			t.Errorf("stage %s dropped without a reason: %v", st, skipped)
 		}

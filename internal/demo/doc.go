@@ -10,8 +10,14 @@
 // kill (a follower, kill -9), restart (the killed broker comes back on its
 // old data: its latches cleared, its intact copies serving), delete,
 // truncate, extend and bitflip (copy files changed directly, located
-// by internal/harness), latch (POST /v1/faults/latch/{id}) and leader (the
-// control plane's leader, kill -9). Process and data-directory stages
+// by internal/harness), latch (POST /v1/faults/latch/{id}), the
+// lifecycle stages (stages_lifecycle.go, each first restarting any broker
+// left dead): decommission (a follower holding no unsealed segment drained
+// to nothing while the leader's metadata is read between pass ends and no
+// set may fall below RF; then made active again, empty) and maintenance
+// (a follower in a window, stopped until 3 passes started past the grace
+// delay: no set may change, no byte move; then started, the window ended),
+// and leader (the control plane's leader, kill -9). Process and data-directory stages
 // (stages_process.go) follow, each first restarting any broker left dead
 // (nospare reuses a healthy cluster of at least RF brokers as it is):
 // pause (SIGSTOP of a follower past the grace delay until its replicas

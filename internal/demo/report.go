@@ -126,6 +126,8 @@ type FaultReport struct {
 	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
 	// Rebalance: the rebalance stage's figures (stages_rebalance.go).
 	Rebalance *RebalanceFigures `json:"rebalance,omitempty"`
+	// Lifecycle: the decommission and maintenance stages' figures.
+	Lifecycle *LifecycleFigures `json:"lifecycle,omitempty"`
 	Note      string            `json:"note,omitempty"`
 	Error     string            `json:"error,omitempty"`
 

@@ -49,6 +49,10 @@ func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 		return d.stageLost(ctx)
 	case "rebalance":
 		return d.stageRebalance(ctx)
+	case "decommission":
+		return d.stageDecommission(ctx)
+	case "maintenance":
+		return d.stageMaintenance(ctx)
 	}
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
 }
