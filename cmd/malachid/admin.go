@@ -428,16 +428,27 @@ func (b *broker) place() ([]meta.BrokerID, error) {
 	// Heard from within five heartbeats (at least 2 s): a loaded follower
 	// is not left out of new replica sets, a dead one soon is.
 	horizon := time.Now().Add(-max(5*b.cfg.Raft.HeartbeatTimeout, 2*time.Second))
-	var live []meta.BrokerID
+	// A decommissioning broker is never a target of a new segment either
+	// while enough others are live; with too few, it fills the set (the
+	// drain cannot finish then anyway, and a write is not refused for it).
+	var live, draining []meta.BrokerID
 	for _, br := range snap.Brokers {
 		if t, ok := contact[br.ID]; ok && (br.ID == b.self || t.After(horizon)) && br.AdminAddr != "" {
-			live = append(live, br.ID)
+			if br.Is(meta.ModeDecommissioning) {
+				draining = append(draining, br.ID)
+			} else {
+				live = append(live, br.ID)
+			}
 		}
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
+	if len(live) < rf {
+		sort.Slice(draining, func(i, j int) bool { return draining[i] < draining[j] })
+		live = append(live, draining[:min(rf-len(live), len(draining))]...)
 	}
 	if len(live) == 0 {
 		return nil, fmt.Errorf("%w: no live registered broker to place a segment on", errNoLeader)
 	}
-	sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
 	b.placeMu.Lock()
 	start := b.cursor
 	b.cursor++
