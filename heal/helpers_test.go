@@ -183,7 +183,11 @@ func folded(c *Coordinator) State {
 		return st
 	}
 	st.Pass++
-	st, _ = st.fold(c.pending, c.cfg.Policy)
+	answered := map[meta.BrokerID]bool{} // every source answers the next probe
+	for _, a := range c.pending.Plan.Actions {
+		answered[a.Source] = true
+	}
+	st, _ = st.fold(c.pending, c.cfg.Policy, answered)
 	return st
 }
 

@@ -3,6 +3,7 @@ package heal
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,32 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 	}
 	if !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown kind: %v", err)
+	}
+}
+
+// A new replica's backfill that failed because its source died meanwhile
+// (the source answers no probe of the next pass) does not take the
+// target out of placement: when it is the only spare, avoiding it reports
+// no_spare_broker for AvoidPasses passes (the demo's backfill-kill stage,
+// 3 live brokers of 5 at RF 3, healed 40 of 251 segments in 90 s that
+// way). A failure while the source still answers
+// avoids the target as before.
+func TestFailedBackfillFromADeadSourceAvoidsNoTarget(t *testing.T) {
+	for _, sourceAnswers := range []bool{false, true} {
+		w := newWorld(5, 3, seg("a", 1, 2, 5)).dead(5)
+		if !sourceAnswers {
+			w.dead(1)
+		}
+		w.in.Policy.HoldShare = -1
+		var p Planner
+		plan, st := w.step(t, &p, State{}, t0, nil)
+		var failed Outcomes
+		failed.Plan = Plan{Index: plan.Index, Actions: []Action{{Op: ReplaceDeadReplica, Segment: seg("a", 1, 2, 5), Target: 3, Source: 1, Replaces: 5}}}
+		failed.Of = []Outcome{{Result: Failed, Err: "catchup: transfer cut short: dial source: connection refused"}}
+		plan, st = w.step(t, &p, st, t0.Add(time.Second), &failed)
+		avoided := slices.ContainsFunc(st.Avoid, func(a Avoidance) bool { return a.Copy == CopyRef{"a", 3} })
+		if avoided != sourceAnswers {
+			t.Errorf("source answers %v: target 3 avoided %v, want %v; next plan:\n%s", sourceAnswers, avoided, sourceAnswers, ops(plan))
+		}
 	}
 }

@@ -102,7 +102,11 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	next.Seen = slices.Clone(st.Seen)
 	var events []Event
 	if obs.Executed != nil {
-		next, events = next.fold(obs.Executed, pol)
+		answered := make(map[meta.BrokerID]bool, len(obs.Reports))
+		for i := range obs.Reports {
+			answered[obs.Reports[i].Broker] = true
+		}
+		next, events = next.fold(obs.Executed, pol, answered)
 	}
 	for _, b := range obs.View.Brokers() {
 		next.Seen = seenAt(next.Seen, b.ID, obs.Start, false)
@@ -183,9 +187,12 @@ func seenAt(seen []Seen, b meta.BrokerID, t time.Time, always bool) []Seen {
 // decisions about what a failure means are made here, not by the
 // executor. A source that refused (or failed RefuseAfter times in a row
 // with the segment unchanged) is refused; the target of another failed
-// new-replica backfill is avoided for AvoidPasses passes; a copy that
-// answered ErrSealConflict is in conflict. st's slices are not modified.
-func (st State) fold(out *Outcomes, pol Policy) (State, []Event) {
+// new-replica backfill is avoided for AvoidPasses passes, unless its
+// source did not answer this pass's probe (the failure is then the
+// source's: a source killed mid-transfer must not take the only spare
+// broker out of placement for AvoidPasses passes); a copy that answered
+// ErrSealConflict is in conflict. st's slices are not modified.
+func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool) (State, []Event) {
 	var events []Event
 	refuseAfter, avoidPasses := pol.refuseAfter(), pol.avoidPasses()
 	st.Refused = slices.Clone(st.Refused)
@@ -226,7 +233,9 @@ func (st State) fold(out *Outcomes, pol Policy) (State, []Event) {
 			if refuseAfter > 0 {
 				fills[rf]++
 			}
-			avoid(a)
+			if answered[a.Source] {
+				avoid(a)
+			}
 		case o.Result == NoDurableEnd:
 			avoid(a)
 		}
