@@ -424,6 +424,29 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copy
 // one appear (a probe of A later than expected), releases it through
 // POST /v1/heal/release as an operator who knows the two deaths are
 // unrelated would, and says so in its note.
+// throttledTimeout is how long the backfill-kill stage waits for its heal:
+// the stage timeout plus twice the time the lost copies take at the
+// stage's catch-up rate spread over the running brokers (the throttle that
+// makes the strike certain also slows the heal: 300 segments of 1 MiB at
+// 2 MiB/s per broker need about a minute).
+func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Duration {
+	live := int64(len(d.c.Running()))
+	if d.o.BackfillRate <= 0 || live == 0 {
+		return d.o.StageTimeout
+	}
+	var bytes int64
+	for _, id := range lost {
+		if s, ok := d.last.Snap.Segment(id); ok {
+			bytes += s.ByteSize
+		}
+	}
+	rate := max(d.o.BackfillRate/backfillStageShare, 4096)
+	copyTime := time.Duration(bytes/(rate*live)) * time.Second
+	addNote(fr, "waits up to %s for the heal: the stage timeout plus twice the %s the %d lost copies (%s) take at %s/s per broker over %d brokers",
+		(d.o.StageTimeout + 2*copyTime).Round(time.Second), copyTime, len(lost), bytesize.Format(bytes), bytesize.Format(rate), live)
+	return d.o.StageTimeout + 2*copyTime
+}
+
 func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "backfill-kill"}
 	if err := d.reviveAll(ctx); err != nil {
@@ -494,8 +517,9 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	}
 
 	all := append(slices.Clone(targetsA), targetsB...)
+	timeout := d.throttledTimeout(&fr, all)
 	rel := d.startHoldReleaser(ctx)
-	err = d.waitHealed(ctx, &fr, "healing after two kills", killB, all, d.o.StageTimeout)
+	err = d.waitHealed(ctx, &fr, "healing after two kills", killB, all, timeout)
 	rel.stop()
 	if n := rel.note(); n != "" {
 		addNote(&fr, "%s", n)
