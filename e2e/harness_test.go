@@ -119,6 +119,12 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		}
 	}
 	extra := o.extra
+	if !strings.Contains(extra, "rebalance") {
+		// These tests' checkers allow a replica set to change only after a
+		// loss and audit the final sets as quiescent: rebalance moves (its
+		// own tests are cmd/malachi's) would break both, as in the nemesis.
+		extra += "\nrebalance = false\n"
+	}
 	if !strings.Contains(extra, "max_backfills") {
 		extra += "\nmax_backfills = 256\nmax_backfills_per_broker = 64\n"
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,12 @@ func rebalanceCluster(t *testing.T, extra string) (*harness.Cluster, meta.Broker
 	read := func() (map[meta.BrokerID]int, map[meta.BrokerID]int64, *admin.HealReport, uint64) {
 		t.Helper()
 		snap, err := client.Metadata(ctx)
+		// The asked broker may have lost the leadership during a load and
+		// apply its seals a moment later: read again while one is unsealed.
+		for try := 0; err == nil && try < 50 && slices.ContainsFunc(snap.Segments, func(s meta.Segment) bool { return !s.Sealed }); try++ {
+			time.Sleep(200 * time.Millisecond)
+			snap, err = client.Metadata(ctx)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
