@@ -346,11 +346,11 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
-	if o.Nemesis != "" {
-		// The nemesis checks that replica sets change only for losses
-		// (checkSetChanges); the rebalancer's moves are not losses.
-		extra.WriteString("rebalance = false\n")
-	}
+	// Off but for the rebalance stage (stageRebalance turns it on): the
+	// nemesis checks that replica sets change only for losses
+	// (checkSetChanges), and every other stage waits for a quiescent,
+	// verified cluster, which moves after each heal keep from settling.
+	extra.WriteString("rebalance = false\n")
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
 		Hosts: o.Nemesis != "" && !o.NemesisNoNet}

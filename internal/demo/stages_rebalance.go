@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
@@ -98,6 +99,16 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	if err := d.reviveAll(ctx); err != nil {
 		return fr, fatal(ctx, err, d)
 	}
+	off, err := d.setHealKey(ctx, "rebalance = false", "rebalance = true")
+	if err != nil {
+		fr.Error = err.Error()
+		return fr, fatal(ctx, err, d)
+	}
+	defer func() {
+		if err := off(); err != nil && fr.Error == "" {
+			fr.Error = "turning the rebalancer off again: " + err.Error()
+		}
+	}()
 	cl := d.leaderClient(ctx)
 	leader, _ := d.c.Leader(ctx, false)
 	var b *harness.Broker
@@ -227,4 +238,37 @@ func (d *demo) waitSnap(ctx context.Context, cond func(*meta.Snapshot) bool) (*m
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// setHealKey replaces from by to in every broker's [heal] settings and
+// restarts the running brokers one at a time with it; the func it returns
+// puts from back the same way. The demo runs with the rebalancer off and
+// turns it on for the rebalance stage only.
+func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, error) {
+	swap := func(a, b string) error {
+		old := d.c.Config().HealExtra
+		if !strings.Contains(old, a) {
+			return fmt.Errorf("the brokers' [heal] settings carry no %q", a)
+		}
+		d.c.SetHealExtra(strings.Replace(old, a, b, 1))
+		d.logf("  %s: restarting the brokers one at a time", b)
+		for _, x := range d.c.Brokers() {
+			if err := d.c.WriteConfig(x); err != nil {
+				return err
+			}
+		}
+		for _, x := range d.c.Running() {
+			if err := d.c.Terminate(x, 10*time.Second); err != nil {
+				return err
+			}
+			if err := d.restart(ctx, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := swap(from, to); err != nil {
+		return func() error { return nil }, err
+	}
+	return func() error { return swap(to, from) }, nil
 }
