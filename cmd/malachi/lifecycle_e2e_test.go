@@ -22,7 +22,7 @@ import (
 func TestDecommissionEndToEnd(t *testing.T) {
 	malachid, _ := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 4, RF: 3, Tick: 200 * time.Millisecond,
-		Grace: 2 * time.Second, Raft: harness.DemoRaft(time.Second), HealExtra: "pass_backfills = 1"})
+		Grace: 2 * time.Second, Raft: harness.DemoRaft(time.Second), HealExtra: "pass_backfills = 1\nrebalance = false\n"}) // a cancelled drain must stop moving: no rebalancer refilling it
 	if err != nil {
 		t.Fatal(err)
 	}
