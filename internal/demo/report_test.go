@@ -108,6 +108,20 @@ func TestReportNotHealed(t *testing.T) {
 			},
 		},
 		{
+			// backfill-kill's strikeTarget: the in-flight window missed,
+			// the cluster otherwise healthy. The fault did not happen as
+			// meant: the run fails and the stage is not counted survived.
+			name: "in-flight window missed",
+			faults: []FaultReport{healedStage("kill", 1, 0),
+				{Stage: "backfill-kill", Injected: true, Error: "MISSED the in-flight window: every set of broker 3's segments was recorded before a scan saw bytes moving"}},
+			ev: evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			check: func(t *testing.T, r *Report) {
+				if r.Summary.FaultsInjected != 2 || r.Summary.FaultsSurvived != 1 {
+					t.Errorf("injected %d survived %d, want 2 and 1 (the missed window not survived)", r.Summary.FaultsInjected, r.Summary.FaultsSurvived)
+				}
+			},
+		},
+		{
 			name:   "segments missing from the metadata",
 			faults: nil,
 			ev:     evaluation{Sealed: 1, Healthy: 1, Unhealthy: map[meta.SegmentID]string{}},
