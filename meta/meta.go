@@ -258,6 +258,21 @@ func (s *Snapshot) Segment(id SegmentID) (*Segment, bool) {
 	return nil, false
 }
 
+// SameReplicaSets reports whether s and o hold the same segments with the
+// same replica sets (in any order).
+func (s *Snapshot) SameReplicaSets(o *Snapshot) bool {
+	if len(s.Segments) != len(o.Segments) {
+		return false
+	}
+	for _, seg := range s.Segments {
+		other, ok := o.Segment(seg.ID)
+		if !ok || !SameReplicas(seg.Replicas, other.Replicas) {
+			return false
+		}
+	}
+	return true
+}
+
 // Broker returns the registered broker id.
 func (s *Snapshot) Broker(id BrokerID) (Broker, bool) {
 	i := sort.Search(len(s.Brokers), func(i int) bool { return s.Brokers[i].ID >= id })

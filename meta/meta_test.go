@@ -238,3 +238,18 @@ func TestCheckRestoreSealed(t *testing.T) {
 		})
 	}
 }
+
+func TestSnapshotSameReplicaSets(t *testing.T) {
+	a := Snapshot{Segments: []Segment{{ID: "a", Replicas: []BrokerID{1, 2, 3}}, {ID: "b", Replicas: []BrokerID{2, 3, 4}}}}
+	b := Snapshot{Segments: []Segment{{ID: "a", Replicas: []BrokerID{3, 1, 2}}, {ID: "b", Replicas: []BrokerID{4, 3, 2}}}}
+	if !a.SameReplicaSets(&b) {
+		t.Error("the same sets in another order differ")
+	}
+	b.Segments[1].Replicas = []BrokerID{4, 3, 1}
+	if a.SameReplicaSets(&b) {
+		t.Error("a changed set is the same")
+	}
+	if a.SameReplicaSets(&Snapshot{Segments: a.Segments[:1]}) {
+		t.Error("a missing segment is the same")
+	}
+}

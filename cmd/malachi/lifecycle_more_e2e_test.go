@@ -550,7 +550,7 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 				window.add(s)
 			}
 		}
-		if s.Read.Before(until.Add(grace)) && !sameSets(before, s.Snap) {
+		if s.Read.Before(until.Add(grace)) && !before.SameReplicaSets(&s.Snap) {
 			t.Fatalf("metadata read at %s (window ends %s, + grace %s) shows sets changed: %v", s.Read.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano), until.Add(grace).Format(time.RFC3339Nano), s.Snap.Segments)
 		}
 		return replaced(s.Snap), "broker not replaced everywhere yet"
@@ -593,19 +593,6 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 		t.Fatalf("want passes listing broker %d suspect before the first listing it dead: first suspect %d, first dead %d", m, firstSuspect, firstDead)
 	}
 	t.Logf("%d passes inside the window, %d with broker %d suspect (from pass %d), dead from pass %d, then replaced", inWindow, suspect, m, firstSuspect, firstDead)
-}
-
-func sameSets(a, b meta.Snapshot) bool {
-	if len(a.Segments) != len(b.Segments) {
-		return false
-	}
-	for _, s := range a.Segments {
-		o, ok := b.Segment(s.ID)
-		if !ok || !meta.SameReplicas(s.Replicas, o.Replicas) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestMaintenanceSecondFailureEndToEnd: 5 real brokers at RF 3; broker M

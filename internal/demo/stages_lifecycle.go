@@ -338,7 +338,7 @@ func (d *demo) watchMaintenance(ctx context.Context, cl *admin.Client, id meta.B
 		if !ok {
 			continue
 		}
-		if !sameSets(base, s.snap) {
+		if !base.SameReplicaSets(&s.snap) {
 			lf.SetsChanged++
 			why = fmt.Sprintf("after pass %d a replica set changed while broker %d was in maintenance", s.pass, id)
 		}
@@ -361,17 +361,4 @@ func (d *demo) watchMaintenance(ctx context.Context, cl *admin.Client, id meta.B
 			return why
 		}
 	}
-}
-
-func sameSets(a, b meta.Snapshot) bool {
-	if len(a.Segments) != len(b.Segments) {
-		return false
-	}
-	for _, s := range a.Segments {
-		o, ok := b.Segment(s.ID)
-		if !ok || !meta.SameReplicas(s.Replicas, o.Replicas) {
-			return false
-		}
-	}
-	return true
 }
