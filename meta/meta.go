@@ -259,7 +259,7 @@ func (s *Snapshot) Segment(id SegmentID) (*Segment, bool) {
 }
 
 // SameReplicaSets reports whether s and o hold the same segments with the
-// same replica sets (in any order).
+// same replica sets (SameReplicas: the same brokers in the same order).
 func (s *Snapshot) SameReplicaSets(o *Snapshot) bool {
 	if len(s.Segments) != len(o.Segments) {
 		return false
