@@ -35,7 +35,6 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 		return restore, fmt.Errorf("backfill-kill: the brokers' [heal] settings carry no %q to slow down", key)
 	}
 	rate := max(d.o.BackfillRate/backfillStageShare, 4096)
-	d.c.SetHealExtra(strings.Replace(old, key, fmt.Sprintf("backfill_bytes_per_second = %d", rate), 1))
 	restore = func() {
 		d.c.SetHealExtra(old)
 		for _, b := range d.c.Brokers() {
@@ -43,24 +42,14 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 		}
 	}
 	d.logf("  catch-up slowed to %d B/s per broker for this stage (a quarter of %d): restarting the brokers one at a time", rate, d.o.BackfillRate)
-	for _, b := range d.c.Brokers() {
-		if err := d.c.WriteConfig(b); err != nil {
-			return restore, err
-		}
-	}
 	leftovers := 0
-	for _, b := range d.c.Running() {
-		if err := d.c.Terminate(b, 10*time.Second); err != nil {
-			return restore, err
-		}
+	err = d.restartWith(ctx, strings.Replace(old, key, fmt.Sprintf("backfill_bytes_per_second = %d", rate), 1), func(b *harness.Broker) error {
 		n, err := d.dropLeftovers(b)
-		if err != nil {
-			return restore, err
-		}
 		leftovers += n
-		if err := d.restart(ctx, b); err != nil {
-			return restore, err
-		}
+		return err
+	})
+	if err != nil {
+		return restore, err
 	}
 	tmp := FaultReport{Stage: "revive"}
 	if err := d.waitHealed(ctx, &tmp, "brokers back at the stage's catch-up rate", time.Now(), nil, d.o.StageTimeout); err != nil {
@@ -68,6 +57,32 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 	}
 	addNote(fr, "catch-up throttled to %d B/s per broker for the stage (brokers restarted with it first; %d copies left outside their replica sets by earlier stages removed while their broker was down, so that the heal pass must move bytes instead of adopting one)", rate, leftovers)
 	return restore, nil
+}
+
+// restartWith gives every broker the [heal] settings extra and restarts the
+// running ones one at a time (SIGTERM, start, wait for a leader), calling
+// down(b), when not nil, while b is stopped.
+func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness.Broker) error) error {
+	d.c.SetHealExtra(extra)
+	for _, b := range d.c.Brokers() {
+		if err := d.c.WriteConfig(b); err != nil {
+			return err
+		}
+	}
+	for _, b := range d.c.Running() {
+		if err := d.c.Terminate(b, 10*time.Second); err != nil {
+			return err
+		}
+		if down != nil {
+			if err := down(b); err != nil {
+				return err
+			}
+		}
+		if err := d.restart(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // freshestFollower is the follower with sealed replicas whose death needs

@@ -250,22 +250,8 @@ func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, e
 		if !strings.Contains(old, a) {
 			return fmt.Errorf("the brokers' [heal] settings carry no %q", a)
 		}
-		d.c.SetHealExtra(strings.Replace(old, a, b, 1))
 		d.logf("  %s: restarting the brokers one at a time", b)
-		for _, x := range d.c.Brokers() {
-			if err := d.c.WriteConfig(x); err != nil {
-				return err
-			}
-		}
-		for _, x := range d.c.Running() {
-			if err := d.c.Terminate(x, 10*time.Second); err != nil {
-				return err
-			}
-			if err := d.restart(ctx, x); err != nil {
-				return err
-			}
-		}
-		return nil
+		return d.restartWith(ctx, strings.Replace(old, a, b, 1), nil)
 	}
 	if err := swap(from, to); err != nil {
 		return func() error { return nil }, err
