@@ -85,5 +85,8 @@ func newLogger(cfg Config, w io.Writer) zerolog.Logger {
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
+	// Millisecond timestamps: a pass, a backfill and a fault a second
+	// apart must be told apart in the logs.
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	return zerolog.New(w).Level(lvl).With().Timestamp().Uint32("broker", cfg.ID).Logger()
 }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -170,10 +171,12 @@ func (n *nemesis) epochs(ctx context.Context) error {
 		if err := n.quiesce(ctx, fmt.Sprintf("after epoch %d", i+1)); err != nil {
 			return err
 		}
-		if v := Check(n.snapshot()); len(v) > 0 {
+		obs := n.snapshot()
+		if v := Check(obs); len(v) > 0 {
 			for _, x := range v {
 				n.rep.Violations = append(n.rep.Violations, x.String())
 			}
+			n.dumpObservations(obs)
 			return nil
 		}
 		n.rep.ChecksPassed++
@@ -576,4 +579,20 @@ func (r *NemesisReport) writeText(w io.Writer) {
 	if len(r.Violations) > 0 || r.ChecksPassed < r.ChecksRun {
 		fmt.Fprintf(w, "%s", r.Schedule)
 	}
+}
+
+// dumpObservations writes what the checker was given to the run's
+// directory (nemesis-observations.json), so that a violation can be
+// traced to the passes, sets and faults it was judged on.
+func (n *nemesis) dumpObservations(o Observations) {
+	path := filepath.Join(n.d.o.Dir, "nemesis-observations.json")
+	b, err := json.MarshalIndent(o, "", " ")
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		n.d.logf("nemesis: could not write the observations: %v", err)
+		return
+	}
+	n.d.logf("nemesis: the checker's observations are in %s", path)
 }
