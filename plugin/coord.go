@@ -22,6 +22,9 @@ type healControl struct {
 	m  *metrics
 	// barriered is set once a barrier succeeded in this leadership term.
 	barriered *atomic.Bool
+	// applied is the index of the last command applied since the last
+	// pass was recorded (0: none); recordPass takes it.
+	applied *atomic.Uint64
 }
 
 // View implements heal.ControlPlane. The first pass of a term starts
@@ -44,14 +47,18 @@ func (h healControl) View(ctx context.Context) (*meta.View, error) {
 // SetReplicas implements heal.ControlPlane.
 func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
 	start := time.Now()
-	_, err := h.cp.Apply(ctx, cmd)
+	idx, err := h.cp.Apply(ctx, cmd)
 	h.m.commandSeconds.Observe(time.Since(start).Seconds())
+	if err == nil {
+		h.applied.Store(idx)
+	}
 	return err
 }
 
 // term is one leadership term's coordinator.
 type term struct {
 	barriered atomic.Bool // see healControl; reset at every term start
+	applied   atomic.Uint64
 	c         *heal.Coordinator
 }
 
@@ -149,10 +156,10 @@ func (p *Plugin) newTerm() (*term, error) {
 		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare, LeftoverDelay: p.cfg.LeftoverDelay, MaxMaintenance: p.cfg.MaxMaintenance,
 		Rebalance: p.cfg.Rebalance, RebalanceMoves: p.cfg.RebalanceMoves}
 	c, err := heal.NewCoordinator(heal.Config{
-		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
+		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered, applied: &t.applied}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
 		Policy: pol, Now: p.now, Tick: p.cfg.Tick, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
 		ProbeTimeout: p.cfg.ProbeDeadline, Logger: p.log,
-		OnReport: func(r heal.Report) { p.recordPass(&r, r.Took) },
+		OnReport: func(r heal.Report) { p.recordPass(&r, r.Took, t.applied.Swap(0)) },
 	})
 	if err != nil {
 		return nil, err
@@ -161,14 +168,22 @@ func (p *Plugin) newTerm() (*term, error) {
 	return t, nil
 }
 
-// recordPass updates metrics and status with a pass's report.
-func (p *Plugin) recordPass(r *heal.Report, took time.Duration) {
+// recordPass updates metrics, status and the pass history with a pass's
+// report; applied is the index of the last command it applied (0: none).
+func (p *Plugin) recordPass(r *heal.Report, took time.Duration, applied uint64) {
 	p.metrics.observePass(r, took.Seconds())
+	end := p.now()
+	if p.passes != nil {
+		rec := PassRecord{Broker: p.deps.Self, Started: end.Add(-took), Ended: end, ViewIndex: r.Index, AppliedIndex: applied, Report: *r}
+		if err := p.passes.add(rec); err != nil {
+			p.log.Error().Err(err).Uint64("index", r.Index).Msg("pass history: cannot record the pass")
+		}
+	}
 	p.mu.Lock()
 	p.status.Passes++
 	rc := *r
 	p.status.LastPass = &rc
-	p.status.LastPassAt = p.now()
+	p.status.LastPassAt = end
 	p.status.LastPassSeconds = took.Seconds()
 	p.status.Hold = r.HoldReason
 	p.status.AuthFailed = r.AuthFailed

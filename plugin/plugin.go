@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"net/http"
 	"slices"
 	"sync"
@@ -103,6 +104,7 @@ type Plugin struct {
 	closers  []func() error
 	status   Status
 	scrub    *scrubber // nil when scrubbing is off; set in Start
+	passes   *passLog  // the pass history; set in Start
 	term     *term     // the running coordinator, nil when not leading
 	prevTerm *term     // the last one stopped, and when (see startTerm)
 	lostAt   time.Time
@@ -221,6 +223,12 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	p.status.ProbeEngine, p.status.FsyncEngine = p.engines.stat.Engine(), p.engines.fsyncName
 	p.metrics.setEngine("probe", p.status.ProbeEngine)
 	p.metrics.setEngine("fsync", p.status.FsyncEngine)
+
+	p.passes, err = openPassLog(filepath.Join(p.cfg.DataDir, "passes"), p.now(), p.deps.Logger)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, p.passes.close)
 
 	p.client = NewClient(p.deps.Certs, p.deps.Self, p.resolve, p.cfg.RPCTimeout)
 	p.closers = append(p.closers, func() error { p.client.Close(); return nil })
@@ -387,6 +395,13 @@ func (p *Plugin) routes() http.Handler {
 	p.srv.routes(mux, rpcs)
 	mux.Handle("GET /metrics", rpcs.WrapHTTP(rpc.Viewers, promhttp.HandlerFor(p.metrics.reg, promhttp.HandlerOpts{})))
 	rpcs.Handle(mux, "GET /status", rpc.Viewers, func(context.Context, *rpc.Request) (any, error) { return p.Status(), nil })
+	rpcs.Handle(mux, "GET /passes", rpc.Viewers, func(_ context.Context, r *rpc.Request) (any, error) {
+		since, limit, err := ParsePassQuery(r.HTTP.URL.Query())
+		if err != nil {
+			return nil, err
+		}
+		return p.Passes(since, limit), nil
+	})
 	return mux
 }
 

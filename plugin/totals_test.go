@@ -82,7 +82,7 @@ func TestPassLogNamesEachKeyOnce(t *testing.T) {
 	p := &Plugin{log: zerolog.New(&buf).With().Uint32("broker", 1).Logger(), metrics: newMetrics(reg), now: time.Now}
 	p.metrics.watchCerts(reg, nil, true)
 	p.recordPass(&heal.Report{Events: []heal.Event{{Kind: heal.EventHoldStarted, Segment: "s", Broker: 2}},
-		Failed: []heal.Failure{{Segment: "s", Reason: heal.NoSpareBroker}}}, time.Millisecond)
+		Failed: []heal.Failure{{Segment: "s", Reason: heal.NoSpareBroker}}}, time.Millisecond, 0)
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		if strings.Count(line, `"broker":`) != 1 {
 			t.Errorf("line names the broker key %d times: %s", strings.Count(line, `"broker":`), line)

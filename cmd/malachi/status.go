@@ -15,6 +15,7 @@ import (
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // `malachi status`: what every broker answers, and the leader's heal
@@ -64,6 +65,8 @@ type clusterStatus struct {
 	// reachable ..." (its /v1/health), empty while it hears a quorum.
 	NoQuorum string        `json:"no_quorum,omitempty"`
 	Brokers  []brokerState `json:"brokers"`
+	// Passes is the leader's pass history (--passes), nil when not asked.
+	Passes *plugin.PassHistory `json:"passes,omitempty"`
 	// Segments, Sealed and Active count the metadata at Index.
 	Segments int `json:"segments"`
 	Sealed   int `json:"sealed"`
@@ -93,6 +96,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	addr := fs.String("admin", "", "host:port of any broker's admin API")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-request timeout")
+	passes := fs.Int("passes", 0, "also print the leader's last `N` heal passes from its pass history (with --since: the N after it)")
+	since := fs.Uint64("since", 0, "with --passes: the passes after pass number `S`")
 	conn := addConnFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -103,6 +108,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *timeout <= 0 {
 		return usageErr("status: --timeout %v: want more than zero", *timeout)
 	}
+	if *passes < 0 || *passes > 4096 {
+		return usageErr("status: --passes %d: want 0 to 4096", *passes)
+	}
 	rc, err := conn.client("status", *timeout)
 	if err != nil {
 		return err
@@ -112,13 +120,77 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if *passes > 0 {
+		if st.Passes, err = leaderPasses(ctx, st, rc, conn.insecure, *since, *passes); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
 	writeStatus(stdout, st)
+	writePasses(stdout, st.Passes)
 	return nil
+}
+
+// leaderPasses reads n passes of the leader's pass history: the n after
+// since, or (since 0) its last n.
+func leaderPasses(ctx context.Context, st *clusterStatus, rc *rpc.Client, insecure bool, since uint64, n int) (*plugin.PassHistory, error) {
+	addr := ""
+	for _, b := range st.Brokers {
+		if b.ID == st.Leader {
+			addr = b.AdminAddr
+		}
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("status --passes: no leader answered (leader %d): its pass history cannot be read", st.Leader)
+	}
+	c := admin.New(addr, rc, insecure)
+	if since == 0 {
+		h, err := c.Passes(ctx, 0, 1)
+		if err != nil {
+			return nil, fmt.Errorf("status --passes: %w", err)
+		}
+		if h.Last > uint64(n) {
+			since = h.Last - uint64(n)
+		}
+	}
+	h, err := c.Passes(ctx, since, n)
+	if err != nil {
+		return nil, fmt.Errorf("status --passes: %w", err)
+	}
+	return &h, nil
+}
+
+// writePasses prints a pass history, one line per pass.
+func writePasses(w io.Writer, h *plugin.PassHistory) {
+	if h == nil {
+		return
+	}
+	fmt.Fprintf(w, "pass history of broker %d (began %s; passes %d to %d kept):\n", h.Broker, h.Began.Format(time.RFC3339), h.First, h.Last)
+	if h.Dropped > 0 {
+		fmt.Fprintf(w, "  (%d passes asked for were dropped from the bound)\n", h.Dropped)
+	}
+	for _, p := range h.Passes {
+		r := &p.Report
+		fmt.Fprintf(w, "  #%d %s +%.3fs index %d", p.Seq, p.Started.Format("15:04:05.000"), p.Ended.Sub(p.Started).Seconds(), p.ViewIndex)
+		if p.AppliedIndex != 0 {
+			fmt.Fprintf(w, "->%d", p.AppliedIndex)
+		}
+		fmt.Fprintf(w, ": under_replicated=%d backfills=%d healed=%d failed=%d settled=%d", r.UnderReplicated, r.Backfills, len(r.Healed), len(r.Failed), len(r.Settled))
+		if len(r.Dead) > 0 || len(r.Suspect) > 0 {
+			fmt.Fprintf(w, " dead=%v suspect=%v", r.Dead, r.Suspect)
+		}
+		if len(r.Healed) > 0 {
+			fmt.Fprintf(w, " healed %s", joinIDs(r.Healed, 5))
+		}
+		if r.HoldReason != "" {
+			fmt.Fprintf(w, " HOLD %s", r.HoldReason)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // gatherStatus asks the broker at addr for the metadata, then every

@@ -103,6 +103,7 @@ func (b *broker) routes() http.Handler {
 		{"GET /v1/copies", rpc.Viewers, b.copies},
 		{"GET /v1/status", rpc.Viewers, b.status},
 		{"GET /v1/plan", rpc.Viewers, b.plan},
+		{"GET /v1/passes", rpc.Viewers, b.passes},
 		{"POST /v1/segments", rpc.Operators, b.createSegment},
 		{"POST /v1/segments/{id}/records", rpc.Operators, b.appendRecords},
 		{"POST /v1/segments/{id}/seal", rpc.Operators, b.sealSegment},
@@ -940,6 +941,20 @@ func (b *broker) status(r *http.Request, _ []byte) (any, error) {
 		return map[string]string{"heal": "disabled"}, nil
 	}
 	return b.heal.Status(), nil
+}
+
+// passes answers this broker's pass history (plugin.PassHistory): the
+// heal passes it ran as the coordinator after ?since=N, at most ?limit.
+// Every broker answers its own; the leader's is the current one.
+func (b *broker) passes(r *http.Request, _ []byte) (any, error) {
+	if b.heal == nil {
+		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
+	}
+	since, limit, err := plugin.ParsePassQuery(r.URL.Query())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	return b.heal.Passes(since, limit), nil
 }
 
 // release lifts a mass-failure hold on the coordinator: here when this

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // Errors of the admin client. Match with errors.Is.
@@ -177,6 +179,19 @@ func (c *Client) Status(ctx context.Context) (json.RawMessage, error) {
 	var raw json.RawMessage
 	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &raw)
 	return raw, err
+}
+
+// Passes returns the broker's pass history after pass since (at most
+// limit passes; 0: the broker's default): the heal passes it ran as the
+// coordinator, oldest first.
+func (c *Client) Passes(ctx context.Context, since uint64, limit int) (plugin.PassHistory, error) {
+	q := url.Values{"since": {strconv.FormatUint(since, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var h plugin.PassHistory
+	err := c.do(ctx, http.MethodGet, "/v1/passes?"+q.Encode(), nil, &h)
+	return h, err
 }
 
 // Plan returns the dry run of the next heal pass as the broker served it

@@ -1,0 +1,107 @@
+package plugin
+
+import (
+	"encoding/json"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
+)
+
+func decodePasses(t *testing.T, h passHistoryWire) []PassRecord {
+	t.Helper()
+	out := make([]PassRecord, len(h.Passes))
+	for i, raw := range h.Passes {
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// The history numbers passes, serves them after since, survives a
+// reopen (a restarted broker), and says what its bound dropped.
+func TestPassLogKeepsNumbersAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	l, err := openPassLog(dir, t0, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		r := PassRecord{Broker: 2, Started: t0.Add(time.Duration(i) * time.Second), Ended: t0.Add(time.Duration(i)*time.Second + 100*time.Millisecond),
+			ViewIndex: uint64(10 + i), Report: heal.Report{Index: uint64(10 + i), Dead: []meta.BrokerID{4}, Healed: []meta.SegmentID{"s-1"}}}
+		if err := l.add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := l.since(2, 0)
+	got := decodePasses(t, h)
+	if h.First != 1 || h.Last != 5 || h.Dropped != 0 || h.More || len(got) != 3 || got[0].Seq != 3 || got[2].Seq != 5 {
+		t.Fatalf("since 2: first %d last %d dropped %d more %v, %d passes (%+v)", h.First, h.Last, h.Dropped, h.More, len(got), got)
+	}
+	if got[0].ViewIndex != 12 || got[0].Report.Dead[0] != 4 || got[0].Report.Healed[0] != "s-1" || !got[0].Started.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("pass 3 did not round-trip: %+v", got[0])
+	}
+	if h := l.since(1, 2); !h.More || len(h.Passes) != 2 {
+		t.Fatalf("limit 2 after 1: %d passes, more %v", len(h.Passes), h.More)
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l, err = openPassLog(dir, t0.Add(time.Hour), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if !l.began.Equal(t0) {
+		t.Fatalf("reopened history began %v, want %v (its first open)", l.began, t0)
+	}
+	if err := l.add(PassRecord{Broker: 2}); err != nil {
+		t.Fatal(err)
+	}
+	h = l.since(0, 0)
+	if got := decodePasses(t, h); len(got) != 6 || got[5].Seq != 6 {
+		t.Fatalf("after a reopen: %d passes, last %+v; want 6, numbered on", len(got), got)
+	}
+}
+
+func TestPassLogBoundDropsOldest(t *testing.T) {
+	l, err := openPassLog(t.TempDir(), time.Now(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	for range passHistoryMax + 10 {
+		if err := l.add(PassRecord{Broker: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := l.since(3, 1)
+	if h.First != 11 || h.Last != passHistoryMax+10 || h.Dropped != 7 {
+		t.Fatalf("first %d last %d dropped %d; want 11, %d, 7", h.First, h.Last, h.Dropped, passHistoryMax+10)
+	}
+	if got := decodePasses(t, h); got[0].Seq != 11 {
+		t.Fatalf("oldest kept is %d, want 11", got[0].Seq)
+	}
+}
+
+func TestParsePassQueryNamesTheBadParameter(t *testing.T) {
+	for _, q := range []string{"since=-1", "since=x", "limit=0", "limit=100000", "limit=y"} {
+		v, _ := url.ParseQuery(q)
+		_, _, err := ParsePassQuery(v)
+		if !errors.Is(err, meta.ErrInvalid) {
+			t.Errorf("%s: %v, want meta.ErrInvalid", q, err)
+		}
+	}
+	v, _ := url.ParseQuery("since=7&limit=3")
+	if s, n, err := ParsePassQuery(v); err != nil || s != 7 || n != 3 {
+		t.Errorf("since=7&limit=3: %d %d %v", s, n, err)
+	}
+}
