@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -261,4 +262,27 @@ func (p *Plugin) Acknowledge(id meta.SegmentID) error {
 		return ErrNotCoordinator
 	}
 	return t.c.Acknowledge(id)
+}
+
+// Unplaceable returns the brokers this instance's coordinator counted
+// dead or suspect on its last pass, or could not authenticate: a new
+// segment placed on one would be replaced by the next pass (a broker back
+// from a replaced data directory answers no probe until its metadata has
+// caught up, though the control plane already hears it). Empty when this
+// instance is not the coordinator.
+func (p *Plugin) Unplaceable() map[meta.BrokerID]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.status.LastPass
+	if !p.status.Leader || r == nil {
+		return nil
+	}
+	out := map[meta.BrokerID]bool{}
+	for _, b := range slices.Concat(r.Dead, r.Suspect) {
+		out[b] = true
+	}
+	for _, a := range r.AuthFailed {
+		out[a.Broker] = true
+	}
+	return out
 }

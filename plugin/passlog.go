@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -265,4 +267,28 @@ func (p *Plugin) Passes(since uint64, limit int) any {
 	h := l.since(since, limit)
 	h.Broker, h.Leader = p.deps.Self, leader
 	return h
+}
+
+// ReadPassHistory reads the pass history a stopped broker left in its
+// data directory (dataDir/passes): for a post-mortem of a broker that
+// cannot be started, or whose directory is about to be replaced. It
+// fails when the directory holds none, or a running broker holds it.
+func ReadPassHistory(dataDir string, self meta.BrokerID) (PassHistory, error) {
+	dir := filepath.Join(dataDir, "passes")
+	if _, err := os.Stat(dir); err != nil {
+		return PassHistory{}, fmt.Errorf("plugin: pass history: %w", err)
+	}
+	l, err := openPassLog(dir, time.Now(), zerolog.Nop())
+	if err != nil {
+		return PassHistory{}, err
+	}
+	defer l.close()
+	w := l.since(0, passPageMax)
+	h := PassHistory{Broker: self, Began: w.Began, First: w.First, Last: w.Last, Passes: make([]PassRecord, len(w.Passes))}
+	for i, raw := range w.Passes {
+		if err := json.Unmarshal(raw, &h.Passes[i]); err != nil {
+			return PassHistory{}, fmt.Errorf("plugin: pass history %s: pass %d: %w", dir, w.First+uint64(i), err)
+		}
+	}
+	return h, nil
 }

@@ -432,8 +432,19 @@ func (b *broker) place() ([]meta.BrokerID, error) {
 	// A decommissioning broker is never a target of a new segment either
 	// while enough others are live; with too few, it fills the set (the
 	// drain cannot finish then anyway, and a write is not refused for it).
+	// Nor a broker the heal coordinator counts dead or suspect: the raft
+	// leader hears a broker back on an empty data directory seconds
+	// before its metadata has caught up and it answers heal's probes, and
+	// a segment placed on it then would be re-replicated at once.
+	var unplaceable map[meta.BrokerID]bool
+	if b.heal != nil {
+		unplaceable = b.heal.Unplaceable()
+	}
 	var live, draining []meta.BrokerID
 	for _, br := range snap.Brokers {
+		if unplaceable[br.ID] && br.ID != b.self {
+			continue
+		}
 		if t, ok := contact[br.ID]; ok && (br.ID == b.self || t.After(horizon)) && br.AdminAddr != "" {
 			if br.Is(meta.ModeDecommissioning) {
 				draining = append(draining, br.ID)

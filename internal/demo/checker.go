@@ -302,6 +302,11 @@ func checkDeadReported(o Observations) []Violation {
 // while its replica set (as seen) named it, or on the copy itself. A
 // restart counts: its broker may be gone longer than the grace delay. A
 // segment first seen with fewer than RF replicas counts each missing one.
+// A fault that keeps its broker down lasts, for heal, until a pass lists
+// the broker neither dead nor suspect (backAt), not until its undo: a
+// broker restarted on an empty data directory answers no probe until its
+// metadata has caught up, and a segment placed on it meanwhile loses that
+// replica as surely as one placed before the fault.
 func losses(o Observations, seg meta.SegmentID) int {
 	n := 0
 	sets := o.Sets[seg]
@@ -319,11 +324,14 @@ func losses(o Observations, seg meta.SegmentID) int {
 		if len(f.Copies) > 0 {
 			continue
 		}
-		end := f.End
-		if end.IsZero() {
-			end = time.Now()
-		}
 		for _, b := range f.Brokers {
+			end := f.End
+			if f.down() {
+				end = backAt(o, b, f.End)
+			}
+			if end.IsZero() {
+				end = time.Now()
+			}
 			hit := slices.Contains(setAt(sets, f.Start), b)
 			for _, s := range sets {
 				if s.At.After(f.Start) && s.At.Before(end.Add(o.Grace)) && slices.Contains(s.Replicas, b) {
@@ -336,6 +344,25 @@ func losses(o Observations, seg meta.SegmentID) int {
 		}
 	}
 	return n
+}
+
+// backAt is when heal saw broker b back after a fault that kept it down
+// was undone at undo: the end of the first pass started after undo that
+// lists b neither dead nor suspect (b's own passes count: it leads). Zero
+// while no such pass was seen (or the fault was never undone).
+func backAt(o Observations, b meta.BrokerID, undo time.Time) time.Time {
+	if undo.IsZero() {
+		return time.Time{}
+	}
+	for _, p := range o.Passes {
+		if p.Started.Before(undo) {
+			continue
+		}
+		if p.Leader == b || !slices.Contains(p.Report.Dead, b) && !slices.Contains(p.Report.Suspect, b) {
+			return p.Ended
+		}
+	}
+	return time.Time{}
 }
 
 // checkSetChanges: no segment's replica set changed (as a set) more often

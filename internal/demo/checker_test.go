@@ -9,6 +9,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // cleanObs is a run in which nothing went wrong: broker 4 was killed for
@@ -202,27 +203,55 @@ func TestCheckerFires(t *testing.T) {
 	}
 }
 
-// notePass records each new pass once, counts the ones the poll missed,
-// and takes a restarted broker's passes (its count from 1 again, a later
-// last_pass_at) as new.
-func TestNotePass(t *testing.T) {
-	n := &nemesis{lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{}}
+// notePasses records each pass of a history once, counts the ones its
+// bound dropped before they were read, and reads a history that began
+// anew (a replaced data directory) from its start.
+func TestNotePasses(t *testing.T) {
+	n := &nemesis{cursors: map[meta.BrokerID]passCursor{}}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	status := func(passes uint64, at time.Time) []byte {
-		return []byte(fmt.Sprintf(`{"enabled":true,"leader":true,"passes":%d,"last_pass":{"index":1},"last_pass_at":%q,"last_pass_seconds":0.1}`,
-			passes, at.Format(time.RFC3339Nano)))
+	t1 := t0.Add(time.Hour)
+	hist := func(began time.Time, dropped uint64, seqs ...uint64) plugin.PassHistory {
+		h := plugin.PassHistory{Broker: 1, Began: began, Dropped: dropped}
+		for _, s := range seqs {
+			h.Passes = append(h.Passes, plugin.PassRecord{Seq: s, Broker: 1, Ended: began.Add(time.Duration(s) * time.Second)})
+		}
+		return h
 	}
-	for _, st := range []struct {
-		passes uint64
-		at     float64
-	}{{5, 1}, {5, 1}, {8, 2}, {2, 10}, {2, 10}, {3, 11}, {2, 10}} {
-		n.notePass(1, status(st.passes, t0.Add(time.Duration(st.at*float64(time.Second)))), t0)
-	}
+	n.notePasses(1, hist(t0, 0, 1, 2))
+	n.notePasses(1, hist(t0, 0, 2, 3)) // 2 again: recorded once
+	n.notePasses(1, hist(t0, 2, 6))    // 4 and 5 dropped by the bound
+	n.notePasses(1, hist(t1, 0, 1))    // a new data directory
 	var got []string
 	for _, p := range n.obs.Passes {
-		got = append(got, fmt.Sprintf("%d+%d@%v", p.Number, p.Unseen, p.Ended.Sub(t0)))
+		got = append(got, fmt.Sprintf("%d+%d", p.Number, p.Unseen))
 	}
-	if want := []string{"5+0@1s", "8+2@2s", "2+0@10s", "3+0@11s"}; !slices.Equal(got, want) {
+	if want := []string{"1+0", "2+0", "3+0", "6+2", "1+0"}; !slices.Equal(got, want) {
 		t.Fatalf("passes recorded %v, want %v", got, want)
+	}
+}
+
+// Seed 424's shape: broker 4 swapped (killed, restarted on an empty data
+// directory at 11 s), answering no probe until its metadata caught up at
+// 15 s; segment c, placed on it at 14.2 s (past the undo and the grace
+// delay), loses that replica at 15 s. The loss is the swap's: heal counted
+// broker 4 dead until 15 s. Had a pass seen broker 4 back at 13 s, the
+// change would be unexplained.
+func TestSetChangesCountTheFaultUntilHealSeesTheBrokerBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	o := cleanObs()
+	o.Faults[0].Kind = KindSwap
+	o.Sets["c"] = []SetObs{{At: at(14.2), Version: 2, Replicas: []meta.BrokerID{2, 3, 4}}, {At: at(15.1), Version: 3, Replicas: []meta.BrokerID{2, 3, 5}}}
+	o.Passes = append(o.Passes,
+		PassObs{Leader: 1, Number: 12, Started: at(11.1), Ended: at(13), Report: admin.HealReport{Dead: []meta.BrokerID{4}}},
+		PassObs{Leader: 1, Number: 13, Started: at(13), Ended: at(15), Report: admin.HealReport{Dead: []meta.BrokerID{4}, Healed: []meta.SegmentID{"c"}}},
+		PassObs{Leader: 1, Number: 14, Started: at(15), Ended: at(15.2)})
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a replica placed on a broker heal still counted dead: %v", v)
+	}
+	o.Passes[2].Report.Dead = nil // heal saw broker 4 back by 13 s
+	v := Check(o)
+	if len(v) != 1 || v[0].Property != "set-changes" || !strings.Contains(v[0].What, "segment c's") {
+		t.Fatalf("a replica of a broker heal saw back was replaced: %v, want one set-changes violation for c", v)
 	}
 }

@@ -77,8 +77,7 @@ type nemesis struct {
 	active      map[meta.BrokerID]FaultKind // brokers under a fault now
 	damaged     map[meta.SegmentID]bool     // copies hit this epoch
 	quorumLoss  bool
-	lastPasses  map[meta.BrokerID]uint64
-	lastEnded   map[meta.BrokerID]time.Time
+	cursors     map[meta.BrokerID]passCursor // how far each pass history was read
 	disk        *loopdisk.Disk
 	diskBroker  *harness.Broker
 	writeSerial int
@@ -109,7 +108,7 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 // at every quiescent point, and fails on the first violation with the
 // seed and the schedule printed.
 func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
-	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, lastPasses: map[meta.BrokerID]uint64{}, lastEnded: map[meta.BrokerID]time.Time{},
+	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, cursors: map[meta.BrokerID]passCursor{},
 		obs: Observations{RF: d.o.RF, Brokers: d.o.Brokers, Grace: d.o.Grace, Tick: d.o.Tick,
 			Settle: 2*d.o.RaftTimeout + time.Second, StepDown: 2*d.o.RaftTimeout + 2*time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID
@@ -170,6 +169,11 @@ func (n *nemesis) epochs(ctx context.Context) error {
 		wg.Wait()
 		if err := n.quiesce(ctx, fmt.Sprintf("after epoch %d", i+1)); err != nil {
 			return err
+		}
+		// Every pass the brokers ran is in their histories: read them all
+		// before judging.
+		if err := n.readAllPasses(ctx, 10*time.Second); err != nil {
+			return fmt.Errorf("nemesis: reading the pass histories %s: %w", fmt.Sprintf("after epoch %d", i+1), err)
 		}
 		obs := n.snapshot()
 		if v := Check(obs); len(v) > 0 {
@@ -400,6 +404,10 @@ func (n *nemesis) swap(ctx context.Context, b *harness.Broker) (func() error, er
 	if err := os.Rename(b.Dir, aside); err != nil {
 		return start, fmt.Errorf("swap: moving %s aside: %w", b.Dir, err)
 	}
+	// The passes it ran go with its directory: read them first.
+	if err := n.notePassHistory(b.ID, filepath.Join(aside, "data")); err != nil {
+		return start, fmt.Errorf("swap: reading broker %d's pass history: %w", b.ID, err)
+	}
 	n.d.aud.forgetUnder(aside)
 	n.d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
 	if err := os.Mkdir(b.Dir, 0o755); err != nil {
@@ -565,8 +573,8 @@ func (r *NemesisReport) writeText(w io.Writer) {
 		r.SegmentsWritten, r.SegmentsAcknowledged, r.WriteFailures, r.WriteFailuresQuorumLoss, r.QuorumLossWindows)
 	fmt.Fprintf(w, "  segments lost: %d; copies read and verified: %d; quiescent checks passed: %d of %d\n",
 		r.SegmentsLost, r.CopiesVerified, r.ChecksPassed, r.ChecksRun)
-	fmt.Fprintf(w, "  heal passes observed: %d (%d missed between polls), %d on hold; replica-set changes seen: %d\n",
-		r.PassesObserved, r.PassesUnseen, r.HoldsSeen, r.SetChangesSeen)
+	fmt.Fprintf(w, "  heal passes observed: %d of %d (from every broker's pass history), %d on hold; replica-set changes seen: %d\n",
+		r.PassesObserved, r.PassesObserved+r.PassesUnseen, r.HoldsSeen, r.SetChangesSeen)
 	for _, s := range r.NotInjected {
 		fmt.Fprintf(w, "  NOT injected: %s\n", s)
 	}

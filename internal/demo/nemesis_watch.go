@@ -2,6 +2,8 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -9,7 +11,9 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // The nemesis's observers: the writer (one segment per writeEvery through
@@ -107,8 +111,8 @@ func (n *nemesis) write(ctx context.Context) {
 	}
 }
 
-// watch records every heal pass the leader reports and every change of a
-// segment's replica set, until ctx ends.
+// watch records every heal pass the brokers' pass histories hold and
+// every change of a segment's replica set, until ctx ends.
 func (n *nemesis) watch(ctx context.Context) {
 	var last *harness.Broker
 	t := time.NewTicker(watchEvery)
@@ -119,87 +123,119 @@ func (n *nemesis) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n.watchCutOff(ctx)
+		n.readAllPasses(ctx, 500*time.Millisecond)
 		lb := n.cachedLeader(ctx, &last)
 		if lb == nil {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		raw, serr := lb.Client.Status(pctx)
 		snap, merr := lb.Client.Metadata(pctx)
 		cancel()
-		now := time.Now()
-		n.mu.Lock()
-		if serr == nil {
-			n.notePass(lb.ID, raw, now)
-		}
 		if merr == nil {
-			n.noteSets(snap, now)
+			n.mu.Lock()
+			n.noteSets(snap, time.Now())
+			n.mu.Unlock()
 		}
-		n.mu.Unlock()
 	}
 }
 
-// watchCutOff records the passes of the brokers a network fault cuts off
-// from the majority (their admin API stays reachable: the harness's
-// client is never cut off), so that the checker sees whether they stopped
-// coordinating (checkMinority).
-func (n *nemesis) watchCutOff(ctx context.Context) {
+// passCursor is how far the nemesis read one broker's pass history.
+type passCursor struct {
+	began time.Time
+	last  uint64
+}
+
+// readAllPasses reads every running, unpaused broker's pass history past
+// what was read; a broker that does not answer within timeout is read on
+// a later call (its history keeps the passes). It returns the errors.
+func (n *nemesis) readAllPasses(ctx context.Context, timeout time.Duration) error {
 	n.mu.Lock()
-	var cut []meta.BrokerID
+	paused := map[meta.BrokerID]bool{}
 	for b, k := range n.active {
-		if k == KindIsolate || k == KindPartition {
-			cut = append(cut, b)
-		}
+		paused[b] = k == KindPause
 	}
 	n.mu.Unlock()
-	slices.Sort(cut)
-	for _, id := range cut {
-		b := n.d.c.Broker(id)
-		if b == nil || !b.Alive() {
+	var errs []error
+	for _, b := range n.d.c.Running() {
+		if paused[b.ID] {
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		raw, err := b.Client.Status(pctx)
+		if err := n.readPasses(ctx, b, timeout); err != nil {
+			errs = append(errs, fmt.Errorf("broker %d's pass history: %w", b.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readPasses reads broker b's pass history past what was read, page by
+// page.
+func (n *nemesis) readPasses(ctx context.Context, b *harness.Broker, timeout time.Duration) error {
+	for {
+		n.mu.Lock()
+		since := n.cursors[b.ID].last
+		n.mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		h, err := b.Client.Passes(pctx, since, 0)
 		cancel()
 		if err != nil {
-			continue
+			return err
 		}
 		n.mu.Lock()
-		n.notePass(id, raw, time.Now())
+		more := n.notePasses(b.ID, h)
 		n.mu.Unlock()
+		if !more {
+			return nil
+		}
 	}
 }
 
-// notePass records the leader's last pass when it is new: Started is the
-// end of that leader's previous pass (the earliest it can have begun),
-// Ended its last_pass_at. A restarted broker counts its passes from 1
-// again: a count not above the last one seen, with a later last_pass_at,
-// is a new process's pass (its unseen count unknown, 0). Callers hold mu.
-func (n *nemesis) notePass(leader meta.BrokerID, raw []byte, now time.Time) {
-	r, _, passes, ok := admin.LastPass(raw)
-	if !ok || passes == 0 {
-		return
+// notePasses records the passes of h not recorded yet and says whether
+// the history holds more. A history that began anew (the broker's data
+// directory was replaced) is read from its start; passes its bound
+// dropped before they were read are counted unseen. Callers hold mu.
+func (n *nemesis) notePasses(id meta.BrokerID, h plugin.PassHistory) bool {
+	cur := n.cursors[id]
+	if !cur.began.IsZero() && !h.Began.Equal(cur.began) {
+		cur = passCursor{}
 	}
-	ended := now
-	if st, ok := admin.DecodeStatus(raw); ok && !st.LastPassAt.IsZero() {
-		ended = st.LastPassAt
+	cur.began = h.Began
+	unseen := h.Dropped
+	for _, p := range h.Passes {
+		if p.Seq <= cur.last {
+			continue
+		}
+		n.obs.Passes = append(n.obs.Passes, PassObs{Leader: id, Number: p.Seq, Started: p.Started, Ended: p.Ended, Report: adminReport(p.Report), Unseen: unseen})
+		unseen = 0
+		cur.last = p.Seq
 	}
-	last := n.lastPasses[leader]
-	if passes <= last && ended.After(n.lastEnded[leader]) {
-		last = 0 // restarted
+	n.cursors[id] = cur
+	return h.More && len(h.Passes) > 0
+}
+
+// notePassHistory records what a stopped broker's history in dataDir
+// holds (read before its directory is replaced).
+func (n *nemesis) notePassHistory(id meta.BrokerID, dataDir string) error {
+	h, err := plugin.ReadPassHistory(dataDir, id)
+	if err != nil {
+		return err
 	}
-	if passes <= last {
-		return
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.notePasses(id, h)
+	return nil
+}
+
+// adminReport is a heal report as the checker reads it.
+func adminReport(r heal.Report) admin.HealReport {
+	var out admin.HealReport
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = json.Unmarshal(b, &out)
 	}
-	var unseen uint64
-	if last > 0 {
-		unseen = passes - last - 1
+	if err != nil {
+		panic(fmt.Sprintf("demo: a heal report does not decode as admin.HealReport: %v", err))
 	}
-	n.lastPasses[leader] = passes
-	started := n.lastEnded[leader]
-	n.lastEnded[leader] = ended
-	n.obs.Passes = append(n.obs.Passes, PassObs{Leader: leader, Number: passes, Started: started, Ended: ended, Report: r, Unseen: unseen})
+	return out
 }
 
 // noteSets appends each sealed segment's replica set when it changed.
@@ -225,6 +261,7 @@ func (n *nemesis) snapshot() Observations {
 	o.Acked = slices.Clone(n.obs.Acked)
 	o.Faults = slices.Clone(n.obs.Faults)
 	o.Passes = slices.Clone(n.obs.Passes)
+	slices.SortStableFunc(o.Passes, func(a, b PassObs) int { return a.Ended.Compare(b.Ended) })
 	o.Checks = slices.Clone(n.obs.Checks)
 	o.Sets = make(map[meta.SegmentID][]SetObs, len(n.obs.Sets))
 	for k, v := range n.obs.Sets {
