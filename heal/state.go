@@ -290,6 +290,17 @@ func (k EventKind) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
+// UnmarshalText parses the String form (a pass history read back).
+func (k *EventKind) UnmarshalText(b []byte) error {
+	for i, n := range eventNames {
+		if i != 0 && n == string(b) {
+			*k = EventKind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: event kind %q is unknown", ErrInvalid, string(b))
+}
+
 // Event is one change of the core's State, reported (not logged) by the
 // pass that made it.
 type Event struct {

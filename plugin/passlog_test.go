@@ -105,3 +105,21 @@ func TestParsePassQueryNamesTheBadParameter(t *testing.T) {
 		t.Errorf("since=7&limit=3: %d %d %v", s, n, err)
 	}
 }
+
+// Every part of a heal report a pass history keeps reads back: a report
+// with one of each list and event.
+func TestPassRecordReportRoundTrips(t *testing.T) {
+	r := PassRecord{Seq: 1, Report: heal.Report{Events: []heal.Event{{Kind: heal.EventHoldStarted, Segment: "s"}},
+		Failed: []heal.Failure{{Segment: "s", Reason: heal.NoSpareBroker}}}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back PassRecord
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if back.Report.Events[0].Kind != heal.EventHoldStarted || back.Report.Failed[0].Reason != heal.NoSpareBroker {
+		t.Fatalf("read back %+v", back.Report)
+	}
+}
