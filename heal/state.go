@@ -2,6 +2,7 @@ package heal
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
