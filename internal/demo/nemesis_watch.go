@@ -9,9 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
-	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 )
