@@ -32,7 +32,8 @@ type NemesisReport struct {
 	Epochs   int     `json:"epochs"`
 	// FaultsScheduled and FaultsInjected count by kind; a scheduled fault
 	// that could not be injected is in NotInjected with why, never counted
-	// as survived.
+	// as survived, and the run fails: a fault that did not happen was not
+	// survived either.
 	FaultsScheduled map[FaultKind]int `json:"faults_scheduled"`
 	FaultsInjected  map[FaultKind]int `json:"faults_injected"`
 	NotInjected     []string          `json:"not_injected,omitempty"`
@@ -141,6 +142,9 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 	wg.Wait()
 	n.rep.Minutes = time.Since(start).Minutes()
 	n.finish()
+	if err == nil && len(n.rep.NotInjected) > 0 {
+		err = fmt.Errorf("nemesis: %d scheduled faults were not injected, first: %s", len(n.rep.NotInjected), n.rep.NotInjected[0])
+	}
 	if err == nil && len(n.rep.UndoFailed) > 0 {
 		err = fmt.Errorf("nemesis: %d faults could not be undone, first: %s", len(n.rep.UndoFailed), n.rep.UndoFailed[0])
 	}
@@ -397,16 +401,16 @@ func (n *nemesis) swap(ctx context.Context, b *harness.Broker) (func() error, er
 	if err := n.d.c.Kill(b); err != nil {
 		return start, err
 	}
+	// The passes it ran go with its data directory: read them first.
+	if err := n.notePassHistory(b.ID, b.Dir); err != nil {
+		return start, fmt.Errorf("swap: reading broker %d's pass history: %w", b.ID, err)
+	}
 	aside := fmt.Sprintf("%s.nemesis-swapped", b.Dir)
 	if err := os.RemoveAll(aside); err != nil {
 		return start, err
 	}
 	if err := os.Rename(b.Dir, aside); err != nil {
 		return start, fmt.Errorf("swap: moving %s aside: %w", b.Dir, err)
-	}
-	// The passes it ran go with its directory: read them first.
-	if err := n.notePassHistory(b.ID, filepath.Join(aside, "data")); err != nil {
-		return start, fmt.Errorf("swap: reading broker %d's pass history: %w", b.ID, err)
 	}
 	n.d.aud.forgetUnder(aside)
 	n.d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
@@ -584,7 +588,7 @@ func (r *NemesisReport) writeText(w io.Writer) {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  VIOLATION: %s\n", v)
 	}
-	if len(r.Violations) > 0 || r.ChecksPassed < r.ChecksRun {
+	if len(r.Violations) > 0 || len(r.NotInjected) > 0 || r.ChecksPassed < r.ChecksRun {
 		fmt.Fprintf(w, "%s", r.Schedule)
 	}
 }

@@ -85,7 +85,10 @@ type FaultReport struct {
 	// What names the target: "broker 3", "5 copies".
 	What     string `json:"what"`
 	Injected bool   `json:"injected"`
-	// Skipped says why the stage did not run.
+	// Skipped says why the stage did not run: the operator left it out,
+	// or a facility it needs is missing (a loop disk, a scrubber). A stage
+	// whose fault the cluster's state kept from happening is not skipped:
+	// its Error says so (notInjected) and the run fails.
 	Skipped string `json:"skipped,omitempty"`
 	// Broker is the broker killed or restarted.
 	Broker meta.BrokerID `json:"broker,omitempty"`
@@ -251,7 +254,7 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 	for _, f := range r.Faults {
 		r.BytesRereplicated += f.BytesRereplicated
 		r.BytesEstimated += f.BytesEstimated
-		if f.Injected && !f.Healed {
+		if f.Injected && !f.Healed || f.Missed() {
 			stagesOK = false
 		}
 		if f.Stage == "kill" && f.Injected {
@@ -262,11 +265,19 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 		r.Error = runErr.Error()
 	}
 	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
-	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
+	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || len(n.NotInjected) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
 		r.OK = false
 	}
 	r.summarize(e)
 }
+
+// Missed says the stage's fault did not happen, for a reason other than
+// the operator's choice or a missing facility (Skipped): the run fails.
+func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" && f.Error != "" }
+
+// notInjected records that the cluster's state kept f's fault from
+// happening: the stage fails, never counted survived.
+func (f *FaultReport) notInjected(why string) { f.Error = "not injected: " + why }
 
 // summarize fills Summary from the stages and the final evaluation;
 // CopiesVerified and CopiesVerifiedAtEnd are the caller's, kept.
@@ -357,6 +368,10 @@ func (r *Report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "re-replicated")
 	}
 	for _, f := range r.Faults {
+		if f.Missed() {
+			fmt.Fprintf(w, "%-13s NOT INJECTED: %s\n", f.Stage, f.Error)
+			continue
+		}
 		if !f.Injected {
 			fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
 			continue

@@ -65,12 +65,13 @@ func TestReportJSONShape(t *testing.T) {
 
 func TestReportNotHealed(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		faults []FaultReport
-		ev     evaluation
-		failed int
-		err    error
-		check  func(t *testing.T, r *Report)
+		name    string
+		faults  []FaultReport
+		ev      evaluation
+		failed  int
+		err     error
+		nemesis *NemesisReport
+		check   func(t *testing.T, r *Report)
 	}{
 		{
 			name:   "stage never healed",
@@ -122,6 +123,37 @@ func TestReportNotHealed(t *testing.T) {
 			},
 		},
 		{
+			// A stage the cluster's state kept from injecting its fault
+			// (not the operator's choice, not a missing facility): the run
+			// fails, and the stage is neither injected nor survived.
+			name: "fault not injected",
+			faults: []FaultReport{healedStage("kill", 1, 0),
+				func() FaultReport {
+					f := FaultReport{Stage: "pause"}
+					f.notInjected("no running follower holds sealed replicas")
+					return f
+				}()},
+			ev: evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			check: func(t *testing.T, r *Report) {
+				if r.Summary.FaultsInjected != 1 || r.Summary.FaultsSurvived != 1 {
+					t.Errorf("injected %d survived %d, want 1 and 1 (the fault that did not happen in neither)", r.Summary.FaultsInjected, r.Summary.FaultsSurvived)
+				}
+				var text bytes.Buffer
+				r.writeText(&text)
+				if !strings.Contains(text.String(), "NOT INJECTED: not injected: no running follower") {
+					t.Errorf("text report does not name the fault not injected:\n%s", text.String())
+				}
+			},
+		},
+		{
+			// A nemesis fault that could not be injected fails the run.
+			name:   "nemesis fault not injected",
+			faults: []FaultReport{healedStage("kill", 1, 0)},
+			ev:     evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			nemesis: &NemesisReport{ChecksRun: 2, ChecksPassed: 2, FaultsInjected: map[FaultKind]int{KindPause: 1},
+				NotInjected: []string{"+36.413s swap on [4] for 6.038s: swap: reading broker 4's pass history: no such file"}},
+		},
+		{
 			name:   "segments missing from the metadata",
 			faults: nil,
 			ev:     evaluation{Sealed: 1, Healthy: 1, Unhealthy: map[meta.SegmentID]string{}},
@@ -139,7 +171,7 @@ func TestReportNotHealed(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Report{Segments: 2, Faults: tc.faults}
+			r := &Report{Segments: 2, Faults: tc.faults, Nemesis: tc.nemesis}
 			r.finish(tc.ev, tc.failed, tc.err)
 			if r.OK {
 				t.Fatalf("OK, want not healed: %+v", r)

@@ -117,7 +117,7 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (FaultRe
 	if leader {
 		b = d.c.Broker(v.Leader)
 		if b == nil || !b.Alive() {
-			fr.Skipped = "no running leader to kill"
+			fr.notInjected("no running leader to kill")
 			return fr, nil
 		}
 	} else {
@@ -128,7 +128,7 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (FaultRe
 			}
 		}
 		if len(cands) == 0 {
-			fr.Skipped = "no running follower to kill"
+			fr.notInjected("no running follower to kill")
 			return fr, nil
 		}
 		b = cands[d.rng.IntN(len(cands))]
@@ -263,7 +263,7 @@ func (d *demo) stageDisk(ctx context.Context, kind string) (FaultReport, error) 
 	}
 	vs := d.pickVictims(d.o.Copies)
 	if len(vs) == 0 {
-		fr.Skipped = "no healthy sealed copy to damage"
+		fr.notInjected("no healthy sealed copy to damage")
 		return fr, nil
 	}
 	var targets []meta.SegmentID

@@ -46,7 +46,8 @@ const diskFiller = "demo-disk-filler"
 // one first when the cluster started without (the demo did not ask for it
 // before the brokers started): a running follower is stopped, its copies
 // moved onto a new loop ext4 at <data_dir>/copies, and it is started
-// again. It sets fr.Skipped when no loop disk can be had.
+// again. It sets fr.Skipped when no loop disk can be had, fr's not
+// injected when no broker can take it (and returns a nil broker).
 func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
 	if l, lb := d.c.Loop(); l != nil && lb != nil {
 		if !lb.Alive() {
@@ -66,7 +67,7 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	}
 	b := d.pickDiskBroker()
 	if b == nil {
-		fr.Skipped = "no running follower to give a loop-mounted copies disk"
+		fr.notInjected("no running follower to give a loop-mounted copies disk")
 		return nil, nil, nil
 	}
 	size := d.copiesDiskSize()
@@ -325,7 +326,7 @@ func (d *demo) diskStart(ctx context.Context, fr *FaultReport) (*harness.Broker,
 		return nil, nil, err
 	}
 	b, l, err := d.copiesDisk(ctx, fr)
-	if err != nil || fr.Skipped != "" {
+	if err != nil || b == nil {
 		return nil, nil, err
 	}
 	fr.Broker = b.ID
@@ -363,9 +364,12 @@ type diskRun struct {
 // when the stage cannot run (fr.Skipped, logged) or failed (the error).
 func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error) {
 	b, l, err := d.diskStart(ctx, fr)
-	if err != nil || fr.Skipped != "" {
-		if fr.Skipped != "" {
+	if err != nil || b == nil {
+		switch {
+		case fr.Skipped != "":
 			d.logf("stage %s: skipped: %s", fr.Stage, fr.Skipped)
+		case fr.Missed():
+			d.logf("stage %s: %s", fr.Stage, fr.Error)
 		}
 		return nil, err
 	}

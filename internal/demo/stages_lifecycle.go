@@ -136,7 +136,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	}
 	b := d.drainableFollower()
 	if b == nil {
-		fr.Skipped = "no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)"
+		fr.notInjected("no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)")
 		return fr, nil
 	}
 	fr.Broker = b.ID

@@ -81,7 +81,8 @@ func addNote(fr *FaultReport, format string, args ...any) {
 
 // victimFollower restarts every dead broker, then picks a running
 // follower that holds sealed replicas, and returns it with those
-// segments; nil when there is none (fr.Skipped says so) or on error.
+// segments; nil when there is none (fr says it was not injected) or on
+// error.
 func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Broker, []meta.SegmentID, error) {
 	if err := d.reviveAll(ctx); err != nil {
 		fr.Error = err.Error()
@@ -89,7 +90,7 @@ func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Br
 	}
 	b := d.pickFollower()
 	if b == nil {
-		fr.Skipped = "no running follower holds sealed replicas"
+		fr.notInjected("no running follower holds sealed replicas")
 		return nil, nil, nil
 	}
 	fr.Broker = b.ID
@@ -461,7 +462,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	}
 	a := d.freshestFollower()
 	if a == nil {
-		fr.Skipped = "no running follower holds sealed replicas"
+		fr.notInjected("no running follower holds sealed replicas")
 		return fr, nil
 	}
 	leader := d.last.Leader
@@ -627,7 +628,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	for len(d.c.Running()) > d.o.RF {
 		k := d.pickFollower()
 		if k == nil {
-			fr.Skipped = "no follower to kill down to the replication factor"
+			fr.notInjected("no follower to kill down to the replication factor")
 			return fr, nil
 		}
 		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
@@ -644,7 +645,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	}
 	vs := d.pickVictims(1)
 	if len(vs) == 0 {
-		fr.Skipped = "no healthy sealed copy to latch"
+		fr.notInjected("no healthy sealed copy to latch")
 		return fr, nil
 	}
 	v := vs[0]
@@ -839,7 +840,7 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 	}
 	vs := d.pickVictims(2)
 	if len(vs) < 2 {
-		fr.Skipped = "fewer than two healthy sealed segments"
+		fr.notInjected("fewer than two healthy sealed segments")
 		return fr, nil
 	}
 	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: "bitflip", yFiles: map[string]int64{},

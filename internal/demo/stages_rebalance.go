@@ -118,7 +118,7 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 		}
 	}
 	if b == nil {
-		fr.Skipped = "no running follower to empty"
+		fr.notInjected("no running follower to empty")
 		return fr, nil
 	}
 	fr.Broker = b.ID
