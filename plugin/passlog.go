@@ -61,18 +61,6 @@ type PassHistory struct {
 	Passes []PassRecord `json:"passes"`
 }
 
-// passHistoryWire is PassHistory as served: the records kept encoded.
-type passHistoryWire struct {
-	Broker  meta.BrokerID     `json:"broker"`
-	Leader  bool              `json:"leader"`
-	Began   time.Time         `json:"began"`
-	First   uint64            `json:"first"`
-	Last    uint64            `json:"last"`
-	Dropped uint64            `json:"dropped,omitempty"`
-	More    bool              `json:"more,omitempty"`
-	Passes  []json.RawMessage `json:"passes"`
-}
-
 // The history's bounds: at most this many passes and this many encoded
 // bytes are kept (the oldest go first); a request returns at most
 // passPageMax of them.
@@ -97,9 +85,11 @@ type passLog struct {
 	next  uint64 // the next pass's seq
 }
 
+// storedPass is a kept pass and its encoded size (what the byte bound
+// counts).
 type storedPass struct {
-	seq uint64
-	raw json.RawMessage
+	rec  PassRecord
+	size int
 }
 
 var passBeganKey = []byte("began")
@@ -156,9 +146,13 @@ func (l *passLog) load(now time.Time) error {
 		if len(k) != 9 {
 			continue
 		}
-		raw := append(json.RawMessage(nil), it.Value()...)
-		rev = append(rev, storedPass{seq: binary.BigEndian.Uint64(k[1:]), raw: raw})
-		l.bytes += len(raw)
+		var rec PassRecord
+		if err := json.Unmarshal(it.Value(), &rec); err != nil {
+			_ = it.Close()
+			return fmt.Errorf("pass %d: %w", binary.BigEndian.Uint64(k[1:]), err)
+		}
+		rev = append(rev, storedPass{rec: rec, size: len(it.Value())})
+		l.bytes += len(it.Value())
 	}
 	if err := it.Close(); err != nil {
 		return err
@@ -167,9 +161,9 @@ func (l *passLog) load(now time.Time) error {
 		l.recs = append(l.recs, rev[i])
 	}
 	if n := len(l.recs); n > 0 {
-		l.next = l.recs[n-1].seq + 1
+		l.next = l.recs[n-1].rec.Seq + 1
 		// What the bounds dropped goes from disk too.
-		return l.db.DeleteRange(passKey(0), passKey(l.recs[0].seq), pebble.NoSync)
+		return l.db.DeleteRange(passKey(0), passKey(l.recs[0].rec.Seq), pebble.NoSync)
 	}
 	return nil
 }
@@ -184,11 +178,11 @@ func (l *passLog) add(r PassRecord) error {
 		return err
 	}
 	l.next++
-	l.recs = append(l.recs, storedPass{seq: r.Seq, raw: raw})
+	l.recs = append(l.recs, storedPass{rec: r, size: len(raw)})
 	l.bytes += len(raw)
 	drop := 0
 	for len(l.recs)-drop > 1 && (len(l.recs)-drop > passHistoryMax || l.bytes > passHistoryMaxBytes) {
-		l.bytes -= len(l.recs[drop].raw)
+		l.bytes -= l.recs[drop].size
 		drop++
 	}
 	b := l.db.NewBatch()
@@ -197,7 +191,7 @@ func (l *passLog) add(r PassRecord) error {
 		return err
 	}
 	if drop > 0 {
-		if err := b.DeleteRange(passKey(l.recs[0].seq), passKey(l.recs[drop].seq), nil); err != nil {
+		if err := b.DeleteRange(passKey(l.recs[0].rec.Seq), passKey(l.recs[drop].rec.Seq), nil); err != nil {
 			return err
 		}
 		l.recs = append(l.recs[:0:0], l.recs[drop:]...)
@@ -207,18 +201,18 @@ func (l *passLog) add(r PassRecord) error {
 
 // since returns the kept passes after seq since, at most limit of them
 // (0: passPageDefault).
-func (l *passLog) since(since uint64, limit int) passHistoryWire {
+func (l *passLog) since(since uint64, limit int) PassHistory {
 	if limit <= 0 {
 		limit = passPageDefault
 	}
 	limit = min(limit, passPageMax)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := passHistoryWire{Began: l.began, Passes: []json.RawMessage{}}
+	h := PassHistory{Began: l.began, Passes: []PassRecord{}}
 	if len(l.recs) == 0 {
 		return h
 	}
-	h.First, h.Last = l.recs[0].seq, l.recs[len(l.recs)-1].seq
+	h.First, h.Last = l.recs[0].rec.Seq, l.recs[len(l.recs)-1].rec.Seq
 	if since+1 < h.First {
 		h.Dropped = h.First - since - 1
 	}
@@ -227,7 +221,7 @@ func (l *passLog) since(since uint64, limit int) passHistoryWire {
 		i = int(since - h.First + 1)
 	}
 	for ; i < len(l.recs) && len(h.Passes) < limit; i++ {
-		h.Passes = append(h.Passes, l.recs[i].raw)
+		h.Passes = append(h.Passes, l.recs[i].rec)
 	}
 	h.More = i < len(l.recs)
 	return h
@@ -257,12 +251,12 @@ func ParsePassQuery(q url.Values) (since uint64, limit int, err error) {
 // Passes returns this broker's pass history after pass since: at most
 // limit passes (0: 512), oldest first. On a disabled or unstarted plugin
 // it is empty.
-func (p *Plugin) Passes(since uint64, limit int) any {
+func (p *Plugin) Passes(since uint64, limit int) PassHistory {
 	p.mu.Lock()
 	l, leader := p.passes, p.status.Leader
 	p.mu.Unlock()
 	if l == nil {
-		return passHistoryWire{Broker: p.deps.Self, Passes: []json.RawMessage{}}
+		return PassHistory{Broker: p.deps.Self, Passes: []PassRecord{}}
 	}
 	h := l.since(since, limit)
 	h.Broker, h.Leader = p.deps.Self, leader
@@ -283,12 +277,7 @@ func ReadPassHistory(dataDir string, self meta.BrokerID) (PassHistory, error) {
 		return PassHistory{}, err
 	}
 	defer l.close()
-	w := l.since(0, passPageMax)
-	h := PassHistory{Broker: self, Began: w.Began, First: w.First, Last: w.Last, Passes: make([]PassRecord, len(w.Passes))}
-	for i, raw := range w.Passes {
-		if err := json.Unmarshal(raw, &h.Passes[i]); err != nil {
-			return PassHistory{}, fmt.Errorf("plugin: pass history %s: pass %d: %w", dir, w.First+uint64(i), err)
-		}
-	}
+	h := l.since(0, passPageMax)
+	h.Broker = self
 	return h, nil
 }

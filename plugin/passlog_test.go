@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,17 +13,6 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
-
-func decodePasses(t *testing.T, h passHistoryWire) []PassRecord {
-	t.Helper()
-	out := make([]PassRecord, len(h.Passes))
-	for i, raw := range h.Passes {
-		if err := json.Unmarshal(raw, &out[i]); err != nil {
-			t.Fatalf("pass %d: %v", i, err)
-		}
-	}
-	return out
-}
 
 // The history numbers passes, serves them after since, survives a
 // reopen (a restarted broker), and says what its bound dropped.
@@ -41,7 +31,7 @@ func TestPassLogKeepsNumbersAcrossReopen(t *testing.T) {
 		}
 	}
 	h := l.since(2, 0)
-	got := decodePasses(t, h)
+	got := h.Passes
 	if h.First != 1 || h.Last != 5 || h.Dropped != 0 || h.More || len(got) != 3 || got[0].Seq != 3 || got[2].Seq != 5 {
 		t.Fatalf("since 2: first %d last %d dropped %d more %v, %d passes (%+v)", h.First, h.Last, h.Dropped, h.More, len(got), got)
 	}
@@ -67,7 +57,7 @@ func TestPassLogKeepsNumbersAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = l.since(0, 0)
-	if got := decodePasses(t, h); len(got) != 6 || got[5].Seq != 6 {
+	if got := h.Passes; len(got) != 6 || got[5].Seq != 6 {
 		t.Fatalf("after a reopen: %d passes, last %+v; want 6, numbered on", len(got), got)
 	}
 }
@@ -87,7 +77,7 @@ func TestPassLogBoundDropsOldest(t *testing.T) {
 	if h.First != 11 || h.Last != passHistoryMax+10 || h.Dropped != 7 {
 		t.Fatalf("first %d last %d dropped %d; want 11, %d, 7", h.First, h.Last, h.Dropped, passHistoryMax+10)
 	}
-	if got := decodePasses(t, h); got[0].Seq != 11 {
+	if got := h.Passes; got[0].Seq != 11 {
 		t.Fatalf("oldest kept is %d, want 11", got[0].Seq)
 	}
 }
@@ -121,5 +111,33 @@ func TestPassRecordReportRoundTrips(t *testing.T) {
 	}
 	if back.Report.Events[0].Kind != heal.EventHoldStarted || back.Report.Failed[0].Reason != heal.NoSpareBroker {
 		t.Fatalf("read back %+v", back.Report)
+	}
+}
+
+// A stopped broker's history is read from its data directory; a
+// directory without one is an error naming it.
+func TestReadPassHistoryFromADataDirectory(t *testing.T) {
+	data := t.TempDir()
+	l, err := openPassLog(data+"/passes", time.Now(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := l.add(PassRecord{Broker: 4, Report: heal.Report{Dead: []meta.BrokerID{2}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := ReadPassHistory(data, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Broker != 4 || h.First != 1 || h.Last != 3 || len(h.Passes) != 3 || h.Passes[2].Report.Dead[0] != 2 {
+		t.Fatalf("read %+v", h)
+	}
+	if _, err := ReadPassHistory(t.TempDir(), 4); err == nil || !strings.Contains(err.Error(), "passes") {
+		t.Fatalf("a directory without a history: %v", err)
 	}
 }

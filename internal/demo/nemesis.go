@@ -177,7 +177,7 @@ func (n *nemesis) epochs(ctx context.Context) error {
 		// Every pass the brokers ran is in their histories: read them all
 		// before judging.
 		if err := n.readAllPasses(ctx, 10*time.Second); err != nil {
-			return fmt.Errorf("nemesis: reading the pass histories %s: %w", fmt.Sprintf("after epoch %d", i+1), err)
+			return fmt.Errorf("nemesis: reading the pass histories after epoch %d: %w", i+1, err)
 		}
 		obs := n.snapshot()
 		if v := Check(obs); len(v) > 0 {
