@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
@@ -74,174 +75,85 @@ func (lc *lifeCluster) followers() []meta.BrokerID {
 	return out
 }
 
-// passSample is the leader's metadata read while its pass counter stood
-// at Pass: after pass Pass ended and before pass Pass+1 ended.
-type passSample struct {
-	Pass  uint64
-	Rep   admin.HealReport
-	Life  admin.Lifecycle
-	Start time.Time // the pass's start (its end minus its duration)
-	End   time.Time
-	Snap  meta.Snapshot
-	Read  time.Time // when the metadata read returned
-}
-
-// sample reads the leader's status, its metadata, and its status again;
-// ok is false when a pass ended in between (the metadata read cannot be
-// placed between two pass ends) or a read failed.
-func (lc *lifeCluster) sample(ctx context.Context) (passSample, bool) {
-	raw1, err := lc.client.Status(ctx)
-	if err != nil {
-		return passSample{}, false
-	}
-	snap, err := lc.client.Metadata(ctx)
-	if err != nil {
-		return passSample{}, false
-	}
-	read := time.Now()
-	raw2, err := lc.client.Status(ctx)
-	if err != nil {
-		return passSample{}, false
-	}
-	st1, ok1 := admin.DecodeStatus(raw1)
-	st2, ok2 := admin.DecodeStatus(raw2)
-	if !ok1 || !ok2 || st1.LastPass == nil || st1.Passes != st2.Passes {
-		return passSample{}, false
-	}
-	life, _ := admin.FindLifecycle(raw1)
-	start := st1.LastPassAt.Add(-time.Duration(st1.LastPassSeconds * float64(time.Second)))
-	return passSample{Pass: st1.Passes, Rep: *st1.LastPass, Life: life, Start: start, End: st1.LastPassAt, Snap: snap, Read: read}, true
-}
-
-// watch samples the leader in a tight loop (a pass every tick must not
-// slip between two samples) until each says done, or fails after within
-// with each's last account.
-func (lc *lifeCluster) watch(within time.Duration, each func(s passSample) (bool, string)) {
+// follow reads the leader's pass history from the pass after since,
+// calling each on every pass in order, until each says done; it waits for
+// new passes with a generous bound (within) and fails with each's last
+// account. It fails if the history dropped or skipped a pass, or if the
+// broker stopped running the coordinator: no pass goes unread. It returns
+// the last pass read.
+func (lc *lifeCluster) follow(since uint64, within time.Duration, each func(p plugin.PassRecord) (bool, string)) plugin.PassRecord {
 	lc.t.Helper()
 	deadline := time.Now().Add(within)
-	why := "no sample of the leader's status and metadata"
-	for {
-		if s, ok := lc.sample(context.Background()); ok {
-			done, w := each(s)
+	why := fmt.Sprintf("no pass after %d in the leader's history", since)
+	var last plugin.PassRecord
+	for next := since; ; {
+		h, err := lc.client.Passes(context.Background(), next, 0)
+		if err != nil {
+			lc.t.Fatalf("pass history after %d: %v", next, err)
+		}
+		if h.Dropped > 0 {
+			lc.t.Fatalf("the pass history dropped %d passes after %d before they were read", h.Dropped, next)
+		}
+		if !h.Leader {
+			lc.t.Fatalf("broker %d no longer runs the coordinator (pass %d read last): the test's passes would go unread", h.Broker, next)
+		}
+		for _, p := range h.Passes {
+			if p.Seq != next+1 {
+				lc.t.Fatalf("pass history: pass %d after %d", p.Seq, next)
+			}
+			next, last = p.Seq, p
+			done, w := each(p)
 			if done {
-				return
+				return p
 			}
 			why = w
 		}
+		if h.More {
+			continue
+		}
 		if time.Now().After(deadline) {
-			lc.t.Fatalf("after %v: %s", within, why)
+			lc.t.Fatalf("after %v (last pass read %d): %s", within, last.Seq, why)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// passLog keeps every sample, and says which passes none was taken for.
-type passLog struct {
-	all   []passSample
-	first map[uint64]int // pass → index of its first sample
-	// from, when set, is the first pass that must be read: those before
-	// the first one read count as missed too.
-	from uint64
+// lastPass is the newest pass in the leader's history (0: none yet).
+func (lc *lifeCluster) lastPass() uint64 {
+	lc.t.Helper()
+	h, err := lc.client.Passes(context.Background(), 0, 1)
+	if err != nil {
+		lc.t.Fatal(err)
+	}
+	return h.Last
 }
 
-func (l *passLog) add(s passSample) (fresh bool) {
-	if l.first == nil {
-		l.first = map[uint64]int{}
+// metadata reads the leader's metadata.
+func (lc *lifeCluster) metadata() meta.Snapshot {
+	lc.t.Helper()
+	snap, err := lc.client.Metadata(context.Background())
+	if err != nil {
+		lc.t.Fatal(err)
 	}
-	l.all = append(l.all, s)
-	if _, ok := l.first[s.Pass]; ok {
-		return false
-	}
-	l.first[s.Pass] = len(l.all) - 1
-	return true
+	return snap
 }
 
-// passes lists the sampled pass numbers in order.
-func (l *passLog) passes() []uint64 {
-	var out []uint64
-	for p := range l.first {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// missed lists the passes between the first and the last sampled one for
-// which no sample was taken.
-func (l *passLog) missed() []uint64 {
-	ps := l.passes()
-	var out []uint64
-	if l.from > 0 && len(ps) > 0 {
-		for p := l.from; p < ps[0]; p++ {
-			out = append(out, p)
-		}
-	}
-	for i := 1; i < len(ps); i++ {
-		for p := ps[i-1] + 1; p < ps[i]; p++ {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func (l *passLog) requireAll(t *testing.T, what string) {
+// checkCommands fails if a command the pass applied leaves a set with
+// fewer than rf members: every replica set change goes through a pass's
+// commands, so this sees every set the metadata ever had.
+func checkCommands(t *testing.T, p plugin.PassRecord, rf int) {
 	t.Helper()
-	ps := l.passes()
-	if len(ps) == 0 {
-		t.Fatalf("%s: no pass sampled", what)
-	}
-	if m := l.missed(); len(m) > 0 {
-		t.Fatalf("%s: passes %d..%d sampled, but no metadata read fell between the end of pass %v and the next pass's end (%d samples): every pass was not sampled", what, ps[0], ps[len(ps)-1], m, len(l.all))
-	}
-	t.Logf("%s: every pass from %d to %d sampled (%d passes, %d metadata reads)", what, ps[0], ps[len(ps)-1], len(ps), len(l.all))
-}
-
-// coverage logs, without failing, how many passes were sampled: after a
-// pass that did work the next one starts at once (heal.NextPass), so no
-// reader outside the leader can place a read between every two passes.
-func (l *passLog) coverage(t *testing.T, what string) {
-	t.Helper()
-	ps := l.passes()
-	if len(ps) == 0 {
-		t.Fatalf("%s: no pass sampled", what)
-	}
-	t.Logf("%s: passes %d..%d: %d sampled, %d ran back to back with no read between their ends (%d reads)", what, ps[0], ps[len(ps)-1], len(ps), len(l.missed()), len(l.all))
-}
-
-// versionLog checks that every replica set a segment ever had was read:
-// every change to a segment increments its Version (meta invariant 5),
-// so consecutive reads must find each segment's version grown by at most
-// one. A segment created after the first read may have been changed
-// (sealed) before its first read: those versions are counted apart.
-type versionLog struct {
-	last       map[meta.SegmentID]uint64
-	gaps       []string
-	beforeSeen int
-	reads      int
-}
-
-func (v *versionLog) add(snap meta.Snapshot) {
-	first := v.last == nil
-	if first {
-		v.last = map[meta.SegmentID]uint64{}
-	}
-	v.reads++
-	for _, s := range snap.Segments {
-		prev, ok := v.last[s.ID]
-		switch {
-		case ok && s.Version > prev+1:
-			v.gaps = append(v.gaps, fmt.Sprintf("%s v%d→v%d (now %v)", s.ID, prev, s.Version, s.Replicas))
-		case !ok && !first && s.Version > 1:
-			v.beforeSeen += int(s.Version - 1)
+	for _, c := range p.Report.Ready {
+		if len(c.Replicas) < rf {
+			t.Fatalf("pass %d applied %s %v -> %v: below the factor %d", p.Seq, c.ID, c.Expected, c.Replicas, rf)
 		}
-		v.last[s.ID] = s.Version
 	}
 }
 
-func drainOf(l admin.Lifecycle, b meta.BrokerID) *admin.Drain {
-	for i := range l.Decommission {
-		if l.Decommission[i].Broker == b {
-			return &l.Decommission[i]
+func drainIn(r heal.Report, b meta.BrokerID) *heal.Drain {
+	for i := range r.Decommission {
+		if r.Decommission[i].Broker == b {
+			return &r.Decommission[i]
 		}
 	}
 	return nil
@@ -260,104 +172,74 @@ func belowFactor(snap meta.Snapshot, rf int) []string {
 
 // TestDecommissionUnderWriteLoadEndToEnd: 4 real brokers at RF 3; a
 // follower is decommissioned while a writer keeps loading new segments.
-// The leader's metadata is read in a tight loop, and every version of
-// every segment must be read (versionLog: every change bumps a segment's
-// Version, so no replica set it ever had goes unread; the test fails on a
-// gap): no set read has fewer than 3 members, and no pass report read
-// counts a segment under-replicated. Passes are not all bracketed (a pass
-// that did work is followed at once by the next: heal.NextPass); the test
-// logs how many were. The writes must overlap the
-// drain (at least 2 loads finish while the drain is not done), and the
-// drain must end: every set at 3 without the broker.
+// Every pass the leader ran from the decommission on is read from its pass
+// history: no pass counts a segment under-replicated, and no command a
+// pass applied leaves a set with fewer than 3 members (every replica set
+// change is a pass's command, so no set the metadata ever had was below
+// the factor). No new segment is created on the decommissioning broker (no
+// command moves a new segment off it). The writes must overlap the drain
+// (at least 2 loads finish before the pass that reports it drained), and
+// the drain must end: every set at 3 without the broker.
 func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 500 * time.Millisecond, Grace: 2 * time.Second, HealExtra: "pass_backfills = 1"})
 	lc.load("dl", 12)
-	ctx := context.Background()
 	d := lc.followers()[0]
-	var log passLog
-	var versions versionLog
-	check := func(s passSample) {
-		versions.add(s.Snap)
-		if bad := belowFactor(s.Snap, 3); len(bad) > 0 {
-			t.Fatalf("after pass %d: sets below the factor: %v", s.Pass, bad)
-		}
-		if s.Rep.UnderReplicated != 0 {
-			t.Fatalf("pass %d reports %d under-replicated", s.Pass, s.Rep.UnderReplicated)
-		}
-	}
-	// Sample before the decommission so the first pass of the drain is
-	// bracketed too.
-	lc.watch(30*time.Second, func(s passSample) (bool, string) {
-		check(s)
-		log.add(s)
-		return true, ""
-	})
+	from := lc.lastPass()
 	if out, errs, code := lc.cli("decommission", d.String()); code != 0 {
 		t.Fatalf("decommission %d: exit %d: %s%s", d, code, out, errs)
 	}
 	w := startWriter(lc, 10)
 	defer w.stop() // idempotent: ends the writer if the test fails first
-	var drainedAt time.Time
-	writerStopped := false
-	onD := map[meta.SegmentID]bool{} // new segments first seen with a replica on d
-	seenSeg := map[meta.SegmentID]bool{}
-	deadline := time.Now().Add(180 * time.Second)
-	for {
-		s, ok := lc.sample(ctx)
-		if ok {
-			check(s)
-			if log.add(s) {
-				for _, seg := range s.Snap.Segments {
-					if !seenSeg[seg.ID] {
-						seenSeg[seg.ID] = true
-						if strings.HasPrefix(string(seg.ID), "w") && seg.HasReplica(d) {
-							onD[seg.ID] = true
-						}
-					}
-				}
-			}
-			if !writerStopped && w.count() >= 4 {
-				w.stop()
-				writerStopped = true
-			}
-			if dr := drainOf(s.Life, d); writerStopped && dr != nil && dr.Drained && s.Rep.Index >= s.Snap.Index {
-				drainedAt = s.Read
-				break
+	var (
+		writtenAt uint64 // the metadata index once the writer stopped
+		moves     int
+		read      int
+		offD      = map[meta.SegmentID]bool{} // new segments a command moved off d
+	)
+	drained := lc.follow(from, 180*time.Second, func(p plugin.PassRecord) (bool, string) {
+		read++
+		checkCommands(t, p, 3)
+		if p.Report.UnderReplicated != 0 {
+			t.Fatalf("pass %d reports %d under-replicated", p.Seq, p.Report.UnderReplicated)
+		}
+		for _, c := range p.Report.Ready {
+			if strings.HasPrefix(string(c.ID), "w") && slices.Contains(c.Expected, d) {
+				offD[c.ID] = true
 			}
 		}
-		if time.Now().After(deadline) {
-			last := "no sample"
-			if len(log.all) > 0 {
-				l := log.all[len(log.all)-1]
-				last = fmt.Sprintf("pass %d: %+v", l.Pass, drainOf(l.Life, d))
-			}
-			t.Fatalf("after 180s broker %d is not drained (writer stopped %v): %s", d, writerStopped, last)
+		dr := drainIn(p.Report, d)
+		if dr != nil {
+			moves += dr.Moving
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		if writtenAt == 0 && w.count() >= 4 {
+			w.stop()
+			writtenAt = lc.metadata().Index
+		}
+		switch {
+		case writtenAt == 0:
+			return false, fmt.Sprintf("pass %d: the writer has done %d loads of 4", p.Seq, w.count())
+		case dr == nil:
+			return false, fmt.Sprintf("pass %d does not report the decommission", p.Seq)
+		case !dr.Drained || p.Report.Index < writtenAt:
+			return false, fmt.Sprintf("pass %d (index %d, writer done at %d): drain %+v", p.Seq, p.Report.Index, writtenAt, *dr)
+		}
+		return true, ""
+	})
 	loadsDone, loadErr := w.stop()
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
-	log.coverage(t, "decommission under write load")
-	if len(versions.gaps) > 0 {
-		t.Fatalf("%d segment versions were never read (a replica set may have been below the factor unseen): %v", len(versions.gaps), versions.gaps)
-	}
-	t.Logf("every version of every segment read after its first read (%d reads); %d versions of new segments changed before their first read", versions.reads, versions.beforeSeen)
 	// The writes overlapped the drain.
 	during := 0
 	for _, at := range loadsDone {
-		if at.Before(drainedAt) {
+		if at.Before(drained.Ended) {
 			during++
 		}
 	}
 	if during < 2 {
 		t.Fatalf("only %d loads finished before the drain did: the writes did not overlap it", during)
 	}
-	snap, err := lc.client.Metadata(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := lc.metadata()
 	if want := 12 + 2*len(loadsDone); len(snap.Segments) != want {
 		t.Fatalf("%d segments, want %d (12 + 2 per load, %d loads)", len(snap.Segments), want, len(loadsDone))
 	}
@@ -366,16 +248,10 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 			t.Fatalf("after the drain, segment %s has %v", s.ID, s.Replicas)
 		}
 	}
-	moves := 0
-	for _, p := range log.passes() {
-		if dr := drainOf(log.all[log.first[p]].Life, d); dr != nil {
-			moves += dr.Moving
-		}
-	}
-	t.Logf("drained broker %d under %d loads (%d before the drain ended), %d moves planned over the sampled passes",
-		d, len(loadsDone), during, moves)
-	if len(onD) > 0 {
-		t.Fatalf("%d new segments were created with a replica on the decommissioning broker %d (3 others were live): %v", len(onD), d, sortedIDs(onD))
+	t.Logf("drained broker %d under %d loads (%d before the drain ended): every one of the %d passes %d..%d read, %d moves planned",
+		d, len(loadsDone), during, read, from+1, drained.Seq, moves)
+	if len(offD) > 0 {
+		t.Fatalf("%d new segments were created with a replica on the decommissioning broker %d (3 others were live): %v", len(offD), d, sortedIDs(offD))
 	}
 }
 
@@ -441,48 +317,55 @@ func sortedIDs(m map[meta.SegmentID]bool) []meta.SegmentID {
 }
 
 // TestDecommissionBlockedEndToEnd: 3 real brokers at RF 3; decommissioning
-// one cannot finish (no spare broker). Every pass for 15 passes, each
-// sampled (passLog), reports the drain with every segment blocked as
-// no_spare_broker, nothing moving, not drained, and every set still has
-// its 3 members including the broker. The cancel then clears it.
+// one cannot finish (no spare broker). Every pass for 15 passes after the
+// first that reports the drain blocked, each read from the leader's pass
+// history,
+// reports the drain with every segment blocked as no_spare_broker, nothing
+// moving, not drained, and applies no command; every set still has its 3
+// members including the broker. The cancel then clears it.
 func TestDecommissionBlockedEndToEnd(t *testing.T) {
 	lc := startLifeCluster(t, harness.Config{Brokers: 3, RF: 3, Tick: 300 * time.Millisecond, Grace: 2 * time.Second})
 	lc.load("db", 6)
-	ctx := context.Background()
 	d := lc.followers()[0]
+	from := lc.lastPass()
 	if out, errs, code := lc.cli("decommission", d.String()); code != 0 {
 		t.Fatalf("decommission %d: exit %d: %s%s", d, code, out, errs)
 	}
-	var log passLog
-	var from uint64
-	lc.watch(120*time.Second, func(s passSample) (bool, string) {
-		dr := drainOf(s.Life, d)
-		if from == 0 {
-			if dr == nil || s.Rep.Index < s.Snap.Index {
-				return false, "no pass reports the decommission yet"
+	asked := lc.metadata().Index // the decommission is recorded at or before it
+	var first uint64
+	last := lc.follow(from, 120*time.Second, func(p plugin.PassRecord) (bool, string) {
+		dr := drainIn(p.Report, d)
+		if first == 0 {
+			// Until the first pass has confirmed the new copies, a drain's
+			// segments may be blocked as healing; from the first pass
+			// that blocks them all on the missing spare, every pass must.
+			if dr == nil || p.Report.Index < asked || dr.Blocked[DrainNoSpare] != 6 {
+				return false, fmt.Sprintf("no pass reports the decommission blocked on %s yet (pass %d: %+v)", DrainNoSpare, p.Seq, dr)
 			}
-			from = s.Pass
-		}
-		log.add(s)
-		if bad := belowFactor(s.Snap, 3); len(bad) > 0 {
-			t.Fatalf("after pass %d: sets below the factor: %v", s.Pass, bad)
-		}
-		for _, seg := range s.Snap.Segments {
-			if !seg.HasReplica(d) {
-				t.Fatalf("after pass %d: segment %s %v left the decommissioning broker with no spare broker", s.Pass, seg.ID, seg.Replicas)
-			}
+			first = p.Seq
 		}
 		switch {
+		case len(p.Report.Ready) > 0:
+			t.Fatalf("pass %d applied %v with no spare broker", p.Seq, p.Report.Ready)
 		case dr == nil:
-			t.Fatalf("pass %d does not report the decommission of broker %d", s.Pass, d)
+			t.Fatalf("pass %d does not report the decommission of broker %d", p.Seq, d)
 		case dr.Drained || dr.Moving != 0 || dr.Segments != 6 || dr.Blocked[DrainNoSpare] != 6:
-			t.Fatalf("pass %d: drain %+v, want 6 segments all blocked %s, none moving", s.Pass, *dr, DrainNoSpare)
+			t.Fatalf("pass %d: drain %+v, want 6 segments all blocked %s, none moving", p.Seq, *dr, DrainNoSpare)
 		case len(dr.Examples) == 0 || dr.Examples[0].Reason != DrainNoSpare:
-			t.Fatalf("pass %d: drain examples %+v", s.Pass, dr.Examples)
+			t.Fatalf("pass %d: drain examples %+v", p.Seq, dr.Examples)
 		}
-		return s.Pass >= from+15, fmt.Sprintf("pass %d of %d", s.Pass, from+15)
+		return p.Seq >= first+15, fmt.Sprintf("pass %d of %d", p.Seq, first+15)
 	})
-	log.requireAll(t, "blocked decommission")
+	snap := lc.metadata()
+	if bad := belowFactor(snap, 3); len(bad) > 0 {
+		t.Fatalf("after pass %d: sets below the factor: %v", last.Seq, bad)
+	}
+	for _, seg := range snap.Segments {
+		if !seg.HasReplica(d) {
+			t.Fatalf("after pass %d: segment %s %v left the decommissioning broker with no spare broker", last.Seq, seg.ID, seg.Replicas)
+		}
+	}
+	t.Logf("blocked decommission: every pass %d..%d read, each blocked on %s", first, last.Seq, DrainNoSpare)
 	out, _, _ := lc.cli("status")
 	if !strings.Contains(out, "no_spare_broker 6") {
 		t.Fatalf("status does not give the reason:\n%s", out)
@@ -490,9 +373,9 @@ func TestDecommissionBlockedEndToEnd(t *testing.T) {
 	if out, errs, code := lc.cli("decommission", d.String(), "--cancel"); code != 0 {
 		t.Fatalf("cancel: exit %d: %s%s", code, out, errs)
 	}
-	waitFor(t, 60*time.Second, func() (bool, string) {
-		s, ok := lc.sample(ctx)
-		return ok && drainOf(s.Life, d) == nil && s.Rep.Index >= s.Snap.Index, "the pass still reports the cancelled decommission"
+	cancelled := lc.metadata().Index
+	lc.follow(last.Seq, 60*time.Second, func(p plugin.PassRecord) (bool, string) {
+		return p.Report.Index >= cancelled && drainIn(p.Report, d) == nil, fmt.Sprintf("pass %d still reports the cancelled decommission", p.Seq)
 	})
 }
 
@@ -506,27 +389,19 @@ const DrainNoSpare = "no_spare_broker"
 // duration: no pass that ended before the window's end lists the broker
 // suspect or dead; no pass that ended before end + grace lists it dead;
 // some pass lists it suspect (the grace running) before the first that
-// lists it dead; no metadata read that returned before end + grace shows a
-// set changed; in the end every set has 3 members without it.
+// lists it dead; no pass that ended before end + grace applied a command;
+// in the end every set has 3 members without it.
 func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 	const grace = 2 * time.Second
 	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 400 * time.Millisecond, Grace: grace})
 	lc.load("mg", 8)
 	ctx := context.Background()
 	m := lc.followers()[0]
-	before, err := lc.client.Metadata(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mode, err := lc.client.Maintenance(ctx, m, 8*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := lc.client.Passes(ctx, 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from := h.Last // every pass after this one is judged
+	from := lc.lastPass() // every pass after this one is judged
 	if err := lc.c.Kill(lc.c.Broker(m)); err != nil {
 		t.Fatal(err)
 	}
@@ -539,13 +414,18 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 		}
 		return true
 	}
-	lc.watch(120*time.Second, func(s passSample) (bool, string) {
-		if s.Read.Before(until.Add(grace)) && !before.SameReplicaSets(&s.Snap) {
-			t.Fatalf("metadata read at %s (window ends %s, + grace %s) shows sets changed: %v", s.Read.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano), until.Add(grace).Format(time.RFC3339Nano), s.Snap.Segments)
+	var passes []plugin.PassRecord
+	lc.follow(from, 120*time.Second, func(p plugin.PassRecord) (bool, string) {
+		passes = append(passes, p)
+		if p.Ended.Before(until.Add(grace)) && len(p.Report.Ready) > 0 {
+			t.Fatalf("pass %d ended %s (window ends %s, + grace %s) and applied %v", p.Seq, p.Ended.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano), until.Add(grace).Format(time.RFC3339Nano), p.Report.Ready)
 		}
-		return replaced(s.Snap), "broker not replaced everywhere yet"
+		if p.AppliedIndex == 0 {
+			return false, fmt.Sprintf("pass %d applied nothing", p.Seq)
+		}
+		snap := lc.metadata()
+		return replaced(snap), fmt.Sprintf("after pass %d broker %d is not replaced everywhere: %v", p.Seq, m, snap.Segments)
 	})
-	passes := readPassHistory(t, lc.client, from)
 	var inWindow, suspect int
 	firstSuspect, firstDead := uint64(0), uint64(0)
 	for _, p := range passes {
@@ -579,46 +459,15 @@ func TestMaintenanceThenGraceEndToEnd(t *testing.T) {
 		len(passes), passes[0].Seq, passes[len(passes)-1].Seq, inWindow, suspect, m, firstSuspect, firstDead)
 }
 
-// readPassHistory reads every pass of the broker's history after since,
-// page by page, and fails unless they are all there, numbered on.
-func readPassHistory(t *testing.T, c *admin.Client, since uint64) []plugin.PassRecord {
-	t.Helper()
-	var out []plugin.PassRecord
-	for next := since; ; {
-		h, err := c.Passes(context.Background(), next, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Dropped > 0 {
-			t.Fatalf("the pass history dropped %d passes after %d before they were read", h.Dropped, next)
-		}
-		for _, p := range h.Passes {
-			if p.Seq != next+1 {
-				t.Fatalf("pass history: pass %d after %d", p.Seq, next)
-			}
-			out = append(out, p)
-			next = p.Seq
-		}
-		if !h.More || len(h.Passes) == 0 {
-			break
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("no pass in the history after %d", since)
-	}
-	return out
-}
-
 // TestMaintenanceSecondFailureEndToEnd: 5 real brokers at RF 3; broker M
 // enters a 10 min window and is killed, then broker F (not in
 // maintenance) is killed. F's segments are healed: every set ends without
 // F at 3 members. A segment that held both M and F was down to one healthy
 // copy: some pass reports it in maintenance_floor (broker M,
-// one_healthy_copy) and its set ends without M too (read in a tight loop;
-// passes after one that backfilled run at once and may go unread: the
-// coverage is logged, and a floor report missed that way fails the test).
-// A segment with M and not F keeps M (its window holds) over 10 further
-// passes.
+// one_healthy_copy) and its set ends without M too. Every pass is read
+// from the leader's pass history. A segment with M and not F keeps M (its
+// window holds): no pass, up to 10 passes after the heal, applies a
+// command taking M out of its set.
 func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
 	lc := startLifeCluster(t, harness.Config{Brokers: 5, RF: 3, Tick: 400 * time.Millisecond, Grace: time.Second})
 	lc.load("m2", 10)
@@ -657,54 +506,53 @@ func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
 	if _, err := lc.client.Maintenance(ctx, m, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	var log passLog
-	lc.watch(30*time.Second, func(s passSample) (bool, string) {
-		log.from = s.Pass + 1 // every pass after the kills' start must be read
-		return true, ""
-	})
+	from := lc.lastPass() // every pass after the kills' start is read
 	if err := lc.c.Kill(lc.c.Broker(m)); err != nil {
 		t.Fatal(err)
 	}
 	if err := lc.c.Kill(lc.c.Broker(f)); err != nil {
 		t.Fatal(err)
 	}
-	floor := map[meta.SegmentID]admin.FloorEntry{}
-	var last passSample
-	lc.watch(120*time.Second, func(s passSample) (bool, string) {
-		last = s
-		if s.Pass >= log.from {
-			log.add(s)
+	floor := map[meta.SegmentID]heal.MaintenanceFloor{}
+	// keepsM fails if a pass applied a command taking M out of a set that
+	// held M and not F (its window holds there: two healthy copies left).
+	keepsM := func(p plugin.PassRecord) {
+		for _, c := range p.Report.Ready {
+			if slices.Contains(onlyM, c.ID) && slices.Contains(c.Expected, m) && !slices.Contains(c.Replicas, m) {
+				t.Fatalf("pass %d: %s %v -> %v: the maintenance broker's copy was replaced though two healthy copies were left", p.Seq, c.ID, c.Expected, c.Replicas)
+			}
 		}
-		if bad := belowFactor(s.Snap, 3); len(bad) > 0 {
-			t.Fatalf("after pass %d: sets with fewer than 3 members: %v", s.Pass, bad)
-		}
-		for _, fl := range s.Life.MaintenanceFloor {
+	}
+	var healedAt uint64 // the metadata index that first showed every set healed
+	healed := lc.follow(from, 120*time.Second, func(p plugin.PassRecord) (bool, string) {
+		checkCommands(t, p, 3)
+		keepsM(p)
+		for _, fl := range p.Report.MaintenanceFloor {
 			floor[fl.Segment] = fl
 		}
-		for _, seg := range s.Snap.Segments {
+		switch {
+		case healedAt > 0:
+			// Read on until a pass whose view holds the healed sets: every
+			// pass that applied a command up to it was then read.
+			return p.Report.Index >= healedAt, fmt.Sprintf("pass %d read index %d, healed at %d", p.Seq, p.Report.Index, healedAt)
+		case p.AppliedIndex == 0:
+			return false, fmt.Sprintf("pass %d applied nothing", p.Seq)
+		}
+		snap := lc.metadata()
+		for _, seg := range snap.Segments {
 			if seg.HasReplica(f) || len(seg.Replicas) != 3 {
-				return false, fmt.Sprintf("pass %d: %s %v", s.Pass, seg.ID, seg.Replicas)
+				return false, fmt.Sprintf("pass %d: %s %v", p.Seq, seg.ID, seg.Replicas)
 			}
 			if slices.Contains(both, seg.ID) && seg.HasReplica(m) {
-				return false, fmt.Sprintf("pass %d: %s %v still names the maintenance broker though down to one healthy copy", s.Pass, seg.ID, seg.Replicas)
+				return false, fmt.Sprintf("pass %d: %s %v still names the maintenance broker though down to one healthy copy", p.Seq, seg.ID, seg.Replicas)
 			}
 		}
-		return true, ""
+		healedAt = snap.Index
+		return p.Report.Index >= healedAt, "healed"
 	})
-	log.coverage(t, "second failure during maintenance")
-	unread := len(log.missed())
 	for _, id := range both {
-		fl, ok := floor[id]
-		if !ok && unread > 0 {
-			// The floor is reported only by the pass that acts on it, and
-			// passes run 25 ms apart while F is suspect (heal.NextPass):
-			// the outcome above (healed without M, M kept elsewhere) is
-			// what could be checked.
-			t.Logf("segment %s: its maintenance_floor report was not read (%d passes went unread); healed without %d all the same", id, unread, m)
-			continue
-		}
-		if !ok || fl.Broker != m || fl.Reason != "one_healthy_copy" {
-			t.Fatalf("segment %s (on both %d and %d) not reported in maintenance_floor for broker %d: %+v (all: %v)", id, m, f, m, fl, floor)
+		if fl, ok := floor[id]; !ok || fl.Broker != m || fl.Reason != "one_healthy_copy" {
+			t.Fatalf("segment %s (on both %d and %d) not reported in maintenance_floor for broker %d by any pass %d..%d: %+v (all: %v)", id, m, f, m, from+1, healed.Seq, fl, floor)
 		}
 	}
 	for id, fl := range floor {
@@ -712,20 +560,17 @@ func TestMaintenanceSecondFailureEndToEnd(t *testing.T) {
 			t.Fatalf("segment %s reported in maintenance_floor (%+v) though it did not hold both brokers %d and %d", id, fl, m, f)
 		}
 	}
-	// The window holds for the others: M stays in their sets.
-	from := last.Pass
-	waitFor(t, 60*time.Second, func() (bool, string) {
-		s, ok := lc.sample(ctx)
-		if !ok {
-			return false, "no sample"
-		}
-		for _, id := range onlyM {
-			seg, _ := s.Snap.Segment(id)
-			if !seg.HasReplica(m) {
-				t.Fatalf("pass %d: %s %v: the maintenance broker's copy was replaced though two healthy copies were left", s.Pass, id, seg.Replicas)
-			}
-		}
-		return s.Pass >= from+10, "fewer than 10 passes"
+	// The window holds for the others: M stays in their sets over 10
+	// further passes.
+	lc.follow(healed.Seq, 60*time.Second, func(p plugin.PassRecord) (bool, string) {
+		keepsM(p)
+		return p.Seq >= healed.Seq+10, fmt.Sprintf("pass %d of %d", p.Seq, healed.Seq+10)
 	})
+	end := lc.metadata()
+	for _, id := range onlyM {
+		if seg, _ := end.Segment(id); !seg.HasReplica(m) {
+			t.Fatalf("%s %v: the maintenance broker's copy was replaced though two healthy copies were left", id, seg.Replicas)
+		}
+	}
 	t.Logf("maintenance broker %d, second failure %d: %d segments healed through the floor %v, %d kept on %d", m, f, len(both), both, len(onlyM), m)
 }

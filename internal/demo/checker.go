@@ -24,6 +24,9 @@ type Injected struct {
 	Copies []admin.CopyRef `json:"copies,omitempty"`
 	Start  time.Time       `json:"start"`
 	End    time.Time       `json:"end"` // its undo began (zero: never)
+	// DuringWrite names the segment whose write was in flight (begun and
+	// not answered) on both sides of a kill: the kill struck mid-write.
+	DuringWrite meta.SegmentID `json:"during_write,omitempty"`
 }
 
 // cutOff says whether the fault cuts its Brokers off from the majority

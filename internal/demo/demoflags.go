@@ -59,6 +59,11 @@ type Options struct {
 	// hosts of their own).
 	NemesisNoDisk bool
 	NemesisNoNet  bool
+	// NemesisKinds, when set, are the only fault kinds the nemesis draws
+	// (each must be one this cluster can take); nemesisKindList is the
+	// flag's text.
+	NemesisKinds    []FaultKind
+	nemesisKindList string
 }
 
 // ErrUsage marks a bad command line: the CLI exits with status 2.
@@ -115,6 +120,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.Nemesis, "nemesis", "", "\"random\": instead of the stages, a randomized nemesis: overlapping process, file and disk faults drawn from --seed while a writer loads segments, checked at quiescent points (nemesis.go)")
 	fs.DurationVar(&o.NemesisDuration, "duration", 3*time.Minute, "with --nemesis: how long the schedule runs (one epoch of faults and a check per minute)")
 	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
+	fs.StringVar(&o.nemesisKindList, "nemesis-kinds", "", "with --nemesis: draw only these fault kinds, comma-separated (default: every kind the cluster can take): "+strings.Join(kindNames(AllKinds()), ","))
 	fs.BoolVar(&o.NemesisNoNet, "nemesis-no-net", false, "with --nemesis: no network faults (brokers on loopback; by default, as root with ip, nft and tc, each broker runs on a host of its own: a network namespace)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -353,8 +359,8 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	extra.WriteString("rebalance = false\n")
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
-		Hosts: o.Nemesis != "" && !o.NemesisNoNet}
-	if o.Nemesis != "" && !o.NemesisNoDisk {
+		Hosts: o.Nemesis != "" && !o.NemesisNoNet && o.draws(NetKinds)}
+	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(DiskKinds) {
 		// Mounted before the brokers start (written when brokers on
 		// hosts ran under ip netns exec, in mount namespaces of their
 		// own; they now run under nsenter, in the root's, so a later
@@ -362,6 +368,22 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
 	}
 	return cfg
+}
+
+// draws says whether the nemesis may draw one of kinds: --nemesis-kinds
+// names one, or is not given. Without a disk or network kind drawn, the
+// cluster gets no loop disk (the schedule then never avoids its broker:
+// the same draw on every machine) and no hosts of their own.
+func (o *Options) draws(kinds []FaultKind) bool {
+	if len(o.NemesisKinds) == 0 {
+		return true
+	}
+	for _, k := range kinds {
+		if slices.Contains(o.NemesisKinds, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // nemesisDiskBroker is the broker whose copies the nemesis puts on the
@@ -391,6 +413,17 @@ func (o *Options) validateNemesis() error {
 		return usageErr("--nemesis with --rf %d: every fault destroys or hides a copy; want --rf 2 or more", o.RF)
 	case o.Brokers < 3:
 		return usageErr("--nemesis with --brokers %d: want 3 or more (a broker down must leave a quorum)", o.Brokers)
+	}
+	o.NemesisKinds = nil
+	for _, k := range strings.Split(o.nemesisKindList, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if !slices.Contains(AllKinds(), FaultKind(k)) {
+			return usageErr("--nemesis-kinds: unknown fault kind %q: want some of %s", k, strings.Join(kindNames(AllKinds()), ","))
+		}
+		o.NemesisKinds = append(o.NemesisKinds, FaultKind(k))
 	}
 	o.Stages = nil
 	return nil

@@ -61,6 +61,7 @@ func TestParseDemoFlagsErrors(t *testing.T) {
 		{[]string{"--nemesis", "random", "--duration", "1s"}, "--duration 1s"},
 		{[]string{"--nemesis", "random", "--rf", "1"}, "want --rf 2 or more"},
 		{[]string{"--nemesis", "random", "--brokers", "2", "--rf", "2"}, "want 3 or more"},
+		{[]string{"--nemesis", "random", "--nemesis-kinds", "kill,meteor"}, `--nemesis-kinds: unknown fault kind "meteor"`},
 	} {
 		_, err := ParseFlags(tc.args, io.Discard)
 		if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
@@ -112,6 +113,21 @@ func TestParseNemesisFlags(t *testing.T) {
 	}
 	if cfg := o.clusterConfig("malachid"); cfg.Hosts || cfg.LoopBroker != 0 {
 		t.Fatalf("--nemesis-no-net --nemesis-no-disk: hosts %v, loop broker %d", cfg.Hosts, cfg.LoopBroker)
+	}
+	// Process kinds alone: no loop disk, no hosts of their own.
+	o, err = ParseFlags([]string{"--nemesis", "random", "--nemesis-kinds", " kill, swap"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := o.clusterConfig("malachid"); !slices.Equal(o.NemesisKinds, []FaultKind{KindKill, KindSwap}) || cfg.Hosts || cfg.LoopBroker != 0 {
+		t.Fatalf("--nemesis-kinds kill,swap: kinds %v, hosts %v, loop broker %d", o.NemesisKinds, cfg.Hosts, cfg.LoopBroker)
+	}
+	o, err = ParseFlags([]string{"--nemesis", "random", "--nemesis-kinds", "readonly"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := o.clusterConfig("malachid"); cfg.Hosts || cfg.LoopBroker != nemesisDiskBroker {
+		t.Fatalf("--nemesis-kinds readonly: hosts %v, loop broker %d", cfg.Hosts, cfg.LoopBroker)
 	}
 	if cfg := (&Options{}).clusterConfig("malachid"); cfg.Hosts || cfg.LoopBroker != 0 {
 		t.Fatal("the stages' cluster changed: hosts or a loop disk at start")

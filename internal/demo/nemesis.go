@@ -30,6 +30,9 @@ type NemesisReport struct {
 	Duration string  `json:"duration"`
 	Minutes  float64 `json:"minutes"`
 	Epochs   int     `json:"epochs"`
+	// Kinds are the kinds --nemesis-kinds restricted the draw to (none:
+	// every kind the cluster could take).
+	Kinds []FaultKind `json:"kinds,omitempty"`
 	// FaultsScheduled and FaultsInjected count by kind; a scheduled fault
 	// that could not be injected is in NotInjected with why, never counted
 	// as survived, and the run fails: a fault that did not happen was not
@@ -56,15 +59,19 @@ type NemesisReport struct {
 	// CopiesVerified counts the replica copies the checker read in full and
 	// found matching their frames' CRCs and the segment's checksum, over
 	// every quiescent check.
-	CopiesVerified int      `json:"copies_verified"`
-	ChecksRun      int      `json:"quiescent_checks"`
-	ChecksPassed   int      `json:"quiescent_checks_passed"`
-	PassesObserved int      `json:"passes_observed"`
-	PassesUnseen   int      `json:"passes_unseen"`
-	HoldsSeen      int      `json:"passes_on_hold"`
-	SetChangesSeen int      `json:"replica_set_changes_seen"`
-	Violations     []string `json:"violations,omitempty"`
-	Schedule       string   `json:"schedule"`
+	CopiesVerified int `json:"copies_verified"`
+	ChecksRun      int `json:"quiescent_checks"`
+	ChecksPassed   int `json:"quiescent_checks_passed"`
+	PassesObserved int `json:"passes_observed"`
+	PassesUnseen   int `json:"passes_unseen"`
+	HoldsSeen      int `json:"passes_on_hold"`
+	// KillsDuringWrite counts the kills that struck while a write was in
+	// flight (a kill waits for one to begin, up to twice the writer's
+	// period).
+	KillsDuringWrite int      `json:"kills_during_write"`
+	SetChangesSeen   int      `json:"replica_set_changes_seen"`
+	Violations       []string `json:"violations,omitempty"`
+	Schedule         string   `json:"schedule"`
 }
 
 // nemesis is one randomized run.
@@ -82,6 +89,10 @@ type nemesis struct {
 	disk        *loopdisk.Disk
 	diskBroker  *harness.Broker
 	writeSerial int
+	// writing is the serial of the write in flight (-1: none); writeBegun
+	// is closed when the next write begins.
+	writing    int
+	writeBegun chan struct{}
 }
 
 // nemesisKinds are the fault kinds this cluster can take.
@@ -104,18 +115,33 @@ func (d *demo) nemesisKinds(disk bool) []FaultKind {
 	return kinds
 }
 
+// drawnKinds are the kinds the nemesis draws: the cluster's, or those of
+// --nemesis-kinds, each of which the cluster must be able to take.
+func (d *demo) drawnKinds(disk bool) ([]FaultKind, error) {
+	can := d.nemesisKinds(disk)
+	if len(d.o.NemesisKinds) == 0 {
+		return can, nil
+	}
+	for _, k := range d.o.NemesisKinds {
+		if !slices.Contains(can, k) {
+			return nil, fmt.Errorf("--nemesis-kinds %s: this cluster cannot take it (it can take %s)", k, strings.Join(kindNames(can), ","))
+		}
+	}
+	return d.o.NemesisKinds, nil
+}
+
 // runNemesis runs the randomized nemesis after the baseline load: it draws
 // the schedule, runs its epochs with a writer and a watcher going, checks
 // at every quiescent point, and fails on the first violation with the
 // seed and the schedule printed.
 func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
-	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, cursors: map[meta.BrokerID]passCursor{},
+	n := &nemesis{d: d, active: map[meta.BrokerID]FaultKind{}, cursors: map[meta.BrokerID]passCursor{}, writing: -1, writeBegun: make(chan struct{}),
 		obs: Observations{RF: d.o.RF, Brokers: d.o.Brokers, Grace: d.o.Grace, Tick: d.o.Tick,
 			Settle: 2*d.o.RaftTimeout + time.Second, StepDown: 2*d.o.RaftTimeout + 2*time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID
 	if l, b := d.c.Loop(); l != nil && b != nil {
 		n.disk, n.diskBroker, diskID = l, b, b.ID
-	} else if !d.o.NemesisNoDisk {
+	} else if !d.o.NemesisNoDisk && d.o.draws(DiskKinds) {
 		why := d.c.LoopSkip()
 		if why == "" {
 			why = loopdisk.Unavailable()
@@ -123,12 +149,16 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 		d.logf("nemesis: no disk faults: no loop-mounted copies disk: %s", why)
 		d.rep.Notes = append(d.rep.Notes, "nemesis: disk faults (diskfull, readonly) not drawn: no loop-mounted copies disk: "+why)
 	}
-	if d.c.Net() == nil && d.o.Nemesis != "" && !d.o.NemesisNoNet {
+	if d.c.Net() == nil && d.o.Nemesis != "" && !d.o.NemesisNoNet && d.o.draws(NetKinds) {
 		d.logf("nemesis: no network faults: %s", d.c.NetSkip())
 		d.rep.Notes = append(d.rep.Notes, "nemesis: network faults not drawn (brokers on loopback): "+d.c.NetSkip())
 	}
-	n.sched = Draw(seed, d.o.NemesisDuration, d.o.Brokers, d.o.RF, d.nemesisKinds(diskID != 0), diskID)
-	n.rep = &NemesisReport{Seed: seed, Duration: d.o.NemesisDuration.String(), Epochs: len(n.sched.Epochs),
+	kinds, err := d.drawnKinds(diskID != 0)
+	if err != nil {
+		return err
+	}
+	n.sched = Draw(seed, d.o.NemesisDuration, d.o.Brokers, d.o.RF, kinds, diskID)
+	n.rep = &NemesisReport{Seed: seed, Duration: d.o.NemesisDuration.String(), Epochs: len(n.sched.Epochs), Kinds: d.o.NemesisKinds,
 		FaultsScheduled: n.sched.Count(), FaultsInjected: map[FaultKind]int{}, Schedule: n.sched.String()}
 	d.rep.Nemesis = n.rep
 	d.logf("%s", n.sched)
@@ -137,7 +167,7 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); n.watch(wctx) }()
-	err := n.epochs(ctx)
+	err = n.epochs(ctx)
 	stopWatch()
 	wg.Wait()
 	n.rep.Minutes = time.Since(start).Minutes()
@@ -152,7 +182,7 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 		err = fmt.Errorf("nemesis: %d violations, first: %s", len(n.rep.Violations), n.rep.Violations[0])
 	}
 	if err != nil {
-		d.logf("NEMESIS FAILED (seed %d; replay with --nemesis random --seed %d --duration %v): %v\n%s", seed, seed, d.o.NemesisDuration, err, n.sched)
+		d.logf("NEMESIS FAILED (seed %d; replay with %s): %v\n%s", seed, n.rep.replay(), err, n.sched)
 	}
 	return err
 }
@@ -306,7 +336,9 @@ func (n *nemesis) inject(ctx context.Context, e Event, f *Injected) (func() erro
 	}
 	startAll := func() error { return n.startAll(ctx, brokers) }
 	switch e.Kind {
-	case KindKill, KindQuorumLoss:
+	case KindKill:
+		return startAll, n.killDuringWrite(ctx, brokers, f)
+	case KindQuorumLoss:
 		for _, b := range brokers {
 			if err := c.Kill(b); err != nil {
 				return startAll, err
@@ -341,6 +373,39 @@ func (n *nemesis) inject(ctx context.Context, e Event, f *Injected) (func() erro
 		return n.readOnly(ctx)
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", e.Kind)
+}
+
+// killDuringWrite kills bs once a write is in flight (waiting for the
+// writer's next one, up to twice its period); f.DuringWrite names the
+// write when it was still unanswered after the kill.
+func (n *nemesis) killDuringWrite(ctx context.Context, bs []*harness.Broker, f *Injected) error {
+	n.mu.Lock()
+	serial, begun := n.writing, n.writeBegun
+	n.mu.Unlock()
+	if serial < 0 {
+		t := time.NewTimer(2 * writeEvery)
+		select {
+		case <-begun:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		n.mu.Lock()
+		serial = n.writing
+		n.mu.Unlock()
+	}
+	for _, b := range bs {
+		if err := n.d.c.Kill(b); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if serial >= 0 && n.writing == serial {
+		f.DuringWrite = meta.SegmentID(fmt.Sprintf("nem-%05d", serial))
+		n.rep.KillsDuringWrite++
+	}
+	return nil
 }
 
 // startAll starts every broker of bs that is not running and waits until
@@ -562,9 +627,18 @@ func (n *nemesis) damage(ctx context.Context, kind FaultKind, b *harness.Broker,
 }
 
 // writeText prints the nemesis's figures.
+// replay is the flags that draw the same schedule again.
+func (r *NemesisReport) replay() string {
+	s := fmt.Sprintf("--nemesis random --seed %d --duration %s", r.Seed, r.Duration)
+	if len(r.Kinds) > 0 {
+		s += " --nemesis-kinds " + strings.Join(kindNames(r.Kinds), ",")
+	}
+	return s
+}
+
 func (r *NemesisReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "\nnemesis            seed %d, %.1f minutes (--duration %s), %d epochs; replay: --nemesis random --seed %d --duration %s\n",
-		r.Seed, r.Minutes, r.Duration, r.Epochs, r.Seed, r.Duration)
+	fmt.Fprintf(w, "\nnemesis            seed %d, %.1f minutes (--duration %s), %d epochs; replay: %s\n",
+		r.Seed, r.Minutes, r.Duration, r.Epochs, r.replay())
 	kinds := slices.Sorted(maps.Keys(r.FaultsScheduled))
 	var parts []string
 	injected := 0
@@ -573,8 +647,8 @@ func (r *NemesisReport) writeText(w io.Writer) {
 		injected += r.FaultsInjected[k]
 	}
 	fmt.Fprintf(w, "  faults injected/scheduled: %d in all: %s\n", injected, strings.Join(parts, ", "))
-	fmt.Fprintf(w, "  writes: %d segments written, %d acknowledged, %d failed (%d in %d quorum-loss windows, expected)\n",
-		r.SegmentsWritten, r.SegmentsAcknowledged, r.WriteFailures, r.WriteFailuresQuorumLoss, r.QuorumLossWindows)
+	fmt.Fprintf(w, "  writes: %d segments written, %d acknowledged, %d failed (%d in %d quorum-loss windows, expected); %d of %d kills struck mid-write\n",
+		r.SegmentsWritten, r.SegmentsAcknowledged, r.WriteFailures, r.WriteFailuresQuorumLoss, r.QuorumLossWindows, r.KillsDuringWrite, r.FaultsInjected[KindKill])
 	fmt.Fprintf(w, "  segments lost: %d; copies read and verified: %d; quiescent checks passed: %d of %d\n",
 		r.SegmentsLost, r.CopiesVerified, r.ChecksPassed, r.ChecksRun)
 	fmt.Fprintf(w, "  heal passes observed: %d of %d (from every broker's pass history), %d on hold; replica-set changes seen: %d\n",

@@ -41,10 +41,26 @@ func (l *lineLog) Write(p []byte) (int, error) {
 	}
 }
 
+// The seeds drawn from the process faults alone (--nemesis-kinds
+// kill,pause,restart,swap: the same schedule on every machine), for one
+// minute each. pauseSwapSeed pauses brokers 3 and 4 together past the
+// grace delay, then swaps each (empty data directory) in turn: the shape
+// of seed 424's first violation. killWriteSeed kills brokers 2 and 5
+// together, then 5, then swaps 5 and kills 4; every kill strikes while a
+// write is in flight.
+const (
+	pauseSwapSeed = 4
+	killWriteSeed = 27
+)
+
+const processKinds = "kill,pause,restart,swap"
+
 // TestNemesisShort runs the randomized nemesis on 5 real brokers: the
-// fixed seed for two minutes, then a seed drawn from the clock (printed)
-// for one. Each must end with every acknowledged segment at its
-// replication factor and verified, no violation, and no segment lost.
+// fixed seed for two minutes, the two process-fault seeds for one each,
+// then a seed drawn from the clock (printed) for one. Each must end with
+// every acknowledged segment at its replication factor and verified, no
+// violation, and no segment lost; the process seeds must strike their
+// shape (every pause and swap injected; a kill mid-write).
 func TestNemesisShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 5 real brokers for three minutes")
@@ -61,12 +77,33 @@ func TestNemesisShort(t *testing.T) {
 	for _, run := range []struct {
 		seed     uint64
 		duration string
-	}{{nemesisFixedSeed, "2m"}, {random, "1m"}} {
+		kinds    string
+		// strikes fails the run if the schedule's shape did not happen.
+		strikes func(n *NemesisReport) string
+	}{
+		{seed: nemesisFixedSeed, duration: "2m"},
+		{seed: pauseSwapSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
+			if n.FaultsInjected[KindPause] < 1 || n.FaultsInjected[KindSwap] < 2 {
+				return fmt.Sprintf("pause then swap: injected %v, want a pause and two swaps", n.FaultsInjected)
+			}
+			return ""
+		}},
+		{seed: killWriteSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
+			if n.KillsDuringWrite < 1 {
+				return fmt.Sprintf("kill during write: %d of %d kills struck while a write was in flight", n.KillsDuringWrite, n.FaultsInjected[KindKill])
+			}
+			return ""
+		}},
+		{seed: random, duration: "1m"},
+	} {
 		t.Run(fmt.Sprintf("seed=%d", run.seed), func(t *testing.T) {
-			t.Logf("nemesis seed %d for %s (replay: malachi demo --nemesis random --seed %d --duration %s --brokers 5 --segments 30 --segment-size 64KiB)",
-				run.seed, run.duration, run.seed, run.duration)
-			o, err := ParseFlags([]string{"--malachid", bin, "--brokers", "5", "--rf", "3", "--segments", "30", "--segment-size", "64KiB",
-				"--nemesis", "random", "--seed", fmt.Sprint(run.seed), "--duration", run.duration, "--json", "--dir", t.TempDir()}, &bytes.Buffer{})
+			args := []string{"--brokers", "5", "--rf", "3", "--segments", "30", "--segment-size", "64KiB",
+				"--nemesis", "random", "--seed", fmt.Sprint(run.seed), "--duration", run.duration}
+			if run.kinds != "" {
+				args = append(args, "--nemesis-kinds", run.kinds)
+			}
+			t.Logf("nemesis seed %d for %s (replay: malachi demo %s)", run.seed, run.duration, strings.Join(args, " "))
+			o, err := ParseFlags(append(args, "--malachid", bin, "--json", "--dir", t.TempDir()), &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,6 +143,11 @@ func TestNemesisShort(t *testing.T) {
 				// Drawn with brokers on hosts too (nsenter: no private mount
 				// namespace holds the copies disk); its undo is the remedy.
 				t.Fatalf("readonly injected %d of %d: %v", n.FaultsInjected[KindReadOnly], n.FaultsScheduled[KindReadOnly], n.NotInjected)
+			}
+			if run.strikes != nil {
+				if why := run.strikes(n); why != "" {
+					t.Fatalf("%s\n%s", why, n.Schedule)
+				}
 			}
 			if n.FaultsScheduled[KindIsolate]+n.FaultsScheduled[KindPartition] > 0 && n.FaultsScheduled[KindReadOnly] > 0 {
 				t.Logf("readonly injected %d times with brokers on hosts of their own, each undone by the remedy", n.FaultsInjected[KindReadOnly])

@@ -86,6 +86,9 @@ func (n *nemesis) write(ctx context.Context) {
 		n.writeSerial++
 		n.rep.SegmentsWritten++
 		inQuorumLoss := n.quorumLoss
+		n.writing = serial
+		close(n.writeBegun)
+		n.writeBegun = make(chan struct{})
 		n.mu.Unlock()
 		var err error
 		if lb := n.leader(ctx); lb == nil {
@@ -96,6 +99,7 @@ func (n *nemesis) write(ctx context.Context) {
 			cancel()
 		}
 		n.mu.Lock()
+		n.writing = -1
 		if err == nil {
 			n.obs.Acked = append(n.obs.Acked, meta.SegmentID(fmt.Sprintf("nem-%05d", serial)))
 			n.rep.SegmentsAcknowledged++

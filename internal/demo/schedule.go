@@ -57,6 +57,19 @@ var (
 	NetKinds     = []FaultKind{KindIsolate, KindPartition, KindDropOut, KindDropIn, KindFlap, KindCap}
 )
 
+// AllKinds lists every fault kind the nemesis knows.
+func AllKinds() []FaultKind {
+	return slices.Concat(ProcessKinds, FileKinds, DiskKinds, NetKinds, []FaultKind{KindQuorumLoss})
+}
+
+func kindNames(ks []FaultKind) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = string(k)
+	}
+	return out
+}
+
 // Event is one fault of a schedule: at At after its epoch's start, Kind on
 // Brokers for Length (then undone: restarted, resumed, filler removed;
 // file faults are not undone, the cluster heals them). Copies is how many
