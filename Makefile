@@ -9,10 +9,11 @@ NEMESIS_OUT ?= nemesis-report.json
 NEMESIS_SEED ?= 0
 NEMESIS_DURATION ?= 12m
 
-.PHONY: help build test bench lint demo faults nemesis fuzz clean
+.PHONY: help build deps test bench lint demo faults nemesis fuzz clean
 
 help:
 	@echo "build   compile every package and the binaries into bin/"
+	@echo "deps    as root on Debian: install what the root-only tests use (strace, e2fsprogs, mount, util-linux, nftables, iproute2, gcc, promtool); .ci/run runs it too"
 	@echo "test    go vet, then go test -race -tags invariants over every package (the CI command)"
 	@echo "bench   run every benchmark with -benchmem and write $(BENCH_OUT)"
 	@echo "lint    gofmt -l, go vet, staticcheck"
@@ -24,6 +25,9 @@ help:
 build:
 	$(GO) build ./...
 	$(GO) build -o bin/ ./cmd/...
+
+deps:
+	.ci/deps
 
 # -tags invariants compiles in the expensive state-machine checks (meta/ and
 # cluster/invariants.go); vet sees both builds.

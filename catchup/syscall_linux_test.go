@@ -29,7 +29,7 @@ func TestZeroCopySyscalls(t *testing.T) {
 	}
 	strace, err := exec.LookPath("strace")
 	if err != nil {
-		t.Skip("strace not installed (apt-get install strace): cannot trace the transfer's system calls")
+		t.Skip("strace not installed (Debian package strace; `make deps` installs it): cannot trace the transfer's system calls")
 	}
 	out := filepath.Join(t.TempDir(), "trace.txt")
 	cmd := exec.Command(strace, "-f", "-qq", "-e", "trace=sendfile,splice,copy_file_range,fallocate", "-o", out,

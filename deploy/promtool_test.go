@@ -13,7 +13,7 @@ func promtool(t *testing.T, args ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool is not installed (Debian's prometheus package ships it; .ci/run installs it): the alerting rules are not checked")
+		t.Skip("promtool is not installed (Debian package prometheus ships it; `make deps` installs promtool alone): the alerting rules are not checked")
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = "prometheus"

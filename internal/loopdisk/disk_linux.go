@@ -32,9 +32,11 @@ func Unavailable() string {
 	if os.Geteuid() != 0 {
 		return fmt.Sprintf("needs root to attach a loop device and mount ext4 (running as uid %d)", os.Geteuid())
 	}
-	for _, tool := range []string{"losetup", "mkfs.ext4", "mount", "umount", "e2fsck"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Sprintf("needs %s to loop-mount ext4: %v", tool, err)
+	for _, tool := range []struct{ name, pkg string }{
+		{"losetup", "mount"}, {"mkfs.ext4", "e2fsprogs"}, {"mount", "mount"}, {"umount", "mount"}, {"e2fsck", "e2fsprogs"},
+	} {
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return fmt.Sprintf("needs %s (Debian package %s; `make deps` installs it) to loop-mount ext4: %v", tool.name, tool.pkg, err)
 		}
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {

@@ -39,9 +39,9 @@ func Available() error {
 	if os.Geteuid() != 0 {
 		return errors.New("netns: not root (network namespaces need CAP_SYS_ADMIN)")
 	}
-	for _, tool := range []string{"ip", "nft", "tc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("netns: %s not installed: %w", tool, err)
+	for _, tool := range []struct{ name, pkg string }{{"ip", "iproute2"}, {"nft", "nftables"}, {"tc", "iproute2"}, {"nsenter", "util-linux"}} {
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return fmt.Errorf("netns: %s not installed (Debian package %s; `make deps` installs it): %w", tool.name, tool.pkg, err)
 		}
 	}
 	return availableOS()
