@@ -25,7 +25,7 @@ type Injected struct {
 	Start  time.Time       `json:"start"`
 	End    time.Time       `json:"end"` // its undo began (zero: never)
 	// DuringWrite names the segment whose write was in flight (begun and
-	// not answered) on both sides of a kill: the kill struck mid-write.
+	// not answered) when a kill was sent: the kill struck mid-write.
 	DuringWrite meta.SegmentID `json:"during_write,omitempty"`
 }
 

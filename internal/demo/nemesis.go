@@ -377,12 +377,13 @@ func (n *nemesis) inject(ctx context.Context, e Event, f *Injected) (func() erro
 
 // killDuringWrite kills bs once a write is in flight (waiting for the
 // writer's next one, up to twice its period); f.DuringWrite names the
-// write when it was still unanswered after the kill.
+// write that was begun and not yet answered when the kill was sent.
 func (n *nemesis) killDuringWrite(ctx context.Context, bs []*harness.Broker, f *Injected) error {
 	n.mu.Lock()
-	serial, begun := n.writing, n.writeBegun
+	begun := n.writeBegun
+	idle := n.writing < 0
 	n.mu.Unlock()
-	if serial < 0 {
+	if idle {
 		t := time.NewTimer(2 * writeEvery)
 		select {
 		case <-begun:
@@ -390,20 +391,17 @@ func (n *nemesis) killDuringWrite(ctx context.Context, bs []*harness.Broker, f *
 		case <-ctx.Done():
 		}
 		t.Stop()
-		n.mu.Lock()
-		serial = n.writing
-		n.mu.Unlock()
 	}
+	n.mu.Lock()
+	if n.writing >= 0 {
+		f.DuringWrite = meta.SegmentID(fmt.Sprintf("nem-%05d", n.writing))
+		n.rep.KillsDuringWrite++
+	}
+	n.mu.Unlock()
 	for _, b := range bs {
 		if err := n.d.c.Kill(b); err != nil {
 			return err
 		}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if serial >= 0 && n.writing == serial {
-		f.DuringWrite = meta.SegmentID(fmt.Sprintf("nem-%05d", serial))
-		n.rep.KillsDuringWrite++
 	}
 	return nil
 }
