@@ -1,9 +1,7 @@
 package demo
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/malachi-log/malachi/internal/admin"
@@ -31,8 +29,6 @@ type demo struct {
 	rep    *Report
 	last   *view
 	lastEv evaluation
-	// lastPass is the last heal report seen, to count passes and bytes.
-	lastPass []byte
 	// brokerVerified: /v1/copies carries a confirmed flag per copy.
 	brokerVerified bool
 	killed         *harness.Broker // by the kill stage, until restarted
@@ -447,46 +443,35 @@ func passClean(v *view) (bool, string) {
 	return true, ""
 }
 
-// countPass counts a heal pass not seen before in fr, and notes the start
-// of the first pass that counted d.watchDead as dead.
-func (d *demo) countPass(v *view, fr *FaultReport) {
-	r, started, passes, ok := admin.LastPass(v.Status)
-	if !ok {
-		return
-	}
-	var key []byte
-	if passes > 0 {
-		key = fmt.Appendf(nil, "%d/%d", v.Leader, passes)
-	} else {
-		key, _ = json.Marshal(r)
-	}
-	if bytes.Equal(key, d.lastPass) {
-		return
-	}
-	d.lastPass = key
-	fr.Passes++
-	if st, ok := admin.DecodeStatus(v.Status); ok {
-		if st.LastPassSeconds > fr.MaxPassSeconds {
-			fr.MaxPassSeconds = st.LastPassSeconds
+// countPasses reads the heal passes feed has not returned yet from c's
+// brokers and counts them in fr (their number, the longest, the time
+// spent in those that ran backfills), and notes the start of the first
+// that listed d.watchDead dead.
+func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *passFeed, fr *FaultReport) {
+	recs, _ := feed.next(ctx, c) // a history that did not answer is read on the next call
+	for i := range recs {
+		p := &recs[i]
+		fr.Passes++
+		took := p.Ended.Sub(p.Started).Seconds()
+		fr.MaxPassSeconds = max(fr.MaxPassSeconds, took)
+		if p.Report.Backfills > 0 {
+			fr.BackfillPassSeconds += took
 		}
-		if r.Backfills > 0 {
-			fr.BackfillPassSeconds += st.LastPassSeconds
+		if d.watchDead != 0 && d.deadSeen.IsZero() && slices.Contains(p.Report.Dead, d.watchDead) {
+			d.deadSeen = p.Started
 		}
-	}
-	if d.watchDead != 0 && d.deadSeen.IsZero() && slices.Contains(r.Dead, d.watchDead) {
-		if started.IsZero() {
-			started = v.At
-		}
-		d.deadSeen = started
 	}
 }
 
 // waitHealed polls until every segment is healthy and verified, driving a
-// progress bar over the segments seen unhealthy since start. targets are
+// progress bar over the segments seen unhealthy since start, and counts
+// in fr every heal pass that ended since start (countPasses). targets are
 // segments known to be hit. It sets fr.Healed, fr.SecondsToHeal (from
-// start), fr.Affected and fr.Detected.
+// start), fr.Affected and fr.Detected. Healthy with a heal pass left
+// unread (the pass history dropped it) is an error too.
 func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	feed := newPassFeed(start)
 	affected := map[meta.SegmentID]bool{}
 	for _, id := range targets {
 		affected[id] = true
@@ -514,7 +499,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 			why = err.Error()
 		} else {
 			e := d.observe(v)
-			d.countPass(v, fr)
+			d.countPasses(ctx, d.c, feed, fr)
 			for id := range e.Unhealthy {
 				affected[id] = true
 			}
@@ -553,6 +538,9 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 				fr.SecondsToHeal = seconds(v.At.Sub(start))
 				fr.Affected = len(affected)
 				p.Finish(fmt.Sprintf("healthy after %s (%d segments affected)", fmtSeconds(fr.SecondsToHeal), len(affected)))
+				if why := feed.problem(); why != "" {
+					return fmt.Errorf("healthy, but %s", why)
+				}
 				return nil
 			}
 			why = cwhy

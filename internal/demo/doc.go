@@ -13,10 +13,11 @@
 // by internal/harness), latch (POST /v1/faults/latch/{id}), the
 // lifecycle stages (stages_lifecycle.go, each first restarting any broker
 // left dead): decommission (a follower holding no unsealed segment drained
-// to nothing while the leader's metadata is read between pass ends and no
-// set may fall below RF; then made active again, empty) and maintenance
-// (a follower in a window, stopped until 3 passes started past the grace
-// delay: no set may change, no byte move; then started, the window ended),
+// to nothing while no heal pass may hand the control plane a set below RF
+// and no metadata read may show one; then made active again, empty) and
+// maintenance (a follower in a window, stopped until 3 passes started past
+// the grace delay: no pass of the window may change a set or list it dead
+// or suspect, no byte may move; then started, the window ended),
 // and leader (the control plane's leader, kill -9). Process and data-directory stages
 // (stages_process.go) follow, each first restarting any broker left dead
 // (nospare reuses a healthy cluster of at least RF brokers as it is):
@@ -58,7 +59,8 @@
 // under a fault (or its cooldown) at once; file faults pick only copies
 // whose other replicas no fault holds. A writer loads one segment every
 // 300 ms through the leader and records every acknowledgement; a watcher
-// records every heal pass seen and every replica-set change. After each
+// records every heal pass of the brokers' pass histories and every
+// replica-set change it reads in the metadata. After each
 // epoch every fault is undone, the heal is waited for (a bound that
 // expires is a failure), every replica copy of every acknowledged segment
 // is read and verified, and Check (pure: observations in, violations out)
@@ -76,6 +78,17 @@
 // The usage loop of a stage: inject; poll every --poll (100 ms) (GET /v1/health,
 // /v1/copies of every running broker, /v1/metadata, the leader's
 // /v1/status); evaluate every sealed segment; stop when all are healthy.
+//
+// Heal passes are read, never sampled: the stages that count or judge
+// passes (passes_read, the pause, kill and leader stages' dead_seen_seconds,
+// decommission, maintenance, nospare, lost) read the leader's pass history
+// (GET /v1/passes, passfeed.go) from the first pass that ended after the
+// stage's fault, every pass once however slow the poll, and the history of
+// a new leader too when the leader changes (noted). A pass the history no
+// longer holds when read (its bound dropped it) or that its numbering
+// skips is a gap: the stage fails and says so. The leader's /v1/status
+// still serves what only the latest pass matters for: verification (1),
+// the hold the demo releases, a broker no longer listed dead.
 //
 // Invariants:
 //
@@ -96,7 +109,7 @@
 //     earlier of the two is used, and a wait for the next tick counts as
 //     healing time, never as grace.
 //     grace_wait_seconds runs from the kill to that moment;
-//     dead_seen_seconds to the start of the first pass seen listing it dead.
+//     dead_seen_seconds to the start of the first pass listing it dead.
 //     The time is the poll's: the demo's own audit of the copies that poll
 //     listed runs after it and is not counted; the brokers' verification
 //     (confirmation, the heal pass) is.
@@ -113,11 +126,11 @@
 //  5. Destroyed on purpose is not data loss only when it was reported:
 //     the lost stage's segments are left out of failed and
 //     data_loss_segments (and listed under destroyed) only if each was
-//     reported lost on every heal pass observed after its first report,
-//     on at least ten, no damaged file of Y went missing or changed size,
-//     and both were marked acknowledged; otherwise they count as any loss
-//     and the run fails. A pass the demo did not see (the pass counter
-//     jumped between two polls) is counted as unseen, never as reported.
+//     reported lost on every heal pass of the leader's history after its
+//     first report, on at least ten, no damaged file of Y went missing or
+//     changed size, and both were marked acknowledged; otherwise they
+//     count as any loss and the run fails. A pass the history no longer
+//     holds when read is a gap that fails the stage, never a report.
 //  6. The summary's copies_verified counts the demo's full reads of a
 //     copy file that passed its audit (a cached result is not a new
 //     read); copies_verified_at_end the replica copies found intact in the

@@ -4,27 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
-// passStatus is what the stages that watch every heal pass read from the
-// leader's /v1/status: the pass counter, the hold, and the last pass's
-// failed and lost segments (admin.HealReport has no lost list; this mirror
-// reads it without touching that one).
+// passStatus is what the stages that act on the leader's latest heal pass
+// read from its /v1/status: the pass counter, the brokers that pass listed
+// dead, and the hold. The stages that judge every pass read them from the
+// pass history instead (passFeed, passTally).
 type passStatus struct {
 	Leader meta.BrokerID
 	Passes uint64
 	Hold   string
-	Index  uint64
 	Dead   []meta.BrokerID
-	Failed []admin.HealFailure
-	Lost   []admin.LostEntry
 	// HoldReleased: the last pass ran under an operator's release.
 	HoldReleased bool
 }
@@ -37,92 +36,67 @@ func decodePassStatus(raw json.RawMessage) (passStatus, bool) {
 		return passStatus{}, false
 	}
 	return passStatus{
-		Leader: st.Broker, Passes: st.Passes, Hold: st.Hold, Index: st.LastPass.Index,
-		Dead: st.LastPass.Dead, Failed: st.LastPass.Failed, Lost: st.LastPass.Lost,
+		Leader: st.Broker, Passes: st.Passes, Hold: st.Hold, Dead: st.LastPass.Dead,
 		HoldReleased: st.LastPass.HoldReleased,
 	}, true
 }
 
-// failedReason is the reason the pass reports seg failed with, or "".
-func (p passStatus) failedReason(seg meta.SegmentID) string {
-	for _, f := range p.Failed {
-		if f.Segment == seg {
-			return f.Reason
-		}
-	}
-	return ""
-}
-
-// lost returns seg's entry in the pass's lost list.
-func (p passStatus) lost(seg meta.SegmentID) (admin.LostEntry, bool) {
-	for _, l := range p.Lost {
-		if l.Segment == seg {
-			return l, true
-		}
-	}
-	return admin.LostEntry{}, false
-}
-
-// passTally counts, over the heal passes the demo observed, on how many a
+// passTally counts, over the heal passes its feed reads (every pass of
+// the leader's history that ended after the feed began), on how many a
 // watched segment was reported as the stage requires. A segment is
-// tracked from the first pass that reports it (its detection): every later
-// observed pass that does not report it is a miss. Passes that ran between
-// two observations (the pass counter jumped) are counted as unseen, never
-// as reported. The zero value is not usable: use newPassTally.
-//
-// Passes are told apart by (coordinator, pass counter): a new leader's
-// counter starts again, and its first pass seen is a new pass.
+// tracked from the first pass that reports it (its detection): every
+// later pass that does not report it is a miss. A pass the history no
+// longer holds is a gap of the feed (passFeed.problem), never a hit or a
+// miss. The zero value is not usable: use newPassTally.
 type passTally struct {
 	watch []meta.SegmentID
 	// reported judges one segment on one pass.
-	reported func(p passStatus, seg meta.SegmentID) bool
+	reported func(r *heal.Report, seg meta.SegmentID) bool
+	feed     *passFeed
 
-	leader meta.BrokerID
-	last   uint64
-	seen   bool
-
-	Observed int // distinct passes whose report the demo read
-	Unseen   int // passes that ran but whose report was replaced before a poll
+	Observed int // passes judged
 	Hits     map[meta.SegmentID]int
 	Misses   map[meta.SegmentID]int
-	// FirstPass is the observation count (1-based) at which a segment was
-	// first reported; 0 while never.
+	// FirstPass is the count of passes judged (1-based) when a segment
+	// was first reported, FirstAt the end of that pass; 0 and zero while
+	// never.
 	FirstPass map[meta.SegmentID]int
+	FirstAt   map[meta.SegmentID]time.Time
 }
 
-func newPassTally(watch []meta.SegmentID, reported func(passStatus, meta.SegmentID) bool) *passTally {
+func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.SegmentID) bool, feed *passFeed) *passTally {
 	return &passTally{
-		watch: slices.Clone(watch), reported: reported,
-		Hits: map[meta.SegmentID]int{}, Misses: map[meta.SegmentID]int{}, FirstPass: map[meta.SegmentID]int{},
+		watch: slices.Clone(watch), reported: reported, feed: feed,
+		Hits: map[meta.SegmentID]int{}, Misses: map[meta.SegmentID]int{},
+		FirstPass: map[meta.SegmentID]int{}, FirstAt: map[meta.SegmentID]time.Time{},
 	}
 }
 
-// observe takes one poll of the leader's status. It returns whether the
-// poll showed a pass not observed before.
-func (t *passTally) observe(p passStatus) bool {
-	if t.seen && p.Leader == t.leader && p.Passes == t.last {
-		return false
+// read judges the passes the feed reads from c's brokers now and returns
+// them; its error is the feed's (the passes not read are read later).
+func (t *passTally) read(ctx context.Context, c *harness.Cluster) ([]plugin.PassRecord, error) {
+	recs, err := t.feed.next(ctx, c)
+	for i := range recs {
+		t.observe(&recs[i])
 	}
-	if t.seen && p.Leader == t.leader && p.Passes < t.last {
-		return false // an older answer (a slow poll): already counted
-	}
-	if t.seen && p.Leader == t.leader && p.Passes > t.last+1 {
-		t.Unseen += int(p.Passes - t.last - 1)
-	}
-	t.seen, t.leader, t.last = true, p.Leader, p.Passes
+	return recs, err
+}
+
+// observe judges one pass.
+func (t *passTally) observe(p *plugin.PassRecord) {
 	t.Observed++
 	for _, id := range t.watch {
 		switch {
-		case t.reported(p, id):
+		case t.reported(&p.Report, id):
 			t.Hits[id]++
 			if t.FirstPass[id] == 0 {
 				t.FirstPass[id] = t.Observed
+				t.FirstAt[id] = p.Ended
 			}
 		case t.FirstPass[id] != 0:
 			t.Misses[id]++
 		}
 	}
-	return true
 }
 
 // detected: every watched segment was reported at least once.

@@ -3,46 +3,40 @@ package demo
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/malachi-log/malachi/internal/admin"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
-func lostPass(leader meta.BrokerID, n uint64, lost ...meta.SegmentID) passStatus {
-	p := passStatus{Leader: leader, Passes: n}
+func lostPass(lost ...meta.SegmentID) *plugin.PassRecord {
+	p := &plugin.PassRecord{}
 	for _, id := range lost {
-		p.Lost = append(p.Lost, admin.LostEntry{Segment: id, Reason: "no_intact_source"})
+		p.Report.Lost = append(p.Report.Lost, heal.LostSegment{Segment: id, Reason: heal.NoIntactSource})
 	}
 	return p
 }
 
-// The lost stage's accounting: a segment counts from its first report;
-// a poll of a pass already seen counts nothing; a jump of the pass counter
-// is unseen passes, never hits; a pass after the first report that does not
-// report it is a miss; a new leader's counter starts over.
+// The lost stage's accounting: a segment counts from its first report; a
+// pass after it that does not report it is a miss; every pass judged
+// counts once.
 func TestPassTallyCountsEveryPass(t *testing.T) {
-	tl := newPassTally([]meta.SegmentID{"x", "y"}, lostReported)
-	steps := []struct {
-		p   passStatus
-		new bool
-	}{
-		{lostPass(1, 10), true},           // neither reported yet: no miss
-		{lostPass(1, 11, "x"), true},      // x detected
-		{lostPass(1, 11, "x"), false},     // same pass polled again
-		{lostPass(1, 10), false},          // an older answer
-		{lostPass(1, 14, "x", "y"), true}, // passes 12, 13 unseen; y detected
-		{lostPass(1, 15, "y"), true},      // x missed
-		{lostPass(2, 1, "x", "y"), true},  // new leader: a new pass
+	tl := newPassTally([]meta.SegmentID{"x", "y"}, lostReported, nil)
+	for _, p := range []*plugin.PassRecord{
+		lostPass(),         // neither reported yet: no miss
+		lostPass("x"),      // x detected
+		lostPass("x", "y"), // y detected
+		lostPass("y"),      // x missed
+		lostPass("x", "y"),
+	} {
+		tl.observe(p)
 	}
-	for i, s := range steps {
-		if got := tl.observe(s.p); got != s.new {
-			t.Fatalf("step %d: observe = %v, want %v", i, got, s.new)
-		}
-	}
-	if tl.Observed != 5 || tl.Unseen != 2 {
-		t.Errorf("observed %d unseen %d, want 5 and 2", tl.Observed, tl.Unseen)
+	if tl.Observed != 5 {
+		t.Errorf("observed %d, want 5", tl.Observed)
 	}
 	if tl.Hits["x"] != 3 || tl.Misses["x"] != 1 || tl.FirstPass["x"] != 2 {
 		t.Errorf("x: hits %d misses %d first %d, want 3 1 2", tl.Hits["x"], tl.Misses["x"], tl.FirstPass["x"])
@@ -56,30 +50,31 @@ func TestPassTallyCountsEveryPass(t *testing.T) {
 }
 
 func TestPassTallyUndetected(t *testing.T) {
-	tl := newPassTally([]meta.SegmentID{"x"}, func(p passStatus, id meta.SegmentID) bool { return p.failedReason(id) == nospareReason })
-	tl.observe(passStatus{Leader: 1, Passes: 1, Failed: []admin.HealFailure{{Segment: "x", Reason: "backfill_failed"}}})
+	tl := newPassTally([]meta.SegmentID{"x"}, func(r *heal.Report, id meta.SegmentID) bool { return r.FailedReason(id) == heal.NoSpareBroker }, nil)
+	tl.observe(&plugin.PassRecord{Report: heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.BackfillFailed}}}})
 	if tl.detected() || tl.minHits() != 0 || tl.misses() != 0 {
 		t.Errorf("a failure for another reason counted: %+v", tl)
 	}
-	tl.observe(passStatus{Leader: 1, Passes: 2, Failed: []admin.HealFailure{{Segment: "x", Reason: nospareReason}}})
-	if !tl.detected() || tl.Hits["x"] != 1 {
-		t.Errorf("no_spare_broker not counted: %+v", tl)
+	end := time.Unix(100, 0)
+	tl.observe(&plugin.PassRecord{Ended: end, Report: heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.NoSpareBroker}}}})
+	if !tl.detected() || tl.Hits["x"] != 1 || !tl.FirstAt["x"].Equal(end) {
+		t.Errorf("no_spare_broker not counted, or not at the end of its pass: %+v", tl)
 	}
 }
 
 func TestLostReported(t *testing.T) {
 	for _, tc := range []struct {
-		p    passStatus
+		r    heal.Report
 		want bool
 	}{
-		{passStatus{Lost: []admin.LostEntry{{Segment: "x"}}}, true},
-		{passStatus{Failed: []admin.HealFailure{{Segment: "x", Reason: "no_intact_source"}}}, true},
-		{passStatus{Failed: []admin.HealFailure{{Segment: "x", Reason: "all_replicas_dead"}}}, true},
-		{passStatus{Failed: []admin.HealFailure{{Segment: "x", Reason: "backfill_failed"}}}, false},
-		{passStatus{Lost: []admin.LostEntry{{Segment: "y"}}}, false},
+		{heal.Report{Lost: []heal.LostSegment{{Segment: "x"}}}, true},
+		{heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.NoIntactSource}}}, true},
+		{heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.AllReplicasDead}}}, true},
+		{heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.BackfillFailed}}}, false},
+		{heal.Report{Lost: []heal.LostSegment{{Segment: "y"}}}, false},
 	} {
-		if got := lostReported(tc.p, "x"); got != tc.want {
-			t.Errorf("lostReported(%+v) = %v, want %v", tc.p, got, tc.want)
+		if got := lostReported(&tc.r, "x"); got != tc.want {
+			t.Errorf("lostReported(%+v) = %v, want %v", tc.r, got, tc.want)
 		}
 	}
 }
@@ -93,11 +88,10 @@ func TestDecodePassStatus(t *testing.T) {
 	if !ok {
 		t.Fatal("not decoded")
 	}
-	l, lost := p.lost("x")
-	if p.Leader != 2 || p.Passes != 7 || p.Index != 40 || !lost || !l.Acknowledged || p.failedReason("x") != "no_intact_source" || !p.HoldReleased || p.Hold == "" || len(p.Dead) != 1 {
+	if p.Leader != 2 || p.Passes != 7 || !p.HoldReleased || p.Hold == "" || len(p.Dead) != 1 {
 		t.Errorf("decoded %+v", p)
 	}
-	if r, ok := admin.FindReport(raw); !ok || !r.HoldReleased || len(r.Lost) != 1 {
+	if r, ok := admin.FindReport(raw); !ok || !r.HoldReleased || len(r.Lost) != 1 || !r.Lost[0].Acknowledged {
 		t.Errorf("admin.FindReport: hold_released or lost not seen: %+v", r)
 	}
 	if _, ok := decodePassStatus(json.RawMessage(`{"heal":"disabled"}`)); ok {

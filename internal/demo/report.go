@@ -106,7 +106,8 @@ type FaultReport struct {
 	// (kill and leader stages).
 	GraceWaitSeconds *float64 `json:"grace_wait_seconds,omitempty"`
 	// DeadSeenSeconds: from the kill to the start of the first heal pass
-	// the demo saw listing the broker dead (kill and leader stages).
+	// of the leader's history listing the broker dead (kill and leader
+	// stages).
 	DeadSeenSeconds *float64 `json:"dead_seen_seconds,omitempty"`
 	// SecondsToHeal: from the fault (or the death, for a kill) to every
 	// segment healthy again.
@@ -118,10 +119,12 @@ type FaultReport struct {
 	// stage; BytesEstimated: the demo's estimate from copy sizes.
 	BytesRereplicated int64 `json:"bytes_rereplicated"`
 	BytesEstimated    int64 `json:"bytes_estimated"`
-	Passes            int   `json:"passes_seen"`
-	// MaxPassSeconds is the longest heal pass seen in the stage, and
-	// BackfillPassSeconds the summed duration of the passes seen that ran
-	// backfills: where the healing time went.
+	// Passes counts the heal passes of the stage read from the leader's
+	// pass history: every one that ended while the stage watched them.
+	Passes int `json:"passes_read"`
+	// MaxPassSeconds is the longest of them, and BackfillPassSeconds the
+	// summed duration of those that ran backfills: where the healing time
+	// went.
 	MaxPassSeconds      float64 `json:"max_pass_seconds"`
 	BackfillPassSeconds float64 `json:"backfill_pass_seconds"`
 	// Destroyed: the lost stage's segments, with how they were reported.
@@ -144,7 +147,7 @@ type destroyedSegment struct {
 	// Copies counts the copy files destroyed: every replica's, and any
 	// left outside the replica set by earlier stages.
 	Copies int `json:"copies"`
-	// PassesReported counts the heal passes observed listing it lost;
+	// PassesReported counts the heal passes read that list it lost;
 	// PassesMissed those after its first report that did not.
 	PassesReported int `json:"passes_reported"`
 	PassesMissed   int `json:"passes_missed"`
@@ -382,7 +385,7 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), bytesize.Format(f.BytesRereplicated))
 		if f.BackfillPassSeconds > 0 {
-			fmt.Fprintf(w, "              heal passes seen: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
+			fmt.Fprintf(w, "              heal passes read: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
 		}
 		if f.Note != "" {
 			fmt.Fprintf(w, "              note: %s\n", f.Note)

@@ -6,17 +6,20 @@ import (
 	"slices"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // The operator's lifecycle stages: decommission (a follower drained to
-// nothing while every metadata read between two pass ends is checked for
-// a set below the replication factor, then made active again, empty) and
-// maintenance (a follower in a maintenance window stopped for passes past
-// the grace delay: no set changes and no bytes move; then it starts again
-// and the window is ended).
+// nothing while every heal pass of the leader's pass history is checked
+// for a command leaving a set below the replication factor, and the
+// metadata for such a set; then made active again, empty) and maintenance
+// (a follower in a maintenance window stopped for passes past the grace
+// delay: no pass of the window may change a set and no bytes move; then
+// it starts again and the window is ended).
 
 // LifecycleFigures are a lifecycle stage's own figures (FaultReport).
 type LifecycleFigures struct {
@@ -27,93 +30,39 @@ type LifecycleFigures struct {
 	SegmentsMoved int   `json:"segments_moved,omitempty"`
 	BytesMoved    int64 `json:"bytes_moved,omitempty"`
 	Drained       bool  `json:"drained,omitempty"`
-	// SecondsToDrain: from the decommission command to the first read of
-	// a pass report saying drained; Rate is BytesMoved over it.
+	// SecondsToDrain: from the decommission command to the end of the
+	// first heal pass reporting the broker drained; Rate is BytesMoved
+	// over it.
 	SecondsToDrain *float64 `json:"seconds_to_drain,omitempty"`
 	Rate           float64  `json:"rate_bytes_per_sec,omitempty"`
-	// BelowFactor counts the metadata reads that found a set with fewer
-	// members than the replication factor (must be 0).
+	// BelowFactor counts the heal passes with a command whose replica set
+	// has fewer members than the replication factor, and the metadata
+	// reads that found such a set (must be 0).
 	BelowFactor int `json:"below_factor"`
-	// PassesSampled counts the passes after whose end (and before the
-	// next one's) the metadata was read; PassesMissed those between the
-	// first and the last sampled with no such read.
-	PassesSampled int `json:"passes_sampled"`
-	PassesMissed  int `json:"passes_missed"`
-	// Maintenance: PassesInWindow counts the sampled passes that ran with
-	// the broker absent in its window, PassesPastGrace those of them that
+	// PassesRead counts the heal passes of the stage read from the pass
+	// history: every one that ended during it. PassesUnread counts those
+	// the history numbered but no longer held when read (the stage then
+	// fails). Leaders are the brokers whose history was read: more than
+	// one when the leader changed.
+	PassesRead   int             `json:"passes_read"`
+	PassesUnread uint64          `json:"passes_unread,omitempty"`
+	Leaders      []meta.BrokerID `json:"leaders,omitempty"`
+	// Maintenance: PassesInWindow counts the passes that ran with the
+	// broker absent in its window, PassesPastGrace those of them that
 	// started more than the grace delay after it stopped (each would have
-	// counted it dead without the window); SetsChanged the metadata reads
-	// that found a replica set changed.
+	// counted it dead without the window); SetsChanged the passes of the
+	// window that changed, or handed the control plane a change of, a
+	// replica set.
 	PassesInWindow  int `json:"passes_in_window,omitempty"`
 	PassesPastGrace int `json:"passes_past_grace,omitempty"`
 	SetsChanged     int `json:"sets_changed"`
 }
 
-// lifeSample is the leader's metadata read while its pass counter stood
-// at pass: after that pass ended and before the next one did.
-type lifeSample struct {
-	pass  uint64
-	rep   admin.HealReport
-	life  admin.Lifecycle
-	start time.Time
-	snap  meta.Snapshot
-}
-
-// sampleLeader reads cl's status, its metadata and its status again; ok
-// is false when a pass ended in between or a read failed.
-func sampleLeader(ctx context.Context, cl *admin.Client) (lifeSample, bool) {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	raw1, err := cl.Status(rctx)
-	if err != nil {
-		return lifeSample{}, false
-	}
-	snap, err := cl.Metadata(rctx)
-	if err != nil {
-		return lifeSample{}, false
-	}
-	raw2, err := cl.Status(rctx)
-	if err != nil {
-		return lifeSample{}, false
-	}
-	st1, ok1 := admin.DecodeStatus(raw1)
-	st2, ok2 := admin.DecodeStatus(raw2)
-	if !ok1 || !ok2 || st1.LastPass == nil || st1.Passes != st2.Passes {
-		return lifeSample{}, false
-	}
-	life, _ := admin.FindLifecycle(raw1)
-	start := st1.LastPassAt.Add(-time.Duration(st1.LastPassSeconds * float64(time.Second)))
-	return lifeSample{pass: st1.Passes, rep: *st1.LastPass, life: life, start: start, snap: snap}, true
-}
-
-// passCover counts the sampled passes and the ones missed between them.
-type passCover struct {
-	seen  map[uint64]bool
-	first uint64
-	last  uint64
-}
-
-// add records s and says whether its pass is new.
-func (c *passCover) add(s lifeSample) bool {
-	if c.seen == nil {
-		c.seen = map[uint64]bool{}
-	}
-	if c.seen[s.pass] {
-		return false
-	}
-	c.seen[s.pass] = true
-	if c.first == 0 || s.pass < c.first {
-		c.first = s.pass
-	}
-	c.last = max(c.last, s.pass)
-	return true
-}
-
-func (c *passCover) fill(f *LifecycleFigures) {
-	f.PassesSampled = len(c.seen)
-	if len(c.seen) > 0 {
-		f.PassesMissed = int(c.last-c.first+1) - len(c.seen)
-	}
+// readFeed records what feed read in fr and its lifecycle figures.
+func (fr *FaultReport) readFeed(feed *passFeed) {
+	fr.Passes += feed.Read
+	f := fr.Lifecycle
+	f.PassesRead, f.PassesUnread, f.Leaders = feed.Read, feed.Unread, slices.Clone(feed.Leaders)
 }
 
 func setsBelow(snap meta.Snapshot, rf int) int {
@@ -124,6 +73,18 @@ func setsBelow(snap meta.Snapshot, rf int) int {
 		}
 	}
 	return n
+}
+
+// commandsBelow lists the segments of r's commands whose replica set has
+// fewer than rf members.
+func commandsBelow(r *heal.Report, rf int) []meta.SegmentID {
+	var out []meta.SegmentID
+	for _, c := range r.Ready {
+		if len(c.Replicas) < rf {
+			out = append(out, c.ID)
+		}
+	}
+	return out
 }
 
 // stageDecommission drains a follower, then makes it active again (empty:
@@ -158,47 +119,23 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	var cover passCover
-	p := newProgress(d.out, d.tty, "draining", max(len(targets), 1))
-	why := "no pass sampled"
-	for deadline := start.Add(d.o.StageTimeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if err := ctx.Err(); err != nil {
-			p.Finish("interrupted")
-			return fr, err
-		}
-		s, ok := sampleLeader(ctx, cl)
-		if !ok {
-			continue
-		}
-		cover.add(s)
-		if n := setsBelow(s.snap, d.o.RF); n > 0 {
-			lf.BelowFactor++
-			addNote(&fr, "after pass %d: %d sets below the replication factor", s.pass, n)
-		}
-		dr := drainOf(s.life, b.ID)
-		if dr == nil {
-			why = fmt.Sprintf("pass %d does not report the decommission", s.pass)
-			continue
-		}
-		p.Set(max(len(targets)-dr.Segments, 0), max(len(targets), 1), fmt.Sprintf("%d left", dr.Segments))
-		why = fmt.Sprintf("pass %d: %d segments left, blocked %v", s.pass, dr.Segments, dr.Blocked)
-		if dr.Drained && s.rep.Index >= s.snap.Index {
-			lf.Drained = true
-			lf.SecondsToDrain = seconds(time.Since(start))
-			break
-		}
+	feed := newPassFeed(start)
+	why, err := d.watchDrain(ctx, &fr, feed, cl, b.ID, len(targets), start)
+	fr.readFeed(feed)
+	if err != nil {
+		return fr, err
 	}
-	cover.fill(lf)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
 	if !lf.Drained {
-		p.Finish("timed out")
 		fr.Error = fmt.Sprintf("broker %d not drained after %v: %s", b.ID, d.o.StageTimeout, why)
 	} else {
-		p.Finish(fmt.Sprintf("drained in %s", fmtSeconds(lf.SecondsToDrain)))
 		lf.Rate = float64(lf.BytesMoved) / max(*lf.SecondsToDrain, 1e-3)
 	}
+	if gap := feed.problem(); gap != "" {
+		fr.Error = joinErr(fr.Error, gap)
+	}
 	// Active again, empty, so that the later stages have every broker.
-	if _, err := cl.CancelDecommission(ctx, b.ID); err != nil {
+	if _, err := d.leaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
@@ -208,11 +145,65 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Detected = lf.Drained
-	fr.Healed = lf.Drained && lf.BelowFactor == 0
+	fr.Healed = lf.Drained && lf.BelowFactor == 0 && feed.problem() == ""
 	fr.SecondsToHeal = lf.SecondsToDrain
-	addNote(&fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d metadata reads below RF; %d passes sampled, %d missed; active again (empty)",
-		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, lf.PassesSampled, lf.PassesMissed)
+	addNote(&fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
+		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.summary())
 	return fr, nil
+}
+
+// watchDrain reads every heal pass of the decommission of broker id
+// (held sealed replicas) until one reports it drained or the stage times
+// out, counting in fr's figures the passes with a command below the
+// replication factor and the metadata reads (through cl) that show a set
+// below it. It returns where the drain stood, and an error when ctx
+// ended.
+func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *passFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
+	lf := fr.Lifecycle
+	p := newProgress(d.out, d.tty, "draining", max(held, 1))
+	why := "no heal pass read"
+	interval := max(d.o.Tick/4, 10*time.Millisecond)
+	for deadline := start.Add(d.o.StageTimeout); time.Now().Before(deadline); time.Sleep(interval) {
+		if err := ctx.Err(); err != nil {
+			p.Finish("interrupted")
+			return why, err
+		}
+		recs, err := feed.next(ctx, d.c)
+		if err != nil && len(recs) == 0 {
+			why = err.Error()
+		}
+		for i := range recs {
+			r, seq, by := &recs[i].Report, recs[i].Seq, recs[i].Broker
+			if segs := commandsBelow(r, d.o.RF); len(segs) > 0 {
+				lf.BelowFactor++
+				addNote(fr, "heal pass %d of broker %d: %d commands below the replication factor (%s)", seq, by, len(segs), segs[0])
+			}
+			dr := drainOf(r, id)
+			if dr == nil {
+				why = fmt.Sprintf("heal pass %d of broker %d does not report the decommission", seq, by)
+				continue
+			}
+			p.Set(max(held-dr.Segments, 0), max(held, 1), fmt.Sprintf("%d left", dr.Segments))
+			why = fmt.Sprintf("heal pass %d of broker %d: %d segments left, blocked %v", seq, by, dr.Segments, dr.Blocked)
+			if dr.Drained && !lf.Drained {
+				lf.Drained = true
+				lf.SecondsToDrain = seconds(recs[i].Ended.Sub(start))
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		snap, err := cl.Metadata(rctx)
+		cancel()
+		if n := setsBelow(snap, d.o.RF); err == nil && n > 0 {
+			lf.BelowFactor++
+			addNote(fr, "metadata at index %d: %d sets below the replication factor", snap.Index, n)
+		}
+		if lf.Drained {
+			p.Finish(fmt.Sprintf("drained in %s", fmtSeconds(lf.SecondsToDrain)))
+			return why, nil
+		}
+	}
+	p.Finish("timed out")
+	return why, nil
 }
 
 // drainableFollower is a running follower that holds sealed replicas and
@@ -234,10 +225,10 @@ func (d *demo) drainableFollower() *harness.Broker {
 	return cands[d.rng.IntN(len(cands))]
 }
 
-func drainOf(l admin.Lifecycle, b meta.BrokerID) *admin.Drain {
-	for i := range l.Decommission {
-		if l.Decommission[i].Broker == b {
-			return &l.Decommission[i]
+func drainOf(r *heal.Report, b meta.BrokerID) *heal.Drain {
+	for i := range r.Decommission {
+		if r.Decommission[i].Broker == b {
+			return &r.Decommission[i]
 		}
 	}
 	return nil
@@ -250,17 +241,18 @@ func joinErr(a, b string) string {
 	return a + "; " + b
 }
 
-// maintenancePastGrace is how many sampled passes, started more than the
-// grace delay after the broker stopped, the maintenance stage waits for.
+// maintenancePastGrace is how many passes, started more than the grace
+// delay after the broker stopped, the maintenance stage waits for.
 const maintenancePastGrace = 3
 
 // stageMaintenance puts a follower in a maintenance window as long as the
-// stage timeout (ended early by the stage), stops it (SIGTERM) and watches
-// the passes until maintenancePastGrace of them started more than the
-// grace delay after it stopped: no set may change and no backfill byte may
-// move. It then starts the broker again and ends the window. The stage
-// fails when the window ran out first (the absence was not shown inside
-// it) or the passes were not seen.
+// stage timeout (ended early by the stage), stops it (SIGTERM) and reads
+// the heal passes until maintenancePastGrace of them started more than
+// the grace delay after it stopped. It then starts the broker again, ends
+// the window and reads the passes left: no pass of the window may change
+// a replica set or list the broker dead or suspect, and no backfill byte
+// may move. The stage fails when the window ran out first (the absence
+// was not shown inside it) or a pass of the window was not read.
 func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "maintenance"}
 	b, targets, err := d.victimFollower(ctx, &fr)
@@ -270,11 +262,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	lf := &LifecycleFigures{Broker: b.ID}
 	fr.Lifecycle = lf
 	cl := d.leaderClient(ctx)
-	base, err := cl.Metadata(ctx)
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
-	}
+	feed := newPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
 	if err != nil {
 		fr.Error = err.Error()
@@ -289,76 +277,149 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	}
 	stopAt := time.Now()
 	fr.Injected = true
-	why := d.watchMaintenance(ctx, cl, b.ID, base, stopAt, mode.Until, lf)
+	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: d.o.Grace, lf: lf}
+	short := d.watchMaintenance(ctx, feed, j, mode.Until)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
 	// Start it again and end the window, whatever was seen.
+	restartAt := time.Now()
 	if err := d.restart(ctx, b); err != nil {
-		fr.Error = joinErr(why, err.Error())
+		fr.Error = joinErr(joinErr(short, j.why), err.Error())
 		return fr, fatal(ctx, err, d)
 	}
 	if _, err := cl.EndMaintenance(ctx, b.ID); err != nil {
-		fr.Error = joinErr(why, "ending the window: "+err.Error())
+		fr.Error = joinErr(joinErr(short, j.why), "ending the window: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
+	d.readWindowRest(ctx, feed, j, time.Now())
+	fr.readFeed(feed)
 	back := FaultReport{Stage: "maintenance-after"}
 	if err := d.waitHealed(ctx, &back, "back from maintenance", time.Now(), nil, d.o.StageTimeout); err != nil {
-		fr.Error = joinErr(why, "after the window: "+err.Error())
+		fr.Error = joinErr(joinErr(short, j.why), "after the window: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
 	fr.SecondsToHeal = back.SecondsToHeal
-	if why == "" && fr.BytesRereplicated != 0 {
-		why = fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID)
+	why := joinErr(short, j.why)
+	if fr.BytesRereplicated != 0 {
+		why = joinErr(why, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID))
+	}
+	if gap := feed.problem(); gap != "" {
+		why = joinErr(why, gap)
 	}
 	fr.Error = why
 	fr.Detected = why == ""
 	fr.Healed = why == ""
-	addNote(&fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d metadata reads with a set changed, %d bytes re-replicated; %d passes sampled, %d missed; restarted and window ended",
-		time.Since(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, lf.PassesSampled, lf.PassesMissed)
+	addNote(&fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
+		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.summary())
 	return fr, nil
 }
 
-// watchMaintenance samples the leader's passes while broker id is down in
-// its window until maintenancePastGrace passes started more than the
-// grace delay after stopAt; it returns "" or what went wrong.
-func (d *demo) watchMaintenance(ctx context.Context, cl *admin.Client, id meta.BrokerID, base meta.Snapshot, stopAt, until time.Time, lf *LifecycleFigures) string {
-	var cover passCover
-	defer cover.fill(lf)
+// maintenanceJudge judges the heal passes of one maintenance window of
+// broker id, stopped at stopAt: lf counts them, why says the last thing
+// that went wrong ("" while nothing did).
+type maintenanceJudge struct {
+	id     meta.BrokerID
+	stopAt time.Time
+	grace  time.Duration
+	lf     *LifecycleFigures
+	why    string
+}
+
+// judge takes one pass of the window. A replica set it changed or handed
+// the control plane (a command, a heal, a move, a segment healed in spite
+// of the window) and a listing of the broker dead or suspect go wrong; a
+// pass that started after the stop and saw the broker absent in its
+// window counts in the window, and past the grace delay when it started
+// that late.
+func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
+	r := &p.Report
+	if segs := setsChangedBy(r); len(segs) > 0 {
+		j.lf.SetsChanged++
+		j.why = fmt.Sprintf("heal pass %d of broker %d changed the replica set of %d segments (%s) while broker %d was in maintenance", p.Seq, p.Broker, len(segs), segs[0], j.id)
+	}
+	if slices.Contains(r.Dead, j.id) || slices.Contains(r.Suspect, j.id) {
+		j.why = fmt.Sprintf("heal pass %d of broker %d lists broker %d dead or suspect inside its window", p.Seq, p.Broker, j.id)
+	}
+	if !p.Started.After(j.stopAt) {
+		return
+	}
+	if k := slices.IndexFunc(r.Maintenance, func(m heal.Maintenance) bool { return m.Broker == j.id }); k < 0 || r.Maintenance[k].Seen {
+		return // not seen absent
+	}
+	j.lf.PassesInWindow++
+	if p.Started.After(j.stopAt.Add(j.grace)) {
+		j.lf.PassesPastGrace++
+	}
+}
+
+// setsChangedBy lists, once each, the segments whose replica set r
+// changed or handed the control plane a change of.
+func setsChangedBy(r *heal.Report) []meta.SegmentID {
+	var out []meta.SegmentID
+	add := func(id meta.SegmentID) {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	for _, c := range r.Ready {
+		add(c.ID)
+	}
+	for _, id := range slices.Concat(r.Healed, r.Moved) {
+		add(id)
+	}
+	for _, f := range r.MaintenanceFloor {
+		add(f.Segment)
+	}
+	return out
+}
+
+// watchMaintenance reads the heal passes while the judged broker is down
+// in its window (until until) and judges each, until
+// maintenancePastGrace passes started more than the grace delay after it
+// stopped; it returns "" or why the window was not shown.
+func (d *demo) watchMaintenance(ctx context.Context, feed *passFeed, j *maintenanceJudge, until time.Time) string {
+	lf := j.lf
 	p := newProgress(d.out, d.tty, "absent in maintenance", maintenancePastGrace)
-	why := ""
-	for deadline := stopAt.Add(d.o.StageTimeout); ; time.Sleep(5 * time.Millisecond) {
+	interval := max(d.o.Tick/4, 10*time.Millisecond)
+	for deadline := j.stopAt.Add(d.o.StageTimeout); ; time.Sleep(interval) {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			p.Finish("timed out")
-			return fmt.Sprintf("only %d of %d passes past the grace delay seen in %v", lf.PassesPastGrace, maintenancePastGrace, d.o.StageTimeout)
+			return fmt.Sprintf("only %d of %d passes past the grace delay read in %v", lf.PassesPastGrace, maintenancePastGrace, d.o.StageTimeout)
 		}
 		if time.Now().After(until) {
 			p.Finish("window ran out")
-			return "the maintenance window ran out before the stage saw its passes"
+			return "the maintenance window ran out before the stage read its passes"
 		}
-		s, ok := sampleLeader(ctx, cl)
-		if !ok {
-			continue
-		}
-		if !base.SameReplicaSets(&s.snap) {
-			lf.SetsChanged++
-			why = fmt.Sprintf("after pass %d a replica set changed while broker %d was in maintenance", s.pass, id)
-		}
-		if slices.Contains(s.rep.Dead, id) || slices.Contains(s.rep.Suspect, id) {
-			why = fmt.Sprintf("pass %d lists broker %d dead or suspect inside its window", s.pass, id)
-		}
-		if !cover.add(s) || !s.start.After(stopAt) {
-			continue
-		}
-		if k := slices.IndexFunc(s.life.Maintenance, func(m admin.MaintenanceEntry) bool { return m.Broker == id }); k < 0 || s.life.Maintenance[k].Seen {
-			continue // not yet seen absent
-		}
-		lf.PassesInWindow++
-		if s.start.After(stopAt.Add(d.o.Grace)) {
-			lf.PassesPastGrace++
+		recs, _ := feed.next(ctx, d.c) // a history that did not answer is read on the next round
+		for i := range recs {
+			j.judge(&recs[i])
 		}
 		p.Set(min(lf.PassesPastGrace, maintenancePastGrace), maintenancePastGrace, fmt.Sprintf("%d passes absent", lf.PassesInWindow))
 		if lf.PassesPastGrace >= maintenancePastGrace {
-			p.Finish(fmt.Sprintf("%d passes absent, no set changed", lf.PassesInWindow))
-			return why
+			p.Finish(fmt.Sprintf("%d passes absent, %d with a set changed", lf.PassesInWindow, lf.SetsChanged))
+			return ""
 		}
 	}
 }
+
+// readWindowRest reads and judges the heal passes that started before the
+// window ended (at end) and were not read yet, trying for up to
+// maintenanceRestRead while a history does not answer.
+func (d *demo) readWindowRest(ctx context.Context, feed *passFeed, j *maintenanceJudge, end time.Time) {
+	for give := time.Now().Add(maintenanceRestRead); ; time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
+		recs, err := feed.next(ctx, d.c)
+		for i := range recs {
+			if recs[i].Started.Before(end) {
+				j.judge(&recs[i])
+			}
+		}
+		if err == nil || ctx.Err() != nil || time.Now().After(give) {
+			if err != nil {
+				j.why = joinErr(j.why, "the passes after the window: "+err.Error())
+			}
+			return
+		}
+	}
+}
+
+// maintenanceRestRead bounds the read of the window's last passes.
+const maintenanceRestRead = 10 * time.Second

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/harness"
@@ -132,6 +133,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	delete(live, b.ID)
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
 	deadline := stopAt.Add(d.o.StageTimeout)
+	feed := newPassFeed(stopAt)
 	var healedAt time.Time
 	var why string
 	for {
@@ -152,13 +154,8 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 			why = err.Error()
 		} else {
 			e := evaluate(v, d.o.RF, live, d.checkCopy)
-			d.countPass(v, &fr)
-			moved := 0
-			for _, id := range targets {
-				if s, ok := v.Snap.Segment(id); ok && !s.HasReplica(b.ID) {
-					moved++
-				}
-			}
+			d.countPasses(ctx, sub, feed, &fr)
+			moved := movedOff(v, targets, b.ID)
 			p.Set(moved, len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
 			clean, cwhy := passClean(v)
 			switch {
@@ -185,6 +182,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 		time.Sleep(d.o.Poll)
 	}
 	deadAt := d.deadMoment(&fr, stopAt, false)
+	gap := feed.problem()
 	fr.BytesEstimated = d.estimateBytes(pre)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
 	if healedAt.IsZero() {
@@ -215,8 +213,23 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	}
 	addNote(&fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
 		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(rejoin.SecondsToHeal))
-	fr.Healed = !healedAt.IsZero()
+	if gap != "" {
+		fr.Error = joinErr(fr.Error, gap)
+	}
+	fr.Healed = !healedAt.IsZero() && gap == ""
 	return fr, nil
+}
+
+// movedOff counts the segments of targets whose set in v no longer names
+// broker id.
+func movedOff(v *view, targets []meta.SegmentID, id meta.BrokerID) int {
+	n := 0
+	for _, t := range targets {
+		if s, ok := v.Snap.Segment(t); ok && !s.HasReplica(id) {
+			n++
+		}
+	}
+	return n
 }
 
 // waitNotDead waits until the leader's heal pass no longer lists broker id
@@ -653,6 +666,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr.Broker = lb.ID
 	fr.What = fmt.Sprintf("latch %s on %d, %d running", id, lb.ID, len(d.c.Running()))
 	d.logf("stage nospare: %d brokers run (replication factor %d: no spare); latch %s on broker %d", len(d.c.Running()), d.o.RF, id, lb.ID)
+	latchAt := time.Now()
 	if err := lb.Client.Latch(ctx, id); err != nil {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
@@ -661,13 +675,13 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr.Latched = []admin.CopyRef{{Segment: id, Broker: lb.ID}}
 	d.aud.Forget(copyPath(lb, id))
 
-	tally := newPassTally([]meta.SegmentID{id}, func(p passStatus, seg meta.SegmentID) bool {
-		return p.failedReason(seg) == nospareReason
-	})
+	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
+		return r.FailedReason(seg) == heal.NoSpareBroker
+	}, newPassFeed(latchAt))
 	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
-	addNote(&fr, "%d broker(s) killed first; reported %s on %d of %d passes observed after its first report (%d missed, %d passes unseen between polls); %d intact copies audited readable while latched",
-		killed, nospareReason, hits, hits+misses, misses, tally.Unseen, reads)
+	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d missed); %s; %d intact copies audited readable while latched",
+		killed, nospareReason, hits, hits+misses, misses, tally.feed.summary(), reads)
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 		d.logf("  nospare: %s", fr.Error)
@@ -754,8 +768,8 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 		}
 	}
 	for ctx.Err() == nil {
-		if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && tally.observe(ps) {
-			fr.Passes++
+		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
+			fr.Passes += len(recs)
 			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.Misses[id]))
 		}
 		if time.Since(lastFull) > time.Second {
@@ -810,17 +824,20 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 	if tally.Misses[id] > 0 {
 		add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, nospareReason, tally.Misses[id]))
 	}
+	if why := tally.feed.problem(); why != "" {
+		add(why)
+	}
 	return problems, reads
 }
 
 // lostReported: the pass lists seg lost, or failed for want of any intact
 // copy.
-func lostReported(p passStatus, seg meta.SegmentID) bool {
-	if _, ok := p.lost(seg); ok {
+func lostReported(r *heal.Report, seg meta.SegmentID) bool {
+	if r.IsLost(seg) {
 		return true
 	}
-	r := p.failedReason(seg)
-	return r == "no_intact_source" || r == "all_replicas_dead"
+	why := r.FailedReason(seg)
+	return why == heal.NoIntactSource || why == heal.AllReplicasDead
 }
 
 // stageLost destroys every copy of two segments on purpose: X's files are
@@ -844,7 +861,7 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		return fr, nil
 	}
 	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: "bitflip", yFiles: map[string]int64{},
-		firstAt: map[meta.SegmentID]time.Time{}, acked: map[meta.SegmentID]bool{}}
+		acked: map[meta.SegmentID]bool{}}
 	x, y := r.x, r.y
 	if !d.scrubberAdvertised() {
 		r.damage = "truncate"
@@ -865,7 +882,7 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		return fr, nil
 	}
 	r.ids = []meta.SegmentID{x.ID, y.ID}
-	r.tally = newPassTally(r.ids, lostReported)
+	r.tally = newPassTally(r.ids, lostReported, newPassFeed(r.start))
 	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
 	if err := r.watch(ctx); err != nil {
 		return fr, err
@@ -889,10 +906,10 @@ type lostRun struct {
 	nx, ny, extra int
 	// yFiles are Y's damaged files and their sizes after the fault; kept
 	// how many of them the cluster left as the fault left them.
-	yFiles   map[string]int64
-	kept     int
+	yFiles map[string]int64
+	kept   int
+	// tally judges every heal pass that ended after the fault.
 	tally    *passTally
-	firstAt  map[meta.SegmentID]time.Time
 	acked    map[meta.SegmentID]bool
 	problems []string
 	interval time.Duration
@@ -960,13 +977,8 @@ func (r *lostRun) watch(ctx context.Context) error {
 	p := newProgress(d.out, d.tty, "watching the loss reported", noSparePasses)
 	var lastFull time.Time
 	for ctx.Err() == nil {
-		if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && tally.observe(ps) {
-			fr.Passes++
-			for _, id := range ids {
-				if r.firstAt[id].IsZero() && tally.FirstPass[id] != 0 {
-					r.firstAt[id] = time.Now()
-				}
-			}
+		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
+			fr.Passes += len(recs)
 			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.misses()))
 		}
 		if time.Since(lastFull) > time.Second {
@@ -1056,11 +1068,12 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
 		ackDeadline := time.Now().Add(max(20*d.o.Tick, 5*time.Second))
 		for len(r.acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
-			if ps, err := leaderStatus(ctx, d.c.Running()); err == nil && r.tally.observe(ps) {
-				r.fr.Passes++
-				for _, id := range ids {
-					if l, ok := ps.lost(id); ok && l.Acknowledged {
-						r.acked[id] = true
+			recs, _ := r.tally.read(ctx, d.c)
+			r.fr.Passes += len(recs)
+			for _, p := range recs {
+				for _, l := range p.Report.Lost {
+					if l.Acknowledged && slices.Contains(ids, l.Segment) {
+						r.acked[l.Segment] = true
 					}
 				}
 			}
@@ -1074,6 +1087,9 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 	}
 	if r.tally.misses() > 0 {
 		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.misses()))
+	}
+	if why := r.tally.feed.problem(); why != "" {
+		r.add(why)
 	}
 }
 
@@ -1095,13 +1111,13 @@ func (r *lostRun) finish() {
 			ds.How = fmt.Sprintf("every copy damaged in place (%s)", r.damage)
 			ds.FilesKept = r.kept
 		}
-		if !r.firstAt[seg.ID].IsZero() {
-			ds.ReportedAfterSeconds = seconds(r.firstAt[seg.ID].Sub(r.start))
+		if at := tally.FirstAt[seg.ID]; !at.IsZero() {
+			ds.ReportedAfterSeconds = seconds(at.Sub(r.start))
 		}
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
-	addNote(fr, "seconds_to_heal is, for this stage, from the fault to both reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed, %d passes unseen between polls); %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
-		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.Unseen, r.kept, len(r.yFiles), y.ID, len(r.acked))
+	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
+		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.feed.summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
 	if len(r.problems) > 0 {
 		fr.Error = strings.Join(r.problems, "; ")
 		r.d.logf("  lost: %s", fr.Error)
@@ -1111,7 +1127,7 @@ func (r *lostRun) finish() {
 	fr.Healed = len(r.problems) == 0
 	if fr.Healed {
 		last := r.start
-		for _, t := range r.firstAt {
+		for _, t := range tally.FirstAt {
 			last = later(last, t)
 		}
 		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
