@@ -62,6 +62,11 @@ type passTally struct {
 	// never.
 	FirstPass map[meta.SegmentID]int
 	FirstAt   map[meta.SegmentID]time.Time
+	// Collected are the leftover copies (outside their set) of watched
+	// segments that a pass deleted while it did not count the segment
+	// lost: it saw every replica intact then (a scrubber had not yet
+	// found them damaged).
+	Collected map[heal.CopyRef]bool
 }
 
 func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.SegmentID) bool, feed *passFeed) *passTally {
@@ -69,6 +74,7 @@ func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.Segme
 		watch: slices.Clone(watch), reported: reported, feed: feed,
 		Hits: map[meta.SegmentID]int{}, Misses: map[meta.SegmentID]int{},
 		FirstPass: map[meta.SegmentID]int{}, FirstAt: map[meta.SegmentID]time.Time{},
+		Collected: map[heal.CopyRef]bool{},
 	}
 }
 
@@ -95,6 +101,11 @@ func (t *passTally) observe(p *plugin.PassRecord) {
 			}
 		case t.FirstPass[id] != 0:
 			t.Misses[id]++
+		}
+	}
+	for _, c := range p.Report.LeftoversDeleted {
+		if slices.Contains(t.watch, c.Segment) && !p.Report.IsLost(c.Segment) {
+			t.Collected[c] = true
 		}
 	}
 }

@@ -1020,8 +1020,11 @@ func (r *lostRun) watch(ctx context.Context) error {
 	return nil
 }
 
-// checkKept: Y's damaged copies are the last remains: none may be gone,
-// and its replicas' copies must be as the fault left them. A leftover copy
+// checkKept: Y's damaged copies are the last remains: none may be gone
+// (but a leftover outside the set that a pass collected while it saw every
+// replica intact, the scrubber not having found them damaged yet: the
+// pass history says so), and its replicas' copies must be as the fault
+// left them. A leftover copy
 // outside the set may have been picked as the target of a backfill while
 // the scrubber had not yet found every replica corrupt: the catch-up then
 // cuts it back to its last valid frame (the same bytes are damaged in
@@ -1036,8 +1039,16 @@ func (r *lostRun) checkKept() {
 				inSet = true
 			}
 		}
+		var owner meta.BrokerID
+		for _, b := range r.d.c.Brokers() {
+			if copyPath(b, y.ID) == path {
+				owner = b.ID
+			}
+		}
 		fi, err := os.Stat(path)
 		switch {
+		case err != nil && !inSet && r.tally.Collected[heal.CopyRef{Segment: y.ID, Broker: owner}]:
+			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was collected by a pass that saw every replica intact (before the scrubber found them damaged)", y.ID, path)
 		case err != nil:
 			r.add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
 		case fi.Size() != size && inSet:
