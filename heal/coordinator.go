@@ -79,13 +79,14 @@ type Config struct {
 }
 
 // Coordinator runs heal passes while its caller holds leadership: it
-// observes (metadata view, probes), steps the core (Planner.Step), and
-// executes the plan (its outcomes go to the next Step). Its memory is one
-// State value. Run, Pass and DryRun serialise with each other; Last,
-// Release and Acknowledge are safe at any time.
+// observes (metadata view, probes), calls HealSealed (which steps the core
+// and runs the backfills and settles), and applies what it returns (its
+// outcomes go to the next Step). Its memory is one State value. Run, Pass,
+// HealSealed and DryRun serialise with each other; Last, Release and
+// Acknowledge are safe at any time.
 type Coordinator struct {
 	cfg     Config
-	passMu  sync.Mutex // serialises Pass and DryRun
+	passMu  sync.Mutex // serialises Pass, HealSealed and DryRun
 	planner Planner
 	state   State
 	pending *Outcomes // the last pass's execution, for the next Step
@@ -270,36 +271,37 @@ func (c *Coordinator) Acknowledge(id meta.SegmentID) error {
 func (c *Coordinator) DryRun(ctx context.Context) (Plan, error) {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	obs, err := c.observe(ctx, false)
+	view, live, err := c.observe(ctx)
 	if err != nil {
 		return Plan{}, err
 	}
 	var p Planner
-	plan, _, err := p.Step(c.state, obs)
+	plan, _, err := p.Step(c.state, c.observation(view, live, false))
 	return plan, err
 }
 
-// Pass runs one heal pass: observe, step, execute. It returns the
-// executed plan's Report (also passed to OnReport and kept for Last). When
-// ctx is cancelled mid-pass it stops starting steps, waits for those in
-// flight (which the interfaces roll back on cancellation), and returns the
-// Report so far with Aborted set and an error wrapping ctx.Err().
+// Pass runs one heal pass: observe (the view and the live brokers),
+// HealSealed (step, backfills, settles), then apply what it returned: its
+// commands through Config.Control, the confirmations of the copies it
+// settled, the deletions of the copies its recorded commands dropped. It
+// returns the pass's Report (also passed to OnReport and kept for Last).
+// When ctx is cancelled mid-pass it stops starting steps, waits for those
+// in flight (which the interfaces roll back on cancellation), and returns
+// the Report so far with Aborted set and an error wrapping ctx.Err().
 func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
 	start := c.cfg.Now()
-	obs, err := c.observe(ctx, true)
+	view, live, err := c.observe(ctx)
 	if err != nil {
 		return Report{Aborted: ctx.Err() != nil}, err
 	}
-	plan, next, err := c.planner.Step(c.state, obs)
+	h, err := c.healSealed(ctx, view, live, view.ReplicationFactor())
 	if err != nil {
 		return Report{}, err
 	}
-	c.state, c.pending = next, nil
-	out := c.execute(ctx, plan)
-	c.pending = out
-	rep := out.Report()
+	c.apply(ctx, &h)
+	rep := h.out.Report()
 	rep.Took = c.cfg.Now().Sub(start)
 	c.mu.Lock()
 	c.last = rep
@@ -308,36 +310,44 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 		c.cfg.OnReport(rep)
 	}
 	if rep.Aborted {
-		return rep, fmt.Errorf("heal: pass at index %d aborted: %w", plan.Index, ctx.Err())
+		return rep, fmt.Errorf("heal: pass at index %d aborted: %w", h.Index, ctx.Err())
 	}
 	return rep, nil
 }
 
 // observe reads the metadata view and probes every broker of it at once
-// (MaxProbes at most), each within its own ProbeTimeout. With consume,
-// the operators' requests and the last execution's outcomes are taken
-// (a dry run only reads them).
-func (c *Coordinator) observe(ctx context.Context, consume bool) (Observation, error) {
+// (MaxProbes at most), each within its own ProbeTimeout: the live
+// brokers of this tick.
+func (c *Coordinator) observe(ctx context.Context) (*meta.View, Live, error) {
 	view, err := c.cfg.Control.View(ctx)
 	if err != nil {
-		return Observation{}, fmt.Errorf("heal: metadata view: %w", err)
+		return nil, Live{}, fmt.Errorf("heal: metadata view: %w", err)
 	}
 	if view == nil {
-		return Observation{}, fmt.Errorf("%w: heal: the control plane returned no metadata view", ErrInvalid)
+		return nil, Live{}, fmt.Errorf("%w: heal: the control plane returned no metadata view", ErrInvalid)
 	}
-	obs := Observation{View: view, Start: c.cfg.Now(), Policy: c.cfg.Policy, Executed: c.pending}
-	obs.Reports, obs.AuthFailed = c.probe(ctx, view)
+	live := Live{Start: c.cfg.Now()}
+	live.Reports, live.AuthFailed = c.probe(ctx, view)
 	if err := ctx.Err(); err != nil {
-		return Observation{}, err
+		return nil, Live{}, err
 	}
-	obs.Now = c.cfg.Now()
+	live.Now = c.cfg.Now()
+	return view, live, nil
+}
+
+// observation is what Step decides from besides the State: view, live,
+// the last execution's outcomes and the operators' requests. With
+// consume, the operators' requests are taken (a dry run only reads them).
+func (c *Coordinator) observation(view *meta.View, live Live, consume bool) Observation {
+	obs := Observation{View: view, Reports: live.Reports, AuthFailed: live.AuthFailed, Start: live.Start, Now: live.Now,
+		Policy: c.cfg.Policy, Executed: c.pending}
 	c.mu.Lock()
 	obs.Release, obs.Acknowledge = c.release, slices.Clone(c.acks)
 	if consume {
 		c.release, c.acks = false, nil
 	}
 	c.mu.Unlock()
-	return obs, nil
+	return obs
 }
 
 // probe asks every broker of view for its report.
@@ -406,14 +416,4 @@ func (c *Coordinator) takeSeen() []Seen {
 	return s
 }
 
-func sortRefs(rs []CopyRef) {
-	slices.SortFunc(rs, func(a, b CopyRef) int {
-		if a.less(b) {
-			return -1
-		}
-		if b.less(a) {
-			return 1
-		}
-		return 0
-	})
-}
+func sortRefs(rs []CopyRef) { slices.SortFunc(rs, cmpRefs) }

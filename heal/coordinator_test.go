@@ -138,7 +138,9 @@ func TestCoordinatorConfirmAfterSettle(t *testing.T) {
 }
 
 // Leadership lost mid-pass: nothing is started after the cancellation, no
-// command is applied, the report says aborted.
+// command is applied, the report says aborted, and its Ready holds only
+// the commands whose backfills succeeded (c's, a's and b's, which the fake
+// completes as the cancellation lands; d's and e's never ran).
 func TestCoordinatorStopsWhenLeadershipLost(t *testing.T) {
 	w := newWorld(12, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 1, 2, 3), seg("d", 1, 2, 3), seg("e", 1, 2, 3)).dead(1)
 	w.anomaly(2, "c", Latched, 0, false)
@@ -162,6 +164,13 @@ func TestCoordinatorStopsWhenLeadershipLost(t *testing.T) {
 	}
 	if !strings.Contains(got, "backfill a") || strings.Contains(got, "backfill d") || strings.Contains(got, "backfill e") {
 		t.Errorf("want backfills of c, a, b only:\n%s", got)
+	}
+	var ready []meta.SegmentID
+	for _, cmd := range rep.Ready {
+		ready = append(ready, cmd.ID)
+	}
+	if !slices.Equal(ready, []meta.SegmentID{"c", "a", "b"}) {
+		t.Errorf("aborted pass: Ready %v, want only the commands whose backfills succeeded: [c a b]", ready)
 	}
 }
 

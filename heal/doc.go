@@ -10,39 +10,49 @@
 // placement rule.
 //
 // All memory that outlives a pass is one value, State (settle cursor,
-// refusals and their failure counts, avoided targets, conflicts, lost and
-// acknowledged segments, last-seen times, an operator's release, the last
-// hold): Planner.Step(state, observation) returns (plan, next state), the
-// way a consensus core keeps its protocol state. Step first folds the
-// previous pass's Outcomes into the state: what a failure means (a source
-// that refused, or failed Policy.RefuseAfter times in a row, is refused;
-// the target of a failed new replica is avoided for Policy.AvoidPasses
-// passes; ErrSealConflict records a Conflict) is decided there, not by the
-// executor. The changes it makes are returned as Report.Events; the core
+// copies settled but not confirmed, refusals and their failure counts,
+// avoided targets, conflicts, lost and acknowledged segments, last-seen
+// times, an operator's release, the last hold): Planner.Step(state,
+// observation) returns (plan, next state), the way a consensus core keeps
+// its protocol state. Step first folds the previous pass's Outcomes into
+// the state: what a failure means (a source that refused, or failed
+// Policy.RefuseAfter times in a row, is refused; the target of a failed
+// new replica is avoided for Policy.AvoidPasses passes; ErrSealConflict
+// records a Conflict; a settled copy whose confirmation did not succeed
+// is unconfirmed) is decided there, not by the executor. The changes it makes are returned as Report.Events; the core
 // logs nothing.
 //
 // The Coordinator is the executor and the pass loop: Run (one per
 // leadership term; the plugin drives it) runs one pass now, then one per
 // Config.Tick, or sooner as NextPass says (at once after work, after
 // FastTick while a broker is in its grace delay or a segment waits), all
-// on the injected clock (Config.Now, Config.After). A pass observes (View,
-// probe every broker), Steps, and executes the plan through the small
-// interfaces this package declares (ControlPlane, Prober, Backfiller,
-// Settler, Deleter), which the plugin implements over RPC. The executor
-// applies actions by type and returns their Outcomes (a value); the
-// pass's Report is Outcomes.Report, a pure function. Per the seed, the
-// commands whose backfills all succeeded are returned for the caller's
-// control plane to apply (Outcomes.Ready, Report.Ready); the dry run
-// (Coordinator.DryRun, Plan.Commands) shows the commands a pass would
-// hand over.
+// on the injected clock (Config.Now, Config.After). It executes through the
+// small interfaces this package declares (ControlPlane, Prober,
+// Backfiller, Settler, Deleter), which the plugin implements over RPC,
+// applying actions by type and recording their Outcomes (a value); the
+// pass's Report is Outcomes.Report, a pure function.
+//
+// The seed's division of labour is two steps of a pass. HealSealed is the
+// seed's heal_sealed/4: given the metadata view, the live brokers (Live:
+// who answered this tick's probe) and the replication factor, it Steps,
+// runs the backfills and settles, and returns a Healing: the commands
+// whose backfills all Succeeded (Outcomes.Ready, the same list as
+// Report.Ready; on an aborted pass only those), the segments it could not
+// heal, the unsettled copies, and the settled and dropped copies. It
+// applies nothing. Pass is its caller, the seed's HealCoordinator: it
+// applies the returned commands through the ControlPlane, then deletes
+// the dropped copies whose command was recorded and confirms the settled
+// ones. The dry run (Coordinator.DryRun, Plan.Commands) shows the
+// commands a pass would hand over.
 //
 // Usage loop (what Coordinator.Run does):
 //
-//	obs := Observation{View: control.View(ctx), Reports: probe every broker
-//	        at view.Index() (Config.MaxProbes), Executed: last outcomes, ...}
-//	plan, state = planner.Step(state, obs)
-//	outcomes := execute(plan)   // gated: commands after their backfills
-//	report := outcomes.Report() // OnReport; the next Step folds outcomes
+//	view, live := control.View(ctx), probe every broker at view.Index()
+//	        (Config.MaxProbes)        // Coordinator.observe
+//	h := HealSealed(ctx, view, live, view.ReplicationFactor())
+//	        // Step (folding the last outcomes), backfills, settles
+//	apply(h)                          // commands, then confirmations and deletions
+//	report := outcomes.Report()       // OnReport; the next Step folds outcomes
 //	wait Tick, or NextPass(&report, FastTick) if sooner
 //
 // Brokers send facts, heal decides: a ProbeReport lists a Fact
@@ -62,7 +72,24 @@
 // Classify (4), the anomaly an Action carrying its meta.SetSegmentReplicas
 // (5), the command a raft log entry the state machine applies (6).
 //
-// The rules, from the specification (SEED.txt):
+// The rules, from the specification (SEED.txt). Each paragraph of it has a
+// datadriven script (TestScripts) whose rows each quote the sentence they
+// test (TestSeedCoverage checks that every sentence stating a rule for
+// heal is quoted):
+//
+//	P1 (the loop)                          testdata/seed/P1
+//	P2 (heal_sealed/4, what it returns)    testdata/seed/P2
+//	P3 (sealed segments only)              testdata/seed/P3
+//	P4 (the live-broker set, all dead)     testdata/seed/P4 (P4.1 names the RPC server: no rule)
+//	P5 (the integrity pass)                testdata/seed/P5
+//	P6 (the unsettled list)                testdata/seed/P6 (P6.9, the settle's cost on an unsealed log: the Settler's)
+//	P7 (a heading)                         no rule
+//	P8 (a copy that failed in storage)     testdata/seed/P8
+//	P9 (replaced, never merely dropped)    testdata/seed/P9
+//
+// The stat that never opens a copy (P5.2) and the directory fsync of each
+// settle (P6.8) are the plugin's, over a real store (plugin's
+// TestProbeOpensNoCopy, TestSettleSyncsDirectoryEveryPassUntilConfirmed).
 //
 //   - A sealed segment with a lost replica (its broker dead past the grace
 //     delay, or its copy latched) or fewer replicas than the replication
@@ -79,21 +106,28 @@
 //     is unsettled. Nothing is repaired from the unsettled list: a batch
 //     of it, round-robin (the cursor survives between passes) and bounded
 //     by Policy.SettleBatch, is settled each pass.
-//   - The seed's unsettled list read literally: an overrun copy is in
-//     Report.Unsettled (and may be selected into Report.Settling:
-//     SettleOverrun, then ConfirmCopy once the settle succeeded) only on a
-//     pass in which its segment is fully live (every replica's broker
-//     answered), not under-replicated (no dead, latched, short or missing
-//     copy, at least the replication factor), the copy is not latched, the
-//     segment's latch state was readable this tick, and the copy's own
-//     probe did not time out (another replica's timed-out stat does not
-//     matter). On other passes it is not listed (it still counts in
-//     Anomalies). "Latch state readable" is "the broker answered": the
-//     latch lives in the broker's memory and every answer reports latched
-//     copies (FactLatched), so a readable latch state needs no field of
-//     its own (ProbeReport.LatchUnknown, which no broker set, is gone). A
-//     confirmed copy is never selected again (it is Intact: the broker
+//   - The seed's unsettled list read literally: every overrun copy (not
+//     confirmed) is in Report.Unsettled, whatever its segment's state
+//     (P6.2). The exception (P6.5) is a copy settled on an earlier pass
+//     and not confirmed since (State.Unconfirmed: it still measures above
+//     the recorded size, by its footer): it is returned again only on a
+//     pass in which the seed's conditions hold: its segment fully live
+//     (every replica's broker answered), not under-replicated (no dead,
+//     latched, corrupt, short or missing copy, at least the replication
+//     factor), the copy not latched, the segment's latch state readable
+//     this tick, and the copy's own probe not timed out. Another replica's
+//     timed-out stat does not matter: such a copy is unknown this tick,
+//     not lost, and does not make its segment under-replicated. "Latch
+//     state readable" is "the broker answered" (with a report: a broker
+//     that fails authentication sends none): the latch lives in the
+//     broker's memory and every answer reports latched copies
+//     (FactLatched), so a readable latch state needs no field of its own.
+//     A confirmed copy is never selected again (it is Intact: the broker
 //     stops reporting it, or reports it with FactConfirmed).
+//   - Beyond the seed: a listed copy is selected into Report.Settling
+//     (SettleOverrun, then ConfirmCopy once the settle succeeded) only on
+//     a pass in which those conditions hold for its segment: a segment in
+//     trouble may be backfilling from its overrun copy in the same pass.
 //   - A latched copy is neither a backfill source nor a placement target
 //     for its segment; it is replaced, never merely dropped. With no spare
 //     broker it stays in the set behind the healthy replicas and the
@@ -202,10 +236,11 @@
 //     max(replication factor, healthy survivors) members.
 //  2. No replica is dropped from a set without a replacement in the same
 //     command.
-//  3. No SetReplicas is applied for a segment any of whose backfills in
-//     the same plan failed; no copy is deleted unless the command leaving
-//     it out was recorded; no copy is confirmed unless it was settled in the
-//     same pass.
+//  3. No SetReplicas is returned (Healing.Commands, Report.Ready) or
+//     applied for a segment any of whose backfills in the same plan did not
+//     succeed (failed, not run, cancelled or interrupted); no copy is
+//     deleted unless the command leaving it out was recorded; no copy is
+//     confirmed unless it was settled in the same pass.
 //  4. A segment that cannot be healed is in Report.Failed on every pass
 //     until it is healed; one with no readable intact copy is also in
 //     Report.Lost, once per pass.
@@ -230,9 +265,9 @@
 //     decommissioning broker, and deletes the moved copy only after the
 //     set leaving it out is recorded (TestDecommissionNeverBelowFactor).
 //  11. The rebalancer plans nothing while anything is under-replicated,
-//     failed, lost, deferred, suspect or held, or healing planned a
-//     backfill; every move it plans strictly lowers its potential
-//     (TestRebalanceConvergesWithoutPingPong).
+//     failed, lost, deferred, suspect or held, a copy's probe timed out,
+//     or healing planned a backfill; every move it plans strictly lowers
+//     its potential (TestRebalanceConvergesWithoutPingPong).
 //
 // With the build tag invariants (go test -tags invariants), every Step
 // also checks the plan against its view (invariants_on.go): no set names

@@ -78,7 +78,8 @@ func (o *Outcomes) returned(seg meta.SegmentID) bool {
 }
 
 // ready reports whether the SetReplicas at i may run: every backfill of
-// its segment that ran succeeded, and no replica it replaces came back.
+// its segment Succeeded (one not run, cancelled or interrupted is no copy
+// on its target), and no replica it replaces came back.
 func (o *Outcomes) ready(i int) bool {
 	a := &o.Plan.Actions[i]
 	if a.Op != SetReplicas || o.returned(a.Segment.ID) {
@@ -86,18 +87,17 @@ func (o *Outcomes) ready(i int) bool {
 	}
 	for k := range o.Plan.Actions {
 		b := &o.Plan.Actions[k]
-		if b.Segment.ID == a.Segment.ID && b.Op.IsBackfill() {
-			if r := o.of(k).Result; r != Succeeded && r != NotRun && r != Cancelled {
-				return false
-			}
+		if b.Segment.ID == a.Segment.ID && b.Op.IsBackfill() && o.of(k).Result != Succeeded {
+			return false
 		}
 	}
 	return true
 }
 
-// Ready returns the commands whose backfills succeeded, in plan order:
-// what the seed's heal returns "for the caller to apply through the
-// control plane". The Coordinator hands them to its ControlPlane.
+// Ready returns the commands whose backfills all Succeeded, in plan
+// order: what the seed's heal returns "for the caller to apply through
+// the control plane" (Healing.Commands, Report.Ready). On an aborted pass
+// it holds only those whose backfills had all succeeded.
 func (o *Outcomes) Ready() []meta.SetSegmentReplicas {
 	var out []meta.SetSegmentReplicas
 	for i := range o.Plan.Actions {
@@ -122,19 +122,24 @@ type executor struct {
 	returned map[meta.SegmentID]bool
 }
 
-// execute runs plan and returns its outcomes.
-func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
-	x := &executor{c: c, ctx: ctx, out: &Outcomes{Plan: plan, Of: make([]Outcome, len(plan.Actions))},
+// executor returns an executor of out's plan within ctx.
+func (c *Coordinator) executor(ctx context.Context, out *Outcomes) *executor {
+	return &executor{c: c, ctx: ctx, out: out,
 		lim:    &limiter{all: make(chan struct{}, c.cfg.Concurrency), per: c.cfg.PerBroker, by: map[meta.BrokerID]chan struct{}{}},
 		segCtx: map[meta.SegmentID]context.Context{}, cancels: map[meta.SegmentID]context.CancelFunc{}, returned: map[meta.SegmentID]bool{}}
+}
+
+// backfillAndSettle runs plan's backfills in risk order and each broker's
+// settles in one batch, and returns their outcomes; it applies no command
+// and confirms or deletes nothing (apply does, after it).
+func (c *Coordinator) backfillAndSettle(ctx context.Context, plan Plan) *Outcomes {
+	x := c.executor(ctx, &Outcomes{Plan: plan, Of: make([]Outcome, len(plan.Actions))})
 	defer func() {
 		for _, cancel := range x.cancels {
 			cancel()
 		}
 	}()
 	stop := c.watchReturns(ctx, plan, x.comeBack)
-	// Phase 1: backfills in risk order, and each broker's settles in one
-	// batch.
 	x.batches(SettleOverrun, func(int) bool { return true }, c.cfg.Settler.Settle)
 	for i, a := range plan.Actions {
 		if ctx.Err() != nil {
@@ -157,11 +162,23 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 	}
 	x.mu.Unlock()
 	slices.Sort(x.out.Returned)
-	// Phase 2: the commands whose backfills succeeded.
+	x.out.Aborted = ctx.Err() != nil
+	return x.out
+}
+
+// apply is the caller's half of a pass (the seed's HealCoordinator): it
+// applies h's commands through the ControlPlane, confirms the copies h
+// settled (a batch per broker), then deletes each dropped copy whose
+// command was recorded and the leftovers the plan names. It records their
+// outcomes in h's Outcomes.
+func (c *Coordinator) apply(ctx context.Context, h *Healing) {
+	x := c.executor(ctx, h.out)
+	plan := &h.out.Plan
 	x.commands()
-	// Phase 3: confirmations after settles (a batch per broker),
-	// deletions after commands.
-	settled := x.succeededCopies(SettleOverrun)
+	settled := make(map[CopyRef]bool, len(h.Settled))
+	for _, r := range h.Settled {
+		settled[r] = true
+	}
 	x.batches(ConfirmCopy, func(i int) bool {
 		a := &plan.Actions[i]
 		return settled[CopyRef{a.Segment.ID, a.Target}]
@@ -182,8 +199,7 @@ func (c *Coordinator) execute(ctx context.Context, plan Plan) *Outcomes {
 		}
 	}
 	x.wg.Wait()
-	x.out.Aborted = ctx.Err() != nil
-	return x.out
+	h.out.Aborted = h.out.Aborted || ctx.Err() != nil
 }
 
 // succeeded reports whether the action op on seg (and target, unless 0)
@@ -197,19 +213,6 @@ func (x *executor) succeeded(op Op, seg meta.SegmentID, target meta.BrokerID) bo
 		}
 	}
 	return false
-}
-
-// succeededCopies returns the copies whose op succeeded in this plan.
-func (x *executor) succeededCopies(op Op) map[CopyRef]bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	out := map[CopyRef]bool{}
-	for i, a := range x.out.Plan.Actions {
-		if a.Op == op && x.out.Of[i].Result == Succeeded {
-			out[CopyRef{a.Segment.ID, a.Target}] = true
-		}
-	}
-	return out
 }
 
 // batchStep is a Settler method: one request for a broker's copies.

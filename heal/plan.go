@@ -232,8 +232,9 @@ type Action struct {
 // must too):
 //  1. Backfills (Op.IsBackfill) and SettleOverrun may run concurrently.
 //  2. A SetReplicas runs only after every backfill of the same segment in
-//     this plan succeeded; otherwise it is skipped and the segment is
-//     reported BackfillFailed.
+//     this plan succeeded; otherwise (one failed, was cancelled, or never
+//     ran) it is skipped, and a segment whose backfill failed is reported
+//     BackfillFailed.
 //  3. A ConfirmCopy runs only after the SettleOverrun of the same copy
 //     succeeded.
 //  4. A DeleteDroppedCopy runs only after the SetReplicas of the same
@@ -252,11 +253,16 @@ type Plan struct {
 	Report Report `json:"report"`
 	// Commands are the plan's SetReplicas commands, in plan order: each is
 	// handed to the control plane only if every backfill of its segment
-	// succeeds (Outcomes.Ready, Report.Ready).
+	// succeeds (Healing.Commands, Outcomes.Ready, Report.Ready).
 	Commands []meta.SetSegmentReplicas `json:"commands,omitempty"`
 	// SettleCursor is where the next pass's round-robin over unsettled
 	// copies starts; feed it back as Input.SettleCursor (the Planner does).
 	SettleCursor CopyRef `json:"settle_cursor"`
+	// Unconfirmed are the Input.Unconfirmed copies still overrun, or
+	// unknown this tick (a timed-out probe, a suspect broker), sorted;
+	// feed them back, with the copies this plan's execution settled
+	// without confirming, as the next Input.Unconfirmed (Step does).
+	Unconfirmed []CopyRef `json:"unconfirmed,omitempty"`
 	// Refused are the Input.Refused entries still in force (their segment's
 	// version and replica states unchanged); feed them back, with the
 	// refusals this plan's execution adds, as the next Input.Refused.
@@ -340,6 +346,18 @@ func (c CopyRef) less(d CopyRef) bool {
 		return c.Segment < d.Segment
 	}
 	return c.Broker < d.Broker
+}
+
+// cmpRefs orders copies as less does, for slices.SortFunc and
+// BinarySearchFunc.
+func cmpRefs(a, b CopyRef) int {
+	if a.less(b) {
+		return -1
+	}
+	if b.less(a) {
+		return 1
+	}
+	return 0
 }
 
 // Failure is one segment that could not be healed.
@@ -483,6 +501,12 @@ type Input struct {
 	// SettleCursor is the previous Plan's SettleCursor (zero: start at
 	// the first unsettled copy).
 	SettleCursor CopyRef
+	// Unconfirmed are the copies settled on an earlier pass and not
+	// confirmed since, in any order (the previous Plan.Unconfirmed plus
+	// the copies its execution settled without confirming): the seed's
+	// exception (P6.5), listed unsettled only on a pass in which its
+	// segment meets the seed's conditions.
+	Unconfirmed []CopyRef
 	// Avoid lists copies not to create this pass: a segment's broker that
 	// is not to be chosen as a new replica (the Coordinator fills it with
 	// targets whose backfill failed recently, e.g. because a leftover copy

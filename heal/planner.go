@@ -21,7 +21,8 @@ type Planner struct {
 	anoms    []anom
 	troubled []trouble
 	lost     []bool
-	unset    []unsettled
+	unset    []unsettledCopy
+	unconf   []CopyRef // Input.Unconfirmed, sorted
 	state    []copyState
 	refused  []Refusal        // Input.Refused, sorted by segment then source
 	acked    []meta.SegmentID // Input.Acknowledged, sorted
@@ -30,6 +31,7 @@ type Planner struct {
 	conflict []Conflict       // Input.Conflicts, sorted by segment
 	held     []Conflict       // the conflicts applied this pass
 	prints   []uint64         // copyPrint of each replica, parallel to state
+	timedOut int              // segments with a copy whose probe timed out this pass
 }
 
 // anom is one fact about one copy, flattened out of the reports; scan
@@ -54,10 +56,13 @@ type trouble struct {
 	fp      uint64
 }
 
-type unsettled struct {
+// unsettledCopy is one copy of the seed's unsettled list.
+type unsettledCopy struct {
 	ref   CopyRef
 	s     *meta.Segment
 	print uint64 // its copy's copyPrint
+	// selectable: its segment meets the seed's conditions this pass.
+	selectable bool
 }
 
 // copyState classifies one replica of a troubled segment.
@@ -125,6 +130,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 	// Risk order: fewest healthy copies first, then snapshot order.
 	p.state = p.state[:0]
 	p.prints = p.prints[:0]
+	p.timedOut = 0
 	p.inForce = p.inForce[:0]
 	p.held = p.held[:0]
 	for i := range p.troubled {
@@ -157,6 +163,7 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 		plan.Lost = append(plan.Lost, l.Segment)
 	}
 	slices.Sort(plan.Lost)
+	sortRefs(plan.Unconfirmed)
 	p.decommission(view, in, hold, &plan, &backfills)
 	p.rebalance(view, in, hold, &plan, &backfills)
 	p.settle(in, &plan)
@@ -178,6 +185,8 @@ func (p *Planner) memory(in Input) {
 	p.acked = slices.Compact(p.acked)
 	p.wasLost = append(p.wasLost[:0], in.Lost...)
 	slices.Sort(p.wasLost)
+	p.unconf = append(p.unconf[:0], in.Unconfirmed...)
+	sortRefs(p.unconf)
 	p.conflict = append(p.conflict[:0], in.Conflicts...)
 	slices.SortFunc(p.conflict, func(a, b Conflict) int { return cmp.Compare(a.Segment, b.Segment) })
 }
@@ -455,14 +464,24 @@ func (p *Planner) classify(view *meta.View, t *trouble, rep *Report) {
 	}
 	p.conflicts(seg, states, p.prints[t.st:])
 	p.maintenanceFloor(view, seg, states, rep)
+	timedOut := 0
 	for _, st := range states {
-		if st.healthy() {
+		switch {
+		case st.healthy():
 			healthy++
+		case st == copyTimedOut:
+			timedOut++
 		}
 	}
 	t.healthy = healthy
-	if int(healthy) < view.ReplicationFactor() {
+	// A copy whose own probe timed out is unknown this tick, not lost: it
+	// does not make its segment under-replicated (the seed's P6.5 exempts
+	// that copy alone, not its segment's other copies).
+	if int(healthy)+timedOut < view.ReplicationFactor() {
 		rep.UnderReplicated++
+	}
+	if timedOut > 0 {
+		p.timedOut++
 	}
 }
 
@@ -561,19 +580,12 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 	}
 	needPlace := lost > 0 || len(seg.Replicas) < rf
 
-	// The seed's unsettled list: an overrun copy is listed (and may be
-	// selected) only on a pass in which its segment is fully live (no
-	// replica's broker silent: its latch state is then readable, see
-	// doc.go), not under-replicated, the copy not latched and its own
-	// probe answered (a copyOverrun is neither latched nor timed out:
-	// another replica's timed-out stat does not count).
-	if !needPlace && short == 0 && suspect == 0 && conflict == 0 {
-		for i, st := range states {
-			if st == copyOverrun {
-				p.unset = append(p.unset, unsettled{ref: CopyRef{seg.ID, seg.Replicas[i]}, s: seg, print: p.prints[int(t.st)+i]})
-			}
-		}
-	}
+	// The seed's conditions (P6.5): its segment fully live (no replica's
+	// broker silent, so its latch state is readable: see doc.go) and not
+	// under-replicated. The copy's own latch and timed-out probe are its
+	// state (unsettled lists only copyOverrun); another replica's
+	// timed-out stat does not count.
+	p.unsettled(t, states, !needPlace && short == 0 && suspect == 0 && conflict == 0, plan)
 	if conflict > 0 {
 		// A copy's own seal disagrees with the metadata: which is right
 		// is for an operator to say. Nothing is cut, replaced or deleted.
@@ -809,21 +821,38 @@ func (p *Planner) fail(plan *Plan, seg *meta.Segment, r Reason, copies []meta.Br
 	}
 }
 
+// unsettled adds t's overrun copies to the seed's unsettled list (P6.2:
+// "A copy whose bytes RUN PAST the sealed byte_size is reported as
+// :unsettled"), selectable when meets says the segment meets the seed's
+// conditions. The exception (P6.5) is a copy settled on an earlier pass
+// and not confirmed since (Input.Unconfirmed): it is listed again only
+// when meets. Such a copy stays in plan.Unconfirmed while it is overrun or
+// unknown this tick (its probe timed out, its broker suspect).
+func (p *Planner) unsettled(t *trouble, states []copyState, meets bool, plan *Plan) {
+	seg := t.s
+	for i, st := range states {
+		ref := CopyRef{seg.ID, seg.Replicas[i]}
+		settled := false
+		if len(p.unconf) > 0 {
+			_, settled = slices.BinarySearchFunc(p.unconf, ref, cmpRefs)
+		}
+		if settled && (st == copyOverrun || st.unknown()) {
+			plan.Unconfirmed = append(plan.Unconfirmed, ref)
+		}
+		if st == copyOverrun && (meets || !settled) {
+			p.unset = append(p.unset, unsettledCopy{ref: ref, s: seg, print: p.prints[int(t.st)+i], selectable: meets})
+		}
+	}
+}
+
 // settle lists the unsettled copies in order and selects, round-robin from
-// the cursor and bounded by the settle batch, those to settle and confirm.
+// the cursor and bounded by the settle batch, those to settle and confirm
+// among the selectable ones (their segment meets the seed's conditions).
 func (p *Planner) settle(in Input, plan *Plan) {
 	if len(p.unset) == 0 {
 		return
 	}
-	slices.SortFunc(p.unset, func(a, b unsettled) int {
-		if a.ref.less(b.ref) {
-			return -1
-		}
-		if b.ref.less(a.ref) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(p.unset, func(a, b unsettledCopy) int { return cmpRefs(a.ref, b.ref) })
 	rep := &plan.Report
 	rep.Unsettled = make([]CopyRef, len(p.unset))
 	for i, u := range p.unset {
@@ -833,7 +862,7 @@ func (p *Planner) settle(in Input, plan *Plan) {
 	if batch == 0 {
 		return
 	}
-	start, _ := slices.BinarySearchFunc(p.unset, in.SettleCursor, func(u unsettled, c CopyRef) int {
+	start, _ := slices.BinarySearchFunc(p.unset, in.SettleCursor, func(u unsettledCopy, c CopyRef) int {
 		if u.ref.less(c) || u.ref == c {
 			return -1
 		}
@@ -841,6 +870,9 @@ func (p *Planner) settle(in Input, plan *Plan) {
 	})
 	for k := 0; k < len(p.unset) && len(rep.Settling) < batch; k++ {
 		u := &p.unset[(start+k)%len(p.unset)]
+		if !u.selectable {
+			continue
+		}
 		seg := u.s
 		plan.Actions = append(plan.Actions,
 			Action{Op: SettleOverrun, Segment: *seg, Target: u.ref.Broker, TargetState: u.print},

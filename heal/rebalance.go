@@ -175,7 +175,7 @@ func (p *Planner) rebalance(view *meta.View, in Input, hold bool, plan *Plan, ba
 	switch {
 	case hold:
 		r.Skipped = RebalanceHeld
-	case rep.UnderReplicated > 0 || len(rep.Failed) > 0 || rep.Deferred > 0 || len(rep.Suspect) > 0 || len(rep.Lost) > 0:
+	case rep.UnderReplicated > 0 || len(rep.Failed) > 0 || rep.Deferred > 0 || len(rep.Suspect) > 0 || len(rep.Lost) > 0 || p.timedOut > 0:
 		r.Skipped = RebalanceHealing
 	case *backfills > 0:
 		r.Skipped = RebalanceBusy

@@ -20,8 +20,10 @@ type Report struct {
 	Sealed   int `json:"sealed"`
 	Active   int `json:"active"`
 	// UnderReplicated counts sealed segments with fewer healthy copies
-	// than the replication factor (dead, latched, short or missing copies,
-	// or a short set).
+	// than the replication factor (dead, suspect, latched, corrupt, short
+	// or missing copies, copies refused as a source or in conflict, or a
+	// short set). A copy whose own probe timed out is unknown this tick,
+	// not lost: it counts as neither.
 	UnderReplicated int `json:"under_replicated"`
 	// Anomalies counts the probe anomalies that matched an assigned copy.
 	Anomalies int `json:"anomalies"`
@@ -51,8 +53,12 @@ type Report struct {
 	// refused as a backfill source on an earlier attempt and nothing about
 	// their segment changed since (see Refusal).
 	Refused int `json:"refused,omitempty"`
-	// Unsettled lists every overrun copy not yet confirmed; Settling the
-	// ones this pass selected (round-robin, bounded by the settle batch).
+	// Unsettled is the seed's unsettled list: every overrun copy not yet
+	// confirmed, but a copy settled on an earlier pass (State.Unconfirmed)
+	// on a pass failing the seed's conditions for its segment (see
+	// doc.go). Settling are the ones this pass selected: round-robin,
+	// bounded by the settle batch, among those whose segment meets the
+	// conditions.
 	Unsettled []CopyRef `json:"unsettled,omitempty"`
 	Settling  []CopyRef `json:"settling,omitempty"`
 	// HoldReason is set when the mass-failure brake holds this pass's
@@ -91,10 +97,11 @@ type Report struct {
 	// avoided (the cancelled backfills' sizes less what they had copied).
 	Returned   []meta.SegmentID `json:"returned,omitempty"`
 	BytesSaved int64            `json:"bytes_saved,omitempty"`
-	// Ready are the commands whose backfills all succeeded, in plan
-	// order: what heal hands the caller's control plane to apply (the
-	// seed's returned :set_segment_replicas commands). Healed, Stale and
-	// Failed say what the control plane made of them.
+	// Ready are the commands whose backfills all Succeeded, in plan
+	// order (on an aborted pass, only those): what HealSealed returned
+	// for the caller's control plane to apply (Healing.Commands, the
+	// seed's :set_segment_replicas commands). Healed, Stale and Failed say
+	// what the control plane made of them.
 	Ready []meta.SetSegmentReplicas `json:"ready,omitempty"`
 	// Moved lists the segments whose replica set was recorded by a
 	// decommission's move (MoveReplica) or the rebalancer's

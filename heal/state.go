@@ -18,6 +18,9 @@ type State struct {
 	Pass int `json:"pass"`
 	// Cursor is where the next round-robin over unsettled copies starts.
 	Cursor CopyRef `json:"cursor"`
+	// Unconfirmed are the copies settled and not confirmed since, sorted
+	// (see Input.Unconfirmed).
+	Unconfirmed []CopyRef `json:"unconfirmed,omitempty"`
 	// Seen are the brokers' last-seen times, sorted by broker.
 	Seen []Seen `json:"seen,omitempty"`
 	// Refused are the refusals in force (see Refusal).
@@ -59,11 +62,12 @@ type Avoidance struct {
 }
 
 // NewTerm returns st as a new leadership term starts: the settle cursor,
-// the refusals, the failure counts, the conflicts and the lost segments
-// are forgotten (a new term tries each once more); the last-seen times,
-// the avoid list, the acknowledgements and a release are kept.
+// the unconfirmed copies, the refusals, the failure counts, the conflicts
+// and the lost segments are forgotten (a new term tries each once more, as
+// a new leader would); the last-seen times, the avoid list, the
+// acknowledgements and a release are kept.
 func (st State) NewTerm() State {
-	st.Cursor = CopyRef{}
+	st.Cursor, st.Unconfirmed = CopyRef{}, nil
 	st.Refused, st.Fills, st.Conflicts, st.Lost = nil, nil, nil, nil
 	return st
 }
@@ -92,7 +96,8 @@ type Observation struct {
 }
 
 // Step is one pass of the core: it folds obs.Executed into st (refusals,
-// failure counts, avoidances, conflicts, brokers seen while executing),
+// failure counts, avoidances, conflicts, unconfirmed copies, brokers seen
+// while executing),
 // updates the last-seen times, plans, and returns the plan and the next
 // State. st is not modified. The plan's Report.Events say what changed
 // in the State (a hold started or lifted, a source refused, a conflict).
@@ -126,7 +131,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 			slices.Sort(acked)
 		}
 	}
-	in := Input{View: obs.View, Reports: obs.Reports, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor,
+	in := Input{View: obs.View, Reports: obs.Reports, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
 		Release: next.Release, Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
 	for _, b := range obs.View.Brokers() {
 		if i, ok := slices.BinarySearchFunc(next.Seen, b.ID, cmpSeen); ok {
@@ -158,7 +163,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	}
 	next.Held = held
 	next.Drains = drainRates(next.Drains, &plan.Report, obs.Now)
-	next.Cursor = plan.SettleCursor
+	next.Cursor, next.Unconfirmed = plan.SettleCursor, plan.Unconfirmed
 	next.Refused, next.Conflicts, next.Lost, next.Acknowledged = plan.Refused, plan.Conflicts, plan.Lost, plan.Acknowledged
 	var refusedLeftovers []Refusal
 	next.Leftovers, refusedLeftovers = leftovers(&plan, &obs, next.Leftovers, in.Refused, next.Pass)
@@ -192,7 +197,8 @@ func seenAt(seen []Seen, b meta.BrokerID, t time.Time, always bool) []Seen {
 // source did not answer this pass's probe (the failure is then the
 // source's: a source killed mid-transfer must not take the only spare
 // broker out of placement for AvoidPasses passes); a copy that answered
-// ErrSealConflict is in conflict. st's slices are not modified.
+// ErrSealConflict is in conflict; a copy settled and not confirmed is
+// unconfirmed. st's slices are not modified.
 func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool) (State, []Event) {
 	var events []Event
 	refuseAfter, avoidPasses := pol.refuseAfter(), pol.avoidPasses()
@@ -253,7 +259,42 @@ func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 	for _, s := range out.Seen {
 		st.Seen = seenAt(st.Seen, s.Broker, s.At, true)
 	}
+	st.Unconfirmed = unconfirmed(st.Unconfirmed, out)
 	return st, events
+}
+
+// unconfirmed returns prev without the copies out confirmed and with
+// those it settled but did not confirm, sorted; prev is not modified.
+func unconfirmed(prev []CopyRef, out *Outcomes) []CopyRef {
+	settled, confirmed := map[CopyRef]bool{}, map[CopyRef]bool{}
+	for i := range out.Plan.Actions {
+		a := &out.Plan.Actions[i]
+		if out.of(i).Result != Succeeded {
+			continue
+		}
+		switch a.Op {
+		case SettleOverrun:
+			settled[CopyRef{a.Segment.ID, a.Target}] = true
+		case ConfirmCopy:
+			confirmed[CopyRef{a.Segment.ID, a.Target}] = true
+		}
+	}
+	if len(settled) == 0 && len(confirmed) == 0 {
+		return prev
+	}
+	var next []CopyRef
+	for _, r := range prev {
+		if !confirmed[r] && !settled[r] {
+			next = append(next, r)
+		}
+	}
+	for r := range settled {
+		if !confirmed[r] {
+			next = append(next, r)
+		}
+	}
+	sortRefs(next)
+	return next
 }
 
 // refusal is the Refusal a failed backfill a would record.

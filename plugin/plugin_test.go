@@ -146,8 +146,14 @@ type instance struct {
 // registers the broker in cp.
 func startInstance(t *testing.T, cp *memCP, id meta.BrokerID, mod func(*Config)) *instance {
 	t.Helper()
+	return startInstanceWith(t, cp, id, store.Options{}, mod)
+}
+
+// startInstanceWith is startInstance over a store opened with opts.
+func startInstanceWith(t *testing.T, cp *memCP, id meta.BrokerID, opts store.Options, mod func(*Config)) *instance {
+	t.Helper()
 	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{})
+	db, err := store.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,11 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,10 +62,16 @@ const benchByteSize = 4096
 func benchSegID(i int) meta.SegmentID { return meta.SegmentID(fmt.Sprintf("t-%04d-%012d", i%1000, i)) }
 
 // probeFixture opens (building it the first time) the store of n copies
-// and the view over them.
+// under os.TempDir() and the view over them.
 func probeFixture(b *testing.B, n int) *probeBench {
 	b.Helper()
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("malachi-bench-probe-%d", n))
+	return openProbeStore(b, filepath.Join(os.TempDir(), fmt.Sprintf("malachi-bench-probe-%d", n)), n)
+}
+
+// openProbeStore opens the store of n confirmed copies at dir, building it
+// unless dir holds one already, and the view over them.
+func openProbeStore(b testing.TB, dir string, n int) *probeBench {
+	b.Helper()
 	done := filepath.Join(dir, "READY")
 	if _, err := os.Stat(done); err != nil {
 		if err := os.RemoveAll(dir); err != nil {
@@ -105,9 +111,9 @@ func probeFixture(b *testing.B, n int) *probeBench {
 }
 
 // buildProbeStore creates n sealed-size files in a store at dir and
-// confirms each (64 at a time: Pebble groups the syncs).
-func buildProbeStore(b *testing.B, dir string, n int) {
-	b.Logf("building %d confirmed copies under %s (once per machine)", n, dir)
+// confirms them, a batch at a time.
+func buildProbeStore(b testing.TB, dir string, n int) {
+	b.Logf("building %d confirmed copies under %s", n, dir)
 	db, err := store.Open(dir, store.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -129,29 +135,24 @@ func buildProbeStore(b *testing.B, dir string, n int) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 64 {
-				id := benchSegID(i)
-				fi, err := db.Identity(id)
-				if err == nil {
-					err = db.Confirm(id, fi)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+	for lo := 0; lo < n; lo += MaxSettleBatch {
+		hi := min(lo+MaxSettleBatch, n)
+		ids := make([]meta.SegmentID, 0, hi-lo)
+		fis := make([]store.FileIdentity, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			fi, err := db.Identity(benchSegID(i))
+			if err != nil {
+				b.Fatal(err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
+			ids, fis = append(ids, benchSegID(i)), append(fis, fi)
+		}
+		errs := make([]error, len(ids))
+		if err := db.ConfirmBatch(ids, fis, errs); err != nil {
+			b.Fatal(err)
+		}
+		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -1,0 +1,131 @@
+package heal
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+)
+
+// Live is the set of live brokers of one tick, as the caller observed it
+// (membership is the caller's concern, per the seed): the reports of the
+// brokers that answered its probe, the brokers that answered but could
+// not be authenticated (seen, but with no report), and when the probing
+// started and ended. A broker of the view in neither list did not answer
+// this tick; the grace delay (Policy.Grace) decides whether it is dead.
+// Coordinator.Pass fills it by probing every broker of the view.
+type Live struct {
+	Reports    []ProbeReport
+	AuthFailed []AuthFailure
+	// Start is when probing started (a broker first watched is seen
+	// then), Now when it ended (the time of the pass).
+	Start, Now time.Time
+}
+
+// Healing is what HealSealed returns. Nothing in it has been applied:
+// applying it is the caller's (Coordinator.Pass does, see HealSealed).
+type Healing struct {
+	// Index is the metadata index the pass planned at.
+	Index uint64
+	// Commands are the plan's SetReplicas commands every backfill of
+	// whose segment Succeeded, in plan order (Outcomes.Ready; the pass's
+	// Report.Ready is the same list): for the caller to apply through its
+	// control plane. On an aborted pass they are only those whose
+	// backfills had all succeeded before it stopped.
+	Commands []meta.SetSegmentReplicas
+	// Failed are the segments it could not heal and why: the plan's
+	// failures, then the backfills' and settles' (BackfillFailed,
+	// SealConflict).
+	Failed []Failure
+	// Unsettled is the seed's unsettled list (Report.Unsettled). Settled
+	// are those of its copies this pass settled: the caller confirms them
+	// (Settler.Confirm), and no other copy.
+	Unsettled []CopyRef
+	Settled   []CopyRef
+	// Dropped are the latched or corrupt copies that a command of
+	// Commands leaves out of its set: the caller deletes each once that
+	// command is recorded, never before (invariant 6).
+	Dropped []CopyRef
+
+	out *Outcomes // what ran; apply adds what it runs
+}
+
+// HealSealed is the seed's heal_sealed/4: "Given the current
+// Malachi.Metadata, the set of live brokers, and the replication factor,
+// heal_sealed/4 finds the sealed segments that are under-replicated (a
+// replica left), picks the healed replica set with Placement.place/3, and
+// backfills each newly added replica with the segment's records (copied
+// from a surviving replica via Catchup.run/6). It returns the
+// :set_segment_replicas commands whose backfill succeeded, for the caller
+// to apply through the control plane (Malachi.Metadata / the replicated
+// DS-RSM), plus any segments it could not heal."
+//
+// Given view, live and rf it steps the core (Planner.Step over the
+// Coordinator's State), runs the plan's backfills (Backfiller) and
+// settles (Settler.Settle), and returns the commands whose backfills all
+// Succeeded, the segments it could not heal, the unsettled copies, and
+// the settled and dropped copies the caller confirms and deletes. It
+// applies no command, confirms nothing and deletes nothing. The
+// Coordinator is its caller: Pass probes (live), calls it, then applies
+// the returned commands through Config.Control, deletes the dropped
+// copies whose command was recorded and confirms the settled ones.
+//
+// rf must be the replication factor the metadata records
+// (view.ReplicationFactor()), and every report of live valid
+// (ProbeReport.Validate); otherwise it returns an error wrapping
+// ErrInvalid and nothing runs. When ctx is cancelled mid-way it stops
+// starting backfills and settles, waits for those in flight, and returns
+// what succeeded before. HealSealed serialises with Pass, Run and DryRun;
+// a caller that applies the commands itself should not also Run.
+func (c *Coordinator) HealSealed(ctx context.Context, view *meta.View, live Live, rf int) (Healing, error) {
+	if view == nil {
+		return Healing{}, fmt.Errorf("%w: heal sealed: no metadata view", ErrInvalid)
+	}
+	for i := range live.Reports {
+		if err := live.Reports[i].Validate(); err != nil {
+			return Healing{}, fmt.Errorf("heal sealed at index %d: %w", view.Index(), err)
+		}
+	}
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	return c.healSealed(ctx, view, live, rf)
+}
+
+// healSealed is HealSealed once its input is checked; the caller holds
+// passMu.
+func (c *Coordinator) healSealed(ctx context.Context, view *meta.View, live Live, rf int) (Healing, error) {
+	if got := view.ReplicationFactor(); rf != got {
+		return Healing{}, fmt.Errorf("%w: heal sealed: replication factor %d, the metadata at index %d records %d", ErrInvalid, rf, view.Index(), got)
+	}
+	plan, next, err := c.planner.Step(c.state, c.observation(view, live, true))
+	if err != nil {
+		return Healing{}, err
+	}
+	c.state, c.pending = next, nil
+	out := c.backfillAndSettle(ctx, plan)
+	c.pending = out
+	return healing(out), nil
+}
+
+// healing is what a plan's backfills and settles came to, as HealSealed
+// returns it.
+func healing(out *Outcomes) Healing {
+	plan := &out.Plan
+	h := Healing{Index: plan.Index, Commands: out.Ready(), Failed: out.Report().Failed, Unsettled: plan.Report.Unsettled, out: out}
+	ready := map[meta.SegmentID]bool{}
+	for _, cmd := range h.Commands {
+		ready[cmd.ID] = true
+	}
+	for i := range plan.Actions {
+		a := &plan.Actions[i]
+		ref := CopyRef{a.Segment.ID, a.Target}
+		switch {
+		case a.Op == SettleOverrun && out.of(i).Result == Succeeded:
+			h.Settled = append(h.Settled, ref)
+		case a.Op == DeleteDroppedCopy && ready[a.Segment.ID]:
+			h.Dropped = append(h.Dropped, ref)
+		}
+	}
+	return h
+}
