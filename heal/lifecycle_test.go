@@ -20,13 +20,11 @@ func (w *world) mode(b meta.BrokerID, m meta.BrokerMode, until time.Time) *world
 
 func drainOf(t *testing.T, rep Report, b meta.BrokerID) Drain {
 	t.Helper()
-	for _, d := range rep.Decommission {
-		if d.Broker == b {
-			return d
-		}
+	d := rep.DrainOf(b)
+	if d == nil {
+		t.Fatalf("no decommission progress for broker %d in %+v", b, rep.Decommission)
 	}
-	t.Fatalf("no decommission progress for broker %d in %+v", b, rep.Decommission)
-	return Drain{}
+	return *d
 }
 
 func wantOps(t *testing.T, p Plan, want string) {

@@ -146,6 +146,17 @@ func (r *Report) IsLost(seg meta.SegmentID) bool {
 	return false
 }
 
+// DrainOf returns broker b's decommission progress this pass, or nil
+// when b is not decommissioning.
+func (r *Report) DrainOf(b meta.BrokerID) *Drain {
+	for i := range r.Decommission {
+		if r.Decommission[i].Broker == b {
+			return &r.Decommission[i]
+		}
+	}
+	return nil
+}
+
 // FailedReason returns the reason seg failed this pass, or ReasonNone.
 func (r *Report) FailedReason(seg meta.SegmentID) Reason {
 	for _, f := range r.Failed {

@@ -186,20 +186,19 @@ func (f *scriptBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64
 }
 
 func (f *scriptBrokers) Settle(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error) error {
-	return eachCopy(ctx, b, segs, errs, func(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
-		f.log("settle %s@%d", s.ID, b)
-		if f.failSettle[CopyRef{s.ID, b}] {
-			return errors.New("injected: settle failed")
-		}
-		return nil
-	})
+	return f.eachLogged(ctx, "settle", f.failSettle, b, segs, errs)
 }
 
 func (f *scriptBrokers) Confirm(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error) error {
+	return f.eachLogged(ctx, "confirm", f.failConf, b, segs, errs)
+}
+
+// eachLogged logs verb on every copy of segs on b, failing those in fail.
+func (f *scriptBrokers) eachLogged(ctx context.Context, verb string, fail map[CopyRef]bool, b meta.BrokerID, segs []meta.Segment, errs []error) error {
 	return eachCopy(ctx, b, segs, errs, func(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
-		f.log("confirm %s@%d", s.ID, b)
-		if f.failConf[CopyRef{s.ID, b}] {
-			return errors.New("injected: confirm failed")
+		f.log("%s %s@%d", verb, s.ID, b)
+		if fail[CopyRef{s.ID, b}] {
+			return fmt.Errorf("injected: %s failed", verb)
 		}
 		return nil
 	})

@@ -150,15 +150,6 @@ func checkCommands(t *testing.T, p plugin.PassRecord, rf int) {
 	}
 }
 
-func drainIn(r heal.Report, b meta.BrokerID) *heal.Drain {
-	for i := range r.Decommission {
-		if r.Decommission[i].Broker == b {
-			return &r.Decommission[i]
-		}
-	}
-	return nil
-}
-
 // belowFactor names the sets of snap with fewer than rf members.
 func belowFactor(snap meta.Snapshot, rf int) []string {
 	var out []string
@@ -207,7 +198,7 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 				offD[c.ID] = true
 			}
 		}
-		dr := drainIn(p.Report, d)
+		dr := p.Report.DrainOf(d)
 		if dr != nil {
 			moves += dr.Moving
 		}
@@ -334,7 +325,7 @@ func TestDecommissionBlockedEndToEnd(t *testing.T) {
 	asked := lc.metadata().Index // the decommission is recorded at or before it
 	var first uint64
 	last := lc.follow(from, 120*time.Second, func(p plugin.PassRecord) (bool, string) {
-		dr := drainIn(p.Report, d)
+		dr := p.Report.DrainOf(d)
 		if first == 0 {
 			// Until the first pass has confirmed the new copies, a drain's
 			// segments may be blocked as healing; from the first pass
@@ -375,7 +366,7 @@ func TestDecommissionBlockedEndToEnd(t *testing.T) {
 	}
 	cancelled := lc.metadata().Index
 	lc.follow(last.Seq, 60*time.Second, func(p plugin.PassRecord) (bool, string) {
-		return p.Report.Index >= cancelled && drainIn(p.Report, d) == nil, fmt.Sprintf("pass %d still reports the cancelled decommission", p.Seq)
+		return p.Report.Index >= cancelled && p.Report.DrainOf(d) == nil, fmt.Sprintf("pass %d still reports the cancelled decommission", p.Seq)
 	})
 }
 

@@ -110,15 +110,25 @@ func TestReportNotHealed(t *testing.T) {
 		},
 		{
 			// backfill-kill's strikeTarget: the in-flight window missed,
-			// the cluster otherwise healthy. The fault did not happen as
-			// meant: the run fails and the stage is not counted survived.
+			// the cluster otherwise healthy. The fault did not happen: the
+			// run fails, the stage is neither injected nor survived, and
+			// the text says NOT INJECTED.
 			name: "in-flight window missed",
 			faults: []FaultReport{healedStage("kill", 1, 0),
-				{Stage: "backfill-kill", Injected: true, Error: "MISSED the in-flight window: every set of broker 3's segments was recorded before a scan saw bytes moving"}},
+				func() FaultReport {
+					f := FaultReport{Stage: "backfill-kill"}
+					f.notInjected("MISSED the in-flight window: every set of broker 3's segments was recorded before a scan saw bytes moving")
+					return f
+				}()},
 			ev: evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			check: func(t *testing.T, r *Report) {
-				if r.Summary.FaultsInjected != 2 || r.Summary.FaultsSurvived != 1 {
-					t.Errorf("injected %d survived %d, want 2 and 1 (the missed window not survived)", r.Summary.FaultsInjected, r.Summary.FaultsSurvived)
+				if r.Summary.FaultsInjected != 1 || r.Summary.FaultsSurvived != 1 {
+					t.Errorf("injected %d survived %d, want 1 and 1 (the missed window neither injected nor survived)", r.Summary.FaultsInjected, r.Summary.FaultsSurvived)
+				}
+				var text strings.Builder
+				r.writeText(&text)
+				if !strings.Contains(text.String(), "backfill-kill NOT INJECTED: not injected: MISSED the in-flight window") {
+					t.Errorf("the text does not say the stage was not injected:\n%s", text.String())
 				}
 			},
 		},

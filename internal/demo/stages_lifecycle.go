@@ -178,7 +178,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *passFeed, 
 				lf.BelowFactor++
 				addNote(fr, "heal pass %d of broker %d: %d commands below the replication factor (%s)", seq, by, len(segs), segs[0])
 			}
-			dr := drainOf(r, id)
+			dr := r.DrainOf(id)
 			if dr == nil {
 				why = fmt.Sprintf("heal pass %d of broker %d does not report the decommission", seq, by)
 				continue
@@ -223,15 +223,6 @@ func (d *demo) drainableFollower() *harness.Broker {
 		return nil
 	}
 	return cands[d.rng.IntN(len(cands))]
-}
-
-func drainOf(r *heal.Report, b meta.BrokerID) *heal.Drain {
-	for i := range r.Decommission {
-		if r.Decommission[i].Broker == b {
-			return &r.Decommission[i]
-		}
-	}
-	return nil
 }
 
 func joinErr(a, b string) string {

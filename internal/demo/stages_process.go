@@ -503,7 +503,10 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		return fr, err
 	}
 	if failure != "" {
-		fr.Error = failure
+		// Broker a died, but the stage's fault (a target killed while
+		// bytes move to it) did not happen: not injected, the run fails.
+		fr.Injected = false
+		fr.notInjected(failure)
 		return fr, nil
 	}
 	deadSeenA := d.deadSeen
@@ -563,9 +566,9 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 // killA, for a's segments (segs) arriving, and picks the broker B to kill
 // while bytes are moving to it: a copy on disk short of its sealed size
 // that grew since the previous scan. Nothing else counts: when every set
-// of a's segments is recorded before such a scan, the window was MISSED
-// and the stage fails (a failure, never a survival); likewise when no
-// backfill is seen in time. ctx's error is returned as err.
+// of a's segments is recorded before such a scan, the window was MISSED:
+// the caller reports the stage not injected, and the run fails (never a
+// survival); likewise when no backfill is seen in time. ctx's error is returned as err.
 func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline copyFiles, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
 	lb := d.c.Broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
