@@ -447,8 +447,8 @@ func passClean(v *view) (bool, string) {
 // brokers and counts them in fr (their number, the longest, the time
 // spent in those that ran backfills), and notes the start of the first
 // that listed d.watchDead dead.
-func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *passFeed, fr *FaultReport) {
-	recs, _ := feed.next(ctx, c) // a history that did not answer is read on the next call
+func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harness.PassFeed, fr *FaultReport) {
+	recs, _ := feed.Next(ctx, c) // a history that did not answer is read on the next call
 	for i := range recs {
 		p := &recs[i]
 		fr.Passes++
@@ -471,7 +471,7 @@ func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *passFe
 // unread (the pass history dropped it) is an error too.
 func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	feed := newPassFeed(start)
+	feed := harness.NewPassFeed(start)
 	affected := map[meta.SegmentID]bool{}
 	for _, id := range targets {
 		affected[id] = true
@@ -538,7 +538,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 				fr.SecondsToHeal = seconds(v.At.Sub(start))
 				fr.Affected = len(affected)
 				p.Finish(fmt.Sprintf("healthy after %s (%d segments affected)", fmtSeconds(fr.SecondsToHeal), len(affected)))
-				if why := feed.problem(); why != "" {
+				if why := feed.Problem(); why != "" {
 					return fmt.Errorf("healthy, but %s", why)
 				}
 				return nil

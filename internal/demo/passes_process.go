@@ -18,7 +18,7 @@ import (
 // passStatus is what the stages that act on the leader's latest heal pass
 // read from its /v1/status: the pass counter, the brokers that pass listed
 // dead, and the hold. The stages that judge every pass read them from the
-// pass history instead (passFeed, passTally).
+// pass history instead (harness.PassFeed, passTally).
 type passStatus struct {
 	Leader meta.BrokerID
 	Passes uint64
@@ -46,13 +46,13 @@ func decodePassStatus(raw json.RawMessage) (passStatus, bool) {
 // watched segment was reported as the stage requires. A segment is
 // tracked from the first pass that reports it (its detection): every
 // later pass that does not report it is a miss. A pass the history no
-// longer holds is a gap of the feed (passFeed.problem), never a hit or a
+// longer holds is a gap of the feed (harness.PassFeed.Problem), never a hit or a
 // miss. The zero value is not usable: use newPassTally.
 type passTally struct {
 	watch []meta.SegmentID
 	// reported judges one segment on one pass.
 	reported func(r *heal.Report, seg meta.SegmentID) bool
-	feed     *passFeed
+	feed     *harness.PassFeed
 
 	Observed int // passes judged
 	Hits     map[meta.SegmentID]int
@@ -69,7 +69,7 @@ type passTally struct {
 	Collected map[heal.CopyRef]bool
 }
 
-func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.SegmentID) bool, feed *passFeed) *passTally {
+func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.SegmentID) bool, feed *harness.PassFeed) *passTally {
 	return &passTally{
 		watch: slices.Clone(watch), reported: reported, feed: feed,
 		Hits: map[meta.SegmentID]int{}, Misses: map[meta.SegmentID]int{},
@@ -81,7 +81,7 @@ func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.Segme
 // read judges the passes the feed reads from c's brokers now and returns
 // them; its error is the feed's (the passes not read are read later).
 func (t *passTally) read(ctx context.Context, c *harness.Cluster) ([]plugin.PassRecord, error) {
-	recs, err := t.feed.next(ctx, c)
+	recs, err := t.feed.Next(ctx, c)
 	for i := range recs {
 		t.observe(&recs[i])
 	}

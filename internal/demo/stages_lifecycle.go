@@ -59,7 +59,7 @@ type LifecycleFigures struct {
 }
 
 // readFeed records what feed read in fr and its lifecycle figures.
-func (fr *FaultReport) readFeed(feed *passFeed) {
+func (fr *FaultReport) readFeed(feed *harness.PassFeed) {
 	fr.Passes += feed.Read
 	f := fr.Lifecycle
 	f.PassesRead, f.PassesUnread, f.Leaders = feed.Read, feed.Unread, slices.Clone(feed.Leaders)
@@ -119,7 +119,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	feed := newPassFeed(start)
+	feed := harness.NewPassFeed(start)
 	why, err := d.watchDrain(ctx, &fr, feed, cl, b.ID, len(targets), start)
 	fr.readFeed(feed)
 	if err != nil {
@@ -131,7 +131,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	} else {
 		lf.Rate = float64(lf.BytesMoved) / max(*lf.SecondsToDrain, 1e-3)
 	}
-	if gap := feed.problem(); gap != "" {
+	if gap := feed.Problem(); gap != "" {
 		fr.Error = joinErr(fr.Error, gap)
 	}
 	// Active again, empty, so that the later stages have every broker.
@@ -145,10 +145,10 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Detected = lf.Drained
-	fr.Healed = lf.Drained && lf.BelowFactor == 0 && feed.problem() == ""
+	fr.Healed = lf.Drained && lf.BelowFactor == 0 && feed.Problem() == ""
 	fr.SecondsToHeal = lf.SecondsToDrain
 	addNote(&fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
-		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.summary())
+		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
 	return fr, nil
 }
 
@@ -158,7 +158,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 // replication factor and the metadata reads (through cl) that show a set
 // below it. It returns where the drain stood, and an error when ctx
 // ended.
-func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *passFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
+func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
 	lf := fr.Lifecycle
 	p := newProgress(d.out, d.tty, "draining", max(held, 1))
 	why := "no heal pass read"
@@ -168,7 +168,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *passFeed, 
 			p.Finish("interrupted")
 			return why, err
 		}
-		recs, err := feed.next(ctx, d.c)
+		recs, err := feed.Next(ctx, d.c)
 		if err != nil && len(recs) == 0 {
 			why = err.Error()
 		}
@@ -253,7 +253,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	lf := &LifecycleFigures{Broker: b.ID}
 	fr.Lifecycle = lf
 	cl := d.leaderClient(ctx)
-	feed := newPassFeed(time.Now())
+	feed := harness.NewPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
 	if err != nil {
 		fr.Error = err.Error()
@@ -293,14 +293,14 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	if fr.BytesRereplicated != 0 {
 		why = joinErr(why, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID))
 	}
-	if gap := feed.problem(); gap != "" {
+	if gap := feed.Problem(); gap != "" {
 		why = joinErr(why, gap)
 	}
 	fr.Error = why
 	fr.Detected = why == ""
 	fr.Healed = why == ""
 	addNote(&fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
-		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.summary())
+		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.Summary())
 	return fr, nil
 }
 
@@ -367,7 +367,7 @@ func setsChangedBy(r *heal.Report) []meta.SegmentID {
 // in its window (until until) and judges each, until
 // maintenancePastGrace passes started more than the grace delay after it
 // stopped; it returns "" or why the window was not shown.
-func (d *demo) watchMaintenance(ctx context.Context, feed *passFeed, j *maintenanceJudge, until time.Time) string {
+func (d *demo) watchMaintenance(ctx context.Context, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
 	lf := j.lf
 	p := newProgress(d.out, d.tty, "absent in maintenance", maintenancePastGrace)
 	interval := max(d.o.Tick/4, 10*time.Millisecond)
@@ -380,7 +380,7 @@ func (d *demo) watchMaintenance(ctx context.Context, feed *passFeed, j *maintena
 			p.Finish("window ran out")
 			return "the maintenance window ran out before the stage read its passes"
 		}
-		recs, _ := feed.next(ctx, d.c) // a history that did not answer is read on the next round
+		recs, _ := feed.Next(ctx, d.c) // a history that did not answer is read on the next round
 		for i := range recs {
 			j.judge(&recs[i])
 		}
@@ -395,9 +395,9 @@ func (d *demo) watchMaintenance(ctx context.Context, feed *passFeed, j *maintena
 // readWindowRest reads and judges the heal passes that started before the
 // window ended (at end) and were not read yet, trying for up to
 // maintenanceRestRead while a history does not answer.
-func (d *demo) readWindowRest(ctx context.Context, feed *passFeed, j *maintenanceJudge, end time.Time) {
+func (d *demo) readWindowRest(ctx context.Context, feed *harness.PassFeed, j *maintenanceJudge, end time.Time) {
 	for give := time.Now().Add(maintenanceRestRead); ; time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
-		recs, err := feed.next(ctx, d.c)
+		recs, err := feed.Next(ctx, d.c)
 		for i := range recs {
 			if recs[i].Started.Before(end) {
 				j.judge(&recs[i])

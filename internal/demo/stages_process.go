@@ -133,7 +133,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	delete(live, b.ID)
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
 	deadline := stopAt.Add(d.o.StageTimeout)
-	feed := newPassFeed(stopAt)
+	feed := harness.NewPassFeed(stopAt)
 	var healedAt time.Time
 	var why string
 	for {
@@ -182,7 +182,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 		time.Sleep(d.o.Poll)
 	}
 	deadAt := d.deadMoment(&fr, stopAt, false)
-	gap := feed.problem()
+	gap := feed.Problem()
 	fr.BytesEstimated = d.estimateBytes(pre)
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
 	if healedAt.IsZero() {
@@ -680,11 +680,11 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 
 	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
-	}, newPassFeed(latchAt))
+	}, harness.NewPassFeed(latchAt))
 	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
 	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d missed); %s; %d intact copies audited readable while latched",
-		killed, nospareReason, hits, hits+misses, misses, tally.feed.summary(), reads)
+		killed, nospareReason, hits, hits+misses, misses, tally.feed.Summary(), reads)
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 		d.logf("  nospare: %s", fr.Error)
@@ -827,7 +827,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 	if tally.Misses[id] > 0 {
 		add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, nospareReason, tally.Misses[id]))
 	}
-	if why := tally.feed.problem(); why != "" {
+	if why := tally.feed.Problem(); why != "" {
 		add(why)
 	}
 	return problems, reads
@@ -885,7 +885,7 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		return fr, nil
 	}
 	r.ids = []meta.SegmentID{x.ID, y.ID}
-	r.tally = newPassTally(r.ids, lostReported, newPassFeed(r.start))
+	r.tally = newPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
 	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
 	if err := r.watch(ctx); err != nil {
 		return fr, err
@@ -1102,7 +1102,7 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 	if r.tally.misses() > 0 {
 		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.misses()))
 	}
-	if why := r.tally.feed.problem(); why != "" {
+	if why := r.tally.feed.Problem(); why != "" {
 		r.add(why)
 	}
 }
@@ -1131,7 +1131,7 @@ func (r *lostRun) finish() {
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
 	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
-		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.feed.summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
+		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
 	if len(r.problems) > 0 {
 		fr.Error = strings.Join(r.problems, "; ")
 		r.d.logf("  lost: %s", fr.Error)

@@ -1,4 +1,4 @@
-package demo
+package harness
 
 import (
 	"context"
@@ -8,12 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 )
 
-// passFeed reads the heal passes a stage watches from the pass histories
+// PassFeed reads the heal passes a stage watches from the pass histories
 // (GET /v1/passes) of the brokers that run the coordinator: every pass
 // that ended at or after from, once, in the order each broker ran it. It
 // reads each broker whose history answered, on its last read, that the
@@ -26,8 +25,8 @@ import (
 // A pass no read can return (the history's bound dropped it before it was
 // read, or its numbering skipped it) is a gap: counted in Unread and
 // described in Gaps; the observers fail their stage on one. The zero
-// value is not usable: use newPassFeed.
-type passFeed struct {
+// value is not usable: use NewPassFeed.
+type PassFeed struct {
 	from    time.Time
 	cur     map[meta.BrokerID]passCursor
 	leading map[meta.BrokerID]bool
@@ -42,8 +41,8 @@ type passFeed struct {
 	Leaders []meta.BrokerID
 }
 
-func newPassFeed(from time.Time) *passFeed {
-	return &passFeed{from: from, cur: map[meta.BrokerID]passCursor{}, leading: map[meta.BrokerID]bool{}}
+func NewPassFeed(from time.Time) *PassFeed {
+	return &PassFeed{from: from, cur: map[meta.BrokerID]passCursor{}, leading: map[meta.BrokerID]bool{}}
 }
 
 // passPager reads one page of a broker's pass history: at most limit
@@ -53,7 +52,7 @@ type passPager func(ctx context.Context, since uint64, limit int) (plugin.PassHi
 // passReadTimeout bounds one page of a history.
 const passReadTimeout = 2 * time.Second
 
-func brokerPager(b *harness.Broker) passPager {
+func brokerPager(b *Broker) passPager {
 	return func(ctx context.Context, since uint64, limit int) (plugin.PassHistory, error) {
 		pctx, cancel := context.WithTimeout(ctx, passReadTimeout)
 		defer cancel()
@@ -62,13 +61,13 @@ func brokerPager(b *harness.Broker) passPager {
 }
 
 // next reads the passes not read yet of the running brokers of c that
-// lead (see passFeed), oldest end first. Its error names the histories
+// lead (see PassFeed), oldest end first. Its error names the histories
 // that did not answer: their passes are read on a later call.
-func (f *passFeed) next(ctx context.Context, c *harness.Cluster) ([]plugin.PassRecord, error) {
+func (f *PassFeed) Next(ctx context.Context, c *Cluster) ([]plugin.PassRecord, error) {
 	var out []plugin.PassRecord
 	var errs []error
 	led, asked := false, map[meta.BrokerID]bool{}
-	read := func(b *harness.Broker) {
+	read := func(b *Broker) {
 		asked[b.ID] = true
 		recs, leads, err := f.read(ctx, b.ID, brokerPager(b))
 		out = append(out, recs...)
@@ -106,7 +105,7 @@ func (f *passFeed) next(ctx context.Context, c *harness.Cluster) ([]plugin.PassR
 // read reads broker id's history past the feed's cursor, page by page,
 // and returns its passes that ended at or after from and whether the
 // broker leads now.
-func (f *passFeed) read(ctx context.Context, id meta.BrokerID, page passPager) ([]plugin.PassRecord, bool, error) {
+func (f *PassFeed) read(ctx context.Context, id meta.BrokerID, page passPager) ([]plugin.PassRecord, bool, error) {
 	cur, known := f.cur[id]
 	if !known {
 		c, err := f.seek(ctx, id, page)
@@ -170,7 +169,7 @@ const seekBack = 16
 // looking back from the newest pass, seekBack passes and four times
 // further each time. When every pass the history keeps ended at or after
 // from, the passes its bound dropped before them are a gap.
-func (f *passFeed) seek(ctx context.Context, id meta.BrokerID, page passPager) (passCursor, error) {
+func (f *PassFeed) seek(ctx context.Context, id meta.BrokerID, page passPager) (passCursor, error) {
 	h, err := page(ctx, 0, 1)
 	if err != nil {
 		return passCursor{}, err
@@ -203,7 +202,7 @@ func (f *passFeed) seek(ctx context.Context, id meta.BrokerID, page passPager) (
 	}
 }
 
-func (f *passFeed) gap(s string) {
+func (f *PassFeed) gap(s string) {
 	if !slices.Contains(f.Gaps, s) {
 		f.Gaps = append(f.Gaps, s)
 	}
@@ -211,7 +210,7 @@ func (f *passFeed) gap(s string) {
 
 // problem is "" when every pass the histories numbered was read, else
 // what was not.
-func (f *passFeed) problem() string {
+func (f *PassFeed) Problem() string {
 	if len(f.Gaps) == 0 {
 		return ""
 	}
@@ -220,7 +219,7 @@ func (f *passFeed) problem() string {
 
 // summary says how many passes were read, of how many the histories
 // numbered, and from which leaders' histories.
-func (f *passFeed) summary() string {
+func (f *PassFeed) Summary() string {
 	s := fmt.Sprintf("heal passes read: %d of %d", f.Read, uint64(f.Read)+f.Unread)
 	switch len(f.Leaders) {
 	case 0:
@@ -234,4 +233,50 @@ func (f *passFeed) summary() string {
 		s += fmt.Sprintf(" (the leader changed: histories of brokers %s)", strings.Join(ls, ", then "))
 	}
 	return s
+}
+
+// passCursor is how far a feed read one broker's pass history: the
+// history's start (a new one after the data directory was replaced) and
+// the last pass read.
+type passCursor struct {
+	began time.Time
+	last  uint64
+}
+
+// Until reads the feed's passes in order, calling each on every one, until
+// each says done; it returns that pass. It waits for new passes up to
+// within, and fails with each's last account when they run out, or at
+// once when the histories dropped or skipped a pass (Problem): no pass
+// goes unjudged. A history that does not answer is read again.
+func (f *PassFeed) Until(ctx context.Context, c *Cluster, within time.Duration, each func(p *plugin.PassRecord) (done bool, why string)) (plugin.PassRecord, error) {
+	deadline := time.Now().Add(within)
+	why := "no heal pass read"
+	var lastErr error
+	for {
+		recs, err := f.Next(ctx, c)
+		if err != nil {
+			lastErr = err
+		}
+		for i := range recs {
+			done, w := each(&recs[i])
+			if done {
+				return recs[i], nil
+			}
+			why = w
+		}
+		if p := f.Problem(); p != "" {
+			return plugin.PassRecord{}, errors.New(p)
+		}
+		if time.Now().After(deadline) {
+			if lastErr != nil {
+				why += " (last read error: " + lastErr.Error() + ")"
+			}
+			return plugin.PassRecord{}, fmt.Errorf("after %v, %s: %s", within, f.Summary(), why)
+		}
+		select {
+		case <-ctx.Done():
+			return plugin.PassRecord{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package demo
+package harness
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 )
 
@@ -85,7 +83,7 @@ func TestPassFeedReadsEveryPassOnce(t *testing.T) {
 	ctx := context.Background()
 	h := &fakeHistory{began: t0, leader: true, page: 7}
 	h.add(1, 200)
-	f := newPassFeed(t0.Add(150 * time.Second)) // passes 150 on
+	f := NewPassFeed(t0.Add(150 * time.Second)) // passes 150 on
 	got, leads, err := f.read(ctx, 3, h.pager())
 	if err != nil || !leads {
 		t.Fatalf("read: leads %v, err %v", leads, err)
@@ -102,12 +100,12 @@ func TestPassFeedReadsEveryPassOnce(t *testing.T) {
 	if len(got) != 0 {
 		t.Fatalf("nothing new, read %v", seqs(got))
 	}
-	if f.problem() != "" || f.Unread != 0 || len(f.Leaders) != 1 || f.Leaders[0] != 3 {
-		t.Errorf("problem %q unread %d leaders %v", f.problem(), f.Unread, f.Leaders)
+	if f.Problem() != "" || f.Unread != 0 || len(f.Leaders) != 1 || f.Leaders[0] != 3 {
+		t.Errorf("problem %q unread %d leaders %v", f.Problem(), f.Unread, f.Leaders)
 	}
 	// Read counts what next returns; read alone does not count.
 	f.Read = 81
-	if s := f.summary(); s != "heal passes read: 81 of 81 (leader 3's history)" {
+	if s := f.Summary(); s != "heal passes read: 81 of 81 (leader 3's history)" {
 		t.Errorf("summary %q", s)
 	}
 }
@@ -118,13 +116,13 @@ func TestPassFeedSeekPastTheBound(t *testing.T) {
 	ctx := context.Background()
 	h := &fakeHistory{began: t0, leader: true, page: 512}
 	h.add(41, 60)
-	f := newPassFeed(t0)
+	f := NewPassFeed(t0)
 	got, _, err := f.read(ctx, 1, h.pager())
 	if err != nil || !sameSeqs(got, 41, 60) {
 		t.Fatalf("read %v (err %v), want 41..60", seqs(got), err)
 	}
-	if f.Unread != 40 || !strings.Contains(f.problem(), "passes 1 to 40 were dropped unread") {
-		t.Errorf("unread %d, problem %q", f.Unread, f.problem())
+	if f.Unread != 40 || !strings.Contains(f.Problem(), "passes 1 to 40 were dropped unread") {
+		t.Errorf("unread %d, problem %q", f.Unread, f.Problem())
 	}
 }
 
@@ -135,7 +133,7 @@ func TestPassFeedGaps(t *testing.T) {
 	ctx := context.Background()
 	h := &fakeHistory{began: t0, leader: true, page: 512}
 	h.add(1, 10)
-	f := newPassFeed(t0)
+	f := NewPassFeed(t0)
 	if got, _, _ := f.read(ctx, 2, h.pager()); !sameSeqs(got, 1, 10) {
 		t.Fatalf("read %v", seqs(got))
 	}
@@ -149,7 +147,7 @@ func TestPassFeedGaps(t *testing.T) {
 	if f.Unread != 4 || len(f.Gaps) != 2 || !strings.Contains(f.Gaps[0], "dropped passes 11 to 13") || !strings.Contains(f.Gaps[1], "skips passes 16 to 16") {
 		t.Errorf("unread %d gaps %q", f.Unread, f.Gaps)
 	}
-	if s := f.summary(); !strings.HasPrefix(s, "heal passes read: 0 of 4") {
+	if s := f.Summary(); !strings.HasPrefix(s, "heal passes read: 0 of 4") {
 		t.Errorf("summary %q", s)
 	}
 
@@ -171,7 +169,7 @@ func TestPassFeedLeaders(t *testing.T) {
 	a.add(1, 5)
 	b := &fakeHistory{began: t0, leader: true, page: 512}
 	b.add(1, 2)
-	f := newPassFeed(t0)
+	f := NewPassFeed(t0)
 	f.leading[1] = true
 	if got, leads, _ := f.read(ctx, 1, a.pager()); leads || !sameSeqs(got, 1, 5) || f.leading[1] {
 		t.Fatalf("deposed leader: read %v, leads %v", seqs(got), leads)
@@ -180,59 +178,7 @@ func TestPassFeedLeaders(t *testing.T) {
 	if _, leads, _ := f.read(ctx, 4, b.pager()); !leads || !f.leading[4] {
 		t.Fatal("new leader not said to lead")
 	}
-	if s := f.summary(); !strings.Contains(s, "the leader changed: histories of brokers 1, then 4") {
+	if s := f.Summary(); !strings.Contains(s, "the leader changed: histories of brokers 1, then 4") {
 		t.Errorf("summary %q", s)
-	}
-}
-
-// The maintenance stage's judgement of one pass: a set changed (command,
-// heal, move, floor) or the broker listed dead or suspect goes wrong; a
-// pass after the stop that saw it absent counts in the window, and past
-// the grace delay when it started that late.
-func TestMaintenanceJudge(t *testing.T) {
-	stop := t0
-	lf := &LifecycleFigures{}
-	j := &maintenanceJudge{id: 4, stopAt: stop, grace: time.Second, lf: lf}
-	absent := heal.Report{Maintenance: []heal.Maintenance{{Broker: 4}}}
-	j.judge(&plugin.PassRecord{Seq: 1, Started: stop.Add(-time.Millisecond), Report: absent}) // before the stop
-	j.judge(&plugin.PassRecord{Seq: 2, Started: stop.Add(200 * time.Millisecond), Report: absent})
-	j.judge(&plugin.PassRecord{Seq: 3, Started: stop.Add(1500 * time.Millisecond), Report: absent})
-	seen := heal.Report{Maintenance: []heal.Maintenance{{Broker: 4, Seen: true}}}
-	j.judge(&plugin.PassRecord{Seq: 4, Started: stop.Add(2 * time.Second), Report: seen})
-	if lf.PassesInWindow != 2 || lf.PassesPastGrace != 1 || lf.SetsChanged != 0 || j.why != "" {
-		t.Fatalf("in window %d past grace %d changed %d why %q", lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, j.why)
-	}
-	for _, r := range []heal.Report{
-		{Ready: []meta.SetSegmentReplicas{{ID: "a", Replicas: []meta.BrokerID{1, 2, 3}}}},
-		{Healed: []meta.SegmentID{"a"}},
-		{Moved: []meta.SegmentID{"a"}},
-		{MaintenanceFloor: []heal.MaintenanceFloor{{Segment: "a", Broker: 4}}},
-	} {
-		j.why = ""
-		j.judge(&plugin.PassRecord{Seq: 5, Broker: 1, Started: stop.Add(3 * time.Second), Report: r})
-		if !strings.Contains(j.why, "changed the replica set of 1 segments (a)") {
-			t.Errorf("%+v: why %q", r, j.why)
-		}
-	}
-	if lf.SetsChanged != 4 {
-		t.Errorf("sets changed %d, want 4", lf.SetsChanged)
-	}
-	j.why = ""
-	j.judge(&plugin.PassRecord{Seq: 6, Broker: 1, Report: heal.Report{Suspect: []meta.BrokerID{4}}})
-	if !strings.Contains(j.why, "dead or suspect") {
-		t.Errorf("suspect not judged: %q", j.why)
-	}
-}
-
-func TestCommandsBelow(t *testing.T) {
-	r := heal.Report{Ready: []meta.SetSegmentReplicas{
-		{ID: "a", Replicas: []meta.BrokerID{1, 2, 3}},
-		{ID: "b", Replicas: []meta.BrokerID{1, 2}},
-	}}
-	if got := commandsBelow(&r, 3); len(got) != 1 || got[0] != "b" {
-		t.Errorf("commandsBelow = %v, want [b]", got)
-	}
-	if got := setsChangedBy(&heal.Report{Ready: r.Ready, Healed: []meta.SegmentID{"a", "c"}}); len(got) != 3 {
-		t.Errorf("setsChangedBy = %v, want a, b, c once each", got)
 	}
 }
