@@ -10,18 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
 )
 
 // leftoverCluster is the e2e fixture of the leftover test: a cluster, its
 // CLI and the polls the test makes.
 type leftoverCluster struct {
-	t   *testing.T
-	c   *harness.Cluster
-	ctx context.Context
+	t    *testing.T
+	c    *harness.Cluster
+	ctx  context.Context
+	feed *harness.PassFeed
 }
 
 // until polls cond every 200 ms until it holds, failing the test with
@@ -50,27 +52,27 @@ func (lc *leftoverCluster) meta() meta.Snapshot {
 	return s
 }
 
-// report is the leader's last heal pass, if any.
-func (lc *leftoverCluster) report() (admin.HealReport, bool) {
-	id, err := lc.c.Leader(lc.ctx, false)
-	if err != nil {
-		return admin.HealReport{}, false
+// passes reads the leader's heal passes not read yet from its pass
+// history (lc.feed), failing the test when the history dropped or skipped
+// one: every pass is judged. A history that does not answer is read on
+// the next call.
+func (lc *leftoverCluster) passes() []plugin.PassRecord {
+	lc.t.Helper()
+	recs, _ := lc.feed.Next(lc.ctx, lc.c)
+	if p := lc.feed.Problem(); p != "" {
+		lc.t.Fatal(p)
 	}
-	raw, err := lc.c.Broker(id).Client.Status(lc.ctx)
-	if err != nil {
-		return admin.HealReport{}, false
-	}
-	r, _, _, ok := admin.LastPass(raw)
-	return r, ok
+	return recs
 }
 
-func group(r admin.HealReport, b meta.BrokerID, cause string) (admin.LeftoverGroup, bool) {
+// group is r's group of broker b's leftovers of cause.
+func group(r *heal.Report, b meta.BrokerID, cause heal.Cause) (heal.LeftoverGroup, bool) {
 	for _, g := range r.Leftovers {
 		if g.Broker == b && g.Cause == cause {
 			return g, true
 		}
 	}
-	return admin.LeftoverGroup{}, false
+	return heal.LeftoverGroup{}, false
 }
 
 // A broker killed past its grace delay comes back holding copies of
@@ -166,6 +168,7 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 	if err := os.WriteFile(store.CopyPath(victim.Dir, stray), make([]byte, 300), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	lc.feed = harness.NewPassFeed(time.Now())
 	if err := c.Restart(victim); err != nil {
 		t.Fatal(err)
 	}
@@ -179,16 +182,10 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 		_, err = os.Stat(p)
 		return os.IsNotExist(err)
 	}
+	// Every pass from the restart on is read: the files are looked at
+	// first, so a pass that reported them before they went is read by then.
 	lc.until(2*time.Minute, "collected the returned broker's copies", func() bool {
 		snap := lc.meta()
-		r, ok := lc.report()
-		g, found := group(r, victim.ID, "returned_broker")
-		gp, foundP := group(r, victim.ID, "partial_backfill")
-		gl, foundL := group(r, victim.ID, "failed_load")
-		if ok && found && foundP && foundL && g.Copies == len(held)-2 && gp.Copies == 1 && gp.Segments[0] == partial &&
-			gl.Copies == 1 && gl.Segments[0] == stray {
-			sawReturned = true
-		}
 		n := 0
 		for _, id := range held {
 			if !gone(id) {
@@ -201,8 +198,17 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 				t.Fatalf("%s deleted from broker %d while its set is %v", id, victim.ID, seg.Replicas)
 			}
 		}
+		for _, p := range lc.passes() {
+			g, found := group(&p.Report, victim.ID, heal.ReturnedBroker)
+			gp, foundP := group(&p.Report, victim.ID, heal.PartialBackfill)
+			gl, foundL := group(&p.Report, victim.ID, heal.FailedLoad)
+			if found && foundP && foundL && g.Copies == len(held)-2 && gp.Copies == 1 && gp.Segments[0] == partial &&
+				gl.Copies == 1 && gl.Segments[0] == stray {
+				sawReturned = true
+			}
+		}
 		if !sawReturned && n > 0 {
-			t.Fatalf("%d copies deleted before all %d were reported by cause", n, len(held))
+			t.Fatalf("%d copies deleted before a pass reported all %d by cause (%s)", n, len(held), lc.feed.Summary())
 		}
 		want := len(held)
 		if immutable {
@@ -214,9 +220,12 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 		return
 	}
 	lc.until(time.Minute, "reported failed_delete with its errno text", func() bool {
-		r, ok := lc.report()
-		g, found := group(r, victim.ID, "failed_delete")
-		return ok && found && g.Copies == 1 && strings.Contains(g.Err, "operation not permitted")
+		for _, p := range lc.passes() {
+			if g, found := group(&p.Report, victim.ID, heal.FailedDelete); found && g.Copies == 1 && strings.Contains(g.Err, "operation not permitted") {
+				return true
+			}
+		}
+		return false
 	})
 	out.Reset()
 	if code := run(cli("status", "--admin", admin0), &out, &errb); code != 0 {
@@ -244,7 +253,10 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc.until(time.Minute, "collected the copy once deletable", func() bool {
-		r, ok := lc.report()
-		return ok && gone(stuck) && r.LeftoverCopies == 0
+		collected := false
+		for _, p := range lc.passes() {
+			collected = p.Report.LeftoverCopies == 0
+		}
+		return collected && gone(stuck)
 	})
 }

@@ -448,7 +448,9 @@ func passClean(v *view) (bool, string) {
 // spent in those that ran backfills), and notes the start of the first
 // that listed d.watchDead dead.
 func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harness.PassFeed, fr *FaultReport) {
+	unread := feed.Unread
 	recs, _ := feed.Next(ctx, c) // a history that did not answer is read on the next call
+	fr.PassesUnread += feed.Unread - unread
 	for i := range recs {
 		p := &recs[i]
 		fr.Passes++

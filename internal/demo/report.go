@@ -122,6 +122,10 @@ type FaultReport struct {
 	// Passes counts the heal passes of the stage read from the leader's
 	// pass history: every one that ended while the stage watched them.
 	Passes int `json:"passes_read"`
+	// PassesUnread counts the passes the histories numbered in the stage
+	// that no read returned (dropped by the history's bound or skipped):
+	// one fails the stage.
+	PassesUnread uint64 `json:"passes_unread"`
 	// MaxPassSeconds is the longest of them, and BackfillPassSeconds the
 	// summed duration of those that ran backfills: where the healing time
 	// went.
@@ -393,6 +397,13 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Error != "" {
 			fmt.Fprintf(w, "              error: %s\n", f.Error)
 		}
+	}
+	if len(r.Faults) > 0 {
+		read, unread := 0, uint64(0)
+		for _, f := range r.Faults {
+			read, unread = read+f.Passes, unread+f.PassesUnread
+		}
+		fmt.Fprintf(w, "\nheal passes observed: %d of %d (every stage's, from the leader's pass history)\n", read, uint64(read)+unread)
 	}
 	if r.Nemesis != nil {
 		r.Nemesis.writeText(w)

@@ -33,7 +33,10 @@ func TestReportJSONShape(t *testing.T) {
 	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
 	kill := healedStage("kill", 1.25, 3<<20)
 	kill.GraceWaitSeconds = seconds(time.Second)
-	r.Faults = []FaultReport{kill, healedStage("delete", 0.2, 1<<20), {Stage: "bitflip", Skipped: "no scrubber"}}
+	kill.Passes = 7
+	del := healedStage("delete", 0.2, 1<<20)
+	del.Passes, del.PassesUnread = 3, 2
+	r.Faults = []FaultReport{kill, del, {Stage: "bitflip", Skipped: "no scrubber"}}
 	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if !r.OK {
 		t.Fatalf("all healed, not OK: %+v", r)
@@ -56,7 +59,7 @@ func TestReportJSONShape(t *testing.T) {
 	}
 	var text bytes.Buffer
 	r.writeText(&text)
-	for _, want := range []string{"HEALED", "seconds_to_heal    1.250s", "bitflip       skipped: no scrubber"} {
+	for _, want := range []string{"HEALED", "seconds_to_heal    1.250s", "bitflip       skipped: no scrubber", "heal passes observed: 10 of 12"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}

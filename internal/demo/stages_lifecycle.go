@@ -61,6 +61,7 @@ type LifecycleFigures struct {
 // readFeed records what feed read in fr and its lifecycle figures.
 func (fr *FaultReport) readFeed(feed *harness.PassFeed) {
 	fr.Passes += feed.Read
+	fr.PassesUnread += feed.Unread
 	f := fr.Lifecycle
 	f.PassesRead, f.PassesUnread, f.Leaders = feed.Read, feed.Unread, slices.Clone(feed.Leaders)
 }
