@@ -4,9 +4,12 @@
 // temporary data directories (MALACHI_E2E_DIR chooses where, e.g.
 // /dev/shm), drives it through the admin API and the CLI, kills brokers
 // with SIGKILL or stops them with SIGTERM, and reads the outcome from the
-// replicated metadata, the brokers' copies, their logs and the plugin's
-// /status and /metrics. Every cluster runs in secure mode unless a test
-// asks for insecure = true. The clusters are internal/harness's (the same
+// replicated metadata, the brokers' copies, their logs, the plugin's
+// /status and /metrics, and the leader's heal passes, read from its pass
+// history (GET /v1/passes, harness.PassFeed): a check on passes judges
+// every pass of its window, in order, and fails on one the history
+// dropped; no check samples the last pass. Every cluster runs in secure
+// mode unless a test asks for insecure = true. The clusters are internal/harness's (the same
 // harness as the demo's and the fault suite's); it writes a CA, a certificate per
 // broker (its certs_dir, outside its data_dir) and the operator and viewer
 // clients under the test's directory (pki.CreateLocal), and calls every
@@ -48,9 +51,10 @@
 //     listener: each reached its port and was refused with its reason
 //     logged; leader, terms, metadata and every copy file are unchanged.
 //   - TestBrokerWithAnotherCA: a broker restarted with another CA's
-//     certificate is reported auth_failed (status, metric, `malachi
-//     status`) within two passes, never dead: its replicas stay, new
-//     segments avoid it, and both sides log why.
+//     certificate is reported auth_failed (the first pass that starts once
+//     it is up, the metric, `malachi status`), never dead in any pass
+//     after: its replicas stay, new segments avoid it, and both sides log
+//     why.
 //   - TestCertificateRotationSIGHUP: certificates replaced and SIGHUP sent
 //     mid-heal: status and fresh TLS connections show the new ones, the
 //     heal completes, nothing is refused for credentials.

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // followers returns up to n running brokers other than the leader.
@@ -28,14 +30,15 @@ func (c *cluster) backfillBytes(ids ...int) float64 {
 	return sum
 }
 
-// waitConfirmed waits for a pass of the leader's that saw n sealed segments
-// with every copy intact and confirmed. (A pass from before the load also
-// shows no anomaly: the count of sealed segments tells them apart.)
+// waitConfirmed waits for a pass of the leader's, read from its pass
+// history from the call on, that saw n sealed segments with every copy
+// intact and confirmed. (A pass from before the load also shows no
+// anomaly: the count of sealed segments tells them apart.)
 func (c *cluster) waitConfirmed(n int) {
 	c.t.Helper()
-	c.eventually(30*time.Second, "every loaded copy confirmed", func() bool {
-		st, err := c.status(c.leader())
-		return err == nil && st.LastPass != nil && st.LastPass.Sealed == n && st.LastPass.Anomalies == 0 && len(st.LastPass.Unsettled) == 0
+	c.untilPass(harness.NewPassFeed(time.Now()), 30*time.Second, "every loaded copy confirmed", func(p *plugin.PassRecord) (bool, string) {
+		r := &p.Report
+		return r.Sealed == n && r.Anomalies == 0 && len(r.Unsettled) == 0, passLine(p)
 	})
 }
 
@@ -51,6 +54,7 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 	c.waitConfirmed(20)
 	before, _ := c.metadata(leader)
 	victims := c.followers(leader, 2)
+	killed := time.Now()
 	for _, v := range victims {
 		c.kill(v)
 	}
@@ -61,25 +65,23 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 		}
 	}
 	bytes0 := c.backfillBytes(live...)
-	var held uint64
-	c.eventually(20*time.Second, "the hold reported", func() bool {
-		st, err := c.status(c.leader())
-		if err != nil || st.LastPass == nil || st.LastPass.HoldReason == "" {
-			return false
-		}
-		held = st.Passes
-		return true
+	// Every pass of the leader from the kills on is read from its history:
+	// up to the first that holds, then each one after it must hold.
+	feed := harness.NewPassFeed(killed)
+	first := c.untilPass(feed, 20*time.Second, "the hold reported", func(p *plugin.PassRecord) (bool, string) {
+		return p.Report.HoldReason != "", passLine(p)
 	})
+	holds := func(p *plugin.PassRecord) {
+		if p.Report.HoldReason == "" {
+			t.Fatalf("pass %d of broker %d: the hold lifted on its own with both brokers still dead: %+v", p.Seq, p.Broker, p.Report)
+		}
+	}
 	// Three more passes, all held, nothing copied, nothing recorded.
-	c.eventually(20*time.Second, "three more held passes", func() bool {
-		st, err := c.status(c.leader())
-		if err != nil || st.LastPass == nil {
-			return false
-		}
-		if st.LastPass.HoldReason == "" {
-			t.Fatalf("the hold lifted on its own with both brokers still dead: %+v", st.LastPass)
-		}
-		return st.Passes >= held+3
+	more := 0
+	c.untilPass(feed, 20*time.Second, "three more held passes", func(p *plugin.PassRecord) (bool, string) {
+		holds(p)
+		more++
+		return more == 3, fmt.Sprintf("%d held passes after pass %d of broker %d", more, first.Seq, first.Broker)
 	})
 	if got := c.backfillBytes(live...); got != bytes0 {
 		t.Fatalf("backfill bytes went from %v to %v under the hold", bytes0, got)
@@ -90,8 +92,14 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 			t.Fatalf("%s changed under the hold: %v v%d -> %v v%d", s.ID, old.Replicas, old.Version, s.Replicas, s.Version)
 		}
 	}
-	st, _ := c.status(c.leader())
-	t.Logf("held: %q", st.LastPass.HoldReason)
+	// And every pass up to the release: through the first that ends after
+	// the checks above.
+	checked := time.Now()
+	last := c.untilPass(feed, 20*time.Second, "the passes up to the release held", func(p *plugin.PassRecord) (bool, string) {
+		holds(p)
+		return p.Ended.After(checked), passLine(p)
+	})
+	t.Logf("held: %q (%s)", last.Report.HoldReason, feed.Summary())
 
 	follower := c.followers(c.leader(), 1)[0]
 	if err := c.post(follower, "/v1/heal/release", nil, nil); err != nil {
@@ -180,17 +188,14 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed = true
-	// Healthy in a pass that started after the return: two passes on from
-	// the one running now (the last report may still be from before the
-	// broker counted dead, when it was only suspect).
-	st0, err := c.status(c.leader())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.eventually(60*time.Second, "the cluster healthy again with the broker back", func() bool {
-		st, err := c.status(c.leader())
-		return err == nil && st.LastPass != nil && st.Passes >= st0.Passes+2 && st.LastPass.Sealed == 12 && st.LastPass.Anomalies == 0 &&
-			len(st.LastPass.Dead) == 0 && len(st.LastPass.Suspect) == 0 && st.LastPass.UnderReplicated == 0
+	resumedAt := time.Now()
+	// Healthy in a pass that started after the return, read from the
+	// leader's history (a pass that started before may list the broker
+	// dead or suspect).
+	c.untilPass(harness.NewPassFeed(resumedAt), 60*time.Second, "the cluster healthy again with the broker back", func(p *plugin.PassRecord) (bool, string) {
+		r := &p.Report
+		return p.Started.After(resumedAt) && r.Sealed == 12 && r.Anomalies == 0 && len(r.Dead) == 0 && len(r.Suspect) == 0 && r.UnderReplicated == 0,
+			fmt.Sprintf("%s; dead %v, suspect %v", passLine(p), r.Dead, r.Suspect)
 	})
 	ld := c.leader()
 	returned := c.metric(ld, "malachi_heal_returned_segments_total")

@@ -15,10 +15,10 @@ import (
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 
-	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // binary is the malachid built once by TestMain, cli the malachi CLI.
@@ -383,17 +383,56 @@ func (c *cluster) load(id, n, records, size int, prefix string) {
 	})
 }
 
-// healStatus is the part of the plugin's /status the tests read.
-type healStatus struct {
-	Leader   bool         `json:"leader"`
-	Passes   uint64       `json:"passes"`
-	LastPass *heal.Report `json:"last_pass"`
+// untilPass reads feed's heal passes in order (harness.PassFeed.Until),
+// calling each on every one, until each says done, and returns that pass.
+// It fails the test with each's last account when no pass is done within
+// the limit, and when the histories dropped or skipped a pass before it:
+// every pass is judged.
+func (c *cluster) untilPass(feed *harness.PassFeed, within time.Duration, what string, each func(p *plugin.PassRecord) (done bool, why string)) plugin.PassRecord {
+	c.t.Helper()
+	p, err := feed.Until(context.Background(), c.h, within, each)
+	if err == nil {
+		if prob := feed.Problem(); prob != "" {
+			err = errors.New(prob)
+		}
+	}
+	if err != nil {
+		c.t.Fatalf("waiting for %s: %v", what, err)
+	}
+	return p
 }
 
-func (c *cluster) status(id int) (healStatus, error) {
-	var s healStatus
-	err := c.get(id, "/v1/status", &s)
-	return s, err
+// readPasses returns feed's heal passes not read yet, oldest end first,
+// failing the test when the histories dropped or skipped one. A history
+// that does not answer is read on a later call.
+func (c *cluster) readPasses(feed *harness.PassFeed) []plugin.PassRecord {
+	c.t.Helper()
+	recs, _ := feed.Next(context.Background(), c.h)
+	if prob := feed.Problem(); prob != "" {
+		c.t.Fatal(prob)
+	}
+	return recs
+}
+
+// leaderFeed returns a feed of the leader's heal passes that end after it
+// returns, which has read the leader's history once (the passes that read
+// returns are not judged): such a feed follows that leader through a
+// fault that leaves some broker knowing no leader, where a feed that has
+// still to look the leader up (harness.Cluster.Leader) would read nothing.
+// Call it before the fault.
+func (c *cluster) leaderFeed() *harness.PassFeed {
+	c.t.Helper()
+	feed := harness.NewPassFeed(time.Now())
+	c.eventually(20*time.Second, "the leader's pass history read", func() bool {
+		c.readPasses(feed)
+		return len(feed.Leaders) > 0
+	})
+	return feed
+}
+
+// passLine names pass p, its broker and its end, and sums up its report.
+func passLine(p *plugin.PassRecord) string {
+	return fmt.Sprintf("pass %d of broker %d (ended %s): %s", p.Seq, p.Broker, p.Ended.Format("15:04:05.000"), p.Report)
 }
 
 type copyInfo struct {

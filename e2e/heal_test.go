@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // victim returns a live non-leader broker that holds at least one replica.
@@ -123,6 +125,7 @@ func TestLeaderKilledMidPass(t *testing.T) {
 	if ok, _ := c.fullyHealed(mid, 3, map[meta.BrokerID]bool{meta.BrokerID(v): true}); ok {
 		t.Log("the pass finished before the leader could be killed; the test still checks the new leader's passes")
 	}
+	feed := harness.NewPassFeed(time.Now())
 	c.kill(leader)
 	dead := map[meta.BrokerID]bool{meta.BrokerID(v): true, meta.BrokerID(leader): true}
 	newLeader := c.waitLeader(20 * time.Second)
@@ -167,9 +170,13 @@ func TestLeaderKilledMidPass(t *testing.T) {
 		}
 	}
 	c.checkCopies(snap)
-	st, err := c.status(newLeader)
-	if err != nil || !st.Leader {
-		t.Fatalf("new leader's status: %+v %v", st, err)
+	// The new leader runs the passes: a pass of its own after the kill,
+	// read from its history, which says it leads.
+	c.untilPass(feed, 30*time.Second, "a heal pass of the new leader", func(p *plugin.PassRecord) (bool, string) {
+		return p.Broker == meta.BrokerID(newLeader), passLine(p)
+	})
+	if l := feed.Leaders; len(l) == 0 || l[len(l)-1] != meta.BrokerID(newLeader) {
+		t.Fatalf("the pass histories read say brokers %v led, the last not the new leader %d", l, newLeader)
 	}
 }
 
@@ -187,23 +194,21 @@ func TestRestartClearsLatch(t *testing.T) {
 		target = 2
 	}
 	seg := before.Segments[0]
+	// Every pass of the leader from the latch on is read from its history.
+	feed := harness.NewPassFeed(time.Now())
 	if err := c.b(target).Client.Latch(context.Background(), seg.ID); err != nil {
 		t.Fatal(err)
 	}
 	if ci := c.copies(target)[string(seg.ID)]; !ci.Latched {
 		t.Fatalf("copy not latched: %+v", ci)
 	}
-	c.eventually(20*time.Second, "the latched copy reported no_spare_broker", func() bool {
-		st, err := c.status(c.leader())
-		if err != nil || st.LastPass == nil {
-			return false
-		}
-		for _, f := range st.LastPass.Failed {
+	c.untilPass(feed, 20*time.Second, "the latched copy reported no_spare_broker", func(p *plugin.PassRecord) (bool, string) {
+		for _, f := range p.Report.Failed {
 			if f.Segment == seg.ID && f.Reason.String() == "no_spare_broker" {
-				return true
+				return true, ""
 			}
 		}
-		return false
+		return false, fmt.Sprintf("%s; failed %+v", passLine(p), p.Report.Failed)
 	})
 	snap, _ := c.metadata(leader)
 	cur, _ := snap.Segment(seg.ID)
@@ -215,17 +220,14 @@ func TestRestartClearsLatch(t *testing.T) {
 		t.Fatalf("SIGTERM: exit %v, want a clean exit", err)
 	}
 	c.start(target)
+	restarted := time.Now()
 	c.waitRegistered(10 * time.Second)
 	if ci := c.copies(target)[string(seg.ID)]; ci.Latched || !ci.Sealed || ci.Size != seg.ByteSize+40 {
 		t.Fatalf("after restart: %+v, want an unlatched sealed copy of %d bytes", ci, seg.ByteSize+40)
 	}
-	c.eventually(20*time.Second, "a pass with nothing failed and nothing under-replicated", func() bool {
-		l := c.leader()
-		if l == 0 {
-			return false
-		}
-		st, err := c.status(l)
-		return err == nil && st.LastPass != nil && len(st.LastPass.Failed) == 0 && st.LastPass.UnderReplicated == 0 && st.LastPass.Anomalies == 0
+	c.untilPass(feed, 20*time.Second, "a pass with nothing failed and nothing under-replicated", func(p *plugin.PassRecord) (bool, string) {
+		r := &p.Report
+		return p.Started.After(restarted) && len(r.Failed) == 0 && r.UnderReplicated == 0 && r.Anomalies == 0, fmt.Sprintf("%s; failed %+v", passLine(p), r.Failed)
 	})
 	after, _ := c.metadata(c.leader())
 	for _, s := range after.Segments {
@@ -360,21 +362,21 @@ func TestHealTime(t *testing.T) {
 	loadStart := time.Now()
 	c.load(leader, segments, 256, 4096, "p")
 	t.Logf("loaded %d segments of 1 MiB in %v", segments, time.Since(loadStart).Round(time.Millisecond))
-	verified := func(l int) (bool, meta.Snapshot, *heal.Report) {
-		snap, err := c.metadata(l)
-		if err != nil {
-			return false, snap, nil
-		}
-		st, err := c.status(l)
-		if err != nil || st.LastPass == nil {
-			return false, snap, nil
-		}
-		r := st.LastPass
-		return r.UnderReplicated == 0 && r.Anomalies == 0 && len(r.Unsettled) == 0 && len(r.Failed) == 0 && r.Index >= snap.Index, snap, r
+	loaded, err := c.metadata(leader)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.eventually(60*time.Second, "every loaded copy confirmed", func() bool {
-		ok, _, _ := verified(c.leader())
-		return ok
+	// verified: a pass that read index or later found every copy intact,
+	// settled and confirmed.
+	verified := func(p *plugin.PassRecord, index uint64) (bool, string) {
+		r := &p.Report
+		return r.UnderReplicated == 0 && r.Anomalies == 0 && len(r.Unsettled) == 0 && len(r.Failed) == 0 && r.Index >= index,
+			fmt.Sprintf("%s; want index %d or later", passLine(p), index)
+	}
+	// Every pass of the leader from here on is read from its history.
+	feed := harness.NewPassFeed(time.Now())
+	c.untilPass(feed, 60*time.Second, "every loaded copy confirmed", func(p *plugin.PassRecord) (bool, string) {
+		return verified(p, loaded.Index)
 	})
 	before, _ := c.metadata(leader)
 	v := victim(c, before, leader)
@@ -382,19 +384,29 @@ func TestHealTime(t *testing.T) {
 	c.kill(v)
 	deadAt := killed.Add(grace)
 	dead := map[meta.BrokerID]bool{meta.BrokerID(v): true}
+	var healed meta.Snapshot
 	var healedAt time.Time
-	c.eventually(120*time.Second, "healed and verified", func() bool {
+	c.eventually(120*time.Second, "the metadata healed off the killed broker", func() bool {
 		l := c.leader()
 		if l == 0 {
 			return false
 		}
-		ok, snap, _ := verified(l)
-		if full, _ := c.fullyHealed(snap, 3, dead); full && healedAt.IsZero() {
-			healedAt = time.Now()
+		snap, err := c.metadata(l)
+		if full, _ := c.fullyHealed(snap, 3, dead); err != nil || !full {
+			return false
 		}
-		return ok && !healedAt.IsZero()
+		healed, healedAt = snap, time.Now()
+		return true
 	})
-	done := time.Now()
+	p := c.untilPass(feed, 60*time.Second, "a pass over the healed metadata that verified every copy", func(p *plugin.PassRecord) (bool, string) {
+		return verified(p, healed.Index)
+	})
+	// Healed and verified when that pass ended; the metadata, polled, may
+	// have been seen healed later than that.
+	done := p.Ended
+	if healedAt.After(done) {
+		healedAt = done
+	}
 	t.Logf("seconds_to_heal=%.2f (metadata healed %.2f s after dead; grace waited %.2f s; %d segments)",
 		done.Sub(deadAt).Seconds(), healedAt.Sub(deadAt).Seconds(), grace.Seconds(), segments)
 	l := c.leader()
@@ -503,6 +515,8 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	c.waitConfirmed(4)
 	before, _ := c.metadata(leader)
 	lost := before.Segments[0]
+	// Every pass of the leader from the deletes on is read from its history.
+	feed := harness.NewPassFeed(time.Now())
 	for _, r := range lost.Replicas {
 		if err := c.fault(int(r), "delete", lost.ID, 0); err != nil {
 			t.Fatal(err)
@@ -516,24 +530,23 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 		}
 		return heal.LostSegment{}, false
 	}
-	var passes uint64
-	c.eventually(20*time.Second, "the segment reported lost", func() bool {
-		st, err := c.status(c.leader())
-		if err != nil || st.LastPass == nil {
-			return false
-		}
-		l, ok := lostIn(st.LastPass)
-		passes = st.Passes
-		return ok && meta.SameReplicas(l.Replicas, lost.Replicas) && l.ByteSize == lost.ByteSize
+	first := c.untilPass(feed, 20*time.Second, "the segment reported lost", func(p *plugin.PassRecord) (bool, string) {
+		l, ok := lostIn(&p.Report)
+		return ok && meta.SameReplicas(l.Replicas, lost.Replicas) && l.ByteSize == lost.ByteSize, fmt.Sprintf("%s; lost %+v", passLine(p), p.Report.Lost)
 	})
-	// Reported again on later passes, not once.
-	c.eventually(20*time.Second, "still reported lost two passes later", func() bool {
-		st, err := c.status(c.leader())
-		if err != nil || st.LastPass == nil || st.Passes < passes+2 {
-			return false
+	// Reported again on every later pass, not once.
+	listed := func(p *plugin.PassRecord) heal.LostSegment {
+		l, ok := lostIn(&p.Report)
+		if !ok {
+			t.Fatalf("pass %d of broker %d does not list %s lost, which pass %d of broker %d did: lost %+v", p.Seq, p.Broker, lost.ID, first.Seq, first.Broker, p.Report.Lost)
 		}
-		_, ok := lostIn(st.LastPass)
-		return ok
+		return l
+	}
+	more := 0
+	c.untilPass(feed, 20*time.Second, "still reported lost two passes later", func(p *plugin.PassRecord) (bool, string) {
+		listed(p)
+		more++
+		return more == 2, fmt.Sprintf("%d passes after pass %d of broker %d", more, first.Seq, first.Broker)
 	})
 	ld := c.leader()
 	if got := c.metric(ld, "malachi_heal_lost_segments"); got != 1 {
@@ -549,13 +562,9 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	if err := c.post(follower, "/v1/heal/acknowledge/"+string(before.Segments[1].ID), nil, nil); err == nil {
 		t.Fatal("acknowledging a healthy segment was accepted")
 	}
-	c.eventually(10*time.Second, "the lost segment marked acknowledged", func() bool {
-		st, err := c.status(c.leader())
-		if err != nil || st.LastPass == nil {
-			return false
-		}
-		l, ok := lostIn(st.LastPass)
-		return ok && l.Acknowledged
+	c.untilPass(feed, 10*time.Second, "the lost segment marked acknowledged", func(p *plugin.PassRecord) (bool, string) {
+		l := listed(p)
+		return l.Acknowledged, fmt.Sprintf("%s; lost %+v", passLine(p), l)
 	})
 	// The dry run asked of a follower comes from the leader's coordinator
 	// and still reports the segment lost.

@@ -10,57 +10,56 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
-// The leftover network tests (issue 14 part 5, issue 15 part 4): what a
-// partition leaves on a broker outside its segments' replica sets is
-// reported per cause by the leader (/v1/status last_pass, read through
-// internal/admin), never counted as a replica, and collected (or made a
-// replica by a backfill that resumes it) once the partition heals.
+// The leftover network tests: what a partition leaves on a broker outside
+// its segments' replica sets is reported per cause by the leader (its
+// heal passes, read from its pass history: harness.PassFeed), never
+// counted as a replica, and collected (or made a replica by a backfill
+// that resumes it) once the partition heals.
 
 // netLeftoverDelay is the heal's leftover_delay in these tests.
 const netLeftoverDelay = 5 * time.Second
 
-// leaderPass is the leader's last heal pass as /v1/status serves it:
-// the report, the pass's number and the broker that ran it (0 when no
-// broker answered as the leader with a report). It asks the brokers of
-// prefer first (a paused broker costs a timeout).
-func (c *cluster) leaderPass(prefer ...int) (admin.HealReport, uint64, int) {
-	order := slices.Clone(prefer)
-	for _, b := range c.brokers {
-		if !slices.Contains(order, b.id) {
-			order = append(order, b.id)
-		}
+// lastPass is broker id's latest heal pass as its history keeps it (false
+// when it has none or did not answer).
+func (c *cluster) lastPass(id int) (plugin.PassRecord, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	h, err := c.b(id).Client.Passes(ctx, 0, 1)
+	if err != nil || h.Last == 0 {
+		return plugin.PassRecord{}, false
 	}
-	for _, id := range order {
-		b := c.b(id)
-		if !c.alive(b.id) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		raw, err := b.Client.Status(ctx)
-		cancel()
-		if err != nil {
-			continue
-		}
-		st, ok := admin.DecodeStatus(raw)
-		if ok && st.Leader && st.LastPass != nil {
-			return *st.LastPass, st.Passes, b.id
-		}
+	if h, err = c.b(id).Client.Passes(ctx, h.Last-1, 1); err != nil || len(h.Passes) == 0 {
+		return plugin.PassRecord{}, false
 	}
-	return admin.HealReport{}, 0, 0
+	return h.Passes[0], true
 }
 
 // leftoverGroup returns r's group of broker b's leftovers of cause.
-func leftoverGroup(r admin.HealReport, b int, cause string) (admin.LeftoverGroup, bool) {
+func leftoverGroup(r *heal.Report, b int, cause heal.Cause) (heal.LeftoverGroup, bool) {
 	for _, g := range r.Leftovers {
 		if g.Broker == meta.BrokerID(b) && g.Cause == cause {
 			return g, true
 		}
 	}
-	return admin.LeftoverGroup{}, false
+	return heal.LeftoverGroup{}, false
+}
+
+// deletedOf returns a segment of segs whose copy on broker b report r
+// deleted, as a leftover or otherwise.
+func deletedOf(r *heal.Report, b int, segs []meta.SegmentID) (meta.SegmentID, bool) {
+	for _, d := range slices.Concat(r.LeftoversDeleted, r.Deleted) {
+		if d.Broker == meta.BrokerID(b) && slices.Contains(segs, d.Segment) {
+			return d.Segment, true
+		}
+	}
+	return "", false
 }
 
 // copiesOf is broker id's /v1/copies by segment (nil when it did not
@@ -104,47 +103,51 @@ func (c *cluster) statusCopies(via, id int) int {
 
 // returnWatch is what the test saw of a returning broker's leftovers.
 type returnWatch struct {
-	passes map[[2]uint64]bool // (leader, pass) seen
+	passes int // heal passes read
 	gone   map[meta.SegmentID]time.Duration
-	other  []admin.LeftoverGroup // groups of the broker with another cause
+	other  []heal.LeftoverGroup // groups of the broker with another cause
 }
 
 // watchReturn polls, until every copy of held is gone from broker f's
-// /v1/copies, the leader's report, the metadata and f's copies (the
-// caller saw the leader report all of held as returned_broker). Every
-// poll asserts: no set names f; a copy is gone no sooner than the
-// leftover delay after healed, and only while its segment is sealed at
-// RF 3 in the leader's metadata.
+// /v1/copies, the metadata and f's copies, and reads every heal pass of
+// the leader's from its history meanwhile, through the first that ends
+// after (the caller saw the leader report all of held as
+// returned_broker). Every pass's leftovers of f with another cause are
+// kept in other. Every poll asserts: no set names f; a copy is gone no
+// sooner than the leftover delay after healed, and only while its segment
+// is sealed at RF 3 in the leader's metadata.
 func (c *cluster) watchReturn(f int, held []meta.SegmentID, healed time.Time) *returnWatch {
 	c.t.Helper()
-	w := &returnWatch{passes: map[[2]uint64]bool{}, gone: map[meta.SegmentID]time.Duration{}}
-
+	w := &returnWatch{gone: map[meta.SegmentID]time.Duration{}}
+	feed := harness.NewPassFeed(time.Now())
 	var seen string
+	judge := func(p *plugin.PassRecord) {
+		w.passes++
+		g, _ := leftoverGroup(&p.Report, f, heal.ReturnedBroker)
+		seen = fmt.Sprintf("pass %d of leader %d: %d copies returned_broker %v, %d leftover copies in all", p.Seq, p.Broker, g.Copies, g.Segments, p.Report.LeftoverCopies)
+		for _, o := range p.Report.Leftovers {
+			if o.Broker == meta.BrokerID(f) && o.Cause != heal.ReturnedBroker {
+				w.other = append(w.other, o)
+			}
+		}
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for len(w.gone) < len(held) {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("broker %d's leftovers not collected after 2 minutes: %d of %d gone (%v); last seen: %s",
+			c.t.Fatalf("broker %d's leftovers not collected after 2 minutes: %d of %d gone (%v); last pass read: %s",
 				f, len(w.gone), len(held), w.gone, seen)
 		}
 		time.Sleep(20 * time.Millisecond)
-		r, pass, lead := c.leaderPass()
-		if lead == 0 {
+		for _, p := range c.readPasses(feed) {
+			judge(&p)
+		}
+		if len(feed.Leaders) == 0 {
 			continue
 		}
-		snap, err := c.metadata(lead)
+		snap, err := c.metadata(int(feed.Leaders[len(feed.Leaders)-1]))
 		cps := c.copiesOf(f)
 		if err != nil || cps == nil {
 			continue
-		}
-		if key := [2]uint64{uint64(lead), pass}; !w.passes[key] {
-			w.passes[key] = true
-			g, _ := leftoverGroup(r, f, "returned_broker")
-			seen = fmt.Sprintf("pass %d of leader %d: %d copies returned_broker %v, %d leftover copies in all", pass, lead, g.Copies, g.Segments, r.LeftoverCopies)
-			for _, o := range r.Leftovers {
-				if o.Broker == meta.BrokerID(f) && o.Cause != "returned_broker" {
-					w.other = append(w.other, o)
-				}
-			}
 		}
 		for _, id := range held {
 			s, ok := snap.Segment(id)
@@ -166,7 +169,58 @@ func (c *cluster) watchReturn(f int, held []meta.SegmentID, healed time.Time) *r
 			}
 		}
 	}
+	end := time.Now()
+	c.untilPass(feed, 30*time.Second, "a heal pass that ended after the leftovers went", func(p *plugin.PassRecord) (bool, string) {
+		judge(p)
+		return p.Ended.After(end), passLine(p)
+	})
 	return w
+}
+
+// returnedReported reads every heal pass of the leader's that ends from
+// healed on from its history, up to the first that reports all of held
+// on broker f returned_broker. It fails the test when a pass before it
+// deleted one of those copies, or one is gone from f's /v1/copies before
+// it (f's copies are read before the passes: a pass that reported them
+// before they went has ended by then, and is read next).
+func (c *cluster) returnedReported(f int, held []meta.SegmentID, healed time.Time) {
+	c.t.Helper()
+	feed := harness.NewPassFeed(healed)
+	early := func(why string) {
+		c.t.Fatalf("broker %d's copies were deleted %v after the partition healed, before the leader reported all %d of them returned_broker (leftover_delay %v): %s",
+			f, time.Since(healed), len(held), netLeftoverDelay, why)
+	}
+	last := "no heal pass read"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("broker %d's returned copies not all reported returned_broker after 60s (%s); last: %s", f, feed.Summary(), last)
+		}
+		time.Sleep(50 * time.Millisecond)
+		cps := c.copiesOf(f)
+		recs, err := feed.Next(context.Background(), c.h)
+		if prob := feed.Problem(); prob != "" {
+			c.t.Fatal(prob)
+		}
+		for _, p := range recs {
+			if id, ok := deletedOf(&p.Report, f, held); ok {
+				early(fmt.Sprintf("pass %d of broker %d deleted its copy of %s", p.Seq, p.Broker, id))
+			}
+			g, ok := leftoverGroup(&p.Report, f, heal.ReturnedBroker)
+			if ok && g.Copies == len(held) {
+				return
+			}
+			last = fmt.Sprintf("%s; returned_broker on broker %d: %d of %d copies", passLine(&p), f, g.Copies, len(held))
+		}
+		if err != nil || cps == nil {
+			continue // a pass not read yet may have reported them
+		}
+		for _, id := range held {
+			if _, ok := cps[id]; !ok {
+				early(fmt.Sprintf("its copy of %s is gone from its /v1/copies", id))
+			}
+		}
+	}
 }
 
 // unconfirmedReplica pauses broker r (SIGSTOP) until every copy of off
@@ -176,14 +230,18 @@ func (c *cluster) watchReturn(f int, held []meta.SegmentID, healed time.Time) *r
 // reported), then resumes it. Meanwhile no copy of on (segments with a
 // replica on r) may leave f: a replica's broker that does not answer is
 // not confirmed, so its segment's leftovers wait, while the others are
-// collected once the delay has passed. It FAILS when no pass of the
-// leader listed r suspect (the pause did not reach the heal), when one
+// collected once the delay has passed. Every heal pass of the leader's
+// that ends from the pause on is read from its history, through the first
+// that started after r resumed. It FAILS when none that ran while r was
+// paused listed r suspect (the pause did not reach the heal), when one
 // listed it dead (the pause outlasted the grace delay) or when off is not
 // collected within limit of pause.
-func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, healed time.Time, reportedAt, limit time.Duration) {
+func (c *cluster) unconfirmedReplica(r, f int, on, off []meta.SegmentID, healed time.Time, reportedAt, limit time.Duration) {
 	c.t.Helper()
 	gone := map[meta.SegmentID]time.Duration{}
 	c.keptWhilePaused(f, 0, on, off, gone, healed) // before the pause
+	feed := c.leaderFeed()
+	paused := time.Now()
 	if err := c.b(r).Pause(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -193,40 +251,49 @@ func (c *cluster) unconfirmedReplica(r, f, lead int, on, off []meta.SegmentID, h
 			c.b(r).Resume()
 		}
 	}()
-	paused := time.Now()
-	suspect := 0
-	seen := map[uint64]bool{}
+	var resumedAt time.Time // zero while r is paused
+	suspect, during := 0, 0
+	judge := func(p *plugin.PassRecord) {
+		if slices.Contains(p.Report.Dead, meta.BrokerID(r)) {
+			c.t.Fatalf("pass %d of broker %d listed the paused broker %d dead %v after the pause: it outlasted the grace delay", p.Seq, p.Broker, r, p.Ended.Sub(paused))
+		}
+		if !resumedAt.IsZero() && !p.Started.Before(resumedAt) {
+			return
+		}
+		during++
+		if slices.Contains(p.Report.Suspect, meta.BrokerID(r)) {
+			suspect++
+		}
+	}
 	for len(gone) < len(off) || time.Since(healed) < reportedAt+netLeftoverDelay+time.Second {
 		if time.Since(paused) > limit {
 			c.t.Fatalf("broker %d paused %v: only %d of the %d copies on broker %d of segments without a replica on it were collected (%v)", r, limit, len(gone), len(off), f, gone)
 		}
 		time.Sleep(20 * time.Millisecond)
-		rep, pass, l := c.leaderPass(lead)
-		if l != 0 && !seen[pass] {
-			seen[pass] = true
-			if slices.Contains(rep.Suspect, meta.BrokerID(r)) {
-				suspect++
-			}
-			if slices.Contains(rep.Dead, meta.BrokerID(r)) {
-				c.t.Fatalf("pass %d listed the paused broker %d dead %v after the pause: it outlasted the grace delay", pass, r, time.Since(paused))
-			}
+		for _, p := range c.readPasses(feed) {
+			judge(&p)
 		}
 		c.keptWhilePaused(f, r, on, off, gone, healed)
 	}
 	resumed = true
+	resumedAt = time.Now()
 	if err := c.b(r).Resume(); err != nil {
 		c.t.Fatal(err)
 	}
+	c.untilPass(feed, 30*time.Second, fmt.Sprintf("a heal pass that started after broker %d resumed", r), func(p *plugin.PassRecord) (bool, string) {
+		judge(p)
+		return !p.Started.Before(resumedAt), passLine(p)
+	})
 	if suspect == 0 {
-		c.t.Fatalf("no pass of the %d seen listed the paused broker %d suspect: the pause did not reach the heal", len(seen), r)
+		c.t.Fatalf("no pass of the %d that ran while broker %d was paused listed it suspect: the pause did not reach the heal (%s)", during, r, feed.Summary())
 	}
 	first := time.Duration(1 << 62)
 	for _, d := range gone {
 		first = min(first, d)
 	}
-	c.t.Logf("broker %d paused %v (until %v after the partition healed; %d passes listed it suspect, none dead): broker %d kept its %d copies of segments on it, "+
+	c.t.Logf("broker %d paused %v (until %v after the partition healed; %d of the %d passes that ran meanwhile listed it suspect, none dead): broker %d kept its %d copies of segments on it, "+
 		"its %d others were collected from %v after the partition healed",
-		r, time.Since(paused).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond), suspect, f, len(on), len(off), first.Round(time.Millisecond))
+		r, resumedAt.Sub(paused).Round(time.Millisecond), resumedAt.Sub(healed).Round(time.Millisecond), suspect, during, f, len(on), len(off), first.Round(time.Millisecond))
 }
 
 // keptWhilePaused reads broker f's copies once: a copy of on or off gone
@@ -310,8 +377,8 @@ func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 	undo := c.undoLater(c.net().Isolate(f))
 	// What the leader last reported of broker f before it went silent (a
 	// leftover seen then is remembered while f is silent).
-	if r, pass, _ := c.leaderPass(leader); len(r.Leftovers) > 0 {
-		t.Logf("at the cut, the leader's pass %d (index %d) listed leftovers %+v", pass, r.Index, r.Leftovers)
+	if p, ok := c.lastPass(leader); ok && len(p.Report.Leftovers) > 0 {
+		t.Logf("at the cut, the leader's pass %d (index %d) listed leftovers %+v", p.Seq, p.Report.Index, p.Report.Leftovers)
 	}
 	cut := c.healedOff(leader, map[meta.BrokerID]bool{meta.BrokerID(f): true}, 60*time.Second, "segments healed off the isolated follower")
 	files, err := c.b(f).CopyFiles()
@@ -331,39 +398,26 @@ func TestNetPartitionLeavesReturnedCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	healed := time.Now()
+	c.returnedReported(f, held, healed)
+	reportedAt := time.Since(healed)
 	// COPIES counts replicas only: while broker f holds its returned
 	// copies, `malachi status` shows it none.
-	reported := false
-	c.eventually(60*time.Second, "broker f's returned copies reported returned_broker", func() bool {
-		r, _, _ := c.leaderPass()
-		g, ok := leftoverGroup(r, f, "returned_broker")
-		reported = ok && g.Copies == len(held)
-		return reported || len(c.copiesOf(f)) < len(held)
-	})
-	if !reported {
-		t.Fatalf("broker %d's copies were deleted %v after the partition healed, before the leader reported all %d of them returned_broker (leftover_delay %v)",
-			f, time.Since(healed), len(held), netLeftoverDelay)
-	}
-	reportedAt := time.Since(healed)
 	if n := c.statusCopies(leader, f); n != countOn(cut, f) {
 		t.Errorf("malachi status: broker %d COPIES %d while it holds %d returned copies and %d replicas: a leftover counted as a replica", f, n, len(held), countOn(cut, f))
 	}
 	r, on, off := c.splitBy(cut, held, f, leader)
-	c.unconfirmedReplica(r, f, leader, on, off, healed, reportedAt, 12*time.Second)
+	c.unconfirmedReplica(r, f, on, off, healed, reportedAt, 12*time.Second)
 	w := c.watchReturn(f, held, healed)
 	first := time.Duration(1 << 62)
 	for _, d := range w.gone {
 		first = min(first, d)
 	}
-	t.Logf("heal passes seen %d; all %d copies reported returned_broker %v after the partition healed, the first deleted %v after it (leftover_delay %v); other causes on broker %d: %v",
-		len(w.passes), len(held), reportedAt.Round(time.Millisecond), first.Round(time.Millisecond), netLeftoverDelay, f, w.other)
+	t.Logf("heal passes read %d; all %d copies reported returned_broker %v after the partition healed, the first deleted %v after it (leftover_delay %v); other causes on broker %d: %v",
+		w.passes, len(held), reportedAt.Round(time.Millisecond), first.Round(time.Millisecond), netLeftoverDelay, f, w.other)
 	if len(w.other) > 0 {
 		t.Errorf("broker %d's returned copies were also reported under other causes: %v", f, w.other)
 	}
-	c.eventually(60*time.Second, "the leader reports no leftover copy", func() bool {
-		r, _, _ := c.leaderPass()
-		return r.LeftoverCopies == 0 && len(r.LeftoverErrors) == 0
-	})
+	c.noLeftovers(60 * time.Second)
 	after := c.netFinal(before, holds(f))
 	c.caughtUp(f, after.Index, 30*time.Second)
 	files, err = c.b(f).CopyFiles()
@@ -445,34 +499,36 @@ type partialWatch struct {
 	seen     string
 }
 
-// watchPartial polls, after the partition healed, until broker spare's
-// copy of seg is in seg's set or gone: every distinct pass of the leader
-// is read for a partial_backfill leftover of seg on spare, and every poll
-// asserts that while the copy is not whole and sealed no set names it, and
-// that it is not deleted while seg is short of RF 3 live replicas (dead
-// is the killed broker).
-func (c *cluster) watchPartial(spare, dead int, seg meta.Segment) partialWatch {
+// watchPartial polls, after the partition healed (at healed), until broker
+// spare's copy of seg is in seg's set or gone: every heal pass of the
+// leader's that ends from healed on, through the first that ends after
+// the poll stops, is read from its history for a partial_backfill
+// leftover of seg on spare, and every poll asserts that while the copy is
+// not whole and sealed no set names it, and that it is not deleted while
+// seg is short of RF 3 live replicas (dead is the killed broker).
+func (c *cluster) watchPartial(spare, dead int, seg meta.Segment, healed time.Time) partialWatch {
 	c.t.Helper()
 	var w partialWatch
-	seen := map[[2]uint64]bool{}
+	feed := harness.NewPassFeed(healed)
+	judge := func(p *plugin.PassRecord) {
+		w.passes++
+		g, _ := leftoverGroup(&p.Report, spare, heal.PartialBackfill)
+		w.seen = fmt.Sprintf("pass %d of leader %d: partial_backfill on %d %v; leftovers %v", p.Seq, p.Broker, spare, g.Segments, p.Report.Leftovers)
+		w.reported = w.reported || slices.Contains(g.Segments, seg.ID)
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for !w.replica && !w.gone {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("broker %d's partial copy of %s neither resumed nor collected after 2 minutes; reported %v; last seen: %s", spare, seg.ID, w.reported, w.seen)
+			c.t.Fatalf("broker %d's partial copy of %s neither resumed nor collected after 2 minutes; reported %v; last pass read: %s", spare, seg.ID, w.reported, w.seen)
 		}
 		time.Sleep(20 * time.Millisecond)
-		r, pass, lead := c.leaderPass()
-		if lead == 0 {
+		for _, p := range c.readPasses(feed) {
+			judge(&p)
+		}
+		if len(feed.Leaders) == 0 {
 			continue
 		}
-		if key := [2]uint64{uint64(lead), pass}; !seen[key] {
-			seen[key] = true
-			w.passes++
-			g, _ := leftoverGroup(r, spare, "partial_backfill")
-			w.seen = fmt.Sprintf("pass %d of leader %d: partial_backfill on %d %v; leftovers %v", pass, lead, spare, g.Segments, r.Leftovers)
-			w.reported = w.reported || slices.Contains(g.Segments, seg.ID)
-		}
-		snap, err := c.metadata(lead)
+		snap, err := c.metadata(int(feed.Leaders[len(feed.Leaders)-1]))
 		cps := c.copiesOf(spare)
 		if err != nil || cps == nil {
 			continue
@@ -491,7 +547,22 @@ func (c *cluster) watchPartial(spare, dead int, seg meta.Segment) partialWatch {
 			w.gone = true
 		}
 	}
+	end := time.Now()
+	c.untilPass(feed, 30*time.Second, "a heal pass that ended after the partial copy was resumed or collected", func(p *plugin.PassRecord) (bool, string) {
+		judge(p)
+		return p.Ended.After(end), passLine(p)
+	})
 	return w
+}
+
+// noLeftovers waits for a heal pass of the leader's, read from its
+// history from the call on, that reports no leftover copy and no failed
+// delete.
+func (c *cluster) noLeftovers(within time.Duration) {
+	c.t.Helper()
+	c.untilPass(harness.NewPassFeed(time.Now()), within, "the leader reports no leftover copy", func(p *plugin.PassRecord) (bool, string) {
+		return p.Report.LeftoverCopies == 0 && len(p.Report.LeftoverErrors) == 0, fmt.Sprintf("%s; leftovers %v, errors %v", passLine(p), p.Report.Leftovers, p.Report.LeftoverErrors)
+	})
 }
 
 // TestNetPartitionLeavesPartialBackfill kills a follower of four brokers
@@ -558,9 +629,9 @@ func TestNetPartitionLeavesPartialBackfill(t *testing.T) {
 	if err := undo(); err != nil {
 		t.Fatal(err)
 	}
-	w := c.watchPartial(spare, v, seg)
+	w := c.watchPartial(spare, v, seg, time.Now())
 	if !w.reported {
-		t.Fatalf("broker %d's partial copy of %s was never reported partial_backfill in the %d passes seen (last: %s)", spare, seg.ID, w.passes, w.seen)
+		t.Fatalf("broker %d's partial copy of %s was never reported partial_backfill in the %d passes read (last: %s)", spare, seg.ID, w.passes, w.seen)
 	}
 	if w.replica {
 		got := logged(c.b(spare), "backfill committed", seg.ID)
@@ -572,10 +643,7 @@ func TestNetPartitionLeavesPartialBackfill(t *testing.T) {
 	} else {
 		t.Logf("reported partial_backfill, then collected (the heal chose another target)")
 	}
-	c.eventually(60*time.Second, "the leader reports no leftover copy", func() bool {
-		r, _, _ := c.leaderPass()
-		return r.LeftoverCopies == 0 && len(r.LeftoverErrors) == 0
-	})
+	c.noLeftovers(60 * time.Second)
 	after := c.netFinal(before, holds(v))
 	for _, b := range c.brokers {
 		files, err := b.CopyFiles()

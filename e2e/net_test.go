@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/internal/netns"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // The network tests run every broker in a network namespace of its own
@@ -107,13 +109,10 @@ func (c *cluster) netFinal(before meta.Snapshot, allowed func(meta.Segment) int)
 	}
 	leader := c.waitLeader(30 * time.Second)
 	snap := c.healedOff(leader, dead, 60*time.Second, "every segment at RF 3 on live brokers")
-	c.eventually(30*time.Second, "a clean heal pass after the last change", func() bool {
-		st, err := c.status(leader)
-		if err != nil || st.LastPass == nil {
-			return false
-		}
-		r := st.LastPass
-		return st.Leader && r.Index >= snap.Index && r.UnderReplicated == 0 && len(r.Failed) == 0 && r.HoldReason == ""
+	c.untilPass(harness.NewPassFeed(time.Now()), 30*time.Second, "a clean heal pass after the last change", func(p *plugin.PassRecord) (bool, string) {
+		r := &p.Report
+		return r.Index >= snap.Index && r.UnderReplicated == 0 && len(r.Failed) == 0 && r.HoldReason == "",
+			fmt.Sprintf("%s; want index %d or later", passLine(p), snap.Index)
 	})
 	snap, err := c.metadata(leader)
 	if err != nil {
@@ -240,23 +239,24 @@ func TestNetSplit32(t *testing.T) {
 	if len(major) != 3 {
 		major, minor = append(major, minor[0]), minor[1:]
 	}
+	// Every pass of the leader from the split on is read from its history:
+	// up to the first that holds, then three more, each of which must hold.
+	feed := c.leaderFeed()
 	undo := c.undoLater(c.net().Partition(major, minor))
-	var reason string
-	var passes uint64
-	c.eventually(30*time.Second, "the brake holds on the majority's leader", func() bool {
-		st, err := c.status(leader)
-		if err != nil || st.LastPass == nil {
-			return false
-		}
-		reason, passes = st.LastPass.HoldReason, st.Passes
-		return reason != ""
+	first := c.untilPass(feed, 30*time.Second, "the brake holds on the majority's leader", func(p *plugin.PassRecord) (bool, string) {
+		return p.Report.HoldReason != "", passLine(p)
 	})
+	reason := first.Report.HoldReason
 	if !strings.Contains(reason, "brokers_missing: 2 of 5") {
 		t.Errorf("hold reason %q: want brokers_missing: 2 of 5", reason)
 	}
-	c.eventually(30*time.Second, "three more held passes", func() bool {
-		st, err := c.status(leader)
-		return err == nil && st.Passes >= passes+3 && st.LastPass != nil && st.LastPass.HoldReason != ""
+	more := 0
+	c.untilPass(feed, 30*time.Second, "three more held passes", func(p *plugin.PassRecord) (bool, string) {
+		if p.Report.HoldReason == "" {
+			t.Fatalf("pass %d of broker %d: the hold lifted on its own with the brokers still split %v | %v: %+v", p.Seq, p.Broker, major, minor, p.Report)
+		}
+		more++
+		return more == 3, fmt.Sprintf("%d held passes after pass %d of broker %d", more, first.Seq, first.Broker)
 	})
 	held, err := c.metadata(leader)
 	if err != nil {
@@ -399,7 +399,7 @@ const flapFor = 30 * time.Second
 
 // flapped is what the leader said while a link flapped.
 type flapped struct {
-	passes  int     // distinct heal passes seen (the poll misses some)
+	passes  int     // heal passes of the leader's that ended while the link flapped, every one
 	suspect int     // of which listed the flapping broker suspect
 	dead    int     // of which listed it dead
 	silent  float64 // the longest silence of the flapping broker the leader's raft reported, seconds
@@ -407,7 +407,7 @@ type flapped struct {
 
 // flapStatus is the part of /v1/status flap reads.
 type flapStatus struct {
-	healStatus
+	Leader  bool `json:"leader"`
 	Members []struct {
 		ID     meta.BrokerID `json:"id"`
 		Silent float64       `json:"silent_seconds"`
@@ -415,10 +415,12 @@ type flapStatus struct {
 }
 
 // flap flaps broker f's link for flapFor (FlapPlan(f, flapFor, seed)),
-// polling the leader's status meanwhile (heal passes, raft silences). It
-// fails the test if the flap met an error, made fewer changes than
-// planned, or the leader never heard f silent for half the longest
-// planned down phase (the cuts did not reach the brokers).
+// polling the leader's status meanwhile for raft silences and reading
+// from the leader's history every heal pass that ends while it flaps (up
+// to the first that ends after). It fails the test if the flap met an error,
+// made fewer changes than planned, or the leader never heard f silent for
+// half the longest planned down phase (the cuts did not reach the
+// brokers).
 func (c *cluster) flap(f int, seed uint64) flapped {
 	c.t.Helper()
 	plan := netns.FlapPlan(f, flapFor, seed)
@@ -428,12 +430,29 @@ func (c *cluster) flap(f int, seed uint64) flapped {
 			longest = max(longest, plan[k].At-plan[k-1].At)
 		}
 	}
+	var out flapped
+	var end time.Time
+	judge := func(p *plugin.PassRecord) {
+		if p.Ended.After(end) {
+			return
+		}
+		out.passes++
+		if slices.Contains(p.Report.Suspect, meta.BrokerID(f)) {
+			out.suspect++
+		}
+		if slices.Contains(p.Report.Dead, meta.BrokerID(f)) {
+			out.dead++
+		}
+	}
+	feed := c.leaderFeed()
 	undo, events, err := c.net().Flap(f, flapFor, seed)
 	c.undoLater(undo, err)
-	var out flapped
-	seen := map[[2]uint64]bool{} // (leader, pass number)
 	lead := 0
-	for end := time.Now().Add(flapFor + time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	end = time.Now().Add(flapFor + time.Second)
+	for ; time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, p := range c.readPasses(feed) {
+			judge(&p)
+		}
 		if lead == 0 {
 			for _, b := range c.brokers {
 				var h health
@@ -458,19 +477,11 @@ func (c *cluster) flap(f int, seed uint64) flapped {
 				out.silent = max(out.silent, m.Silent)
 			}
 		}
-		key := [2]uint64{uint64(lead), st.Passes}
-		if st.LastPass == nil || seen[key] {
-			continue
-		}
-		seen[key] = true
-		out.passes++
-		if slices.Contains(st.LastPass.Suspect, meta.BrokerID(f)) {
-			out.suspect++
-		}
-		if slices.Contains(st.LastPass.Dead, meta.BrokerID(f)) {
-			out.dead++
-		}
 	}
+	c.untilPass(feed, 30*time.Second, "a heal pass that ended after the flap", func(p *plugin.PassRecord) (bool, string) {
+		judge(p)
+		return p.Ended.After(end), passLine(p)
+	})
 	if err := undo(); err != nil {
 		c.t.Errorf("the flap of broker %d: %v", f, err)
 	}
@@ -478,8 +489,8 @@ func (c *cluster) flap(f int, seed uint64) flapped {
 	if len(done) < len(plan) {
 		c.t.Fatalf("the link of broker %d changed %d times, %d planned (FlapPlan seed %d): %v", f, len(done), len(plan), seed, done)
 	}
-	c.t.Logf("broker %d's link changed %d times in %v (planned %d, longest cut %v); the leader heard it silent for up to %.2f s; heal passes seen: %d, %d listing it suspect, %d dead",
-		f, len(done), flapFor, len(plan), longest, out.silent, out.passes, out.suspect, out.dead)
+	c.t.Logf("broker %d's link changed %d times in %v (planned %d, longest cut %v); the leader heard it silent for up to %.2f s; %d heal passes ended while it flapped, %d listing it suspect, %d dead (%s)",
+		f, len(done), flapFor, len(plan), longest, out.silent, out.passes, out.suspect, out.dead, feed.Summary())
 	if out.silent < longest.Seconds()/2 {
 		c.t.Errorf("the leader heard broker %d silent for at most %.2f s, the longest cut lasted %v: the flap did not cut it off", f, out.silent, longest)
 	}
@@ -511,7 +522,7 @@ func TestNetFlap(t *testing.T) {
 			f := victim(c, before, leader)
 			got := c.flap(f, tc.seed)
 			if got.passes == 0 {
-				t.Fatal("no heal pass seen while the link flapped")
+				t.Fatal("no heal pass read while the link flapped")
 			}
 			if tc.name == "within-grace" {
 				if got.dead > 0 {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,10 +19,12 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/internal/raftwire"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/plugin"
 )
 
 // outsider is a caller of a raft port that must not reach raft: how it
@@ -356,22 +359,21 @@ func TestBrokerWithAnotherCA(t *testing.T) {
 		c.mustRun(v)
 		return strangers.Call(context.Background(), "GET", c.b(v).admin, "/v1/health", nil, nil) == nil && dialable(c.b(v).rpc)
 	})
-	st0, err := c.status(leader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Two passes on, the last started after broker 5 was up.
-	var st healStatus
-	c.eventually(20*time.Second, "two more passes of the leader", func() bool {
-		st, err = c.status(leader)
-		return err == nil && st.Passes >= st0.Passes+2
+	// Every pass of the leader's that started after broker 5 was up is
+	// read from its history: the first reports it auth_failed, and none
+	// counts it dead.
+	up := time.Now()
+	feed := harness.NewPassFeed(up)
+	first := c.untilPass(feed, 20*time.Second, "a pass of the leader started after broker 5 was up", func(p *plugin.PassRecord) (bool, string) {
+		c.notDead(p, v, up)
+		return p.Started.After(up), passLine(p)
 	})
-	reason, ok := authFailed(st.LastPass, v)
+	reason, ok := authFailed(&first.Report, v)
 	if !ok || !strings.Contains(reason, "another CA") {
-		t.Fatalf("pass %d of the leader: auth_failed %+v, dead %v; want broker %d, for another CA", st.Passes, st.LastPass.AuthFailed, st.LastPass.Dead, v)
+		t.Fatalf("pass %d of broker %d: auth_failed %+v, dead %v; want broker %d, for another CA", first.Seq, first.Broker, first.Report.AuthFailed, first.Report.Dead, v)
 	}
 	t.Logf("broker %d auth_failed: %s", v, reason)
-	c.neverDead(leader, v, grace)
+	c.neverDead(feed, v, up, first, grace)
 	after, err := c.metadata(leader)
 	if err != nil {
 		t.Fatal(err)
@@ -407,37 +409,27 @@ func TestBrokerWithAnotherCA(t *testing.T) {
 	}
 }
 
-// neverDead watches the leader's passes until one ends grace plus a second
-// after the first that reported broker id auth_failed, failing if any of
-// them counts it dead. (Not answering probes, it is also listed suspect:
-// seen within grace.)
-func (c *cluster) neverDead(leader, id int, grace time.Duration) {
+// notDead fails the test when pass p, started after up, counts broker id
+// dead.
+func (c *cluster) notDead(p *plugin.PassRecord, id int, up time.Time) {
 	c.t.Helper()
-	var first time.Time
-	var passes [2]uint64
-	defer func() {
-		c.t.Logf("passes %d to %d in grace + 1s after broker %d first auth_failed (tick 200ms)", passes[0], passes[1], id)
-	}()
-	c.eventually(grace+30*time.Second, fmt.Sprintf("the leader's passes past grace (%v) with broker %d auth_failed", grace, id), func() bool {
-		var st struct {
-			healStatus
-			At time.Time `json:"last_pass_at"`
-		}
-		if err := c.get(leader, "/v1/status", &st); err != nil || st.LastPass == nil {
-			return false
-		}
-		for _, d := range st.LastPass.Dead {
-			if int(d) == id {
-				c.t.Fatalf("pass %d counts broker %d dead (auth_failed %+v)", st.Passes, id, st.LastPass.AuthFailed)
-			}
-		}
-		passes[1] = st.Passes
-		if _, ok := authFailed(st.LastPass, id); ok && first.IsZero() {
-			first, passes[0] = st.At, st.Passes
-			c.t.Logf("pass %d: broker %d auth_failed, and suspect %v", st.Passes, id, st.LastPass.Suspect)
-		}
-		return !first.IsZero() && st.At.After(first.Add(grace+time.Second))
+	if p.Started.After(up) && slices.Contains(p.Report.Dead, meta.BrokerID(id)) {
+		c.t.Fatalf("pass %d of broker %d counts broker %d dead (auth_failed %+v)", p.Seq, p.Broker, id, p.Report.AuthFailed)
+	}
+}
+
+// neverDead reads feed's passes, every one, until one ends grace plus a
+// second after first, the first that reported broker id auth_failed,
+// failing if any of them that started after up counts it dead. (Not
+// answering probes, it is also listed suspect: seen within grace.)
+func (c *cluster) neverDead(feed *harness.PassFeed, id int, up time.Time, first plugin.PassRecord, grace time.Duration) {
+	c.t.Helper()
+	c.t.Logf("pass %d: broker %d auth_failed, and suspect %v", first.Seq, id, first.Report.Suspect)
+	last := c.untilPass(feed, grace+30*time.Second, fmt.Sprintf("the leader's passes past grace (%v) with broker %d auth_failed", grace, id), func(p *plugin.PassRecord) (bool, string) {
+		c.notDead(p, id, up)
+		return p.Ended.After(first.Ended.Add(grace + time.Second)), passLine(p)
 	})
+	c.t.Logf("passes %d to %d in grace + 1s after broker %d first auth_failed (tick 200ms; %s)", first.Seq, last.Seq, id, feed.Summary())
 }
 
 // rotate replaces broker id's broker.crt and broker.key by new ones of
@@ -604,16 +596,22 @@ func TestCertificateRotationSIGHUP(t *testing.T) {
 			}
 		}
 	}
-	c.eventually(120*time.Second, "healed off the killed broker, every copy confirmed", func() bool {
+	feed := harness.NewPassFeed(time.Now())
+	var healed meta.Snapshot
+	c.eventually(120*time.Second, "healed off the killed broker", func() bool {
 		l := c.leader()
-		snap, err := c.metadata(l)
-		if err != nil {
+		if l == 0 {
 			return false
 		}
-		st, err := c.status(l)
-		healed, _ := c.fullyHealed(snap, 3, dead)
-		return err == nil && healed && st.LastPass != nil && st.LastPass.Index >= snap.Index && st.LastPass.UnderReplicated == 0 &&
-			st.LastPass.Anomalies == 0 && len(st.LastPass.Unsettled) == 0 && len(st.LastPass.Failed) == 0
+		snap, err := c.metadata(l)
+		full, _ := c.fullyHealed(snap, 3, dead)
+		healed = snap
+		return err == nil && full
+	})
+	c.untilPass(feed, 60*time.Second, "a pass over the healed metadata with every copy confirmed", func(p *plugin.PassRecord) (bool, string) {
+		r := &p.Report
+		return r.Index >= healed.Index && r.UnderReplicated == 0 && r.Anomalies == 0 && len(r.Unsettled) == 0 && len(r.Failed) == 0,
+			fmt.Sprintf("%s; want index %d or later", passLine(p), healed.Index)
 	})
 	after, _ := c.metadata(c.leader())
 	c.checkCopies(after)
