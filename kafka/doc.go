@@ -1,0 +1,84 @@
+// Package kafka serves the Kafka wire protocol for producing and consuming
+// by partition, so that stock Kafka clients (franz-go, librdkafka, the Java
+// client) can use a malachi broker. Every request and response is encoded
+// and decoded by franz-go's kmsg; the package holds no protocol structs of
+// its own.
+//
+// # Usage
+//
+// The broker implements Cluster (its topics, brokers, producer ids) and
+// Log (one partition's replicated log on its leader), then:
+//
+//	cfg := kafka.DefaultConfig()
+//	cfg.TLS, cfg.Authorize = certs.ServerConfig(), func(cs tls.ConnectionState) (pki.Identity, error) {
+//		return certs.VerifyPeer(cs.PeerCertificates)
+//	}
+//	srv, err := kafka.NewServer(cfg, cluster)
+//	go srv.Serve(ln)
+//	...
+//	srv.Close()
+//
+// Each connection is served by one goroutine: read a size-prefixed frame,
+// parse the header, answer with the handler of the request's kind
+// (apiversions, metadata, createtopics, produce, initproducerid, fetch,
+// listoffsets: one file each), write the response. The served kinds and
+// versions are the table in dispatch.go; ApiVersions advertises exactly
+// that table.
+//
+// # Invariants
+//
+//  1. Responses on a connection go out in request order, one per request,
+//     except Produce with acks=0, which has none.
+//  2. A request of a kind or version not in the table is answered with
+//     UNSUPPORTED_VERSION in that kind's own response (ApiVersions: at v0
+//     with the table, as Kafka does); the connection stays usable. Only
+//     what cannot be answered closes the connection, with a log line: a
+//     frame over Config.MaxFrameBytes, a truncated frame, a header or body
+//     that does not parse, a key or version the protocol library does not
+//     know, a failed acks=0 produce.
+//  3. A produced partition carries exactly one record batch v2 whose
+//     CRC-32C (attributes to end) matches; anything else is refused
+//     (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, ...) and
+//     nothing is stored.
+//  4. Per partition, the producer check, the Log.Append and the record of
+//     the batch's sequence happen under one lock (partition.mu): a batch
+//     is stored at most once per (producer id, epoch, sequence range)
+//     among a producer's last 5 batches; a retry of one of those is
+//     answered with its first base offset; a gap in sequence is refused
+//     (OUT_OF_ORDER_SEQUENCE_NUMBER), an older epoch too
+//     (INVALID_PRODUCER_EPOCH).
+//  5. Producer state is a function of the stored batch headers
+//     (RebuildProducers): a partition's state is rebuilt from its Log the
+//     first time it is produced to through a given Log value, so a new
+//     leader answers retries as the old one would have.
+//  6. The Log assigns offsets: a batch's base offset is the Log's end
+//     before the append, written into the batch (SetBaseOffset).
+//  7. Fetch returns only what is below the high watermark, waits for data
+//     on Log.Wait (never by polling), and answers offsets outside
+//     [log start, high watermark] with OFFSET_OUT_OF_RANGE.
+//  8. Bad input and refused requests change nothing.
+//
+// # Security
+//
+// With Config.TLS, a client must present a certificate that
+// Config.Authorize accepts, or the handshake fails. The identity's role
+// decides what the connection may do (RoleAccess): read (Metadata, Fetch,
+// ListOffsets) for viewers and operators, write (Produce, InitProducerID,
+// topic creation) for operators. A refusal is answered with the kind's own
+// error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and a
+// log line naming the peer and the access it lacks. Config.Insecure serves
+// plaintext and grants everything; the broker restricts it to loopback.
+//
+// # Not served
+//
+// Consumer groups and offset commits, transactions (a transactional id is
+// refused), fetch sessions (declined as Kafka allows), topic ids
+// (Produce ≤ v9, Fetch ≤ v12), ListOffsets by timestamp, compaction and
+// deletion.
+//
+// # Concurrency
+//
+// A Server is safe for concurrent use; Close stops listeners and
+// connections and waits for their goroutines. Producers is not: its
+// partition's lock guards it.
+package kafka
