@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -159,4 +158,3 @@ func checkLogs(t *testing.T, cl *testCluster, topic string, want map[int32][]*kg
 	}
 }
 
-var _ = filepath.Join
