@@ -44,7 +44,8 @@ type Cluster interface {
 	// Partition is the log of a partition this broker leads.
 	// ErrUnknownTopicOrPartition, ErrNotLeader. The same partition must
 	// return the same Log value until its leadership changes: the listener
-	// keeps the partition's producer state per Log value (see Log).
+	// keeps the partition's producer state per Log value, compared with ==,
+	// so a Log must be of a comparable type (a pointer).
 	Partition(topic string, index int32) (Log, error)
 	// NewProducerID returns a producer id no other call in the cluster
 	// returned, ever (InitProducerID).

@@ -157,4 +157,3 @@ func checkLogs(t *testing.T, cl *testCluster, topic string, want map[int32][]*kg
 		}
 	}
 }
-
