@@ -63,6 +63,10 @@ type NemesisReport struct {
 	ChecksRun      int `json:"quiescent_checks"`
 	ChecksPassed   int `json:"quiescent_checks_passed"`
 	PassesObserved int `json:"passes_observed"`
+	// BytesRereplicated: the growth of every broker's backfill byte
+	// counter over each epoch and its heal (a broker killed in an epoch
+	// counts from its restart: a lower bound).
+	BytesRereplicated int64 `json:"bytes_rereplicated"`
 	PassesUnseen   int `json:"passes_unseen"`
 	HoldsSeen      int `json:"passes_on_hold"`
 	// KillsDuringWrite counts the kills that struck while a write was in
@@ -194,6 +198,7 @@ func (n *nemesis) epochs(ctx context.Context) error {
 			return err
 		}
 		n.d.logf("nemesis: epoch %d of %d: %d faults over %v", i+1, len(n.sched.Epochs), len(ep.Events), ep.Window)
+		before := n.d.backfillBytes(ctx)
 		wctx, stopWriter := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -204,6 +209,7 @@ func (n *nemesis) epochs(ctx context.Context) error {
 		if err := n.quiesce(ctx, fmt.Sprintf("after epoch %d", i+1)); err != nil {
 			return err
 		}
+		n.rep.BytesRereplicated += n.d.backfillDelta(ctx, before)
 		// Every pass the brokers ran is in their histories: read them all
 		// before judging.
 		if err := n.readAllPasses(ctx, 10*time.Second); err != nil {

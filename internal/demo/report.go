@@ -257,6 +257,9 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 		r.Unhealthy[id] = e.Unhealthy[id]
 	}
 	r.BytesRereplicated, r.BytesEstimated = 0, 0
+	if r.Nemesis != nil {
+		r.BytesRereplicated = r.Nemesis.BytesRereplicated
+	}
 	stagesOK := true
 	for _, f := range r.Faults {
 		r.BytesRereplicated += f.BytesRereplicated
@@ -305,6 +308,16 @@ func (r *Report) summarize(e evaluation) {
 		}
 		s.SecondsToHeal = append(s.SecondsToHeal, stageSeconds{Stage: f.Stage, Seconds: f.SecondsToHeal})
 	}
+	if n := r.Nemesis; n != nil {
+		injected := 0
+		for _, c := range n.FaultsInjected {
+			injected += c
+		}
+		s.FaultsInjected += injected
+		if n.SegmentsLost == 0 && len(n.Violations) == 0 && len(n.UndoFailed) == 0 && n.ChecksRun > 0 && n.ChecksPassed == n.ChecksRun {
+			s.FaultsSurvived += injected
+		}
+	}
 	r.Summary = s
 }
 
@@ -346,6 +359,8 @@ func (r *Report) writeText(w io.Writer) {
 	if killed {
 		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
 		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	} else if r.Nemesis != nil {
+		fmt.Fprintf(w, "seconds_to_heal    - (no staged kill: the nemesis's faults and heals are below)\n")
 	} else {
 		fmt.Fprintf(w, "seconds_to_heal    - (no broker was killed: the kill stage did not run)\n")
 	}

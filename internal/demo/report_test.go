@@ -212,3 +212,19 @@ func TestReportUnhealthyCapped(t *testing.T) {
 		t.Fatalf("unhealthy %d (want 20 listed), failed %d", len(r.Unhealthy), r.Failed)
 	}
 }
+
+// A nemesis run's summary counts the nemesis's faults and the bytes its
+// heals re-replicated, not only the staged suite's (none ran).
+func TestReportNemesisSummary(t *testing.T) {
+	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
+	r.Nemesis = &NemesisReport{FaultsInjected: map[FaultKind]int{KindKill: 2, KindPause: 1}, ChecksRun: 1, ChecksPassed: 1, BytesRereplicated: 3 << 20}
+	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	if s := r.Summary; s.FaultsInjected != 3 || s.FaultsSurvived != 3 || s.BytesRereplicated != 3<<20 {
+		t.Fatalf("summary %+v: want 3 injected, 3 survived, 3 MiB re-replicated", s)
+	}
+	r.Nemesis.Violations = []string{"set-changes: ..."}
+	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	if s := r.Summary; s.FaultsInjected != 3 || s.FaultsSurvived != 0 || r.OK {
+		t.Fatalf("with a violation: summary %+v OK %v: want 3 injected, none survived, not OK", s, r.OK)
+	}
+}

@@ -257,15 +257,15 @@ func (f *PassFeed) Until(ctx context.Context, c *Cluster, within time.Duration, 
 		if err != nil {
 			lastErr = err
 		}
+		if p := f.Problem(); p != "" {
+			return plugin.PassRecord{}, errors.New(p)
+		}
 		for i := range recs {
 			done, w := each(&recs[i])
 			if done {
 				return recs[i], nil
 			}
 			why = w
-		}
-		if p := f.Problem(); p != "" {
-			return plugin.PassRecord{}, errors.New(p)
 		}
 		if time.Now().After(deadline) {
 			if lastErr != nil {
