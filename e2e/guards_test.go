@@ -42,7 +42,7 @@ func (c *cluster) waitConfirmed(n int) {
 	})
 }
 
-// The mass-failure brake (issue 8) with real processes: two of five
+// The mass-failure brake with real processes: two of five
 // brokers (more than the default quarter) killed within one grace delay.
 // The leader holds: no backfill starts and no replica set changes over
 // several passes, and every pass says why. An operator's release through a
@@ -144,7 +144,7 @@ func throttledClusterAt(t *testing.T, rate int) (*cluster, int, meta.Snapshot) {
 	return c, leader, before
 }
 
-// A returning broker (issue 8) with real processes: a broker paused
+// A returning broker with real processes: a broker paused
 // (SIGSTOP) past the grace delay counts as dead and its segments start
 // backfilling, slowly (a per-broker rate cap); it resumes (SIGCONT) before
 // they finish. The backfills replacing it are cancelled, its intact copies

@@ -338,7 +338,7 @@ func sameSet(a, b []meta.BrokerID) bool {
 	return true
 }
 
-// The performance goal of issue 6: 5 brokers, sealed segments of 1 MiB at
+// The performance goal: 5 brokers, sealed segments of 1 MiB at
 // replication factor 3, one broker killed; seconds_to_heal runs from the
 // moment the broker counts as dead (kill + grace) to every segment back at
 // its replication factor with every copy verified (settled and confirmed).
@@ -503,7 +503,7 @@ func TestIntegrityPassHealsInPlace(t *testing.T) {
 	c.checkCopies(after)
 }
 
-// Honest loss reporting (issue 8): a segment whose every copy is gone is
+// Honest loss reporting: a segment whose every copy is gone is
 // reported lost on every pass with its replicas, counted in the lost
 // gauges, and an operator's acknowledgement (sent to a follower, forwarded
 // to the leader) keeps it listed, marked acknowledged. The other segments

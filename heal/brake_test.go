@@ -11,7 +11,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Issue 8: 3 of 6 brokers lost within one grace window: no backfill
+// 3 of 6 brokers lost within one grace window: no backfill
 // starts, the hold is reported on every pass, and an operator's release
 // lets placement go ahead.
 func TestCoordinatorHoldsOnMassFailure(t *testing.T) {
@@ -53,7 +53,7 @@ func TestCoordinatorHoldsOnMassFailure(t *testing.T) {
 	}
 }
 
-// Issue 8: a segment with no intact copy is reported on every pass and
+// a segment with no intact copy is reported on every pass and
 // costs its replicas no reads.
 func TestLostSegmentCostsNoReads(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Missing, 0, false).anomaly(2, "a", Short, 5, false).anomaly(3, "a", Latched, 0, false)
@@ -97,7 +97,7 @@ func TestSparseBrokerIDs(t *testing.T) {
 	}
 }
 
-// Issue 8: a broker back before its backfills finish: they are cancelled,
+// a broker back before its backfills finish: they are cancelled,
 // no replica-set change is applied for its segments, the bytes saved are
 // reported, and other segments heal as planned.
 func TestCoordinatorReturningBroker(t *testing.T) {

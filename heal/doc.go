@@ -134,7 +134,7 @@
 //     segment is reported no_spare_broker with its copies on every pass. A
 //     dropped latched copy is deleted only after the new set is recorded.
 //   - A corrupt copy (FactCorrupt: the broker's scrubber found a checksum
-//     mismatch in a copy of the right size, issue 7) is treated as lost,
+//     mismatch in a copy of the right size) is treated as lost,
 //     exactly like a latched one: never a backfill source, replaced from an
 //     intact replica (ReplaceCorruptCopy), deleted only after the set
 //     leaving it out is recorded, kept behind the healthy replicas when no
@@ -158,7 +158,7 @@
 // waits (caps, a suspect replica, a timed-out probe, a hold) is counted in
 // Report.Deferred, not failed.
 //
-// The mass-failure brake (issue 8, see Hold): when more than
+// The mass-failure brake (see Hold): when more than
 // Policy.HoldShare of the brokers (default 1/4, at least two) or a whole
 // rack of at least two go missing within one grace window, no backfill
 // starts (neither new replicas nor in-place resumes) and Report.HoldReason
@@ -168,7 +168,7 @@
 // them and leaves the segment's set as it was (Report.Returned,
 // BytesSaved; Config.ReturnCheck).
 //
-// Honest loss reporting (issue 8): a sealed segment with no intact copy
+// Honest loss reporting: a sealed segment with no intact copy
 // that can be read (every replica dead, latched, missing, short, corrupt,
 // or refused as a source) is listed once per pass in Report.Lost, with its
 // offsets, size and recorded replicas, on every pass until it heals
@@ -184,7 +184,7 @@
 // lost segment (Coordinator.Acknowledge, Input.Acknowledged): it stays in
 // Report.Lost, marked, until it is healthy again.
 //
-// Leftover copies (issue 15, leftover.go): a ProbeReport also lists the
+// Leftover copies (leftover.go): a ProbeReport also lists the
 // copies the broker holds outside their segment's set (Leftover: size,
 // footer, the last failed delete's error text). ClassifyLeftover gives
 // each a Cause (failed_delete, failed_load, partial_backfill,

@@ -13,7 +13,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Issue 7: Corrupt is a new wire value after TimedOut; the old ones keep
+// Corrupt is a new wire value after TimedOut; the old ones keep
 // their numbers.
 func TestCorruptKindWire(t *testing.T) {
 	if Missing != 1 || Short != 2 || Overrun != 3 || Latched != 4 || TimedOut != 5 || Corrupt != 6 {
@@ -42,7 +42,7 @@ func TestCorruptKindWire(t *testing.T) {
 	}
 }
 
-// Issue 7: a corrupt copy is treated as lost.
+// a corrupt copy is treated as lost.
 func TestCorruptCopy(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -89,7 +89,7 @@ func TestCorruptCopy(t *testing.T) {
 	}
 }
 
-// Issue 8: a lost segment is listed with its id, offsets, size and last
+// a lost segment is listed with its id, offsets, size and last
 // known replicas; the gauges add up; an acknowledgement is kept while the
 // segment is unhealthy and dropped once it is healthy.
 func TestLostReport(t *testing.T) {
@@ -122,7 +122,7 @@ func TestLostReport(t *testing.T) {
 	}
 }
 
-// Issue 8: a Refusal in force keeps the planner off that copy; every
+// a Refusal in force keeps the planner off that copy; every
 // source refused makes the segment lost with no read planned; any change
 // to the segment lifts the refusals.
 func TestRefusal(t *testing.T) {
@@ -172,7 +172,7 @@ func TestRefusal(t *testing.T) {
 	}
 }
 
-// Issue 8: an operator acknowledges a lost segment; later reports keep it,
+// an operator acknowledges a lost segment; later reports keep it,
 // marked; a bad id or a segment that is not lost is refused and changes
 // nothing.
 func TestCoordinatorAcknowledge(t *testing.T) {
@@ -240,7 +240,7 @@ func (r *refusingFake) Backfill(ctx context.Context, target, source meta.BrokerI
 	return r.fakeBrokers.Backfill(ctx, target, source, s, from)
 }
 
-// Issue 8: a source whose backfill fails with ErrSourceRefused is read at
+// a source whose backfill fails with ErrSourceRefused is read at
 // most once while the segment is unchanged; an error that does not say so
 // counts after RefuseAfter attempts (each to another target). Either way
 // the read traffic stops and the segment is reported lost.
@@ -297,7 +297,7 @@ func TestCoordinatorRefusedSourceNotReadAgain(t *testing.T) {
 	}
 }
 
-// Issue 8: a segment lost on the previous pass stays reported lost while
+// a segment lost on the previous pass stays reported lost while
 // no copy of it is known intact, even when a copy's state is unknown this
 // pass (its probe timed out, its broker is within the grace delay); a
 // segment never lost before is merely deferred then.

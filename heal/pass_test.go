@@ -112,7 +112,7 @@ func TestAvoid(t *testing.T) {
 	}
 }
 
-// Beyond the seed: the mass-failure brake (issue 8).
+// Beyond the seed: the mass-failure brake.
 func TestHold(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

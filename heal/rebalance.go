@@ -9,7 +9,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The rebalancer (issue 15 part 3). After healing and the decommissions,
+// The rebalancer. After healing and the decommissions,
 // and only on a pass that planned nothing more urgent (no hold, nothing
 // under-replicated, failed, deferred or suspect, no backfill planned), the
 // replicas of sealed segments move from the most to the least loaded of

@@ -20,7 +20,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The simulation at full size (issue 17): the real Coordinator and Planner
+// The simulation at full size: the real Coordinator and Planner
 // over a compact in-memory cluster. Each broker holds "every copy the
 // metadata assigns me is intact and confirmed" plus a small map of
 // exceptions, so 10^7 segments cost the metadata and nothing per copy.

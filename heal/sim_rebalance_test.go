@@ -6,7 +6,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Issue 15 part 3, in the deterministic simulation: a broker joins empty
+// In the deterministic simulation: a broker joins empty
 // and passes run until the loads are balanced. Every pass keeps every
 // sealed segment at its factor with intact copies; the potential Phi never
 // rises and falls with every pass that moved something; no segment moves

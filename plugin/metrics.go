@@ -44,7 +44,7 @@ type metrics struct {
 	lifecycle
 }
 
-// lifecycle are the operator's lifecycle gauges (issue 15): decommission
+// lifecycle are the operator's lifecycle gauges: decommission
 // progress by broker, brokers in maintenance, copies left outside their
 // replica sets by cause. Declared and registered here so the alerts and
 // the dashboard (deploy/) can name them; observePass sets them from the

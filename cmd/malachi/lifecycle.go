@@ -16,7 +16,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The operator's lifecycle commands (issue 15):
+// The operator's lifecycle commands:
 //
 //	malachi decommission ID [--cancel]   drain broker ID (or cancel)
 //	malachi maintenance ID --for 30m     a maintenance window (or --end)

@@ -10,7 +10,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The operator's lifecycle writes (issue 15): decommission and maintenance
+// The operator's lifecycle writes: decommission and maintenance
 // of a broker, each a meta.SetBrokerMode applied through raft. The leader
 // computes a maintenance window's end from its own clock (now + for) and
 // fills IssuedAt and MaxMaintenance (heal.max_maintenance), so the state

@@ -67,8 +67,8 @@ type NemesisReport struct {
 	// counter over each epoch and its heal (a broker killed in an epoch
 	// counts from its restart: a lower bound).
 	BytesRereplicated int64 `json:"bytes_rereplicated"`
-	PassesUnseen   int `json:"passes_unseen"`
-	HoldsSeen      int `json:"passes_on_hold"`
+	PassesUnseen      int   `json:"passes_unseen"`
+	HoldsSeen         int   `json:"passes_on_hold"`
 	// KillsDuringWrite counts the kills that struck while a write was in
 	// flight (a kill waits for one to begin, up to twice the writer's
 	// period).

@@ -12,7 +12,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The rebalance stage (issue 15 part 3). The harness cannot add a broker
+// The rebalance stage. The harness cannot add a broker
 // to a running cluster, so an empty one is made with the operator's
 // lifecycle: a follower is decommissioned until no replica set names it
 // (its copies moved and deleted), then the decommission is cancelled. It

@@ -11,7 +11,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Simulation-level tests of issue 8's guards: the in-memory brokers and
+// Simulation-level tests of the mass-failure guards: the in-memory brokers and
 // control plane of sim_test.go, the real Coordinator, no random faults.
 
 func simCoordinator(t *testing.T, s *sim, mod func(*Config)) *Coordinator {
@@ -60,7 +60,7 @@ func sum(m map[meta.SegmentID]int) int {
 	return n
 }
 
-// Issue 8: 3 of 5 brokers lost within one grace window: no backfill
+// 3 of 5 brokers lost within one grace window: no backfill
 // starts (no read, no command) on any pass, the hold is reported on every
 // pass, the segments left without a copy are reported lost meanwhile, and
 // the hold lifts on its own when two of them return.
@@ -113,7 +113,7 @@ func TestSimMassFailureNoBackfillAndHoldReported(t *testing.T) {
 	}
 }
 
-// Issue 8: a dead broker answers again while the backfills replacing it
+// a dead broker answers again while the backfills replacing it
 // run: they are cancelled, no replica-set change is applied for its
 // segments, the bytes saved are reported, and the next pass finds the
 // cluster healthy without copying anything.
@@ -172,9 +172,9 @@ func TestSimReturningBrokerCancelsBackfillsNoSetChange(t *testing.T) {
 	}
 }
 
-// Issue 8: a lost segment is reported on every pass, and after the first
+// a lost segment is reported on every pass, and after the first
 // failed attempt from each source no read names its replicas again (the
-// in-memory brokers count DurableEnd and Backfill calls). Issue 7: a
+// in-memory brokers count DurableEnd and Backfill calls). A
 // segment whose every copy is corrupt is lost from the first pass, costs
 // no read, and no copy of it is deleted.
 func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
