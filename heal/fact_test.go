@@ -9,8 +9,8 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// TestClassify: the broker's old classification (plugin/server.go before
-// issue 17), check by check and in its order, now decided from facts.
+// TestClassify: the broker's classification of a copy, check by check and
+// in its order, decided from facts.
 func TestClassify(t *testing.T) {
 	s := seg("a", 1, 2, 3) // ByteSize 1000
 	for _, tc := range []struct {
