@@ -53,6 +53,8 @@ var adminCodes = rpc.Codes{
 	{Name: "sealed", Status: http.StatusConflict, Err: meta.ErrSealed},
 	{Name: "sealed", Status: http.StatusConflict, Err: store.ErrSealed},
 	{Name: "not_sealed", Status: http.StatusConflict, Err: meta.ErrNotSealed},
+	{Name: "topic_exists", Status: http.StatusConflict, Err: meta.ErrTopicExists},
+	{Name: "unknown_topic", Status: http.StatusNotFound, Err: meta.ErrUnknownTopic},
 	{Name: "latched", Status: http.StatusConflict, Err: store.ErrLatched},
 	{Name: "disagree", Status: http.StatusConflict, Err: errDisagree},
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: cluster.ErrNotLeader},
@@ -123,6 +125,7 @@ func (b *broker) routes() http.Handler {
 		srv.Handle(mux, rt.pattern, rt.roles, adapt(rt.h))
 	}
 	b.handleLifecycle(srv, mux)
+	b.kafkaRoutes(srv, mux)
 	if b.faults != nil {
 		srv.Handle(mux, "POST /v1/faults/{kind}/{id}", rpc.Operators, adapt(b.fault))
 	}
