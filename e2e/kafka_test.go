@@ -104,6 +104,7 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 	var wg sync.WaitGroup
 	killAt := n / 3
 	killed := 0
+	var victims []meta.SegmentID // partition segments the killed broker held
 	for i := range n {
 		if i == killAt {
 			// Wait for what was produced so far, then kill a broker that
@@ -120,7 +121,16 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 			if killed == 0 {
 				t.Fatalf("no partition of %s is led by a broker other than the control plane's leader %d", topic, raftLeader)
 			}
-			t.Logf("killing broker %d after %d acknowledged records", killed, i)
+			snap, err := c.metadata(raftLeader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range snap.Segments {
+				if _, _, _, ok := meta.ParsePartitionSegment(s.ID); ok && s.HasReplica(meta.BrokerID(killed)) {
+					victims = append(victims, s.ID)
+				}
+			}
+			t.Logf("killing broker %d after %d acknowledged records; it holds %d partition segments", killed, i, len(victims))
 			c.kill(killed)
 		}
 		value := bytes.Repeat([]byte{byte(i)}, 300)
@@ -156,7 +166,10 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 		t.Fatal("nothing acknowledged")
 	}
 	consumeAll(t, ctx, tlsCfg, c.kafkaSeeds(), topic, acked)
-	c.waitKafkaHealed(killed)
+	if len(victims) == 0 {
+		t.Fatalf("broker %d held no partition segment when killed", killed)
+	}
+	c.waitKafkaHealed(killed, victims)
 }
 
 // consumeAll reads every partition of topic from offset 0 up to its high
@@ -229,21 +242,32 @@ func consumeAll(t *testing.T, ctx context.Context, tlsCfg *tls.Config, seeds []s
 	t.Logf("consumed %d records, high watermarks %v", len(keys), hw)
 }
 
-// waitKafkaHealed waits until every sealed partition segment that named
-// the killed broker has three replicas, none of them it.
-func (c *cluster) waitKafkaHealed(killed int) {
+// waitKafkaHealed waits until every sealed partition segment has three
+// replicas, none of them the killed broker, and every victim (a segment
+// it held) is sealed.
+func (c *cluster) waitKafkaHealed(killed int, victims []meta.SegmentID) {
 	c.t.Helper()
 	dead := meta.BrokerID(killed)
+	last := ""
 	c.eventually(3*time.Minute, fmt.Sprintf("sealed segments of broker %d healed to 3 other replicas", killed), func() bool {
 		snap, err := c.metadata(c.anyAlive(killed))
 		if err != nil {
 			return false
+		}
+		for _, id := range victims {
+			if s, ok := snap.Segment(id); !ok || !s.Sealed {
+				return false
+			}
 		}
 		for _, s := range snap.Segments {
 			if _, _, _, ok := meta.ParsePartitionSegment(s.ID); !ok || !s.Sealed {
 				continue
 			}
 			if s.HasReplica(dead) || len(s.Replicas) != 3 {
+				if why := fmt.Sprintf("%s: replicas %v", s.ID, s.Replicas); why != last {
+					c.t.Logf("not healed yet: %s", why)
+					last = why
+				}
 				return false
 			}
 		}
