@@ -2,7 +2,6 @@ package heal
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"time"
 
@@ -332,15 +331,11 @@ func (k EventKind) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
-// UnmarshalText parses the String form (a pass history read back).
+// UnmarshalText parses the String form (a pass history read back); a name
+// this build does not know reads as the zero EventKind ("unknown").
 func (k *EventKind) UnmarshalText(b []byte) error {
-	for i, n := range eventNames {
-		if i != 0 && n == string(b) {
-			*k = EventKind(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: event kind %q is unknown", ErrInvalid, string(b))
+	*k = EventKind(lenientName(eventNames[:], b, true, 0))
+	return nil
 }
 
 // Event is one change of the core's State, reported (not logged) by the
