@@ -515,6 +515,11 @@ type Input struct {
 	// Release lifts a mass-failure hold for this pass (the operator said
 	// so); the Report still names the hold_reason it overrode.
 	Release bool
+	// Held says the previous pass was held by the mass-failure brake
+	// (State.Held). When the hold lifts on its own this pass (enough of
+	// the missing brokers answered) the brokers still missing count as
+	// suspect, not dead: see Report.GraceRestarted.
+	Held bool
 	// Refused are the previous Plan.Refused plus the refusals its
 	// execution recorded, in any order: copies not to read from while
 	// their segment is unchanged (see Refusal).

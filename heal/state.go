@@ -131,7 +131,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		}
 	}
 	in := Input{View: obs.View, Reports: obs.Reports, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
-		Release: next.Release, Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
+		Release: next.Release, Held: next.Held != "", Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
 	for _, b := range obs.View.Brokers() {
 		if i, ok := slices.BinarySearchFunc(next.Seen, b.ID, cmpSeen); ok {
 			in.Seen = append(in.Seen, next.Seen[i])
@@ -159,6 +159,9 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	}
 	if held == "" {
 		next.Release = false // the hold cleared: a new one may arise
+	}
+	for _, b := range plan.Report.GraceRestarted {
+		next.Seen = seenAt(next.Seen, b, obs.Now, true)
 	}
 	next.Held = held
 	next.Drains = drainRates(next.Drains, &plan.Report, obs.Now)
