@@ -70,11 +70,11 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Defaults. The timings are the fast loopback ones measured in DESIGN.md
+// Defaults. The timings are the fast loopback ones, measured here
 // (election ~0.15 s, failover ~0.2 s on loopback): right for tests, the
 // demo and a single rack with sub-millisecond round trips. One change:
 // LeaderLeaseTimeout is 100 ms (= HeartbeatTimeout, raft's maximum), not
-// DESIGN.md's 50 ms: on this 2-core box under a load average of ~20, a
+// 50 ms: on this 2-core box under a load average of ~20, a
 // 3-node cluster in one process lost leadership ("failed to contact", the
 // lease) in 4 of 14 runs of 300 Applies at 50 ms and in 0 of 14 at 100 ms
 // (a later series at load ~20 still saw 2 of 10: the whole process had

@@ -38,7 +38,7 @@
 // # Timings
 //
 // DefaultConfig's timings are the fast loopback ones (heartbeat and
-// election timeout 100 ms, leader lease 100 ms, commit 5 ms; DESIGN.md's
+// election timeout 100 ms, leader lease 100 ms, commit 5 ms; a
 // 50 ms lease flapped under load, see DefaultLeaderLeaseTimeout): measured on
 // this class of machine, an election takes ~0.15 s, a failover ~0.2 s and
 // one Apply ~1.4 ms. They suit tests, the demo and one rack. Across racks

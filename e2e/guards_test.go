@@ -86,7 +86,7 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 	if got := c.backfillBytes(live...); got != bytes0 {
 		t.Fatalf("backfill bytes went from %v to %v under the hold", bytes0, got)
 	}
-	during, _ := c.metadata(c.leader())
+	during, _ := c.metadata(c.waitLeader(10 * time.Second))
 	for _, s := range during.Segments {
 		if old, _ := before.Segment(s.ID); s.Version != old.Version {
 			t.Fatalf("%s changed under the hold: %v v%d -> %v v%d", s.ID, old.Replicas, old.Version, s.Replicas, s.Version)
@@ -101,7 +101,7 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 	})
 	t.Logf("held: %q (%s)", last.Report.HoldReason, feed.Summary())
 
-	follower := c.followers(c.leader(), 1)[0]
+	follower := c.followers(c.waitLeader(10*time.Second), 1)[0]
 	if err := c.post(follower, "/v1/heal/release", nil, nil); err != nil {
 		t.Fatalf("release through follower %d: %v", follower, err)
 	}
@@ -117,7 +117,7 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 		ok, _ := c.fullyHealed(snap, 3, dead)
 		return ok
 	})
-	after, _ := c.metadata(c.leader())
+	after, _ := c.metadata(c.waitLeader(10 * time.Second))
 	c.checkCopies(after)
 	if got := c.backfillBytes(live...); got <= bytes0 {
 		t.Fatalf("no backfill after the release (bytes %v)", got)
@@ -197,7 +197,7 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 		return p.Started.After(resumedAt) && r.Sealed == 12 && r.Anomalies == 0 && len(r.Dead) == 0 && len(r.Suspect) == 0 && r.UnderReplicated == 0,
 			fmt.Sprintf("%s; dead %v, suspect %v", passLine(p), r.Dead, r.Suspect)
 	})
-	ld := c.leader()
+	ld := c.waitLeader(10 * time.Second)
 	returned := c.metric(ld, "malachi_heal_returned_segments_total")
 	saved := c.metric(ld, "malachi_heal_returned_bytes_saved_total")
 	if returned != float64(held) || saved <= 0 {
@@ -206,7 +206,7 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 	if got := c.backfillBytes(live...); got != bytes0 {
 		t.Errorf("backfills committed %v bytes; the returning broker's should all have been cancelled", got-bytes0)
 	}
-	after, _ := c.metadata(c.leader())
+	after, _ := c.metadata(c.waitLeader(10 * time.Second))
 	for _, s := range after.Segments {
 		old, _ := before.Segment(s.ID)
 		if !meta.SameReplicas(s.Replicas, old.Replicas) || s.Version != old.Version {

@@ -282,13 +282,20 @@ func (c *cluster) alive(id int) bool { return c.b(id).Alive() }
 
 type health = admin.Health
 
-// get calls GET path on broker id's admin API as the operator.
+// get calls GET path on broker id's admin API as the operator. Id 0 (what
+// leader returns when no broker claims to lead) is an error, not a panic.
 func (c *cluster) get(id int, path string, v any) error {
+	if id < 1 || id > len(c.brokers) {
+		return fmt.Errorf("no broker %d (of %d)", id, len(c.brokers))
+	}
 	return c.b(id).Client.Call(context.Background(), http.MethodGet, path, nil, v)
 }
 
 // post calls POST path on broker id's admin API as the operator.
 func (c *cluster) post(id int, path string, req, v any) error {
+	if id < 1 || id > len(c.brokers) {
+		return fmt.Errorf("no broker %d (of %d)", id, len(c.brokers))
+	}
 	cl := c.b(id).Client
 	if path == "/v1/load" {
 		cl = c.b(id).slow

@@ -229,7 +229,7 @@ func TestRestartClearsLatch(t *testing.T) {
 		r := &p.Report
 		return p.Started.After(restarted) && len(r.Failed) == 0 && r.UnderReplicated == 0 && r.Anomalies == 0, fmt.Sprintf("%s; failed %+v", passLine(p), r.Failed)
 	})
-	after, _ := c.metadata(c.leader())
+	after, _ := c.metadata(c.waitLeader(10 * time.Second))
 	for _, s := range after.Segments {
 		old, _ := before.Segment(s.ID)
 		// The latched copy may have been moved behind the healthy ones
@@ -409,7 +409,7 @@ func TestHealTime(t *testing.T) {
 	}
 	t.Logf("seconds_to_heal=%.2f (metadata healed %.2f s after dead; grace waited %.2f s; %d segments)",
 		done.Sub(deadAt).Seconds(), healedAt.Sub(deadAt).Seconds(), grace.Seconds(), segments)
-	l := c.leader()
+	l := c.waitLeader(10 * time.Second)
 	t.Logf("leader %d: %v passes taking %.2f s in all; %v commands taking %.2f s (sequential); barrier %.3f s",
 		l, c.metric(l, "malachi_heal_pass_duration_seconds_count"), c.metric(l, "malachi_heal_pass_duration_seconds_sum"),
 		c.metric(l, "malachi_heal_command_duration_seconds_count"), c.metric(l, "malachi_heal_command_duration_seconds_sum"),
@@ -493,7 +493,7 @@ func TestIntegrityPassHealsInPlace(t *testing.T) {
 		return true
 	})
 	t.Logf("delete, truncate and extend healed in place in %v", time.Since(start).Round(time.Millisecond))
-	after, _ := c.metadata(c.leader())
+	after, _ := c.metadata(c.waitLeader(10 * time.Second))
 	for _, s := range after.Segments {
 		old, _ := before.Segment(s.ID)
 		if s.Version != old.Version {
@@ -548,7 +548,7 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 		more++
 		return more == 2, fmt.Sprintf("%d passes after pass %d of broker %d", more, first.Seq, first.Broker)
 	})
-	ld := c.leader()
+	ld := c.waitLeader(10 * time.Second)
 	if got := c.metric(ld, "malachi_heal_lost_segments"); got != 1 {
 		t.Fatalf("lost_segments gauge = %v, want 1", got)
 	}
@@ -575,7 +575,7 @@ func TestLostSegmentReportedAndAcknowledged(t *testing.T) {
 	if l, ok := lostIn(&dry.Report); !ok || !l.Acknowledged {
 		t.Fatalf("dry run through follower %d: lost %+v, want %s listed acknowledged", follower, dry.Report.Lost, lost.ID)
 	}
-	after, _ := c.metadata(c.leader())
+	after, _ := c.metadata(c.waitLeader(10 * time.Second))
 	if s, _ := after.Segment(lost.ID); s.Version != lost.Version {
 		t.Fatalf("lost segment re-recorded: %v v%d -> %v v%d", lost.Replicas, lost.Version, s.Replicas, s.Version)
 	}

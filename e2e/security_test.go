@@ -144,7 +144,7 @@ type clusterFacts struct {
 
 func (c *cluster) facts() clusterFacts {
 	c.t.Helper()
-	f := clusterFacts{leader: c.leader(), terms: map[int]uint64{}, meta: map[int]string{}, copies: c.copyHashes()}
+	f := clusterFacts{leader: c.waitLeader(10 * time.Second), terms: map[int]uint64{}, meta: map[int]string{}, copies: c.copyHashes()}
 	for _, b := range c.brokers {
 		c.mustRun(b.id)
 		f.terms[b.id], _ = c.raftPosition(b.id)
@@ -613,9 +613,9 @@ func TestCertificateRotationSIGHUP(t *testing.T) {
 		return r.Index >= healed.Index && r.UnderReplicated == 0 && r.Anomalies == 0 && len(r.Unsettled) == 0 && len(r.Failed) == 0,
 			fmt.Sprintf("%s; want index %d or later", passLine(p), healed.Index)
 	})
-	after, _ := c.metadata(c.leader())
+	after, _ := c.metadata(c.waitLeader(10 * time.Second))
 	c.checkCopies(after)
-	out := c.malachi(append([]string{"status", "--admin", c.b(c.leader()).admin}, c.operatorFlags()...)...)
+	out := c.malachi(append([]string{"status", "--admin", c.b(c.waitLeader(10 * time.Second)).admin}, c.operatorFlags()...)...)
 	for _, id := range live {
 		if !strings.Contains(out, fmt.Sprintf("WARNING: broker %d certificate broker.crt (not after %s)", id, rotated[id].NotAfter.UTC().Format(time.RFC3339))) {
 			t.Errorf("malachi status does not warn of broker %d's certificate expiring in 20 days:\n%s", id, out)

@@ -20,8 +20,9 @@ const DefaultHoldShare = 0.25
 // within one grace window of each other. A broker is missing when
 // it has no report this tick; the time it went missing is its last-seen
 // time (never seen: the zero time). A hold lasts while those brokers stay
-// missing: it lifts on its own when enough of them return, or for one pass
-// when the caller sets Input.Release. The reason names the rule, e.g.
+// missing: it lifts on its own when enough of them return (the brokers
+// still missing then get a fresh grace delay: Report.GraceRestarted), or
+// for one pass when the caller sets Input.Release. The reason names the rule, e.g.
 // "brokers_missing: 3 of 5 within 10s" or "rack_missing: r2 (2 brokers)".
 func Hold(brokers []meta.Broker, reports []ProbeReport, seen []Seen, pol Policy) (bool, string) {
 	share := pol.HoldShare

@@ -53,6 +53,63 @@ func TestCoordinatorHoldsOnMassFailure(t *testing.T) {
 	}
 }
 
+// A split of 2 of 6 brokers heals, and the two answer on different
+// passes: the pass where the hold lifts (one answered) counts the other
+// suspect, not dead, and its grace delay starts again from that pass, so
+// that its replicas are kept when it answers one pass later; a straggler
+// that never answers is healed one grace delay after the hold lifted.
+func TestHoldLiftRestartsGrace(t *testing.T) {
+	for _, returns := range []bool{true, false} {
+		w := newWorld(6, 3, seg("a", 1, 2, 3), seg("b", 3, 4, 5), seg("c", 2, 5, 6))
+		f := newFake(w)
+		r5, r6 := f.reports[5], f.reports[6]
+		delete(f.reports, 5)
+		delete(f.reports, 6)
+		now := t0
+		c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+			Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pass := func(step time.Duration) Report {
+			t.Helper()
+			now = now.Add(step)
+			f.calls = nil
+			rep, err := c.Pass(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rep
+		}
+		for range 2 {
+			if rep := pass(11 * time.Second); !strings.HasPrefix(rep.HoldReason, "brokers_missing: 2 of 6") {
+				t.Fatalf("split: hold_reason %q", rep.HoldReason)
+			}
+		}
+		f.reports[5] = r5 // broker 5 answers first
+		rep := pass(time.Second)
+		if rep.HoldReason != "" || !slices.Equal(rep.GraceRestarted, []meta.BrokerID{6}) || len(rep.Dead) != 0 || len(f.calls) != 0 {
+			t.Fatalf("the hold lifts: %s, grace restarted %v, dead %v, calls %v", rep, rep.GraceRestarted, rep.Dead, f.calls)
+		}
+		if !slices.ContainsFunc(rep.Events, func(e Event) bool { return e.Kind == EventHoldLifted }) {
+			t.Errorf("no hold_lifted event: %v", rep.Events)
+		}
+		if rep = pass(9 * time.Second); !slices.Equal(rep.Suspect, []meta.BrokerID{6}) || len(rep.GraceRestarted) != 0 || len(f.calls) != 0 {
+			t.Fatalf("within the restarted grace delay: %s, suspect %v, calls %v", rep, rep.Suspect, f.calls)
+		}
+		if returns {
+			f.reports[6] = r6
+			if rep = pass(2 * time.Second); len(rep.Dead)+len(rep.Suspect) != 0 || len(rep.Healed) != 0 || len(f.calls) != 0 {
+				t.Fatalf("broker 6 back: %s, calls %v", rep, f.calls)
+			}
+			continue
+		}
+		if rep = pass(2 * time.Second); !slices.Equal(rep.Dead, []meta.BrokerID{6}) || !strings.Contains(strings.Join(f.calls, " "), "backfill c") {
+			t.Fatalf("broker 6 still missing past the restarted grace delay: %s, dead %v, calls %v", rep, rep.Dead, f.calls)
+		}
+	}
+}
+
 // a segment with no intact copy is reported on every pass and
 // costs its replicas no reads.
 func TestLostSegmentCostsNoReads(t *testing.T) {

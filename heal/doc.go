@@ -163,7 +163,11 @@
 // rack of at least two go missing within one grace window, no backfill
 // starts (neither new replicas nor in-place resumes) and Report.HoldReason
 // says why; probing, settling and reporting go on. Input.Release (from
-// Coordinator.Release) lifts it until the condition clears. A dead replica
+// Coordinator.Release) lifts it until the condition clears. When it lifts
+// on its own because some of its brokers answered, the ones still missing
+// count as suspect and their grace delay starts again from that pass
+// (Report.GraceRestarted): brokers that return from a split a few passes
+// apart keep their replicas. A dead replica
 // whose broker answers again while the backfills replacing it run cancels
 // them and leaves the segment's set as it was (Report.Returned,
 // BytesSaved; Config.ReturnCheck).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -83,6 +84,9 @@ var Causes = [...]Cause{ReturnedBroker, PartialBackfill, FailedDelete, FailedLoa
 
 // String returns the snake_case name of c.
 func (c Cause) String() string {
+	if c == CauseUnknown {
+		return "unknown"
+	}
 	if int(c) < len(causeNames) {
 		return causeNames[c]
 	}
@@ -92,15 +96,15 @@ func (c Cause) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (c Cause) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
-// UnmarshalText parses the String form.
+// CauseUnknown is a cause this build does not know (a newer broker's),
+// as UnmarshalText reads it.
+const CauseUnknown Cause = math.MaxUint8
+
+// UnmarshalText parses the String form; a name this build does not know
+// reads as CauseUnknown, so that a report from a newer broker decodes.
 func (c *Cause) UnmarshalText(b []byte) error {
-	for i, n := range causeNames {
-		if n == string(b) {
-			*c = Cause(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: leftover cause %q is unknown", ErrInvalid, string(b))
+	*c = Cause(lenientName(causeNames[:], b, false, uint8(CauseUnknown)))
+	return nil
 }
 
 // ClassifyLeftover decides why broker holds l, given view. The checks run

@@ -3,6 +3,7 @@ package heal
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
@@ -116,15 +117,11 @@ func (o Op) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (o Op) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
-// UnmarshalText parses the String form.
+// UnmarshalText parses the String form; a name this build does not know
+// reads as the zero Op ("unknown"), which no plan executes.
 func (o *Op) UnmarshalText(b []byte) error {
-	for i, n := range opNames {
-		if i != 0 && n == string(b) {
-			*o = Op(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: op %q is unknown", ErrInvalid, string(b))
+	*o = Op(lenientName(opNames[:], b, true, 0))
+	return nil
 }
 
 // IsBackfill reports whether o copies bytes to Target.
@@ -169,6 +166,9 @@ var reasonNames = [...]string{"none", "all_replicas_dead", "no_spare_broker", "n
 
 // String returns the snake_case name of r.
 func (r Reason) String() string {
+	if r == ReasonUnknown {
+		return "unknown"
+	}
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]
 	}
@@ -178,15 +178,15 @@ func (r Reason) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
-// UnmarshalText parses the String form.
+// ReasonUnknown is a reason this build does not know (a newer broker's),
+// as UnmarshalText reads it.
+const ReasonUnknown Reason = math.MaxUint8
+
+// UnmarshalText parses the String form; a name this build does not know
+// reads as ReasonUnknown, so that a report from a newer broker decodes.
 func (r *Reason) UnmarshalText(b []byte) error {
-	for i, n := range reasonNames {
-		if n == string(b) {
-			*r = Reason(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: reason %q is unknown", ErrInvalid, string(b))
+	*r = Reason(lenientName(reasonNames[:], b, false, uint8(ReasonUnknown)))
+	return nil
 }
 
 // Action is one step of a Plan, a value. Which fields are meaningful
@@ -515,6 +515,11 @@ type Input struct {
 	// Release lifts a mass-failure hold for this pass (the operator said
 	// so); the Report still names the hold_reason it overrode.
 	Release bool
+	// Held says the previous pass was held by the mass-failure brake
+	// (State.Held). When the hold lifts on its own this pass (enough of
+	// the missing brokers answered) the brokers still missing count as
+	// suspect, not dead: see Report.GraceRestarted.
+	Held bool
 	// Refused are the previous Plan.Refused plus the refusals its
 	// execution recorded, in any order: copies not to read from while
 	// their segment is unchanged (see Refusal).

@@ -121,6 +121,8 @@ func (p *Planner) Plan(in Input) (Plan, error) {
 		rep.HoldReason = reason
 		rep.HoldReleased = in.Release
 		hold = !in.Release
+	} else if in.Held && !in.Release {
+		p.restartGrace(rep)
 	}
 	p.flatten(in)
 	p.memory(in)
@@ -297,6 +299,22 @@ func (p *Planner) nodes(in Input, rep *Report) {
 			rep.Dead = append(rep.Dead, n.id)
 		}
 	}
+}
+
+// restartGrace counts as suspect the brokers counted dead on the pass
+// where a hold lifts on its own, and lists them in rep.GraceRestarted
+// (State.Seen then starts their grace delay again from this pass).
+func (p *Planner) restartGrace(rep *Report) {
+	rep.Dead = nil
+	for j := range p.pl.nodes {
+		n := &p.pl.nodes[j]
+		if n.dead {
+			n.dead, n.recent = false, true
+			rep.Suspect = append(rep.Suspect, n.id)
+			rep.GraceRestarted = append(rep.GraceRestarted, n.id)
+		}
+	}
+	slices.Sort(rep.Suspect)
 }
 
 // find returns the node index of broker id, or -1.

@@ -56,15 +56,25 @@ func (k Kind) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
-// UnmarshalText parses the String form.
+// UnmarshalText parses the String form; a name this build does not know
+// reads as the zero Kind ("unknown"), which a pass refuses (Input
+// validation names it), so that one unknown anomaly does not make a
+// whole probe report unreadable.
 func (k *Kind) UnmarshalText(b []byte) error {
-	for i, n := range kindNames {
-		if n == string(b) && i != 0 {
-			*k = Kind(i)
-			return nil
+	*k = Kind(lenientName(kindNames[:], b, true, 0))
+	return nil
+}
+
+// lenientName is the index of b in names (index 0 not matched when
+// skipZero), or unknown: the enums of reports decode whatever a newer
+// broker sends.
+func lenientName(names []string, b []byte, skipZero bool, unknown uint8) uint8 {
+	for i, n := range names {
+		if n == string(b) && (i != 0 || !skipZero) {
+			return uint8(i)
 		}
 	}
-	return fmt.Errorf("%w: anomaly kind %q: want one of missing, short, overrun, latched, timed_out, corrupt", ErrInvalid, string(b))
+	return unknown
 }
 
 // FactFlags are what a broker observed of a copy besides its size and

@@ -72,6 +72,13 @@ type Report struct {
 	// HoldReleased says an operator lifted the hold named by HoldReason
 	// for this pass: backfills and placement went ahead.
 	HoldReleased bool `json:"hold_released,omitempty"`
+	// GraceRestarted are the brokers still missing on the pass where a
+	// hold lifted on its own (some of its missing brokers answered, as
+	// when a network split heals and its brokers come back over a few
+	// passes): they count as suspect on this pass and their grace delay
+	// starts again from it, so that one failure is not healed twice (the
+	// brokers that return a little later keep their replicas).
+	GraceRestarted []meta.BrokerID `json:"grace_restarted,omitempty"`
 
 	// Execution results, filled by the Coordinator.
 
@@ -184,6 +191,9 @@ func (r Report) String() string {
 	s += lifecycleString(&r)
 	if r.HoldReason != "" {
 		s += " hold_reason=" + r.HoldReason
+	}
+	if len(r.GraceRestarted) > 0 {
+		s += fmt.Sprintf(" grace_restarted=%v", r.GraceRestarted)
 	}
 	if r.Aborted {
 		s += " aborted"

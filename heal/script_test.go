@@ -87,8 +87,8 @@ func (w *scriptWorld) run(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "kind", &kind)
 		d.MaybeScanArgs(t, "size", &size)
 		var k Kind
-		if err := k.UnmarshalText([]byte(kind)); err != nil {
-			t.Fatal(err)
+		if err := k.UnmarshalText([]byte(kind)); err != nil || k == 0 {
+			t.Fatalf("anomaly kind %q: %v", kind, err)
 		}
 		w.intact(meta.BrokerID(b), s)
 		w.anomaly(meta.BrokerID(b), s, k, size, d.HasArg("confirmed"))

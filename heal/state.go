@@ -2,7 +2,6 @@ package heal
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"time"
 
@@ -132,7 +131,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		}
 	}
 	in := Input{View: obs.View, Reports: obs.Reports, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
-		Release: next.Release, Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
+		Release: next.Release, Held: next.Held != "", Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
 	for _, b := range obs.View.Brokers() {
 		if i, ok := slices.BinarySearchFunc(next.Seen, b.ID, cmpSeen); ok {
 			in.Seen = append(in.Seen, next.Seen[i])
@@ -160,6 +159,9 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	}
 	if held == "" {
 		next.Release = false // the hold cleared: a new one may arise
+	}
+	for _, b := range plan.Report.GraceRestarted {
+		next.Seen = seenAt(next.Seen, b, obs.Now, true)
 	}
 	next.Held = held
 	next.Drains = drainRates(next.Drains, &plan.Report, obs.Now)
@@ -332,15 +334,11 @@ func (k EventKind) String() string {
 // MarshalText implements encoding.TextMarshaler with the String form.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
-// UnmarshalText parses the String form (a pass history read back).
+// UnmarshalText parses the String form (a pass history read back); a name
+// this build does not know reads as the zero EventKind ("unknown").
 func (k *EventKind) UnmarshalText(b []byte) error {
-	for i, n := range eventNames {
-		if i != 0 && n == string(b) {
-			*k = EventKind(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: event kind %q is unknown", ErrInvalid, string(b))
+	*k = EventKind(lenientName(eventNames[:], b, true, 0))
+	return nil
 }
 
 // Event is one change of the core's State, reported (not logged) by the

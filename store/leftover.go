@@ -18,8 +18,9 @@ func (db *DB) CopiesVersion() uint64 { return db.copiesVersion.Load() }
 // a valid seal footer ends it (the footer's own CRC matches and its
 // byte_size plus FooterSize is the file's size). It reads at most
 // FooterSize bytes, takes no lock of the copy (a copy being written may
-// be seen mid-write) and latches nothing: it is for copies outside their
-// replica set, which the probe reports as leftovers.
+// be seen mid-write) and latches nothing: it is for copies the caller
+// must not load (leftovers the probe reports, a broker's list of its
+// copies).
 type Tail struct {
 	Size   int64
 	Footer bool

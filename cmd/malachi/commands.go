@@ -6,13 +6,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/demo"
 	"github.com/malachi-log/malachi/store"
-	"io"
-	"strings"
-	"time"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -45,9 +47,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // planDoc mirrors heal.Plan with string ops and reasons.
 type planDoc struct {
-	Index   uint64           `json:"index"`
-	Actions []planAction     `json:"actions"`
-	Report  admin.HealReport `json:"report"`
+	Index   uint64       `json:"index"`
+	Actions []planAction `json:"actions"`
+	Report  heal.Report  `json:"report"`
 }
 
 type planAction struct {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/meta"
@@ -33,7 +34,7 @@ func replicaCopies(snap *meta.Snapshot, b meta.BrokerID, cs []admin.Copy) int {
 // broker and cause with the copies, bytes, the first segments and, for
 // failed deletes, the error; then the deletions of the pass and those
 // that failed.
-func writeLeftovers(w io.Writer, r *admin.HealReport) {
+func writeLeftovers(w io.Writer, r *heal.Report) {
 	if len(r.Leftovers) == 0 && len(r.LeftoversDeleted) == 0 && len(r.LeftoverErrors) == 0 {
 		return
 	}

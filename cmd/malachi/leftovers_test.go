@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 )
@@ -22,13 +23,13 @@ func TestReplicaCopiesLeavesLeftoversOut(t *testing.T) {
 
 func TestWriteLeftovers(t *testing.T) {
 	var b bytes.Buffer
-	writeLeftovers(&b, &admin.HealReport{})
+	writeLeftovers(&b, &heal.Report{})
 	if b.Len() != 0 {
 		t.Fatalf("printed %q with no leftovers", b.String())
 	}
-	writeLeftovers(&b, &admin.HealReport{LeftoverCopies: 3, LeftoverBytes: 3072, Leftovers: []admin.LeftoverGroup{
-		{Broker: 4, Cause: "returned_broker", Copies: 2, Bytes: 2048, Segments: []meta.SegmentID{"s1", "s2"}},
-		{Broker: 5, Cause: "failed_delete", Copies: 1, Bytes: 1024, Segments: []meta.SegmentID{"s3"}, Err: "remove x: operation not permitted"},
+	writeLeftovers(&b, &heal.Report{LeftoverCopies: 3, LeftoverBytes: 3072, Leftovers: []heal.LeftoverGroup{
+		{Broker: 4, Cause: heal.ReturnedBroker, Copies: 2, Bytes: 2048, Segments: []meta.SegmentID{"s1", "s2"}},
+		{Broker: 5, Cause: heal.FailedDelete, Copies: 1, Bytes: 1024, Segments: []meta.SegmentID{"s3"}, Err: "remove x: operation not permitted"},
 	}})
 	out := b.String()
 	for _, want := range []string{"leftover copies", "broker 4 returned_broker: 2 copies", "broker 5 failed_delete: 1 copies", "operation not permitted"} {

@@ -150,11 +150,12 @@ func runMaintenance(ctx context.Context, args []string, stdout, stderr io.Writer
 // reasons segments are blocked, "can be stopped" once drained) and each
 // maintenance window, from the leader's last pass report in heal (its
 // /status document). It prints nothing when there is neither.
-func writeLifecycle(w io.Writer, heal json.RawMessage, now time.Time) {
-	l, ok := admin.FindLifecycle(heal)
-	if !ok {
+func writeLifecycle(w io.Writer, status json.RawMessage, now time.Time) {
+	st, ok := admin.DecodeStatus(status)
+	if !ok || st.LastPass == nil {
 		return
 	}
+	l := st.LastPass
 	for _, d := range l.Decommission {
 		if d.Drained {
 			fmt.Fprintf(w, "decommission broker %d: drained: no replica set names it; it can be stopped\n", d.Broker)

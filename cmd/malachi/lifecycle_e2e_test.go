@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
@@ -67,7 +68,7 @@ func TestDecommissionEndToEnd(t *testing.T) {
 	}
 	// drain returns b's progress in the leader's last pass, and the pass
 	// count.
-	drain := func(b meta.BrokerID) (*admin.Drain, uint64) {
+	drain := func(b meta.BrokerID) (*heal.Drain, uint64) {
 		t.Helper()
 		out, errs, code := cli("status", "--admin", addr, "--json")
 		if code != 0 {
@@ -77,8 +78,11 @@ func TestDecommissionEndToEnd(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("status --json: %v: %s", err, out)
 		}
-		ps, _ := admin.DecodeStatus(st.Heal)
-		l, _ := admin.FindLifecycle(st.Heal)
+		ps, ok := admin.DecodeStatus(st.Heal)
+		if !ok || ps.LastPass == nil {
+			return nil, ps.Passes
+		}
+		l := ps.LastPass
 		for i := range l.Decommission {
 			if l.Decommission[i].Broker == b {
 				return &l.Decommission[i], ps.Passes
@@ -130,7 +134,7 @@ func TestDecommissionEndToEnd(t *testing.T) {
 	if _, errs, code := cli("decommission", drained.String(), "--admin", addr); code != 0 {
 		t.Fatalf("decommission %d: exit %d: %s", drained, code, errs)
 	}
-	var last *admin.Drain
+	var last *heal.Drain
 	waitFor(t, 120*time.Second, func() (bool, string) {
 		last, _ = drain(drained)
 		return last != nil && last.Drained, "not drained"

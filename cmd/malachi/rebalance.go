@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 )
@@ -21,7 +22,7 @@ func writeRebalance(w io.Writer, st *clusterStatus) {
 
 // rebalanceLine is one line: balanced or the brokers outside 10% of the
 // mean, the moves planned or why none, and the spreads by count and bytes.
-func rebalanceLine(r *admin.Rebalance) string {
+func rebalanceLine(r *heal.Rebalance) string {
 	s := "rebalance: "
 	switch {
 	case r.Balanced:

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
@@ -21,7 +22,7 @@ import (
 // admin address, the newcomer and a function reading the metadata's
 // per-broker replica counts and bytes (checking every segment is
 // sealed at 3 replicas) and the leader's last pass.
-func rebalanceCluster(t *testing.T, extra string) (*harness.Cluster, meta.BrokerID, func() (map[meta.BrokerID]int, map[meta.BrokerID]int64, *admin.HealReport, uint64)) {
+func rebalanceCluster(t *testing.T, extra string) (*harness.Cluster, meta.BrokerID, func() (map[meta.BrokerID]int, map[meta.BrokerID]int64, *heal.Report, uint64)) {
 	t.Helper()
 	malachid, _ := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 5, RF: 3, Tick: 200 * time.Millisecond,
@@ -82,7 +83,7 @@ func rebalanceCluster(t *testing.T, extra string) (*harness.Cluster, meta.Broker
 	if out, errs, code := cli("load", "--admin", addr, "--segments", "24", "--records", "4", "--size", "1KiB", "--prefix", "rb"); code != 0 {
 		t.Fatalf("load: exit %d: %s%s", code, out, errs)
 	}
-	read := func() (map[meta.BrokerID]int, map[meta.BrokerID]int64, *admin.HealReport, uint64) {
+	read := func() (map[meta.BrokerID]int, map[meta.BrokerID]int64, *heal.Report, uint64) {
 		t.Helper()
 		snap, err := client.Metadata(ctx)
 		// The asked broker may have lost the leadership during a load and

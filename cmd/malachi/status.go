@@ -46,7 +46,7 @@ type brokerState struct {
 	Insecure bool `json:"insecure,omitempty"`
 	// CertWarnings are the broker's certificates that expire within 30
 	// days (or have), from its /v1/status.
-	CertWarnings []admin.CertStatus `json:"cert_warnings,omitempty"`
+	CertWarnings []plugin.CertStatus `json:"cert_warnings,omitempty"`
 }
 
 // latchedCopy is a latched copy and the error that latched it.
@@ -482,7 +482,7 @@ func writeHeal(w io.Writer, st *clusterStatus) {
 	writeTotals(w, ps.Totals)
 }
 
-func writeLastPass(w io.Writer, ps admin.PluginStatus) {
+func writeLastPass(w io.Writer, ps plugin.Status) {
 	r := ps.LastPass
 	if r == nil {
 		return
@@ -498,7 +498,7 @@ func writeLastPass(w io.Writer, ps admin.PluginStatus) {
 	}
 	byReason := map[string][]meta.SegmentID{}
 	for _, f := range r.Failed {
-		byReason[f.Reason] = append(byReason[f.Reason], f.Segment)
+		byReason[f.Reason.String()] = append(byReason[f.Reason.String()], f.Segment)
 	}
 	reasons := make([]string, 0, len(byReason))
 	for k := range byReason {
@@ -511,7 +511,7 @@ func writeLastPass(w io.Writer, ps admin.PluginStatus) {
 }
 
 // writeTotals prints the coordinator's cumulative figures.
-func writeTotals(w io.Writer, t *admin.Totals) {
+func writeTotals(w io.Writer, t *plugin.Totals) {
 	if t == nil {
 		return
 	}

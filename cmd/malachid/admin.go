@@ -923,31 +923,12 @@ func (b *broker) copies(r *http.Request, _ []byte) (any, error) {
 		if err := b.db.LatchErr(id); err != nil {
 			c.Latched, c.LatchError = true, err.Error()
 		}
-		if fi, err := os.Stat(b.db.Path(id)); err == nil {
-			c.Size = fi.Size()
-			c.Sealed = hasFooter(b.db.Path(id), fi.Size())
+		if t, err := b.db.Tail(id); err == nil {
+			c.Size, c.Sealed = t.Size, t.Footer
 		}
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-// hasFooter reads the last FooterSize bytes of the file and checks them.
-func hasFooter(path string, size int64) bool {
-	if size < store.FooterSize {
-		return false
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	buf := make([]byte, store.FooterSize)
-	if _, err := f.ReadAt(buf, size-store.FooterSize); err != nil {
-		return false
-	}
-	_, ok := store.DecodeFooter(buf)
-	return ok
 }
 
 func (b *broker) status(r *http.Request, _ []byte) (any, error) {

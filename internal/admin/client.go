@@ -46,7 +46,7 @@ var Codes = rpc.Codes{
 	{Name: "canceled", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 }
 
-// Client talks to one broker's admin API (MALACHID_API.md), or to a
+// Client talks to one broker's admin API (the routes cmd/malachid's doc.go lists), or to a
 // plugin's rpc_listen for GetRaw, through the one RPC layer (internal/rpc).
 type Client struct {
 	addr string // host:port

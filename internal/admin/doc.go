@@ -1,5 +1,5 @@
 // Package admin is the typed client of a broker's admin API
-// (cmd/malachid's MALACHID_API.md) and of a plugin's rpc_listen (/metrics),
+// (the routes cmd/malachid's doc.go lists) and of a plugin's rpc_listen (/metrics),
 // over the one RPC layer (internal/rpc). The operator CLI, the process
 // harness (internal/harness), the demo and the e2e tests all call brokers
 // through it.

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"time"
@@ -53,80 +52,4 @@ func (c *Client) mode(ctx context.Context, method, path string) (Mode, error) {
 	}
 	err := c.do(ctx, method, path, body, &m)
 	return m, err
-}
-
-// Lifecycle mirrors the lifecycle part of heal.Report as the plugin serves
-// it in /status (decoded apart from HealReport, as its own mirror).
-type Lifecycle struct {
-	Decommission     []Drain            `json:"decommission"`
-	Maintenance      []MaintenanceEntry `json:"maintenance"`
-	MaintenanceFloor []FloorEntry       `json:"maintenance_floor"`
-}
-
-// Drain mirrors heal.Drain: one decommissioning broker's progress.
-type Drain struct {
-	Broker   meta.BrokerID    `json:"broker"`
-	Up       bool             `json:"up"`
-	Segments int              `json:"segments"`
-	Bytes    int64            `json:"bytes"`
-	Moving   int              `json:"moving"`
-	Blocked  map[string]int   `json:"blocked"`
-	Examples []BlockedSegment `json:"examples"`
-	Drained  bool             `json:"drained"`
-	Rate     float64          `json:"rate_bytes_per_sec"`
-	ETA      time.Duration    `json:"eta"`
-}
-
-// BlockedSegment mirrors heal.BlockedSegment.
-type BlockedSegment struct {
-	Segment meta.SegmentID `json:"segment"`
-	Reason  string         `json:"reason"`
-}
-
-// MaintenanceEntry mirrors heal.Maintenance.
-type MaintenanceEntry struct {
-	Broker meta.BrokerID `json:"broker"`
-	Until  time.Time     `json:"until"`
-	Seen   bool          `json:"seen"`
-	Ended  bool          `json:"ended"`
-}
-
-// FloorEntry mirrors heal.MaintenanceFloor.
-type FloorEntry struct {
-	Segment meta.SegmentID `json:"segment"`
-	Broker  meta.BrokerID  `json:"broker"`
-	Reason  string         `json:"reason"`
-}
-
-// FindLifecycle returns the lifecycle part of the latest heal report of a
-// /status document (see FindReport); ok is false when it holds none.
-func FindLifecycle(status json.RawMessage) (Lifecycle, bool) {
-	var l Lifecycle
-	st, ok := DecodeStatus(status)
-	if !ok || st.LastPass == nil {
-		return l, false
-	}
-	var doc map[string]json.RawMessage
-	if json.Unmarshal(status, &doc) != nil {
-		return l, false
-	}
-	raw := findKey(doc, "last_pass")
-	return l, raw != nil && json.Unmarshal(raw, &l) == nil
-}
-
-// findKey returns the value of key in doc or in an object nested in it
-// (the status may be wrapped under "heal", "status" or "plugin").
-func findKey(doc map[string]json.RawMessage, key string) json.RawMessage {
-	if v, ok := doc[key]; ok {
-		return v
-	}
-	for _, k := range []string{"heal", "status", "plugin"} {
-		var inner map[string]json.RawMessage
-		if v, ok := doc[k]; ok && json.Unmarshal(v, &inner) == nil {
-			if r := findKey(inner, key); r != nil {
-				return r
-			}
-		}
-	}
-	return nil
 }

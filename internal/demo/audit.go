@@ -9,7 +9,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The on-disk format of a copy (DESIGN.md, store/); the demo reads copies
+// The on-disk format of a copy (store/doc.go); the demo reads copies
 // itself (harness.AuditCopy), as an auditor independent of the broker
 // that wrote them.
 const (

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -21,9 +21,9 @@ type Injected struct {
 	Kind    FaultKind       `json:"kind"`
 	Brokers []meta.BrokerID `json:"brokers"`
 	// Copies are the copies a file fault damaged (segment on broker).
-	Copies []admin.CopyRef `json:"copies,omitempty"`
-	Start  time.Time       `json:"start"`
-	End    time.Time       `json:"end"` // its undo began (zero: never)
+	Copies []heal.CopyRef `json:"copies,omitempty"`
+	Start  time.Time      `json:"start"`
+	End    time.Time      `json:"end"` // its undo began (zero: never)
 	// DuringWrite names the segment whose write was in flight (begun and
 	// not answered) when a kill was sent: the kill struck mid-write.
 	DuringWrite meta.SegmentID `json:"during_write,omitempty"`
@@ -52,9 +52,9 @@ type PassObs struct {
 	// known, the pass is not judged by time). Ended is when it was
 	// published (last_pass_at). A pass that backfills can run for seconds
 	// after its sample, so neither alone says what it saw.
-	Started time.Time        `json:"started"`
-	Ended   time.Time        `json:"ended"`
-	Report  admin.HealReport `json:"report"`
+	Started time.Time   `json:"started"`
+	Ended   time.Time   `json:"ended"`
+	Report  heal.Report `json:"report"`
 	// Unseen counts the passes of this leader between the previous
 	// observed one and this (the poll missed them).
 	Unseen uint64 `json:"unseen"`
@@ -524,7 +524,7 @@ func keepsQuorum(o Observations, cut Injected) bool {
 // persistentReasons are the failures that last while their cause does
 // (planning failures); backfill_failed and command_failed are one
 // attempt's outcome, reported once (the next pass plans it again).
-var persistentReasons = []string{"all_replicas_dead", "no_spare_broker", "no_intact_source", "seal_conflict"}
+var persistentReasons = []heal.Reason{heal.AllReplicasDead, heal.NoSpareBroker, heal.NoIntactSource, heal.SealConflict}
 
 // failures are what pass p reports failed (persistent reasons) or lost,
 // as "segment reason" keys ("lost" for Report.Lost).
@@ -532,7 +532,7 @@ func failures(p PassObs) map[string]meta.SegmentID {
 	out := map[string]meta.SegmentID{}
 	for _, f := range p.Report.Failed {
 		if slices.Contains(persistentReasons, f.Reason) {
-			out[string(f.Segment)+" "+f.Reason] = f.Segment
+			out[string(f.Segment)+" "+f.Reason.String()] = f.Segment
 		}
 	}
 	for _, l := range p.Report.Lost {
@@ -548,12 +548,12 @@ func actedOn(p PassObs, seg meta.SegmentID) bool {
 	if slices.Contains(r.Healed, seg) || slices.Contains(r.Stale, seg) {
 		return true
 	}
-	for _, l := range [][]admin.CopyRef{r.Resumed, r.Settled, r.Confirmed, r.Deleted} {
-		if slices.ContainsFunc(l, func(c admin.CopyRef) bool { return c.Segment == seg }) {
+	for _, l := range [][]heal.CopyRef{r.Resumed, r.Settled, r.Confirmed, r.Deleted} {
+		if slices.ContainsFunc(l, func(c heal.CopyRef) bool { return c.Segment == seg }) {
 			return true
 		}
 	}
-	return slices.ContainsFunc(r.Failed, func(f admin.HealFailure) bool { return f.Segment == seg })
+	return slices.ContainsFunc(r.Failed, func(f heal.Failure) bool { return f.Segment == seg })
 }
 
 // quietBetween says whether nothing that may change a failure happened

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 )
@@ -24,9 +24,9 @@ func cleanObs() Observations {
 		Acked:  []meta.SegmentID{"a"},
 		Faults: []Injected{{Kind: KindKill, Brokers: []meta.BrokerID{4}, Start: at(1), End: at(11)}},
 		Passes: []PassObs{
-			{Leader: 1, Number: 10, Started: at(5), Ended: at(5.2), Report: admin.HealReport{Dead: []meta.BrokerID{4}}},
-			{Leader: 1, Number: 11, Started: at(6), Ended: at(6.2), Report: admin.HealReport{Dead: []meta.BrokerID{4},
-				Deleted: []admin.CopyRef{{Segment: "a", Broker: 4}}}},
+			{Leader: 1, Number: 10, Started: at(5), Ended: at(5.2), Report: heal.Report{Dead: []meta.BrokerID{4}}},
+			{Leader: 1, Number: 11, Started: at(6), Ended: at(6.2), Report: heal.Report{Dead: []meta.BrokerID{4},
+				Deleted: []heal.CopyRef{{Segment: "a", Broker: 4}}}},
 		},
 		Sets: map[meta.SegmentID][]SetObs{"a": {
 			{At: at(0), Version: 3, Replicas: []meta.BrokerID{1, 2, 4}},
@@ -87,7 +87,7 @@ func isolateLeader(o *Observations) {
 	at := func(s float64) time.Time { return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second))) }
 	o.Faults = append(o.Faults, Injected{Kind: KindIsolate, Brokers: []meta.BrokerID{1}, Start: at(12), End: at(18)})
 	o.Passes = append(o.Passes,
-		PassObs{Leader: 1, Number: 12, Started: at(11.8), Ended: at(12.5), Report: admin.HealReport{Aborted: true}},
+		PassObs{Leader: 1, Number: 12, Started: at(11.8), Ended: at(12.5), Report: heal.Report{Aborted: true}},
 		PassObs{Leader: 2, Number: 1, Ended: at(14)})
 }
 
@@ -96,11 +96,15 @@ func isolateLeader(o *Observations) {
 // does not.
 func flicker(o *Observations, reason string) {
 	at := func(s float64) time.Time { return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second))) }
-	var r admin.HealReport
+	var r heal.Report
 	if reason == "lost" {
-		r.Lost = []admin.LostEntry{{Segment: "a", Replicas: []meta.BrokerID{1, 2, 3}}}
+		r.Lost = []heal.LostSegment{{Segment: "a", Replicas: []meta.BrokerID{1, 2, 3}}}
 	} else {
-		r.Failed = []admin.HealFailure{{Segment: "a", Reason: reason}}
+		var why heal.Reason
+		if err := why.UnmarshalText([]byte(reason)); err != nil || why == heal.ReasonUnknown {
+			panic("flicker: reason " + reason)
+		}
+		r.Failed = []heal.Failure{{Segment: "a", Reason: why}}
 	}
 	o.Passes = append(o.Passes,
 		PassObs{Leader: 1, Number: 12, Started: at(11.8), Ended: at(12), Report: r},
@@ -148,11 +152,11 @@ func TestCheckerFires(t *testing.T) {
 			// 1 and 2 were damaged by the nemesis just before the pass
 			// deleted 4's copy, and never replaced.
 			o.Faults = append(o.Faults, Injected{Kind: KindDelete, Brokers: []meta.BrokerID{1, 2},
-				Copies: []admin.CopyRef{{Segment: "a", Broker: 1}, {Segment: "a", Broker: 2}}, Start: at(*o, 5.8), End: at(*o, 5.8)})
+				Copies: []heal.CopyRef{{Segment: "a", Broker: 1}, {Segment: "a", Broker: 2}}, Start: at(*o, 5.8), End: at(*o, 5.8)})
 			o.Sets["a"] = o.Sets["a"][:1]
 		}},
 		{"deleted while lost", "last-copy", "while reporting it lost", func(o *Observations) {
-			o.Passes[1].Report.Lost = []admin.LostEntry{{Segment: "a"}}
+			o.Passes[1].Report.Lost = []heal.LostSegment{{Segment: "a"}}
 		}},
 		{"dead not reported", "reported", "does not list broker 4 dead", func(o *Observations) {
 			o.Passes[0].Report.Dead = nil
@@ -243,8 +247,8 @@ func TestSetChangesCountTheFaultUntilHealSeesTheBrokerBack(t *testing.T) {
 	o.Faults[0].Kind = KindSwap
 	o.Sets["c"] = []SetObs{{At: at(14.2), Version: 2, Replicas: []meta.BrokerID{2, 3, 4}}, {At: at(15.1), Version: 3, Replicas: []meta.BrokerID{2, 3, 5}}}
 	o.Passes = append(o.Passes,
-		PassObs{Leader: 1, Number: 12, Started: at(11.1), Ended: at(13), Report: admin.HealReport{Dead: []meta.BrokerID{4}}},
-		PassObs{Leader: 1, Number: 13, Started: at(13), Ended: at(15), Report: admin.HealReport{Dead: []meta.BrokerID{4}, Healed: []meta.SegmentID{"c"}}},
+		PassObs{Leader: 1, Number: 12, Started: at(11.1), Ended: at(13), Report: heal.Report{Dead: []meta.BrokerID{4}}},
+		PassObs{Leader: 1, Number: 13, Started: at(13), Ended: at(15), Report: heal.Report{Dead: []meta.BrokerID{4}, Healed: []meta.SegmentID{"c"}}},
 		PassObs{Leader: 1, Number: 14, Started: at(15), Ended: at(15.2)})
 	if v := Check(o); len(v) != 0 {
 		t.Fatalf("a replica placed on a broker heal still counted dead: %v", v)

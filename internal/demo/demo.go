@@ -360,7 +360,7 @@ func (d *demo) finalCheck(destroyed []meta.SegmentID) (evaluation, int) {
 	})
 	d.rep.Summary.CopiesVerifiedAtEnd = intact
 	failed := 0
-	if r, ok := admin.FindReport(d.last.Status); ok {
+	if r, _, _, ok := admin.LastPass(d.last.Status); ok {
 		for _, f := range r.Failed {
 			if !slices.Contains(destroyed, f.Segment) {
 				failed++
@@ -424,7 +424,7 @@ func (d *demo) copiesCarryConfirmed() bool {
 // metadata index, found nothing left to do. Without a report (no plugin
 // status yet) it is false: verification is not assumed.
 func passClean(v *view) (bool, string) {
-	r, ok := admin.FindReport(v.Status)
+	r, _, _, ok := admin.LastPass(v.Status)
 	if !ok {
 		return false, "no heal report in the leader's /v1/status"
 	}

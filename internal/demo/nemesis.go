@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/internal/netns"
@@ -325,7 +325,7 @@ func (n *nemesis) event(ctx context.Context, e Event) {
 	n.mu.Unlock()
 }
 
-func copiesNote(cs []admin.CopyRef) string {
+func copiesNote(cs []heal.CopyRef) string {
 	if len(cs) == 0 {
 		return ""
 	}
@@ -564,7 +564,7 @@ func (n *nemesis) readOnly(ctx context.Context) (func() error, error) {
 // sealed segments b holds whose replica set is full and names no other
 // broker under a fault and none hit this epoch: the RF-1 bound holds
 // whatever the heal's timing.
-func (n *nemesis) fileFault(ctx context.Context, e Event, b *harness.Broker) ([]admin.CopyRef, error) {
+func (n *nemesis) fileFault(ctx context.Context, e Event, b *harness.Broker) ([]heal.CopyRef, error) {
 	snap, err := n.d.leaderClient(ctx).Metadata(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
@@ -589,14 +589,14 @@ func (n *nemesis) fileFault(ctx context.Context, e Event, b *harness.Broker) ([]
 	sort.Slice(cands, func(i, j int) bool { return cands[i].ID < cands[j].ID })
 	rng := rand.New(rand.NewPCG(e.Seed, e.Seed^0xbb67ae8584caa73b))
 	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	var hit []admin.CopyRef
+	var hit []heal.CopyRef
 	var errs []error
 	for _, s := range cands[:min(e.Copies, len(cands))] {
 		if err := n.damage(ctx, e.Kind, b, s, rng); err != nil {
 			errs = append(errs, fmt.Errorf("%s on broker %d: %w", s.ID, b.ID, err))
 			continue
 		}
-		hit = append(hit, admin.CopyRef{Segment: s.ID, Broker: b.ID})
+		hit = append(hit, heal.CopyRef{Segment: s.ID, Broker: b.ID})
 		n.mu.Lock()
 		n.damaged[s.ID] = true
 		n.mu.Unlock()

@@ -2,14 +2,12 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
@@ -208,7 +206,7 @@ func (n *nemesis) notePasses(id meta.BrokerID, h plugin.PassHistory) bool {
 		if p.Seq <= cur.last {
 			continue
 		}
-		n.obs.Passes = append(n.obs.Passes, PassObs{Leader: id, Number: p.Seq, Started: p.Started, Ended: p.Ended, Report: adminReport(p.Report), Unseen: unseen})
+		n.obs.Passes = append(n.obs.Passes, PassObs{Leader: id, Number: p.Seq, Started: p.Started, Ended: p.Ended, Report: p.Report, Unseen: unseen})
 		unseen = 0
 		cur.last = p.Seq
 	}
@@ -227,19 +225,6 @@ func (n *nemesis) notePassHistory(id meta.BrokerID, dataDir string) error {
 	defer n.mu.Unlock()
 	n.notePasses(id, h)
 	return nil
-}
-
-// adminReport is a heal report as the checker reads it.
-func adminReport(r heal.Report) admin.HealReport {
-	var out admin.HealReport
-	b, err := json.Marshal(r)
-	if err == nil {
-		err = json.Unmarshal(b, &out)
-	}
-	if err != nil {
-		panic(fmt.Sprintf("demo: a heal report does not decode as admin.HealReport: %v", err))
-	}
-	return out
 }
 
 // noteSets appends each sealed segment's replica set when it changed.

@@ -91,8 +91,8 @@ func TestDecodePassStatus(t *testing.T) {
 	if p.Leader != 2 || p.Passes != 7 || !p.HoldReleased || p.Hold == "" || len(p.Dead) != 1 {
 		t.Errorf("decoded %+v", p)
 	}
-	if r, ok := admin.FindReport(raw); !ok || !r.HoldReleased || len(r.Lost) != 1 || !r.Lost[0].Acknowledged {
-		t.Errorf("admin.FindReport: hold_released or lost not seen: %+v", r)
+	if r, _, _, ok := admin.LastPass(raw); !ok || !r.HoldReleased || len(r.Lost) != 1 || !r.Lost[0].Acknowledged || r.Lost[0].Reason != heal.NoIntactSource {
+		t.Errorf("admin.LastPass: hold_released or lost not seen: %+v", r)
 	}
 	if _, ok := decodePassStatus(json.RawMessage(`{"heal":"disabled"}`)); ok {
 		t.Error("a disabled plugin decoded as a pass")

@@ -3,9 +3,6 @@ package demo
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/harness"
 	"io"
 	"maps"
 	"math"
@@ -13,6 +10,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -94,7 +95,7 @@ type FaultReport struct {
 	Broker meta.BrokerID `json:"broker,omitempty"`
 	// Copies are the files changed on disk; Latched the copies latched.
 	Copies  []harness.Fault `json:"copies,omitempty"`
-	Latched []admin.CopyRef `json:"latched,omitempty"`
+	Latched []heal.CopyRef  `json:"latched,omitempty"`
 	// Affected counts the segments seen unhealthy during the stage.
 	Affected int `json:"affected_segments"`
 	// Detected says the cluster noticed: for a disk fault, the copy was

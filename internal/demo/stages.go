@@ -3,10 +3,12 @@ package demo
 import (
 	"context"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"slices"
 	"time"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -376,7 +378,7 @@ func (d *demo) stageLatch(ctx context.Context) (FaultReport, error) {
 			d.logf("stage latch: %s on broker %d: %v", v.seg.ID, v.b.ID, err)
 			continue
 		}
-		fr.Latched = append(fr.Latched, admin.CopyRef{Segment: v.seg.ID, Broker: v.b.ID})
+		fr.Latched = append(fr.Latched, heal.CopyRef{Segment: v.seg.ID, Broker: v.b.ID})
 		pre[v.seg.ID][v.b.ID] = 0 // a latched copy is lost: replaced elsewhere
 		d.logf("stage latch: %s on broker %d latched", v.seg.ID, v.b.ID)
 	}

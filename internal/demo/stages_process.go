@@ -3,16 +3,16 @@ package demo
 import (
 	"context"
 	"fmt"
-	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/harness"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/internal/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -675,7 +675,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	fr.Latched = []admin.CopyRef{{Segment: id, Broker: lb.ID}}
+	fr.Latched = []heal.CopyRef{{Segment: id, Broker: lb.ID}}
 	d.aud.Forget(copyPath(lb, id))
 
 	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {

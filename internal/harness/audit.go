@@ -12,7 +12,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The on-disk format of a copy (DESIGN.md, store/): frames
+// The on-disk format of a copy (store/doc.go): frames
 // crc32c(u32) | payload_len(u32) | offset(u64) | payload, then a 40-byte seal
 // footer magic(8) | start_offset(u64) | length(u64) | byte_size(u64) |
 // crc32c of the frames (u32) | crc32c of the 36 bytes before it (u32).

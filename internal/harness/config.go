@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// configText is broker b's TOML file (MALACHID_API.md).
+// configText is broker b's TOML file (the keys of cmd/malachid/malachid.example.toml).
 func (c *Cluster) configText(b *Broker) string {
 	var peers []string
 	for _, p := range c.brokers {
