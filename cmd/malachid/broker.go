@@ -44,6 +44,7 @@ type broker struct {
 	segLock map[meta.SegmentID]*sync.Mutex
 	placeMu sync.Mutex
 	cursor  int
+	creates createLocks // one create of a segment id at a time (strays.go)
 
 	closeOnce sync.Once
 	closeErr  error

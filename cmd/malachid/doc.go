@@ -91,7 +91,12 @@
 //     addresses, plaintext only on loopback, and the certificates (they
 //     load, chain to ca.crt and name this broker) are all checked by
 //     loadConfig.
-//  5. Admin request bodies and path ids are decoded and checked (parse*
+//  5. Creates of one segment id run one at a time on a broker; a create
+//     refused because another recorded the segment on a different set
+//     deletes the empty copies it made outside that set (strays.go,
+//     internal route copies/{id}/drop, which deletes only an empty active
+//     copy of a segment whose recorded set does not name its broker).
+//  6. Admin request bodies and path ids are decoded and checked (parse*
 //     in admin.go) before any copy or metadata is touched: strict JSON, no
 //     unknown field, valid segment ids (FuzzAdminRequest); before that,
 //     the caller's certificate and role (TestAdminRoleMatrix): a refusal

@@ -221,12 +221,14 @@ const keepInterval = 500 * time.Millisecond
 
 // keep runs until ctx ends: on the control plane's leader it creates the
 // missing segment of a partition (a topic's first, or the next after a
-// roll that sealed but did not create); on a follower replica of an
-// active segment whose earlier replicas have all stopped answering, it
-// seals the segment at what the live replicas hold in common (takeOver),
-// so that the partition moves on without its dead leader.
+// roll that sealed but did not create) once it has been missing on two
+// turns in a row, so that a topic's creation or a roll in flight makes it
+// first; on a follower replica of an active segment whose earlier
+// replicas have all stopped answering, it seals the segment at what the
+// live replicas hold in common (takeOver), so that the partition moves on
+// without its dead leader.
 func (kc *kafkaCluster) keep(ctx context.Context) {
-	down := map[meta.SegmentID]int{}
+	t := keepTurn{down: map[meta.SegmentID]int{}}
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,20 +236,28 @@ func (kc *kafkaCluster) keep(ctx context.Context) {
 		case <-time.After(keepInterval):
 		}
 		v := kc.b.node.View()
+		t.wasMissing, t.missing = t.missing, map[meta.SegmentID]bool{}
 		for _, tp := range v.Topics() {
 			for p := range tp.Partitions {
 				if ctx.Err() != nil {
 					return
 				}
-				kc.keepPartition(ctx, v, tp.Name, p, down)
+				kc.keepPartition(ctx, v, tp.Name, p, &t)
 			}
 		}
 	}
 }
 
+// keepTurn is what keep remembers from turn to turn.
+type keepTurn struct {
+	down                map[meta.SegmentID]int  // turns an active segment's earlier replicas did not answer
+	missing, wasMissing map[meta.SegmentID]bool // segments to create, seen this turn and the last
+}
+
 // keepPartition is one partition's turn of keep.
-func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic string, p int32, down map[meta.SegmentID]int) {
+func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic string, p int32, t *keepTurn) {
 	b := kc.b
+	down := t.down
 	chain := v.Chain(topic, p)
 	log := b.log.With().Str("topic", topic).Int32("partition", p).Logger()
 	if len(chain) == 0 || chain[len(chain)-1].Sealed {
@@ -258,6 +268,10 @@ func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic s
 		if n := len(chain); n > 0 {
 			_, _, seq, _ := meta.ParsePartitionSegment(chain[n-1].ID)
 			req = CreateRequest{ID: meta.PartitionSegmentID(topic, p, seq+1), StartOffset: chain[n-1].EndOffset()}
+		}
+		t.missing[req.ID] = true
+		if !t.wasMissing[req.ID] {
+			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
