@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	be "encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -328,6 +332,62 @@ func TestKafkaRefusals(t *testing.T) {
 	defer mcancel()
 	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(mctx, fc); err == nil {
 		t.Fatal("a client certificate of another CA was served")
+	}
+}
+
+// TestKafkaClientRole: a certificate of role client (`malachi cert
+// create-client NAME --role client`) produces with kgo's defaults and
+// consumes every record back; the same role is refused, naming the role
+// the route needs and the one it has, on an admin route that changes
+// state, and nothing changes.
+func TestKafkaClientRole(t *testing.T) {
+	c := startCluster(t, clusterOpts{n: 3, rf: 3, kafka: kafkaTable})
+	tlsCfg := kafkaClientTLS(t, c.certs.Root, "app", pki.RoleClient)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic, n = "apps", 300
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaSeeds()...), kgo.DialTLSConfig(tlsCfg), kgo.DefaultProduceTopic(topic),
+		kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "key-%06d", i), Value: fmt.Appendf(nil, "client record %d", i)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce as role client: %v", err)
+	}
+	acked := map[int32]map[int64]produced{}
+	for _, r := range recs {
+		if acked[r.Partition] == nil {
+			acked[r.Partition] = map[int64]produced{}
+		}
+		acked[r.Partition][r.Offset] = produced{key: r.Key, value: r.Value}
+	}
+	consumeAll(t, ctx, tlsCfg, c.kafkaSeeds(), topic, acked)
+
+	certs, err := pki.LoadClient(c.certs.ClientDir(), string(pki.RoleClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := rpc.NewClient(certs, admin.Codes, 10*time.Second)
+	defer rc.Close()
+	before, err := c.metadata(c.leader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = admin.New(c.b(1).admin, rc, false).Call(ctx, "POST", "/v1/load", map[string]any{"segments": 1}, nil)
+	if !errors.Is(err, rpc.ErrForbidden) || !strings.Contains(err.Error(), "needs a certificate of role operator") || !strings.Contains(err.Error(), "has role client") {
+		t.Fatalf("POST /v1/load as role client: %v, want forbidden naming the role needed and the one held", err)
+	}
+	after, err := c.metadata(c.leader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Segments) != len(before.Segments) {
+		t.Fatalf("a refused load changed the segments: %d -> %d", len(before.Segments), len(after.Segments))
 	}
 }
 

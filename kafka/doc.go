@@ -63,8 +63,8 @@
 // With Config.TLS, a client must present a certificate that
 // Config.Authorize accepts, or the handshake fails. The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
-// ListOffsets) for viewers and operators, write (Produce, InitProducerID,
-// topic creation) for operators. A refusal is answered with the kind's own
+// ListOffsets) for viewers, clients and operators, write (Produce,
+// InitProducerID, topic creation) for clients and operators. A refusal is answered with the kind's own
 // error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and a
 // log line naming the peer and the access it lacks. Config.Insecure serves
 // plaintext and grants everything; the broker restricts it to loopback.

@@ -29,7 +29,9 @@
 // (certs_dir: ca.crt, broker.crt naming this id, broker.key): raft
 // (cluster), the admin API, the plugin's RPC. Admin routes check the
 // caller's role (internal/rpc): viewer for reads, operator for writes and
-// faults, brokers only for /v1/internal/*. insecure = true runs them all in
+// faults, brokers only for /v1/internal/*; role client (a Kafka
+// application) has no admin route. On kafka_listen, operator and client
+// produce and consume, viewer consumes (kafka.RoleAccess). insecure = true runs them all in
 // plaintext and is refused off loopback.
 //
 // # Admin API (HTTP/JSON)
