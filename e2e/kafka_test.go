@@ -29,9 +29,16 @@ import (
 // that production rolls many.
 const kafkaTable = "segment_bytes = 65536\nnum_partitions = 3\n"
 
-// kafkaClientTLS creates a client certificate of role operator (or the
-// given role) signed by the CA under caRoot and returns its dialer config.
-func kafkaClientTLS(t *testing.T, caRoot, name string, role pki.Role) *tls.Config {
+// kafkaClient is a client certificate of the cluster CA as files (what
+// kcat reads) and as a dialer config (what kgo takes).
+type kafkaClient struct {
+	ca, cert, key string
+	tls           *tls.Config
+}
+
+// kafkaClientCerts creates a client certificate named name of the given
+// role, signed by the CA under caRoot, in a directory of its own.
+func kafkaClientCerts(t *testing.T, caRoot, name string, role pki.Role) kafkaClient {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "client")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -54,7 +61,14 @@ func kafkaClientTLS(t *testing.T, caRoot, name string, role pki.Role) *tls.Confi
 	}
 	cfg := certs.ClientConfig()
 	cfg.ServerName = "127.0.0.1"
-	return cfg
+	return kafkaClient{ca: filepath.Join(dir, pki.CACert), cert: filepath.Join(dir, pki.ClientCert(name)),
+		key: filepath.Join(dir, pki.ClientKey(name)), tls: cfg}
+}
+
+// kafkaClientTLS is the dialer config of kafkaClientCerts.
+func kafkaClientTLS(t *testing.T, caRoot, name string, role pki.Role) *tls.Config {
+	t.Helper()
+	return kafkaClientCerts(t, caRoot, name, role).tls
 }
 
 func (c *cluster) kafkaSeeds() []string {
@@ -107,35 +121,16 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 	var failed []error
 	var wg sync.WaitGroup
 	killAt := n / 3
-	killed := 0
+	var killed int
 	var victims []meta.SegmentID // partition segments the killed broker held
 	for i := range n {
 		if i == killAt {
-			// Wait for what was produced so far, then kill a broker that
-			// leads a partition (not the control plane's leader).
+			// Wait for what was produced so far, then kill a partition's
+			// leader.
 			if err := cl.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			raftLeader := c.leader()
-			for p := int32(0); p < 3 && killed == 0; p++ {
-				if l := c.partitionLeader(raftLeader, topic, p); l != 0 && int(l) != raftLeader {
-					killed = int(l)
-				}
-			}
-			if killed == 0 {
-				t.Fatalf("no partition of %s is led by a broker other than the control plane's leader %d", topic, raftLeader)
-			}
-			snap, err := c.metadata(raftLeader)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range snap.Segments {
-				if _, _, _, ok := meta.ParsePartitionSegment(s.ID); ok && s.HasReplica(meta.BrokerID(killed)) {
-					victims = append(victims, s.ID)
-				}
-			}
-			t.Logf("killing broker %d after %d acknowledged records; it holds %d partition segments", killed, i, len(victims))
-			c.kill(killed)
+			killed, victims = c.killPartitionLeader(topic, 3)
 		}
 		value := bytes.Repeat([]byte{byte(i)}, 300)
 		copy(value, fmt.Sprintf("record %06d|", i))
@@ -170,9 +165,6 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 		t.Fatal("nothing acknowledged")
 	}
 	consumeAll(t, ctx, tlsCfg, c.kafkaSeeds(), topic, acked)
-	if len(victims) == 0 {
-		t.Fatalf("broker %d held no partition segment when killed", killed)
-	}
 	c.waitKafkaHealed(killed, victims)
 }
 
@@ -244,6 +236,39 @@ func consumeAll(t *testing.T, ctx context.Context, tlsCfg *tls.Config, seeds []s
 		}
 	}
 	t.Logf("consumed %d records, high watermarks %v", len(keys), hw)
+}
+
+// killPartitionLeader SIGKILLs a broker that leads one of topic's first
+// partitions and is not the control plane's leader, and returns it and
+// the partition segments it held.
+func (c *cluster) killPartitionLeader(topic string, partitions int32) (int, []meta.SegmentID) {
+	c.t.Helper()
+	raftLeader := c.leader()
+	killed := 0
+	for p := int32(0); p < partitions && killed == 0; p++ {
+		if l := c.partitionLeader(raftLeader, topic, p); l != 0 && int(l) != raftLeader {
+			killed = int(l)
+		}
+	}
+	if killed == 0 {
+		c.t.Fatalf("no partition of %s is led by a broker other than the control plane's leader %d", topic, raftLeader)
+	}
+	snap, err := c.metadata(raftLeader)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var victims []meta.SegmentID
+	for _, s := range snap.Segments {
+		if _, _, _, ok := meta.ParsePartitionSegment(s.ID); ok && s.HasReplica(meta.BrokerID(killed)) {
+			victims = append(victims, s.ID)
+		}
+	}
+	if len(victims) == 0 {
+		c.t.Fatalf("broker %d leads a partition of %s but holds no partition segment", killed, topic)
+	}
+	c.t.Logf("killing broker %d, which leads a partition of %s and holds %d partition segments", killed, topic, len(victims))
+	c.kill(killed)
+	return killed, victims
 }
 
 // waitKafkaHealed waits until every sealed partition segment has three

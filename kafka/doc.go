@@ -55,7 +55,9 @@
 //     before the append, written into the batch (SetBaseOffset).
 //  7. Fetch returns only what is below the high watermark, waits for data
 //     on Log.Wait (never by polling), and answers offsets outside
-//     [log start, high watermark] with OFFSET_OUT_OF_RANGE.
+//     [log start, high watermark] with OFFSET_OUT_OF_RANGE. A partition
+//     answered without records carries an empty record set, never a
+//     null one (librdkafka refuses null).
 //  8. Bad input and refused requests change nothing.
 //
 // # Security
