@@ -56,7 +56,8 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 		cfg.AdminListen, cfg.RaftListen, cfg.Peers = "127.0.0.1:0", raft[i], peers
 		cfg.CertsDir = l.BrokerDir(ids[i])
 		cfg.ReplicationFactor = rf
-		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+		// The e2e clusters' timings: shorter ones flap under -race on 2 cores.
+		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 250*time.Millisecond
 		if edit != nil {
 			edit(&cfg)
 		}
@@ -71,7 +72,7 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 		c.brokers[i] = b
 	}
 	c.waitFor(20*time.Second, "a leader and every broker registered", func() bool {
-		if c.leader() == nil {
+		if c.currentLeader() == nil {
 			return false
 		}
 		for _, b := range c.brokers {
@@ -90,14 +91,27 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 // b returns broker id, nil once stopped.
 func (c *testCluster) b(id meta.BrokerID) *broker { return c.brokers[id-1] }
 
-// leader returns the running broker that leads the control plane, or nil.
-func (c *testCluster) leader() *broker {
+// currentLeader returns the running broker that leads the control plane,
+// or nil.
+func (c *testCluster) currentLeader() *broker {
 	for _, b := range c.brokers {
 		if b != nil && b.node.IsLeader() {
 			return b
 		}
 	}
 	return nil
+}
+
+// leader returns the running broker that leads the control plane, waiting
+// out an election.
+func (c *testCluster) leader() *broker {
+	c.t.Helper()
+	var l *broker
+	c.waitFor(20*time.Second, "a control plane leader", func() bool {
+		l = c.currentLeader()
+		return l != nil
+	})
+	return l
 }
 
 // stop closes broker id (its listeners, raft node and store).

@@ -70,9 +70,9 @@ func (l *partLog) leading() bool {
 
 // openPartLog builds the Log of a partition whose last segment (chain's
 // last, active) names this broker first, reading every segment's frames.
-// An active segment that already holds frames is taken only when every
-// replica holds exactly those; otherwise it is sealed at what they hold
-// in common and the partition waits for its next segment (an error).
+// An active segment that already holds frames (an earlier leader's) is
+// not taken: it is sealed at what its replicas hold in common and the
+// partition waits for its next segment (an error).
 func openPartLog(b *broker, topic string, index int32, chain []*meta.Segment) (*partLog, error) {
 	l := &partLog{b: b, topic: topic, index: index, wake: make(chan struct{}), born: time.Now()}
 	for i, s := range chain {
