@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
@@ -90,18 +92,30 @@ func (b *broker) modeCommand(m modeRequest, now time.Time) meta.SetBrokerMode {
 }
 
 // setMode applies m here when this broker leads, else forwards it to the
-// leader's internal route.
+// leader's internal route; while no leader is known (an election) it
+// waits, as apply does, bounded by the request's context and the quorum
+// watch.
 func (b *broker) setMode(r *http.Request, m modeRequest) (any, error) {
-	if !b.node.IsLeader() {
+	var qw quorumWatch
+	for wait := 10 * time.Millisecond; !b.node.IsLeader(); wait = min(2*wait, 200*time.Millisecond) {
 		_, addr, err := b.leaderAdmin()
-		if err != nil {
-			return nil, err
+		if err == nil {
+			var resp ModeResponse // the internal routes are all POST: the path names the mode
+			if err = b.call(r.Context(), http.MethodPost, addr, m.path(true), struct{}{}, &resp); err == nil {
+				return resp, nil
+			}
+			if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, errNoLeader) && !isConnErr(err) {
+				return nil, err
+			}
 		}
-		var resp ModeResponse // the internal routes are all POST: the path names the mode
-		if err := b.call(r.Context(), http.MethodPost, addr, m.path(true), struct{}{}, &resp); err != nil {
-			return nil, err
+		if qerr := qw.check(b.node); qerr != nil {
+			return nil, fmt.Errorf("set mode %s of broker %d: %w", m.mode, m.broker, qerr)
 		}
-		return resp, nil
+		select {
+		case <-r.Context().Done():
+			return nil, fmt.Errorf("set mode %s of broker %d: %w (last: %v)", m.mode, m.broker, r.Context().Err(), err)
+		case <-time.After(wait):
+		}
 	}
 	c := b.modeCommand(m, time.Now())
 	idx, err := b.node.Apply(r.Context(), c)
