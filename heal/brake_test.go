@@ -110,6 +110,40 @@ func TestHoldLiftRestartsGrace(t *testing.T) {
 	}
 }
 
+// A broker that answers its probe with metadata behind the pass's index
+// (ErrBehind) is up: listed behind and suspect on every pass, never dead
+// however long it lags, and none of its replicas is replaced; a broker that
+// does not answer at all is dead past the grace delay.
+func TestBehindBrokerNeverDead(t *testing.T) {
+	w := newWorld(5, 3, seg("a", 1, 2, 4), seg("b", 3, 4, 5), seg("c", 1, 2, 3))
+	f := newFake(w)
+	f.behind = map[meta.BrokerID]bool{4: true}
+	delete(f.reports, 5)
+	now := t0
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := range 4 {
+		now = now.Add(11 * time.Second)
+		f.calls = nil
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rep.Behind, []meta.BrokerID{4}) || !slices.Contains(rep.Suspect, 4) || slices.Contains(rep.Dead, 4) {
+			t.Fatalf("pass %d: behind %v, suspect %v, dead %v", pass, rep.Behind, rep.Suspect, rep.Dead)
+		}
+		if got := strings.Join(f.calls, " "); strings.Contains(got, "set a ") || strings.Contains(got, "<-4") {
+			t.Fatalf("pass %d: a replica of the broker behind replaced or read: %v", pass, f.calls)
+		}
+		if pass > 0 && !slices.Contains(rep.Dead, 5) {
+			t.Fatalf("pass %d: broker 5, silent past the grace delay, not dead: %v", pass, rep.Dead)
+		}
+	}
+}
+
 // a segment with no intact copy is reported on every pass and
 // costs its replicas no reads.
 func TestLostSegmentCostsNoReads(t *testing.T) {

@@ -264,6 +264,8 @@
 //  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
 //     in Report.AuthFailed on every such pass, counts as seen (never dead
 //     for it), and, having no report, is neither a source nor a target.
+//     So is a broker that answered with metadata behind the pass's index
+//     (ErrBehind, Report.Behind): its raft log lags, it is not gone.
 //  10. A move (a decommission's or the rebalancer's) never records a set
 //     with fewer members than the replication factor, never adds a
 //     decommissioning broker, and deletes the moved copy only after the

@@ -81,6 +81,9 @@ type Observation struct {
 	// AuthFailed are the brokers that answered but could not be
 	// authenticated: seen, but with no report.
 	AuthFailed []AuthFailure
+	// Behind are the brokers that answered with metadata behind the
+	// pass's index (ErrBehind): seen, but with no report.
+	Behind []meta.BrokerID
 	// Start is when probing started (a broker first watched is seen
 	// then), Now when it ended (the time of the pass).
 	Start, Now time.Time
@@ -121,6 +124,9 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	}
 	for _, a := range obs.AuthFailed {
 		next.Seen = seenAt(next.Seen, a.Broker, obs.Now, true)
+	}
+	for _, b := range obs.Behind {
+		next.Seen = seenAt(next.Seen, b, obs.Now, true)
 	}
 	next.Release = next.Release || obs.Release
 	acked := slices.Clone(next.Acknowledged)
@@ -171,6 +177,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	next.Leftovers, refusedLeftovers = leftovers(&plan, &obs, next.Leftovers, in.Refused, next.Pass)
 	next.Refused = append(slices.Clip(next.Refused), refusedLeftovers...)
 	plan.Report.AuthFailed = slices.Clone(obs.AuthFailed)
+	plan.Report.Behind = slices.Clone(obs.Behind)
 	plan.Report.Events = append(plan.Report.Events, events...)
 	checkStep(&st, &obs, &plan, &next)
 	return plan, next, nil
