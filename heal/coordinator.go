@@ -374,7 +374,7 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 			defer cancel()
 			r, err := c.cfg.Prober.Probe(pctx, b.ID, view.Index())
 			if err == nil {
-				r.Broker = b.ID
+				r.Broker, r.At = b.ID, c.cfg.Now()
 				err = r.Validate()
 			}
 			if errors.Is(err, ErrUnauthenticated) {

@@ -149,7 +149,10 @@
 //
 // Beyond the seed: risk order (fewest healthy copies first); a grace delay
 // (Policy.Grace) before a broker that stopped answering counts as dead,
-// during which it is "suspect" (neither replaced nor used); per-broker and
+// during which it is "suspect" (neither replaced nor used); a broker is
+// seen when its answer arrived, and is dead only if that was more than the
+// grace delay before the pass began probing (Input.Start), so one slow
+// probe never makes a broker dead on its own pass; per-broker and
 // per-pass caps on planned backfills (Policy.MaxBackfillsPerBroker,
 // MaxBackfills) and on concurrent ones (Config.Concurrency, PerBroker);
 // rack-aware, least-loaded, least-movement placement; targets whose

@@ -502,6 +502,12 @@ type Input struct {
 	// Seen are the brokers' last-seen times; a broker without one has
 	// never been seen and counts as dead.
 	Seen []Seen
+	// Start is when the pass began probing (zero: Now). A broker is
+	// dead when it was last seen more than the grace delay before Start:
+	// a probe that times out during the pass does not make its broker
+	// dead on the same pass, so that brokers lost together (a split) are
+	// both missing on the next one, where the mass-failure brake sees them.
+	Start time.Time
 	// Now is the time of the pass.
 	Now    time.Time
 	Policy Policy

@@ -120,7 +120,11 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		next.Seen = seenAt(next.Seen, b.ID, obs.Start, false)
 	}
 	for i := range obs.Reports {
-		next.Seen = seenAt(next.Seen, obs.Reports[i].Broker, obs.Now, true)
+		at := obs.Reports[i].At
+		if at.IsZero() || at.After(obs.Now) {
+			at = obs.Now
+		}
+		next.Seen = seenAt(next.Seen, obs.Reports[i].Broker, at, true)
 	}
 	for _, a := range obs.AuthFailed {
 		next.Seen = seenAt(next.Seen, a.Broker, obs.Now, true)
@@ -136,7 +140,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 			slices.Sort(acked)
 		}
 	}
-	in := Input{View: obs.View, Reports: obs.Reports, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
+	in := Input{View: obs.View, Reports: obs.Reports, Start: obs.Start, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
 		Release: next.Release, Held: next.Held != "", Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
 	for _, b := range obs.View.Brokers() {
 		if i, ok := slices.BinarySearchFunc(next.Seen, b.ID, cmpSeen); ok {
