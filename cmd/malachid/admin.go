@@ -22,6 +22,7 @@ import (
 
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
@@ -215,7 +216,8 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 		return 0, err
 	}
 	var qw quorumWatch
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+	bo := retry.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
+	for {
 		idx, err := b.node.Apply(ctx, c)
 		if err == nil {
 			return idx, nil
@@ -243,10 +245,8 @@ func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 		if qerr := qw.check(b.node); qerr != nil {
 			return 0, fmt.Errorf("apply %s: %w", c.Op(), qerr)
 		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
-		case <-time.After(wait):
+		if werr := bo.Wait(ctx); werr != nil {
+			return 0, fmt.Errorf("apply %s: %w (last: %v)", c.Op(), werr, err)
 		}
 	}
 }
@@ -349,7 +349,8 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 			// The leader places; wait out an election, bounded by ctx and
 			// by the quorum.
 			var qw quorumWatch
-			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+			bo := retry.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
+			for {
 				_, addr, err := b.leaderAdmin()
 				if err == nil {
 					var seg meta.Segment
@@ -364,10 +365,8 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 				if qerr := qw.check(b.node); qerr != nil {
 					return meta.Segment{}, fmt.Errorf("create %s: %w", req.ID, qerr)
 				}
-				select {
-				case <-ctx.Done():
-					return meta.Segment{}, fmt.Errorf("create %s: %w (last: %v)", req.ID, ctx.Err(), err)
-				case <-time.After(wait):
+				if werr := bo.Wait(ctx); werr != nil {
+					return meta.Segment{}, fmt.Errorf("create %s: %w (last: %v)", req.ID, werr, err)
 				}
 			}
 		}
@@ -562,6 +561,7 @@ func (b *broker) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, 
 		return meta.Segment{}, err
 	}
 	deadline := time.Now().Add(2 * time.Second)
+	bo := retry.Backoff{Initial: 5 * time.Millisecond, Max: 5 * time.Millisecond}
 	for {
 		if seg, ok := b.node.Segment(id); ok {
 			return seg, nil
@@ -569,10 +569,8 @@ func (b *broker) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, 
 		if time.Now().After(deadline) {
 			return meta.Segment{}, fmt.Errorf("%w: %s", meta.ErrUnknownSegment, id)
 		}
-		select {
-		case <-ctx.Done():
-			return meta.Segment{}, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := bo.Wait(ctx); err != nil {
+			return meta.Segment{}, err
 		}
 	}
 }
