@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,60 +333,37 @@ func (b *broker) forwardCreate(ctx context.Context, req CreateRequest) (seg meta
 	return seg, !leads, err
 }
 
-// place picks a replica set of min(RF, live brokers) brokers, rotating
-// over the registered brokers that the control plane heard from recently.
+// place picks the replica set of a new segment by heal's rule
+// (heal.PlaceNew), from the registered brokers, the control plane's last
+// contact with each and the coordinator's dead and suspect brokers,
+// rotating over the candidates from segment to segment.
 func (b *broker) place() ([]meta.BrokerID, error) {
 	snap := b.node.Snapshot()
 	rf := snap.ReplicationFactor
 	if rf < 1 {
 		rf = b.cfg.ReplicationFactor
 	}
-	contact := b.lastContact()
-	// Heard from within five heartbeats (at least 2 s): a loaded follower
-	// is not left out of new replica sets, a dead one soon is.
-	horizon := time.Now().Add(-max(5*b.cfg.Raft.HeartbeatTimeout, 2*time.Second))
-	// A decommissioning broker is never a target of a new segment either
-	// while enough others are live; with too few, it fills the set (the
-	// drain cannot finish then anyway, and a write is not refused for it).
-	// Nor a broker the heal coordinator counts dead or suspect: the raft
-	// leader hears a broker back on an empty data directory seconds
-	// before its metadata has caught up and it answers heal's probes, and
-	// a segment placed on it then would be re-replicated at once.
-	var unplaceable map[meta.BrokerID]bool
+	c := heal.Candidates{
+		Brokers: snap.Brokers, Self: b.self, Heard: b.lastContact(), Now: time.Now(), Factor: rf,
+		// Heard from within five heartbeats (at least 2 s): a loaded
+		// follower is not left out of new replica sets, a dead one soon is.
+		Horizon: max(5*b.cfg.Raft.HeartbeatTimeout, 2*time.Second),
+	}
+	// The raft leader hears a broker back on an empty data directory
+	// seconds before its metadata has caught up and it answers heal's
+	// probes: a segment placed on it then would be re-replicated at once.
 	if b.heal != nil {
-		unplaceable = b.heal.Unplaceable()
-	}
-	var live, draining []meta.BrokerID
-	for _, br := range snap.Brokers {
-		if unplaceable[br.ID] && br.ID != b.self {
-			continue
-		}
-		if t, ok := contact[br.ID]; ok && (br.ID == b.self || t.After(horizon)) && br.AdminAddr != "" {
-			if br.Is(meta.ModeDecommissioning) {
-				draining = append(draining, br.ID)
-			} else {
-				live = append(live, br.ID)
-			}
-		}
-	}
-	sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
-	if len(live) < rf {
-		sort.Slice(draining, func(i, j int) bool { return draining[i] < draining[j] })
-		live = append(live, draining[:min(rf-len(live), len(draining))]...)
-	}
-	if len(live) == 0 {
-		return nil, fmt.Errorf("%w: no live registered broker to place a segment on", errNoLeader)
+		c.Unplaceable = b.heal.Unplaceable()
 	}
 	b.placeMu.Lock()
-	start := b.cursor
+	c.Rotate = b.cursor
 	b.cursor++
 	b.placeMu.Unlock()
-	n := min(rf, len(live))
-	out := make([]meta.BrokerID, 0, n)
-	for i := 0; i < n; i++ {
-		out = append(out, live[(start+i)%len(live)])
+	rs, err := heal.PlaceNew(c)
+	if errors.Is(err, heal.ErrNoBroker) {
+		return nil, fmt.Errorf("%w: %w", errNoLeader, err)
 	}
-	return out, nil
+	return rs, err
 }
 
 // RecordsRequest is the body of POST /v1/segments/{id}/records: either

@@ -72,8 +72,9 @@
 // (cluster.Node.Quorum) fails with "cluster: no quorum: 2 of 5 voters
 // reachable ..." (code no_quorum, 503). An error of the leader's names it
 // and its address ("apply seal_segment: leader 3 at 10.0.0.3:7001: ...").
-// The write path: the leader places a new segment on min(RF, live brokers)
-// brokers (round-robin over those the control plane heard from recently),
+// The write path: the leader places a new segment by heal's rule
+// (heal.PlaceNew: min(RF, candidates) brokers, round-robin over those the
+// control plane heard from recently, decommissioning ones last),
 // creates the copy on each, then commits CreateSegment; records are
 // appended on every replica and synced before the call returns; seal seals
 // every replica, checks that they agree (length, byte size, checksum) and
