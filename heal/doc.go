@@ -8,6 +8,7 @@
 // clock, starts a goroutine or does I/O, so it is tested with tables, with
 // property tests and with a deterministic simulation. Place is its
 // placement rule.
+// PlaceNew (placenew.go) is the rule for a new segment's replica set.
 //
 // All memory that outlives a pass is one value, State (settle cursor,
 // copies settled but not confirmed, refusals and their failure counts,

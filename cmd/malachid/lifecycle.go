@@ -1,13 +1,12 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"time"
 
-	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
@@ -91,36 +90,37 @@ func (b *broker) modeCommand(m modeRequest, now time.Time) meta.SetBrokerMode {
 	return c
 }
 
-// setMode applies m here when this broker leads, else forwards it to the
-// leader's internal route; while no leader is known (an election) it
-// waits, as apply does, bounded by the request's context and the quorum
-// watch.
+// setMode applies m here when this broker leads, else on the leader
+// (onLeader), through its internal route.
 func (b *broker) setMode(r *http.Request, m modeRequest) (any, error) {
-	var qw quorumWatch
-	for wait := 10 * time.Millisecond; !b.node.IsLeader(); wait = min(2*wait, 200*time.Millisecond) {
-		_, addr, err := b.leaderAdmin()
-		if err == nil {
-			var resp ModeResponse // the internal routes are all POST: the path names the mode
-			if err = b.call(r.Context(), http.MethodPost, addr, m.path(true), struct{}{}, &resp); err == nil {
-				return resp, nil
+	var resp ModeResponse // the internal routes are all POST: the path names the mode
+	err := b.onLeader(r.Context(), leaderRequest{
+		what: fmt.Sprintf("%s of broker %d", m.mode, m.broker), method: http.MethodPost, path: m.path(true), req: struct{}{}, resp: &resp,
+		here: func() (bool, error) {
+			if !b.node.IsLeader() {
+				return false, nil
 			}
-			if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, errNoLeader) && !isConnErr(err) {
-				return nil, err
+			var err error
+			resp, err = b.applyMode(r.Context(), m)
+			if notLeader(err) {
+				return false, nil
 			}
-		}
-		if qerr := qw.check(b.node); qerr != nil {
-			return nil, fmt.Errorf("set mode %s of broker %d: %w", m.mode, m.broker, qerr)
-		}
-		select {
-		case <-r.Context().Done():
-			return nil, fmt.Errorf("set mode %s of broker %d: %w (last: %v)", m.mode, m.broker, r.Context().Err(), err)
-		case <-time.After(wait):
-		}
-	}
-	c := b.modeCommand(m, time.Now())
-	idx, err := b.node.Apply(r.Context(), c)
+			return true, err
+		},
+	})
 	if err != nil {
 		return nil, err
+	}
+	return resp, nil
+}
+
+// applyMode commits m's SetBrokerMode through this broker's node and
+// answers the mode the metadata then records.
+func (b *broker) applyMode(ctx context.Context, m modeRequest) (ModeResponse, error) {
+	c := b.modeCommand(m, time.Now())
+	idx, err := b.node.Apply(ctx, c)
+	if err != nil {
+		return ModeResponse{}, err
 	}
 	resp := ModeResponse{Broker: c.Broker, Mode: c.Mode, Until: c.Until, Index: idx}
 	if br, ok := b.node.View().Broker(c.Broker); ok && br.Mode != "" {
