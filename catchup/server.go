@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/ratelog"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -136,7 +137,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Unlock()
 	}()
 
-	var backoff time.Duration
+	bo := retry.Backoff{Initial: 5 * time.Millisecond, Max: time.Second}
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -148,14 +149,16 @@ func (s *Server) Serve(l net.Listener) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.Logger.Warn().Err(err).Dur("retry_in", backoff).Msg("catchup: accept")
-				time.Sleep(backoff)
+				wait := bo.Next()
+				s.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("catchup: accept")
+				// Not bounded by a context: Close closes l, and the
+				// Accept after the wait returns.
+				_ = bo.Sleep(context.Background(), wait)
 				continue
 			}
 			return err
 		}
-		backoff = 0
+		bo.Reset()
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/internal/hclogzero"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/rs/zerolog"
 )
@@ -329,6 +330,7 @@ func (n *Node) endTerm() {
 // none: after a Barrier, so that a factor set in an earlier term is seen.
 func (n *Node) ensureFactor(ctx context.Context) {
 	defer n.wg.Done()
+	bo := retry.Backoff{Initial: n.cfg.HeartbeatTimeout, Max: n.cfg.HeartbeatTimeout}
 	for ctx.Err() == nil {
 		err := n.Barrier(ctx)
 		if err == nil {
@@ -345,10 +347,7 @@ func (n *Node) ensureFactor(ctx context.Context) {
 			return
 		}
 		n.log.Warn().Err(err).Msg("cluster: setting the replication factor; retrying")
-		select {
-		case <-ctx.Done():
-		case <-time.After(n.cfg.HeartbeatTimeout):
-		}
+		_ = bo.Wait(ctx) // a done ctx ends the loop
 	}
 }
 

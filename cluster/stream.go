@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/pki"
 )
 
@@ -125,7 +126,7 @@ func (s *tlsStream) Close() error {
 // while a slot is free.
 func (s *tlsStream) acceptLoop() {
 	defer s.wg.Done()
-	var delay time.Duration
+	bo := retry.Backoff{Initial: 5 * time.Millisecond, Max: time.Second}
 	for {
 		raw, err := s.ln.Accept()
 		if err != nil {
@@ -133,16 +134,13 @@ func (s *tlsStream) acceptLoop() {
 				return
 			}
 			// A transient failure (out of file descriptors): back off.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			s.gate.refuse(s.adv, "", fmt.Errorf("accept: %w", err))
-			select {
-			case <-time.After(delay):
-			case <-s.ctx.Done():
+			if bo.Wait(s.ctx) != nil {
 				return
 			}
 			continue
 		}
-		delay = 0
+		bo.Reset()
 		select {
 		case s.slots <- struct{}{}:
 		default:

@@ -177,10 +177,18 @@ func TestReturningBrokerCancelsBackfills(t *testing.T) {
 	}()
 	// Past the grace delay (1s) it counts as dead and the pass replacing
 	// it starts; its backfills (9 × 512 KiB at 256 KiB/s per broker) take
-	// about ten seconds, so it resumes while they run. (A finished pass's
-	// report only appears when its backfills are done, so the test cannot
-	// wait for "dead" in the last report: that would be too late.)
-	time.Sleep(3500 * time.Millisecond)
+	// about ten seconds: it resumes once bytes are seen moving to a new
+	// replica. (A finished pass's report only appears when its backfills
+	// are done, so the test cannot wait for "dead" in a report: that would
+	// be too late.)
+	var segs []meta.Segment
+	for _, s := range before.Segments {
+		if s.HasReplica(meta.BrokerID(v)) {
+			segs = append(segs, s)
+		}
+	}
+	seg, to := c.strikeBackfillAny(live, segs)
+	t.Logf("resuming broker %d with %s moving to broker %d", v, seg.ID, to)
 	if !c.alive(v) {
 		t.Fatal("the paused broker exited")
 	}

@@ -71,6 +71,9 @@ type cluster struct {
 	insecure bool
 	// rpc is the harness's client (the plugins' /metrics).
 	rpc *rpc.Client
+	// loaded is when a network test's load ended (netClusterOpts): its
+	// final check reads every heal pass from then on.
+	loaded time.Time
 }
 
 type clusterOpts struct {

@@ -461,32 +461,55 @@ func logged(b *broker, msg string, id meta.SegmentID) []int64 {
 // and returns that segment.
 func (c *cluster) strikeBackfill(to int, segs []meta.Segment) meta.Segment {
 	c.t.Helper()
-	partial := func() (meta.Segment, int64) {
-		for _, s := range segs {
-			if s.HasReplica(meta.BrokerID(to)) {
-				continue
-			}
-			p, err := c.b(to).CopyPath(s.ID)
-			if err != nil {
-				continue
-			}
-			if fi, err := os.Stat(p); err == nil && fi.Size() > 0 && fi.Size() < s.ByteSize+40 {
-				return s, fi.Size()
-			}
-		}
-		return meta.Segment{}, 0
+	seg, _ := c.strikeBackfillAny([]int{to}, segs)
+	return seg
+}
+
+// strikeBackfillAny is strikeBackfill onto any broker of targets; it
+// returns the segment and the broker its bytes move to.
+func (c *cluster) strikeBackfillAny(targets []int, segs []meta.Segment) (meta.Segment, int) {
+	c.t.Helper()
+	type copyAt struct {
+		seg string
+		to  int
 	}
-	var seg meta.Segment
-	var was int64
-	c.eventually(60*time.Second, "bytes moving to the spare", func() bool {
-		s, n := partial()
-		if s.ID != "" && s.ID == seg.ID && n > was {
-			return true
+	partial := func() map[copyAt]int64 {
+		out := map[copyAt]int64{}
+		for _, to := range targets {
+			for _, s := range segs {
+				if s.HasReplica(meta.BrokerID(to)) {
+					continue
+				}
+				p, err := c.b(to).CopyPath(s.ID)
+				if err != nil {
+					continue
+				}
+				if fi, err := os.Stat(p); err == nil && fi.Size() > 0 && fi.Size() < s.ByteSize+40 {
+					out[copyAt{string(s.ID), to}] = fi.Size()
+				}
+			}
 		}
-		seg, was = s, n
+		return out
+	}
+	var was map[copyAt]int64
+	var hit copyAt
+	c.eventually(60*time.Second, fmt.Sprintf("bytes moving to one of brokers %v", targets), func() bool {
+		now := partial()
+		for k, n := range now {
+			if n > was[k] && was[k] > 0 {
+				hit = k
+				return true
+			}
+		}
+		was = now
 		return false
 	})
-	return seg
+	for _, s := range segs {
+		if string(s.ID) == hit.seg {
+			return s, hit.to
+		}
+	}
+	return meta.Segment{}, hit.to
 }
 
 // partialWatch is what the test saw of a partial copy after the partition

@@ -110,6 +110,103 @@ func TestHoldLiftRestartsGrace(t *testing.T) {
 	}
 }
 
+// A broker that answers its probe with metadata behind the pass's index
+// (ErrBehind) is up: listed behind and suspect on every pass, never dead
+// however long it lags, and none of its replicas is replaced; a broker that
+// does not answer at all is dead past the grace delay.
+func TestBehindBrokerNeverDead(t *testing.T) {
+	w := newWorld(5, 3, seg("a", 1, 2, 4), seg("b", 3, 4, 5), seg("c", 1, 2, 3))
+	f := newFake(w)
+	f.behind = map[meta.BrokerID]bool{4: true}
+	delete(f.reports, 5)
+	now := t0
+	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := range 4 {
+		now = now.Add(11 * time.Second)
+		f.calls = nil
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rep.Behind, []meta.BrokerID{4}) || !slices.Contains(rep.Suspect, 4) || slices.Contains(rep.Dead, 4) {
+			t.Fatalf("pass %d: behind %v, suspect %v, dead %v", pass, rep.Behind, rep.Suspect, rep.Dead)
+		}
+		if got := strings.Join(f.calls, " "); strings.Contains(got, "set a ") || strings.Contains(got, "<-4") {
+			t.Fatalf("pass %d: a replica of the broker behind replaced or read: %v", pass, f.calls)
+		}
+		if pass > 0 && !slices.Contains(rep.Dead, 5) {
+			t.Fatalf("pass %d: broker 5, silent past the grace delay, not dead: %v", pass, rep.Dead)
+		}
+	}
+}
+
+// timedProber is fakeBrokers' Probe on a clock that a probe of a broker
+// in slow advances by the probe timeout (it never answers).
+type timedProber struct {
+	*fakeBrokers
+	mu   sync.Mutex
+	now  time.Time
+	slow map[meta.BrokerID]bool
+}
+
+func (p *timedProber) clock() time.Time { p.mu.Lock(); defer p.mu.Unlock(); return p.now }
+
+func (p *timedProber) Probe(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+	p.mu.Lock()
+	slow := p.slow[b]
+	if slow {
+		p.now = p.now.Add(2 * time.Second)
+	}
+	p.mu.Unlock()
+	if slow {
+		return ProbeReport{}, context.DeadlineExceeded
+	}
+	return p.fakeBrokers.Probe(ctx, b, index)
+}
+
+// A split cuts brokers 4 and 5 off between their probes: 4 answers, 5's
+// probe times out (2 s, past the 1 s grace delay). That pass counts 5
+// suspect, not dead (it was seen within the grace delay before the pass
+// began probing), so nothing is re-replicated; on the next pass both are
+// missing, seen within one grace window of each other (each at the time
+// it answered), and the mass-failure brake holds.
+func TestSplitBetweenProbesHolds(t *testing.T) {
+	w := newWorld(6, 3, seg("a", 4, 5, 1), seg("b", 5, 1, 2), seg("c", 3, 4, 5))
+	p := &timedProber{fakeBrokers: newFake(w), now: t0}
+	c, err := NewCoordinator(Config{Control: p, Prober: p, Backfiller: p, Settler: p, Deleter: p, MaxProbes: 1,
+		Policy: Policy{Grace: time.Second, SettleBatch: 8}, Now: p.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := func(what string) Report {
+		t.Helper()
+		p.calls = nil
+		rep, err := c.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.calls) != 0 {
+			t.Fatalf("%s: calls %v (report %s)", what, p.calls, rep)
+		}
+		return rep
+	}
+	pass("all up")
+	p.now = p.now.Add(200 * time.Millisecond)
+	p.slow = map[meta.BrokerID]bool{5: true}
+	if rep := pass("the split lands between the probes of 4 and 5"); !slices.Equal(rep.Suspect, []meta.BrokerID{5}) || len(rep.Dead) != 0 || rep.Backfills != 0 {
+		t.Fatalf("the split lands between the probes of 4 and 5: suspect %v, dead %v, backfills %d", rep.Suspect, rep.Dead, rep.Backfills)
+	}
+	p.now = p.now.Add(200 * time.Millisecond)
+	delete(p.reports, 4)
+	if rep := pass("both missing"); !strings.HasPrefix(rep.HoldReason, "brokers_missing: 2 of 6") {
+		t.Fatalf("both missing: hold_reason %q, dead %v, suspect %v", rep.HoldReason, rep.Dead, rep.Suspect)
+	}
+}
+
 // a segment with no intact copy is reported on every pass and
 // costs its replicas no reads.
 func TestLostSegmentCostsNoReads(t *testing.T) {

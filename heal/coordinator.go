@@ -327,7 +327,7 @@ func (c *Coordinator) observe(ctx context.Context) (*meta.View, Live, error) {
 		return nil, Live{}, fmt.Errorf("%w: heal: the control plane returned no metadata view", ErrInvalid)
 	}
 	live := Live{Start: c.cfg.Now()}
-	live.Reports, live.AuthFailed = c.probe(ctx, view)
+	live.Reports, live.AuthFailed, live.Behind = c.probe(ctx, view)
 	if err := ctx.Err(); err != nil {
 		return nil, Live{}, err
 	}
@@ -339,7 +339,7 @@ func (c *Coordinator) observe(ctx context.Context) (*meta.View, Live, error) {
 // the last execution's outcomes and the operators' requests. With
 // consume, the operators' requests are taken (a dry run only reads them).
 func (c *Coordinator) observation(view *meta.View, live Live, consume bool) Observation {
-	obs := Observation{View: view, Reports: live.Reports, AuthFailed: live.AuthFailed, Start: live.Start, Now: live.Now,
+	obs := Observation{View: view, Reports: live.Reports, AuthFailed: live.AuthFailed, Behind: live.Behind, Start: live.Start, Now: live.Now,
 		Policy: c.cfg.Policy, Executed: c.pending}
 	c.mu.Lock()
 	obs.Release, obs.Acknowledge = c.release, slices.Clone(c.acks)
@@ -350,12 +350,15 @@ func (c *Coordinator) observation(view *meta.View, live Live, consume bool) Obse
 	return obs
 }
 
-// probe asks every broker of view for its report.
-func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport, []AuthFailure) {
+// probe asks every broker of view for its report; it returns the reports,
+// the brokers that answered but could not be authenticated, and those that
+// answered with metadata behind view (ErrBehind).
+func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport, []AuthFailure, []meta.BrokerID) {
 	brokers := view.Brokers()
 	reports := make([]ProbeReport, len(brokers))
 	ok := make([]bool, len(brokers))
 	authFailed := make([]string, len(brokers))
+	behind := make([]bool, len(brokers))
 	var wg sync.WaitGroup
 	fanout := len(brokers)
 	if c.cfg.MaxProbes > 0 {
@@ -371,11 +374,16 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 			defer cancel()
 			r, err := c.cfg.Prober.Probe(pctx, b.ID, view.Index())
 			if err == nil {
-				r.Broker = b.ID
+				r.Broker, r.At = b.ID, c.cfg.Now()
 				err = r.Validate()
 			}
 			if errors.Is(err, ErrUnauthenticated) {
 				authFailed[i] = err.Error()
+				return
+			}
+			if errors.Is(err, ErrBehind) {
+				behind[i] = true
+				c.cfg.Logger.Debug().Uint32("peer", uint32(b.ID)).Err(err).Msg("heal: probe answered behind")
 				return
 			}
 			if err != nil {
@@ -388,16 +396,20 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 	wg.Wait()
 	var out []ProbeReport
 	var auth []AuthFailure
+	var late []meta.BrokerID
 	for i := range reports {
 		if ok[i] {
 			out = append(out, reports[i])
+		}
+		if behind[i] {
+			late = append(late, brokers[i].ID)
 		}
 		if authFailed[i] != "" {
 			// It answered: not dead, but not usable either (no report).
 			auth = append(auth, AuthFailure{Broker: brokers[i].ID, Reason: authFailed[i]})
 		}
 	}
-	return out, auth
+	return out, auth, late
 }
 
 // returnSeen records a broker that answered while a plan ran.

@@ -8,6 +8,7 @@
 // clock, starts a goroutine or does I/O, so it is tested with tables, with
 // property tests and with a deterministic simulation. Place is its
 // placement rule.
+// PlaceNew (placenew.go) is the rule for a new segment's replica set.
 //
 // All memory that outlives a pass is one value, State (settle cursor,
 // copies settled but not confirmed, refusals and their failure counts,
@@ -149,7 +150,10 @@
 //
 // Beyond the seed: risk order (fewest healthy copies first); a grace delay
 // (Policy.Grace) before a broker that stopped answering counts as dead,
-// during which it is "suspect" (neither replaced nor used); per-broker and
+// during which it is "suspect" (neither replaced nor used); a broker is
+// seen when its answer arrived, and is dead only if that was more than the
+// grace delay before the pass began probing (Input.Start), so one slow
+// probe never makes a broker dead on its own pass; per-broker and
 // per-pass caps on planned backfills (Policy.MaxBackfillsPerBroker,
 // MaxBackfills) and on concurrent ones (Config.Concurrency, PerBroker);
 // rack-aware, least-loaded, least-movement placement; targets whose
@@ -264,6 +268,8 @@
 //  9. A broker whose probe failed on credentials (ErrUnauthenticated) is
 //     in Report.AuthFailed on every such pass, counts as seen (never dead
 //     for it), and, having no report, is neither a source nor a target.
+//     So is a broker that answered with metadata behind the pass's index
+//     (ErrBehind, Report.Behind): its raft log lags, it is not gone.
 //  10. A move (a decommission's or the rebalancer's) never records a set
 //     with fewer members than the replication factor, never adds a
 //     decommissioning broker, and deletes the moved copy only after the

@@ -38,6 +38,13 @@ var ErrSealConflict = errors.New("heal: seal conflict")
 // neither a source nor a target meanwhile.
 var ErrUnauthenticated = errors.New("heal: broker not authenticated")
 
+// ErrBehind is what a Prober wraps when the broker answered but its
+// metadata had not reached the pass's index in time (its raft log lags,
+// e.g. while its link flaps and the leader backs off replicating to it):
+// the broker is up, its copies unknown this pass. The Coordinator reports
+// it (Report.Behind) and counts it seen, never dead for it.
+var ErrBehind = errors.New("heal: broker's metadata behind the pass")
+
 // ErrNotLost is returned by Coordinator.Acknowledge for a segment that the
 // last pass did not report lost.
 var ErrNotLost = errors.New("heal: segment not lost")
@@ -495,6 +502,12 @@ type Input struct {
 	// Seen are the brokers' last-seen times; a broker without one has
 	// never been seen and counts as dead.
 	Seen []Seen
+	// Start is when the pass began probing (zero: Now). A broker is
+	// dead when it was last seen more than the grace delay before Start:
+	// a probe that times out during the pass does not make its broker
+	// dead on the same pass, so that brokers lost together (a split) are
+	// both missing on the next one, where the mass-failure brake sees them.
+	Start time.Time
 	// Now is the time of the pass.
 	Now    time.Time
 	Policy Policy

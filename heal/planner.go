@@ -281,8 +281,12 @@ func (p *Planner) nodes(in Input, rep *Report) {
 			n.up, n.report = true, i
 		}
 	}
+	from := in.Start
+	if from.IsZero() || from.After(in.Now) {
+		from = in.Now
+	}
 	for _, s := range in.Seen {
-		if j := p.find(s.Broker); j >= 0 && in.Now.Sub(p.lastSeen(in, s)) <= in.Policy.Grace {
+		if j := p.find(s.Broker); j >= 0 && from.Sub(p.lastSeen(in, s)) <= in.Policy.Grace {
 			p.pl.nodes[j].recent = true
 		}
 	}

@@ -3,6 +3,7 @@ package heal
 import (
 	"fmt"
 	"math/bits"
+	"time"
 	"unicode/utf8"
 
 	"github.com/malachi-log/malachi/meta"
@@ -208,6 +209,9 @@ func (f *Fact) Validate() error {
 // Network cost therefore grows with what is wrong, not with what is stored.
 type ProbeReport struct {
 	Broker meta.BrokerID `json:"broker"`
+	// At is when the Coordinator received the report (zero: at the
+	// pass's Now): the broker's last-seen time. Not on the wire.
+	At time.Time `json:"-"`
 	// Index is the metadata index whose assignment the broker probed;
 	// at least the snapshotIndex it was asked for.
 	Index uint64 `json:"index"`

@@ -232,6 +232,7 @@ type fakeBrokers struct {
 	mu        sync.Mutex
 	calls     []string
 	failFill  func(target meta.BrokerID, seg meta.SegmentID) bool
+	behind    map[meta.BrokerID]bool // Probe answers ErrBehind
 	failSet   func(meta.SegmentID) error
 	durable   map[CopyRef]int64
 	snap      meta.Snapshot
@@ -267,6 +268,9 @@ func (f *fakeBrokers) SetReplicas(ctx context.Context, c meta.SetSegmentReplicas
 }
 func (f *fakeBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
 	r, ok := f.reports[b]
+	if f.behind[b] {
+		return ProbeReport{}, fmt.Errorf("broker %d at index 1, asked for %d: %w", b, index, ErrBehind)
+	}
 	if !ok {
 		return ProbeReport{}, errors.New("down")
 	}

@@ -69,6 +69,10 @@ type Report struct {
 	// another broker, an expired one, on either side). They are not
 	// counted dead for it, and are neither sources nor targets.
 	AuthFailed []AuthFailure `json:"auth_failed,omitempty"`
+	// Behind are the brokers that answered this pass's probe with
+	// metadata behind its index (ErrBehind): seen, not dead, their copies
+	// unknown this pass (suspect), neither sources nor targets.
+	Behind []meta.BrokerID `json:"behind,omitempty"`
 	// HoldReleased says an operator lifted the hold named by HoldReason
 	// for this pass: backfills and placement went ahead.
 	HoldReleased bool `json:"hold_released,omitempty"`

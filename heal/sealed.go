@@ -18,6 +18,9 @@ import (
 type Live struct {
 	Reports    []ProbeReport
 	AuthFailed []AuthFailure
+	// Behind are the brokers that answered with metadata behind the
+	// pass's index (ErrBehind): seen, but with no report.
+	Behind []meta.BrokerID
 	// Start is when probing started (a broker first watched is seen
 	// then), Now when it ended (the time of the pass).
 	Start, Now time.Time

@@ -81,6 +81,9 @@ type Observation struct {
 	// AuthFailed are the brokers that answered but could not be
 	// authenticated: seen, but with no report.
 	AuthFailed []AuthFailure
+	// Behind are the brokers that answered with metadata behind the
+	// pass's index (ErrBehind): seen, but with no report.
+	Behind []meta.BrokerID
 	// Start is when probing started (a broker first watched is seen
 	// then), Now when it ended (the time of the pass).
 	Start, Now time.Time
@@ -117,10 +120,17 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		next.Seen = seenAt(next.Seen, b.ID, obs.Start, false)
 	}
 	for i := range obs.Reports {
-		next.Seen = seenAt(next.Seen, obs.Reports[i].Broker, obs.Now, true)
+		at := obs.Reports[i].At
+		if at.IsZero() || at.After(obs.Now) {
+			at = obs.Now
+		}
+		next.Seen = seenAt(next.Seen, obs.Reports[i].Broker, at, true)
 	}
 	for _, a := range obs.AuthFailed {
 		next.Seen = seenAt(next.Seen, a.Broker, obs.Now, true)
+	}
+	for _, b := range obs.Behind {
+		next.Seen = seenAt(next.Seen, b, obs.Now, true)
 	}
 	next.Release = next.Release || obs.Release
 	acked := slices.Clone(next.Acknowledged)
@@ -130,7 +140,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 			slices.Sort(acked)
 		}
 	}
-	in := Input{View: obs.View, Reports: obs.Reports, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
+	in := Input{View: obs.View, Reports: obs.Reports, Start: obs.Start, Now: obs.Now, Policy: pol, SettleCursor: next.Cursor, Unconfirmed: next.Unconfirmed,
 		Release: next.Release, Held: next.Held != "", Refused: next.Refused, Acknowledged: acked, Conflicts: next.Conflicts, Lost: next.Lost}
 	for _, b := range obs.View.Brokers() {
 		if i, ok := slices.BinarySearchFunc(next.Seen, b.ID, cmpSeen); ok {
@@ -171,6 +181,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 	next.Leftovers, refusedLeftovers = leftovers(&plan, &obs, next.Leftovers, in.Refused, next.Pass)
 	next.Refused = append(slices.Clip(next.Refused), refusedLeftovers...)
 	plan.Report.AuthFailed = slices.Clone(obs.AuthFailed)
+	plan.Report.Behind = slices.Clone(obs.Behind)
 	plan.Report.Events = append(plan.Report.Events, events...)
 	checkStep(&st, &obs, &plan, &next)
 	return plan, next, nil

@@ -287,11 +287,13 @@ func TestProbeReportsAnomaliesAndCounts(t *testing.T) {
 	if got := anomalies(cp, rep); len(got) != 2 || got["b"].Kind != heal.KindUnknown {
 		t.Errorf("after confirming b: %+v", rep.Facts)
 	}
-	// An index the broker has not applied: it waits, then says so.
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// An index the broker has not applied: it waits half the caller's
+	// deadline, then says so while the caller still listens (an answer the
+	// coordinator counts as seen: heal.ErrBehind).
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := cl.Probe(cctx, 1, cp.Snapshot().Index+100); !errors.Is(err, ErrLagging) && !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("probe at a future index: %v, want ErrLagging", err)
+	if _, err := cl.Probe(cctx, 1, cp.Snapshot().Index+100); !errors.Is(err, ErrLagging) || !errors.Is(err, heal.ErrBehind) {
+		t.Errorf("probe at a future index: %v, want ErrLagging wrapping heal.ErrBehind", err)
 	}
 }
 

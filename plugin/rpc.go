@@ -27,8 +27,9 @@ var (
 	// the RPC (rpc.ErrForbidden also matches rpc.IsUnauthenticated).
 	ErrUnauthenticated = rpc.ErrUnauthenticated
 	// ErrLagging: the broker's metadata did not reach the requested index
-	// in time.
-	ErrLagging = errors.New("plugin: metadata lagging")
+	// in time. It wraps heal.ErrBehind: the coordinator counts a broker
+	// that answers it seen, not dead.
+	ErrLagging = fmt.Errorf("plugin: metadata lagging: %w", heal.ErrBehind)
 	// ErrClosed: the plugin was stopped.
 	ErrClosed = errors.New("plugin: stopped")
 )

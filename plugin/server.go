@@ -14,6 +14,7 @@ import (
 
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/probe"
@@ -81,15 +82,14 @@ func (s *server) routes(mux *http.ServeMux, rpcs *rpc.Server) {
 // viewAt waits until the local metadata has applied index, bounded by
 // ctx, and returns it. It fails with ErrLagging.
 func (s *server) viewAt(ctx context.Context, index uint64) (*meta.View, error) {
-	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+	bo := retry.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}
+	for {
 		v := s.cp.View()
 		if v.Index() >= index {
 			return v, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: broker %d at index %d, asked for %d: %w", ErrLagging, s.self, v.Index(), index, ctx.Err())
-		case <-time.After(wait):
+		if err := bo.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("%w: broker %d at index %d, asked for %d: %w", ErrLagging, s.self, v.Index(), index, err)
 		}
 	}
 }
@@ -138,7 +138,11 @@ func (s *server) probe(ctx context.Context, body []byte) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	view, err := s.viewAt(ctx, req.Index)
+	// A broker whose metadata lags answers so (ErrLagging) within half the
+	// deadline, while the caller still waits: it is up, only behind.
+	vctx, vcancel := context.WithTimeout(ctx, deadline/2)
+	view, err := s.viewAt(vctx, req.Index)
+	vcancel()
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
@@ -170,38 +170,6 @@ func (b *broker) health(*http.Request, []byte) (any, error) {
 	return Health{ID: b.self, Leader: id, IsLeader: b.node.IsLeader(), Heal: b.heal != nil, Index: b.node.Snapshot().Index, Quorum: quorumHealth(b.node.Quorum())}, nil
 }
 
-// ---- forwarding to the leader ----
-
-// post sends a JSON request to another broker's admin API with this
-// broker's certificate and decodes the answer; an error answer comes back
-// as the sentinel its code names.
-func (b *broker) post(ctx context.Context, addr, path string, req, resp any) error {
-	return b.call(ctx, http.MethodPost, addr, path, req, resp)
-}
-
-// call sends method path with req (nil: no body) to another broker's
-// admin API and decodes the answer into resp (nil: discarded).
-func (b *broker) call(ctx context.Context, method, addr, path string, req, resp any) error {
-	if err := b.rpc.Call(ctx, method, addr, path, req, resp); err != nil {
-		return fmt.Errorf("%s %s: %w", addr, path, err)
-	}
-	return nil
-}
-
-// leaderAdmin returns the leader's admin address from the metadata.
-func (b *broker) leaderAdmin() (meta.BrokerID, string, error) {
-	id, _ := b.node.Leader()
-	if id == 0 {
-		return 0, "", fmt.Errorf("%w: no leader known", errNoLeader)
-	}
-	snap := b.node.Snapshot()
-	br, ok := snap.Broker(id)
-	if !ok || br.AdminAddr == "" {
-		return id, "", fmt.Errorf("%w: leader %d has not registered its admin address yet", errNoLeader, id)
-	}
-	return id, br.AdminAddr, nil
-}
-
 type applyRequest struct {
 	Command json.RawMessage `json:"command"`
 }
@@ -211,75 +179,29 @@ type applyResponse struct {
 }
 
 // apply commits c through raft: here when this broker leads, else through
-// the leader's admin API; it retries while no leader is known, bounded by
-// ctx.
+// the leader's admin API (onLeader: retried across an election, bounded by
+// ctx and by the quorum). Every command this broker proposes is safe to
+// retry: register and seal are idempotent, a create that did land comes
+// back as ErrSegmentExists and is checked by the caller.
 func (b *broker) apply(ctx context.Context, c meta.Command) (uint64, error) {
 	enc, err := meta.EncodeCommand(c)
 	if err != nil {
 		return 0, err
 	}
-	var qw quorumWatch
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		idx, err := b.node.Apply(ctx, c)
-		if err == nil {
-			return idx, nil
-		}
-		// Every command this broker proposes is safe to retry: register and
-		// seal are idempotent, a create that did land comes back as
-		// ErrSegmentExists and is checked by the caller.
-		lost := errors.Is(err, cluster.ErrLeadershipLost)
-		if !lost && !errors.Is(err, cluster.ErrNotLeader) {
-			return idx, err
-		}
-		var resp applyResponse
-		_, addr, lerr := b.leaderAdmin()
-		if lerr == nil {
-			err = b.post(ctx, addr, "/v1/internal/apply", applyRequest{Command: enc}, &resp)
-			if err == nil {
-				return resp.Index, nil
+	var resp applyResponse
+	err = b.onLeader(ctx, leaderRequest{
+		what: "apply " + c.Op(), method: http.MethodPost, path: "/v1/internal/apply",
+		req: applyRequest{Command: enc}, resp: &resp,
+		here: func() (bool, error) {
+			idx, err := b.node.Apply(ctx, c)
+			if notLeader(err) {
+				return false, nil
 			}
-			if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrLeadershipLost) && !errors.Is(err, errNoLeader) && ctx.Err() == nil && !isConnErr(err) {
-				return 0, err
-			}
-		} else {
-			err = lerr
-		}
-		if qerr := qw.check(b.node); qerr != nil {
-			return 0, fmt.Errorf("apply %s: %w", c.Op(), qerr)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("apply %s: %w (last: %v)", c.Op(), ctx.Err(), err)
-		case <-time.After(wait):
-		}
-	}
-}
-
-// quorumWatch fails a write that waits for a leader once its node has
-// lacked a quorum for a whole Quorum.Window in a row (an election that can
-// succeed ends well within it), with the error that says how many voters
-// answer, instead of waiting out the caller's deadline.
-type quorumWatch struct{ since time.Time }
-
-func (w *quorumWatch) check(n *cluster.Node) error {
-	q := n.Quorum()
-	err := q.Err()
-	if err == nil {
-		w.since = time.Time{}
-		return nil
-	}
-	now := time.Now()
-	if w.since.IsZero() {
-		w.since = now
-	}
-	if now.Sub(w.since) < q.Window {
-		return nil
-	}
-	return err
-}
-
-func isConnErr(err error) bool {
-	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "EOF")
+			resp.Index = idx
+			return true, err
+		},
+	})
+	return resp.Index, err
 }
 
 // parseApply decodes and checks the body of POST /v1/internal/apply.
@@ -425,89 +347,52 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	return seg, nil
 }
 
-// forwardCreate sends a create to be placed to the control plane's
-// leader, waiting out an election, bounded by ctx and by the quorum.
+// forwardCreate sends a create to be placed to the leader (onLeader).
 // done is false when this broker became the leader meanwhile: the caller
 // places the segment itself.
 func (b *broker) forwardCreate(ctx context.Context, req CreateRequest) (seg meta.Segment, done bool, err error) {
-	var qw quorumWatch
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		_, addr, err := b.leaderAdmin()
-		if err == nil {
-			var seg meta.Segment
-			err = b.post(ctx, addr, "/v1/internal/segments", req, &seg)
-			if err == nil || !(errors.Is(err, errNoLeader) || errors.Is(err, cluster.ErrNotLeader) || isConnErr(err)) {
-				return seg, true, err
-			}
-		}
-		if b.node.IsLeader() {
-			return meta.Segment{}, false, nil
-		}
-		if qerr := qw.check(b.node); qerr != nil {
-			return meta.Segment{}, true, fmt.Errorf("create %s: %w", req.ID, qerr)
-		}
-		select {
-		case <-ctx.Done():
-			return meta.Segment{}, true, fmt.Errorf("create %s: %w (last: %v)", req.ID, ctx.Err(), err)
-		case <-time.After(wait):
-		}
-	}
+	leads := false
+	err = b.onLeader(ctx, leaderRequest{
+		what: "create " + string(req.ID), method: http.MethodPost, path: "/v1/internal/segments", req: req, resp: &seg,
+		here: func() (bool, error) {
+			leads = b.node.IsLeader()
+			return leads, nil
+		},
+	})
+	return seg, !leads, err
 }
 
-// place picks a replica set of min(RF, live brokers) brokers, rotating
-// over the registered brokers that the control plane heard from recently.
+// place picks the replica set of a new segment by heal's rule
+// (heal.PlaceNew), from the registered brokers, the control plane's last
+// contact with each and the coordinator's dead and suspect brokers,
+// rotating over the candidates from segment to segment.
 func (b *broker) place() ([]meta.BrokerID, error) {
 	snap := b.node.Snapshot()
 	rf := snap.ReplicationFactor
 	if rf < 1 {
 		rf = b.cfg.ReplicationFactor
 	}
-	contact := b.lastContact()
-	// Heard from within five heartbeats (at least 2 s): a loaded follower
-	// is not left out of new replica sets, a dead one soon is.
-	horizon := time.Now().Add(-max(5*b.cfg.Raft.HeartbeatTimeout, 2*time.Second))
-	// A decommissioning broker is never a target of a new segment either
-	// while enough others are live; with too few, it fills the set (the
-	// drain cannot finish then anyway, and a write is not refused for it).
-	// Nor a broker the heal coordinator counts dead or suspect: the raft
-	// leader hears a broker back on an empty data directory seconds
-	// before its metadata has caught up and it answers heal's probes, and
-	// a segment placed on it then would be re-replicated at once.
-	var unplaceable map[meta.BrokerID]bool
+	c := heal.Candidates{
+		Brokers: snap.Brokers, Self: b.self, Heard: b.lastContact(), Now: time.Now(), Factor: rf,
+		// Heard from within five heartbeats (at least 2 s): a loaded
+		// follower is not left out of new replica sets, a dead one soon is.
+		Horizon: max(5*b.cfg.Raft.HeartbeatTimeout, 2*time.Second),
+	}
+	// The raft leader hears a broker back on an empty data directory
+	// seconds before its metadata has caught up and it answers heal's
+	// probes: a segment placed on it then would be re-replicated at once.
 	if b.heal != nil {
-		unplaceable = b.heal.Unplaceable()
-	}
-	var live, draining []meta.BrokerID
-	for _, br := range snap.Brokers {
-		if unplaceable[br.ID] && br.ID != b.self {
-			continue
-		}
-		if t, ok := contact[br.ID]; ok && (br.ID == b.self || t.After(horizon)) && br.AdminAddr != "" {
-			if br.Is(meta.ModeDecommissioning) {
-				draining = append(draining, br.ID)
-			} else {
-				live = append(live, br.ID)
-			}
-		}
-	}
-	sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
-	if len(live) < rf {
-		sort.Slice(draining, func(i, j int) bool { return draining[i] < draining[j] })
-		live = append(live, draining[:min(rf-len(live), len(draining))]...)
-	}
-	if len(live) == 0 {
-		return nil, fmt.Errorf("%w: no live registered broker to place a segment on", errNoLeader)
+		c.Unplaceable = b.heal.Unplaceable()
 	}
 	b.placeMu.Lock()
-	start := b.cursor
+	c.Rotate = b.cursor
 	b.cursor++
 	b.placeMu.Unlock()
-	n := min(rf, len(live))
-	out := make([]meta.BrokerID, 0, n)
-	for i := 0; i < n; i++ {
-		out = append(out, live[(start+i)%len(live)])
+	rs, err := heal.PlaceNew(c)
+	if errors.Is(err, heal.ErrNoBroker) {
+		return nil, fmt.Errorf("%w: %w", errNoLeader, err)
 	}
-	return out, nil
+	return rs, err
 }
 
 // RecordsRequest is the body of POST /v1/segments/{id}/records: either
@@ -599,6 +484,7 @@ func (b *broker) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, 
 		return meta.Segment{}, err
 	}
 	deadline := time.Now().Add(2 * time.Second)
+	bo := retry.Backoff{Initial: 5 * time.Millisecond, Max: 5 * time.Millisecond}
 	for {
 		if seg, ok := b.node.Segment(id); ok {
 			return seg, nil
@@ -606,10 +492,8 @@ func (b *broker) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, 
 		if time.Now().After(deadline) {
 			return meta.Segment{}, fmt.Errorf("%w: %s", meta.ErrUnknownSegment, id)
 		}
-		select {
-		case <-ctx.Done():
-			return meta.Segment{}, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := bo.Wait(ctx); err != nil {
+			return meta.Segment{}, err
 		}
 	}
 }
@@ -1015,55 +899,70 @@ func (b *broker) acknowledge(r *http.Request, _ []byte) (any, error) {
 func (b *broker) healRelease() error { return b.heal.Release() }
 
 // onCoordinator runs fn here when this broker runs the coordinator, else
-// posts path to the leader's admin API and returns its answer.
+// posts path to the leader's admin API (onLeader) and returns its answer.
 func (b *broker) onCoordinator(r *http.Request, path string, fn func() error, ok any) (any, error) {
 	if b.heal == nil {
 		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
 	}
-	err := fn()
-	if errors.Is(err, plugin.ErrNotCoordinator) && !b.node.IsLeader() {
-		id, addr, lerr := b.leaderAdmin()
-		if lerr != nil {
-			return nil, lerr
-		}
-		var out map[string]any
-		if err := b.post(r.Context(), addr, path, struct{}{}, &out); err != nil {
-			return nil, fmt.Errorf("%s on leader %d: %w", path, id, err)
-		}
-		return out, nil
-	}
-	if errors.Is(err, plugin.ErrNotCoordinator) {
-		return nil, fmt.Errorf("%w: %v", errNoLeader, err)
-	}
-	if err != nil {
+	var out map[string]any
+	served := false
+	err := b.onLeader(r.Context(), leaderRequest{
+		what: "POST " + path, method: http.MethodPost, path: path, req: struct{}{}, resp: &out,
+		here: func() (bool, error) {
+			var err error
+			served, err = b.coordinatorHere(fn())
+			return served, err
+		},
+	})
+	switch {
+	case err != nil:
 		return nil, err
+	case served:
+		return ok, nil
 	}
-	return ok, nil
+	return out, nil
+}
+
+// coordinatorHere says what err, from a call to the coordinator, means
+// for its request: served is false when the coordinator does not run here
+// (plugin.ErrNotCoordinator) and another broker leads, which serves it; a
+// leader whose coordinator has not started answers errNoLeader.
+func (b *broker) coordinatorHere(err error) (served bool, _ error) {
+	switch {
+	case !errors.Is(err, plugin.ErrNotCoordinator):
+		return true, err
+	case b.node.IsLeader():
+		return true, fmt.Errorf("%w: %v", errNoLeader, err)
+	}
+	return false, nil
 }
 
 // plan answers the dry run of the next heal pass (heal.Plan as JSON),
-// computed by the coordinator: here when this broker leads, else proxied
-// to the leader.
+// computed by the coordinator: here when this broker leads, else by the
+// leader (onLeader).
 func (b *broker) plan(r *http.Request, _ []byte) (any, error) {
 	if b.heal == nil {
 		return nil, fmt.Errorf("%w: heal is disabled on broker %d", errNotFound, b.self)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	p, err := b.heal.DryRun(ctx)
-	if err == nil {
-		return p, nil
-	}
-	if !errors.Is(err, plugin.ErrNotCoordinator) || b.node.IsLeader() {
-		return nil, err
-	}
-	id, addr, lerr := b.leaderAdmin()
-	if lerr != nil {
-		return nil, lerr
-	}
+	var here heal.Plan
 	var out json.RawMessage
-	if err := b.call(ctx, http.MethodGet, addr, "/v1/internal/plan", nil, &out); err != nil {
-		return nil, fmt.Errorf("plan from leader %d: %w", id, err)
+	served := false
+	err := b.onLeader(ctx, leaderRequest{
+		what: "plan", method: http.MethodGet, path: "/v1/internal/plan", resp: &out,
+		here: func() (bool, error) {
+			var err error
+			here, err = b.heal.DryRun(ctx)
+			served, err = b.coordinatorHere(err)
+			return served, err
+		},
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case served:
+		return here, nil
 	}
 	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/cluster"
+	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
@@ -232,7 +233,8 @@ func (b *broker) register(ctx context.Context) {
 		st := b.heal.Status()
 		br.RPCAddr, br.DataAddr = st.RPCAddr, st.DataAddr
 	}
-	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	bo := retry.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+	for {
 		snap := b.node.Snapshot()
 		if cur, ok := snap.Broker(b.self); ok && cur == br {
 			return
@@ -245,10 +247,8 @@ func (b *broker) register(ctx context.Context) {
 			return
 		}
 		b.log.Debug().Err(err).Msg("register: retrying")
-		select {
-		case <-ctx.Done():
+		if bo.Wait(ctx) != nil {
 			return
-		case <-time.After(wait):
 		}
 	}
 }

@@ -63,14 +63,20 @@
 // heal.max_maintenance from its own clock and config; a follower forwards
 // them to the leader's /v1/internal/brokers/... routes.
 //
-// Metadata writes go through raft: a broker that is not the leader forwards
-// them to the leader's admin API (/v1/internal/apply, with this broker's
-// certificate), retrying across an election, but not past a lost quorum:
-// a write that has waited for a leader while its node lacked a quorum for
-// three election timeouts (cluster.Node.Quorum) fails with "cluster: no
-// quorum: 2 of 5 voters reachable ..." (code no_quorum, 503).
-// The write path: the leader places a new segment on min(RF, live brokers)
-// brokers (round-robin over those the control plane heard from recently),
+// Metadata writes go through raft. Every request that only the leader
+// serves (a metadata write, placing a new segment, a broker's mode, and
+// the coordinator's dry run, release and acknowledgement) goes through one
+// helper, onLeader (forward.go): served here when this broker leads, else
+// sent to the leader's /v1/internal/ route with this broker's certificate,
+// retried across an election (10 ms doubling to 200 ms, internal/retry)
+// but not past a lost quorum: a request that has waited for a leader while
+// its node lacked a quorum for three election timeouts
+// (cluster.Node.Quorum) fails with "cluster: no quorum: 2 of 5 voters
+// reachable ..." (code no_quorum, 503). An error of the leader's names it
+// and its address ("apply seal_segment: leader 3 at 10.0.0.3:7001: ...").
+// The write path: the leader places a new segment by heal's rule
+// (heal.PlaceNew: min(RF, candidates) brokers, round-robin over those the
+// control plane heard from recently, decommissioning ones last),
 // creates the copy on each, then commits CreateSegment; records are
 // appended on every replica and synced before the call returns; seal seals
 // every replica, checks that they agree (length, byte size, checksum) and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -89,24 +90,37 @@ func (b *broker) modeCommand(m modeRequest, now time.Time) meta.SetBrokerMode {
 	return c
 }
 
-// setMode applies m here when this broker leads, else forwards it to the
-// leader's internal route.
+// setMode applies m here when this broker leads, else on the leader
+// (onLeader), through its internal route.
 func (b *broker) setMode(r *http.Request, m modeRequest) (any, error) {
-	if !b.node.IsLeader() {
-		_, addr, err := b.leaderAdmin()
-		if err != nil {
-			return nil, err
-		}
-		var resp ModeResponse // the internal routes are all POST: the path names the mode
-		if err := b.call(r.Context(), http.MethodPost, addr, m.path(true), struct{}{}, &resp); err != nil {
-			return nil, err
-		}
-		return resp, nil
-	}
-	c := b.modeCommand(m, time.Now())
-	idx, err := b.node.Apply(r.Context(), c)
+	var resp ModeResponse // the internal routes are all POST: the path names the mode
+	err := b.onLeader(r.Context(), leaderRequest{
+		what: fmt.Sprintf("%s of broker %d", m.mode, m.broker), method: http.MethodPost, path: m.path(true), req: struct{}{}, resp: &resp,
+		here: func() (bool, error) {
+			if !b.node.IsLeader() {
+				return false, nil
+			}
+			var err error
+			resp, err = b.applyMode(r.Context(), m)
+			if notLeader(err) {
+				return false, nil
+			}
+			return true, err
+		},
+	})
 	if err != nil {
 		return nil, err
+	}
+	return resp, nil
+}
+
+// applyMode commits m's SetBrokerMode through this broker's node and
+// answers the mode the metadata then records.
+func (b *broker) applyMode(ctx context.Context, m modeRequest) (ModeResponse, error) {
+	c := b.modeCommand(m, time.Now())
+	idx, err := b.node.Apply(ctx, c)
+	if err != nil {
+		return ModeResponse{}, err
 	}
 	resp := ModeResponse{Broker: c.Broker, Mode: c.Mode, Until: c.Until, Index: idx}
 	if br, ok := b.node.View().Broker(c.Broker); ok && br.Mode != "" {

@@ -56,7 +56,8 @@ type PassObs struct {
 	Ended   time.Time   `json:"ended"`
 	Report  heal.Report `json:"report"`
 	// Unseen counts the passes of this leader between the previous
-	// observed one and this (the poll missed them).
+	// observed one and this that its history's bound dropped before they
+	// were read (0 unless the reader fell that far behind).
 	Unseen uint64 `json:"unseen"`
 }
 

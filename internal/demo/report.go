@@ -153,9 +153,9 @@ type destroyedSegment struct {
 	// left outside the replica set by earlier stages.
 	Copies int `json:"copies"`
 	// PassesReported counts the heal passes read that list it lost;
-	// PassesMissed those after its first report that did not.
-	PassesReported int `json:"passes_reported"`
-	PassesMissed   int `json:"passes_missed"`
+	// PassesNotReporting those after its first report that did not.
+	PassesReported     int `json:"passes_reported"`
+	PassesNotReporting int `json:"passes_not_reporting"`
 	// ReportedAfterSeconds: from the fault to the first pass reporting it.
 	ReportedAfterSeconds *float64 `json:"reported_after_seconds"`
 	Acknowledged         bool     `json:"acknowledged"`
@@ -373,7 +373,7 @@ func (r *Report) writeText(w io.Writer) {
 		if ds.Acknowledged {
 			ack = "acknowledged"
 		}
-		fmt.Fprintf(w, "destroyed          %s on purpose (%s): reported lost on %d passes, missed %d, %s\n", ds.Segment, ds.How, ds.PassesReported, ds.PassesMissed, ack)
+		fmt.Fprintf(w, "destroyed          %s on purpose (%s): reported lost on %d passes, not on %d, %s\n", ds.Segment, ds.How, ds.PassesReported, ds.PassesNotReporting, ack)
 	}
 	sm := r.Summary
 	fmt.Fprintf(w, "\nsummary            faults injected %d, survived %d; segments checked %d (%d healthy, %d destroyed on purpose), lost %d\n",

@@ -683,7 +683,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	}, harness.NewPassFeed(latchAt))
 	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
-	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d missed); %s; %d intact copies audited readable while latched",
+	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
 		killed, nospareReason, hits, hits+misses, misses, tally.feed.Summary(), reads)
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
@@ -773,7 +773,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 	for ctx.Err() == nil {
 		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
 			fr.Passes += len(recs)
-			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.Misses[id]))
+			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting it", tally.Misses[id]))
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
@@ -982,7 +982,7 @@ func (r *lostRun) watch(ctx context.Context) error {
 	for ctx.Err() == nil {
 		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
 			fr.Passes += len(recs)
-			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d missed", tally.misses()))
+			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting them", tally.misses()))
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
@@ -1117,7 +1117,7 @@ func (r *lostRun) finish() {
 		}
 		ds := destroyedSegment{
 			Segment: seg.ID, Copies: copies, PassesReported: tally.Hits[seg.ID],
-			PassesMissed: tally.Misses[seg.ID], Acknowledged: r.acked[seg.ID],
+			PassesNotReporting: tally.Misses[seg.ID], Acknowledged: r.acked[seg.ID],
 		}
 		if seg.ID == x.ID {
 			ds.How = "every copy's file deleted"
@@ -1130,7 +1130,7 @@ func (r *lostRun) finish() {
 		}
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
-	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d missed); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
+	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d passes did not); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
 		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
 	if len(r.problems) > 0 {
 		fr.Error = strings.Join(r.problems, "; ")
