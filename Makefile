@@ -13,7 +13,7 @@ NEMESIS_DURATION ?= 12m
 
 help:
 	@echo "build   compile every package and the binaries into bin/"
-	@echo "deps    as root on Debian: install what the root-only tests use (strace, e2fsprogs, mount, util-linux, nftables, iproute2, gcc, promtool); .ci/run runs it too"
+	@echo "deps    as root on Debian: install what the root-only tests use (strace, e2fsprogs, mount, util-linux, nftables, iproute2, gcc, kcat, promtool); .ci/run runs it too"
 	@echo "test    go vet, then go test -race -tags invariants over every package (the CI command)"
 	@echo "bench   run every benchmark with -benchmem and write $(BENCH_OUT)"
 	@echo "lint    gofmt -l, go vet, staticcheck"

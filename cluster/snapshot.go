@@ -54,6 +54,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	b.SetTopics(hdr.Topics)
 	t := b.Finish(hdr.Index, hdr.ReplicationFactor, hdr.Brokers)
 	checkRestored(prev, t, hdr.Index)
 	f.mu.Lock()
@@ -72,7 +73,7 @@ type fsmSnapshot struct{ view *meta.View }
 // Persist implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	v := s.view
-	if err := writeSegments(sink, v.Index(), v.ReplicationFactor(), v.Brokers(), v.All()); err != nil {
+	if err := writeSegments(sink, v.Index(), v.ReplicationFactor(), v.Brokers(), v.Topics(), v.All()); err != nil {
 		_ = sink.Cancel()
 		return err
 	}
@@ -87,7 +88,7 @@ func (s *fsmSnapshot) Release() { s.view = nil }
 
 // writeSnapshot streams s as the JSON of meta.Snapshot.
 func writeSnapshot(w io.Writer, s *meta.Snapshot) error {
-	return writeSegments(w, s.Index, s.ReplicationFactor, s.Brokers, func(yield func(int, *meta.Segment) bool) {
+	return writeSegments(w, s.Index, s.ReplicationFactor, s.Brokers, s.Topics, func(yield func(int, *meta.Segment) bool) {
 		for i := range s.Segments {
 			if !yield(i, &s.Segments[i]) {
 				return
@@ -98,7 +99,9 @@ func writeSnapshot(w io.Writer, s *meta.Snapshot) error {
 
 // writeSegments writes the JSON of a meta.Snapshot one segment at a time
 // (one per line), so memory does not grow with the number of segments.
-func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker, segs iter.Seq2[int, *meta.Segment]) error {
+// The topics key is written only when there are topics, so a snapshot
+// without them reads as before.
+func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker, topics []meta.Topic, segs iter.Seq2[int, *meta.Segment]) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	if brokers == nil {
 		brokers = []meta.Broker{}
@@ -113,6 +116,14 @@ func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker,
 	bw.WriteString(strconv.Itoa(factor))
 	bw.WriteString(`,"brokers":`)
 	bw.Write(bs)
+	if len(topics) > 0 {
+		ts, err := json.Marshal(topics)
+		if err != nil {
+			return fmt.Errorf("cluster: snapshot topics: %w", err)
+		}
+		bw.WriteString(`,"topics":`)
+		bw.Write(ts)
+	}
 	bw.WriteString(`,"segments":[`)
 	buf := make([]byte, 0, 512)
 	for i, s := range segs {
@@ -198,6 +209,14 @@ func decodeSnapshot(r io.Reader, add func(*meta.Segment) error) (meta.Snapshot, 
 	if !slices.IsSortedFunc(s.Brokers, func(a, b meta.Broker) int { return cmp.Compare(a.ID, b.ID) }) {
 		return s, fmt.Errorf("%w: brokers not sorted by id", ErrBadSnapshot)
 	}
+	for i := range s.Topics {
+		if err := s.Topics[i].Validate(); err != nil {
+			return s, fmt.Errorf("%w: topics: %w", ErrBadSnapshot, err)
+		}
+		if i > 0 && s.Topics[i-1].Name >= s.Topics[i].Name {
+			return s, fmt.Errorf("%w: topics not sorted by name or duplicated at %s", ErrBadSnapshot, s.Topics[i].Name)
+		}
+	}
 	if s.Brokers == nil {
 		s.Brokers = []meta.Broker{}
 	}
@@ -245,6 +264,8 @@ func decodeField(rd *reader, key string, s *meta.Snapshot, add func(*meta.Segmen
 		return json.Unmarshal(raw, &s.ReplicationFactor)
 	case "brokers":
 		return json.Unmarshal(raw, &s.Brokers)
+	case "topics":
+		return json.Unmarshal(raw, &s.Topics)
 	}
 	return fmt.Errorf("unknown key %q", key)
 }

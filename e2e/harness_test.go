@@ -55,6 +55,7 @@ type broker struct {
 	id                     int
 	dir, logPath           string
 	admin, raft, rpc, data string
+	kafka                  string // kafka_listen; "" without clusterOpts.kafka
 	// slow calls POST /v1/load, which may take minutes.
 	slow *admin.Client
 }
@@ -90,6 +91,9 @@ type clusterOpts struct {
 	hosts bool
 	// raft replaces e2eRaft when set.
 	raft *harness.RaftTimings
+	// kafka gives every broker a Kafka listener (kafka_listen, on a free
+	// loopback port) and this [kafka] table.
+	kafka string
 }
 
 // e2eRaft are the [raft] timings of every test cluster.
@@ -167,6 +171,9 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 		if err := h.WriteConfig(b.Broker); err != nil {
 			t.Fatal(err)
 		}
+		if o.kafka != "" {
+			c.addKafka(b, o.kafka)
+		}
 	}
 	for _, b := range c.brokers {
 		c.start(b.id)
@@ -174,6 +181,25 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 	c.waitLeader(20 * time.Second)
 	c.waitRegistered(20 * time.Second)
 	return c
+}
+
+// addKafka puts kafka_listen, on a free loopback port, and the [kafka]
+// table into broker b's config file, written by the harness.
+func (c *cluster) addKafka(b *broker, table string) {
+	c.t.Helper()
+	addrs, err := harness.FreeLoopbackPorts(1)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b.kafka = addrs[0]
+	text, err := os.ReadFile(b.ConfigPath)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("kafka_listen = %q\n%s\n[kafka]\n%s\n", b.kafka, text, table)
+	if err := os.WriteFile(b.ConfigPath, []byte(cfg), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // slowClient is an RPC client as the operator whose calls may last five

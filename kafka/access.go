@@ -34,12 +34,12 @@ func (a Access) String() string {
 	return strings.Join(s, "+")
 }
 
-// RoleAccess is what a certificate role may do: an operator reads and
-// writes, a viewer reads, a broker (a cluster member, not a client) and
-// any other role nothing.
+// RoleAccess is what a certificate role may do: an operator and a client
+// read and write, a viewer reads, a broker (a cluster member, not a
+// client) and any other role nothing.
 func RoleAccess(r pki.Role) Access {
 	switch r {
-	case pki.RoleOperator:
+	case pki.RoleOperator, pki.RoleClient:
 		return AccessRead | AccessWrite
 	case pki.RoleViewer:
 		return AccessRead

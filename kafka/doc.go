@@ -55,7 +55,9 @@
 //     before the append, written into the batch (SetBaseOffset).
 //  7. Fetch returns only what is below the high watermark, waits for data
 //     on Log.Wait (never by polling), and answers offsets outside
-//     [log start, high watermark] with OFFSET_OUT_OF_RANGE.
+//     [log start, high watermark] with OFFSET_OUT_OF_RANGE. A partition
+//     answered without records carries an empty record set, never a
+//     null one (librdkafka refuses null).
 //  8. Bad input and refused requests change nothing.
 //
 // # Security
@@ -63,8 +65,8 @@
 // With Config.TLS, a client must present a certificate that
 // Config.Authorize accepts, or the handshake fails. The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
-// ListOffsets) for viewers and operators, write (Produce, InitProducerID,
-// topic creation) for operators. A refusal is answered with the kind's own
+// ListOffsets) for viewers, clients and operators, write (Produce,
+// InitProducerID, topic creation) for clients and operators. A refusal is answered with the kind's own
 // error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and a
 // log line naming the peer and the access it lacks. Config.Insecure serves
 // plaintext and grants everything; the broker restricts it to loopback.

@@ -80,6 +80,9 @@ func (c *conn) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, []
 func (c *conn) fetchPartition(topic string, rp kmsg.FetchRequestTopicPartition, limit int32, haveSome bool) (kmsg.FetchResponseTopicPartition, <-chan struct{}) {
 	out := kmsg.NewFetchResponseTopicPartition()
 	out.Partition = rp.Partition
+	// An empty record set, not a null one, whatever the outcome: Kafka
+	// sends empty, and librdkafka refuses null (MessageSetSize -1).
+	out.RecordBatches = []byte{}
 	if !c.peer.access.Has(AccessRead) {
 		c.refused("Fetch", topic, AccessRead)
 		out.ErrorCode = kerr.TopicAuthorizationFailed.Code
@@ -105,7 +108,9 @@ func (c *conn) fetchPartition(topic string, rp kmsg.FetchRequestTopicPartition, 
 		out.ErrorCode = code(codeOf(err))
 		return out, nil
 	}
-	out.RecordBatches = b
+	if len(b) > 0 {
+		out.RecordBatches = b
+	}
 	return out, l.Wait(hw)
 }
 

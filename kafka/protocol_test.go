@@ -210,6 +210,36 @@ func TestOffsetOutOfRange(t *testing.T) {
 	}
 }
 
+// TestFetchRecordsNeverNull: a partition answered without records (at
+// the high watermark after the wait, or with an error) carries an empty
+// record set, never a null one: librdkafka (kcat) refuses a null set
+// ("invalid MessageSetSize -1") and fetches the same offset forever.
+func TestFetchRecordsNeverNull(t *testing.T) {
+	tc := newTestCluster(t)
+	rc := dialRaw(t, startServer(t, tc, DefaultConfig()))
+	if err := tc.CreateTopic(context.Background(), "quiet", 1); err != nil {
+		t.Fatal(err)
+	}
+	rc.do(produceRequest("quiet", 0, makeBatch(-1, -1, -1, "a")))
+	for _, v := range []int16{4, 11, 12} {
+		for _, tcase := range []struct {
+			name   string
+			offset int64
+			code   int16
+		}{
+			{"at the high watermark", 1, 0},
+			{"past the end", 5, kerr.OffsetOutOfRange.Code},
+		} {
+			req := fetchRequest("quiet", 0, tcase.offset, 1, 10)
+			req.SetVersion(v)
+			p := rc.do(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+			if p.ErrorCode != tcase.code || p.RecordBatches == nil {
+				t.Errorf("Fetch v%d %s: %v, record set nil %v; want code %d and an empty set", v, tcase.name, kerr.ErrorForCode(p.ErrorCode), p.RecordBatches == nil, tcase.code)
+			}
+		}
+	}
+}
+
 // TestUnsupportedRequests: kinds and versions not served are answered in
 // kind and the connection keeps working.
 func TestUnsupportedRequests(t *testing.T) {

@@ -14,7 +14,8 @@ import (
 	"github.com/malachi-log/malachi/pki"
 )
 
-// testPKI writes a CA, a broker and the operator and viewer clients.
+// testPKI writes a CA, a broker and the operator, viewer and client
+// clients.
 func testPKI(t *testing.T) pki.Local {
 	t.Helper()
 	l, err := pki.CreateLocal(t.TempDir(), []meta.BrokerID{1}, []string{"127.0.0.1", "localhost"})
@@ -72,6 +73,34 @@ func TestKgoRoundTripMutualTLS(t *testing.T) {
 	cl := newTestCluster(t)
 	addr := startServer(t, cl, tlsConfig(t, l))
 	roundTrip(t, cl, addr, clientTLS(t, l.ClientDir(), "operator"))
+}
+
+// TestKgoRoundTripClientRole: a certificate of role client (a Kafka
+// application) produces and consumes.
+func TestKgoRoundTripClientRole(t *testing.T) {
+	l := testPKI(t)
+	cl := newTestCluster(t)
+	addr := startServer(t, cl, tlsConfig(t, l))
+	roundTrip(t, cl, addr, clientTLS(t, l.ClientDir(), "client"))
+}
+
+// TestRoleAccess: what each certificate role may do over Kafka.
+func TestRoleAccess(t *testing.T) {
+	for _, tc := range []struct {
+		role pki.Role
+		want Access
+	}{
+		{pki.RoleOperator, AccessRead | AccessWrite},
+		{pki.RoleClient, AccessRead | AccessWrite},
+		{pki.RoleViewer, AccessRead},
+		{pki.RoleBroker, 0},
+		{"", 0},
+		{"admin", 0},
+	} {
+		if got := RoleAccess(tc.role); got != tc.want {
+			t.Errorf("RoleAccess(%q) = %v, want %v", tc.role, got, tc.want)
+		}
+	}
 }
 
 // roundTrip produces records with kgo's defaults (idempotent, acks=all) to

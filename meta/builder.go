@@ -14,6 +14,7 @@ type Builder struct {
 	k, i int // cursor in prev's id order
 	last SegmentID
 	n    int
+	tops []Topic
 }
 
 // NewBuilder returns an empty Builder. When prev is not nil, Add refuses a
@@ -86,6 +87,10 @@ func (b *Builder) prevAt(id SegmentID) *Segment {
 	return nil
 }
 
+// SetTopics sets the topic registry of the Table Finish returns; topics
+// must be sorted by name.
+func (b *Builder) SetTopics(topics []Topic) { b.tops = slices.Clone(topics) }
+
 // Len is the number of segments added.
 func (b *Builder) Len() int { return b.n }
 
@@ -94,7 +99,7 @@ func (b *Builder) Len() int { return b.n }
 func (b *Builder) Finish(index uint64, factor int, brokers []Broker) *Table {
 	t := b.t
 	b.t = nil
-	t.index, t.factor, t.brokers = index, factor, slices.Clone(brokers)
+	t.index, t.factor, t.brokers, t.topics = index, factor, slices.Clone(brokers), b.tops
 	slices.Sort(t.heldIDs)
 	t.ids.trim()
 	for _, l := range t.held {

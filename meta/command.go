@@ -213,6 +213,10 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeArgs[SetReplicationFactor](env.Args)
 	case SetBrokerMode{}.Op():
 		c, err = decodeArgs[SetBrokerMode](env.Args)
+	case CreateTopic{}.Op():
+		c, err = decodeArgs[CreateTopic](env.Args)
+	case AllocateProducerIDs{}.Op():
+		c, err = decodeArgs[AllocateProducerIDs](env.Args)
 	default:
 		return nil, fmt.Errorf("%w: command op %q is unknown", ErrInvalid, env.Op)
 	}

@@ -44,11 +44,30 @@
 //     decides alike. A record without the fields (an older snapshot) is
 //     active. Ending a window early (active, with IssuedAt before Until)
 //     keeps Until = IssuedAt, when it ended.
+//  9. Kafka topics (CreateTopic) are registered once, by name (Kafka's
+//     rules, at most MaxTopicLen bytes: ErrTopicExists for a name in use),
+//     and never removed. A partition is a chain of ordinary segments named
+//     "k.<topic>.<partition, 5 digits>.<seq, 10 digits>"
+//     (PartitionSegmentID; ParsePartitionSegment reads it back, the
+//     fixed-width tail making it unambiguous whatever dots the topic
+//     holds). Table.Apply refuses a CreateSegment of such an id unless its
+//     topic and partition are registered (ErrUnknownTopic) and it extends
+//     the chain: seq 0 starts at offset 0; seq n > 0 needs seq n-1 to
+//     exist (ErrUnknownSegment) and be sealed (ErrNotSealed), and starts at
+//     its end offset (ErrInvalid). So a partition's chain is seq 0..n, all
+//     sealed but the last, its offsets contiguous: the active segment is
+//     the unsealed last one, and two brokers rolling a partition at once
+//     cannot both extend it. Offsets of partition segments count frames
+//     (one per Kafka record batch); Kafka's own offsets live inside the
+//     batches.
+//  10. AllocateProducerIDs changes nothing: the log index it is committed
+//     at names a block of Kafka producer ids (ProducerIDBlock), disjoint
+//     from every other block because no two commands share an index.
 //
 // Built with -tags invariants (make test does), invariants.go checks 3, 4
 // and 6 on the whole table after every Apply and Builder.Finish (a
 // restore), and on a sample of Views taken, and panics naming the segment
-// and the broken property: replica sets, sealed fields against those
+// and the broken property: replica sets, partition chains (9), sealed fields against those
 // first seen sealed, each broker's index against the filter of all
 // segments, the id order of the chunks, earlier Views unchanged. Tables
 // above 256 segments are checked on every k-th call only. Without the tag

@@ -23,6 +23,10 @@ import (
 //     but the last is full;
 //   - each broker's index (View.HeldBy/Held) is exactly the serials of the
 //     segments naming it, ascending, its count right; heldIDs is sorted;
+//   - topics are valid and sorted by name; every partition segment names a
+//     registered topic and partition, and each partition's chain is seq
+//     0..n with no gap, all sealed but the last, each starting where the
+//     one before ends (invariant 9);
 //   - the last few Views taken (a sample) read as they did when taken.
 //
 // On tables of more than invFull segments a check runs on every k-th call
@@ -70,6 +74,7 @@ func (t *Table) checkInvariants(op string) {
 	checkReplicas(v, fail)
 	t.checkSealed(v, fail)
 	t.checkHeld(v, fail)
+	checkChains(v, fail)
 	for _, s := range t.inv.views {
 		if s.v != nil && viewSum(s.v) != s.sum {
 			fail("a View taken at index %d changed after it was taken (copy-on-write broken)", s.v.index)
@@ -114,6 +119,52 @@ func checkOrder(v *View, n int, fail func(string, ...any)) {
 	}
 	if v.Len() != n {
 		fail("the id index holds %d segments, the table %d", v.Len(), n)
+	}
+}
+
+// checkChains checks invariant 9: the topic registry and the chain of
+// every partition.
+func checkChains(v *View, fail func(string, ...any)) {
+	for i, tp := range v.topics {
+		if err := tp.Validate(); err != nil {
+			fail("topic %s: %v", tp.Name, err)
+		}
+		if i > 0 && v.topics[i-1].Name >= tp.Name {
+			fail("topic %s: follows %s (not sorted by name)", tp.Name, v.topics[i-1].Name)
+		}
+	}
+	type key struct {
+		topic string
+		p     int32
+	}
+	last := map[key]*Segment{}
+	for _, seg := range v.All() {
+		topic, p, seq, ok := ParsePartitionSegment(seg.ID)
+		if !ok {
+			continue
+		}
+		if tp, ok := v.Topic(topic); !ok || p >= tp.Partitions {
+			fail("segment %s: topic %q partition %d is not registered", seg.ID, topic, p)
+		}
+		k := key{topic, p}
+		prev := last[k]
+		var pseq uint64
+		if prev != nil {
+			_, _, pseq, _ = ParsePartitionSegment(prev.ID)
+		}
+		switch {
+		case prev == nil && seq != 0:
+			fail("segment %s: partition chain starts at seq %d, want 0", seg.ID, seq)
+		case prev == nil && seg.StartOffset != 0:
+			fail("segment %s: partition chain starts at offset %d, want 0", seg.ID, seg.StartOffset)
+		case prev != nil && seq != pseq+1:
+			fail("segment %s: follows %s in its chain (a gap)", seg.ID, prev.ID)
+		case prev != nil && !prev.Sealed:
+			fail("segment %s: follows %s, which is active", seg.ID, prev.ID)
+		case prev != nil && seg.StartOffset != prev.EndOffset():
+			fail("segment %s: starts at %d, %s ends at %d", seg.ID, seg.StartOffset, prev.ID, prev.EndOffset())
+		}
+		last[k] = seg
 	}
 }
 
@@ -205,6 +256,10 @@ func viewSum(v *View) uint64 {
 	put(v.index, uint64(v.factor))
 	for _, br := range v.brokers {
 		str(fmt.Sprintf("%+v", br))
+	}
+	for _, tp := range v.topics {
+		str(tp.Name)
+		put(uint64(tp.Partitions))
 	}
 	for _, seg := range v.All() {
 		str(string(seg.ID))

@@ -98,3 +98,35 @@ func TestInvariantsHoldOnGoodTable(t *testing.T) {
 		t.Fatalf("broker 4 holds %d segments, want 1", got)
 	}
 }
+
+// A restore of a partition chain with a gap or an active segment before
+// the last, or of a segment of an unregistered topic, panics naming it.
+func TestInvariantsCheckChains(t *testing.T) {
+	rs := []BrokerID{1}
+	for _, c := range []struct {
+		name   string
+		topics []Topic
+		segs   []Segment
+		want   string
+	}{
+		{"unknown topic", nil, []Segment{{ID: PartitionSegmentID("t", 0, 0), Replicas: rs}}, `topic "t" partition 0 is not registered`},
+		{"gap", []Topic{{"t", 1}}, []Segment{
+			{ID: PartitionSegmentID("t", 0, 0), Sealed: true, Checksum: CRC32C(0), Replicas: rs},
+			{ID: PartitionSegmentID("t", 0, 2), Replicas: rs}}, "(a gap)"},
+		{"active before the last", []Topic{{"t", 1}}, []Segment{
+			{ID: PartitionSegmentID("t", 0, 0), Replicas: rs},
+			{ID: PartitionSegmentID("t", 0, 1), Replicas: rs}}, "which is active"},
+		{"offsets", []Topic{{"t", 1}}, []Segment{
+			{ID: PartitionSegmentID("t", 0, 0), Length: 2, ByteSize: 9, Sealed: true, Checksum: CRC32C(0), Replicas: rs},
+			{ID: PartitionSegmentID("t", 0, 1), StartOffset: 3, Replicas: rs}}, "starts at 3"},
+	} {
+		b := NewBuilder(nil)
+		for i := range c.segs {
+			if err := b.Add(&c.segs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.SetTopics(c.topics)
+		mustPanic(t, c.name, func() { b.Finish(1, 3, nil) }, "after restore", c.want)
+	}
+}

@@ -129,6 +129,9 @@ type Broker struct {
 	RPCAddr string `json:"rpc_addr,omitempty"`
 	// DataAddr is the catch-up data listener (host:port).
 	DataAddr string `json:"data_addr,omitempty"`
+	// KafkaAddr is the broker's Kafka listener (host:port); empty when it
+	// serves no Kafka clients.
+	KafkaAddr string `json:"kafka_addr,omitempty"`
 	// Mode is the operator's lifecycle mode (SetBrokerMode); empty is
 	// active. RegisterBroker keeps it.
 	Mode BrokerMode `json:"mode,omitempty"`
@@ -245,6 +248,8 @@ type Snapshot struct {
 	ReplicationFactor int `json:"replication_factor"`
 	// Brokers are the registered brokers, sorted by ID.
 	Brokers []Broker `json:"brokers"`
+	// Topics are the registered Kafka topics, sorted by name.
+	Topics []Topic `json:"topics,omitempty"`
 	// Segments are all segments, sorted by ID.
 	Segments []Segment `json:"segments"`
 }
@@ -293,6 +298,14 @@ func (s *Snapshot) Validate() error {
 		}
 		if i > 0 && s.Brokers[i-1].ID >= s.Brokers[i].ID {
 			return fmt.Errorf("%w: brokers not sorted by id or duplicated at %d", ErrInvalid, s.Brokers[i].ID)
+		}
+	}
+	for i := range s.Topics {
+		if err := s.Topics[i].Validate(); err != nil {
+			return err
+		}
+		if i > 0 && s.Topics[i-1].Name >= s.Topics[i].Name {
+			return fmt.Errorf("%w: topics not sorted by name or duplicated at %s", ErrInvalid, s.Topics[i].Name)
 		}
 	}
 	for i := range s.Segments {

@@ -26,6 +26,7 @@ type Table struct {
 	index   uint64
 	factor  int
 	brokers []Broker // sorted by id; never written in place (Views share it)
+	topics  []Topic  // sorted by name; never written in place (Views share it)
 	gen     uint64   // generation: increments when a View is taken
 	segs    segStore
 	ids     serialList               // serials sorted by segment id
@@ -51,6 +52,9 @@ func TableFromSnapshot(s Snapshot) *Table {
 	}
 	brokers := slices.Clone(s.Brokers)
 	slices.SortStableFunc(brokers, func(a, b Broker) int { return cmp.Compare(a.ID, b.ID) })
+	topics := slices.Clone(s.Topics)
+	slices.SortStableFunc(topics, func(a, b Topic) int { return cmp.Compare(a.Name, b.Name) })
+	b.SetTopics(topics)
 	return b.Finish(s.Index, s.ReplicationFactor, brokers)
 }
 
@@ -89,8 +93,9 @@ func (t *Table) ReplicationFactor() int { return t.factor }
 
 // Apply applies c as the command at index. It validates c, returns an error
 // that wraps ErrInvalid, ErrUnknownSegment, ErrSegmentExists,
-// ErrStaleReplicas, ErrSealed, ErrNotSealed, ErrUnknownBroker or
-// ErrMaintenanceFull when c cannot apply, and then
+// ErrStaleReplicas, ErrSealed, ErrNotSealed, ErrUnknownBroker,
+// ErrMaintenanceFull, ErrTopicExists or ErrUnknownTopic when c cannot
+// apply, and then
 // leaves the table unchanged but for the index: a refused command still
 // occupies its log position. Whatever the command, a change to a sealed
 // segment's start_offset, length, byte_size, checksum or sealed flag is
@@ -155,6 +160,14 @@ func (t *Table) apply(index uint64, c Command) error {
 			return err
 		}
 		t.brokers = bs
+	case CreateTopic:
+		ts, err := addTopic(t.topics, c.Topic)
+		if err != nil {
+			return err
+		}
+		t.topics = ts
+	case AllocateProducerIDs:
+		// Its log index names the block (ProducerIDBlock): no state.
 	default:
 		panic(fmt.Sprintf("meta: Table.Apply: unknown command type %T", c))
 	}
@@ -165,6 +178,9 @@ func (t *Table) create(seg Segment) error {
 	k, i, ok := findID(t.segs.c, t.ids.c, seg.ID)
 	if ok {
 		return fmt.Errorf("%w: %s", ErrSegmentExists, seg.ID)
+	}
+	if err := checkChainLink(t.topics, seg, t.Segment); err != nil {
+		return err
 	}
 	seg.ID = t.intern(seg.ID)
 	seg.Replicas = t.packReplicas(seg.Replicas)
@@ -340,7 +356,7 @@ func (t *Table) View() *View {
 // peek returns a View valid only until the next change: it does not mark
 // the table's memory shared.
 func (t *Table) peek() *View {
-	v := &View{index: t.index, factor: t.factor, brokers: t.brokers,
+	v := &View{index: t.index, factor: t.factor, brokers: t.brokers, topics: t.topics,
 		segs: t.segs.c, ids: t.ids.c, starts: make([]int, len(t.ids.c)+1),
 		held: make([]heldView, len(t.heldIDs))}
 	if v.brokers == nil {

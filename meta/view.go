@@ -14,6 +14,7 @@ type View struct {
 	index   uint64
 	factor  int
 	brokers []Broker
+	topics  []Topic     // sorted by name
 	segs    [][]Segment // by serial: segs[s>>segShift][s&segMask]
 	ids     [][]uint32  // serials in id order
 	starts  []int       // starts[k]: position of ids[k][0]; starts[len(ids)] = Len
@@ -147,6 +148,7 @@ func (v *View) Held(b BrokerID) int {
 func (v *View) Snapshot() Snapshot {
 	s := Snapshot{Index: v.index, ReplicationFactor: v.factor,
 		Brokers:  append(make([]Broker, 0, len(v.brokers)), v.brokers...),
+		Topics:   slices.Clone(v.topics),
 		Segments: make([]Segment, v.Len())}
 	n := 0
 	for _, seg := range v.All() {

@@ -15,9 +15,9 @@
 // Invariants:
 //
 //  1. Who a peer is comes only from a certificate that chains to the
-//     cluster CA: its URI SAN malachi://broker/ID, malachi://operator/NAME
-//     or malachi://viewer/NAME (IdentityOf). A certificate without exactly
-//     one such SAN names nobody and is refused.
+//     cluster CA: its URI SAN malachi://broker/ID, malachi://operator/NAME,
+//     malachi://viewer/NAME or malachi://client/NAME (IdentityOf). A
+//     certificate without exactly one such SAN names nobody and is refused.
 //  2. Broker certificates carry server and client authentication; client
 //     certificates only client authentication, so a person's certificate
 //     cannot serve as a broker.

@@ -27,20 +27,26 @@ var (
 type Role string
 
 // The roles. Broker is a member of the cluster; Operator may change state
-// through the admin API; Viewer may only read.
+// through the admin API; Viewer may only read; Client is a Kafka client
+// (produce and consume on the Kafka listener, nothing on the admin API).
 const (
 	RoleBroker   Role = "broker"
 	RoleOperator Role = "operator"
 	RoleViewer   Role = "viewer"
+	RoleClient   Role = "client"
 )
+
+// ClientRoles are the roles a client certificate may carry, as a person
+// names them.
+var ClientRoles = []Role{RoleOperator, RoleViewer, RoleClient}
 
 // ParseRole checks a role given by a person (a flag).
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case RoleOperator, RoleViewer:
+	case RoleOperator, RoleViewer, RoleClient:
 		return r, nil
 	}
-	return "", fmt.Errorf("pki: role %q: want %q or %q", s, RoleOperator, RoleViewer)
+	return "", fmt.Errorf("pki: role %q: want %q, %q or %q", s, RoleOperator, RoleViewer, RoleClient)
 }
 
 // Identity is who a certificate names.
@@ -96,7 +102,7 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 			return Identity{}, fmt.Errorf("%w: %q: URI %s: broker id %q is not a positive integer", ErrNoIdentity, cert.Subject.CommonName, u, name)
 		}
 		return Identity{Role: r, Broker: meta.BrokerID(n), Name: "broker-" + name}, nil
-	case RoleOperator, RoleViewer:
+	case RoleOperator, RoleViewer, RoleClient:
 		if err := checkName(name); err != nil {
 			return Identity{}, fmt.Errorf("%w: %q: URI %s: %v", ErrNoIdentity, cert.Subject.CommonName, u, err)
 		}

@@ -14,7 +14,8 @@ import (
 //
 //	Root/ca.crt, Root/ca.key
 //	Root/broker-ID/{ca.crt, broker.crt, broker.key}   one per broker
-//	Root/client/{ca.crt, client.operator.crt/.key, client.viewer.crt/.key}
+//	Root/client/{ca.crt, client.operator.crt/.key, client.viewer.crt/.key,
+//	             client.client.crt/.key}
 type Local struct {
 	Root string
 }
@@ -25,12 +26,12 @@ func (l Local) BrokerDir(id meta.BrokerID) string {
 }
 
 // ClientDir is the certs directory of the clients "operator" (role
-// operator) and "viewer" (role viewer).
+// operator), "viewer" (role viewer) and "client" (role client).
 func (l Local) ClientDir() string { return filepath.Join(l.Root, "client") }
 
 // CreateLocal writes a new CA under root, a broker certificate for each of
-// ids valid for hosts, and the operator and viewer clients. It refuses to
-// overwrite anything.
+// ids valid for hosts, and the operator, viewer and client clients (each
+// named as its role). It refuses to overwrite anything.
 func CreateLocal(root string, ids []meta.BrokerID, hosts []string) (Local, error) {
 	l := Local{Root: root}
 	if err := CreateCA(Options{Dir: root}); err != nil {
@@ -52,7 +53,7 @@ func CreateLocal(root string, ids []meta.BrokerID, hosts []string) (Local, error
 	if err := copyCA(root, o.Dir); err != nil {
 		return l, err
 	}
-	for _, r := range []Role{RoleOperator, RoleViewer} {
+	for _, r := range ClientRoles {
 		if err := CreateClient(o, string(r), r); err != nil {
 			return l, err
 		}

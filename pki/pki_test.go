@@ -33,7 +33,7 @@ func TestCreateLocalIdentitiesAndModes(t *testing.T) {
 	if id := b.Identity(); id.Role != RoleBroker || id.Broker != 3 {
 		t.Fatalf("broker 3's certificate names %v", id)
 	}
-	for _, name := range []string{"operator", "viewer"} {
+	for _, name := range []string{"operator", "viewer", "client"} {
 		c, err := LoadClient(l.ClientDir(), name)
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func TestCreateLocalIdentitiesAndModes(t *testing.T) {
 		}
 	}
 	if _, err := LoadClient(l.ClientDir(), ""); err == nil || !strings.Contains(err.Error(), "operator, viewer") {
-		t.Fatalf("LoadClient without a name in a dir of two: %v, want the names listed", err)
+		t.Fatalf("LoadClient without a name in a dir of three: %v, want the names listed", err)
 	}
 	for _, p := range []string{filepath.Join(l.Root, CAKey), filepath.Join(l.BrokerDir(1), BrokerKey), filepath.Join(l.ClientDir(), ClientKey("viewer"))} {
 		st, err := os.Stat(p)

@@ -751,3 +751,26 @@ func (db *DB) Delete(id meta.SegmentID) error {
 	}
 	return errors.Join(uerr, serr)
 }
+
+// ReadAt reads len(p) bytes of the copy of id from byte off, counted as
+// DurableEnd and Append count them (frames from 0). It reads what the
+// file holds: the caller reads only bytes it knows are written and
+// synced. A short read returns io.EOF as os.File.ReadAt does; any other
+// I/O error latches the copy.
+func (db *DB) ReadAt(id meta.SegmentID, p []byte, off int64) (int, error) {
+	c, err := db.acquire("read", id)
+	if err != nil {
+		return 0, err
+	}
+	defer c.mu.Unlock()
+	var n int
+	err = db.view(c, "read", func(f File) error {
+		var rerr error
+		n, rerr = f.ReadAt(p, off)
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return db.fail(c, "read", rerr)
+		}
+		return rerr
+	})
+	return n, err
+}

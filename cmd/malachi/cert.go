@@ -30,7 +30,7 @@ func defaultCertsDir() string {
 const certUsage = `usage:
   malachi cert create-ca      [--certs-dir DIR] [--lifetime 87600h]
   malachi cert create-broker  ID --host H [--host H ...] [--certs-dir DIR] [--ca-cert F] [--ca-key F] [--lifetime 43800h]
-  malachi cert create-client  NAME --role operator|viewer [--certs-dir DIR] [--ca-cert F] [--ca-key F] [--lifetime 43800h]
+  malachi cert create-client  NAME --role operator|viewer|client [--certs-dir DIR] [--ca-cert F] [--ca-key F] [--lifetime 43800h]
   malachi cert list           [--certs-dir DIR]
 
 --certs-dir defaults to $MALACHI_CERTS_DIR, else ./certs. Keys are written
@@ -102,7 +102,7 @@ func certCreateLeaf(sub string, args []string, stdout, stderr io.Writer) error {
 		what = "ID"
 		fs.Var(&hosts, "host", "a host name or address peers dial (repeat for each)")
 	} else {
-		fs.StringVar(&role, "role", "", "operator or viewer")
+		fs.StringVar(&role, "role", "", "operator (admin changes, Kafka produce and consume), viewer (reads, Kafka consume) or client (Kafka produce and consume only)")
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {

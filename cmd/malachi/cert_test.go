@@ -23,9 +23,10 @@ func TestCertCommands(t *testing.T) {
 	runOK("cert", "create-ca", "--certs-dir", dir)
 	runOK("cert", "create-broker", "3", "--host", "127.0.0.1", "--host", "b3.example", "--certs-dir", dir)
 	runOK("cert", "create-client", "alice", "--role", "operator", "--certs-dir", dir)
+	runOK("cert", "create-client", "carol", "--role", "client", "--certs-dir", dir)
 	t.Setenv(certsDirEnv, dir)
 	list := runOK("cert", "list")
-	for _, want := range []string{"broker 3", `operator "alice"`, "ca.crt"} {
+	for _, want := range []string{"broker 3", `operator "alice"`, `client "carol"`, "ca.crt"} {
 		if !strings.Contains(list, want) {
 			t.Errorf("cert list lacks %q:\n%s", want, list)
 		}

@@ -53,6 +53,8 @@ var adminCodes = rpc.Codes{
 	{Name: "sealed", Status: http.StatusConflict, Err: meta.ErrSealed},
 	{Name: "sealed", Status: http.StatusConflict, Err: store.ErrSealed},
 	{Name: "not_sealed", Status: http.StatusConflict, Err: meta.ErrNotSealed},
+	{Name: "topic_exists", Status: http.StatusConflict, Err: meta.ErrTopicExists},
+	{Name: "unknown_topic", Status: http.StatusNotFound, Err: meta.ErrUnknownTopic},
 	{Name: "latched", Status: http.StatusConflict, Err: store.ErrLatched},
 	{Name: "disagree", Status: http.StatusConflict, Err: errDisagree},
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: cluster.ErrNotLeader},
@@ -116,6 +118,7 @@ func (b *broker) routes() http.Handler {
 		{"POST /v1/internal/copies/{id}/create", rpc.Brokers, b.internalCreate},
 		{"POST /v1/internal/copies/{id}/append", rpc.Brokers, b.internalAppend},
 		{"POST /v1/internal/copies/{id}/seal", rpc.Brokers, b.internalSeal},
+		{"POST /v1/internal/copies/{id}/drop", rpc.Brokers, b.internalDrop},
 		{"POST /v1/internal/heal/release", rpc.Brokers, b.release},
 		{"POST /v1/internal/heal/acknowledge/{id}", rpc.Brokers, b.acknowledge},
 		{"GET /v1/internal/plan", rpc.Brokers, b.plan},
@@ -123,6 +126,7 @@ func (b *broker) routes() http.Handler {
 		srv.Handle(mux, rt.pattern, rt.roles, adapt(rt.h))
 	}
 	b.handleLifecycle(srv, mux)
+	b.kafkaRoutes(srv, mux)
 	if b.faults != nil {
 		srv.Handle(mux, "POST /v1/faults/{kind}/{id}", rpc.Operators, adapt(b.fault))
 	}
@@ -262,6 +266,13 @@ func (b *broker) createSegment(r *http.Request, body []byte) (any, error) {
 
 // create makes the segment's copies on its replica set and commits
 // CreateSegment. Replicas are chosen by the leader; a follower forwards.
+// Creates of one id on this broker run one at a time (lockCreate), so two
+// callers that place the same segment (the Kafka keeper and a topic's
+// creation) agree on one set; a create that loses to a segment recorded
+// by another broker deletes the empty copies it made outside the recorded
+// set (dropStrays), so that no broker keeps an active copy the metadata
+// does not assign to it. A placed create that loses answers the recorded
+// segment; one with its own replicas answers it only when the sets match.
 func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, error) {
 	if err := req.ID.Validate(); err != nil {
 		return meta.Segment{}, err
@@ -271,9 +282,13 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 			return seg, err
 		}
 	}
-	if len(req.Replicas) == 0 {
+	unlock := b.lockCreate(req.ID)
+	defer unlock()
+	placed := len(req.Replicas) == 0
+	if placed {
 		// A retried create whose first attempt landed under a previous
-		// leader finds its segment: answer it, do not place it again.
+		// leader, or a concurrent one that placed it first, finds its
+		// segment: answer it, do not place it again.
 		if err := b.node.Barrier(ctx); err != nil {
 			return meta.Segment{}, err
 		}
@@ -288,6 +303,8 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 			return meta.Segment{}, err
 		}
 		req.Replicas = rs
+	} else if cur, ok := b.node.Segment(req.ID); ok && !meta.SameReplicas(cur.Replicas, req.Replicas) {
+		return meta.Segment{}, fmt.Errorf("%w: %s on %v, not %v", meta.ErrSegmentExists, req.ID, cur.Replicas, req.Replicas)
 	}
 	if err := meta.ValidateReplicas(req.Replicas); err != nil {
 		return meta.Segment{}, err
@@ -308,11 +325,23 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	}
 	seg := meta.Segment{ID: req.ID, StartOffset: req.StartOffset, Replicas: req.Replicas}
 	if _, err := b.apply(ctx, meta.CreateSegment{Segment: seg}); err != nil {
-		// A retried create whose first attempt landed finds itself.
-		cur, ok := b.node.Segment(req.ID)
-		if !errors.Is(err, meta.ErrSegmentExists) || !ok || cur.Sealed || cur.StartOffset != seg.StartOffset || !meta.SameReplicas(cur.Replicas, seg.Replicas) {
+		if !errors.Is(err, meta.ErrSegmentExists) {
 			return meta.Segment{}, err
 		}
+		// Recorded already: by a retried create whose first attempt
+		// landed, or by a concurrent one. This broker's metadata may lag
+		// the leader's refusal.
+		cur, serr := b.segment(ctx, req.ID)
+		if serr != nil {
+			return meta.Segment{}, fmt.Errorf("%w (and reading it back: %w)", err, serr)
+		}
+		if !meta.SameReplicas(cur.Replicas, seg.Replicas) {
+			b.dropStrays(ctx, req.ID, seg.Replicas, cur.Replicas)
+		}
+		if cur.Sealed || cur.StartOffset != seg.StartOffset || (!placed && !meta.SameReplicas(cur.Replicas, seg.Replicas)) {
+			return meta.Segment{}, err
+		}
+		return cur, nil
 	}
 	seg.Version = 1
 	return seg, nil

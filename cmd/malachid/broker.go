@@ -36,6 +36,8 @@ type broker struct {
 	certs     *pki.Certs  // nil in insecure mode
 	rpc       *rpc.Client // calls other brokers' admin APIs with certs
 	adminAddr string
+	kafkaAddr string        // "" without kafka_listen
+	kafka     *kafkaCluster // nil without kafka_listen
 	admin     *http.Server
 	adminDone chan struct{}
 
@@ -43,9 +45,11 @@ type broker struct {
 	segLock map[meta.SegmentID]*sync.Mutex
 	placeMu sync.Mutex
 	cursor  int
+	creates createLocks // one create of a segment id at a time (strays.go)
 
 	closeOnce sync.Once
 	closeErr  error
+	bgCtx     context.Context // ends at Close
 	bgCancel  context.CancelFunc
 	bg        sync.WaitGroup
 	closers   []func() error
@@ -152,7 +156,12 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 	}()
 
 	bgctx, cancel := context.WithCancel(context.Background())
-	b.bgCancel = cancel
+	b.bgCtx, b.bgCancel = bgctx, cancel
+	if cfg.KafkaListen != "" {
+		if err := b.startKafka(); err != nil {
+			return nil, err
+		}
+	}
 	b.bg.Add(1)
 	go func() {
 		defer b.bg.Done()
@@ -219,7 +228,7 @@ func (b *broker) lastContact() map[meta.BrokerID]time.Time {
 // register records this broker and its addresses in the metadata, retrying
 // until it is committed (through the leader, wherever it is).
 func (b *broker) register(ctx context.Context) {
-	br := meta.Broker{ID: b.self, Rack: b.cfg.Rack, AdminAddr: b.adminAddr, RaftAddr: b.cfg.RaftListen}
+	br := meta.Broker{ID: b.self, Rack: b.cfg.Rack, AdminAddr: b.adminAddr, RaftAddr: b.cfg.RaftListen, KafkaAddr: b.kafkaAddr}
 	if b.heal != nil {
 		st := b.heal.Status()
 		br.RPCAddr, br.DataAddr = st.RPCAddr, st.DataAddr

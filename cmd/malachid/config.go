@@ -42,9 +42,40 @@ type Config struct {
 	CertsDir string `toml:"certs_dir"`
 	// Insecure runs every listener in plaintext without authentication:
 	// loopback addresses only, and said loudly (log, metric, status).
-	Insecure bool          `toml:"insecure"`
-	Raft     RaftConfig    `toml:"raft"`
-	Heal     plugin.Config `toml:"heal"`
+	Insecure bool `toml:"insecure"`
+	// KafkaListen serves Kafka clients (host:port); "" serves none.
+	KafkaListen string        `toml:"kafka_listen"`
+	Kafka       KafkaConfig   `toml:"kafka"`
+	Raft        RaftConfig    `toml:"raft"`
+	Heal        plugin.Config `toml:"heal"`
+}
+
+// KafkaConfig is the [kafka] table: topics and partitions of the Kafka
+// listener (kafka_listen).
+type KafkaConfig struct {
+	// AutoCreateTopics creates a topic a client's metadata request names.
+	AutoCreateTopics bool `toml:"auto_create_topics"`
+	// NumPartitions is the partition count of auto-created topics.
+	NumPartitions int32 `toml:"num_partitions"`
+	// SegmentBytes rolls a partition's active segment once its frames
+	// reach this many bytes.
+	SegmentBytes int64 `toml:"segment_bytes"`
+	// SegmentMS rolls a partition's active segment this many milliseconds
+	// after its first batch; 0 never rolls by age.
+	SegmentMS int64 `toml:"segment_ms"`
+}
+
+// validate names the first bad key of the [kafka] table.
+func (k KafkaConfig) validate() error {
+	switch {
+	case k.NumPartitions < 1 || k.NumPartitions > meta.MaxPartitions:
+		return fmt.Errorf("%w: kafka.num_partitions = %d: want 1 to %d", errConfig, k.NumPartitions, meta.MaxPartitions)
+	case k.SegmentBytes < 4096:
+		return fmt.Errorf("%w: kafka.segment_bytes = %d: want at least 4096", errConfig, k.SegmentBytes)
+	case k.SegmentMS < 0:
+		return fmt.Errorf("%w: kafka.segment_ms = %d: want 0 (off) or more milliseconds", errConfig, k.SegmentMS)
+	}
+	return nil
 }
 
 // RaftConfig tunes the control plane's consensus engine.
@@ -75,6 +106,12 @@ func DefaultConfig() Config {
 			LeaderLeaseTimeout: 300 * time.Millisecond,
 			CommitTimeout:      cluster.DefaultCommitTimeout,
 			SnapshotThreshold:  cluster.DefaultSnapshotThreshold,
+		},
+		Kafka: KafkaConfig{
+			AutoCreateTopics: true,
+			NumPartitions:    3,
+			SegmentBytes:     1 << 30,
+			SegmentMS:        7 * 24 * 3600 * 1000,
 		},
 		Heal: plugin.DefaultConfig(),
 	}
@@ -144,6 +181,12 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			return fmt.Errorf("%w: %s = %q: want host:port", errConfig, a.k, a.v)
 		}
+	}
+	if _, _, err := net.SplitHostPort(c.KafkaListen); c.KafkaListen != "" && err != nil {
+		return fmt.Errorf("%w: kafka_listen = %q: want host:port, or \"\" for no Kafka listener", errConfig, c.KafkaListen)
+	}
+	if err := c.Kafka.validate(); err != nil {
+		return err
 	}
 	if err := cluster.CheckAddr(c.RaftListen); err != nil {
 		return fmt.Errorf("%w: raft_listen = %q: %v", errConfig, c.RaftListen, err)
@@ -269,6 +312,9 @@ func (c *Config) checkInsecure() error {
 		return nil
 	}
 	addrs := []struct{ k, v string }{{"admin_listen", c.AdminListen}, {"raft_listen", c.RaftListen}}
+	if c.KafkaListen != "" {
+		addrs = append(addrs, struct{ k, v string }{"kafka_listen", c.KafkaListen})
+	}
 	if c.Heal.Enabled {
 		addrs = append(addrs, struct{ k, v string }{"heal.rpc_listen", c.Heal.RPCListen}, struct{ k, v string }{"heal.data_listen", c.Heal.DataListen})
 	}

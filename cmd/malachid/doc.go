@@ -29,7 +29,9 @@
 // (certs_dir: ca.crt, broker.crt naming this id, broker.key): raft
 // (cluster), the admin API, the plugin's RPC. Admin routes check the
 // caller's role (internal/rpc): viewer for reads, operator for writes and
-// faults, brokers only for /v1/internal/*. insecure = true runs them all in
+// faults, brokers only for /v1/internal/*; role client (a Kafka
+// application) has no admin route. On kafka_listen, operator and client
+// produce and consume, viewer consumes (kafka.RoleAccess). insecure = true runs them all in
 // plaintext and is refused off loopback.
 //
 // # Admin API (HTTP/JSON)
@@ -97,7 +99,12 @@
 //     addresses, plaintext only on loopback, and the certificates (they
 //     load, chain to ca.crt and name this broker) are all checked by
 //     loadConfig.
-//  5. Admin request bodies and path ids are decoded and checked (parse*
+//  5. Creates of one segment id run one at a time on a broker; a create
+//     refused because another recorded the segment on a different set
+//     deletes the empty copies it made outside that set (strays.go,
+//     internal route copies/{id}/drop, which deletes only an empty active
+//     copy of a segment whose recorded set does not name its broker).
+//  6. Admin request bodies and path ids are decoded and checked (parse*
 //     in admin.go) before any copy or metadata is touched: strict JSON, no
 //     unknown field, valid segment ids (FuzzAdminRequest); before that,
 //     the caller's certificate and role (TestAdminRoleMatrix): a refusal

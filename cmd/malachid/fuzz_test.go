@@ -258,7 +258,7 @@ func adminState(t *testing.T, b *broker) string {
 // every kind of caller.
 type adminFixture struct {
 	b       *broker
-	clients map[string]*http.Client // "none", "viewer", "operator", "broker", "other-ca"
+	clients map[string]*http.Client // "none", "viewer", "operator", "client", "broker", "other-ca"
 }
 
 func newAdminFixture(t *testing.T) *adminFixture {
@@ -303,6 +303,7 @@ func newAdminFixture(t *testing.T) *adminFixture {
 	f := &adminFixture{b: b, clients: map[string]*http.Client{
 		"viewer":   load(pki.LoadClient(l.ClientDir(), "viewer")),
 		"operator": load(pki.LoadClient(l.ClientDir(), "operator")),
+		"client":   load(pki.LoadClient(l.ClientDir(), "client")),
 		"broker":   load(pki.LoadBroker(l.BrokerDir(2))),
 	}}
 	// No certificate: trusts the server, presents nothing.
@@ -400,7 +401,8 @@ func TestAdminRefusesBadRequestsChangingNothing(t *testing.T) {
 }
 
 // TestAdminRoleMatrix calls every admin route as every kind of caller (no
-// certificate, another CA's operator, viewer, operator, broker): a caller
+// certificate, another CA's operator, viewer, operator, a Kafka client,
+// broker): a caller
 // the route does not allow gets 401 (no or untrusted certificate) or 403
 // (a role it does not allow) with a message naming what was missing, and
 // nothing changes; an allowed caller gets past authorization (the
@@ -433,11 +435,12 @@ func TestAdminRoleMatrix(t *testing.T) {
 		{"POST", "/v1/internal/copies/.x/create", `{}`, brok},
 		{"POST", "/v1/internal/copies/good/append", `{"count":-1}`, brok},
 		{"POST", "/v1/internal/copies/.x/seal", `{}`, brok},
+		{"POST", "/v1/internal/copies/.x/drop", `{}`, brok},
 		{"POST", "/v1/internal/heal/release", "", brok},
 		{"POST", "/v1/internal/heal/acknowledge/.x", "", brok},
 		{"GET", "/v1/internal/plan", "", brok},
 	} {
-		for _, who := range []string{"none", "other-ca", "viewer", "operator", "broker"} {
+		for _, who := range []string{"none", "other-ca", "viewer", "operator", "client", "broker"} {
 			before := adminState(t, f.b)
 			status, a := f.do(t, who, rt.method, rt.path, rt.body)
 			allowed := slices.Contains(rt.allowed, who)
@@ -448,6 +451,9 @@ func TestAdminRoleMatrix(t *testing.T) {
 				t.Errorf("%s %s as %s: HTTP %d %+v, want 401 unauthenticated", rt.method, rt.path, who, status, a)
 			case !allowed && who != "none" && who != "other-ca" && (status != 403 || !strings.Contains(a.Message, "needs a certificate of role")):
 				t.Errorf("%s %s as %s: HTTP %d %+v, want 403 naming the role", rt.method, rt.path, who, status, a)
+			}
+			if who == "client" && !allowed && !strings.Contains(a.Message, "has role client") {
+				t.Errorf("%s %s as a Kafka client: %q does not name the role it has", rt.method, rt.path, a.Message)
 			}
 			if who == "none" && !allowed && !strings.Contains(a.Message, "no client certificate") {
 				t.Errorf("%s %s without a certificate: %q does not say the certificate is missing", rt.method, rt.path, a.Message)

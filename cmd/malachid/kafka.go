@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/malachi-log/malachi/kafka"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
+)
+
+// The Kafka listener (kafka_listen): kafkaCluster is the kafka.Cluster of
+// this broker over the metadata (topics, partition chains, brokers), and
+// partLog (kafka_log.go) the kafka.Log of a partition it leads: the first
+// replica of the partition's active segment.
+
+// kafkaCluster implements kafka.Cluster for one broker.
+type kafkaCluster struct {
+	b *broker
+
+	mu   sync.Mutex
+	logs map[partKey]*partLog // the Log of each partition led here; protected by mu
+
+	pidMu           sync.Mutex
+	pidNext, pidEnd int64 // the producer id block in use; protected by pidMu
+}
+
+type partKey struct {
+	topic string
+	index int32
+}
+
+var _ kafka.Cluster = (*kafkaCluster)(nil)
+
+// startKafka opens kafka_listen and serves it until Close; it records the
+// listener's address for register. With insecure it serves plaintext
+// (checkInsecure kept it on loopback).
+func (b *broker) startKafka() error {
+	kc := &kafkaCluster{b: b, logs: map[partKey]*partLog{}}
+	cfg := kafka.DefaultConfig()
+	cfg.AutoCreateTopics, cfg.NumPartitions = b.cfg.Kafka.AutoCreateTopics, b.cfg.Kafka.NumPartitions
+	cfg.Logger = b.log.With().Str("component", "kafka").Logger()
+	if b.certs != nil {
+		certs := b.certs
+		cfg.TLS = certs.ServerConfig()
+		cfg.Authorize = func(cs tls.ConnectionState) (pki.Identity, error) { return certs.VerifyPeer(cs.PeerCertificates) }
+	} else {
+		cfg.Insecure = true
+	}
+	srv, err := kafka.NewServer(cfg, kc)
+	if err != nil {
+		return fmt.Errorf("malachid: kafka: %w", err)
+	}
+	ln, err := net.Listen("tcp", b.cfg.KafkaListen)
+	if err != nil {
+		return fmt.Errorf("malachid: kafka_listen = %q: %w", b.cfg.KafkaListen, err)
+	}
+	b.kafkaAddr = ln.Addr().String()
+	b.kafka = kc
+	b.closers = append(b.closers, srv.Close)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, kafka.ErrClosed) {
+			b.log.Error().Err(err).Msg("kafka listener stopped")
+		}
+	}()
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		kc.keep(b.bgCtx)
+	}()
+	b.log.Info().Str("addr", b.kafkaAddr).Bool("tls", cfg.TLS != nil).Msg("kafka listener serving")
+	return nil
+}
+
+// Self implements kafka.Cluster.
+func (kc *kafkaCluster) Self() int32 { return int32(kc.b.self) }
+
+// Brokers implements kafka.Cluster: the registered brokers with a Kafka
+// listener.
+func (kc *kafkaCluster) Brokers() []kafka.BrokerAddr {
+	var out []kafka.BrokerAddr
+	for _, br := range kc.b.node.View().Brokers() {
+		host, port, err := net.SplitHostPort(br.KafkaAddr)
+		if err != nil {
+			continue
+		}
+		p, err := strconv.ParseInt(port, 10, 32)
+		if err != nil {
+			continue
+		}
+		out = append(out, kafka.BrokerAddr{NodeID: int32(br.ID), Host: host, Port: int32(p), Rack: br.Rack})
+	}
+	return out
+}
+
+// Topics implements kafka.Cluster. A partition's leader is the first
+// replica of its active segment, -1 while it has none (being created or
+// rolled); its leader epoch is the active segment's seq.
+func (kc *kafkaCluster) Topics() []kafka.TopicInfo {
+	v := kc.b.node.View()
+	out := make([]kafka.TopicInfo, 0, len(v.Topics()))
+	for _, tp := range v.Topics() {
+		ti := kafka.TopicInfo{Name: tp.Name, Partitions: make([]kafka.PartitionInfo, tp.Partitions)}
+		for p := range tp.Partitions {
+			pi := kafka.PartitionInfo{Index: p, Leader: -1}
+			if chain := v.Chain(tp.Name, p); len(chain) > 0 {
+				last := chain[len(chain)-1]
+				_, _, seq, _ := meta.ParsePartitionSegment(last.ID)
+				pi.LeaderEpoch = int32(seq)
+				for _, r := range last.Replicas {
+					pi.Replicas = append(pi.Replicas, int32(r))
+				}
+				if !last.Sealed && len(last.Replicas) > 0 {
+					pi.Leader = int32(last.Replicas[0])
+				}
+			}
+			ti.Partitions[p] = pi
+		}
+		out = append(out, ti)
+	}
+	return out
+}
+
+// CreateTopic implements kafka.Cluster: the CreateTopic command, then the
+// first segment of each partition, placed by the control plane's leader
+// as any segment is; it returns once this broker's metadata lists them.
+// A partition whose segment could not be created is created later by
+// the keeper on the leader.
+func (kc *kafkaCluster) CreateTopic(ctx context.Context, name string, partitions int32) error {
+	if err := meta.ValidateTopicName(name); err != nil {
+		return fmt.Errorf("%w: %w", kafka.ErrInvalidTopic, err)
+	}
+	if partitions < 1 || partitions > meta.MaxPartitions {
+		return fmt.Errorf("%w: %d: want 1 to %d", kafka.ErrInvalidPartitions, partitions, meta.MaxPartitions)
+	}
+	b := kc.b
+	if _, err := b.apply(ctx, meta.CreateTopic{Topic: meta.Topic{Name: name, Partitions: partitions}}); err != nil {
+		if errors.Is(err, meta.ErrTopicExists) {
+			return fmt.Errorf("%w: %w", kafka.ErrTopicExists, err)
+		}
+		return err
+	}
+	for p := range partitions {
+		id := meta.PartitionSegmentID(name, p, 0)
+		if _, err := b.create(ctx, CreateRequest{ID: id}); err != nil {
+			return fmt.Errorf("create topic %s: partition %d: %w", name, p, err)
+		}
+	}
+	for {
+		v := b.node.View()
+		if len(v.Chain(name, partitions-1)) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topic %s: waiting for the metadata: %w", name, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Partition implements kafka.Cluster: the Log of a partition whose active
+// segment names this broker first. The same *partLog is returned until it
+// steps down (a failed append rolled the partition onto a segment led by
+// another broker, or another broker sealed it).
+func (kc *kafkaCluster) Partition(topic string, index int32) (kafka.Log, error) {
+	v := kc.b.node.View()
+	tp, ok := v.Topic(topic)
+	if !ok || index < 0 || index >= tp.Partitions {
+		return nil, fmt.Errorf("%w: %s/%d", kafka.ErrUnknownTopicOrPartition, topic, index)
+	}
+	key := partKey{topic, index}
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	if l := kc.logs[key]; l != nil && l.leading() {
+		return l, nil
+	}
+	delete(kc.logs, key)
+	chain := v.Chain(topic, index)
+	if len(chain) == 0 {
+		return nil, fmt.Errorf("%w: %s/%d has no segment yet", kafka.ErrNotLeader, topic, index)
+	}
+	last := chain[len(chain)-1]
+	if last.Sealed || len(last.Replicas) == 0 || last.Replicas[0] != kc.b.self {
+		return nil, fmt.Errorf("%w: %s/%d: active segment %s (sealed %v) is led by %v", kafka.ErrNotLeader, topic, index, last.ID, last.Sealed, last.Replicas)
+	}
+	l, err := openPartLog(kc.b, topic, index, chain)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s/%d: %w", kafka.ErrNotLeader, topic, index, err)
+	}
+	kc.logs[key] = l
+	return l, nil
+}
+
+// NewProducerID implements kafka.Cluster: ids from a block reserved by
+// AllocateProducerIDs, whose log index names it (meta invariant 10).
+func (kc *kafkaCluster) NewProducerID(ctx context.Context) (int64, error) {
+	kc.pidMu.Lock()
+	defer kc.pidMu.Unlock()
+	if kc.pidNext == kc.pidEnd {
+		idx, err := kc.b.apply(ctx, meta.AllocateProducerIDs{Broker: kc.b.self})
+		if err != nil {
+			return 0, fmt.Errorf("allocate producer ids: %w", err)
+		}
+		kc.pidNext = meta.ProducerIDBlock(idx)
+		kc.pidEnd = kc.pidNext + meta.ProducerIDBlockSize
+	}
+	id := kc.pidNext
+	kc.pidNext++
+	return id, nil
+}
+
+// keepInterval is how often the keeper looks at the partitions.
+const keepInterval = 500 * time.Millisecond
+
+// keep runs until ctx ends: on the control plane's leader it creates the
+// missing segment of a partition (a topic's first, or the next after a
+// roll that sealed but did not create) once it has been missing on two
+// turns in a row, so that a topic's creation or a roll in flight makes it
+// first; on a follower replica of an active segment whose earlier
+// replicas have all stopped answering, it seals the segment at what the
+// live replicas hold in common (takeOver), so that the partition moves on
+// without its dead leader.
+func (kc *kafkaCluster) keep(ctx context.Context) {
+	t := keepTurn{down: map[meta.SegmentID]int{}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(keepInterval):
+		}
+		v := kc.b.node.View()
+		t.wasMissing, t.missing = t.missing, map[meta.SegmentID]bool{}
+		for _, tp := range v.Topics() {
+			for p := range tp.Partitions {
+				if ctx.Err() != nil {
+					return
+				}
+				kc.keepPartition(ctx, v, tp.Name, p, &t)
+			}
+		}
+	}
+}
+
+// keepTurn is what keep remembers from turn to turn.
+type keepTurn struct {
+	down                map[meta.SegmentID]int  // turns an active segment's earlier replicas did not answer
+	missing, wasMissing map[meta.SegmentID]bool // segments to create, seen this turn and the last
+}
+
+// keepPartition is one partition's turn of keep.
+func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic string, p int32, t *keepTurn) {
+	b := kc.b
+	down := t.down
+	chain := v.Chain(topic, p)
+	log := b.log.With().Str("topic", topic).Int32("partition", p).Logger()
+	if len(chain) == 0 || chain[len(chain)-1].Sealed {
+		if !b.node.IsLeader() {
+			return
+		}
+		req := CreateRequest{ID: meta.PartitionSegmentID(topic, p, 0)}
+		if n := len(chain); n > 0 {
+			_, _, seq, _ := meta.ParsePartitionSegment(chain[n-1].ID)
+			req = CreateRequest{ID: meta.PartitionSegmentID(topic, p, seq+1), StartOffset: chain[n-1].EndOffset()}
+		}
+		t.missing[req.ID] = true
+		if !t.wasMissing[req.ID] {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := b.create(cctx, req); err != nil {
+			log.Warn().Err(err).Str("segment", string(req.ID)).Msg("kafka: creating a partition's next segment; retrying")
+		}
+		return
+	}
+	last := chain[len(chain)-1]
+	pos := -1
+	for i, r := range last.Replicas {
+		if r == b.self {
+			pos = i
+		}
+	}
+	if pos <= 0 {
+		return
+	}
+	for _, r := range last.Replicas[:pos] {
+		if kc.answers(ctx, v, r) {
+			delete(down, last.ID)
+			return
+		}
+	}
+	down[last.ID]++
+	if down[last.ID] < 3 {
+		return
+	}
+	delete(down, last.ID)
+	log.Warn().Str("segment", string(last.ID)).Any("replicas", last.Replicas).Msg("kafka: the partition's leader does not answer; sealing its active segment at what the live replicas hold")
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, _, err := sealAtCommon(sctx, b, *last, -1); err != nil {
+		log.Warn().Err(err).Str("segment", string(last.ID)).Msg("kafka: taking over a partition")
+	}
+}
+
+// answers reports whether broker r's admin API answers a health request.
+func (kc *kafkaCluster) answers(ctx context.Context, v *meta.View, r meta.BrokerID) bool {
+	br, ok := v.Broker(r)
+	if !ok || br.AdminAddr == "" {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var h Health
+	return kc.b.call(hctx, "GET", br.AdminAddr, "/v1/internal/health", nil, &h) == nil
+}

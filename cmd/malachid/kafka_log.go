@@ -1,0 +1,422 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/malachi-log/malachi/kafka"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// partLog is the kafka.Log of a partition this broker leads. Each Kafka
+// record batch is one frame of the partition's active segment, written
+// and synced on every replica before Append returns (acks=all); store
+// offsets count frames, contiguous across the chain. The index idx maps
+// each stored batch to its Kafka offsets and its place in a segment; it
+// is built from the copies' frames when the Log opens and grown by
+// Append.
+//
+// INVARIANT: every batch in idx is on every replica of its segment,
+// synced; hw is the end of the last one. Protected by mu; Append calls
+// are serialized by the listener, and only Append changes chain (under
+// mu, after its I/O).
+type partLog struct {
+	b     *broker
+	topic string
+	index int32
+
+	mu      sync.Mutex
+	chain   []chainSeg
+	idx     []batchRef
+	hw      int64
+	wake    chan struct{} // closed and replaced when hw grows
+	born    time.Time     // when the active segment took its first batch here
+	stepped bool          // no longer the leader: Partition opens a new Log
+}
+
+// chainSeg is one segment of the partition's chain as this Log knows it.
+type chainSeg struct {
+	id       meta.SegmentID
+	start    uint64 // store offset (frames) of its first frame
+	frames   uint64
+	bytes    int64
+	replicas []meta.BrokerID
+	sealed   bool
+}
+
+// batchRef is one stored batch: its Kafka offsets [base, end) and where
+// its frame's payload is.
+type batchRef struct {
+	base, end int64
+	seg       int   // position in chain
+	pos       int64 // byte of the payload in the segment's copy
+	size      int32
+}
+
+// leading reports whether l still leads its partition.
+func (l *partLog) leading() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.stepped
+}
+
+// openPartLog builds the Log of a partition whose last segment (chain's
+// last, active) names this broker first, reading every segment's frames.
+// An active segment that already holds frames (an earlier leader's) is
+// not taken: it is sealed at what its replicas hold in common and the
+// partition waits for its next segment (an error).
+func openPartLog(b *broker, topic string, index int32, chain []*meta.Segment) (*partLog, error) {
+	l := &partLog{b: b, topic: topic, index: index, wake: make(chan struct{}), born: time.Now()}
+	for i, s := range chain {
+		cs := chainSeg{id: s.ID, start: s.StartOffset, frames: s.Length, bytes: s.ByteSize, replicas: slices.Clone(s.Replicas), sealed: s.Sealed}
+		if !s.Sealed {
+			end, err := b.db.DurableEnd(s.ID)
+			if err != nil {
+				return nil, fmt.Errorf("active segment %s: %w", s.ID, err)
+			}
+			if end.Frames > 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, _, err := sealAtCommon(ctx, b, *s, -1)
+				cancel()
+				return nil, fmt.Errorf("active segment %s holds %d frames from an earlier leader: sealed at what its replicas hold in common (%v); its next segment leads", s.ID, end.Frames, err)
+			}
+			cs.frames, cs.bytes = 0, 0
+		}
+		l.chain = append(l.chain, cs)
+		if err := l.indexSegment(i); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// indexSegment reads the frames of chain[i] and appends its batches to
+// idx. The copy is read here when this broker holds it, else from a
+// replica.
+func (l *partLog) indexSegment(i int) error {
+	cs := l.chain[i]
+	if cs.bytes == 0 {
+		return nil
+	}
+	data, err := l.readSegment(cs, 0, cs.bytes)
+	if err != nil {
+		return err
+	}
+	for pos := int64(0); pos < cs.bytes; {
+		if cs.bytes-pos < store.FrameHeaderSize {
+			return fmt.Errorf("segment %s: a torn frame header at byte %d of %d", cs.id, pos, cs.bytes)
+		}
+		n := int64(binary.LittleEndian.Uint32(data[pos+4 : pos+8]))
+		payload := data[pos+store.FrameHeaderSize : pos+store.FrameHeaderSize+n]
+		h, _, err := kafka.ParseBatch(payload)
+		if err != nil {
+			return fmt.Errorf("segment %s: frame at byte %d: %w", cs.id, pos, err)
+		}
+		if h.BaseOffset != l.hw {
+			return fmt.Errorf("segment %s: frame at byte %d holds Kafka offset %d, want %d", cs.id, pos, h.BaseOffset, l.hw)
+		}
+		end := h.BaseOffset + int64(h.Records())
+		l.idx = append(l.idx, batchRef{base: h.BaseOffset, end: end, seg: i, pos: pos + store.FrameHeaderSize, size: int32(n)})
+		l.hw = end
+		pos += store.FrameHeaderSize + n
+	}
+	return nil
+}
+
+// readSegment returns bytes [from, to) of a copy of cs: the local one, or
+// one of a replica's.
+func (l *partLog) readSegment(cs chainSeg, from, to int64) ([]byte, error) {
+	buf := make([]byte, to-from)
+	n, err := l.b.db.ReadAt(cs.id, buf, from)
+	if err == nil && int64(n) == to-from {
+		return buf, nil
+	}
+	v := l.b.node.View()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, r := range cs.replicas {
+		br, ok := v.Broker(r)
+		if r == l.b.self || !ok {
+			continue
+		}
+		var resp readResponse
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := l.b.post(ctx, br.AdminAddr, "/v1/internal/copies/"+string(cs.id)+"/read", readRequest{From: from, Len: to - from}, &resp)
+		cancel()
+		if err == nil && int64(len(resp.Data)) == to-from {
+			return resp.Data, nil
+		}
+		errs = append(errs, fmt.Errorf("broker %d: %w", r, err))
+	}
+	return nil, fmt.Errorf("read %s bytes %d..%d: %w", cs.id, from, to, errors.Join(errs...))
+}
+
+// Offsets implements kafka.Log.
+func (l *partLog) Offsets() (int64, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return 0, l.hw
+}
+
+// Wait implements kafka.Log.
+func (l *partLog) Wait(offset int64) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hw > offset {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return l.wake
+}
+
+// Read implements kafka.Log: whole batches from the one holding offset.
+func (l *partLog) Read(offset int64, maxBytes int32) ([]byte, error) {
+	l.mu.Lock()
+	hw := l.hw
+	if offset < 0 || offset > hw {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d outside [0, %d]", kafka.ErrOffsetOutOfRange, offset, hw)
+	}
+	i, _ := slices.BinarySearchFunc(l.idx, offset, func(r batchRef, off int64) int {
+		switch {
+		case r.end <= off:
+			return -1
+		case r.base > off:
+			return 1
+		}
+		return 0
+	})
+	var refs []batchRef
+	total := int64(0)
+	for ; i < len(l.idx); i++ {
+		r := l.idx[i]
+		if len(refs) > 0 && (total+int64(r.size) > int64(maxBytes) || r.seg != refs[0].seg) {
+			break
+		}
+		refs = append(refs, r)
+		total += int64(r.size)
+	}
+	var cs chainSeg
+	if len(refs) > 0 {
+		cs = l.chain[refs[0].seg]
+	}
+	l.mu.Unlock()
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	// The batches of one segment are consecutive frames: read the span
+	// once, then drop the frame headers between them.
+	first, last := refs[0], refs[len(refs)-1]
+	span, err := l.readSegment(cs, first.pos, last.pos+int64(last.size))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, total)
+	for _, r := range refs {
+		out = append(out, span[r.pos-first.pos:r.pos-first.pos+int64(r.size)]...)
+	}
+	return out, nil
+}
+
+// Append implements kafka.Log: the batch as one frame of the active
+// segment, on every replica, synced. A failed write seals the segment at
+// the last acknowledged frame on the replicas that answer and rolls the
+// partition; the error (NOT_LEADER_OR_FOLLOWER) makes the client refresh
+// its metadata and retry, stored once by its idempotent sequence.
+func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int64, error) {
+	if err := l.maybeRoll(ctx); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	if l.stepped {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("%w: %s/%d", kafka.ErrNotLeader, l.topic, l.index)
+	}
+	act := l.chain[len(l.chain)-1]
+	base := l.hw
+	l.mu.Unlock()
+
+	kafka.SetBaseOffset(batch, base)
+	foff := act.start + act.frames
+	if err := l.replicate(ctx, act, foff, batch); err != nil {
+		l.b.log.Warn().Err(err).Str("segment", string(act.id)).Msg("kafka: append failed; sealing the segment at its last acknowledged frame and rolling")
+		rctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if rerr := l.roll(rctx, act, false); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return 0, fmt.Errorf("%w: %s/%d: %w", kafka.ErrNotLeader, l.topic, l.index, err)
+	}
+	l.mu.Lock()
+	last := &l.chain[len(l.chain)-1]
+	if last.frames == 0 {
+		l.born = time.Now()
+	}
+	l.idx = append(l.idx, batchRef{base: base, end: base + int64(records), seg: len(l.chain) - 1, pos: last.bytes + store.FrameHeaderSize, size: int32(len(batch))})
+	last.frames++
+	last.bytes += store.FrameHeaderSize + int64(len(batch))
+	l.hw = base + int64(records)
+	close(l.wake)
+	l.wake = make(chan struct{})
+	l.mu.Unlock()
+	return base, nil
+}
+
+// replicate writes batch as the frame at store offset foff of act on
+// every replica (here through the store, the others by the internal frame
+// route), each syncing before it answers.
+func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batch []byte) error {
+	b := l.b
+	v := b.node.View()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, r := range act.replicas {
+		if r == b.self {
+			g.Go(func() error { return appendFrame(b, act.id, foff, batch) })
+			continue
+		}
+		br, ok := v.Broker(r)
+		if !ok {
+			return fmt.Errorf("replica %d of %s is not registered", r, act.id)
+		}
+		g.Go(func() error {
+			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(act.id)+"/frame", frameRequest{Offset: foff, Payload: batch}, nil)
+		})
+	}
+	return g.Wait()
+}
+
+// maybeRoll rolls the active segment once it holds segment_bytes, or
+// segment_ms after its first batch.
+func (l *partLog) maybeRoll(ctx context.Context) error {
+	l.mu.Lock()
+	act := l.chain[len(l.chain)-1]
+	ms := l.b.cfg.Kafka.SegmentMS
+	due := act.frames > 0 && (act.bytes >= l.b.cfg.Kafka.SegmentBytes || ms > 0 && time.Since(l.born) >= time.Duration(ms)*time.Millisecond)
+	l.mu.Unlock()
+	if !due {
+		return nil
+	}
+	if err := l.roll(ctx, act, true); err != nil {
+		return fmt.Errorf("%w: %s/%d: roll: %w", kafka.ErrNotLeader, l.topic, l.index, err)
+	}
+	return nil
+}
+
+// roll seals act at its last acknowledged frame on every replica that
+// answers (a failed replica stays in the sealed set, for heal to replace)
+// and creates the next segment: on the same replicas when keep and all
+// answered, so this broker keeps leading, else placed by the control
+// plane's leader. When the next segment is not led here, l steps down.
+func (l *partLog) roll(ctx context.Context, act chainSeg, keep bool) error {
+	seg := meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}
+	sealed, on, err := sealAtCommon(ctx, l.b, seg, act.bytes)
+	if err != nil {
+		l.stepDown()
+		return err
+	}
+	topic, p, seq, _ := meta.ParsePartitionSegment(act.id)
+	req := CreateRequest{ID: meta.PartitionSegmentID(topic, p, seq+1), StartOffset: sealed.EndOffset()}
+	if keep && len(on) == len(act.replicas) {
+		req.Replicas = act.replicas
+	}
+	next, err := l.b.create(ctx, req)
+	if err != nil && req.Replicas != nil {
+		req.Replicas = nil
+		next, err = l.b.create(ctx, req)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.chain[len(l.chain)-1].sealed = true
+	if err != nil || len(next.Replicas) == 0 || next.Replicas[0] != l.b.self {
+		l.stepped = true
+		return err
+	}
+	l.chain = append(l.chain, chainSeg{id: next.ID, start: next.StartOffset, replicas: slices.Clone(next.Replicas)})
+	l.born = time.Now()
+	return nil
+}
+
+func (l *partLog) stepDown() {
+	l.mu.Lock()
+	l.stepped = true
+	l.mu.Unlock()
+}
+
+// sealAtCommon seals the active segment seg on every replica that
+// answers, at byte at (the leader's last acknowledged frame) or, with at
+// < 0, at the least durable end among them (every acknowledged frame is on
+// every replica, so none is lost), then commits SealSegment. A replica
+// that does not answer keeps its copy unsealed and stays in the replica
+// set: heal replaces it. It returns the segment as sealed and the
+// replicas that sealed it.
+func sealAtCommon(ctx context.Context, b *broker, seg meta.Segment, at int64) (meta.Segment, []meta.BrokerID, error) {
+	v := b.node.View()
+	type replica struct {
+		id   meta.BrokerID
+		addr string
+	}
+	var rs []replica
+	for _, r := range seg.Replicas {
+		if br, ok := v.Broker(r); ok {
+			rs = append(rs, replica{r, br.AdminAddr})
+		}
+	}
+	call := func(r replica, op string, req, resp any) error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return b.post(cctx, r.addr, "/v1/internal/copies/"+string(seg.ID)+"/"+op, req, resp)
+	}
+	if at < 0 {
+		var live []replica
+		for _, r := range rs {
+			var end endResponse
+			if err := call(r, "end", struct{}{}, &end); err != nil {
+				continue
+			}
+			if at < 0 || end.Bytes < at {
+				at = end.Bytes
+			}
+			live = append(live, r)
+		}
+		if len(live) == 0 {
+			return seg, nil, fmt.Errorf("seal %s: no replica of %v answers", seg.ID, seg.Replicas)
+		}
+		rs = live
+	}
+	var got []sealResult
+	var on []meta.BrokerID
+	var errs []error
+	for _, r := range rs {
+		var s sealResult
+		if err := call(r, "seal_at", sealAtRequest{Bytes: at}, &s); err != nil {
+			errs = append(errs, fmt.Errorf("broker %d: %w", r.id, err))
+			continue
+		}
+		got, on = append(got, s), append(on, r.id)
+	}
+	if len(got) == 0 {
+		return seg, nil, fmt.Errorf("seal %s at byte %d: %w", seg.ID, at, errors.Join(errs...))
+	}
+	s := got[0]
+	for _, o := range got[1:] {
+		if o != s {
+			return seg, on, fmt.Errorf("%w: seal %s at byte %d: replicas sealed %+v and %+v", errDisagree, seg.ID, at, s, o)
+		}
+	}
+	if _, err := b.apply(ctx, meta.SealSegment{ID: seg.ID, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}); err != nil {
+		return seg, on, err
+	}
+	seg.Length, seg.ByteSize, seg.Checksum, seg.Sealed = s.Length, s.ByteSize, s.Checksum, true
+	return seg, on, nil
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/malachi-log/malachi/kafka"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// The partition Log of kafka_log.go on real brokers in this process (raft,
+// stores on disk, the internal frame, seal_at, end and read routes over
+// mutual TLS): each test drives a kafkaCluster of its own over a broker of
+// a testCluster, without the Kafka listener or its keeper, so that every
+// roll and seal is the test's doing.
+
+// testBatch is a v2 record batch of values (no producer id) with a valid
+// CRC-32C, its base offset 0 until Append sets it.
+func testBatch(values ...string) []byte {
+	var recs []byte
+	for i, v := range values {
+		r := kmsg.NewRecord()
+		r.OffsetDelta, r.Value = int32(i), []byte(v)
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	rb := kmsg.NewRecordBatch()
+	rb.Length = int32(61 - 12 + len(recs))
+	rb.PartitionLeaderEpoch, rb.Magic = -1, 2
+	rb.LastOffsetDelta, rb.NumRecords = int32(len(values)-1), int32(len(values))
+	rb.ProducerID, rb.ProducerEpoch, rb.FirstSequence = -1, -1, -1
+	rb.Records = recs
+	b := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+// kafkaLogCluster is n brokers of rf 3 whose partitions roll at
+// segmentBytes, with topic "t" of one partition created.
+func kafkaLogCluster(t *testing.T, n int, segmentBytes int64) *testCluster {
+	t.Helper()
+	c := newTestCluster(t, n, 3, func(cfg *Config) { cfg.Kafka.SegmentBytes, cfg.Kafka.SegmentMS = segmentBytes, 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader := c.leader()
+	err := newKafkaCluster(leader).CreateTopic(ctx, "t", 1)
+	if errors.Is(err, kafka.ErrTopicExists) {
+		// A retried CreateTopic whose first attempt landed across a
+		// leader change: its first segment is the keeper's to create.
+		_, err = leader.create(ctx, CreateRequest{ID: meta.PartitionSegmentID("t", 0, 0)})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newKafkaCluster(b *broker) *kafkaCluster {
+	return &kafkaCluster{b: b, logs: map[partKey]*partLog{}}
+}
+
+// partitionLog opens the Log of t/0 on the broker its active segment
+// names first, waiting for that segment to exist.
+func (c *testCluster) partitionLog(t *testing.T) (*partLog, *broker) {
+	t.Helper()
+	var last *meta.Segment
+	c.waitFor(20*time.Second, "an active segment of t/0", func() bool {
+		chain := c.leader().node.View().Chain("t", 0)
+		if len(chain) == 0 || chain[len(chain)-1].Sealed {
+			return false
+		}
+		last = chain[len(chain)-1]
+		for _, b := range c.brokers {
+			if b == nil {
+				continue
+			}
+			if bc := b.node.View().Chain("t", 0); len(bc) != len(chain) || bc[len(bc)-1].ID != last.ID {
+				return false
+			}
+		}
+		return true
+	})
+	b := c.b(last.Replicas[0])
+	l, err := newKafkaCluster(b).Partition("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.(*partLog), b
+}
+
+// appended is what a test appended: each batch as stored (its base offset
+// set) and its offsets.
+type appended struct {
+	batches [][]byte
+	bases   []int64
+}
+
+func (a *appended) add(t *testing.T, l *partLog, values ...string) {
+	t.Helper()
+	b := testBatch(values...)
+	base, err := l.Append(context.Background(), b, int32(len(values)))
+	if err != nil {
+		t.Fatalf("append of %d records: %v", len(values), err)
+	}
+	a.batches, a.bases = append(a.batches, b), append(a.bases, base)
+}
+
+// readAll reads l from offset 0 to its high watermark, batch span by
+// batch span, and returns the concatenated bytes and the reads it took.
+func readAll(t *testing.T, l *partLog) ([]byte, int) {
+	t.Helper()
+	_, hw := l.Offsets()
+	var out []byte
+	reads := 0
+	for off := int64(0); off < hw; {
+		b, err := l.Read(off, 1<<20)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read at %d of %d: %d bytes, %v", off, hw, len(b), err)
+		}
+		reads++
+		for rest := b; len(rest) > 0; {
+			h, n, err := kafka.ParseBatch(rest)
+			if err != nil {
+				t.Fatalf("read at %d: %v", off, err)
+			}
+			if h.BaseOffset != off {
+				t.Fatalf("read at %d: a batch at offset %d", off, h.BaseOffset)
+			}
+			off += int64(h.Records())
+			rest = rest[n:]
+		}
+		out = append(out, b...)
+	}
+	return out, reads
+}
+
+// copiesAgree checks that every running replica of seg holds a sealed copy
+// of seg.ByteSize bytes of frames.
+func (c *testCluster) copiesAgree(t *testing.T, seg meta.Segment) {
+	t.Helper()
+	for _, r := range seg.Replicas {
+		b := c.b(r)
+		if b == nil {
+			continue
+		}
+		end, err := b.db.DurableEnd(seg.ID)
+		if err != nil || !end.Footer || end.Bytes != seg.ByteSize || end.Frames != seg.Length {
+			t.Errorf("broker %d's copy of %s: %+v %v, want sealed at %d bytes, %d frames", r, seg.ID, end, err, seg.ByteSize, seg.Length)
+		}
+	}
+}
+
+// TestPartLogRollsAtSegmentBytes: batches are frames of the active
+// segment on every replica; the append after the segment reaches
+// segment_bytes seals it where it ends (the same on every replica) and
+// continues on the next, led here, with offsets contiguous; a read never
+// spans two segments, and reading from 0 gives back every batch byte for
+// byte. A read of an offset inside a batch answers the whole batch; reads
+// below 0 or past the high watermark are OFFSET_OUT_OF_RANGE, at it
+// nothing; Wait fires on the next append.
+func TestPartLogRollsAtSegmentBytes(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 4096)
+	l, _ := c.partitionLog(t)
+	var a appended
+	value := string(bytes.Repeat([]byte("v"), 900))
+	for i := range 12 {
+		a.add(t, l, fmt.Sprintf("%02d-a-%s", i, value), fmt.Sprintf("%02d-b", i), fmt.Sprintf("%02d-c", i))
+	}
+	for i, base := range a.bases {
+		if base != int64(3*i) {
+			t.Fatalf("batch %d at offset %d, want %d", i, base, 3*i)
+		}
+	}
+	chain := c.leader().node.View().Chain("t", 0)
+	if len(chain) < 3 {
+		t.Fatalf("12 batches of about 1 KiB at segment_bytes 4096 made %d segments", len(chain))
+	}
+	frame := int64(store.FrameHeaderSize + len(a.batches[0]))
+	var frames uint64
+	for i, s := range chain[:len(chain)-1] {
+		if !s.Sealed || s.ByteSize < 4096 || s.ByteSize >= 4096+frame || s.StartOffset != frames {
+			t.Errorf("segment %d %s: sealed %v at %d bytes from frame %d, want sealed at the first frame end past 4096, from frame %d", i, s.ID, s.Sealed, s.ByteSize, s.StartOffset, frames)
+		}
+		frames += s.Length
+		c.copiesAgree(t, *s)
+	}
+	if act := chain[len(chain)-1]; act.Sealed || act.Replicas[0] != l.b.self {
+		t.Fatalf("the active segment %s (sealed %v) is led by %v, not by %d", act.ID, act.Sealed, act.Replicas, l.b.self)
+	}
+
+	got, reads := readAll(t, l)
+	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
+	}
+	if reads < len(chain) {
+		t.Errorf("read %d segments in %d reads: a read spans segments", len(chain), reads)
+	}
+	if b, err := l.Read(4, 1); err != nil || !bytes.Equal(b, a.batches[1]) {
+		t.Errorf("read at offset 4, inside batch 1: %d bytes, %v; want batch 1 (%d bytes)", len(b), err, len(a.batches[1]))
+	}
+	_, hw := l.Offsets()
+	if b, err := l.Read(hw, 1<<20); err != nil || len(b) != 0 {
+		t.Errorf("read at the high watermark %d: %d bytes, %v; want nothing", hw, len(b), err)
+	}
+	for _, off := range []int64{-1, hw + 1, hw + 100} {
+		if _, err := l.Read(off, 1<<20); !errors.Is(err, kafka.ErrOffsetOutOfRange) {
+			t.Errorf("read at %d (high watermark %d): %v, want ErrOffsetOutOfRange", off, hw, err)
+		}
+	}
+	woken := l.Wait(hw)
+	select {
+	case <-woken:
+		t.Fatal("Wait at the high watermark fired before an append")
+	default:
+	}
+	a.add(t, l, "after the wait")
+	select {
+	case <-woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait at the high watermark did not fire on the append")
+	}
+}
+
+// TestPartLogSealsAtCommonEndOnReplicaFailure: with a follower replica
+// stopped, the next append fails (NOT_LEADER_OR_FOLLOWER for the client to
+// retry), the active segment is sealed on the live replicas at the last
+// acknowledged frame (the failed batch is in no sealed copy) and the Log
+// steps down. Once the next segment exists on live brokers, a new Log
+// rebuilt from the copies (read from another broker when its leader holds
+// none) reads every acknowledged batch across the sealed segment and
+// appends after it.
+func TestPartLogSealsAtCommonEndOnReplicaFailure(t *testing.T) {
+	c := kafkaLogCluster(t, 4, 1<<20)
+	l, lb := c.partitionLog(t)
+	var a appended
+	for i := range 5 {
+		a.add(t, l, fmt.Sprintf("acked %d", i), fmt.Sprintf("acked %d second", i))
+	}
+	act := l.b.node.View().Chain("t", 0)[0]
+	var victim meta.BrokerID
+	for _, r := range act.Replicas[1:] {
+		if !c.b(r).node.IsLeader() {
+			victim = r
+			break
+		}
+	}
+	c.stop(victim)
+	_, err := l.Append(context.Background(), testBatch("never acknowledged"), 1)
+	if !errors.Is(err, kafka.ErrNotLeader) {
+		t.Fatalf("append with replica %d stopped: %v, want ErrNotLeader", victim, err)
+	}
+	var sealed meta.Segment
+	c.waitFor(10*time.Second, string(act.ID)+" sealed in the leader's metadata", func() bool {
+		sealed, _ = lb.node.Segment(act.ID)
+		return sealed.Sealed
+	})
+	var wantBytes int64
+	for _, b := range a.batches {
+		wantBytes += int64(store.FrameHeaderSize + len(b))
+	}
+	if sealed.Length != 5 || sealed.ByteSize != wantBytes {
+		t.Fatalf("after the failed append %s is %+v, want sealed at 5 frames, %d bytes", act.ID, sealed, wantBytes)
+	}
+	if !slices.Contains(sealed.Replicas, victim) {
+		t.Errorf("the sealed set %v dropped the failed replica %d: heal replaces it, the seal does not", sealed.Replicas, victim)
+	}
+	c.copiesAgree(t, sealed)
+
+	// The keeper's part, by hand: the next segment on live brokers once
+	// the control plane's leader no longer counts the stopped one.
+	turn := keepTurn{down: map[meta.SegmentID]int{}}
+	c.waitFor(30*time.Second, "the partition's next segment", func() bool {
+		leader := c.currentLeader()
+		if leader == nil {
+			return false
+		}
+		turn.wasMissing, turn.missing = turn.missing, map[meta.SegmentID]bool{}
+		newKafkaCluster(leader).keepPartition(context.Background(), leader.node.View(), "t", 0, &turn)
+		return len(leader.node.View().Chain("t", 0)) == 2
+	})
+	next := c.leader().node.View().Chain("t", 0)[1]
+	if next.StartOffset != 5 || slices.Contains(next.Replicas, victim) {
+		t.Fatalf("next segment %s starts at frame %d on %v; want frame 5, without broker %d", next.ID, next.StartOffset, next.Replicas, victim)
+	}
+	l2, _ := c.partitionLog(t)
+	if l2 == l {
+		t.Fatal("the stepped-down Log was opened again")
+	}
+	if _, hw := l2.Offsets(); hw != 10 {
+		t.Fatalf("rebuilt Log: high watermark %d, want 10 (5 batches of 2)", hw)
+	}
+	a.add(t, l2, "after the seal")
+	if a.bases[len(a.bases)-1] != 10 {
+		t.Fatalf("first append after the seal at offset %d, want 10", a.bases[len(a.bases)-1])
+	}
+	got, _ := readAll(t, l2)
+	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
+		t.Fatalf("rebuilt Log read back %d bytes, appended %d (the failed batch excluded): not the same bytes", len(got), len(want))
+	}
+}
+
+// TestPartLogSealsAnEarlierLeadersFrames: a Log opened over an active
+// segment that already holds frames (an earlier leader's) seals it at what
+// its replicas hold in common and refuses to lead it; the partition goes
+// on in its next segment.
+func TestPartLogSealsAnEarlierLeadersFrames(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 1<<20)
+	l, lb := c.partitionLog(t)
+	var a appended
+	a.add(t, l, "one", "two")
+	a.add(t, l, "three")
+	act := lb.node.View().Chain("t", 0)[0]
+	_, err := newKafkaCluster(lb).Partition("t", 0)
+	if !errors.Is(err, kafka.ErrNotLeader) {
+		t.Fatalf("a second Log over %s with 2 frames: %v, want ErrNotLeader", act.ID, err)
+	}
+	// The seal is committed through the control plane's leader; this
+	// broker's metadata follows.
+	var sealed meta.Segment
+	c.waitFor(10*time.Second, string(act.ID)+" sealed in the broker's metadata", func() bool {
+		sealed, _ = lb.node.Segment(act.ID)
+		return sealed.Sealed
+	})
+	if sealed.Length != 2 {
+		t.Fatalf("%s after a new Log opened over it (%v): %+v, want sealed at 2 frames", act.ID, err, sealed)
+	}
+	c.copiesAgree(t, sealed)
+}

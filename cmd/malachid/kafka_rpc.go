@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/malachi-log/malachi/internal/rpc"
+	"github.com/malachi-log/malachi/meta"
+)
+
+// The internal copy routes of the Kafka log, between brokers (rpc.Brokers):
+// a raw frame appended at an expected store offset, a seal at a byte, a
+// copy's durable end, a read of a copy's bytes; and /v1/health for brokers. Frame and seal_at take the
+// segment's lock on the replica, so a seal never interleaves with an
+// append there.
+func (b *broker) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
+	for _, rt := range []struct {
+		pattern string
+		h       adminHandler
+	}{
+		{"POST /v1/internal/copies/{id}/frame", b.internalFrame},
+		{"POST /v1/internal/copies/{id}/seal_at", b.internalSealAt},
+		{"POST /v1/internal/copies/{id}/end", b.internalEnd},
+		{"POST /v1/internal/copies/{id}/read", b.internalRead},
+		{"GET /v1/internal/health", b.health}, // the keeper's liveness check of a partition's leader
+	} {
+		srv.Handle(mux, rt.pattern, rpc.Brokers, adapt(rt.h))
+	}
+}
+
+// frameRequest is the body of POST /v1/internal/copies/{id}/frame: one
+// frame's payload and the store offset it must land at.
+type frameRequest struct {
+	Offset  uint64 `json:"offset"`
+	Payload []byte `json:"payload"`
+}
+
+type sealAtRequest struct {
+	Bytes int64 `json:"bytes"`
+}
+
+type endResponse struct {
+	Bytes      int64  `json:"bytes"`
+	Frames     uint64 `json:"frames"`
+	NextOffset uint64 `json:"next_offset"`
+	Footer     bool   `json:"footer"`
+}
+
+type readRequest struct {
+	From int64 `json:"from"`
+	Len  int64 `json:"len"`
+}
+
+type readResponse struct {
+	Data []byte `json:"data"`
+}
+
+// appendFrame appends payload to the local copy of id as the frame at
+// store offset want and syncs it. A copy whose next frame is not want
+// refuses with errDisagree (the frame it wrote is cut again by the seal
+// that follows a failed append).
+func appendFrame(b *broker, id meta.SegmentID, want uint64, payload []byte) error {
+	unlock := b.lockSegment(id)
+	defer unlock()
+	off, err := b.db.Append(id, payload)
+	if err != nil {
+		return err
+	}
+	if off != want {
+		return fmt.Errorf("%w: frame of %s: written at offset %d, the leader's is %d", errDisagree, id, off, want)
+	}
+	return b.db.Sync(id)
+}
+
+func (b *broker) internalFrame(r *http.Request, body []byte) (any, error) {
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	var req frameRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	if err := appendFrame(b, id, req.Offset, req.Payload); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+// internalSealAt cuts the copy to byte req.Bytes (dropping frames past
+// it) and seals it there. A copy sealed already answers its seal when it
+// ends there; one shorter than req.Bytes is refused (errDisagree).
+func (b *broker) internalSealAt(r *http.Request, body []byte) (any, error) {
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	var req sealAtRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	unlock := b.lockSegment(id)
+	defer unlock()
+	end, err := b.db.DurableEnd(id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case end.Footer && end.Bytes != req.Bytes:
+		return nil, fmt.Errorf("%w: seal %s at byte %d: sealed at %d", errDisagree, id, req.Bytes, end.Bytes)
+	case end.Bytes < req.Bytes:
+		return nil, fmt.Errorf("%w: seal %s at byte %d: the copy ends at %d", errDisagree, id, req.Bytes, end.Bytes)
+	case end.Bytes > req.Bytes:
+		if err := b.db.Truncate(id, req.Bytes); err != nil {
+			return nil, err
+		}
+	}
+	s, err := b.db.Seal(id)
+	if err != nil {
+		return nil, err
+	}
+	return sealResult{StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}, nil
+}
+
+func (b *broker) internalEnd(r *http.Request, body []byte) (any, error) {
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(body, &struct{}{}); err != nil {
+		return nil, err
+	}
+	unlock := b.lockSegment(id)
+	defer unlock()
+	end, err := b.db.DurableEnd(id)
+	if err != nil {
+		return nil, err
+	}
+	return endResponse{Bytes: end.Bytes, Frames: end.Frames, NextOffset: end.NextOffset, Footer: end.Footer}, nil
+}
+
+// maxRead bounds one read of a copy's bytes.
+const maxRead = 64 << 20
+
+func (b *broker) internalRead(r *http.Request, body []byte) (any, error) {
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	var req readRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	if req.From < 0 || req.Len < 0 || req.Len > maxRead {
+		return nil, fmt.Errorf("%w: read %s: from %d len %d: want from >= 0 and len 0 to %d", errBadRequest, id, req.From, req.Len, maxRead)
+	}
+	buf := make([]byte, req.Len)
+	n, err := b.db.ReadAt(id, buf, req.From)
+	if err != nil && n < len(buf) {
+		return nil, err
+	}
+	return readResponse{Data: buf}, nil
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/store"
+)
+
+// Stray copies: two creates of one segment id can race (the Kafka keeper
+// on the control plane's leader and a topic's creation, or the keeper and
+// a partition leader's roll). Both make copies on their sets and propose
+// CreateSegment; one is recorded, the other is refused with
+// meta.ErrSegmentExists and would leave an empty, active copy on every
+// broker of its set that the recorded set does not name. Such a copy
+// blocks that broker from receiving the segment later (a backfill target
+// must not be an active copy) until heal collects it as a leftover, after
+// heal.leftover_delay. lockCreate keeps the creates of one id on one
+// broker apart; dropStrays deletes what a losing create made.
+
+// createLocks serializes the creates of one segment id on this broker.
+// An id's entry lives while a create holds or awaits it.
+type createLocks struct {
+	mu sync.Mutex
+	m  map[meta.SegmentID]*createLock // protected by mu
+}
+
+type createLock struct {
+	sync.Mutex
+	users int // holders and waiters; protected by createLocks.mu
+}
+
+// lockCreate holds the create lock of id until the returned func runs.
+func (b *broker) lockCreate(id meta.SegmentID) func() {
+	cl := &b.creates
+	cl.mu.Lock()
+	if cl.m == nil {
+		cl.m = map[meta.SegmentID]*createLock{}
+	}
+	l := cl.m[id]
+	if l == nil {
+		l = &createLock{}
+		cl.m[id] = l
+	}
+	l.users++
+	cl.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		cl.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(cl.m, id)
+		}
+		cl.mu.Unlock()
+	}
+}
+
+// dropStrays deletes the copies of id that a create made on the brokers
+// of made that the recorded set does not name. A failure is logged: the
+// copy is then a leftover for heal to collect.
+func (b *broker) dropStrays(ctx context.Context, id meta.SegmentID, made, recorded []meta.BrokerID) {
+	snap := b.node.Snapshot()
+	for _, r := range made {
+		if slices.Contains(recorded, r) {
+			continue
+		}
+		br, ok := snap.Broker(r)
+		if !ok {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := b.post(dctx, br.AdminAddr, "/v1/internal/copies/"+string(id)+"/drop", struct{}{}, nil)
+		cancel()
+		ev := b.log.Info()
+		if err != nil {
+			ev = b.log.Warn().Err(err)
+		}
+		ev.Str("segment", string(id)).Uint32("stray_on", uint32(r)).Any("recorded", recorded).
+			Msg("create lost to a concurrent create of the same segment: dropping its copy outside the recorded set")
+	}
+}
+
+// internalDrop deletes this broker's copy of a segment whose recorded set
+// does not name it, only while the copy is empty and active (what a losing
+// create leaves). It waits briefly for the segment to reach this broker's
+// metadata; a copy of a segment not recorded, or recorded here, is
+// refused. A missing copy is not an error.
+func (b *broker) internalDrop(r *http.Request, body []byte) (any, error) {
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(body, &struct{}{}); err != nil {
+		return nil, err
+	}
+	seg, err := b.segment(r.Context(), id)
+	if err != nil {
+		return nil, fmt.Errorf("drop %s: %w", id, err)
+	}
+	if slices.Contains(seg.Replicas, b.self) {
+		return nil, fmt.Errorf("%w: drop %s: the recorded set %v names broker %d", errBadRequest, id, seg.Replicas, b.self)
+	}
+	unlock := b.lockSegment(id)
+	defer unlock()
+	end, err := b.db.DurableEnd(id)
+	if errors.Is(err, store.ErrUnknownCopy) {
+		return struct{}{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if end.Frames > 0 || end.Footer {
+		return nil, fmt.Errorf("%w: drop %s: the copy holds %d frames (sealed %v): only an empty active copy is dropped", errBadRequest, id, end.Frames, end.Footer)
+	}
+	if err := b.db.Delete(id); err != nil && !errors.Is(err, store.ErrUnknownCopy) {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
