@@ -23,10 +23,10 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/catchup"
-	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 	"golang.org/x/sys/unix"
 )
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/probe"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 	"golang.org/x/sys/unix"
 )
 

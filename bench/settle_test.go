@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/malachi-log/malachi/fsync"
-	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 )
 
 // settleFix is a store of n sealed copies and the segments they settle to.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/testlog"
 	"github.com/rs/zerolog"
 )
 

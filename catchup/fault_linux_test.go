@@ -7,12 +7,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
 // loopExt4 formats a size-byte image as ext4, loop-mounts it
-// (internal/loopdisk) and returns the disk. Unmount and detach run at
+// (testbed/loopdisk) and returns the disk. Unmount and detach run at
 // cleanup, even on failure.
 func loopExt4(t *testing.T, size int64) *loopdisk.Disk {
 	t.Helper()

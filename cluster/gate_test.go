@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/internal/hclogzero"
-	"github.com/malachi-log/malachi/internal/raftwire"
-	"github.com/malachi-log/malachi/internal/testlog"
+	"github.com/malachi-log/malachi/testbed/raftwire"
+	"github.com/malachi-log/malachi/testbed/testlog"
 	"github.com/rs/zerolog"
 )
 

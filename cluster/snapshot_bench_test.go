@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 	"github.com/rs/zerolog"
 )
 

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/malachi-log/malachi/internal/raftwire"
-	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/raftwire"
+	"github.com/malachi-log/malachi/testbed/testlog"
 	"github.com/rs/zerolog"
 )
 

@@ -9,12 +9,12 @@
 // history (GET /v1/passes, harness.PassFeed): a check on passes judges
 // every pass of its window, in order, and fails on one the history
 // dropped; no check samples the last pass. Every cluster runs in secure
-// mode unless a test asks for insecure = true. The clusters are internal/harness's (the same
+// mode unless a test asks for insecure = true. The clusters are testbed/harness's (the same
 // harness as the demo's and the fault suite's); it writes a CA, a certificate per
 // broker (its certs_dir, outside its data_dir) and the operator and viewer
 // clients under the test's directory (pki.CreateLocal), and calls every
 // API over mutual TLS as the operator (internal/admin). Faults on a
-// copy's file (delete, truncate, extend, bit flip) are internal/harness's;
+// copy's file (delete, truncate, extend, bit flip) are testbed/harness's;
 // only the latch goes through malachid's POST /v1/faults/latch/{id}.
 //
 // What each test shows:
@@ -47,7 +47,7 @@
 //     another CA's, an expired and two valid certificates claiming another
 //     broker's id send a takeover vote, an AppendEntries committing a
 //     replica move and a snapshot zeroing sealed segments to the leader's
-//     and a follower's raft port (internal/raftwire), and garbage to every
+//     and a follower's raft port (testbed/raftwire), and garbage to every
 //     listener: each reached its port and was refused with its reason
 //     logged; leader, terms, metadata and every copy file are unchanged.
 //   - TestBrokerWithAnotherCA: a broker restarted with another CA's

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // followers returns up to n running brokers other than the leader.

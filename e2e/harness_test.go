@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
@@ -60,7 +60,7 @@ type broker struct {
 	slow *admin.Client
 }
 
-// cluster is a set of malachid processes on loopback (internal/harness),
+// cluster is a set of malachid processes on loopback (testbed/harness),
 // each with its certificate of the cluster's CA, called over mutual TLS
 // as the operator (or, insecure, all in plaintext).
 type cluster struct {
@@ -564,7 +564,7 @@ func hasCopy(b *broker, id meta.SegmentID) bool {
 	return err == nil
 }
 
-// fault damages broker id's copy of segment seg with internal/harness's
+// fault damages broker id's copy of segment seg with testbed/harness's
 // injector: "delete" removes the file, "truncate" cuts it at byte arg,
 // "extend" appends arg zero bytes, "flip" flips bit 4 of byte arg.
 func (c *cluster) fault(id int, kind string, seg meta.SegmentID, arg int64) error {

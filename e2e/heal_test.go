@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // victim returns a live non-leader broker that holds at least one replica.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The leftover network tests: what a partition leaves on a broker outside

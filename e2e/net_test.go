@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/harness"
-	"github.com/malachi-log/malachi/internal/netns"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/netns"
 )
 
 // The network tests run every broker in a network namespace of its own
-// (internal/netns, root only; skipped elsewhere) and cut the network
+// (testbed/netns, root only; skipped elsewhere) and cut the network
 // between them with nftables or cap it with tc. Each ends with netFinal:
 // no acknowledged segment lost, every copy of every replica audited
 // against its segment's checksum, and no replica set changed more times

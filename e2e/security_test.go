@@ -19,12 +19,12 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/harness"
-	"github.com/malachi-log/malachi/internal/raftwire"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/raftwire"
 )
 
 // outsider is a caller of a raft port that must not reach raft: how it

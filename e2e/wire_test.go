@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/malachi-log/malachi/internal/raftwire"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/raftwire"
 )
 
 // Helpers of the security tests: raw connections to a broker's ports,

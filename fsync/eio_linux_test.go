@@ -13,7 +13,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
 // fsShutdown is FS_IOC_SHUTDOWN (_IOR('X', 125, __u32)) and its flag
@@ -24,7 +24,7 @@ const (
 	fsGoingNoLogFlush = 2
 )
 
-// loopExt4 mounts a new 64 MiB ext4 on a loop device (internal/loopdisk)
+// loopExt4 mounts a new 64 MiB ext4 on a loop device (testbed/loopdisk)
 // under a temporary directory and returns the mount point; cleanup
 // unmounts and detaches. Root only: it skips otherwise.
 func loopExt4(t *testing.T) string {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 )
 
 // The simulation at full size: the real Coordinator and Planner

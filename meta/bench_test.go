@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/malachi-log/malachi/internal/benchenv"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 )
 
 // Benchmarks at 10^6 and 10^7 sealed segments, RF 3, 1,000 brokers, ids

@@ -14,10 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/malachi-log/malachi/internal/benchenv"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/probe"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/benchenv"
 )
 
 // BenchmarkBrokerProbe is the probe of one broker over the real server

@@ -8,13 +8,13 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
 // The fault tests run the store on a small ext4 file system on a loop
-// device (internal/loopdisk) that each test makes, fills and breaks. They
+// device (testbed/loopdisk) that each test makes, fills and breaks. They
 // need root and losetup, mkfs.ext4, mount and umount.
 
 type ext4 struct {

@@ -7,9 +7,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/malachi-log/malachi/internal/testlog"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/testlog"
 )
 
 // TestNothingWritesToStderr runs the store, Pebble included, with file

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/rs/zerolog"
 

@@ -13,8 +13,8 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/demo"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/demo"
 
 	"github.com/malachi-log/malachi/meta"
 )

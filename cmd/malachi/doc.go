@@ -26,7 +26,7 @@
 // load numbers its segments on after the prefix's highest (a second load
 // makes new ids).
 //
-// demo is internal/demo (its doc lists the stages and their invariants);
+// demo is testbed/demo (its doc lists the stages and their invariants);
 // cmd/malachi only hands it the command line.
 //
 // Exit status: 0 success and -h/--help on every command, 1 failure or a demo that did not heal, 2 a bad

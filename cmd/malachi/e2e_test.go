@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/demo"
-	"github.com/malachi-log/malachi/internal/harness"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/malachi-log/malachi/testbed/demo"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // End-to-end tests: real malachid processes on loopback, driven by the CLI.

@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/malachi-log/malachi/internal/demo"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/malachi-log/malachi/testbed/demo"
 )
 
 // TestFaultSuite is the fault suite in CI: `malachi demo` with every stage

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // leftoverCluster is the e2e fixture of the leftover test: a cluster, its

@@ -10,8 +10,8 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // TestDecommissionEndToEnd: real brokers, 4 of them at RF 3, one move per

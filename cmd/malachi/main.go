@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/demo"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/malachi-log/malachi/testbed/demo"
 )
 
 const usage = `malachi: the operator CLI of Malachi heal

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // TestLoadFailsFastWithoutQuorum: with two of three brokers killed,

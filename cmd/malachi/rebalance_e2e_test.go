@@ -12,8 +12,8 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // rebalanceCluster starts 5 real brokers at RF 3 with heal extra config

@@ -970,7 +970,7 @@ func (b *broker) plan(r *http.Request, _ []byte) (any, error) {
 // faultKinds are the faults POST /v1/faults/{kind}/{id} injects: only
 // the latch, which needs the store to see an I/O error. Every fault done
 // to a copy's file (delete, truncate, extend, bit flip) is done by the
-// test harness (internal/harness) on the file itself.
+// test harness (testbed/harness) on the file itself.
 var faultKinds = []string{"latch"}
 
 // parseFault checks the path of POST /v1/faults/{kind}/{id}; the body

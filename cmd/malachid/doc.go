@@ -52,7 +52,7 @@
 //	POST|DELETE /v1/brokers/{id}/decommission         drain broker id | cancel
 //	POST /v1/brokers/{id}/maintenance?for=30m         a maintenance window (until = the
 //	DELETE /v1/brokers/{id}/maintenance               leader's now + for) | end it
-//	POST /v1/faults/latch/{id}  fault_injection only (file faults: internal/harness)
+//	POST /v1/faults/latch/{id}  fault_injection only (file faults: testbed/harness)
 //	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
 //
 // Errors answer {"code","message"} with a status that fits the code

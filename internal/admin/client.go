@@ -221,7 +221,7 @@ func (c *Client) Acknowledge(ctx context.Context, id meta.SegmentID) error {
 // Latch has the broker's store fail its next I/O on its copy of segment
 // id, as a failing disk would: the copy latches (fault_injection only).
 // It is the one fault a broker injects itself; every other fault is done
-// to the copy's file by internal/harness.
+// to the copy's file by testbed/harness.
 func (c *Client) Latch(ctx context.Context, id meta.SegmentID) error {
 	return c.do(ctx, http.MethodPost, "/v1/faults/latch/"+url.PathEscape(string(id)), nil, nil)
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The nemesis's observers: the writer (one segment per writeEvery through

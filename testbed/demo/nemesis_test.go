@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // nemesisFixedSeed is the seed `make test` replays every run. As root

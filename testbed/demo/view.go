@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )

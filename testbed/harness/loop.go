@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
 // Loop returns the mounted loop disk and its broker, nils when none is.

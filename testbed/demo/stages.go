@@ -8,7 +8,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )

@@ -1,5 +1,5 @@
 // Package demo is `malachi demo`: it runs a cluster of real malachid
-// processes through internal/harness, injects the fault suite's faults
+// processes through testbed/harness, injects the fault suite's faults
 // stage by stage and reports how the cluster healed. cmd/malachi parses
 // nothing of it: ParseFlags and Run are the whole of its use.
 //
@@ -10,7 +10,7 @@
 // kill (a follower, kill -9), restart (the killed broker comes back on its
 // old data: its latches cleared, its intact copies serving), delete,
 // truncate, extend and bitflip (copy files changed directly, located
-// by internal/harness), latch (POST /v1/faults/latch/{id}), the
+// by testbed/harness), latch (POST /v1/faults/latch/{id}), the
 // lifecycle stages (stages_lifecycle.go, each first restarting any broker
 // left dead): decommission (a follower holding no unsealed segment drained
 // to nothing while no heal pass may hand the control plane a set below RF
@@ -34,7 +34,7 @@
 // kept, both acknowledged through POST /v1/heal/acknowledge/{id}). The
 // disk stages (stages_disk.go; root, losetup, mkfs.ext4 and e2fsck needed,
 // else reported skipped with why) run on one follower's <data_dir>/copies
-// as a loop-mounted ext4 (internal/harness: the raft log and Pebble stay
+// as a loop-mounted ext4 (testbed/harness: the raft log and Pebble stay
 // on the demo's directory): diskfull (some of its copies cut short, the disk
 // filled by a fallocated filler, new segments written, a second broker
 // killed: its cut copies latch on ENOSPC and are replaced elsewhere, new
@@ -53,7 +53,7 @@
 // duration, brokers, rf, kinds available) — process (kill, pause, restart,
 // swap), file (delete, truncate, extend, bitflip, latch), disk (diskfull,
 // readonly; with the loop disk) and network (isolate, partition, drop-out,
-// drop-in, flap, cap; with brokers on hosts of their own, internal/netns)
+// drop-in, flap, cap; with brokers on hosts of their own, testbed/netns)
 // — bounded so that outside a deliberate quorum-loss window (alone in its
 // epoch, reported as such) at most min(rf-1, (brokers-1)/2) brokers are
 // under a fault (or its cooldown) at once; file faults pick only copies
@@ -137,7 +137,7 @@
 //     final check.
 //
 // Concurrency and crash contract: the demo's brokers are its children
-// (internal/harness), each in its own process group. They are stopped (SIGTERM, then SIGKILL after
+// (testbed/harness), each in its own process group. They are stopped (SIGTERM, then SIGKILL after
 // 3 s) on every exit path, including SIGINT, SIGTERM and SIGHUP, unless
 // --keep; on Linux they also get SIGKILL from the kernel if the CLI itself
 // dies (PR_SET_PDEATHSIG). The cluster's directory is removed after a

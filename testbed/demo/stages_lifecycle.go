@@ -8,9 +8,9 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The operator's lifecycle stages: decommission (a follower drained to

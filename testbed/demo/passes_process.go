@@ -10,9 +10,9 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // passStatus is what the stages that act on the leader's latest heal pass

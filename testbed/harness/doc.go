@@ -1,5 +1,5 @@
 // Package harness runs clusters of real malachid processes for the demo
-// (internal/demo), the e2e tests and the fault suite: it locates or builds
+// (testbed/demo), the e2e tests and the fault suite: it locates or builds
 // the binary, makes the cluster's certificates (pki.CreateLocal; insecure
 // only when asked), writes each broker's config, starts, stops, kills,
 // pauses and restarts brokers, waits for a leader and for registration,
@@ -22,7 +22,7 @@
 // Everything about one broker (its addresses, data dir, process, admin
 // client, the command prefix it runs under) is a field of its Broker.
 // With Config.Hosts each broker runs on a host of its own (a network
-// namespace from internal/netns: its own address, ports 7001-7004, Prefix
+// namespace from testbed/netns: its own address, ports 7001-7004, Prefix
 // `nsenter --net=/run/netns/NAME --`), reachable from this process without any switch;
 // Cluster.Net is then the network fault injector (host i is broker i):
 //

@@ -13,7 +13,7 @@ func (c *Cluster) configText(b *Broker) string {
 		peers = append(peers, fmt.Sprintf("%q", fmt.Sprintf("%d=%s", p.ID, p.Raft)))
 	}
 	var s strings.Builder
-	fmt.Fprintf(&s, "# written by internal/harness\n")
+	fmt.Fprintf(&s, "# written by testbed/harness\n")
 	fmt.Fprintf(&s, "id = %d\n", b.ID)
 	fmt.Fprintf(&s, "data_dir = %q\n", b.Dir)
 	fmt.Fprintf(&s, "admin_listen = %q\n", b.Admin)

@@ -3,10 +3,11 @@ package demo
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/malachi-log/malachi/internal/admin"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"

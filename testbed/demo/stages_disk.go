@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/harness"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,8 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/loopdisk"
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
 // Stages that fault a broker's copies disk, a loop-mounted ext4 at its

@@ -13,8 +13,8 @@ import (
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/store"
 
-	"github.com/malachi-log/malachi/internal/loopdisk"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
 // mountsHold reports whether /proc/self/mounts lists dir as a mount point.

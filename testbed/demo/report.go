@@ -13,7 +13,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )

@@ -5,8 +5,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The on-disk format of a copy (store/doc.go); the demo reads copies

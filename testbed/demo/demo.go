@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/harness"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -14,6 +11,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/harness"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // backfillStageShare is how much slower than the run's catch-up rate the

@@ -2,13 +2,14 @@ package demo
 
 import (
 	"errors"
-	"github.com/malachi-log/malachi/internal/harness"
 	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"

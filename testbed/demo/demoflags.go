@@ -4,14 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/harness"
-	"github.com/malachi-log/malachi/meta"
-	"github.com/malachi-log/malachi/plugin"
 	"io"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The demo's stages, in the order they run.

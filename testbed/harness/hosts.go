@@ -3,7 +3,7 @@ package harness
 import (
 	"fmt"
 
-	"github.com/malachi-log/malachi/internal/netns"
+	"github.com/malachi-log/malachi/testbed/netns"
 )
 
 // Ports every broker listens on when it has a host of its own

@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/malachi-log/malachi/internal/admin"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/admin"
 
 	"github.com/malachi-log/malachi/meta"
 )

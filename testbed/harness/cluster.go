@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/loopdisk"
-	"github.com/malachi-log/malachi/internal/netns"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
+	"github.com/malachi-log/malachi/testbed/netns"
 )
 
 // Config is what a cluster is made of.
@@ -52,7 +52,7 @@ type Config struct {
 	LoopBroker meta.BrokerID
 	LoopBytes  int64
 	// Hosts places each broker on a host of its own: a network namespace
-	// with its own address (internal/netns), reached from this process
+	// with its own address (testbed/netns), reached from this process
 	// directly; the brokers listen on ports 7001-7004 of that address and
 	// their certificates name it. Where namespaces cannot be made (not
 	// root, no ip/nft/tc), New says why in NetSkip (and once through

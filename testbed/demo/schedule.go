@@ -31,7 +31,7 @@ const (
 	KindLatch    FaultKind = "latch"
 	KindDiskFull FaultKind = "diskfull"
 	KindReadOnly FaultKind = "readonly"
-	// Network faults (internal/netns; brokers on hosts of their own):
+	// Network faults (testbed/netns; brokers on hosts of their own):
 	// isolate cuts a broker off both ways, partition cuts a minority of
 	// Limit brokers from the rest, drop-out / drop-in lose every packet a
 	// broker sends / receives (one way), flap cuts and restores a broker's

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
-	"github.com/malachi-log/malachi/internal/harness"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The rebalance stage. The harness cannot add a broker

@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/harness"
-	"github.com/malachi-log/malachi/internal/loopdisk"
-	"github.com/malachi-log/malachi/internal/netns"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/loopdisk"
+	"github.com/malachi-log/malachi/testbed/netns"
 )
 
 // NemesisReport is the randomized nemesis's part of the report.
