@@ -23,6 +23,8 @@ type Broker struct {
 	// Host is the address its listeners bind (127.0.0.1 on loopback).
 	Host                   string
 	Admin, Raft, RPC, Data string // host:port
+	// Kafka is its kafka_listen address, "" without Config.Kafka.
+	Kafka string
 	ConfigPath, LogPath    string
 	// Prefix is put before the malachid command line (nil: none), e.g.
 	// {"nsenter", "--net=/run/netns/NAME", "--"} to run it in a network namespace.

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -58,6 +59,12 @@ type Config struct {
 	// root, no ip/nft/tc), New says why in NetSkip (and once through
 	// Logf) and lays the cluster out on loopback.
 	Hosts bool
+	// Kafka gives every broker a Kafka listener (kafka_listen, on
+	// Broker.Kafka) with KafkaTable as its [kafka] table (one key per
+	// line; "" for the defaults). Clients connect with the "client"
+	// certificate under Certs().ClientDir() (KafkaTLS).
+	Kafka      bool
+	KafkaTable string
 	// Logf, when set, receives the harness's few notices (the loopback
 	// fallback of Hosts).
 	Logf func(format string, args ...any)
@@ -139,12 +146,15 @@ func New(cfg Config) (*Cluster, error) {
 			Home:       home,
 			Dir:        filepath.Join(home, "data"),
 			Host:       "127.0.0.1",
-			Admin:      addrs[4*i],
-			Raft:       addrs[4*i+1],
-			RPC:        addrs[4*i+2],
-			Data:       addrs[4*i+3],
+			Admin:      addrs[listenersPerBroker*i],
+			Raft:       addrs[listenersPerBroker*i+1],
+			RPC:        addrs[listenersPerBroker*i+2],
+			Data:       addrs[listenersPerBroker*i+3],
 			ConfigPath: filepath.Join(home, "malachid.toml"),
 			LogPath:    filepath.Join(home, "malachid.log"),
+		}
+		if cfg.Kafka {
+			b.Kafka = addrs[listenersPerBroker*i+4]
 		}
 		if c.net != nil {
 			b.Host, b.Prefix = c.net.Addr(i+1), c.net.Prefix(i+1)
@@ -409,4 +419,31 @@ func (c *Cluster) SetHealExtra(extra string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cfg.HealExtra = extra
+}
+
+// KafkaSeeds are the brokers' Kafka listeners (empty without
+// Config.Kafka), the bootstrap list of a client.
+func (c *Cluster) KafkaSeeds() []string {
+	var seeds []string
+	for _, b := range c.brokers {
+		if b.Kafka != "" {
+			seeds = append(seeds, b.Kafka)
+		}
+	}
+	return seeds
+}
+
+// KafkaTLS is a Kafka client's TLS configuration: the "client" role's
+// certificate of the cluster CA (nil when insecure).
+func (c *Cluster) KafkaTLS() (*tls.Config, error) {
+	if c.cfg.Insecure {
+		return nil, nil
+	}
+	certs, err := pki.LoadClient(c.certs.ClientDir(), string(pki.RoleClient))
+	if err != nil {
+		return nil, fmt.Errorf("harness: the Kafka client's certificate: %w", err)
+	}
+	cfg := certs.ClientConfig()
+	cfg.ServerName = "127.0.0.1"
+	return cfg, nil
 }

@@ -29,6 +29,9 @@ func (c *Cluster) configText(b *Broker) string {
 	} else {
 		fmt.Fprintf(&s, "certs_dir = %q\n", c.certs.BrokerDir(b.ID))
 	}
+	if b.Kafka != "" {
+		fmt.Fprintf(&s, "kafka_listen = %q\n", b.Kafka)
+	}
 	fmt.Fprintf(&s, "\n[raft]\n")
 	r := c.cfg.Raft
 	writeDuration(&s, "heartbeat_timeout", r.Heartbeat)
@@ -43,6 +46,12 @@ func (c *Cluster) configText(b *Broker) string {
 	writeDuration(&s, "grace", c.cfg.Grace)
 	if x := strings.TrimSpace(c.Config().HealExtra); x != "" {
 		fmt.Fprintf(&s, "%s\n", x)
+	}
+	if b.Kafka != "" {
+		fmt.Fprintf(&s, "\n[kafka]\n")
+		if x := strings.TrimSpace(c.cfg.KafkaTable); x != "" {
+			fmt.Fprintf(&s, "%s\n", x)
+		}
 	}
 	return s.String()
 }

@@ -7,16 +7,20 @@ import (
 )
 
 // Ports every broker listens on when it has a host of its own
-// (Config.Hosts): admin, raft, plugin rpc, data.
+// (Config.Hosts): admin, raft, plugin rpc, data, Kafka.
 const (
 	HostAdminPort = 7001
 	HostRaftPort  = 7002
 	HostRPCPort   = 7003
 	HostDataPort  = 7004
+	HostKafkaPort = 7005
 )
 
-// layout returns the four listen addresses of every broker (admin, raft,
-// rpc, data, broker after broker): on hosts of their own when cfg.Hosts
+// listenersPerBroker is the number of addresses layout gives each broker.
+const listenersPerBroker = 5
+
+// layout returns the five listen addresses of every broker (admin, raft,
+// rpc, data, Kafka, broker after broker): on hosts of their own when cfg.Hosts
 // and namespaces can be made (c.net set), else loopback ports claimed
 // for the cluster's life (ports.go).
 func (c *Cluster) layout() ([]string, error) {
@@ -26,7 +30,7 @@ func (c *Cluster) layout() ([]string, error) {
 			c.net = nt
 			var addrs []string
 			for i := 1; i <= c.cfg.Brokers; i++ {
-				for _, p := range []int{HostAdminPort, HostRaftPort, HostRPCPort, HostDataPort} {
+				for _, p := range []int{HostAdminPort, HostRaftPort, HostRPCPort, HostDataPort, HostKafkaPort} {
 					addrs = append(addrs, fmt.Sprintf("%s:%d", nt.Addr(i), p))
 				}
 			}
@@ -37,7 +41,7 @@ func (c *Cluster) layout() ([]string, error) {
 			c.cfg.Logf("harness: brokers on loopback, not on hosts of their own: %v", err)
 		}
 	}
-	pc, err := claimPorts(4*c.cfg.Brokers, claimCandidates())
+	pc, err := claimPorts(listenersPerBroker*c.cfg.Brokers, claimCandidates())
 	if err != nil {
 		return nil, err
 	}
