@@ -432,7 +432,9 @@ type flapStatus struct {
 // flap flaps broker f's link for flapFor (FlapPlan(f, flapFor, seed)),
 // polling the leader's status meanwhile for raft silences and reading
 // from the leader's history every heal pass that ends while it flaps (up
-// to the first that ends after). It fails the test if the flap met an error,
+// to the first that ends after). The flap lasts until it has made every
+// planned change (bounded by twice flapFor and 10 s), not a fixed time:
+// nft changes on a loaded machine fall behind the plan's offsets. It fails the test if the flap met an error,
 // made fewer changes than planned, or the leader never heard f silent for
 // half the longest planned down phase (the cuts did not reach the
 // brokers).
@@ -463,8 +465,18 @@ func (c *cluster) flap(f int, seed uint64) flapped {
 	undo, events, err := c.net().Flap(f, flapFor, seed)
 	c.undoLater(undo, err)
 	lead := 0
-	end = time.Now().Add(flapFor + time.Second)
-	for ; time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	// Every pass counts while the link flaps, which lasts at least
+	// flapFor and until the flap has made every planned change: on a
+	// loaded machine each nft change takes up to a second or more, and
+	// the plan falls behind its offsets.
+	end = time.Now().Add(time.Hour)
+	planned := time.Now().Add(flapFor + time.Second)
+	giveUp := time.Now().Add(2*flapFor + 10*time.Second)
+	flapping := func() bool {
+		now := time.Now()
+		return now.Before(planned) || (len(events()) < len(plan) && now.Before(giveUp))
+	}
+	for ; flapping(); time.Sleep(20 * time.Millisecond) {
 		for _, p := range c.readPasses(feed) {
 			judge(&p)
 		}
@@ -493,6 +505,7 @@ func (c *cluster) flap(f int, seed uint64) flapped {
 			}
 		}
 	}
+	end = time.Now()
 	c.untilPass(feed, 30*time.Second, "a heal pass that ended after the flap", func(p *plugin.PassRecord) (bool, string) {
 		judge(p)
 		return p.Ended.After(end), passLine(p)
