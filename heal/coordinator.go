@@ -44,6 +44,13 @@ type Config struct {
 	// ProbeTimeout bounds each broker's probe (default 2s); a broker that
 	// does not answer in time is not up this tick.
 	ProbeTimeout time.Duration
+	// ProbeHedge is how long a probe waits for an answer before it asks
+	// the broker again, keeping the first attempt (default ProbeTimeout/4;
+	// at most ProbeAttempts attempts, all within one ProbeTimeout; negative:
+	// never). A link that drops packets, as a flapping one does, loses the
+	// first attempt; a later one may land while the link is up. An attempt
+	// that fails at once (a refused connection) is the probe's answer.
+	ProbeHedge time.Duration
 	// MaxProbes bounds the probes in flight at once (default 0: every
 	// broker of the metadata at once). Each probe has its own
 	// ProbeTimeout, so a broker slow to answer costs its own deadline and
@@ -145,6 +152,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	cfg.PerBroker = cmpOr(cfg.PerBroker, 2)
 	cfg.ReturnCheck = cmpOr(cfg.ReturnCheck, time.Second)
 	cfg.ProbeTimeout = cmpOr(cfg.ProbeTimeout, 2*time.Second)
+	cfg.ProbeHedge = cmpOr(cfg.ProbeHedge, cfg.ProbeTimeout/4)
 	cfg.Tick = cmpOr(cfg.Tick, 10*time.Second)
 	cfg.FastTick = cmpOr(cfg.FastTick, 25*time.Millisecond)
 	return &Coordinator{cfg: cfg}, nil
@@ -372,7 +380,7 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 			defer func() { <-sem; wg.Done() }()
 			pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
 			defer cancel()
-			r, err := c.cfg.Prober.Probe(pctx, b.ID, view.Index())
+			r, err := c.probeHedged(pctx, b.ID, view.Index())
 			if err == nil {
 				r.Broker, r.At = b.ID, c.cfg.Now()
 				err = r.Validate()
@@ -410,6 +418,43 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 		}
 	}
 	return out, auth, late
+}
+
+// ProbeAttempts bounds the attempts of one broker's probe (ProbeHedge).
+const ProbeAttempts = 4
+
+// probeHedged is one broker's probe: the first attempt's answer, or that
+// of another started every ProbeHedge while none has answered (at most
+// ProbeAttempts), all bounded by ctx. The attempts left are cancelled.
+func (c *Coordinator) probeHedged(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+	if c.cfg.ProbeHedge < 0 {
+		return c.cfg.Prober.Probe(ctx, b, index)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		r   ProbeReport
+		err error
+	}
+	answers := make(chan answer, ProbeAttempts) // no attempt blocks once the probe returned
+	attempt := func() {
+		r, err := c.cfg.Prober.Probe(ctx, b, index)
+		answers <- answer{r, err}
+	}
+	go attempt()
+	hedge := time.NewTicker(c.cfg.ProbeHedge)
+	defer hedge.Stop()
+	for started := 1; ; {
+		select {
+		case a := <-answers:
+			return a.r, a.err
+		case <-hedge.C:
+			if started < ProbeAttempts {
+				started++
+				go attempt()
+			}
+		}
+	}
 }
 
 // returnSeen records a broker that answered while a plan ran.

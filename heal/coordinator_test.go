@@ -350,3 +350,55 @@ func TestCoordinatorLeavesOutInvalidReports(t *testing.T) {
 		t.Fatalf("suspect %v dead %v, want broker 2 suspect only (its report invalid)", rep.Suspect, rep.Dead)
 	}
 }
+
+// droppingProber loses the first probe of broker 2 as a cut link does
+// (no answer until the caller gives up); later attempts answer.
+type droppingProber struct {
+	*fakeBrokers
+	mu       sync.Mutex
+	attempts int
+}
+
+func (p *droppingProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+	if id == 2 {
+		p.mu.Lock()
+		p.attempts++
+		first := p.attempts == 1
+		p.mu.Unlock()
+		if first {
+			<-ctx.Done()
+			return ProbeReport{}, ctx.Err()
+		}
+	}
+	return p.fakeBrokers.Probe(ctx, id, index)
+}
+
+// TestProbeHedgeReachesAFlappingBroker: broker 2's first probe is lost
+// (a flapping link dropped it); the hedge asks again within the same
+// ProbeTimeout and broker 2 is seen, not suspect. Without a hedge, the
+// pass waits the whole ProbeTimeout and counts it suspect.
+func TestProbeHedgeReachesAFlappingBroker(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hedge   time.Duration
+		suspect bool
+	}{{"hedged", 10 * time.Millisecond, false}, {"not hedged", -1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(3, 3, seg("a", 1, 2, 3))
+			f := newFake(w)
+			p := &droppingProber{fakeBrokers: f}
+			c, err := NewCoordinator(Config{Control: f, Prober: p, Backfiller: f, Settler: f, Deleter: f,
+				ProbeTimeout: 200 * time.Millisecond, ProbeHedge: tc.hedge, Now: func() time.Time { return t0 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := c.Pass(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(rep.Suspect, 2); got != tc.suspect {
+				t.Fatalf("broker 2 suspect %v, want %v (suspect %v, %d attempts)", got, tc.suspect, rep.Suspect, p.attempts)
+			}
+		})
+	}
+}

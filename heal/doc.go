@@ -153,7 +153,10 @@
 // during which it is "suspect" (neither replaced nor used); a broker is
 // seen when its answer arrived, and is dead only if that was more than the
 // grace delay before the pass began probing (Input.Start), so one slow
-// probe never makes a broker dead on its own pass; per-broker and
+// probe never makes a broker dead on its own pass; a probe is hedged
+// (Config.ProbeHedge): while no attempt has answered, another starts every
+// quarter of the probe deadline, so a link that drops packets is still
+// heard when it is up for part of the deadline; per-broker and
 // per-pass caps on planned backfills (Policy.MaxBackfillsPerBroker,
 // MaxBackfills) and on concurrent ones (Config.Concurrency, PerBroker);
 // rack-aware, least-loaded, least-movement placement; targets whose
