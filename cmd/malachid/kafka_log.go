@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
@@ -290,7 +292,8 @@ func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batc
 			return fmt.Errorf("replica %d of %s is not registered", r, act.id)
 		}
 		g.Go(func() error {
-			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(act.id)+"/frame", frameRequest{Offset: foff, Payload: batch}, nil)
+			path := "/v1/internal/copies/" + string(act.id) + "/frame?offset=" + strconv.FormatUint(foff, 10)
+			return b.post(gctx, br.AdminAddr, path, rpc.Raw(batch), nil)
 		})
 	}
 	return g.Wait()
