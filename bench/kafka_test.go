@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -164,16 +165,20 @@ type produced struct {
 	latency []time.Duration
 }
 
-// produce writes n records of kafkaRecordBytes random bytes to topic,
-// asynchronously (kgo's buffer and linger batch them) or, with oneByOne, one
-// ProduceSync after another.
-func produce(b *testing.B, cl *kgo.Client, topic string, n int, oneByOne bool, rng *rand.ChaCha8) produced {
+// randomValues returns n record values of kafkaRecordBytes random bytes.
+func randomValues(n int, rng *rand.ChaCha8) [][]byte {
 	values := make([][]byte, n)
 	for i := range values {
 		values[i] = make([]byte, kafkaRecordBytes)
 		rng.Read(values[i])
 	}
-	out := produced{latency: make([]time.Duration, n)}
+	return values
+}
+
+// produce writes values as records to topic, asynchronously (kgo's buffer and linger batch them) or, with oneByOne, one
+// ProduceSync after another.
+func produce(b *testing.B, cl *kgo.Client, topic string, values [][]byte, oneByOne bool) produced {
+	out := produced{latency: make([]time.Duration, len(values))}
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -333,6 +338,49 @@ func (f *replicaFloor) drop(parts int) {
 	}
 }
 
+// brokerCPU is the user and system CPU time of the cluster's malachid
+// processes so far (/proc/<pid>/stat; 0 for a broker not running).
+func (kb *kafkaBench) brokerCPU() time.Duration {
+	var sum time.Duration
+	for _, br := range kb.c.Brokers() {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", br.Pid()))
+		if err != nil {
+			continue
+		}
+		// The fields after the command, which is in parentheses.
+		f := bytes.Fields(raw[bytes.LastIndexByte(raw, ')')+1:])
+		var utime, stime int64
+		if len(f) > 12 {
+			fmt.Sscan(string(f[11]), &utime)
+			fmt.Sscan(string(f[12]), &stime)
+		}
+		sum += time.Duration(utime+stime) * time.Second / clockTicks
+	}
+	return sum
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat times
+// (100 on Linux for every architecture Go supports).
+const clockTicks = 100
+
+// cpuMeter reads the brokers' and this process's CPU time around a phase.
+type cpuMeter struct {
+	kb           *kafkaBench
+	broker, self time.Duration
+}
+
+func (kb *kafkaBench) meter() cpuMeter {
+	return cpuMeter{kb, kb.brokerCPU(), benchenv.ProcessCPU()}
+}
+
+// since returns the brokers' and this process's CPU time since m.
+func (m cpuMeter) since() (broker, self time.Duration) {
+	return m.kb.brokerCPU() - m.broker, benchenv.ProcessCPU() - m.self
+}
+
+// perGB is d in seconds per 10^9 of n bytes.
+func perGB(d time.Duration, n int64) float64 { return d.Seconds() / (float64(n) / 1e9) }
+
 // quantile returns the q-quantile of d (sorted in place), in ms.
 func quantile(d []time.Duration, q float64) float64 {
 	if len(d) == 0 {
@@ -389,21 +437,28 @@ func benchKafkaProduce(b *testing.B, insecure, oneByOne bool) {
 		n = 200
 	}
 	// Warm: the topic, the producer id and the connections.
-	produce(b, cl, topic, 300, false, rng)
-	var mbps, rps, p50, p99, fmbps, fp50, fp99, ratio, batch []float64
+	produce(b, cl, topic, randomValues(300, rng), false)
+	var mbps, rps, p50, p99, fmbps, fp50, fp99, ratio, batch, kcpu, bcpu, ccpu, fcpu []float64
 	b.ResetTimer()
 	for round := range b.N {
 		b.StopTimer()
 		load, _ := benchenv.ReadLoad()
 		from := kb.ends(b, topic)
+		values := randomValues(n, rng)
+		m := kb.meter()
 		b.StartTimer()
-		got := produce(b, cl, topic, n, oneByOne, rng)
+		got := produce(b, cl, topic, values, oneByOne)
 		b.StopTimer()
+		brokers, client := m.since()
 		parts, bytes := kb.framesSince(b, topic, from)
+		m = kb.meter()
 		fwall, flat, err := floor.replay(parts, oneByOne)
 		if err != nil {
 			b.Fatalf("floor: %v", err)
 		}
+		_, fself := m.since()
+		bcpu, ccpu = append(bcpu, perGB(brokers, bytes)), append(ccpu, perGB(client, bytes))
+		kcpu, fcpu = append(kcpu, perGB(brokers+client, bytes)), append(fcpu, perGB(fself, bytes))
 		floor.drop(len(parts))
 		batches := len(flat)
 		mbps = append(mbps, float64(bytes)/got.wall.Seconds()/1e6)
@@ -413,8 +468,8 @@ func benchKafkaProduce(b *testing.B, insecure, oneByOne bool) {
 		fp50, fp99 = append(fp50, quantile(flat, 0.5)), append(fp99, quantile(flat, 0.99))
 		ratio = append(ratio, fwall.Seconds()/got.wall.Seconds())
 		batch = append(batch, float64(bytes)/float64(batches))
-		b.Logf("round %d load1 %.2f: kafka %.1f MB/s (%d batches, p50 %.2f ms p99 %.2f ms), floor %.1f MB/s (p50 %.2f ms p99 %.2f ms), vs-floor %.3f",
-			round, load.One, mbps[round], batches, p50[round], p99[round], fmbps[round], fp50[round], fp99[round], ratio[round])
+		b.Logf("round %d load1 %.2f: kafka %.1f MB/s (%d batches, p50 %.2f ms p99 %.2f ms, cpu-s/GB brokers %.2f client %.2f), floor %.1f MB/s (p50 %.2f ms p99 %.2f ms, cpu-s/GB %.2f), vs-floor %.3f",
+			round, load.One, mbps[round], batches, p50[round], p99[round], bcpu[round], ccpu[round], fmbps[round], fp50[round], fp99[round], fcpu[round], ratio[round])
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -427,6 +482,10 @@ func benchKafkaProduce(b *testing.B, insecure, oneByOne bool) {
 	b.ReportMetric(median(fp99), "floor-p99-ms")
 	b.ReportMetric(median(ratio), "vs-floor")
 	b.ReportMetric(median(batch), "B/batch")
+	b.ReportMetric(median(kcpu), "cpu-s/GB")
+	b.ReportMetric(median(bcpu), "broker-cpu-s/GB")
+	b.ReportMetric(median(ccpu), "client-cpu-s/GB")
+	b.ReportMetric(median(fcpu), "floor-cpu-s/GB")
 	benchenv.ReportLoad(b)
 }
 
@@ -546,7 +605,7 @@ func benchKafkaFetch(b *testing.B, insecure bool) {
 	kb := startKafka(b, insecure, "num_partitions = 3\nsegment_bytes = 8388608\n")
 	const topic = "fetch"
 	cl := kb.client(b, kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
-	produce(b, cl, topic, kafkaMB(96)<<20/kafkaRecordBytes, false, rand.NewChaCha8([32]byte{9}))
+	produce(b, cl, topic, randomValues(kafkaMB(96)<<20/kafkaRecordBytes, rand.NewChaCha8([32]byte{9})), false)
 	cl.Close()
 	parts := kb.sealed(b, topic)
 	var fileBytes, batchBytes int64
@@ -568,22 +627,29 @@ func benchKafkaFetch(b *testing.B, insecure bool) {
 		}
 		serverTLS = certs.ServerConfig()
 	}
-	var mbps, fmbps, ratio []float64
+	var mbps, fmbps, ratio, kcpu, bcpu, ccpu, fcpu []float64
 	b.ResetTimer()
 	for round := range b.N {
 		b.StopTimer()
 		load, _ := benchenv.ReadLoad()
+		m := kb.meter()
 		b.StartTimer()
 		kwall := kb.consume(b, topic, parts)
 		b.StopTimer()
+		brokers, client := m.since()
+		m = kb.meter()
 		fwall, err := sendFiles(parts, serverTLS, kb.tls)
 		if err != nil {
 			b.Fatalf("floor: %v", err)
 		}
+		_, fself := m.since()
+		bcpu, ccpu = append(bcpu, perGB(brokers, batchBytes)), append(ccpu, perGB(client, batchBytes))
+		kcpu, fcpu = append(kcpu, perGB(brokers+client, batchBytes)), append(fcpu, perGB(fself, fileBytes))
 		mbps = append(mbps, float64(batchBytes)/kwall.Seconds()/1e6)
 		fmbps = append(fmbps, float64(fileBytes)/fwall.Seconds()/1e6)
 		ratio = append(ratio, mbps[round]/fmbps[round])
-		b.Logf("round %d load1 %.2f: kafka %.1f MB/s, floor %.1f MB/s, vs-floor %.3f", round, load.One, mbps[round], fmbps[round], ratio[round])
+		b.Logf("round %d load1 %.2f: kafka %.1f MB/s (cpu-s/GB brokers %.2f client %.2f), floor %.1f MB/s (cpu-s/GB %.2f), vs-floor %.3f",
+			round, load.One, mbps[round], bcpu[round], ccpu[round], fmbps[round], fcpu[round], ratio[round])
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -591,24 +657,34 @@ func benchKafkaFetch(b *testing.B, insecure bool) {
 	b.ReportMetric(median(fmbps), "floor-MB/s")
 	b.ReportMetric(median(ratio), "vs-floor")
 	b.ReportMetric(float64(batchBytes)/1e6, "MB/round")
+	b.ReportMetric(median(kcpu), "cpu-s/GB")
+	b.ReportMetric(median(bcpu), "broker-cpu-s/GB")
+	b.ReportMetric(median(ccpu), "client-cpu-s/GB")
+	b.ReportMetric(median(fcpu), "floor-cpu-s/GB")
 	benchenv.ReportLoad(b)
 }
 
 // consume reads every partition of topic from offset 0 to the end of its
-// sealed segments with a new kgo consumer and returns the wall time,
-// client creation included; every record's offset must follow the last.
+// sealed segments with a new kgo consumer and returns the wall time from
+// the moment it is given the partitions (its bootstrap, a Ping, is not
+// timed; its metadata request and its connections to the leaders are);
+// every record's offset must follow the last.
 func (kb *kafkaBench) consume(b *testing.B, topic string, parts []sealedPart) time.Duration {
-	start := time.Now()
 	offsets := map[int32]kgo.Offset{}
 	for p := range parts {
 		offsets[int32(p)] = kgo.NewOffset().At(0)
 	}
-	cl := kb.client(b, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}))
+	cl := kb.client(b)
 	defer cl.Close()
-	next := make([]int64, len(parts))
-	left := len(parts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	if err := cl.Ping(ctx); err != nil {
+		b.Fatalf("consumer: %v", err)
+	}
+	next := make([]int64, len(parts))
+	left := len(parts)
+	start := time.Now()
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {

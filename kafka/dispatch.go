@@ -109,7 +109,7 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 // response header's tags when flexible (never for ApiVersions, whose
 // response header is always v0), the body.
 func encode(h header, resp kmsg.Response) []byte {
-	b := make([]byte, 4, 64)
+	b := make([]byte, 4, sizeHint(resp))
 	b = kbin.AppendInt32(b, h.correlation)
 	if resp.IsFlexible() && h.key != kmsg.ApiVersions {
 		b = append(b, 0)
@@ -146,4 +146,22 @@ func apiVersionsResponse(version int16, errorCode int16) *kmsg.ApiVersionsRespon
 		resp.ApiKeys = append(resp.ApiKeys, k)
 	}
 	return resp
+}
+
+// sizeHint is the capacity to encode resp into: a Fetch response's record
+// batches and room for its other fields, so that appending them does not
+// grow (and copy) the buffer a megabyte at a time; 64 for the others.
+func sizeHint(resp kmsg.Response) int {
+	f, ok := resp.(*kmsg.FetchResponse)
+	if !ok {
+		return 64
+	}
+	n := 256
+	for _, t := range f.Topics {
+		n += 64 + len(t.Topic)
+		for _, p := range t.Partitions {
+			n += 128 + len(p.RecordBatches) + 16*len(p.AbortedTransactions)
+		}
+	}
+	return n
 }

@@ -218,17 +218,19 @@ func (l *partLog) Read(offset int64, maxBytes int32) ([]byte, error) {
 		return nil, nil
 	}
 	// The batches of one segment are consecutive frames: read the span
-	// once, then drop the frame headers between them.
+	// once, then drop the frame headers between them in place (each batch
+	// moves toward the start by the headers before it).
 	first, last := refs[0], refs[len(refs)-1]
 	span, err := l.readSegment(cs, first.pos, last.pos+int64(last.size))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, total)
+	n := 0
 	for _, r := range refs {
-		out = append(out, span[r.pos-first.pos:r.pos-first.pos+int64(r.size)]...)
+		from := r.pos - first.pos
+		n += copy(span[n:], span[from:from+int64(r.size)])
 	}
-	return out, nil
+	return span[:n], nil
 }
 
 // Append implements kafka.Log: the batch as one frame of the active
