@@ -26,7 +26,7 @@ func TestSizeHintHoldsFetchResponses(t *testing.T) {
 			resp.Topics = append(resp.Topics, tp)
 		}
 		hint := sizeHint(resp)
-		b := encode(header{key: kmsg.Fetch, version: v}, resp)
+		b := encode(nil, header{key: kmsg.Fetch, version: v}, resp)
 		if len(b) > hint || cap(b) != hint {
 			t.Errorf("Fetch v%d: encoded %d bytes (capacity %d), sizeHint %d: the buffer grew", v, len(b), cap(b), hint)
 		}
