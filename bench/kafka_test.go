@@ -199,7 +199,7 @@ func produce(b *testing.B, cl *kgo.Client, topic string, values [][]byte, oneByO
 			out.latency[i] = time.Since(t0)
 			if err != nil {
 				mu.Lock()
-				firstErr = cmp(firstErr, fmt.Errorf("record %d: %w", i, err))
+				firstErr = firstOf(firstErr, fmt.Errorf("record %d: %w", i, err))
 				mu.Unlock()
 			}
 			wg.Done()
@@ -213,8 +213,8 @@ func produce(b *testing.B, cl *kgo.Client, topic string, values [][]byte, oneByO
 	return out
 }
 
-// cmp is a if it is not nil, else b.
-func cmp(a, b error) error {
+// firstOf is a if it is not nil, else b.
+func firstOf(a, b error) error {
 	if a != nil {
 		return a
 	}
