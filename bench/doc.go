@@ -5,7 +5,9 @@
 // Fixtures are created once on the repository's disk (never tmpfs), under
 // $MALACHI_BENCH_DIR or .malachi-bench beside the repository, and kept
 // between runs: 100,000 files for BenchmarkProbe, 256 directories for
-// BenchmarkSyncDirs. Cold-cache benchmarks drop the page, dentry and inode
+// BenchmarkSyncDirs. The Kafka benchmarks build malachid into kafka-bin
+// there (or run $MALACHID) and run their three brokers in a directory of
+// their own beside it, removed when each benchmark ends. Cold-cache benchmarks drop the page, dentry and inode
 // caches before each iteration and need root; without it they skip.
 //
 // Invariants:

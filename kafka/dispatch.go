@@ -47,7 +47,7 @@ func (c *conn) serve(frame []byte) ([]byte, error) {
 	if h.key == kmsg.ApiVersions && h.version > supported[kmsg.ApiVersions].max {
 		// Kafka's rule: a too-new ApiVersions is answered at v0 with the
 		// versions we support, so the client can retry with one of them.
-		return encode(h, apiVersionsResponse(0, kerr.UnsupportedVersion.Code)), nil
+		return c.encode(h, apiVersionsResponse(0, kerr.UnsupportedVersion.Code)), nil
 	}
 	req := kmsg.RequestForKey(int16(h.key))
 	if req == nil || h.version < 0 || h.version > req.MaxVersion() {
@@ -67,7 +67,7 @@ func (c *conn) serve(frame []byte) ([]byte, error) {
 	}
 	if vr, ok := supported[h.key]; !ok || h.version < vr.min || h.version > vr.max {
 		c.log.Debug().Str("request", h.key.Name()).Int16("version", h.version).Str("client", h.clientID).Msg("kafka: unsupported request answered with UNSUPPORTED_VERSION")
-		return encode(h, errorResponse(req, kerr.UnsupportedVersion.Code)), nil
+		return c.encode(h, errorResponse(req, kerr.UnsupportedVersion.Code)), nil
 	}
 	if err := req.ReadFrom(r.Src); err != nil {
 		return nil, fmt.Errorf("kafka: %s v%d from client %q: malformed body: %w", h.key.Name(), h.version, h.clientID, err)
@@ -77,7 +77,7 @@ func (c *conn) serve(frame []byte) ([]byte, error) {
 		return nil, nil
 	}
 	resp.SetVersion(h.version)
-	return encode(h, resp), nil
+	return c.encode(h, resp), nil
 }
 
 // dispatch hands req to its kind's handler. A nil answer means none is
@@ -105,11 +105,21 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 	return errorResponse(req, kerr.UnsupportedVersion.Code)
 }
 
-// encode frames resp as the answer to h: size, correlation id, the
+// encode is encode into the connection's reused output buffer.
+func (c *conn) encode(h header, resp kmsg.Response) []byte {
+	c.out = encode(c.out, h, resp)
+	return c.out
+}
+
+// encode frames resp as the answer to h into dst's memory (a new buffer
+// when its capacity is short of sizeHint): size, correlation id, the
 // response header's tags when flexible (never for ApiVersions, whose
 // response header is always v0), the body.
-func encode(h header, resp kmsg.Response) []byte {
-	b := make([]byte, 4, 64)
+func encode(dst []byte, h header, resp kmsg.Response) []byte {
+	if n := sizeHint(resp); cap(dst) < n {
+		dst = make([]byte, 0, n)
+	}
+	b := append(dst[:0], 0, 0, 0, 0)
 	b = kbin.AppendInt32(b, h.correlation)
 	if resp.IsFlexible() && h.key != kmsg.ApiVersions {
 		b = append(b, 0)
@@ -146,4 +156,22 @@ func apiVersionsResponse(version int16, errorCode int16) *kmsg.ApiVersionsRespon
 		resp.ApiKeys = append(resp.ApiKeys, k)
 	}
 	return resp
+}
+
+// sizeHint is the capacity to encode resp into: a Fetch response's record
+// batches and room for its other fields, so that appending them does not
+// grow (and copy) the buffer a megabyte at a time; 64 for the others.
+func sizeHint(resp kmsg.Response) int {
+	f, ok := resp.(*kmsg.FetchResponse)
+	if !ok {
+		return 64
+	}
+	n := 256
+	for _, t := range f.Topics {
+		n += 64 + len(t.Topic)
+		for _, p := range t.Partitions {
+			n += 128 + len(p.RecordBatches) + 16*len(p.AbortedTransactions)
+		}
+	}
+	return n
 }

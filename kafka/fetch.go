@@ -46,6 +46,7 @@ func (c *conn) fetch(ctx context.Context, req *kmsg.FetchRequest) kmsg.Response 
 // the bytes of record batches in it, and the channels to wait on for
 // more, nil when the answer must go now (an error in some partition).
 func (c *conn) fetchOnce(req *kmsg.FetchRequest) (*kmsg.FetchResponse, int64, []<-chan struct{}) {
+	c.arena = c.arena[:0] // a response built before and not sent is dropped
 	resp := kmsg.NewPtrFetchResponse()
 	var got int64
 	var wait []<-chan struct{}
@@ -102,7 +103,7 @@ func (c *conn) fetchPartition(topic string, rp kmsg.FetchRequestTopicPartition, 
 	if rp.FetchOffset == hw || (haveSome && limit <= 0) {
 		return out, l.Wait(hw)
 	}
-	b, err := l.Read(rp.FetchOffset, limit)
+	b, err := c.read(l, rp.FetchOffset, limit)
 	if err != nil {
 		c.log.Warn().Str("topic", topic).Int32("partition", rp.Partition).Int64("offset", rp.FetchOffset).Err(err).Msg("kafka: fetch read")
 		out.ErrorCode = code(codeOf(err))
@@ -112,6 +113,22 @@ func (c *conn) fetchPartition(topic string, rp kmsg.FetchRequestTopicPartition, 
 		out.RecordBatches = b
 	}
 	return out, l.Wait(hw)
+}
+
+// read is l.Read, or, for an AppendReader, a read into the connection's
+// arena (the slice returned is the part of it this read appended).
+func (c *conn) read(l Log, offset int64, limit int32) ([]byte, error) {
+	ar, ok := l.(AppendReader)
+	if !ok {
+		return l.Read(offset, limit)
+	}
+	start := len(c.arena)
+	arena, err := ar.AppendRead(c.arena, offset, limit)
+	if err != nil {
+		return nil, err
+	}
+	c.arena = arena
+	return arena[start:len(arena):len(arena)], nil
 }
 
 // anyOf returns a channel closed once any of chs closes, or never if ctx

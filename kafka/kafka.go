@@ -106,6 +106,18 @@ type Log interface {
 	Wait(offset int64) <-chan struct{}
 }
 
+// AppendReader is a Log that reads into a buffer its caller owns. The
+// listener keeps one such buffer per connection and reuses it once the
+// response holding the batches is written, so that a fetch neither
+// allocates nor zeroes memory per partition; a Log without it is read
+// with Read.
+type AppendReader interface {
+	// AppendRead appends to dst what Read(offset, maxBytes) returns and
+	// returns the extended slice; dst's own bytes are left as they are.
+	// Errors are Read's.
+	AppendRead(dst []byte, offset int64, maxBytes int32) ([]byte, error)
+}
+
 // SetBaseOffset writes offset as the base offset of the record batch at
 // the start of batch (its first 8 bytes), for a Log's Append.
 func SetBaseOffset(batch []byte, offset int64) {

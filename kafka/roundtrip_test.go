@@ -68,6 +68,16 @@ func TestKgoRoundTripTCP(t *testing.T) {
 	roundTrip(t, cl, addr, nil)
 }
 
+// TestKgoRoundTripAppendReader: partitions read into the connection's
+// arena (one fetch fills it for several partitions, growing it, and the
+// next reuses it) come back as produced.
+func TestKgoRoundTripAppendReader(t *testing.T) {
+	cl := newTestCluster(t)
+	cl.appendRead = true
+	addr := startServer(t, cl, DefaultConfig())
+	roundTrip(t, cl, addr, nil)
+}
+
 func TestKgoRoundTripMutualTLS(t *testing.T) {
 	l := testPKI(t)
 	cl := newTestCluster(t)

@@ -134,6 +134,20 @@ type testCluster struct {
 	names     []string              // protected by mu
 	notLeader map[string]bool       // protected by mu
 	nextPID   int64                 // protected by mu
+	// appendRead serves the partitions as AppendReaders (appendLog).
+	appendRead bool
+}
+
+// appendLog is a fileLog read through AppendRead, into the listener's
+// arena.
+type appendLog struct{ *fileLog }
+
+func (l appendLog) AppendRead(dst []byte, offset int64, maxBytes int32) ([]byte, error) {
+	b, err := l.Read(offset, maxBytes)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
 }
 
 func newTestCluster(t *testing.T) *testCluster {
@@ -179,6 +193,9 @@ func (c *testCluster) Partition(topic string, index int32) (Log, error) {
 	l, err := c.fileLog(topic, index)
 	if err != nil {
 		return nil, err
+	}
+	if c.appendRead {
+		return appendLog{l}, nil
 	}
 	return l, nil
 }

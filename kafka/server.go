@@ -154,7 +154,14 @@ type conn struct {
 	r    *bufio.Reader
 	peer peer
 	log  zerolog.Logger
+	// arena holds the record batches of the Fetch response being built
+	// (AppendReader) and out the encoded response; both are reused once
+	// the response is written, and dropped when over maxKeep.
+	arena, out []byte
 }
+
+// maxKeep bounds the buffers a connection keeps between requests.
+const maxKeep = 16 << 20
 
 // serveConn authenticates nc and answers its requests until it closes or
 // sends what cannot be answered.
@@ -186,6 +193,7 @@ func (s *Server) serveConn(nc net.Conn) {
 			c.log.Debug().Err(err).Msg("kafka: writing a response")
 			return
 		}
+		c.arena, c.out = keep(c.arena), keep(c.out)
 	}
 }
 
@@ -228,4 +236,12 @@ func (c *conn) readFrame() ([]byte, error) {
 		return nil, fmt.Errorf("kafka: truncated frame: %d of %d bytes: %v", got, n, err)
 	}
 	return frame, nil
+}
+
+// keep returns b emptied for reuse, or nil when it is over maxKeep.
+func keep(b []byte) []byte {
+	if cap(b) > maxKeep {
+		return nil
+	}
+	return b[:0]
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
@@ -41,6 +43,8 @@ type partLog struct {
 	born    time.Time     // when the active segment took its first batch here
 	stepped bool          // no longer the leader: Partition opens a new Log
 }
+
+var _ kafka.AppendReader = (*partLog)(nil)
 
 // chainSeg is one segment of the partition's chain as this Log knows it.
 type chainSeg struct {
@@ -134,11 +138,19 @@ func (l *partLog) indexSegment(i int) error {
 // readSegment returns bytes [from, to) of a copy of cs: the local one, or
 // one of a replica's.
 func (l *partLog) readSegment(cs chainSeg, from, to int64) ([]byte, error) {
-	buf := make([]byte, to-from)
-	n, err := l.b.db.ReadAt(cs.id, buf, from)
-	if err == nil && int64(n) == to-from {
-		return buf, nil
+	return l.appendSegment(nil, cs, from, to)
+}
+
+// appendSegment appends bytes [from, to) of a copy of cs to dst: from the
+// local one, or one of a replica's.
+func (l *partLog) appendSegment(dst []byte, cs chainSeg, from, to int64) ([]byte, error) {
+	n := len(dst)
+	dst = slices.Grow(dst, int(to-from))[:n+int(to-from)]
+	got, err := l.b.db.ReadAt(cs.id, dst[n:], from)
+	if err == nil && int64(got) == to-from {
+		return dst, nil
 	}
+	dst = dst[:n]
 	v := l.b.node.View()
 	var errs []error
 	if err != nil {
@@ -154,7 +166,7 @@ func (l *partLog) readSegment(cs chainSeg, from, to int64) ([]byte, error) {
 		err := l.b.post(ctx, br.AdminAddr, "/v1/internal/copies/"+string(cs.id)+"/read", readRequest{From: from, Len: to - from}, &resp)
 		cancel()
 		if err == nil && int64(len(resp.Data)) == to-from {
-			return resp.Data, nil
+			return append(dst, resp.Data...), nil
 		}
 		errs = append(errs, fmt.Errorf("broker %d: %w", r, err))
 	}
@@ -182,6 +194,11 @@ func (l *partLog) Wait(offset int64) <-chan struct{} {
 
 // Read implements kafka.Log: whole batches from the one holding offset.
 func (l *partLog) Read(offset int64, maxBytes int32) ([]byte, error) {
+	return l.AppendRead(nil, offset, maxBytes)
+}
+
+// AppendRead implements kafka.AppendReader: Read into dst.
+func (l *partLog) AppendRead(dst []byte, offset int64, maxBytes int32) ([]byte, error) {
 	l.mu.Lock()
 	hw := l.hw
 	if offset < 0 || offset > hw {
@@ -213,20 +230,23 @@ func (l *partLog) Read(offset int64, maxBytes int32) ([]byte, error) {
 	}
 	l.mu.Unlock()
 	if len(refs) == 0 {
-		return nil, nil
+		return dst, nil
 	}
 	// The batches of one segment are consecutive frames: read the span
-	// once, then drop the frame headers between them.
+	// once, then drop the frame headers between them in place (each batch
+	// moves toward the start by the headers before it).
 	first, last := refs[0], refs[len(refs)-1]
-	span, err := l.readSegment(cs, first.pos, last.pos+int64(last.size))
+	base := len(dst)
+	span, err := l.appendSegment(dst, cs, first.pos, last.pos+int64(last.size))
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make([]byte, 0, total)
+	n := base
 	for _, r := range refs {
-		out = append(out, span[r.pos-first.pos:r.pos-first.pos+int64(r.size)]...)
+		from := int64(base) + r.pos - first.pos
+		n += copy(span[n:], span[from:from+int64(r.size)])
 	}
-	return out, nil
+	return span[:n], nil
 }
 
 // Append implements kafka.Log: the batch as one frame of the active
@@ -290,7 +310,8 @@ func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batc
 			return fmt.Errorf("replica %d of %s is not registered", r, act.id)
 		}
 		g.Go(func() error {
-			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(act.id)+"/frame", frameRequest{Offset: foff, Payload: batch}, nil)
+			path := "/v1/internal/copies/" + string(act.id) + "/frame?offset=" + strconv.FormatUint(foff, 10)
+			return b.post(gctx, br.AdminAddr, path, rpc.Raw(batch), nil)
 		})
 	}
 	return g.Wait()

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
@@ -28,8 +29,12 @@ func (b *broker) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	}
 }
 
-// frameRequest is the body of POST /v1/internal/copies/{id}/frame: one
-// frame's payload and the store offset it must land at.
+// frameRequest is the JSON body of POST /v1/internal/copies/{id}/frame:
+// one frame's payload and the store offset it must land at. The leader
+// sends the payload raw instead (rpc.Raw, Content-Type
+// application/octet-stream) with the offset as ?offset=N: JSON carries
+// bytes as base64, whose encoding and decoding took most of a replica's
+// CPU at a few tens of MB/s (bench/README.md, Kafka).
 type frameRequest struct {
 	Offset  uint64 `json:"offset"`
 	Payload []byte `json:"payload"`
@@ -78,7 +83,13 @@ func (b *broker) internalFrame(r *http.Request, body []byte) (any, error) {
 		return nil, err
 	}
 	var req frameRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if r.Header.Get("Content-Type") == rpc.RawContentType {
+		off, err := strconv.ParseUint(r.URL.Query().Get("offset"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: frame of %s: offset %q: %v", errBadRequest, id, r.URL.Query().Get("offset"), err)
+		}
+		req = frameRequest{Offset: off, Payload: body}
+	} else if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
 	if err := appendFrame(b, id, req.Offset, req.Payload); err != nil {

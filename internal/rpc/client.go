@@ -46,8 +46,17 @@ func NewClient(certs *pki.Certs, codes Codes, timeout time.Duration) *Client {
 // Close releases idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// Call sends method path to addr with req as its JSON body (nil: no body)
-// and decodes the answer into resp (nil: discarded). A refusal comes back
+// Raw is a request body Call sends as it is, with Content-Type
+// application/octet-stream, instead of encoding it as JSON: bulk bytes (a
+// frame's payload) that JSON would carry as base64. The handler reads it
+// from Request.Body.
+type Raw []byte
+
+// RawContentType is the Content-Type of a Raw body.
+const RawContentType = "application/octet-stream"
+
+// Call sends method path to addr with req as its JSON body (nil: no body;
+// a Raw: its bytes as they are) and decodes the answer into resp (nil: discarded). A refusal comes back
 // wrapping the sentinel its code names; a connection failure wraps the
 // dialer's error.
 func (c *Client) Call(ctx context.Context, method, addr, path string, req, resp any) error {
@@ -65,7 +74,10 @@ var ErrWrongPeer = errors.New("rpc: wrong peer")
 
 func (c *Client) call(ctx context.Context, want meta.BrokerID, method, addr, path string, req, resp any) error {
 	var body io.Reader
-	if req != nil {
+	ctype := "application/json"
+	if raw, ok := req.(Raw); ok {
+		body, ctype = bytes.NewReader(raw), RawContentType
+	} else if req != nil {
 		b, err := json.Marshal(req)
 		if err != nil {
 			return fmt.Errorf("rpc: %s %s: encode: %w", method, path, err)
@@ -77,7 +89,7 @@ func (c *Client) call(ctx context.Context, want meta.BrokerID, method, addr, pat
 		return fmt.Errorf("rpc: %s %s: %w", method, path, err)
 	}
 	if req != nil {
-		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Content-Type", ctype)
 	}
 	res, err := c.hc.Do(r)
 	if err != nil {
