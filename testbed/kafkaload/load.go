@@ -90,6 +90,10 @@ type History struct {
 	// answered with an error (FirstFailure is the first error).
 	Produced, Failed int
 	FirstFailure     string
+	// LongestStall is the longest time the load went without an
+	// acknowledgement: from its start to the first, between two, from
+	// the last to Stop. A figure of the run, never judged.
+	LongestStall time.Duration
 }
 
 // Load is a running load. Start it, Stop it, then Check its history
@@ -103,8 +107,9 @@ type Load struct {
 	loops         sync.WaitGroup // the producers' loops
 	promises      sync.WaitGroup // one per record produced and not answered
 
-	mu   sync.Mutex
-	hist History // protected by mu
+	mu      sync.Mutex
+	hist    History   // protected by mu
+	lastAck time.Time // the start, then the latest acknowledgement; protected by mu
 }
 
 // Start creates the topic (CreateTopics; one that exists is kept as it
@@ -117,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Load, error) {
 	if err := cfg.createTopic(ctx); err != nil {
 		return nil, err
 	}
-	l := &Load{cfg: cfg}
+	l := &Load{cfg: cfg, lastAck: time.Now()}
 	loopCtx, stop := context.WithCancel(context.Background())
 	recCtx, abandon := context.WithCancel(context.Background())
 	l.stop, l.abandon = stop, abandon
@@ -185,6 +190,14 @@ func (l *Load) answer(r *kgo.Record, err error) {
 		return
 	}
 	l.hist.Acked = append(l.hist.Acked, rec)
+	l.noteAck(time.Now())
+}
+
+// noteAck grows LongestStall to the gap since the last acknowledgement.
+// Callers hold mu.
+func (l *Load) noteAck(now time.Time) {
+	l.hist.LongestStall = max(l.hist.LongestStall, now.Sub(l.lastAck))
+	l.lastAck = now
 }
 
 // Stop ends the producers: no record is produced after it is called;
@@ -196,6 +209,9 @@ func (l *Load) Stop(ctx context.Context) History {
 		return l.history()
 	}
 	l.stop()
+	l.mu.Lock()
+	l.noteAck(time.Now())
+	l.mu.Unlock()
 	l.loops.Wait()
 	var wg sync.WaitGroup
 	for _, cl := range l.clients {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // Report is a load's history checked against what was read back: the
@@ -18,6 +19,9 @@ type Report struct {
 	Produced        int    `json:"produced"`
 	ProduceFailures int    `json:"produce_failures"`
 	FirstFailure    string `json:"first_failure,omitempty"`
+	// LongestStallSeconds is History.LongestStall: the longest time
+	// without an acknowledgement (a broker down, a partition resealed).
+	LongestStallSeconds float64 `json:"longest_stall_seconds"`
 	// HighWatermarks are the partitions' ends the check read up to.
 	HighWatermarks map[int32]int64 `json:"high_watermarks,omitempty"`
 	Result
@@ -37,7 +41,8 @@ func (l *Load) Finish(ctx context.Context) *Report {
 	h := l.Stop(ctx)
 	read, ends, err := l.cfg.Consume(ctx)
 	rep := &Report{Producers: l.cfg.Producers, Topic: l.cfg.Topic, Produced: h.Produced, ProduceFailures: h.Failed,
-		FirstFailure: h.FirstFailure, HighWatermarks: ends, Result: Check(h.Acked, read)}
+		FirstFailure: h.FirstFailure, LongestStallSeconds: h.LongestStall.Round(time.Millisecond).Seconds(),
+		HighWatermarks: ends, Result: Check(h.Acked, read)}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -55,6 +60,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "clients            %s: %d producers on topic %s: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures (not acknowledged, allowed)\n",
 		verdict, r.Producers, r.Topic, r.Acknowledged, r.ReadBack, r.Lost, r.Duplicated, r.OutOfOrder, r.ProduceFailures)
+	fmt.Fprintf(w, "                   longest time without an acknowledgement %.3fs\n", r.LongestStallSeconds)
 	if r.FirstFailure != "" {
 		fmt.Fprintf(w, "                   first produce failure: %s\n", r.FirstFailure)
 	}
