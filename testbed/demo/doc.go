@@ -149,7 +149,6 @@
 //     copy file that passed its audit (a cached result is not a new
 //     read); copies_verified_at_end the replica copies found intact in the
 //     final check.
-//
 //  7. With --clients, the run is HEALED only when the clients' check read
 //     every partition to its high watermark and found every acknowledged
 //     record at its offset, byte for byte, no key twice and no offset or
