@@ -23,6 +23,7 @@ import (
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
 // kafkaTable is the [kafka] table of the Kafka tests: small segments, so
@@ -93,10 +94,6 @@ func (c *cluster) partitionLeader(id int, topic string, p int32) meta.BrokerID {
 	return chain[len(chain)-1].Replicas[0]
 }
 
-type produced struct {
-	key, value []byte
-}
-
 // TestKafkaProduceKillConsume: franz-go's kgo with its defaults
 // (idempotent, acks=all) produces to a four-broker cluster of rf 3 with
 // 64 KiB segments; a broker that leads a partition is killed mid-run;
@@ -117,7 +114,7 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 	defer cancel()
 
 	var mu sync.Mutex
-	acked := map[int32]map[int64]produced{}
+	var acked []kafkaload.Record
 	var failed []error
 	var wg sync.WaitGroup
 	killAt := n / 3
@@ -144,17 +141,11 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 				failed = append(failed, err)
 				return
 			}
-			if acked[r.Partition] == nil {
-				acked[r.Partition] = map[int64]produced{}
-			}
-			acked[r.Partition][r.Offset] = produced{key: r.Key, value: r.Value}
+			acked = append(acked, kafkaload.NewRecord(r.Topic, r.Partition, r.Offset, r.Key, r.Value))
 		})
 	}
 	wg.Wait()
-	total := 0
-	for _, m := range acked {
-		total += len(m)
-	}
+	total := len(acked)
 	t.Logf("%d records acknowledged, %d failed (first: %v)", total, len(failed), func() error {
 		if len(failed) > 0 {
 			return failed[0]
@@ -169,73 +160,30 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 }
 
 // consumeAll reads every partition of topic from offset 0 up to its high
-// watermark and checks it against acked: every acknowledged record at its
-// offset, byte-identical; offsets increasing within a partition; no key
-// twice.
-func consumeAll(t *testing.T, ctx context.Context, tlsCfg *tls.Config, seeds []string, topic string, acked map[int32]map[int64]produced) {
+// watermark (kafkaload's consumer) and checks it against acked with the
+// one acknowledged-record checker (kafkaload.Check): every acknowledged
+// record at its offset, byte-identical; offsets increasing within a
+// partition; no key twice.
+func consumeAll(t *testing.T, ctx context.Context, tlsCfg *tls.Config, seeds []string, topic string, acked []kafkaload.Record) {
 	t.Helper()
-	parts := map[int32]kgo.Offset{}
-	for p := int32(0); p < 3; p++ {
-		parts[p] = kgo.NewOffset().At(0)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DialTLSConfig(tlsCfg),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}))
+	cfg := kafkaload.DefaultConfig()
+	cfg.Seeds, cfg.TLS, cfg.Topic = seeds, tlsCfg, topic
+	read, ends, err := cfg.Consume(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	got := map[int32]map[int64]produced{}
-	last := map[int32]int64{0: -1, 1: -1, 2: -1}
-	hw := map[int32]int64{}
-	keys := map[string]bool{}
-	done := func() bool {
-		for p, m := range acked {
-			for off := range m {
-				if _, ok := got[p][off]; !ok {
-					return false
-				}
-			}
-		}
-		for p := int32(0); p < 3; p++ {
-			if h, ok := hw[p]; ok && last[p]+1 < h {
-				return false
-			}
-		}
-		return true
+	checkRecords(t, acked, read)
+	t.Logf("consumed %d records, high watermarks %v", len(read), ends)
+}
+
+// checkRecords fails t with the checker's violations.
+func checkRecords(t *testing.T, acked, read []kafkaload.Record) {
+	t.Helper()
+	res := kafkaload.Check(acked, read)
+	if !res.OK() || res.ReadBack != len(acked) {
+		t.Fatalf("%d acknowledged, %d read back, %d lost, %d duplicated, %d out of order:\n%s",
+			res.Acknowledged, res.ReadBack, res.Lost, res.Duplicated, res.OutOfOrder, strings.Join(res.Violations, "\n"))
 	}
-	for !done() {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("consuming: %v; consumed up to %v of high watermarks %v", ctx.Err(), last, hw)
-		}
-		fs.EachError(func(topic string, p int32, err error) { t.Logf("fetch %s/%d: %v", topic, p, err) })
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			hw[fp.Partition] = fp.HighWatermark
-			for _, r := range fp.Records {
-				if r.Offset <= last[r.Partition] {
-					t.Fatalf("partition %d: offset %d after %d", r.Partition, r.Offset, last[r.Partition])
-				}
-				last[r.Partition] = r.Offset
-				if keys[string(r.Key)] {
-					t.Fatalf("partition %d offset %d: key %s consumed twice", r.Partition, r.Offset, r.Key)
-				}
-				keys[string(r.Key)] = true
-				if got[r.Partition] == nil {
-					got[r.Partition] = map[int64]produced{}
-				}
-				got[r.Partition][r.Offset] = produced{key: r.Key, value: r.Value}
-			}
-		})
-	}
-	for p, m := range acked {
-		for off, want := range m {
-			g := got[p][off]
-			if !bytes.Equal(g.key, want.key) || !bytes.Equal(g.value, want.value) {
-				t.Fatalf("partition %d offset %d: consumed key %q (%d value bytes), acknowledged key %q (%d value bytes)", p, off, g.key, len(g.value), want.key, len(want.value))
-			}
-		}
-	}
-	t.Logf("consumed %d records, high watermarks %v", len(keys), hw)
 }
 
 // killPartitionLeader SIGKILLs a broker that leads one of topic's first
@@ -384,12 +332,9 @@ func TestKafkaClientRole(t *testing.T) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatalf("produce as role client: %v", err)
 	}
-	acked := map[int32]map[int64]produced{}
+	var acked []kafkaload.Record
 	for _, r := range recs {
-		if acked[r.Partition] == nil {
-			acked[r.Partition] = map[int64]produced{}
-		}
-		acked[r.Partition][r.Offset] = produced{key: r.Key, value: r.Value}
+		acked = append(acked, kafkaload.NewRecord(r.Topic, r.Partition, r.Offset, r.Key, r.Value))
 	}
 	consumeAll(t, ctx, tlsCfg, c.kafkaSeeds(), topic, acked)
 

@@ -15,6 +15,7 @@ import (
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -42,6 +43,11 @@ type demo struct {
 	// passed (a cached result is not counted again).
 	auditsPassed int
 	seed         uint64 // the run's seed (--seed, or drawn from the clock)
+	// clients is the --clients load (clients.go), nil without;
+	// partitionSealed the sealed partition segments counted in
+	// rep.Segments so far.
+	clients         *kafkaload.Load
+	partitionSealed int
 }
 
 // Run runs the demo and returns the process exit status.
@@ -70,6 +76,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	runErr := d.run(ctx)
+	d.finishClients(ctx)
 	if d.c != nil && d.last != nil && ctx.Err() == nil {
 		if v, err := poll(ctx, d.c, false); err == nil {
 			d.observe(v)
@@ -132,6 +139,9 @@ func (d *demo) cleanup(ok bool) {
 		}
 		if run := d.c.Running(); len(run) > 0 {
 			d.logf("  ask it with: malachi status --admin %s %s", run[0].Admin, strings.Join(d.c.CLIFlags(), " "))
+		}
+		for _, line := range d.kafkaManual() {
+			d.logf("%s", line)
 		}
 		return
 	}
@@ -196,6 +206,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.brokerVerified = d.copiesCarryConfirmed()
 	d.rep.Segments = d.lastEv.Sealed
+	if err := d.startClients(ctx); err != nil {
+		return err
+	}
 	if d.o.Nemesis != "" {
 		return d.runNemesis(ctx, d.seed)
 	}
@@ -297,7 +310,8 @@ func (d *demo) load(ctx context.Context) error {
 	return nil
 }
 
-// sealedCount counts the sealed segments in the metadata.
+// sealedCount counts the sealed segments in the metadata, the Kafka
+// partitions' left out (notePartitionSegments counts those).
 func (d *demo) sealedCount(ctx context.Context) (int, error) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -307,7 +321,7 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, s := range snap.Segments {
-		if s.Sealed {
+		if s.Sealed && !isPartitionSegment(s.ID) {
 			n++
 		}
 	}
@@ -330,6 +344,7 @@ func (d *demo) leaderClient(ctx context.Context) *admin.Client {
 // observe records a view: it evaluates it and counts heal passes.
 func (d *demo) observe(v *view) evaluation {
 	e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
+	d.notePartitionSegments(v.Snap)
 	if v.MetadataOnly {
 		return e // d.last keeps the last full view: stages pick victims from it
 	}

@@ -65,6 +65,10 @@ type Options struct {
 	// flag's text.
 	NemesisKinds    []FaultKind
 	nemesisKindList string
+	// Clients is the number of Kafka producers (testbed/kafkaload) run
+	// through the brokers' Kafka listeners during the stages or the
+	// nemesis, checked at the end (0: none).
+	Clients int
 }
 
 // ErrUsage marks a bad command line: the CLI exits with status 2.
@@ -123,6 +127,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
 	fs.StringVar(&o.nemesisKindList, "nemesis-kinds", "", "with --nemesis: draw only these fault kinds, comma-separated (default: every kind the cluster can take): "+strings.Join(kindNames(AllKinds()), ","))
 	fs.BoolVar(&o.NemesisNoNet, "nemesis-no-net", false, "with --nemesis: no network faults (brokers on loopback; by default, as root with ip, nft and tc, each broker runs on a host of its own: a network namespace)")
+	fs.IntVar(&o.Clients, "clients", 0, "Kafka producers (franz-go kgo: idempotent, acks=all, mutual TLS) writing through the brokers' Kafka listeners during every stage or the nemesis; at the end every partition is read back and any acknowledged record lost, duplicated or out of order fails the run (0: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -207,6 +212,8 @@ func (o *Options) validate() error {
 		return usageErr("--poll %v: want 1ms to 10s", o.Poll)
 	case o.StageTimeout <= 0:
 		return usageErr("--stage-timeout %v: want more than zero", o.StageTimeout)
+	case o.Clients < 0 || o.Clients > 64:
+		return usageErr("--clients %d: want 0 (none) to 64", o.Clients)
 	}
 	if int64(o.Segments)*o.SegmentSize*int64(o.RF) > 64<<30 {
 		return usageErr("--segments %d × --segment-size %s × --rf %d is more than 64 GiB on disk", o.Segments, bytesize.Format(o.SegmentSize), o.RF)
@@ -360,7 +367,10 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	extra.WriteString("rebalance = false\n")
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
-		Hosts: o.Nemesis != "" && !o.NemesisNoNet && o.draws(NetKinds)}
+		Hosts: o.Nemesis != "" && !o.NemesisNoNet && o.draws(NetKinds),
+		// A Kafka listener on every broker for the clients, and for
+		// producing by hand to a kept cluster.
+		Kafka: o.Clients > 0 || o.Keep}
 	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(DiskKinds) {
 		// Mounted before the brokers start (written when brokers on
 		// hosts ran under ip netns exec, in mount namespaces of their

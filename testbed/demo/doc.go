@@ -75,6 +75,20 @@
 // schedule; a fault that could not be injected is reported as not
 // injected, never as survived.
 //
+// --clients N (clients.go) gives every broker a Kafka listener and runs N
+// producers of testbed/kafkaload (franz-go's kgo at its defaults:
+// idempotent, acks=all; mutual TLS with the cluster's "client"
+// certificate) on one partition of topic demo-clients from the healthy
+// baseline through every stage, or the whole nemesis; at the end every
+// partition is read back from offset 0 to its high watermark and
+// kafkaload.Check reports the records acknowledged, read back, lost,
+// duplicated and out of order (the report's clients section). A
+// partition segment the listener seals (a replica failed) is healed like
+// any other and counted among the sealed segments; the file stages pick
+// their victims among the demo's own segments. --keep also starts the
+// listeners and prints the bootstrap list, the client certificate and a
+// kcat line to produce by hand.
+//
 // The usage loop of a stage: inject; poll every --poll (100 ms) (GET /v1/health,
 // /v1/copies of every running broker, /v1/metadata, the leader's
 // /v1/status); evaluate every sealed segment; stop when all are healthy.
@@ -135,6 +149,12 @@
 //     copy file that passed its audit (a cached result is not a new
 //     read); copies_verified_at_end the replica copies found intact in the
 //     final check.
+//  7. With --clients, the run is HEALED only when the clients' check read
+//     every partition to its high watermark and found every acknowledged
+//     record at its offset, byte for byte, no key twice and no offset or
+//     producer sequence out of order; a produce that failed is counted,
+//     never a violation. With the nemesis each clients violation is one of
+//     its violations too.
 //
 // Concurrency and crash contract: the demo's brokers are its children
 // (testbed/harness), each in its own process group. They are stopped (SIGTERM, then SIGKILL after

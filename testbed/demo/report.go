@@ -14,6 +14,7 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -78,6 +79,10 @@ type Report struct {
 	Dir string `json:"dir,omitempty"`
 	// Nemesis is the randomized nemesis's run (--nemesis), nil without.
 	Nemesis *NemesisReport `json:"nemesis,omitempty"`
+	// Clients is the Kafka clients' check (--clients), nil without: an
+	// acknowledged record lost, a record duplicated or out of order, or a
+	// check that could not read everything back fails the run.
+	Clients *kafkaload.Report `json:"clients,omitempty"`
 }
 
 // FaultReport is one stage of the demo.
@@ -279,6 +284,9 @@ func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
 	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || len(n.NotInjected) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
 		r.OK = false
 	}
+	if r.Clients != nil && !r.Clients.OK() {
+		r.OK = false
+	}
 	r.summarize(e)
 }
 
@@ -368,6 +376,9 @@ func (r *Report) writeText(w io.Writer) {
 	fmt.Fprintf(w, "re-replicated      %s (%s)\n", bytesize.Format(r.BytesRereplicated), rereplicatedMeaning)
 	fmt.Fprintf(w, "audited            %s of copies read and checked by the demo itself\n", bytesize.Format(r.AuditBytes))
 	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
+	if r.Clients != nil {
+		r.Clients.WriteText(w)
+	}
 	for _, ds := range r.Destroyed {
 		ack := "not acknowledged"
 		if ds.Acknowledged {

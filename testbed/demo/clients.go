@@ -1,0 +1,124 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
+)
+
+// The Kafka clients of --clients N (testbed/kafkaload): N producers on
+// the brokers' Kafka listeners from the healthy baseline to the end of
+// the stages or the nemesis, then one consumer that reads every record
+// back and kafkaload.Check. What this file owns is the glue: when the
+// load starts and stops, how its partition segments are counted, what
+// --keep prints. Every judgement is kafkaload's.
+
+const (
+	// clientsTopic is the producers' topic. One partition: with rf 3 its
+	// active segment sits on three brokers, which leaves a follower
+	// holding no unsealed segment for the decommission stage on five.
+	clientsTopic      = "demo-clients"
+	clientsPartitions = 1
+	// manualTopic is the topic of the kcat line --keep prints.
+	manualTopic = "hello"
+	// clientsFlush bounds the flush of the records buffered when the run
+	// ends; clientsCheck the read back of every partition.
+	clientsFlush = 30 * time.Second
+	clientsCheck = 2 * time.Minute
+)
+
+// startClients starts the --clients load on the Kafka listeners; nothing
+// without --clients.
+func (d *demo) startClients(ctx context.Context) error {
+	if d.o.Clients == 0 {
+		return nil
+	}
+	cfg := kafkaload.DefaultConfig()
+	cfg.Seeds, cfg.Topic, cfg.Partitions, cfg.Producers = d.c.KafkaSeeds(), clientsTopic, clientsPartitions, d.o.Clients
+	tlsCfg, err := d.c.KafkaTLS()
+	if err != nil {
+		return err
+	}
+	cfg.TLS = tlsCfg
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	l, err := kafkaload.Start(sctx, cfg)
+	if err != nil {
+		return fmt.Errorf("--clients %d: %w", d.o.Clients, err)
+	}
+	d.clients = l
+	d.logf("clients: %d Kafka producers (kgo: idempotent, acks=all, mutual TLS as role client) on topic %s through %s",
+		d.o.Clients, clientsTopic, strings.Join(cfg.Seeds, ","))
+	return nil
+}
+
+// finishClients stops the load, reads every record back and checks it;
+// the report's clients section is the result. Any violation fails the
+// run (Report.finish), and with the nemesis is one of its violations.
+func (d *demo) finishClients(ctx context.Context) {
+	if d.clients == nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, clientsFlush)
+	d.clients.Stop(fctx)
+	cancel()
+	cctx, cancel := context.WithTimeout(ctx, clientsCheck)
+	defer cancel()
+	d.logf("clients: producers stopped; reading every partition of %s back from offset 0", clientsTopic)
+	rep := d.clients.Finish(cctx)
+	d.rep.Clients = rep
+	d.logf("clients: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures",
+		rep.Acknowledged, rep.ReadBack, rep.Lost, rep.Duplicated, rep.OutOfOrder, rep.ProduceFailures)
+	if n := d.rep.Nemesis; n != nil {
+		n.Violations = append(n.Violations, rep.AllViolations()...)
+	}
+}
+
+// notePartitionSegments counts the partition segments of snap sealed
+// since the last call in the report's segments: the Kafka listener seals
+// a partition's active segment when a replica fails (and at a roll), and
+// the final check wants every sealed segment accounted for. The demo's
+// own loads count theirs (sealedCount leaves partition segments out).
+func (d *demo) notePartitionSegments(snap meta.Snapshot) {
+	n := 0
+	for _, s := range snap.Segments {
+		if _, _, _, ok := meta.ParsePartitionSegment(s.ID); ok && s.Sealed {
+			n++
+		}
+	}
+	if n > d.partitionSealed {
+		d.rep.Segments += n - d.partitionSealed
+		d.partitionSealed = n
+	}
+}
+
+// isPartitionSegment says id is a segment of a Kafka partition's chain.
+func isPartitionSegment(id meta.SegmentID) bool {
+	_, _, _, ok := meta.ParsePartitionSegment(id)
+	return ok
+}
+
+// kafkaManual is what --keep prints for producing by hand: the Kafka
+// bootstrap list, the client certificate (role client) and a kcat line.
+func (d *demo) kafkaManual() []string {
+	seeds := d.c.KafkaSeeds()
+	if len(seeds) == 0 {
+		return nil
+	}
+	m := kafkaload.Manual{Seeds: seeds, Topic: manualTopic}
+	out := []string{"  Kafka bootstrap: " + strings.Join(seeds, ",")}
+	if !d.o.Insecure {
+		dir := d.c.Certs().ClientDir()
+		name := string(pki.RoleClient)
+		m.CA, m.Cert, m.Key = filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientCert(name)), filepath.Join(dir, pki.ClientKey(name))
+		out = append(out, fmt.Sprintf("  Kafka client certificate (role %s): ca %s  cert %s  key %s", name, m.CA, m.Cert, m.Key))
+	}
+	return append(out, "  produce by hand, a record per line: "+m.Kcat(),
+		fmt.Sprintf("  read it back: %s", strings.Replace(m.Kcat(), " -P", " -C -e -o beginning", 1)))
+}

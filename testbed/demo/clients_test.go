@@ -1,0 +1,127 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
+)
+
+// TestClientsFlag: --clients gives the cluster Kafka listeners, as --keep
+// does (for producing by hand); neither leaves them off.
+func TestClientsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		kafka bool
+	}{
+		{nil, false},
+		{[]string{"--clients", "2"}, true},
+		{[]string{"--keep"}, true},
+		{[]string{"--clients", "3", "--nemesis", "random"}, true},
+	} {
+		o, err := ParseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if got := o.clusterConfig("malachid").Kafka; got != tc.kafka {
+			t.Errorf("%q: Kafka listeners %v, want %v", tc.args, got, tc.kafka)
+		}
+	}
+	for _, bad := range []string{"-1", "65"} {
+		if _, err := ParseFlags([]string{"--clients", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), "--clients "+bad) {
+			t.Errorf("--clients %s: %v, want a usage error naming it", bad, err)
+		}
+	}
+}
+
+// TestClientsViolationFailsRun: a clients check with a lost record, or
+// one that could not read everything back, makes the run NOT HEALED and
+// says so in the text; a clean one changes nothing.
+func TestClientsViolationFailsRun(t *testing.T) {
+	healthy := evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}
+	k := kafkaload.Key(0, 1)
+	acked := []kafkaload.Record{kafkaload.NewRecord(clientsTopic, 0, 0, k, kafkaload.Value(k, 32))}
+	for _, tc := range []struct {
+		name string
+		rep  kafkaload.Report
+		ok   bool
+		text string
+	}{
+		{"clean", kafkaload.Report{Producers: 2, Topic: clientsTopic, Result: kafkaload.Check(acked, acked)}, true,
+			"clients            ok: 2 producers on topic demo-clients: 1 acknowledged, 1 read back, 0 lost"},
+		{"lost", kafkaload.Report{Producers: 2, Topic: clientsTopic, Result: kafkaload.Check(acked, nil)}, false,
+			"VIOLATION lost: demo-clients/0@0"},
+		{"check incomplete", kafkaload.Report{Producers: 2, Topic: clientsTopic, Error: "context deadline exceeded"}, false,
+			"check incomplete: context deadline exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Report{Brokers: 3, ReplicationFactor: 3, Segments: 2, Clients: &tc.rep}
+			r.finish(healthy, 0, nil)
+			var text bytes.Buffer
+			r.writeText(&text)
+			if r.OK != tc.ok || !strings.Contains(text.String(), tc.text) {
+				t.Fatalf("OK %v, want %v; text lacks %q:\n%s", r.OK, tc.ok, tc.text, text.String())
+			}
+			doc, js := reportJSON(t, r)
+			c, ok := doc["clients"].(map[string]any)
+			if !ok || c["acknowledged"] != float64(tc.rep.Acknowledged) || c["lost"] != float64(tc.rep.Lost) {
+				t.Fatalf("JSON clients section: %s", js)
+			}
+		})
+	}
+}
+
+// TestClientsShort runs the demo on 4 real brokers with two Kafka
+// producers through a broker kill and its restart: every acknowledged
+// record is read back, nothing lost, duplicated or out of order.
+func TestClientsShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 real brokers")
+	}
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "malachid")
+	if err := harness.Build(context.Background(), root, "./cmd/malachid", bin); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--brokers", "4", "--rf", "3", "--segments", "10", "--segment-size", "16KiB", "--faults", "kill,restart",
+		"--clients", "2", "--malachid", bin, "--json", "--dir", t.TempDir()}
+	o, err := ParseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code := Run(context.Background(), o, &out, &lineLog{t: t})
+	var rep Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, out.String())
+	}
+	c := rep.Clients
+	if c == nil {
+		t.Fatalf("no clients section (exit %d): %s", code, rep.Error)
+	}
+	var text strings.Builder
+	c.WriteText(&text)
+	t.Log(text.String())
+	switch {
+	case code != 0 || !rep.OK:
+		t.Fatalf("exit %d, ok %v: %s", code, rep.OK, rep.Error)
+	case c.Error != "":
+		t.Fatalf("the check could not read everything back: %s", c.Error)
+	case c.Acknowledged == 0 || c.ReadBack != c.Acknowledged:
+		t.Fatalf("%d acknowledged, %d read back", c.Acknowledged, c.ReadBack)
+	case c.Lost+c.Duplicated+c.OutOfOrder != 0:
+		t.Fatalf("lost %d, duplicated %d, out of order %d: %s", c.Lost, c.Duplicated, c.OutOfOrder, strings.Join(c.Violations, "; "))
+	case c.Read < c.Acknowledged:
+		t.Fatalf("%d read, fewer than the %d acknowledged", c.Read, c.Acknowledged)
+	}
+}

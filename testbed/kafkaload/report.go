@@ -1,0 +1,122 @@
+package kafkaload
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Report is a load's history checked against what was read back: the
+// clients section of a demo's report.
+type Report struct {
+	Producers int    `json:"producers"`
+	Topic     string `json:"topic"`
+	// Produced counts the records handed to the producers; ProduceFailures
+	// those answered with an error (not acknowledged: allowed, while a
+	// broker is down or at the end of the run), FirstFailure the first.
+	Produced        int    `json:"produced"`
+	ProduceFailures int    `json:"produce_failures"`
+	FirstFailure    string `json:"first_failure,omitempty"`
+	// LongestStallSeconds is History.LongestStall: the longest time
+	// without an acknowledgement (a broker down, a partition resealed).
+	LongestStallSeconds float64 `json:"longest_stall_seconds"`
+	// HighWatermarks are the partitions' ends the check read up to.
+	HighWatermarks map[int32]int64 `json:"high_watermarks,omitempty"`
+	Result
+	// Error says why the check could not read everything back (every
+	// acknowledged record not read is then counted lost).
+	Error string `json:"error,omitempty"`
+}
+
+// OK says the check ran and found no violation.
+func (r *Report) OK() bool { return r.Error == "" && r.Result.OK() }
+
+// Finish stops l (flushing its buffered records until ctx ends), reads
+// every partition of its topic back with Consume, and checks one against
+// the other. A consume cut short by ctx is reported in Error, and the
+// records it read are still checked.
+func (l *Load) Finish(ctx context.Context) *Report {
+	h := l.Stop(ctx)
+	read, ends, err := l.cfg.Consume(ctx)
+	rep := &Report{Producers: l.cfg.Producers, Topic: l.cfg.Topic, Produced: h.Produced, ProduceFailures: h.Failed,
+		FirstFailure: h.FirstFailure, LongestStallSeconds: h.LongestStall.Round(time.Millisecond).Seconds(),
+		HighWatermarks: ends, Result: Check(h.Acked, read)}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	l.cfg.Logger.Info().Int("acked", rep.Acknowledged).Int("read_back", rep.ReadBack).Int("lost", rep.Lost).
+		Int("duplicated", rep.Duplicated).Int("out_of_order", rep.OutOfOrder).Msg("kafka load checked")
+	return rep
+}
+
+// WriteText prints the report for a person: one line of figures, then
+// the first failure, each violation and the error, indented.
+func (r *Report) WriteText(w io.Writer) {
+	verdict := "ok"
+	if !r.OK() {
+		verdict = "VIOLATION"
+	}
+	fmt.Fprintf(w, "clients            %s: %d producers on topic %s: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures (not acknowledged, allowed)\n",
+		verdict, r.Producers, r.Topic, r.Acknowledged, r.ReadBack, r.Lost, r.Duplicated, r.OutOfOrder, r.ProduceFailures)
+	fmt.Fprintf(w, "                   longest time without an acknowledgement %.3fs\n", r.LongestStallSeconds)
+	if r.FirstFailure != "" {
+		fmt.Fprintf(w, "                   first produce failure: %s\n", r.FirstFailure)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "                   VIOLATION %s\n", v)
+	}
+	if r.More > 0 {
+		fmt.Fprintf(w, "                   and %d more violations\n", r.More)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "                   check incomplete: %s\n", r.Error)
+	}
+}
+
+// AllViolations lists the report's violations as one string each, the
+// check's error first (nothing when OK).
+func (r *Report) AllViolations() []string {
+	var out []string
+	if r.Error != "" {
+		out = append(out, "clients: check incomplete: "+r.Error)
+	}
+	for _, v := range r.Violations {
+		out = append(out, "clients: "+v)
+	}
+	if r.More > 0 {
+		out = append(out, fmt.Sprintf("clients: and %d more", r.More))
+	}
+	return out
+}
+
+// Manual is what a person needs to produce to a cluster by hand.
+type Manual struct {
+	Seeds         []string
+	CA, Cert, Key string // "" with a plaintext cluster
+	Topic         string
+}
+
+// Kcat is a kcat command line that produces a line of standard input per
+// record to m's topic, over mutual TLS with m's certificate when it has
+// one.
+func (m Manual) Kcat() string {
+	args := []string{"kcat", "-b", strings.Join(m.Seeds, ",")}
+	if m.Cert != "" {
+		args = append(args, "-X", "security.protocol=ssl", "-X", "ssl.ca.location="+quote(m.CA),
+			"-X", "ssl.certificate.location="+quote(m.Cert), "-X", "ssl.key.location="+quote(m.Key))
+	}
+	return strings.Join(append(args, "-t", m.Topic, "-P"), " ")
+}
+
+// quote shell-quotes s when it holds anything a shell would split or
+// expand.
+func quote(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
