@@ -184,7 +184,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.logf("cluster up: broker %d leads", leader)
-	if err := d.waitRegistered(ctx, 60*time.Second); err != nil {
+	if err := d.c.WaitRegistered(ctx, 60*time.Second); err != nil {
 		return err
 	}
 	if err := d.load(ctx); err != nil {
@@ -213,36 +213,6 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// harness.LocateMalachid returns the broker binary: --malachid, or a fresh build of
-// ./cmd/malachid from the module root above the working directory.
-// waitRegistered waits until the metadata lists every broker, so that the
-// loader can place segments on all of them.
-func (d *demo) waitRegistered(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		snap, err := d.leaderClient(ctx).Metadata(pctx)
-		cancel()
-		if err == nil && len(snap.Brokers) >= d.o.Brokers && snap.ReplicationFactor > 0 {
-			return nil
-		}
-		if err := d.c.UnexpectedExit(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = fmt.Errorf("%d of %d brokers registered, replication factor %d", len(snap.Brokers), d.o.Brokers, snap.ReplicationFactor)
-			}
-			return fmt.Errorf("brokers not registered in the metadata after %v: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // load creates, writes and seals the segments through /v1/load, in chunks
@@ -316,13 +286,8 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 
 // leaderClient is the leader's admin client, or any running broker's.
 func (d *demo) leaderClient(ctx context.Context) *admin.Client {
-	if id, err := d.c.Leader(ctx, false); err == nil {
-		if b := d.c.Broker(id); b != nil && b.Alive() {
-			return b.Client
-		}
-	}
-	if run := d.c.Running(); len(run) > 0 {
-		return run[0].Client
+	if b := d.c.LeaderOrAny(ctx); b != nil {
+		return b.Client
 	}
 	return d.c.Brokers()[0].Client // none running: its error will name it
 }

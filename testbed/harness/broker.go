@@ -24,8 +24,8 @@ type Broker struct {
 	Host                   string
 	Admin, Raft, RPC, Data string // host:port
 	// Kafka is its kafka_listen address, "" without Config.Kafka.
-	Kafka string
-	ConfigPath, LogPath    string
+	Kafka               string
+	ConfigPath, LogPath string
 	// Prefix is put before the malachid command line (nil: none), e.g.
 	// {"nsenter", "--net=/run/netns/NAME", "--"} to run it in a network namespace.
 	Prefix []string
