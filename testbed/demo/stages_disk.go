@@ -96,7 +96,7 @@ func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
 	deadline := time.Now().Add(d.o.StageTimeout)
 	why := "no heal pass seen"
 	for time.Now().Before(deadline) {
-		v, err := poll(ctx, d.c, false)
+		v, err := harness.Poll(ctx, d.c, false)
 		if err != nil {
 			why = err.Error()
 		} else if _, started, _, ok := admin.LastPass(v.Status); !ok {
@@ -554,7 +554,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 
 // orphans counts the copies b lists of sealed segments whose replica set
 // does not name b.
-func orphans(v *view, b meta.BrokerID) int {
+func orphans(v *harness.View, b meta.BrokerID) int {
 	n := 0
 	for id := range v.Copies[b] {
 		if s, ok := v.Snap.Segment(id); ok && s.Sealed && !s.HasReplica(b) {

@@ -168,58 +168,43 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 // go on.
 func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
 	sub := d.c.Without(b.ID)
-	live := d.liveSet()
-	delete(live, b.ID)
+	live := func() map[meta.BrokerID]bool {
+		m := d.liveSet()
+		delete(m, b.ID)
+		return m
+	}
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
-	var why string
-	for !time.Now().After(deadline) {
-		if err := ctx.Err(); err != nil {
-			p.Finish("interrupted")
-			return time.Time{}, "", err
-		}
-		if err := d.c.UnexpectedExit(); err != nil {
-			p.Finish("a broker died")
-			fr.Error = err.Error()
-			return time.Time{}, "", err
-		}
-		v, err := poll(ctx, sub, true)
-		if err == nil && evaluate(v, d.o.RF, live, d.checkCopy).UnderReplicated == 0 {
-			v, err = poll(ctx, sub, false)
-		}
-		if err != nil {
-			why = err.Error()
-			time.Sleep(d.o.Poll)
-			continue
-		}
-		e := evaluate(v, d.o.RF, live, d.checkCopy)
+	seen := func(v *harness.View, e harness.Evaluation) {
 		d.countPasses(ctx, sub, feed, fr)
-		moved := movedOff(v, targets, b.ID)
-		p.Set(moved, len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
-		clean, cwhy := passClean(v)
-		switch {
-		case d.deadSeen.IsZero():
-			why = fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
-		case moved < len(targets):
-			why = fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
-		case !e.OK():
-			why = fmt.Sprintf("%d segments unhealthy", len(e.Unhealthy))
-		case !clean:
-			why = cwhy
-		case len(v.Unreachable) > 0:
-			why = v.Unreachable[0]
-		default:
-			p.Finish("re-replicated and verified")
-			return v.At, "", nil
+		p.Set(movedOff(v, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
+	}
+	pending := func(v *harness.View, e harness.Evaluation) string {
+		if d.deadSeen.IsZero() {
+			return fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
 		}
-		time.Sleep(d.o.Poll)
+		if moved := movedOff(v, targets, b.ID); moved < len(targets) {
+			return fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
+		}
+		_, why := passClean(v)
+		return why
+	}
+	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: live, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
+	if err == nil {
+		p.Finish("re-replicated and verified")
+		return v.At, "", nil
+	}
+	if e := fatal(ctx, err, d); e != nil {
+		p.Finish("interrupted, or a broker died")
+		fr.Error = e.Error()
+		return time.Time{}, "", e
 	}
 	p.Finish("timed out")
-	return time.Time{}, why, nil
+	return time.Time{}, err.Error(), nil
 }
 
 // movedOff counts the segments of targets whose set in v no longer names
 // broker id.
-func movedOff(v *view, targets []meta.SegmentID, id meta.BrokerID) int {
+func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
 	n := 0
 	for _, t := range targets {
 		if s, ok := v.Snap.Segment(t); ok && !s.HasReplica(id) {
@@ -754,7 +739,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
-			if view, err := poll(ctx, d.c, false); err == nil {
+			if view, err := harness.Poll(ctx, d.c, false); err == nil {
 				e := d.observe(view)
 				for other, why := range e.Unhealthy {
 					if other != id {
@@ -960,7 +945,7 @@ func (r *lostRun) watch(ctx context.Context) error {
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
-			if view, err := poll(ctx, d.c, false); err == nil {
+			if view, err := harness.Poll(ctx, d.c, false); err == nil {
 				for other, why := range d.observe(view).Unhealthy {
 					if !slices.Contains(ids, other) {
 						r.add(fmt.Sprintf("%s became unhealthy: %s", other, why))
