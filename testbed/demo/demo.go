@@ -345,7 +345,7 @@ func (d *demo) liveSet() map[meta.BrokerID]bool {
 	return live
 }
 
-// checkCopy: the broker's word (basicCheck, and confirmed when exposed),
+// checkCopy: the broker's word (harness.CheckCopy, and confirmed when exposed),
 // then the demo's own audit of the file.
 func (d *demo) checkCopy(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
 	if bad := harness.CheckCopy(seg, lc, listed); bad != "" {

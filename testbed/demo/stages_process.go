@@ -596,30 +596,9 @@ const nospareReason = "no_spare_broker"
 // than a grace delay apart and the mass-failure brake does not hold.
 func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "nospare"}
-	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
-		if err := d.reviveAll(ctx); err != nil {
-			fr.Error = err.Error()
-			return fr, err
-		}
-	}
-	killed := 0
-	for len(d.c.Running()) > d.o.RF {
-		k := d.pickFollower()
-		if k == nil {
-			fr.notInjected("no follower to kill down to the replication factor")
-			return fr, nil
-		}
-		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
-		if err := d.c.Kill(k); err != nil {
-			fr.Error = err.Error()
-			return fr, err
-		}
-		killed++
-		tmp := FaultReport{Stage: "nospare-kill"}
-		if err := d.waitHealed(ctx, &tmp, "re-replicating", time.Now(), nil, d.o.StageTimeout); err != nil {
-			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
-			return fr, fatal(ctx, err, d)
-		}
+	killed, err := d.killToFactor(ctx, &fr)
+	if killed < 0 || err != nil {
+		return fr, err
 	}
 	vs := d.pickVictims(1)
 	if len(vs) == 0 {
@@ -632,14 +611,14 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr.What = fmt.Sprintf("latch %s on %d, %d running", id, lb.ID, len(d.c.Running()))
 	d.logf("stage nospare: %d brokers run (replication factor %d: no spare); latch %s on broker %d", len(d.c.Running()), d.o.RF, id, lb.ID)
 	latchAt := time.Now()
-	if err := lb.Client.Latch(ctx, id); err != nil {
+	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindLatch, Brokers: []*harness.Broker{lb}, Segments: []meta.Segment{v.seg}})
+	if err != nil {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	fr.Latched = []heal.CopyRef{{Segment: id, Broker: lb.ID}}
+	fr.Latched = in.Lost
 	d.aud.Forget(copyPath(lb, id))
-
 	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
 	}, harness.NewPassFeed(latchAt))
@@ -652,11 +631,53 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 		d.logf("  nospare: %s", fr.Error)
 	}
 	fr.Detected = tally.detected()
+	return fr, d.sparesBack(ctx, &fr, v, problems)
+}
 
-	// Spares back: the latched copy must be replaced. A restarted broker
-	// may still hold an old intact copy (from before it was killed),
-	// resumed in place at no cost: the estimate counts what each file
-	// lacked before the restart.
+// killToFactor kills followers one at a time until exactly RF brokers
+// run, each after the previous one healed, so that their deaths are far
+// more than a grace delay apart and the mass-failure brake does not hold.
+// It first revives every broker unless the running ones are healthy and
+// at least RF (the backfill-kill stage leaves two of five dead and
+// everything healed on the three others: what the nospare stage needs).
+// It returns how many it killed, -1 when the stage cannot go on (fr says
+// why).
+func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
+	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
+		if err := d.reviveAll(ctx); err != nil {
+			fr.Error = err.Error()
+			return -1, err
+		}
+	}
+	killed := 0
+	for len(d.c.Running()) > d.o.RF {
+		k := d.pickFollower()
+		if k == nil {
+			fr.notInjected("no follower to kill down to the replication factor")
+			return -1, nil
+		}
+		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
+		if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{k}}); err != nil {
+			fr.Error = err.Error()
+			return -1, err
+		}
+		killed++
+		tmp := FaultReport{Stage: "nospare-kill"}
+		if err := d.waitHealed(ctx, &tmp, "re-replicating", time.Now(), nil, d.o.StageTimeout); err != nil {
+			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
+			return -1, fatal(ctx, err, d)
+		}
+	}
+	return killed, nil
+}
+
+// sparesBack restarts the dead brokers: the latched copy of v must then
+// be replaced. A restarted broker may still hold an old intact copy (from
+// before it was killed), resumed in place at no cost: the estimate counts
+// what each file lacked before the restart. It sets fr's verdict, adding
+// to the problems the watch found.
+func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems []string) error {
+	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
 	for _, b := range d.c.Brokers() {
 		if fi, err := os.Stat(copyPath(b, id)); err == nil && b.ID != lb.ID {
@@ -673,7 +694,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 			d.logf("  restarting broker %d: a spare again", b.ID)
 			if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 				fr.Error = err.Error()
-				return fr, fatal(ctx, err, d)
+				return fatal(ctx, err, d)
 			}
 		}
 	}
@@ -682,32 +703,29 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
 	fr.Passes += healed.Passes
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	if s, ok := d.last.Snap.Segment(id); ok {
-		for _, r := range s.Replicas {
-			if !slices.Contains(setBefore, r) {
-				fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
-			}
+	s, ok := d.last.Snap.Segment(id)
+	for i := 0; ok && i < len(s.Replicas); i++ {
+		if r := s.Replicas[i]; !slices.Contains(setBefore, r) {
+			fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
 		}
 	}
 	if err != nil {
-		fr.Error = strings.TrimPrefix(fr.Error+"; ", "; ") + "after the restarts: " + err.Error()
-		return fr, fatal(ctx, err, d)
+		fr.Error = joinErr(fr.Error, "after the restarts: "+err.Error())
+		return fatal(ctx, err, d)
 	}
-	if s, ok := d.last.Snap.Segment(id); ok {
+	if ok {
 		if lc, listed := d.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
 			problems = append(problems, fmt.Sprintf("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id))
 		}
-		addNote(&fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
+		addNote(fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
 			id, s.Replicas, lb.ID, fmtSeconds(healed.SecondsToHeal))
 	}
-	fr.SecondsToHeal = healed.SecondsToHeal
-	fr.healedAt = healed.healedAt
-	fr.Affected = healed.Affected
+	fr.SecondsToHeal, fr.healedAt, fr.Affected = healed.SecondsToHeal, healed.healedAt, healed.Affected
 	fr.Healed = len(problems) == 0 && healed.Healed
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 	}
-	return fr, nil
+	return nil
 }
 
 // noSparePasses is how many heal passes the nospare and lost stages watch
