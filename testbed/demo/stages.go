@@ -24,36 +24,23 @@ type victim struct {
 func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 	d.logf("")
 	switch st {
-	case "kill":
-		return d.stageKill(ctx, "kill", false)
-	case "leader":
-		return d.stageKill(ctx, "leader", true)
+	case "kill", "leader":
+		return d.stageKill(ctx, st, st == "leader")
 	case "delete", "truncate", "extend", "bitflip", "latch":
 		return d.stageFile(ctx, harness.Kind(st))
-	case "restart":
-		return d.stageRestart(ctx)
-	case "pause":
-		return d.stagePause(ctx)
-	case "swap":
-		return d.stageSwap(ctx)
-	case "diskfull":
-		return d.stageDiskFull(ctx)
-	case "readonly":
-		return d.stageReadOnly(ctx)
-	case "backfill-kill":
-		return d.stageBackfillKill(ctx)
-	case "nospare":
-		return d.stageNoSpare(ctx)
-	case "lost":
-		return d.stageLost(ctx)
-	case "rebalance":
-		return d.stageRebalance(ctx)
-	case "decommission":
-		return d.stageDecommission(ctx)
-	case "maintenance":
-		return d.stageMaintenance(ctx)
+	}
+	if run, ok := stages[st]; ok {
+		return run(d, ctx)
 	}
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
+}
+
+// stages are the stages of a function of their own, by name.
+var stages = map[string]func(*demo, context.Context) (FaultReport, error){
+	"restart": (*demo).stageRestart, "pause": (*demo).stagePause, "swap": (*demo).stageSwap,
+	"diskfull": (*demo).stageDiskFull, "readonly": (*demo).stageReadOnly, "backfill-kill": (*demo).stageBackfillKill,
+	"nospare": (*demo).stageNoSpare, "lost": (*demo).stageLost, "rebalance": (*demo).stageRebalance,
+	"decommission": (*demo).stageDecommission, "maintenance": (*demo).stageMaintenance,
 }
 
 // sizes returns, for each target segment, the size of the copy on each of

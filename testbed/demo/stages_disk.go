@@ -364,6 +364,19 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 	return r, nil
 }
 
+// diskStage begins a disk stage (beginDisk) and strikes kind
+// (strikeDisk) at start; a nil Injection when the stage cannot run or
+// failed (the error).
+func (d *demo) diskStage(ctx context.Context, fr *FaultReport, kind harness.Kind) (*diskRun, *harness.Injection, time.Time, error) {
+	r, err := d.beginDisk(ctx, fr)
+	if r == nil {
+		return nil, nil, time.Time{}, err
+	}
+	start := time.Now()
+	in, err := d.strikeDisk(ctx, fr, r, kind)
+	return r, in, start, err
+}
+
 // strikeDisk cuts the disk's copies and injects kind (diskfull, readonly)
 // with the broker frozen, so that no heal pass sees a half-made fault.
 func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind harness.Kind) (*harness.Injection, error) {
@@ -412,12 +425,7 @@ func (d *demo) diskWhile(ctx context.Context, fr *FaultReport, r *diskRun, state
 
 func (d *demo) stageDiskFull(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "diskfull"}
-	r, err := d.beginDisk(ctx, &fr)
-	if r == nil {
-		return fr, err
-	}
-	start := time.Now()
-	in, err := d.strikeDisk(ctx, &fr, r, harness.KindDiskFull)
+	r, in, start, err := d.diskStage(ctx, &fr, harness.KindDiskFull)
 	if in == nil {
 		return fr, err
 	}
@@ -507,12 +515,7 @@ func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *ha
 
 func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "readonly"}
-	r, err := d.beginDisk(ctx, &fr)
-	if r == nil {
-		return fr, err
-	}
-	start := time.Now()
-	in, err := d.strikeDisk(ctx, &fr, r, harness.KindReadOnly)
+	r, in, start, err := d.diskStage(ctx, &fr, harness.KindReadOnly)
 	if in == nil {
 		return fr, err
 	}
