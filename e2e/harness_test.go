@@ -318,16 +318,11 @@ func (c *cluster) eventually(timeout time.Duration, what string, cond func() boo
 	}
 }
 
-// leader returns the leader as seen by the live brokers (0 if none agree).
+// leader returns the leader as the live brokers see it
+// (harness.Cluster.LeaderBroker), 0 when none names one.
 func (c *cluster) leader() int {
-	for _, b := range c.brokers {
-		if !c.alive(b.id) {
-			continue
-		}
-		var h health
-		if c.get(b.id, "/v1/health", &h) == nil && h.IsLeader {
-			return b.id
-		}
+	if b := c.h.LeaderBroker(context.Background()); b != nil {
+		return int(b.ID)
 	}
 	return 0
 }
@@ -339,21 +334,13 @@ func (c *cluster) waitLeader(timeout time.Duration) int {
 	return l
 }
 
-// waitRegistered waits until every live broker is in the metadata.
+// waitRegistered waits until every live broker is in the metadata
+// (harness.Cluster.WaitRegistered).
 func (c *cluster) waitRegistered(timeout time.Duration) {
 	c.t.Helper()
-	c.eventually(timeout, "every broker registered", func() bool {
-		snap, err := c.metadata(c.anyAlive())
-		if err != nil {
-			return false
-		}
-		for _, b := range c.brokers {
-			if _, ok := snap.Broker(meta.BrokerID(b.id)); !ok && c.alive(b.id) {
-				return false
-			}
-		}
-		return true
-	})
+	if err := c.h.WaitRegistered(context.Background(), timeout); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 func (c *cluster) anyAlive(except ...int) int {
@@ -508,22 +495,26 @@ func (c *cluster) fullyHealed(snap meta.Snapshot, rf int, dead map[meta.BrokerID
 }
 
 // checkCopies asserts that every live replica holds an exact sealed copy
-// of every segment it is assigned.
+// of every segment it is assigned, as its broker lists it
+// (harness.CheckCopy).
 func (c *cluster) checkCopies(snap meta.Snapshot) {
 	c.t.Helper()
-	byBroker := map[int]map[string]copyInfo{}
+	byBroker := map[meta.BrokerID]map[meta.SegmentID]admin.Copy{}
 	for _, s := range snap.Segments {
 		for _, r := range s.Replicas {
-			id := int(r)
-			if !c.alive(id) {
+			if !c.alive(int(r)) {
 				continue
 			}
-			if byBroker[id] == nil {
-				byBroker[id] = c.copies(id)
+			if byBroker[r] == nil {
+				cs, err := c.b(int(r)).Client.Copies(context.Background())
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				byBroker[r] = harness.CopiesByID(cs)
 			}
-			ci, ok := byBroker[id][string(s.ID)]
-			if !ok || !ci.Sealed || ci.Latched || ci.Size != s.ByteSize+40 {
-				c.t.Errorf("segment %s on broker %d: copy %+v (present %v), want sealed, unlatched, %d bytes", s.ID, id, ci, ok, s.ByteSize+40)
+			lc, ok := byBroker[r][s.ID]
+			if why := harness.CheckCopy(s, lc, ok); why != "" {
+				c.t.Errorf("segment %s on broker %d: copy %+v: %s", s.ID, r, lc, why)
 			}
 		}
 	}

@@ -234,7 +234,7 @@ func TestRestartClearsLatch(t *testing.T) {
 		old, _ := before.Segment(s.ID)
 		// The latched copy may have been moved behind the healthy ones
 		// (reads avoid it); the set itself must be the same.
-		if !sameSet(s.Replicas, old.Replicas) {
+		if !harness.SameSet(s.Replicas, old.Replicas) {
 			t.Errorf("%s moved: %v -> %v", s.ID, old.Replicas, s.Replicas)
 		}
 	}
@@ -320,22 +320,6 @@ func TestBadConfigExit2(t *testing.T) {
 			t.Errorf("%v: exit %v, output %q; want exit 2 naming %s", tc.args, err, out, tc.want)
 		}
 	}
-}
-
-func sameSet(a, b []meta.BrokerID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		found := false
-		for _, y := range b {
-			found = found || x == y
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 // The performance goal: 5 brokers, sealed segments of 1 MiB at

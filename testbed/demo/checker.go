@@ -9,6 +9,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The nemesis's checker is pure: its inputs are what the nemesis observed
@@ -27,20 +28,6 @@ type Injected struct {
 	// DuringWrite names the segment whose write was in flight (begun and
 	// not answered) when a kill was sent: the kill struck mid-write.
 	DuringWrite meta.SegmentID `json:"during_write,omitempty"`
-}
-
-// cutOff says whether the fault cuts its Brokers off from the majority
-// (an isolated broker, a partition's minority side).
-func (f Injected) cutOff() bool { return f.Kind == KindIsolate || f.Kind == KindPartition }
-
-// down says whether the fault keeps its brokers from reporting (for a
-// partition: its Brokers are the minority side).
-func (f Injected) down() bool {
-	switch f.Kind {
-	case KindKill, KindPause, KindSwap, KindQuorumLoss, KindIsolate, KindPartition:
-		return true
-	}
-	return false
 }
 
 // PassObs is one heal pass seen in the leader's /v1/status.
@@ -210,7 +197,7 @@ func damagedAt(o Observations, seg meta.SegmentID, t time.Time) map[meta.BrokerI
 				hit = append(hit, c.Broker)
 			}
 		}
-		if f.Kind == KindSwap {
+		if f.Kind == harness.KindSwap {
 			hit = append(hit, f.Brokers...)
 		}
 		for _, b := range hit {
@@ -284,7 +271,7 @@ func checkDeadReported(o Observations) []Violation {
 	slack := o.slack()
 	for _, p := range o.Passes {
 		for _, f := range o.Faults {
-			if !f.down() || f.Kind == KindQuorumLoss {
+			if !f.Kind.Down() || f.Kind == harness.KindQuorumLoss {
 				continue
 			}
 			if !within(p, f, slack) {
@@ -330,7 +317,7 @@ func losses(o Observations, seg meta.SegmentID) int {
 		}
 		for _, b := range f.Brokers {
 			end := f.End
-			if f.down() {
+			if f.Kind.Down() {
 				end = backAt(o, b, f.End)
 			}
 			if end.IsZero() {
@@ -384,7 +371,7 @@ func checkSetChanges(o Observations) []Violation {
 		changes := 0
 		sets := o.Sets[id]
 		for i := 1; i < len(sets); i++ {
-			if !sameSet(sets[i-1].Replicas, sets[i].Replicas) {
+			if !harness.SameSet(sets[i-1].Replicas, sets[i].Replicas) {
 				changes++
 			}
 		}
@@ -395,17 +382,10 @@ func checkSetChanges(o Observations) []Violation {
 	return out
 }
 
-func sameSet(a, b []meta.BrokerID) bool {
-	x, y := slices.Clone(a), slices.Clone(b)
-	slices.Sort(x)
-	slices.Sort(y)
-	return slices.Equal(x, y)
-}
-
 func fmtSets(sets []SetObs) string {
 	s := ""
 	for i, o := range sets {
-		if i > 0 && sameSet(sets[i-1].Replicas, o.Replicas) {
+		if i > 0 && harness.SameSet(sets[i-1].Replicas, o.Replicas) {
 			continue
 		}
 		s += fmt.Sprintf(" v%d%v", o.Version, o.Replicas)
@@ -434,7 +414,7 @@ func checkHold(o Observations) []Violation {
 		}
 		var ds []down
 		for _, f := range o.Faults {
-			if !f.down() || !within(p, f, slack) {
+			if !f.Kind.Down() || !within(p, f, slack) {
 				continue
 			}
 			for _, b := range f.Brokers {
@@ -475,7 +455,7 @@ func checkMinority(o Observations) []Violation {
 	var out []Violation
 	bound := o.stepDown()
 	for _, f := range o.Faults {
-		if !f.cutOff() {
+		if !f.Kind.CutOff() {
 			continue
 		}
 		from := f.Start.Add(bound)
@@ -512,7 +492,7 @@ func keepsQuorum(o Observations, cut Injected) bool {
 	}
 	for _, f := range o.Faults {
 		overlaps := f.Start.Before(cut.End) && (f.End.IsZero() || f.End.After(cut.Start))
-		if !overlaps || len(f.Copies) > 0 || f.Kind == KindDiskFull {
+		if !overlaps || len(f.Copies) > 0 || f.Kind == harness.KindDiskFull {
 			continue
 		}
 		for _, b := range f.Brokers {
@@ -567,7 +547,7 @@ func quietBetween(o Observations, seg meta.SegmentID, a, b time.Time) bool {
 			return false
 		}
 	}
-	return sameSet(setAt(o.Sets[seg], a), setAt(o.Sets[seg], b))
+	return harness.SameSet(setAt(o.Sets[seg], a), setAt(o.Sets[seg], b))
 }
 
 // checkFailuresReported: a failure (a segment failed for a persistent

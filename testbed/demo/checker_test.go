@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
@@ -22,7 +24,7 @@ func cleanObs() Observations {
 	return Observations{
 		RF: 3, Brokers: 5, Grace: time.Second, Tick: 200 * time.Millisecond,
 		Acked:  []meta.SegmentID{"a"},
-		Faults: []Injected{{Kind: KindKill, Brokers: []meta.BrokerID{4}, Start: at(1), End: at(11)}},
+		Faults: []Injected{{Kind: harness.KindKill, Brokers: []meta.BrokerID{4}, Start: at(1), End: at(11)}},
 		Passes: []PassObs{
 			{Leader: 1, Number: 10, Started: at(5), Ended: at(5.2), Report: heal.Report{Dead: []meta.BrokerID{4}}},
 			{Leader: 1, Number: 11, Started: at(6), Ended: at(6.2), Report: heal.Report{Dead: []meta.BrokerID{4},
@@ -74,7 +76,7 @@ func TestCheckerClean(t *testing.T) {
 	}
 	// A pass omitting it while a fault began is not judged.
 	o.Passes[3].Report.Healed = nil
-	o.Faults = append(o.Faults, Injected{Kind: KindPause, Brokers: []meta.BrokerID{5}, Start: o.Passes[3].Ended, End: o.Passes[4].Ended.Add(time.Second)})
+	o.Faults = append(o.Faults, Injected{Kind: harness.KindPause, Brokers: []meta.BrokerID{5}, Start: o.Passes[3].Ended, End: o.Passes[4].Ended.Add(time.Second)})
 	if v := Check(o); len(v) != 0 {
 		t.Fatalf("a failure omitted while a fault began: %v", v)
 	}
@@ -85,7 +87,7 @@ func TestCheckerClean(t *testing.T) {
 // majority's new leader, publishes its first pass at 14 s.
 func isolateLeader(o *Observations) {
 	at := func(s float64) time.Time { return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second))) }
-	o.Faults = append(o.Faults, Injected{Kind: KindIsolate, Brokers: []meta.BrokerID{1}, Start: at(12), End: at(18)})
+	o.Faults = append(o.Faults, Injected{Kind: harness.KindIsolate, Brokers: []meta.BrokerID{1}, Start: at(12), End: at(18)})
 	o.Passes = append(o.Passes,
 		PassObs{Leader: 1, Number: 12, Started: at(11.8), Ended: at(12.5), Report: heal.Report{Aborted: true}},
 		PassObs{Leader: 2, Number: 1, Ended: at(14)})
@@ -151,7 +153,7 @@ func TestCheckerFires(t *testing.T) {
 		{"last copy deleted", "last-copy", "no other intact copy", func(o *Observations) {
 			// 1 and 2 were damaged by the nemesis just before the pass
 			// deleted 4's copy, and never replaced.
-			o.Faults = append(o.Faults, Injected{Kind: KindDelete, Brokers: []meta.BrokerID{1, 2},
+			o.Faults = append(o.Faults, Injected{Kind: harness.KindDelete, Brokers: []meta.BrokerID{1, 2},
 				Copies: []heal.CopyRef{{Segment: "a", Broker: 1}, {Segment: "a", Broker: 2}}, Start: at(*o, 5.8), End: at(*o, 5.8)})
 			o.Sets["a"] = o.Sets["a"][:1]
 		}},
@@ -244,7 +246,7 @@ func TestSetChangesCountTheFaultUntilHealSeesTheBrokerBack(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	o := cleanObs()
-	o.Faults[0].Kind = KindSwap
+	o.Faults[0].Kind = harness.KindSwap
 	o.Sets["c"] = []SetObs{{At: at(14.2), Version: 2, Replicas: []meta.BrokerID{2, 3, 4}}, {At: at(15.1), Version: 3, Replicas: []meta.BrokerID{2, 3, 5}}}
 	o.Passes = append(o.Passes,
 		PassObs{Leader: 1, Number: 12, Started: at(11.1), Ended: at(13), Report: heal.Report{Dead: []meta.BrokerID{4}}},

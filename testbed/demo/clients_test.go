@@ -45,7 +45,7 @@ func TestClientsFlag(t *testing.T) {
 // one that could not read everything back, makes the run NOT HEALED and
 // says so in the text; a clean one changes nothing.
 func TestClientsViolationFailsRun(t *testing.T) {
-	healthy := evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}
+	healthy := harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}
 	k := kafkaload.Key(0, 1)
 	acked := []kafkaload.Record{kafkaload.NewRecord(clientsTopic, 0, 0, k, kafkaload.Value(k, 32))}
 	for _, tc := range []struct {

@@ -29,8 +29,8 @@ type demo struct {
 	aud    *auditor
 	rng    *rand.Rand
 	rep    *Report
-	last   *view
-	lastEv evaluation
+	last   *harness.View
+	lastEv harness.Evaluation
 	// brokerVerified: /v1/copies carries a confirmed flag per copy.
 	brokerVerified bool
 	killed         *harness.Broker // by the kill stage, until restarted
@@ -78,7 +78,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	runErr := d.run(ctx)
 	d.finishClients(ctx)
 	if d.c != nil && d.last != nil && ctx.Err() == nil {
-		if v, err := poll(ctx, d.c, false); err == nil {
+		if v, err := harness.Poll(ctx, d.c, false); err == nil {
 			d.observe(v)
 		}
 	}
@@ -194,7 +194,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.logf("cluster up: broker %d leads", leader)
-	if err := d.waitRegistered(ctx, 60*time.Second); err != nil {
+	if err := d.c.WaitRegistered(ctx, 60*time.Second); err != nil {
 		return err
 	}
 	if err := d.load(ctx); err != nil {
@@ -226,36 +226,6 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// harness.LocateMalachid returns the broker binary: --malachid, or a fresh build of
-// ./cmd/malachid from the module root above the working directory.
-// waitRegistered waits until the metadata lists every broker, so that the
-// loader can place segments on all of them.
-func (d *demo) waitRegistered(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		snap, err := d.leaderClient(ctx).Metadata(pctx)
-		cancel()
-		if err == nil && len(snap.Brokers) >= d.o.Brokers && snap.ReplicationFactor > 0 {
-			return nil
-		}
-		if err := d.c.UnexpectedExit(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = fmt.Errorf("%d of %d brokers registered, replication factor %d", len(snap.Brokers), d.o.Brokers, snap.ReplicationFactor)
-			}
-			return fmt.Errorf("brokers not registered in the metadata after %v: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // load creates, writes and seals the segments through /v1/load, in chunks
@@ -330,20 +300,15 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 
 // leaderClient is the leader's admin client, or any running broker's.
 func (d *demo) leaderClient(ctx context.Context) *admin.Client {
-	if id, err := d.c.Leader(ctx, false); err == nil {
-		if b := d.c.Broker(id); b != nil && b.Alive() {
-			return b.Client
-		}
-	}
-	if run := d.c.Running(); len(run) > 0 {
-		return run[0].Client
+	if b := d.c.LeaderOrAny(ctx); b != nil {
+		return b.Client
 	}
 	return d.c.Brokers()[0].Client // none running: its error will name it
 }
 
 // observe records a view: it evaluates it and counts heal passes.
-func (d *demo) observe(v *view) evaluation {
-	e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
+func (d *demo) observe(v *harness.View) harness.Evaluation {
+	e := harness.Evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
 	d.notePartitionSegments(v.Snap)
 	if v.MetadataOnly {
 		return e // d.last keeps the last full view: stages pick victims from it
@@ -356,9 +321,9 @@ func (d *demo) observe(v *view) evaluation {
 // finalCheck evaluates the last view with the segments of destroyed left
 // out (the lost stage destroyed them on purpose and they were reported as
 // required), counts the replica copies found intact, and returns the
-// evaluation with the number of segments the last heal pass reports
+// harness.Evaluation with the number of segments the last heal pass reports
 // failed, the destroyed ones left out too.
-func (d *demo) finalCheck(destroyed []meta.SegmentID) (evaluation, int) {
+func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) {
 	if d.last == nil {
 		return d.lastEv, 0
 	}
@@ -367,7 +332,7 @@ func (d *demo) finalCheck(destroyed []meta.SegmentID) (evaluation, int) {
 		return slices.Contains(destroyed, s.ID)
 	})
 	intact := 0
-	e := evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
+	e := harness.Evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
 		why := d.checkCopy(b, seg, lc, listed)
 		if why == "" && seg.HasReplica(b) {
 			intact++
@@ -395,10 +360,10 @@ func (d *demo) liveSet() map[meta.BrokerID]bool {
 	return live
 }
 
-// checkCopy: the broker's word (basicCheck, and confirmed when exposed),
+// checkCopy: the broker's word (harness.CheckCopy, and confirmed when exposed),
 // then the demo's own audit of the file.
 func (d *demo) checkCopy(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
-	if bad := basicCheck(seg, lc, listed); bad != "" {
+	if bad := harness.CheckCopy(seg, lc, listed); bad != "" {
 		return bad
 	}
 	if lc.Confirmed != nil && !*lc.Confirmed {
@@ -439,7 +404,7 @@ func (d *demo) copiesCarryConfirmed() bool {
 // passClean says the leader's latest heal report, at or after the view's
 // metadata index, found nothing left to do. Without a report (no plugin
 // status yet) it is false: verification is not assumed.
-func passClean(v *view) (bool, string) {
+func passClean(v *harness.View) (bool, string) {
 	r, _, _, ok := admin.LastPass(v.Status)
 	if !ok {
 		return false, "no heal report in the leader's /v1/status"
@@ -481,108 +446,77 @@ func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harnes
 	}
 }
 
-// waitHealed polls until every segment is healthy and verified, driving a
-// progress bar over the segments seen unhealthy since start, and counts
-// in fr every heal pass that ended since start (countPasses). targets are
-// segments known to be hit. It sets fr.Healed, fr.SecondsToHeal (from
-// start), fr.Affected and fr.Detected. Healthy with a heal pass left
-// unread (the pass history dropped it) is an error too.
+// waitHealed polls until every segment is healthy and verified
+// (harness.WaitHealed), driving a progress bar over the segments seen
+// unhealthy since start, and counts in fr every heal pass that ended since
+// start (countPasses). targets are segments known to be hit. It sets
+// fr.Healed, fr.SecondsToHeal (from start), fr.Affected and fr.Detected.
+// Healthy with a heal pass left unread (the pass history dropped it) is
+// an error too.
 func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	feed := harness.NewPassFeed(start)
 	affected := map[meta.SegmentID]bool{}
 	for _, id := range targets {
 		affected[id] = true
 	}
+	baseline := fr.Stage == "baseline"
 	p := newProgress(d.out, d.tty, label, max(len(affected), 1))
-	var why string
-	for {
-		if err := ctx.Err(); err != nil {
-			p.Finish("interrupted")
-			return err
+	seen := func(v *harness.View, e harness.Evaluation) {
+		if !v.MetadataOnly {
+			d.last, d.lastEv = v, e // what observe keeps, evaluated once
 		}
-		if err := d.c.UnexpectedExit(); err != nil {
-			p.Finish("a broker died")
-			return err
+		d.countPasses(ctx, d.c, feed, fr)
+		for id := range e.Unhealthy {
+			affected[id] = true
 		}
-		// While the metadata shows segments under-replicated, poll it
-		// alone; list the copies once the replica sets are whole.
-		v, err := poll(ctx, d.c, true)
-		if err == nil {
-			if e := evaluate(v, d.o.RF, d.liveSet(), d.checkCopy); e.UnderReplicated == 0 {
-				v, err = poll(ctx, d.c, false)
+		for _, s := range v.Snap.Segments {
+			if baseline && s.Sealed {
+				affected[s.ID] = true
 			}
 		}
-		if err != nil {
-			why = err.Error()
-		} else {
-			e := d.observe(v)
-			d.countPasses(ctx, d.c, feed, fr)
-			for id := range e.Unhealthy {
-				affected[id] = true
+		healthy := 0
+		for id := range affected {
+			if _, bad := e.Unhealthy[id]; !bad {
+				healthy++
 			}
-			if fr.Stage == "baseline" {
-				affected = map[meta.SegmentID]bool{}
-				for _, s := range v.Snap.Segments {
-					if s.Sealed {
-						affected[s.ID] = true
-					}
-				}
-			}
-			healthy := 0
-			for id := range affected {
-				if _, bad := e.Unhealthy[id]; !bad {
-					healthy++
-				}
-			}
-			clean, cwhy := true, ""
-			if !d.brokerVerified {
-				clean, cwhy = passClean(v)
-			}
-			note := ""
-			switch {
-			case len(v.Unreachable) > 0:
-				note = v.Unreachable[0]
-			case len(e.Unhealthy) > 0:
-				note = fmt.Sprintf("%d unhealthy", len(e.Unhealthy))
-			case !clean:
-				note = "awaiting verification"
-			}
-			p.Set(healthy, max(len(affected), 1), note)
-			sealedOK := fr.Stage != "baseline" || e.Sealed >= d.o.Segments
-			if e.OK() && clean && len(v.Unreachable) == 0 && sealedOK {
-				fr.Healed = true
-				fr.healedAt = v.At
-				fr.SecondsToHeal = seconds(v.At.Sub(start))
-				fr.Affected = len(affected)
-				p.Finish(fmt.Sprintf("healthy after %s (%d segments affected)", fmtSeconds(fr.SecondsToHeal), len(affected)))
-				if why := feed.Problem(); why != "" {
-					return fmt.Errorf("healthy, but %s", why)
-				}
-				return nil
-			}
-			why = cwhy
-			if len(e.Unhealthy) > 0 {
-				ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
-				for id := range e.Unhealthy {
-					ids = append(ids, id)
-				}
-				slices.Sort(ids)
-				why = fmt.Sprintf("%d segments unhealthy, e.g. %s: %s", len(ids), ids[0], e.Unhealthy[ids[0]])
-			} else if !sealedOK {
-				why = fmt.Sprintf("%d of %d segments sealed", e.Sealed, d.o.Segments)
-			}
-			fr.Affected = len(affected)
 		}
-		if time.Now().After(deadline) {
-			p.Finish("timed out")
-			return fmt.Errorf("not healthy after %v: %s", timeout, why)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(d.o.Poll):
-		}
+		fr.Affected = len(affected)
+		p.Set(healthy, max(len(affected), 1), progressNote(v, e))
 	}
+	pending := func(v *harness.View, e harness.Evaluation) string {
+		if baseline && e.Sealed < d.o.Segments {
+			return fmt.Sprintf("%d of %d segments sealed", e.Sealed, d.o.Segments)
+		}
+		if clean, why := passClean(v); !d.brokerVerified && !clean {
+			return why
+		}
+		return ""
+	}
+	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: d.liveSet, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
+	if err != nil {
+		p.Finish("not healthy: " + firstLine(err.Error(), 80))
+		return err
+	}
+	fr.Healed = true
+	fr.healedAt = v.At
+	fr.SecondsToHeal = seconds(v.At.Sub(start))
+	p.Finish(fmt.Sprintf("healthy after %s (%d segments affected)", fmtSeconds(fr.SecondsToHeal), len(affected)))
+	if why := feed.Problem(); why != "" {
+		return fmt.Errorf("healthy, but %s", why)
+	}
+	return nil
+}
+
+// progressNote is the progress bar's note on a view: the first broker
+// that did not answer, the unhealthy count, or a verification awaited.
+func progressNote(v *harness.View, e harness.Evaluation) string {
+	switch {
+	case len(v.Unreachable) > 0:
+		return v.Unreachable[0]
+	case len(e.Unhealthy) > 0:
+		return fmt.Sprintf("%d unhealthy", len(e.Unhealthy))
+	}
+	return "awaiting verification"
 }
 
 // copyPath is where broker b keeps its copy of segment id, "" when it

@@ -1,6 +1,9 @@
 // Package demo is `malachi demo`: it runs a cluster of real malachid
 // processes through testbed/harness, injects the fault suite's faults
-// stage by stage and reports how the cluster healed. cmd/malachi parses
+// stage by stage and reports how the cluster healed. Every fault, in the
+// stages and in the nemesis, is drawn from the harness's one fault
+// catalogue (testbed/harness/catalogue.go), and every wait for a healthy
+// cluster is the harness's WaitHealed (testbed/harness/health.go). cmd/malachi parses
 // nothing of it: ParseFlags and Run are the whole of its use.
 //
 // demo builds (or takes, --malachid) the reference broker, starts a cluster

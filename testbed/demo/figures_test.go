@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/plugin"
 )
@@ -20,7 +22,7 @@ func TestReportPrintsOneRereplicatedFigure(t *testing.T) {
 	kill := healedStage("kill", 1, 765<<20)
 	kill.BytesEstimated = 1740 << 20
 	r.Faults = []FaultReport{kill}
-	r.finish(evaluation{Sealed: 2, Healthy: 2}, 0, nil)
+	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2}, 0, nil)
 	var text bytes.Buffer
 	r.writeText(&text)
 	out := text.String()

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -14,14 +13,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/loopdisk"
-	"github.com/malachi-log/malachi/testbed/netns"
 )
 
 // NemesisReport is the randomized nemesis's part of the report.
@@ -90,8 +87,6 @@ type nemesis struct {
 	damaged     map[meta.SegmentID]bool     // copies hit this epoch
 	quorumLoss  bool
 	cursors     map[meta.BrokerID]passCursor // how far each pass history was read
-	disk        *loopdisk.Disk
-	diskBroker  *harness.Broker
 	writeSerial int
 	// writing is the serial of the write in flight (-1: none); writeBegun
 	// is closed when the next write begins.
@@ -101,20 +96,18 @@ type nemesis struct {
 
 // nemesisKinds are the fault kinds this cluster can take.
 func (d *demo) nemesisKinds(disk bool) []FaultKind {
-	kinds := slices.Concat(ProcessKinds, FileKinds)
+	kinds := slices.Concat(harness.ProcessKinds, harness.FileKinds)
 	if disk {
-		kinds = append(kinds, KindDiskFull)
 		// readonly's remedy (stop, umount, e2fsck, mount, start) needs the
 		// device free: brokers on hosts run under nsenter --net, in the
-		// root's mount namespace, so none holds a copy of the mount (under
-		// ip netns exec each did, and umount found the device busy).
-		kinds = append(kinds, KindReadOnly)
+		// root's mount namespace, so none holds a copy of the mount.
+		kinds = append(kinds, DiskKinds...)
 	}
 	if d.c.Net() != nil {
 		kinds = append(kinds, NetKinds...)
 	}
 	if d.o.Brokers >= 3 {
-		kinds = append(kinds, KindQuorumLoss)
+		kinds = append(kinds, harness.KindQuorumLoss)
 	}
 	return kinds
 }
@@ -144,7 +137,7 @@ func (d *demo) runNemesis(ctx context.Context, seed uint64) error {
 			Settle: 2*d.o.RaftTimeout + time.Second, StepDown: 2*d.o.RaftTimeout + 2*time.Second, Sets: map[meta.SegmentID][]SetObs{}}}
 	var diskID meta.BrokerID
 	if l, b := d.c.Loop(); l != nil && b != nil {
-		n.disk, n.diskBroker, diskID = l, b, b.ID
+		diskID = b.ID
 	} else if !d.o.NemesisNoDisk && d.o.draws(DiskKinds) {
 		why := d.c.LoopSkip()
 		if why == "" {
@@ -275,36 +268,18 @@ func (n *nemesis) event(ctx context.Context, e Event) {
 			return
 		}
 	}
-	n.mu.Lock()
-	for _, b := range e.Brokers {
-		n.active[b] = e.Kind
-	}
-	if e.Kind == KindQuorumLoss {
-		n.quorumLoss = true
-	}
-	n.mu.Unlock()
-	defer func() {
-		n.mu.Lock()
-		for _, b := range e.Brokers {
-			delete(n.active, b)
-		}
-		if e.Kind == KindQuorumLoss {
-			n.quorumLoss = false
-		}
-		n.mu.Unlock()
-	}()
+	n.mark(e, true)
+	defer n.mark(e, false)
 	f := Injected{Kind: e.Kind, Brokers: e.Brokers, Start: time.Now()}
-	undo, err := n.inject(ctx, e, &f)
+	in, err := n.inject(ctx, e, &f)
 	if err != nil {
 		n.notInjected(e, err.Error())
-		if undo != nil {
-			_ = undo()
-		}
+		_ = in.Undo(ctx)
 		return
 	}
 	n.mu.Lock()
 	n.rep.FaultsInjected[e.Kind]++
-	if e.Kind == KindQuorumLoss {
+	if e.Kind == harness.KindQuorumLoss {
 		n.rep.QuorumLossWindows++
 	}
 	n.mu.Unlock()
@@ -312,17 +287,34 @@ func (n *nemesis) event(ctx context.Context, e Event) {
 	sleepUntil(ctx, f.Start.Add(e.Length))
 	// End is when the undo begins: from then on a broker may be back.
 	f.End = time.Now()
-	if undo != nil {
-		if err := undo(); err != nil {
-			n.d.logf("  nemesis: undoing %s failed: %v (the quiescent check restarts what is down)", e, err)
-			n.mu.Lock()
-			n.rep.UndoFailed = append(n.rep.UndoFailed, fmt.Sprintf("%s: %v", e, err))
-			n.mu.Unlock()
-		}
+	if err := in.Undo(ctx); err != nil {
+		n.d.logf("  nemesis: undoing %s failed: %v (the quiescent check restarts what is down)", e, err)
+		n.mu.Lock()
+		n.rep.UndoFailed = append(n.rep.UndoFailed, fmt.Sprintf("%s: %v", e, err))
+		n.mu.Unlock()
+	}
+	if in.Aside != "" {
+		_ = os.RemoveAll(in.Aside) // a swapped-out directory: its passes were read
 	}
 	n.mu.Lock()
 	n.obs.Faults = append(n.obs.Faults, f)
 	n.mu.Unlock()
+}
+
+// mark records e's brokers as under a fault (on) or no longer.
+func (n *nemesis) mark(e Event, on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, b := range e.Brokers {
+		if on {
+			n.active[b] = e.Kind
+		} else {
+			delete(n.active, b)
+		}
+	}
+	if e.Kind == harness.KindQuorumLoss {
+		n.quorumLoss = on
+	}
 }
 
 func copiesNote(cs []heal.CopyRef) string {
@@ -332,59 +324,46 @@ func copiesNote(cs []heal.CopyRef) string {
 	return fmt.Sprintf(": copies %v", cs)
 }
 
-// inject makes e's fault and returns how to undo it (nil: nothing to undo,
-// the cluster heals it). f.Copies gets the copies a file fault hit.
-func (n *nemesis) inject(ctx context.Context, e Event, f *Injected) (func() error, error) {
+// inject makes e's fault from the harness's catalogue. A kill waits for
+// a write in flight first; a file fault picks its copies (fileTargets).
+// f.Copies gets the copies a file fault hit.
+func (n *nemesis) inject(ctx context.Context, e Event, f *Injected) (*harness.Injection, error) {
 	c := n.d.c
-	brokers := make([]*harness.Broker, len(e.Brokers))
-	for i, id := range e.Brokers {
-		brokers[i] = c.Broker(id)
+	t := harness.Target{Kind: e.Kind, Length: e.Length, Seed: e.Seed, Timeout: n.d.o.StageTimeout}
+	for _, id := range e.Brokers {
+		t.Brokers = append(t.Brokers, c.Broker(id))
 	}
-	startAll := func() error { return n.startAll(ctx, brokers) }
-	switch e.Kind {
-	case KindKill:
-		return startAll, n.killDuringWrite(ctx, brokers, f)
-	case KindQuorumLoss:
-		for _, b := range brokers {
-			if err := c.Kill(b); err != nil {
-				return startAll, err
-			}
-		}
-		return startAll, nil
-	case KindPause:
-		for _, b := range brokers {
-			if err := b.Pause(); err != nil {
-				return n.resumeAll(brokers), err
-			}
-		}
-		return n.resumeAll(brokers), nil
-	case KindRestart:
-		for _, b := range brokers {
-			if err := c.Terminate(b, 10*time.Second); err != nil {
-				return startAll, err
-			}
-		}
-		return nil, startAll()
-	case KindSwap:
-		return n.swap(ctx, brokers[0])
-	case KindDelete, KindTruncate, KindExtend, KindBitflip, KindLatch:
-		cs, err := n.fileFault(ctx, e, brokers[0])
-		f.Copies = cs
-		return nil, err
-	case KindIsolate, KindPartition, KindDropOut, KindDropIn, KindFlap, KindCap:
-		return n.network(e)
-	case KindDiskFull:
-		return n.diskFull()
-	case KindReadOnly:
-		return n.readOnly(ctx)
+	switch {
+	case e.Kind == harness.KindKill:
+		n.awaitWrite(ctx, f)
+	case slices.Contains(harness.FileKinds, e.Kind):
+		t.Segments, t.Rand = n.fileTargets(ctx, e, t.Brokers[0])
 	}
-	return nil, fmt.Errorf("unknown fault kind %q", e.Kind)
+	in, err := c.Inject(ctx, t)
+	f.Copies = in.Lost
+	for _, df := range in.Files {
+		n.d.aud.Forget(df.Path)
+	}
+	n.mu.Lock()
+	for _, cr := range in.Lost {
+		n.damaged[cr.Segment] = true
+	}
+	n.mu.Unlock()
+	if e.Kind == harness.KindSwap && in.Aside != "" {
+		n.d.aud.forgetUnder(in.Aside)
+		n.d.aud.forgetUnder(t.Brokers[0].CopiesDir())
+		// The passes it ran went with its data directory: read them there.
+		if herr := n.notePassHistory(t.Brokers[0].ID, in.Aside); herr != nil && err == nil {
+			err = fmt.Errorf("swap: reading broker %d's pass history: %w", t.Brokers[0].ID, herr)
+		}
+	}
+	return in, err
 }
 
-// killDuringWrite kills bs once a write is in flight (waiting for the
-// writer's next one, up to twice its period); f.DuringWrite names the
-// write that was begun and not yet answered when the kill was sent.
-func (n *nemesis) killDuringWrite(ctx context.Context, bs []*harness.Broker, f *Injected) error {
+// awaitWrite waits for a write in flight (the writer's next one, up to
+// twice its period); f.DuringWrite names the write that was begun and not
+// yet answered when the kill that follows was sent.
+func (n *nemesis) awaitWrite(ctx context.Context, f *Injected) {
 	n.mu.Lock()
 	begun := n.writeBegun
 	idle := n.writing < 0
@@ -404,170 +383,17 @@ func (n *nemesis) killDuringWrite(ctx context.Context, bs []*harness.Broker, f *
 		n.rep.KillsDuringWrite++
 	}
 	n.mu.Unlock()
-	for _, b := range bs {
-		if err := n.d.c.Kill(b); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
-// startAll starts every broker of bs that is not running and waits until
-// each answers with a leader.
-func (n *nemesis) startAll(ctx context.Context, bs []*harness.Broker) error {
-	var errs []error
-	for _, b := range bs {
-		if !b.Alive() {
-			if err := n.d.c.StartBroker(b); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for _, b := range bs {
-		if err := n.d.waitNotDeadLeader(ctx, b); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// waitNotDeadLeader waits until b answers its health check with a leader.
-func (d *demo) waitNotDeadLeader(ctx context.Context, b *harness.Broker) error {
-	start := time.Now()
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := b.Client.Health(hctx)
-		cancel()
-		if err == nil && h.Leader != 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Since(start) > d.o.StageTimeout {
-			return fmt.Errorf("broker %d (admin %s) not back after %v: %v", b.ID, b.Admin, d.o.StageTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (n *nemesis) resumeAll(bs []*harness.Broker) func() error {
-	return func() error {
-		var errs []error
-		for _, b := range bs {
-			if err := b.Resume(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
-	}
-}
-
-// swap kills b and puts an empty data directory in place of its own (the
-// old one removed); the undo starts it on the empty one.
-func (n *nemesis) swap(ctx context.Context, b *harness.Broker) (func() error, error) {
-	start := func() error { return n.startAll(ctx, []*harness.Broker{b}) }
-	if err := n.d.c.Kill(b); err != nil {
-		return start, err
-	}
-	// The passes it ran go with its data directory: read them first.
-	if err := n.notePassHistory(b.ID, b.Dir); err != nil {
-		return start, fmt.Errorf("swap: reading broker %d's pass history: %w", b.ID, err)
-	}
-	aside := fmt.Sprintf("%s.nemesis-swapped", b.Dir)
-	if err := os.RemoveAll(aside); err != nil {
-		return start, err
-	}
-	if err := os.Rename(b.Dir, aside); err != nil {
-		return start, fmt.Errorf("swap: moving %s aside: %w", b.Dir, err)
-	}
-	n.d.aud.forgetUnder(aside)
-	n.d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
-	if err := os.Mkdir(b.Dir, 0o755); err != nil {
-		return start, fmt.Errorf("swap: creating the empty %s: %w", b.Dir, err)
-	}
-	return func() error {
-		_ = os.RemoveAll(aside)
-		return start()
-	}, nil
-}
-
-// network injects a network fault between the brokers' hosts (host i is
-// broker i) and returns its undo.
-func (n *nemesis) network(e Event) (func() error, error) {
-	nt := n.d.c.Net()
-	if nt == nil {
-		return nil, fmt.Errorf("brokers on loopback: %s", n.d.c.NetSkip())
-	}
-	hosts := make([]int, len(e.Brokers))
-	for i, b := range e.Brokers {
-		hosts[i] = int(b)
-	}
-	var undo netns.Undo
-	var err error
-	switch e.Kind {
-	case KindIsolate:
-		undo, err = nt.Isolate(hosts[0])
-	case KindPartition:
-		var rest []int
-		for i := 1; i <= n.d.o.Brokers; i++ {
-			if !slices.Contains(hosts, i) {
-				rest = append(rest, i)
-			}
-		}
-		undo, err = nt.Partition(hosts, rest)
-	case KindDropOut:
-		undo, err = nt.DropOutbound(hosts[0], nil)
-	case KindDropIn:
-		undo, err = nt.DropInbound(hosts[0], nil)
-	case KindFlap:
-		undo, _, err = nt.Flap(hosts[0], e.Length, e.Seed)
-	case KindCap:
-		undo, err = nt.Cap(hosts[0], 2<<20)
-	}
-	if undo == nil {
-		return nil, err
-	}
-	return func() error { return undo() }, err
-}
-
-// diskFull fills the loop-mounted copies disk; the undo removes the filler.
-func (n *nemesis) diskFull() (func() error, error) {
-	filler := filepath.Join(n.disk.Dir, diskFiller)
-	undo := func() error {
-		if err := os.Remove(filler); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-		return nil
-	}
-	_, err := n.disk.Fill(filler, 0)
-	return undo, err
-}
-
-// readOnly makes the copies disk read-only under its live broker; the undo
-// is the operator's remedy (stop, umount, e2fsck -f -y, mount, start).
-func (n *nemesis) readOnly(ctx context.Context) (func() error, error) {
-	b, l := n.diskBroker, n.disk
-	undo := func() error {
-		_, err := n.d.recoverDisk(ctx, b, l)
-		return err
-	}
-	if err := harness.SyncDir(l.Dir); err != nil {
-		return nil, err
-	}
-	syscall.Sync()
-	_, err := l.GoReadOnly()
-	return undo, err
-}
-
-// fileFault damages e.Copies copies on b, chosen (by e.Seed) among the
-// sealed segments b holds whose replica set is full and names no other
-// broker under a fault and none hit this epoch: the RF-1 bound holds
-// whatever the heal's timing.
-func (n *nemesis) fileFault(ctx context.Context, e Event, b *harness.Broker) ([]heal.CopyRef, error) {
+// fileTargets chooses e.Copies copies on b (by e.Seed) among the sealed
+// segments b holds whose replica set is full and names no other broker
+// under a fault and none hit this epoch: the RF-1 bound holds whatever
+// the heal's timing. It returns them with the draw of their damage.
+func (n *nemesis) fileTargets(ctx context.Context, e Event, b *harness.Broker) ([]meta.Segment, *rand.Rand) {
+	rng := rand.New(rand.NewPCG(e.Seed, e.Seed^0xbb67ae8584caa73b))
 	snap, err := n.d.leaderClient(ctx).Metadata(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
+		return nil, rng
 	}
 	n.mu.Lock()
 	var cands []meta.Segment
@@ -587,47 +413,8 @@ func (n *nemesis) fileFault(ctx context.Context, e Event, b *harness.Broker) ([]
 	}
 	n.mu.Unlock()
 	sort.Slice(cands, func(i, j int) bool { return cands[i].ID < cands[j].ID })
-	rng := rand.New(rand.NewPCG(e.Seed, e.Seed^0xbb67ae8584caa73b))
 	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	var hit []heal.CopyRef
-	var errs []error
-	for _, s := range cands[:min(e.Copies, len(cands))] {
-		if err := n.damage(ctx, e.Kind, b, s, rng); err != nil {
-			errs = append(errs, fmt.Errorf("%s on broker %d: %w", s.ID, b.ID, err))
-			continue
-		}
-		hit = append(hit, heal.CopyRef{Segment: s.ID, Broker: b.ID})
-		n.mu.Lock()
-		n.damaged[s.ID] = true
-		n.mu.Unlock()
-	}
-	if len(hit) == 0 {
-		errs = append(errs, fmt.Errorf("no copy on broker %d could be hit (%d candidates)", b.ID, len(cands)))
-		return nil, errors.Join(errs...)
-	}
-	return hit, nil
-}
-
-func (n *nemesis) damage(ctx context.Context, kind FaultKind, b *harness.Broker, s meta.Segment, rng *rand.Rand) error {
-	if kind == KindLatch {
-		return b.Client.Latch(ctx, s.ID)
-	}
-	path, err := b.CopyPath(s.ID)
-	if err != nil {
-		return err
-	}
-	defer n.d.aud.Forget(path)
-	switch kind {
-	case KindDelete:
-		_, err = harness.DeleteCopy(path)
-	case KindTruncate:
-		_, err = harness.TruncateCopy(path, rng)
-	case KindExtend:
-		_, err = harness.ExtendCopy(path, 1+rng.Int64N(4096), rng)
-	case KindBitflip:
-		_, err = harness.BitflipCopy(path, s.ByteSize, rng)
-	}
-	return err
+	return cands[:min(e.Copies, len(cands))], rng
 }
 
 // writeText prints the nemesis's figures.
@@ -652,7 +439,7 @@ func (r *NemesisReport) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  faults injected/scheduled: %d in all: %s\n", injected, strings.Join(parts, ", "))
 	fmt.Fprintf(w, "  writes: %d segments written, %d acknowledged, %d failed (%d in %d quorum-loss windows, expected); %d of %d kills struck mid-write\n",
-		r.SegmentsWritten, r.SegmentsAcknowledged, r.WriteFailures, r.WriteFailuresQuorumLoss, r.QuorumLossWindows, r.KillsDuringWrite, r.FaultsInjected[KindKill])
+		r.SegmentsWritten, r.SegmentsAcknowledged, r.WriteFailures, r.WriteFailuresQuorumLoss, r.QuorumLossWindows, r.KillsDuringWrite, r.FaultsInjected[harness.KindKill])
 	fmt.Fprintf(w, "  segments lost: %d; copies read and verified: %d; quiescent checks passed: %d of %d\n",
 		r.SegmentsLost, r.CopiesVerified, r.ChecksPassed, r.ChecksRun)
 	fmt.Fprintf(w, "  heal passes observed: %d of %d (from every broker's pass history), %d on hold; replica-set changes seen: %d\n",

@@ -83,14 +83,14 @@ func TestNemesisShort(t *testing.T) {
 	}{
 		{seed: nemesisFixedSeed, duration: "2m"},
 		{seed: pauseSwapSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
-			if n.FaultsInjected[KindPause] < 1 || n.FaultsInjected[KindSwap] < 2 {
+			if n.FaultsInjected[harness.KindPause] < 1 || n.FaultsInjected[harness.KindSwap] < 2 {
 				return fmt.Sprintf("pause then swap: injected %v, want a pause and two swaps", n.FaultsInjected)
 			}
 			return ""
 		}},
 		{seed: killWriteSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
 			if n.KillsDuringWrite < 1 {
-				return fmt.Sprintf("kill during write: %d of %d kills struck while a write was in flight", n.KillsDuringWrite, n.FaultsInjected[KindKill])
+				return fmt.Sprintf("kill during write: %d of %d kills struck while a write was in flight", n.KillsDuringWrite, n.FaultsInjected[harness.KindKill])
 			}
 			return ""
 		}},
@@ -139,18 +139,18 @@ func TestNemesisShort(t *testing.T) {
 				t.Fatalf("%d segments acknowledged, %d copies verified: the writer or the checker did nothing", n.SegmentsAcknowledged, n.CopiesVerified)
 			case injected == 0 && len(n.FaultsScheduled) > 0:
 				t.Fatalf("no fault injected of %v: %v", n.FaultsScheduled, n.NotInjected)
-			case n.FaultsInjected[KindReadOnly] != n.FaultsScheduled[KindReadOnly]:
+			case n.FaultsInjected[harness.KindReadOnly] != n.FaultsScheduled[harness.KindReadOnly]:
 				// Drawn with brokers on hosts too (nsenter: no private mount
 				// namespace holds the copies disk); its undo is the remedy.
-				t.Fatalf("readonly injected %d of %d: %v", n.FaultsInjected[KindReadOnly], n.FaultsScheduled[KindReadOnly], n.NotInjected)
+				t.Fatalf("readonly injected %d of %d: %v", n.FaultsInjected[harness.KindReadOnly], n.FaultsScheduled[harness.KindReadOnly], n.NotInjected)
 			}
 			if run.strikes != nil {
 				if why := run.strikes(n); why != "" {
 					t.Fatalf("%s\n%s", why, n.Schedule)
 				}
 			}
-			if n.FaultsScheduled[KindIsolate]+n.FaultsScheduled[KindPartition] > 0 && n.FaultsScheduled[KindReadOnly] > 0 {
-				t.Logf("readonly injected %d times with brokers on hosts of their own, each undone by the remedy", n.FaultsInjected[KindReadOnly])
+			if n.FaultsScheduled[harness.KindIsolate]+n.FaultsScheduled[harness.KindPartition] > 0 && n.FaultsScheduled[harness.KindReadOnly] > 0 {
+				t.Logf("readonly injected %d times with brokers on hosts of their own, each undone by the remedy", n.FaultsInjected[harness.KindReadOnly])
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -24,48 +25,13 @@ const (
 	watchEvery = 100 * time.Millisecond
 )
 
-// leader finds the leader among the running brokers no fault holds,
-// asking each briefly; nil when none answers with one.
+// leader is the leader as the running brokers no fault holds see it
+// (harness.Cluster.LeaderBroker), nil when none names one.
 func (n *nemesis) leader(ctx context.Context) *harness.Broker {
 	n.mu.Lock()
-	skip := make(map[meta.BrokerID]bool, len(n.active))
-	for b := range n.active {
-		skip[b] = true
-	}
+	skip := slices.Collect(maps.Keys(n.active))
 	n.mu.Unlock()
-	for _, b := range n.d.c.Running() {
-		if skip[b.ID] {
-			continue
-		}
-		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		h, err := b.Client.Health(hctx)
-		cancel()
-		if err != nil || h.Leader == 0 {
-			continue
-		}
-		if lb := n.d.c.Broker(h.Leader); lb != nil && lb.Alive() && !skip[lb.ID] {
-			return lb
-		}
-	}
-	return nil
-}
-
-// cachedLeader is *last while it still says it leads and no fault holds
-// it, else a fresh look-up (stored in *last).
-func (n *nemesis) cachedLeader(ctx context.Context, last **harness.Broker) *harness.Broker {
-	if b := *last; b != nil && b.Alive() {
-		n.mu.Lock()
-		_, busy := n.active[b.ID]
-		n.mu.Unlock()
-		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		h, err := b.Client.Health(hctx)
-		cancel()
-		if !busy && err == nil && h.IsLeader {
-			return b
-		}
-	}
-	*last = n.leader(ctx)
-	return *last
+	return n.d.c.LeaderBroker(ctx, skip...)
 }
 
 // write loads one segment every writeEvery until ctx ends.
@@ -116,7 +82,6 @@ func (n *nemesis) write(ctx context.Context) {
 // watch records every heal pass the brokers' pass histories hold and
 // every change of a segment's replica set, until ctx ends.
 func (n *nemesis) watch(ctx context.Context) {
-	var last *harness.Broker
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
@@ -126,7 +91,7 @@ func (n *nemesis) watch(ctx context.Context) {
 		case <-t.C:
 		}
 		n.readAllPasses(ctx, 500*time.Millisecond)
-		lb := n.cachedLeader(ctx, &last)
+		lb := n.leader(ctx)
 		if lb == nil {
 			continue
 		}
@@ -154,7 +119,7 @@ func (n *nemesis) readAllPasses(ctx context.Context, timeout time.Duration) erro
 	n.mu.Lock()
 	paused := map[meta.BrokerID]bool{}
 	for b, k := range n.active {
-		paused[b] = k == KindPause
+		paused[b] = k == harness.KindPause
 	}
 	n.mu.Unlock()
 	var errs []error
@@ -271,7 +236,7 @@ func (n *nemesis) quiesce(ctx context.Context, label string) error {
 	}
 	if len(down) > 0 {
 		n.d.logf("  nemesis: %d brokers still down at the quiescent point: restarting them", len(down))
-		if err := n.startAll(ctx, down); err != nil {
+		if err := n.d.c.Revive(ctx, n.d.o.StageTimeout, down...); err != nil {
 			return fmt.Errorf("%s: restarting brokers: %w", label, err)
 		}
 	}
@@ -355,7 +320,7 @@ func (n *nemesis) finish() {
 	}
 	for _, sets := range o.Sets {
 		for i := 1; i < len(sets); i++ {
-			if !sameSet(sets[i-1].Replicas, sets[i].Replicas) {
+			if !harness.SameSet(sets[i-1].Replicas, sets[i].Replicas) {
 				n.rep.SetChangesSeen++
 			}
 		}

@@ -140,39 +140,11 @@ func (t *passTally) misses() int {
 	return n
 }
 
-// leaderStatus reads the status of the leader among brokers (the leader
-// their health names), skipping none of them: callers pass the brokers
-// that can answer (a paused broker would stall each call).
-func leaderStatus(ctx context.Context, brokers []*harness.Broker) (passStatus, error) {
-	var leader meta.BrokerID
-	var lastErr error
-	for _, b := range brokers {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := b.Client.Health(hctx)
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if h.Leader != 0 {
-			leader = h.Leader
-			break
-		}
-	}
-	if leader == 0 {
-		if lastErr == nil {
-			lastErr = fmt.Errorf("no broker of %d knows a leader", len(brokers))
-		}
-		return passStatus{}, lastErr
-	}
-	var lb *harness.Broker
-	for _, b := range brokers {
-		if b.ID == leader {
-			lb = b
-		}
-	}
+// leaderStatus reads the leader's heal status (harness.Cluster.LeaderBroker).
+func leaderStatus(ctx context.Context, c *harness.Cluster) (passStatus, error) {
+	lb := c.LeaderBroker(ctx)
 	if lb == nil {
-		return passStatus{}, fmt.Errorf("leader %d is not among the brokers asked", leader)
+		return passStatus{}, fmt.Errorf("no running broker of %d names a leader", len(c.Running()))
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -182,7 +154,7 @@ func leaderStatus(ctx context.Context, brokers []*harness.Broker) (passStatus, e
 	}
 	p, ok := decodePassStatus(raw)
 	if !ok {
-		return passStatus{}, fmt.Errorf("leader %d (admin %s): no heal pass in /v1/status yet", leader, lb.Admin)
+		return passStatus{}, fmt.Errorf("leader %d (admin %s): no heal pass in /v1/status yet", lb.ID, lb.Admin)
 	}
 	return p, nil
 }
@@ -213,7 +185,7 @@ func (d *demo) startHoldReleaser(ctx context.Context) *holdReleaser {
 		defer close(h.done)
 		var releasedAt uint64
 		for ctx.Err() == nil {
-			p, err := leaderStatus(ctx, d.c.Running())
+			p, err := leaderStatus(ctx, d.c)
 			if err == nil && p.Hold != "" && !p.HoldReleased && p.Passes != releasedAt {
 				if rerr := d.release(ctx, p.Leader); rerr != nil {
 					h.Errors = append(h.Errors, rerr.Error())

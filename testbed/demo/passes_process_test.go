@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
@@ -114,7 +116,7 @@ func TestReportDestroyedSetApart(t *testing.T) {
 		t.Fatalf("destroyedIDs = %v", got)
 	}
 	// The caller evaluated the 8 others.
-	r.finish(evaluation{Sealed: 8, Healthy: 8, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	r.finish(harness.Evaluation{Sealed: 8, Healthy: 8, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if !r.OK || r.DataLossSegments != 0 || r.Failed != 0 || len(r.Destroyed) != 2 {
 		t.Fatalf("ok %v loss %d failed %d destroyed %v", r.OK, r.DataLossSegments, r.Failed, r.Destroyed)
 	}
@@ -147,7 +149,7 @@ func TestReportDestroyedSetApart(t *testing.T) {
 	if got := r.destroyedIDs(); len(got) != 0 {
 		t.Fatalf("destroyedIDs of a failed lost stage = %v", got)
 	}
-	r.finish(evaluation{Sealed: 10, Healthy: 8, Damaged: 2, DataLoss: 2, Unhealthy: map[meta.SegmentID]string{"x": "missing", "y": "audit"}}, 2, nil)
+	r.finish(harness.Evaluation{Sealed: 10, Healthy: 8, Damaged: 2, DataLoss: 2, Unhealthy: map[meta.SegmentID]string{"x": "missing", "y": "audit"}}, 2, nil)
 	if r.OK || r.DataLossSegments != 2 || r.Summary.SegmentsLost != 2 || r.Summary.FaultsSurvived != 0 {
 		t.Errorf("a lost stage that failed: ok %v loss %d summary %+v", r.OK, r.DataLossSegments, r.Summary)
 	}

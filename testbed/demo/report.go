@@ -235,11 +235,11 @@ func fmtSeconds(p *float64) string {
 	return fmt.Sprintf("%.3fs", *p)
 }
 
-// finish fills the end-of-run fields from the last evaluation and decides OK:
+// finish fills the end-of-run fields from the last harness.Evaluation and decides OK:
 // every stage that ran healed, and every segment is healthy. The caller
 // leaves the segments of destroyedIDs out of e and failedByPass; they are
 // then listed in Destroyed, and expected in the segment count.
-func (r *Report) finish(e evaluation, failedByPass int, runErr error) {
+func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 	r.Destroyed = r.heldDestroyed()
 	r.UnderReplicated = e.UnderReplicated
 	r.Failed = e.Damaged
@@ -298,9 +298,9 @@ func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" && f
 // happening: the stage fails, never counted survived.
 func (f *FaultReport) notInjected(why string) { f.Error = "not injected: " + why }
 
-// summarize fills Summary from the stages and the final evaluation;
+// summarize fills Summary from the stages and the final harness.Evaluation;
 // CopiesVerified and CopiesVerifiedAtEnd are the caller's, kept.
-func (r *Report) summarize(e evaluation) {
+func (r *Report) summarize(e harness.Evaluation) {
 	s := Summary{
 		CopiesVerified: r.Summary.CopiesVerified, CopiesVerifiedAtEnd: r.Summary.CopiesVerifiedAtEnd,
 		SegmentsChecked: e.Sealed + len(r.Destroyed), SegmentsHealthy: e.Healthy,

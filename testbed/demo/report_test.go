@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -37,7 +39,7 @@ func TestReportJSONShape(t *testing.T) {
 	del := healedStage("delete", 0.2, 1<<20)
 	del.Passes, del.PassesUnread = 3, 2
 	r.Faults = []FaultReport{kill, del, {Stage: "bitflip", Skipped: "no scrubber"}}
-	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if !r.OK {
 		t.Fatalf("all healed, not OK: %+v", r)
 	}
@@ -70,7 +72,7 @@ func TestReportNotHealed(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		faults  []FaultReport
-		ev      evaluation
+		ev      harness.Evaluation
 		failed  int
 		err     error
 		nemesis *NemesisReport
@@ -79,7 +81,7 @@ func TestReportNotHealed(t *testing.T) {
 		{
 			name:   "stage never healed",
 			faults: []FaultReport{{Stage: "kill", Injected: true}},
-			ev:     evaluation{Sealed: 2, Healthy: 1, UnderReplicated: 1, Unhealthy: map[meta.SegmentID]string{"s-1": "2 replicas"}},
+			ev:     harness.Evaluation{Sealed: 2, Healthy: 1, UnderReplicated: 1, Unhealthy: map[meta.SegmentID]string{"s-1": "2 replicas"}},
 			check: func(t *testing.T, r *Report) {
 				if r.SecondsToHeal != nil || r.UnderReplicated != 1 || r.Unhealthy["s-1"] != "2 replicas" {
 					t.Errorf("%+v", r)
@@ -93,7 +95,7 @@ func TestReportNotHealed(t *testing.T) {
 		{
 			name:   "data loss",
 			faults: []FaultReport{healedStage("kill", 1, 0)},
-			ev:     evaluation{Sealed: 2, Healthy: 1, Damaged: 1, DataLoss: 1, Unhealthy: map[meta.SegmentID]string{"s-2": "missing"}},
+			ev:     harness.Evaluation{Sealed: 2, Healthy: 1, Damaged: 1, DataLoss: 1, Unhealthy: map[meta.SegmentID]string{"s-2": "missing"}},
 			check: func(t *testing.T, r *Report) {
 				if r.DataLossSegments != 1 || r.Failed != 1 {
 					t.Errorf("%+v", r)
@@ -103,7 +105,7 @@ func TestReportNotHealed(t *testing.T) {
 		{
 			name:   "failed by the heal pass",
 			faults: []FaultReport{healedStage("kill", 1, 0)},
-			ev:     evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			failed: 3,
 			check: func(t *testing.T, r *Report) {
 				if r.Failed != 3 {
@@ -123,7 +125,7 @@ func TestReportNotHealed(t *testing.T) {
 					f.notInjected("MISSED the in-flight window: every set of broker 3's segments was recorded before a scan saw bytes moving")
 					return f
 				}()},
-			ev: evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			ev: harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			check: func(t *testing.T, r *Report) {
 				if r.Summary.FaultsInjected != 1 || r.Summary.FaultsSurvived != 1 {
 					t.Errorf("injected %d survived %d, want 1 and 1 (the missed window neither injected nor survived)", r.Summary.FaultsInjected, r.Summary.FaultsSurvived)
@@ -146,7 +148,7 @@ func TestReportNotHealed(t *testing.T) {
 					f.notInjected("no running follower holds sealed replicas")
 					return f
 				}()},
-			ev: evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			ev: harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			check: func(t *testing.T, r *Report) {
 				if r.Summary.FaultsInjected != 1 || r.Summary.FaultsSurvived != 1 {
 					t.Errorf("injected %d survived %d, want 1 and 1 (the fault that did not happen in neither)", r.Summary.FaultsInjected, r.Summary.FaultsSurvived)
@@ -162,19 +164,19 @@ func TestReportNotHealed(t *testing.T) {
 			// A nemesis fault that could not be injected fails the run.
 			name:   "nemesis fault not injected",
 			faults: []FaultReport{healedStage("kill", 1, 0)},
-			ev:     evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
-			nemesis: &NemesisReport{ChecksRun: 2, ChecksPassed: 2, FaultsInjected: map[FaultKind]int{KindPause: 1},
+			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			nemesis: &NemesisReport{ChecksRun: 2, ChecksPassed: 2, FaultsInjected: map[FaultKind]int{harness.KindPause: 1},
 				NotInjected: []string{"+36.413s swap on [4] for 6.038s: swap: reading broker 4's pass history: no such file"}},
 		},
 		{
 			name:   "segments missing from the metadata",
 			faults: nil,
-			ev:     evaluation{Sealed: 1, Healthy: 1, Unhealthy: map[meta.SegmentID]string{}},
+			ev:     harness.Evaluation{Sealed: 1, Healthy: 1, Unhealthy: map[meta.SegmentID]string{}},
 		},
 		{
 			name:   "interrupted",
 			faults: []FaultReport{healedStage("kill", 1, 0)},
-			ev:     evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			err:    ErrUsage,
 			check: func(t *testing.T, r *Report) {
 				if r.Error == "" {
@@ -202,7 +204,7 @@ func TestReportNotHealed(t *testing.T) {
 }
 
 func TestReportUnhealthyCapped(t *testing.T) {
-	ev := evaluation{Sealed: 50, Damaged: 50, Unhealthy: map[meta.SegmentID]string{}}
+	ev := harness.Evaluation{Sealed: 50, Damaged: 50, Unhealthy: map[meta.SegmentID]string{}}
 	for i := 0; i < 50; i++ {
 		ev.Unhealthy[meta.SegmentID("s-"+string(rune('A'+i)))] = "missing"
 	}
@@ -217,13 +219,13 @@ func TestReportUnhealthyCapped(t *testing.T) {
 // heals re-replicated, not only the staged suite's (none ran).
 func TestReportNemesisSummary(t *testing.T) {
 	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
-	r.Nemesis = &NemesisReport{FaultsInjected: map[FaultKind]int{KindKill: 2, KindPause: 1}, ChecksRun: 1, ChecksPassed: 1, BytesRereplicated: 3 << 20}
-	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	r.Nemesis = &NemesisReport{FaultsInjected: map[FaultKind]int{harness.KindKill: 2, harness.KindPause: 1}, ChecksRun: 1, ChecksPassed: 1, BytesRereplicated: 3 << 20}
+	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if s := r.Summary; s.FaultsInjected != 3 || s.FaultsSurvived != 3 || s.BytesRereplicated != 3<<20 {
 		t.Fatalf("summary %+v: want 3 injected, 3 survived, 3 MiB re-replicated", s)
 	}
 	r.Nemesis.Violations = []string{"set-changes: ..."}
-	r.finish(evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
+	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if s := r.Summary; s.FaultsInjected != 3 || s.FaultsSurvived != 0 || r.OK {
 		t.Fatalf("with a violation: summary %+v OK %v: want 3 injected, none survived, not OK", s, r.OK)
 	}

@@ -8,59 +8,19 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// FaultKind names one kind of fault the nemesis injects.
-type FaultKind string
+// FaultKind names one kind of fault the nemesis injects: a kind of the
+// harness's fault catalogue (testbed/harness/catalogue.go).
+type FaultKind = harness.Kind
 
-// The nemesis's fault kinds. Process faults take a broker out (kill,
-// pause, swap: its data directory emptied) or bounce it (restart); file
-// faults damage copies of a running broker in place (delete, truncate,
-// extend, bitflip) or latch them inside it (latch); disk faults
-// (diskfull, readonly) act on the loop-mounted copies disk, when there is
-// one.
-const (
-	KindKill     FaultKind = "kill"
-	KindPause    FaultKind = "pause"
-	KindRestart  FaultKind = "restart"
-	KindSwap     FaultKind = "swap"
-	KindDelete   FaultKind = "delete"
-	KindTruncate FaultKind = "truncate"
-	KindExtend   FaultKind = "extend"
-	KindBitflip  FaultKind = "bitflip"
-	KindLatch    FaultKind = "latch"
-	KindDiskFull FaultKind = "diskfull"
-	KindReadOnly FaultKind = "readonly"
-	// Network faults (testbed/netns; brokers on hosts of their own):
-	// isolate cuts a broker off both ways, partition cuts a minority of
-	// Limit brokers from the rest, drop-out / drop-in lose every packet a
-	// broker sends / receives (one way), flap cuts and restores a broker's
-	// link every 0.5-2 s, cap limits its link to 2 MiB/s.
-	KindIsolate   FaultKind = "isolate"
-	KindPartition FaultKind = "partition"
-	KindDropOut   FaultKind = "drop-out"
-	KindDropIn    FaultKind = "drop-in"
-	KindFlap      FaultKind = "flap"
-	KindCap       FaultKind = "cap"
-	// KindQuorumLoss is a deliberate quorum-loss window: a majority of the
-	// brokers killed together, nothing else at the same time; writes are
-	// expected to fail during it.
-	KindQuorumLoss FaultKind = "quorum-loss"
-)
-
-// ProcessKinds and FileKinds are always available; DiskKinds need the
-// loop-mounted copies disk (root, losetup, mkfs.ext4).
+// The catalogue's kinds by what they need, as the flags name them.
 var (
-	ProcessKinds = []FaultKind{KindKill, KindPause, KindRestart, KindSwap}
-	FileKinds    = []FaultKind{KindDelete, KindTruncate, KindExtend, KindBitflip, KindLatch}
-	DiskKinds    = []FaultKind{KindDiskFull, KindReadOnly}
-	NetKinds     = []FaultKind{KindIsolate, KindPartition, KindDropOut, KindDropIn, KindFlap, KindCap}
+	AllKinds  = harness.AllKinds
+	DiskKinds = harness.DiskKinds
+	NetKinds  = harness.NetKinds
 )
-
-// AllKinds lists every fault kind the nemesis knows.
-func AllKinds() []FaultKind {
-	return slices.Concat(ProcessKinds, FileKinds, DiskKinds, NetKinds, []FaultKind{KindQuorumLoss})
-}
 
 func kindNames(ks []FaultKind) []string {
 	out := make([]string, len(ks))
@@ -182,12 +142,12 @@ func Draw(seed uint64, duration time.Duration, brokers, rf int, kinds []FaultKin
 	if duration < epochSpan {
 		window = max(10*time.Second, duration*5/6)
 	}
-	quorum := slices.Contains(s.Kinds, KindQuorumLoss) && brokers >= 3
+	quorum := slices.Contains(s.Kinds, harness.KindQuorumLoss) && brokers >= 3
 	for i := 0; i < epochs; i++ {
 		ep := Epoch{Window: window}
 		// One epoch in five (never the first) is a quorum-loss window.
 		if quorum && i > 0 && rng.IntN(5) == 0 {
-			ep.Events = []Event{{At: window / 4, Length: min(10*time.Second, window/2), Kind: KindQuorumLoss,
+			ep.Events = []Event{{At: window / 4, Length: min(10*time.Second, window/2), Kind: harness.KindQuorumLoss,
 				Brokers: pick(rng, brokers, s.Majority, nil), Seed: rng.Uint64()}}
 		} else {
 			ep.Events = s.drawEpoch(rng, window)
@@ -206,7 +166,7 @@ type slot struct {
 func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 	var events []Event
 	var busy []slot
-	kinds := slices.DeleteFunc(slices.Clone(s.Kinds), func(k FaultKind) bool { return k == KindQuorumLoss })
+	kinds := slices.DeleteFunc(slices.Clone(s.Kinds), func(k FaultKind) bool { return k == harness.KindQuorumLoss })
 	if len(kinds) == 0 || s.Limit < 1 {
 		return nil
 	}
@@ -215,15 +175,15 @@ func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 		k := kinds[rng.IntN(len(kinds))]
 		e := Event{Kind: k, At: time.Duration(rng.Int64N(int64(window * 3 / 4))), Seed: rng.Uint64()}
 		switch k {
-		case KindKill, KindPause, KindSwap:
+		case harness.KindKill, harness.KindPause, harness.KindSwap:
 			e.Length = 2*time.Second + time.Duration(rng.Int64N(int64(8*time.Second)))
-		case KindRestart:
+		case harness.KindRestart:
 			e.Length = time.Second
-		case KindIsolate, KindPartition, KindDropOut, KindDropIn:
+		case harness.KindIsolate, harness.KindPartition, harness.KindDropOut, harness.KindDropIn:
 			e.Length = 3*time.Second + time.Duration(rng.Int64N(int64(7*time.Second)))
-		case KindFlap, KindCap:
+		case harness.KindFlap, harness.KindCap:
 			e.Length = 5*time.Second + time.Duration(rng.Int64N(int64(10*time.Second)))
-		case KindDiskFull, KindReadOnly:
+		case harness.KindDiskFull, harness.KindReadOnly:
 			e.Length = 5*time.Second + time.Duration(rng.Int64N(int64(5*time.Second)))
 		default: // file faults: the length is the time allowed to heal
 			e.Length = 5 * time.Second
@@ -235,16 +195,16 @@ func (s *Schedule) drawEpoch(rng *rand.Rand, window time.Duration) []Event {
 		want := 1
 		// kill and pause sometimes strike two brokers at once: more than
 		// hold_share (0.25) of five missing together, a hold is expected.
-		if (k == KindKill || k == KindPause) && s.Limit >= 2 && rng.IntN(4) == 0 {
+		if (k == harness.KindKill || k == harness.KindPause) && s.Limit >= 2 && rng.IntN(4) == 0 {
 			want = 2
 		}
-		if k == KindPartition {
+		if k == harness.KindPartition {
 			want = s.Limit // the minority side: a majority keeps its quorum
 		}
 		var targets []meta.BrokerID
-		if k == KindDiskFull || k == KindReadOnly {
+		if k == harness.KindDiskFull || k == harness.KindReadOnly {
 			targets = []meta.BrokerID{s.Disk}
-		} else if k == KindSwap && s.Disk != 0 {
+		} else if k == harness.KindSwap && s.Disk != 0 {
 			// Never the disk broker: its copies are a mount inside the
 			// data directory a swap moves aside.
 			targets = pick(rng, s.Brokers, want, []meta.BrokerID{s.Disk})

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/meta"
 )
 
-var allKinds = slices.Concat(ProcessKinds, FileKinds, DiskKinds, NetKinds, []FaultKind{KindQuorumLoss})
+var allKinds = slices.Concat(harness.ProcessKinds, harness.FileKinds, DiskKinds, NetKinds, []FaultKind{harness.KindQuorumLoss})
 
 func TestScheduleDeterministic(t *testing.T) {
 	a := Draw(42, 10*time.Minute, 5, 3, allKinds, 2)
@@ -49,19 +51,19 @@ func TestScheduleBounds(t *testing.T) {
 						t.Fatalf("seed %d: %s names broker %d", seed, e, b)
 					}
 				}
-				if (e.Kind == KindDiskFull || e.Kind == KindReadOnly) && !slices.Equal(e.Brokers, []meta.BrokerID{2}) {
+				if (e.Kind == harness.KindDiskFull || e.Kind == harness.KindReadOnly) && !slices.Equal(e.Brokers, []meta.BrokerID{2}) {
 					t.Fatalf("seed %d: %s not on the disk broker 2", seed, e)
 				}
-				if e.Kind == KindSwap && slices.Contains(e.Brokers, 2) {
+				if e.Kind == harness.KindSwap && slices.Contains(e.Brokers, 2) {
 					t.Fatalf("seed %d: %s swaps the disk broker's data directory", seed, e)
 				}
-				if e.Kind == KindQuorumLoss {
+				if e.Kind == harness.KindQuorumLoss {
 					if len(ep.Events) != 1 || len(e.Brokers) != 3 {
 						t.Fatalf("seed %d: quorum loss %s not alone or not a majority (%d events)", seed, e, len(ep.Events))
 					}
 				}
 			}
-			if ep.Events != nil && ep.Events[0].Kind == KindQuorumLoss {
+			if ep.Events != nil && ep.Events[0].Kind == harness.KindQuorumLoss {
 				continue
 			}
 			// At every instant: at most Limit brokers busy, one fault a broker.
@@ -92,11 +94,11 @@ func TestScheduleBounds(t *testing.T) {
 	}
 	// Without a disk broker the disk kinds are not drawn.
 	s := Draw(7, 10*time.Minute, 5, 3, allKinds, 0)
-	if c := s.Count(); c[KindDiskFull]+c[KindReadOnly] > 0 || slices.Contains(s.Kinds, KindDiskFull) {
+	if c := s.Count(); c[harness.KindDiskFull]+c[harness.KindReadOnly] > 0 || slices.Contains(s.Kinds, harness.KindDiskFull) {
 		t.Fatalf("disk kinds drawn without a disk broker: %v", c)
 	}
 	// RF 1 allows no destructive fault at all.
-	if s := Draw(7, 2*time.Minute, 5, 1, ProcessKinds, 0); len(s.Count()) != 0 {
+	if s := Draw(7, 2*time.Minute, 5, 1, harness.ProcessKinds, 0); len(s.Count()) != 0 {
 		t.Fatalf("rf 1: %v drawn", s.Count())
 	}
 }

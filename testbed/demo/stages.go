@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/testbed/harness"
 
@@ -25,38 +24,23 @@ type victim struct {
 func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 	d.logf("")
 	switch st {
-	case "kill":
-		return d.stageKill(ctx, "kill", false)
-	case "leader":
-		return d.stageKill(ctx, "leader", true)
-	case "delete", "truncate", "extend", "bitflip":
-		return d.stageDisk(ctx, st)
-	case "latch":
-		return d.stageLatch(ctx)
-	case "restart":
-		return d.stageRestart(ctx)
-	case "pause":
-		return d.stagePause(ctx)
-	case "swap":
-		return d.stageSwap(ctx)
-	case "diskfull":
-		return d.stageDiskFull(ctx)
-	case "readonly":
-		return d.stageReadOnly(ctx)
-	case "backfill-kill":
-		return d.stageBackfillKill(ctx)
-	case "nospare":
-		return d.stageNoSpare(ctx)
-	case "lost":
-		return d.stageLost(ctx)
-	case "rebalance":
-		return d.stageRebalance(ctx)
-	case "decommission":
-		return d.stageDecommission(ctx)
-	case "maintenance":
-		return d.stageMaintenance(ctx)
+	case "kill", "leader":
+		return d.stageKill(ctx, st, st == "leader")
+	case "delete", "truncate", "extend", "bitflip", "latch":
+		return d.stageFile(ctx, harness.Kind(st))
+	}
+	if run, ok := stages[st]; ok {
+		return run(d, ctx)
 	}
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
+}
+
+// stages are the stages of a function of their own, by name.
+var stages = map[string]func(*demo, context.Context) (FaultReport, error){
+	"restart": (*demo).stageRestart, "pause": (*demo).stagePause, "swap": (*demo).stageSwap,
+	"diskfull": (*demo).stageDiskFull, "readonly": (*demo).stageReadOnly, "backfill-kill": (*demo).stageBackfillKill,
+	"nospare": (*demo).stageNoSpare, "lost": (*demo).stageLost, "rebalance": (*demo).stageRebalance,
+	"decommission": (*demo).stageDecommission, "maintenance": (*demo).stageMaintenance,
 }
 
 // sizes returns, for each target segment, the size of the copy on each of
@@ -79,14 +63,37 @@ func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.Broke
 	return out
 }
 
-// sizesLosing is sizes with the copies on lost counted as gone: what a
-// fault that takes lost's copies leaves to heal.
-func (d *demo) sizesLosing(targets []meta.SegmentID, lost meta.BrokerID) map[meta.SegmentID]map[meta.BrokerID]int64 {
-	out := d.sizes(targets)
-	for _, m := range out {
-		m[lost] = 0
+// measure is what a stage notes before its fault to count what the heal
+// moved: the targets' copy sizes (pre; those the fault takes are counted
+// gone) and every broker's catch-up counter (before).
+type measure struct {
+	pre    map[meta.SegmentID]map[meta.BrokerID]int64
+	before map[meta.BrokerID]counterReading
+}
+
+// measure notes the targets' copies, those on broker lost (0: none)
+// counted gone, and the catch-up counters.
+func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.BrokerID) measure {
+	m := measure{pre: d.sizes(targets), before: d.backfillBytes(ctx)}
+	for _, sizes := range m.pre {
+		if lost != 0 {
+			sizes[lost] = 0
+		}
 	}
-	return out
+	return m
+}
+
+// heal waits for the cluster to heal a stage's fault (waitHealed) and
+// fills in fr's detection, the bytes moved and estimated, and its error.
+func (d *demo) heal(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration, m measure) error {
+	err := d.waitHealed(ctx, fr, label, start, targets, timeout)
+	fr.Detected = fr.Healed
+	fr.BytesEstimated = d.estimateBytes(m.pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, m.before)
+	if err != nil {
+		fr.Error = err.Error()
+	}
+	return err
 }
 
 // estimateBytes is what healing the targets must have moved, from the
@@ -114,66 +121,33 @@ func (d *demo) estimateBytes(pre map[meta.SegmentID]map[meta.BrokerID]int64) int
 // control plane's leader for "leader".
 func (d *demo) stageKill(ctx context.Context, name string, leader bool) (FaultReport, error) {
 	fr := FaultReport{Stage: name}
-	v := d.last
-	var b *harness.Broker
-	if leader {
-		b = d.c.Broker(v.Leader)
-		if b == nil || !b.Alive() {
-			fr.notInjected("no running leader to kill")
-			return fr, nil
-		}
-	} else {
-		var cands []*harness.Broker
-		for _, rb := range d.c.Running() {
-			if rb.ID != v.Leader {
-				cands = append(cands, rb)
-			}
-		}
-		if len(cands) == 0 {
-			fr.notInjected("no running follower to kill")
-			return fr, nil
-		}
-		b = cands[d.rng.IntN(len(cands))]
+	b, role := d.c.Broker(d.last.Leader), "leader"
+	if !leader {
+		b, role = d.randomFollower(), "follower"
+	}
+	if b == nil || !b.Alive() {
+		fr.notInjected("no running " + role + " to kill")
+		return fr, nil
 	}
 	targets := d.sealedOn(b.ID)
-	role := "broker"
-	if leader {
-		role = "leader"
-	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets))
 	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.Pid(), len(targets))
-	pre := d.sizesLosing(targets, b.ID)
-	before := d.backfillBytes(ctx)
+	m := d.measure(ctx, targets, b.ID)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
 	killAt := time.Now()
-	if err := d.c.Kill(b); err != nil {
+	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
 		fr.Error = err.Error()
 		return fr, err
 	}
 	fr.Injected = true
-	if !leader {
+	if leader {
+		d.awaitNewLeader(ctx, &fr, b.ID, killAt)
+	} else {
 		d.killed = b
 	}
-	if leader {
-		for time.Since(killAt) < d.o.StageTimeout {
-			if id, err := d.c.Leader(ctx, false); err == nil && id != b.ID {
-				fr.NewLeader = id
-				fr.LeaderSeconds = seconds(time.Since(killAt))
-				d.logf("  broker %d leads after %s", id, fmtSeconds(fr.LeaderSeconds))
-				break
-			}
-			if ctx.Err() != nil {
-				return fr, ctx.Err()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	err := d.waitHealed(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout)
-	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	err := d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
 	// The moment the broker counts as dead: the grace delay after its last
 	// contact, which was at or before the kill, so at kill + grace at the
 	// latest; earlier when a heal pass that started before then already
@@ -183,23 +157,48 @@ func (d *demo) stageKill(ctx context.Context, name string, leader bool) (FaultRe
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 	}
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+	return fr, fatal(ctx, err, d)
+}
+
+// randomFollower is a running broker other than the leader, drawn by the
+// run's seed, or nil.
+func (d *demo) randomFollower() *harness.Broker {
+	var cands []*harness.Broker
+	for _, b := range d.c.Running() {
+		if b.ID != d.last.Leader {
+			cands = append(cands, b)
+		}
 	}
-	return fr, nil
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[d.rng.IntN(len(cands))]
+}
+
+// awaitNewLeader notes in fr the first broker other than old that the
+// running brokers agree leads, and how long after killAt.
+func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.BrokerID, killAt time.Time) {
+	for time.Since(killAt) < d.o.StageTimeout && ctx.Err() == nil {
+		if id, err := d.c.Leader(ctx, false); err == nil && id != old {
+			fr.NewLeader = id
+			fr.LeaderSeconds = seconds(time.Since(killAt))
+			d.logf("  broker %d leads after %s", id, fmtSeconds(fr.LeaderSeconds))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // fatal turns a stage's error into one that stops the demo only when it
 // was interrupted or a broker died on its own.
 func fatal(ctx context.Context, err error, d *demo) error {
+	if err == nil {
+		return nil
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if e := d.c.UnexpectedExit(); e != nil {
-		return e
-	}
-	return nil
+	return d.c.UnexpectedExit()
 }
 
 // pickVictims chooses n distinct healthy sealed segments and, for each, one
@@ -253,11 +252,13 @@ func (d *demo) scrubFound(ctx context.Context, b *harness.Broker, id meta.Segmen
 	return ok && st.Scrub != nil && slices.Contains(st.Scrub.Corrupt, id)
 }
 
-// stageDisk damages copies' files directly on disk.
-func (d *demo) stageDisk(ctx context.Context, kind string) (FaultReport, error) {
-	fr := FaultReport{Stage: kind}
+// stageFile damages copies' files directly on disk (delete, truncate,
+// extend, bitflip) or latches them inside their brokers (latch), from the
+// harness's fault catalogue.
+func (d *demo) stageFile(ctx context.Context, kind harness.Kind) (FaultReport, error) {
+	fr := FaultReport{Stage: string(kind)}
 	timeout := d.o.StageTimeout
-	if kind == "bitflip" && !d.scrubberAdvertised() {
+	if kind == harness.KindBitflip && !d.scrubberAdvertised() {
 		if !d.o.stagesSet {
 			fr.Skipped = "the plugin runs no scrubber (no enabled \"scrub\" in /v1/status; --scrub-interval 0 turns it off): an in-place bit flip keeps the size, so the size probe cannot see it by design; ask for it with --faults to watch it go undetected"
 			d.logf("stage bitflip: skipped: %s", fr.Skipped)
@@ -274,58 +275,50 @@ func (d *demo) stageDisk(ctx context.Context, kind string) (FaultReport, error) 
 	for _, v := range vs {
 		targets = append(targets, v.seg.ID)
 	}
-	pre := d.sizes(targets)
-	before := d.backfillBytes(ctx)
+	m := d.measure(ctx, targets, 0)
 	start := time.Now()
 	for _, v := range vs {
-		path := copyPath(v.b, v.seg.ID)
-		var df harness.Fault
-		var err error
-		switch kind {
-		case "delete":
-			df, err = harness.DeleteCopy(path)
-		case "truncate":
-			df, err = harness.TruncateCopy(path, d.rng)
-		case "extend":
-			df, err = harness.ExtendCopy(path, 1+d.rng.Int64N(8192), d.rng)
-		case "bitflip":
-			df, err = harness.BitflipCopy(path, v.seg.ByteSize, d.rng)
-		}
-		d.aud.Forget(path)
+		in, err := d.c.Inject(ctx, harness.Target{Kind: kind, Brokers: []*harness.Broker{v.b}, Segments: []meta.Segment{v.seg}, Rand: d.rng})
 		if err != nil {
 			fr.Error = err.Error()
+			d.logf("stage %s: %s on broker %d: %v", kind, v.seg.ID, v.b.ID, err)
 			continue
 		}
+		if kind == harness.KindLatch {
+			fr.Latched = append(fr.Latched, in.Lost...)
+			m.pre[v.seg.ID][v.b.ID] = 0 // a latched copy is lost: replaced elsewhere
+			d.logf("stage latch: %s on broker %d latched", v.seg.ID, v.b.ID)
+			continue
+		}
+		df := in.Files[0]
+		d.aud.Forget(df.Path)
 		fr.Copies = append(fr.Copies, df)
-		pre[v.seg.ID][v.b.ID] = max(df.SizeAfter, 0)
-		if kind == "extend" || kind == "bitflip" {
-			pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + footerSize
+		m.pre[v.seg.ID][v.b.ID] = max(df.SizeAfter, 0)
+		if kind == harness.KindExtend || kind == harness.KindBitflip {
+			m.pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + footerSize
 		}
 		d.logf("stage %s: %s on broker %d: %s", kind, v.seg.ID, v.b.ID, describeFault(df))
 	}
-	if len(fr.Copies) == 0 {
+	n := len(fr.Copies) + len(fr.Latched)
+	if n == 0 {
 		return fr, nil
 	}
 	fr.Injected = true
-	fr.What = fmt.Sprintf("%s %d copies", kind, len(fr.Copies))
-	err := d.waitHealed(ctx, &fr, "healing "+kind, start, targets, timeout)
-	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	if err != nil {
-		fr.Error = err.Error()
-		if e := fatal(ctx, err, d); e != nil {
-			return fr, e
-		}
-		if kind == "bitflip" {
-			for _, v := range vs {
-				if d.scrubFound(ctx, v.b, v.seg.ID) {
-					fr.Detected = true
-				}
-			}
-			d.restoreBitflips(ctx, &fr)
+	fr.What = fmt.Sprintf("%s %d copies", kind, n)
+	label := "healing " + string(kind)
+	if kind == harness.KindLatch {
+		label = "replacing latched"
+	}
+	err := d.heal(ctx, &fr, label, start, targets, timeout, m)
+	if e := fatal(ctx, err, d); e != nil || err == nil || kind != harness.KindBitflip {
+		return fr, e
+	}
+	for _, v := range vs {
+		if d.scrubFound(ctx, v.b, v.seg.ID) {
+			fr.Detected = true
 		}
 	}
+	d.restoreBitflips(ctx, &fr)
 	return fr, nil
 }
 
@@ -363,43 +356,6 @@ func describeFault(df harness.Fault) string {
 	return df.Kind
 }
 
-// stageLatch latches copies through the brokers' fault injection API.
-func (d *demo) stageLatch(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "latch"}
-	vs := d.pickVictims(d.o.Copies)
-	var targets []meta.SegmentID
-	for _, v := range vs {
-		targets = append(targets, v.seg.ID)
-	}
-	pre := d.sizes(targets)
-	before := d.backfillBytes(ctx)
-	start := time.Now()
-	for _, v := range vs {
-		if err := v.b.Client.Latch(ctx, v.seg.ID); err != nil {
-			fr.Error = err.Error()
-			d.logf("stage latch: %s on broker %d: %v", v.seg.ID, v.b.ID, err)
-			continue
-		}
-		fr.Latched = append(fr.Latched, heal.CopyRef{Segment: v.seg.ID, Broker: v.b.ID})
-		pre[v.seg.ID][v.b.ID] = 0 // a latched copy is lost: replaced elsewhere
-		d.logf("stage latch: %s on broker %d latched", v.seg.ID, v.b.ID)
-	}
-	if len(fr.Latched) == 0 {
-		return fr, nil
-	}
-	fr.Injected = true
-	fr.What = fmt.Sprintf("latch %d copies", len(fr.Latched))
-	err := d.waitHealed(ctx, &fr, "replacing latched", start, targets, d.o.StageTimeout)
-	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
-	}
-	return fr, nil
-}
-
 // stageRestart restarts the broker the kill stage killed; a restart clears
 // its latches and its intact copies serve again.
 func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
@@ -413,7 +369,7 @@ func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
 	fr.What = fmt.Sprintf("restart broker %d", b.ID)
 	d.logf("stage restart: broker %d starts again on its old data directory", b.ID)
 	start := time.Now()
-	if err := d.restart(ctx, b); err != nil {
+	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
 	}
@@ -437,33 +393,6 @@ func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// restart starts broker b's process again on its data directory and waits
-// until it answers and knows a leader.
-func (d *demo) restart(ctx context.Context, b *harness.Broker) error {
-	start := time.Now()
-	if err := d.c.StartBroker(b); err != nil {
-		return err
-	}
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := b.Client.Health(hctx)
-		cancel()
-		if err == nil && h.Leader != 0 {
-			return nil
-		}
-		if e := d.c.UnexpectedExit(); e != nil {
-			return e
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Since(start) > d.o.StageTimeout {
-			return fmt.Errorf("broker %d (admin %s) not back after %v: %v", b.ID, b.Admin, time.Since(start).Round(time.Millisecond), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // reviveAll restarts every broker whose process is not running (a stage
 // before left it dead) and waits until the cluster is healthy again, so
 // that the next stage starts from every broker up and every segment at its
@@ -480,7 +409,7 @@ func (d *demo) reviveAll(ctx context.Context) error {
 	}
 	for _, b := range dead {
 		d.logf("  restarting broker %d before the stage", b.ID)
-		if err := d.restart(ctx, b); err != nil {
+		if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 			return err
 		}
 		if d.killed == b {

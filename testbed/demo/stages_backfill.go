@@ -78,7 +78,7 @@ func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness
 				return err
 			}
 		}
-		if err := d.restart(ctx, b); err != nil {
+		if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 			return err
 		}
 	}

@@ -3,13 +3,11 @@ package demo
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
@@ -39,10 +37,6 @@ import (
 // remedy (remove the filler; or stop, unmount, e2fsck -y, mount, start)
 // and everything is checked again.
 
-// diskFiller is the filler file's name in the copies directory: no .seg
-// suffix, so the store never takes it for a copy.
-const diskFiller = "demo-disk-filler"
-
 // copiesDisk returns the loop-mounted copies disk and its broker, mounting
 // one first when the cluster started without (the demo did not ask for it
 // before the brokers started): a running follower is stopped, its copies
@@ -52,7 +46,7 @@ const diskFiller = "demo-disk-filler"
 func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
 	if l, lb := d.c.Loop(); l != nil && lb != nil {
 		if !lb.Alive() {
-			if err := d.restart(ctx, lb); err != nil {
+			if err := d.c.Revive(ctx, d.o.StageTimeout, lb); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -81,7 +75,7 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	}
 	// After the move: a pass that began before it saw the old files.
 	movedAt := time.Now()
-	d.aud.forgetDir(filepath.Join(b.Dir, "copies"))
+	d.aud.forgetUnder(filepath.Join(b.Dir, "copies"))
 	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
 	tmp := FaultReport{Stage: "loop-mount"}
 	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
@@ -102,7 +96,7 @@ func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
 	deadline := time.Now().Add(d.o.StageTimeout)
 	why := "no heal pass seen"
 	for time.Now().Before(deadline) {
-		v, err := poll(ctx, d.c, false)
+		v, err := harness.Poll(ctx, d.c, false)
 		if err != nil {
 			why = err.Error()
 		} else if _, started, _, ok := admin.LastPass(v.Status); !ok {
@@ -181,10 +175,10 @@ func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment
 			err = fmt.Errorf("%s: %w", path, harness.ErrEmptyCopy)
 		}
 		if err == nil {
-			at := d.rng.Int64N(fi.Size() / 2)
-			if err = os.Truncate(path, at); err == nil {
-				fr.Copies = append(fr.Copies, harness.Fault{Kind: "truncate", Path: path, SizeBefore: fi.Size(), SizeAfter: at, Offset: at})
-				pre[s.ID][b.ID] = at
+			var f harness.Fault
+			if f, err = harness.TruncateCopyAt(path, d.rng.Int64N(fi.Size()/2)); err == nil {
+				fr.Copies = append(fr.Copies, f)
+				pre[s.ID][b.ID] = f.SizeAfter
 			}
 		}
 		d.aud.Forget(path)
@@ -198,11 +192,11 @@ func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment
 // half-made fault; b is continued (SIGCONT) whatever fn returns. The pause
 // is milliseconds, far below the grace delay.
 func (d *demo) frozen(b *harness.Broker, fn func() error) error {
-	if err := b.Signal(syscall.SIGSTOP); err != nil {
+	if err := b.Pause(); err != nil {
 		return err
 	}
 	err := fn()
-	if cerr := b.Signal(syscall.SIGCONT); cerr != nil && err == nil {
+	if cerr := b.Resume(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
@@ -334,29 +328,15 @@ func (d *demo) diskStart(ctx context.Context, fr *FaultReport) (*harness.Broker,
 	return b, l, nil
 }
 
-// finishDisk waits for the cluster to heal the fault and fills in the
-// report's timings and bytes.
-func (d *demo) finishDisk(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, pre map[meta.SegmentID]map[meta.BrokerID]int64, before map[meta.BrokerID]counterReading) error {
-	err := d.waitHealed(ctx, fr, label, start, targets, d.o.StageTimeout)
-	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	if err != nil {
-		fr.Error = err.Error()
-	}
-	return err
-}
-
 // diskRun is what a disk stage notes before its fault: the broker of the
-// copies disk, the copies it damages (targets), their sizes, the catch-up
-// counters, the log marks and how many replicas the broker holds.
+// copies disk, the copies it damages (targets), what it measures, the
+// log marks and how many replicas the broker holds.
 type diskRun struct {
 	b       *harness.Broker
 	l       *loopdisk.Disk
 	segs    []meta.Segment
 	targets []meta.SegmentID
-	pre     map[meta.SegmentID]map[meta.BrokerID]int64
-	before  map[meta.BrokerID]counterReading
+	m       measure
 	marks   logMarks
 	kept    int
 }
@@ -378,65 +358,92 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 	for _, s := range r.segs {
 		r.targets = append(r.targets, s.ID)
 	}
-	r.pre = d.sizes(r.targets)
-	r.before = d.backfillBytes(ctx)
+	r.m = d.measure(ctx, r.targets, 0)
 	r.marks = d.markLogs()
 	r.kept = len(d.sealedOn(b.ID))
 	return r, nil
 }
 
-func (d *demo) stageDiskFull(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "diskfull"}
-	r, err := d.beginDisk(ctx, &fr)
+// diskStage begins a disk stage (beginDisk) and strikes kind
+// (strikeDisk) at start; a nil Injection when the stage cannot run or
+// failed (the error).
+func (d *demo) diskStage(ctx context.Context, fr *FaultReport, kind harness.Kind) (*diskRun, *harness.Injection, time.Time, error) {
+	r, err := d.beginDisk(ctx, fr)
 	if r == nil {
-		return fr, err
+		return nil, nil, time.Time{}, err
 	}
-	b, l, segs, targets, pre, before, marks, keptBefore := r.b, r.l, r.segs, r.targets, r.pre, r.before, r.marks, r.kept
-	filler := filepath.Join(l.Dir, diskFiller)
-	var filled, free int64
 	start := time.Now()
-	err = d.frozen(b, func() error {
-		d.cutCopies(&fr, b, segs, pre)
+	in, err := d.strikeDisk(ctx, fr, r, kind)
+	return r, in, start, err
+}
+
+// strikeDisk cuts the disk's copies and injects kind (diskfull, readonly)
+// with the broker frozen, so that no heal pass sees a half-made fault.
+func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind harness.Kind) (*harness.Injection, error) {
+	var in *harness.Injection
+	err := d.frozen(r.b, func() error {
+		d.cutCopies(fr, r.b, r.segs, r.m.pre)
 		var err error
-		if filled, err = l.Fill(filler, 0); err != nil {
-			return err
-		}
-		free, err = l.Free()
+		in, err = d.c.Inject(ctx, harness.Target{Kind: kind, Timeout: d.o.StageTimeout})
 		return err
 	})
 	if err != nil {
 		fr.Error = err.Error()
-		os.Remove(filler)
-		return fr, fatal(ctx, err, d)
+		if in != nil && kind == harness.KindDiskFull {
+			_ = in.Undo(ctx)
+		}
+		return nil, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s filler, %s left free; %d of its copies truncated to under half",
-		b.ID, bytesize.Format(l.Size), bytesize.Format(filled), bytesize.Format(free), len(fr.Copies))
-	d.logf("stage diskfull: %s", fr.What)
-	w := d.writeSegments(ctx, "diskfull", d.o.Brokers)
-	d.logf("  writes while full: %s", w)
-	addNote(&fr, "while full: %s", w)
-	// A second broker dies while the disk is full, when the cluster can
-	// spare it: its replicas need new homes, and the full broker, which
-	// the placement may well choose, must fail as a target (its backfills
-	// latch on ENOSPC) and be avoided for that segment.
-	dead, deadSegs := d.killBeside(&fr, b, "full", pre)
-	targets = append(targets, deadSegs...)
-	herr := d.finishDisk(ctx, &fr, "healing around the full disk", start, targets, pre, before)
-	d.noteCause(&fr, marks, "no space left on device")
-	if err := d.reviveBeside(ctx, &fr, dead, b, "full", marks); err != nil {
-		os.Remove(filler)
-		return fr, fatal(ctx, err, d)
+	return in, nil
+}
+
+// diskWhile writes the stage's new segments while the disk is faulted
+// (state: full, read-only), kills a second broker beside it when the
+// cluster can spare one, waits for the heal, names the cause found in the
+// logs (needle) and starts the second broker again. It returns the heal's
+// error, or an error that stops the demo.
+func (d *demo) diskWhile(ctx context.Context, fr *FaultReport, r *diskRun, state, needle string, start time.Time) (herr, err error) {
+	w := d.writeSegments(ctx, fr.Stage, d.o.Brokers)
+	d.logf("  writes while %s: %s", state, w)
+	addNote(fr, "while %s: %s", state, w)
+	// A second broker dies while the disk is faulted, when the cluster can
+	// spare it: its replicas need new homes, and the faulted broker, which
+	// the placement may well choose, must fail as a target and be avoided
+	// for that segment.
+	dead, deadSegs := d.killBeside(fr, r.b, state, r.m.pre)
+	herr = d.heal(ctx, fr, "healing around the "+state+" disk", start, append(r.targets, deadSegs...), d.o.StageTimeout, r.m)
+	d.noteCause(fr, r.marks, needle)
+	if err := d.reviveBeside(ctx, fr, dead, r.b, state, r.marks); err != nil {
+		return herr, fatal(ctx, err, d)
 	}
 	if herr == nil {
-		addNote(&fr, "broker %d kept %d of its %d replicas while full (the rest were replaced elsewhere)", b.ID, len(d.sealedOn(b.ID)), keptBefore)
+		addNote(fr, "broker %d kept %d of its %d replicas while %s", r.b.ID, len(d.sealedOn(r.b.ID)), r.kept, state)
+	}
+	return herr, nil
+}
+
+func (d *demo) stageDiskFull(ctx context.Context) (FaultReport, error) {
+	fr := FaultReport{Stage: "diskfull"}
+	r, in, start, err := d.diskStage(ctx, &fr, harness.KindDiskFull)
+	if in == nil {
+		return fr, err
+	}
+	defer func() { _ = in.Undo(ctx) }()
+	free, _ := r.l.Free()
+	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s, %s left free; %d of its copies truncated to under half",
+		r.b.ID, bytesize.Format(r.l.Size), in.How, bytesize.Format(free), len(fr.Copies))
+	d.logf("stage diskfull: %s", fr.What)
+	herr, err := d.diskWhile(ctx, &fr, r, "full", "no space left on device", start)
+	if err != nil {
+		return fr, err
 	}
 	// The remedy: free the space; everything is checked again.
-	if err := os.Remove(filler); err != nil {
-		fr.Error = fmt.Sprintf("removing the filler %s: %v", filler, err)
+	if err := in.Undo(ctx); err != nil {
+		fr.Error = fmt.Sprintf("removing the filler: %v", err)
 		return fr, fatal(ctx, err, d)
 	}
-	freed, _ := l.Free()
+	freed, _ := r.l.Free()
 	if herr != nil {
 		return fr, fatal(ctx, herr, d)
 	}
@@ -473,10 +480,11 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 		return nil, nil
 	}
 	segs := d.sealedOn(victim.ID)
-	for id, m := range d.sizesLosing(segs, victim.ID) {
+	for id, m := range d.sizes(segs) {
 		if _, ok := pre[id]; !ok {
 			pre[id] = m
 		}
+		pre[id][victim.ID] = 0
 	}
 	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
 	if err := d.c.Kill(victim); err != nil {
@@ -498,7 +506,7 @@ func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *ha
 		tried += n
 	}
 	addNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
-	if err := d.restart(ctx, dead); err != nil {
+	if err := d.c.Revive(ctx, d.o.StageTimeout, dead); err != nil {
 		fr.Error = err.Error()
 		return err
 	}
@@ -507,57 +515,30 @@ func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *ha
 
 func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "readonly"}
-	r, err := d.beginDisk(ctx, &fr)
-	if r == nil {
+	r, in, start, err := d.diskStage(ctx, &fr, harness.KindReadOnly)
+	if in == nil {
 		return fr, err
 	}
-	b, l, segs, targets, pre, before, marks, keptBefore := r.b, r.l, r.segs, r.targets, r.pre, r.before, r.marks, r.kept
-	var how string
-	start := time.Now()
-	err = d.frozen(b, func() error {
-		d.cutCopies(&fr, b, segs, pre)
-		// Cut copies reach the disk before it stops taking writes.
-		if err := harness.SyncDir(l.Dir); err != nil {
-			return err
-		}
-		syscall.Sync()
-		var err error
-		how, err = l.GoReadOnly()
-		return err
-	})
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
-	}
-	fr.Injected = true
 	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
-		b.ID, how, len(fr.Copies))
+		r.b.ID, in.How, len(fr.Copies))
 	d.logf("stage readonly: %s", fr.What)
-	w := d.writeSegments(ctx, "readonly", d.o.Brokers)
-	d.logf("  writes while read-only: %s", w)
-	addNote(&fr, "while read-only: %s", w)
-	dead, deadSegs := d.killBeside(&fr, b, "read-only", pre)
-	targets = append(targets, deadSegs...)
-	herr := d.finishDisk(ctx, &fr, "healing around the read-only disk", start, targets, pre, before)
-	d.noteCause(&fr, marks, "read-only file system")
-	if err := d.reviveBeside(ctx, &fr, dead, b, "read-only", marks); err != nil {
-		return fr, fatal(ctx, err, d)
-	}
-	if herr == nil {
-		addNote(&fr, "broker %d kept %d of its %d replicas while read-only", b.ID, len(d.sealedOn(b.ID)), keptBefore)
+	herr, err := d.diskWhile(ctx, &fr, r, "read-only", "read-only file system", start)
+	if err != nil {
+		return fr, err
 	}
 	if herr != nil && ctx.Err() != nil {
 		return fr, ctx.Err()
 	}
-	// The operator's remedy: stop the broker, unmount, e2fsck -y, mount,
-	// start it; everything is checked again.
+	// The operator's remedy (the catalogue's undo): stop the broker,
+	// unmount, e2fsck -y, mount, start it; everything is checked again.
+	d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", r.b.ID, r.l.Dir, r.l.Dev)
 	rstart := time.Now()
-	fsck, err := d.recoverDisk(ctx, b, l)
-	if err != nil {
+	if err := in.Undo(ctx); err != nil {
 		fr.Healed = false
 		fr.Error = "recovering the disk: " + err.Error()
 		return fr, fatal(ctx, err, d)
 	}
+	d.aud.forgetUnder(r.l.Dir)
 	if herr != nil {
 		return fr, fatal(ctx, herr, d)
 	}
@@ -567,47 +548,16 @@ func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 		fr.Error = "after the disk was recovered: " + err.Error()
 		return fr, fatal(ctx, err, d)
 	}
-	addNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", fsck, fmtSeconds(tmp.SecondsToHeal))
-	if n := orphans(d.last, b.ID); n > 0 {
-		addNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", b.ID, n)
+	addNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(tmp.SecondsToHeal))
+	if n := orphans(d.last, r.b.ID); n > 0 {
+		addNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", r.b.ID, n)
 	}
 	return fr, nil
 }
 
-// recoverDisk is the operator's remedy for a read-only disk: stop b, unmount,
-// e2fsck -f -y, mount, start b. It returns e2fsck's verdict in words.
-func (d *demo) recoverDisk(ctx context.Context, b *harness.Broker, l *loopdisk.Disk) (string, error) {
-	d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", b.ID, l.Dir, l.Dev)
-	if err := d.c.Terminate(b, 10*time.Second); err != nil {
-		return "", err
-	}
-	if err := l.Unmount(); err != nil {
-		return "", err
-	}
-	out, ferr := l.Fsck()
-	verdict := "e2fsck -f -y (clean)"
-	if strings.Contains(out, "MODIFIED") {
-		verdict = "e2fsck -f -y (errors corrected)"
-	}
-	if err := l.Mount(); err != nil {
-		return "", errors.Join(ferr, err)
-	}
-	if ferr != nil {
-		return "", ferr
-	}
-	if ro, err := l.ReadOnly(); err != nil || ro {
-		return "", fmt.Errorf("%s still read-only after e2fsck and mount (%v)", l.Dir, err)
-	}
-	d.aud.forgetDir(l.Dir)
-	if err := d.restart(ctx, b); err != nil {
-		return "", err
-	}
-	return verdict, nil
-}
-
 // orphans counts the copies b lists of sealed segments whose replica set
 // does not name b.
-func orphans(v *view, b meta.BrokerID) int {
+func orphans(v *harness.View, b meta.BrokerID) int {
 	n := 0
 	for id := range v.Copies[b] {
 		if s, ok := v.Snap.Segment(id); ok && s.Sealed && !s.HasReplica(b) {
@@ -615,15 +565,4 @@ func orphans(v *view, b meta.BrokerID) int {
 		}
 	}
 	return n
-}
-
-// forgetDir drops the audit results of every file under dir (its shard
-// directories too): the files under a mount point may change without their
-// keys showing it (e2fsck).
-func (a *auditor) forgetDir(dir string) {
-	for p := range a.cache {
-		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
-			delete(a.cache, p)
-		}
-	}
 }

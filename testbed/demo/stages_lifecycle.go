@@ -274,7 +274,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
-	if err := d.restart(ctx, b); err != nil {
+	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 		fr.Error = joinErr(joinErr(short, j.why), err.Error())
 		return fr, fatal(ctx, err, d)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
@@ -110,97 +109,39 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	}
 	fr.What = fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage pause: SIGSTOP broker %d (pid %d), which holds %d sealed replicas", b.ID, b.Pid(), len(targets))
-	pre := d.sizesLosing(targets, b.ID)
-	before := d.backfillBytes(ctx)
+	m := d.measure(ctx, targets, b.ID)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
 	stopAt := time.Now()
-	if err := b.Signal(syscall.SIGSTOP); err != nil {
+	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}})
+	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
+	if err != nil {
 		fr.Error = err.Error()
 		return fr, err
 	}
 	fr.Injected = true
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = b.Signal(syscall.SIGCONT) // never leave a broker stopped
-		}
-	}()
-
-	// Heal without it: poll the other brokers only, counting it dead.
-	sub := d.c.Without(b.ID)
-	live := d.liveSet()
-	delete(live, b.ID)
-	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
-	deadline := stopAt.Add(d.o.StageTimeout)
 	feed := harness.NewPassFeed(stopAt)
-	var healedAt time.Time
-	var why string
-	for {
-		if err := ctx.Err(); err != nil {
-			p.Finish("interrupted")
-			return fr, err
-		}
-		if err := d.c.UnexpectedExit(); err != nil {
-			p.Finish("a broker died")
-			fr.Error = err.Error()
-			return fr, err
-		}
-		v, err := poll(ctx, sub, true)
-		if err == nil && evaluate(v, d.o.RF, live, d.checkCopy).UnderReplicated == 0 {
-			v, err = poll(ctx, sub, false)
-		}
-		if err != nil {
-			why = err.Error()
-		} else {
-			e := evaluate(v, d.o.RF, live, d.checkCopy)
-			d.countPasses(ctx, sub, feed, &fr)
-			moved := movedOff(v, targets, b.ID)
-			p.Set(moved, len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
-			clean, cwhy := passClean(v)
-			switch {
-			case d.deadSeen.IsZero():
-				why = fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
-			case moved < len(targets):
-				why = fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
-			case !e.OK():
-				why = fmt.Sprintf("%d segments unhealthy", len(e.Unhealthy))
-			case !clean:
-				why = cwhy
-			case len(v.Unreachable) > 0:
-				why = v.Unreachable[0]
-			default:
-				healedAt = v.At
-			}
-			if !healedAt.IsZero() {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(d.o.Poll)
+	healedAt, why, err := d.healWithout(ctx, &fr, b, targets, feed, stopAt.Add(d.o.StageTimeout))
+	if err != nil {
+		return fr, err
 	}
 	deadAt := d.deadMoment(&fr, stopAt, false)
 	gap := feed.Problem()
-	fr.BytesEstimated = d.estimateBytes(pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesEstimated = d.estimateBytes(m.pre)
+	fr.BytesRereplicated = d.backfillDelta(ctx, m.before)
 	if healedAt.IsZero() {
-		p.Finish("timed out")
 		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
 	} else {
 		fr.Detected = true
 		fr.SecondsToHeal = seconds(healedAt.Sub(deadAt))
-		p.Finish(fmt.Sprintf("re-replicated and verified %s after it counted dead", fmtSeconds(fr.SecondsToHeal)))
 	}
 
 	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
 	contAt := time.Now()
-	if err := b.Signal(syscall.SIGCONT); err != nil {
+	if err := in.Undo(ctx); err != nil {
 		fr.Error = err.Error()
 		return fr, err
 	}
-	resumed = true
 	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
 	rejoin := FaultReport{Stage: "pause-rejoin"}
 	err = d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
@@ -208,7 +149,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 		err = d.waitNotDead(ctx, b.ID, d.o.StageTimeout)
 	}
 	if err != nil {
-		fr.Error = strings.TrimPrefix(fr.Error+"; ", "; ") + "after SIGCONT: " + err.Error()
+		fr.Error = joinErr(fr.Error, "after SIGCONT: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
 	addNote(&fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
@@ -220,9 +161,50 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
+// healWithout polls the brokers but b (stopped) until a heal pass lists
+// b dead, every segment of targets moved off it and every segment is
+// healthy and verified, or deadline. It returns when that was (zero: not
+// by the deadline) and, if not, why; an error only when the demo cannot
+// go on.
+func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
+	sub := d.c.Without(b.ID)
+	live := func() map[meta.BrokerID]bool {
+		m := d.liveSet()
+		delete(m, b.ID)
+		return m
+	}
+	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
+	seen := func(v *harness.View, e harness.Evaluation) {
+		d.countPasses(ctx, sub, feed, fr)
+		p.Set(movedOff(v, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
+	}
+	pending := func(v *harness.View, e harness.Evaluation) string {
+		if d.deadSeen.IsZero() {
+			return fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
+		}
+		if moved := movedOff(v, targets, b.ID); moved < len(targets) {
+			return fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
+		}
+		_, why := passClean(v)
+		return why
+	}
+	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: live, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
+	if err == nil {
+		p.Finish("re-replicated and verified")
+		return v.At, "", nil
+	}
+	if e := fatal(ctx, err, d); e != nil {
+		p.Finish("interrupted, or a broker died")
+		fr.Error = e.Error()
+		return time.Time{}, "", e
+	}
+	p.Finish("timed out")
+	return time.Time{}, err.Error(), nil
+}
+
 // movedOff counts the segments of targets whose set in v no longer names
 // broker id.
-func movedOff(v *view, targets []meta.SegmentID, id meta.BrokerID) int {
+func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
 	n := 0
 	for _, t := range targets {
 		if s, ok := v.Snap.Segment(t); ok && !s.HasReplica(id) {
@@ -238,7 +220,7 @@ func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.D
 	deadline := time.Now().Add(timeout)
 	b := d.c.Broker(id)
 	for {
-		p, err := leaderStatus(ctx, d.c.Running())
+		p, err := leaderStatus(ctx, d.c)
 		if err == nil {
 			hctx, cancel := context.WithTimeout(ctx, time.Second)
 			h, herr := b.Client.Health(hctx)
@@ -265,10 +247,11 @@ func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.D
 }
 
 // stageSwap kills a follower, swaps its data directory for an empty one
-// and starts it again with the same config: it comes back with no copies,
-// no raft log and no Pebble state. The old directory is kept, renamed,
-// beside the new one under the demo's directory, for inspection (it goes
-// with the demo's directory when that is removed after a healthy run).
+// (the catalogue's swap) and starts it again with the same config: it
+// comes back with no copies, no raft log and no Pebble state. The old
+// directory is kept, renamed, beside the new one under the demo's
+// directory, for inspection (it goes with the demo's directory when that
+// is removed after a healthy run).
 func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "swap"}
 	b, targets, err := d.victimFollower(ctx, &fr)
@@ -276,35 +259,20 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 		return fr, err
 	}
 	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
-	pre := d.sizesLosing(targets, b.ID)
-	before := d.backfillBytes(ctx)
+	m := d.measure(ctx, targets, b.ID)
+	files, size := dirUsage(b.Dir)
 	d.logf("stage swap: kill -9 broker %d (pid %d), then an empty data directory in place of %s", b.ID, b.Pid(), b.Dir)
 	killAt := time.Now()
-	if err := d.c.Kill(b); err != nil {
+	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout})
+	fr.Injected = in.Aside != ""
+	if err != nil {
 		fr.Error = err.Error()
-		return fr, err
+		return fr, fmt.Errorf("stage swap: %w", err)
 	}
-	fr.Injected = true
-	aside := b.Dir + ".swapped"
-	for i := 2; ; i++ {
-		if _, err := os.Lstat(aside); os.IsNotExist(err) {
-			break
-		}
-		aside = fmt.Sprintf("%s.swapped%d", b.Dir, i)
-	}
-	files, size := dirUsage(b.Dir)
-	if err := os.Rename(b.Dir, aside); err != nil {
-		fr.Error = fmt.Sprintf("swap: moving %s aside: %v", b.Dir, err)
-		return fr, fmt.Errorf("stage swap: %s", fr.Error)
-	}
-	if err := os.Mkdir(b.Dir, 0o755); err != nil {
-		fr.Error = fmt.Sprintf("swap: creating the empty %s: %v", b.Dir, err)
-		return fr, fmt.Errorf("stage swap: %s", fr.Error)
-	}
-	d.aud.forgetUnder(aside)
-	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), aside, b.ID)
+	d.aud.forgetUnder(in.Aside)
+	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
 	startAt := time.Now()
-	if err := d.restart(ctx, b); err != nil {
+	if err := in.Undo(ctx); err != nil {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
 	}
@@ -312,21 +280,10 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 		d.logf("  brokers not yet agreed on a leader: %v", err)
 	}
 	upAt := time.Now()
-	err = d.waitHealed(ctx, &fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout)
-	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	held := 0
-	if cs, ok := d.last.Copies[b.ID]; ok {
-		held = len(cs)
-	}
+	err = d.heal(ctx, &fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout, m)
 	addNote(&fr, "seconds_to_heal from the restart on the empty directory (killed %s before; it answered with a leader after %s); it holds %d copies again; old directory kept at %s",
-		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), held, aside)
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
-	}
-	return fr, nil
+		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), len(d.last.Copies[b.ID]), in.Aside)
+	return fr, fatal(ctx, err, d)
 }
 
 // dirUsage counts the regular files under dir and their bytes.
@@ -485,69 +442,78 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		s, _ := d.last.Snap.Segment(id)
 		segs[id] = *s
 	}
-	pre := d.sizesLosing(targetsA, a.ID)
-	before := d.backfillBytes(ctx)
+	m := d.measure(ctx, targetsA, a.ID)
 	baseline := d.listCopyFiles()
 	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.Pid(), len(targetsA))
 	d.watchDead, d.deadSeen = a.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
 	killA := time.Now()
-	if err := d.c.Kill(a); err != nil {
+	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}); err != nil {
 		fr.Error = err.Error()
 		return fr, err
 	}
 	fr.Injected = true
-
 	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
-	if err != nil {
+	if err != nil || failure != "" {
+		// With a failure broker a died, but the stage's fault (a target
+		// killed while bytes move to it) did not happen: not injected,
+		// the run fails.
+		fr.Injected = failure == ""
+		if failure != "" {
+			fr.notInjected(failure)
+		}
 		return fr, err
-	}
-	if failure != "" {
-		// Broker a died, but the stage's fault (a target killed while
-		// bytes move to it) did not happen: not injected, the run fails.
-		fr.Injected = false
-		fr.notInjected(failure)
-		return fr, nil
 	}
 	deadSeenA := d.deadSeen
 	targetsB := d.sealedOn(b.ID)
-	for id, m := range d.sizes(targetsB) {
-		if pre[id] == nil {
-			pre[id] = m
+	for id, sizes := range d.sizes(targetsB) {
+		if m.pre[id] == nil {
+			m.pre[id] = sizes
 		}
-		pre[id][b.ID] = 0
+		m.pre[id][b.ID] = 0
 	}
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	killB := time.Now()
-	if err := d.c.Kill(b); err != nil {
+	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
 		fr.Error = err.Error()
 		return fr, err
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
-	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies %s",
-		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete, "complete")
-	addNote(&fr, "broker %d killed %s after broker %d, while it was the target of %d of its backfills (%d partial: %s of %s on disk; %d full-size; chosen for: %s)",
-		b.ID, killB.Sub(killA).Round(time.Millisecond), a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete, how)
-	if !deadSeenA.IsZero() {
-		addNote(&fr, "broker %d was listed dead by the pass that started %s after its kill", a.ID, deadSeenA.Sub(killA).Round(time.Millisecond))
-	}
+	d.noteStrike(&fr, a, b, killB.Sub(killA), seen, how, deadSeenA.Sub(killA), !deadSeenA.IsZero())
+	err = d.healTwoKills(ctx, &fr, append(slices.Clone(targetsA), targetsB...), killB, m)
+	return fr, fatal(ctx, err, d)
+}
 
-	all := append(slices.Clone(targetsA), targetsB...)
-	timeout := d.throttledTimeout(&fr, all)
+// noteStrike logs and notes the second kill of the backfill-kill stage:
+// broker b killed after a (by after), the target of the transfers seen;
+// seenA is when a was first listed dead, if it was (listed).
+func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Duration, seen transfers, how string, seenA time.Duration, listed bool) {
+	after = after.Round(time.Millisecond)
+	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies complete",
+		b.ID, after, a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete)
+	addNote(fr, "broker %d killed %s after broker %d, while it was the target of %d of its backfills (%d partial: %s of %s on disk; %d full-size; chosen for: %s)",
+		b.ID, after, a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete, how)
+	if listed {
+		addNote(fr, "broker %d was listed dead by the pass that started %s after its kill", a.ID, seenA.Round(time.Millisecond))
+	}
+}
+
+// healTwoKills waits for the heal after the backfill-kill stage's second
+// kill (at killB), releasing a hold of the mass-failure brake as an
+// operator would, and judges it: no segment may be lost or missing.
+func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.SegmentID, killB time.Time, m measure) error {
+	timeout := d.throttledTimeout(fr, all)
 	rel := d.startHoldReleaser(ctx)
-	err = d.waitHealed(ctx, &fr, "healing after two kills", killB, all, timeout)
+	err := d.heal(ctx, fr, "healing after two kills", killB, all, timeout, m)
 	rel.stop()
 	if n := rel.note(); n != "" {
-		addNote(&fr, "%s", n)
+		addNote(fr, "%s", n)
 		d.logf("  %s", n)
 	} else {
-		addNote(&fr, "the mass-failure brake did not hold")
+		addNote(fr, "the mass-failure brake did not hold")
 	}
-	fr.Detected = fr.Healed
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	fr.BytesEstimated = d.estimateBytes(pre)
-	deadAt := d.deadMoment(&fr, killB, true)
+	deadAt := d.deadMoment(fr, killB, true)
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
@@ -555,11 +521,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
 		}
 	}
-	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
-	}
-	return fr, nil
+	return err
 }
 
 // strikeTarget watches the targets' copy files, after broker a's kill at
@@ -634,30 +596,9 @@ const nospareReason = "no_spare_broker"
 // than a grace delay apart and the mass-failure brake does not hold.
 func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "nospare"}
-	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
-		if err := d.reviveAll(ctx); err != nil {
-			fr.Error = err.Error()
-			return fr, err
-		}
-	}
-	killed := 0
-	for len(d.c.Running()) > d.o.RF {
-		k := d.pickFollower()
-		if k == nil {
-			fr.notInjected("no follower to kill down to the replication factor")
-			return fr, nil
-		}
-		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
-		if err := d.c.Kill(k); err != nil {
-			fr.Error = err.Error()
-			return fr, err
-		}
-		killed++
-		tmp := FaultReport{Stage: "nospare-kill"}
-		if err := d.waitHealed(ctx, &tmp, "re-replicating", time.Now(), nil, d.o.StageTimeout); err != nil {
-			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
-			return fr, fatal(ctx, err, d)
-		}
+	killed, err := d.killToFactor(ctx, &fr)
+	if killed < 0 || err != nil {
+		return fr, err
 	}
 	vs := d.pickVictims(1)
 	if len(vs) == 0 {
@@ -670,14 +611,14 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr.What = fmt.Sprintf("latch %s on %d, %d running", id, lb.ID, len(d.c.Running()))
 	d.logf("stage nospare: %d brokers run (replication factor %d: no spare); latch %s on broker %d", len(d.c.Running()), d.o.RF, id, lb.ID)
 	latchAt := time.Now()
-	if err := lb.Client.Latch(ctx, id); err != nil {
+	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindLatch, Brokers: []*harness.Broker{lb}, Segments: []meta.Segment{v.seg}})
+	if err != nil {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	fr.Latched = []heal.CopyRef{{Segment: id, Broker: lb.ID}}
+	fr.Latched = in.Lost
 	d.aud.Forget(copyPath(lb, id))
-
 	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
 	}, harness.NewPassFeed(latchAt))
@@ -690,11 +631,53 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 		d.logf("  nospare: %s", fr.Error)
 	}
 	fr.Detected = tally.detected()
+	return fr, d.sparesBack(ctx, &fr, v, problems)
+}
 
-	// Spares back: the latched copy must be replaced. A restarted broker
-	// may still hold an old intact copy (from before it was killed),
-	// resumed in place at no cost: the estimate counts what each file
-	// lacked before the restart.
+// killToFactor kills followers one at a time until exactly RF brokers
+// run, each after the previous one healed, so that their deaths are far
+// more than a grace delay apart and the mass-failure brake does not hold.
+// It first revives every broker unless the running ones are healthy and
+// at least RF (the backfill-kill stage leaves two of five dead and
+// everything healed on the three others: what the nospare stage needs).
+// It returns how many it killed, -1 when the stage cannot go on (fr says
+// why).
+func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
+	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
+		if err := d.reviveAll(ctx); err != nil {
+			fr.Error = err.Error()
+			return -1, err
+		}
+	}
+	killed := 0
+	for len(d.c.Running()) > d.o.RF {
+		k := d.pickFollower()
+		if k == nil {
+			fr.notInjected("no follower to kill down to the replication factor")
+			return -1, nil
+		}
+		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
+		if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{k}}); err != nil {
+			fr.Error = err.Error()
+			return -1, err
+		}
+		killed++
+		tmp := FaultReport{Stage: "nospare-kill"}
+		if err := d.waitHealed(ctx, &tmp, "re-replicating", time.Now(), nil, d.o.StageTimeout); err != nil {
+			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
+			return -1, fatal(ctx, err, d)
+		}
+	}
+	return killed, nil
+}
+
+// sparesBack restarts the dead brokers: the latched copy of v must then
+// be replaced. A restarted broker may still hold an old intact copy (from
+// before it was killed), resumed in place at no cost: the estimate counts
+// what each file lacked before the restart. It sets fr's verdict, adding
+// to the problems the watch found.
+func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems []string) error {
+	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
 	for _, b := range d.c.Brokers() {
 		if fi, err := os.Stat(copyPath(b, id)); err == nil && b.ID != lb.ID {
@@ -709,9 +692,9 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	for _, b := range d.c.Brokers() {
 		if !b.Alive() {
 			d.logf("  restarting broker %d: a spare again", b.ID)
-			if err := d.restart(ctx, b); err != nil {
+			if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 				fr.Error = err.Error()
-				return fr, fatal(ctx, err, d)
+				return fatal(ctx, err, d)
 			}
 		}
 	}
@@ -720,32 +703,29 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
 	fr.Passes += healed.Passes
 	fr.BytesRereplicated = d.backfillDelta(ctx, before)
-	if s, ok := d.last.Snap.Segment(id); ok {
-		for _, r := range s.Replicas {
-			if !slices.Contains(setBefore, r) {
-				fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
-			}
+	s, ok := d.last.Snap.Segment(id)
+	for i := 0; ok && i < len(s.Replicas); i++ {
+		if r := s.Replicas[i]; !slices.Contains(setBefore, r) {
+			fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
 		}
 	}
 	if err != nil {
-		fr.Error = strings.TrimPrefix(fr.Error+"; ", "; ") + "after the restarts: " + err.Error()
-		return fr, fatal(ctx, err, d)
+		fr.Error = joinErr(fr.Error, "after the restarts: "+err.Error())
+		return fatal(ctx, err, d)
 	}
-	if s, ok := d.last.Snap.Segment(id); ok {
+	if ok {
 		if lc, listed := d.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
 			problems = append(problems, fmt.Sprintf("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id))
 		}
-		addNote(&fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
+		addNote(fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
 			id, s.Replicas, lb.ID, fmtSeconds(healed.SecondsToHeal))
 	}
-	fr.SecondsToHeal = healed.SecondsToHeal
-	fr.healedAt = healed.healedAt
-	fr.Affected = healed.Affected
+	fr.SecondsToHeal, fr.healedAt, fr.Affected = healed.SecondsToHeal, healed.healedAt, healed.Affected
 	fr.Healed = len(problems) == 0 && healed.Healed
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 	}
-	return fr, nil
+	return nil
 }
 
 // noSparePasses is how many heal passes the nospare and lost stages watch
@@ -777,7 +757,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
-			if view, err := poll(ctx, d.c, false); err == nil {
+			if view, err := harness.Poll(ctx, d.c, false); err == nil {
 				e := d.observe(view)
 				for other, why := range e.Unhealthy {
 					if other != id {
@@ -863,16 +843,16 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		fr.notInjected("fewer than two healthy sealed segments")
 		return fr, nil
 	}
-	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: "bitflip", yFiles: map[string]int64{},
+	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[string]int64{},
 		acked: map[meta.SegmentID]bool{}}
 	x, y := r.x, r.y
 	if !d.scrubberAdvertised() {
-		r.damage = "truncate"
+		r.damage = harness.KindTruncate
 	}
 	fr.What = fmt.Sprintf("delete all of %s, %s all of %s", x.ID, r.damage, y.ID)
 	d.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, r.damage, y.ID)
 	r.start = time.Now()
-	r.nx, r.ny = r.hit(x, "delete"), r.hit(y, r.damage)
+	r.nx, r.ny = r.hit(x, harness.KindDelete), r.hit(y, r.damage)
 	if r.nx == 0 && r.ny == 0 {
 		return fr, nil
 	}
@@ -901,7 +881,7 @@ type lostRun struct {
 	d      *demo
 	fr     *FaultReport
 	x, y   meta.Segment
-	damage string // what is done to Y's copies: bitflip, or truncate
+	damage harness.Kind // what is done to Y's copies: bitflip, or truncate
 	ids    []meta.SegmentID
 	start  time.Time
 	// nx and ny are the copies of X and Y destroyed, extra those of them
@@ -928,7 +908,7 @@ func (r *lostRun) add(s string) {
 // or truncate): its replicas' and any left outside its set by earlier
 // stages (a restarted broker keeps its old copies; an intact one would
 // rightly heal the segment). It returns how many it destroyed.
-func (r *lostRun) hit(seg meta.Segment, kind string) int {
+func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 	d, fr := r.d, r.fr
 	n := 0
 	var first *harness.Fault
@@ -945,13 +925,10 @@ func (r *lostRun) hit(seg meta.Segment, kind string) int {
 		}
 		var df harness.Fault
 		var err error
-		switch kind {
-		case "delete":
-			df, err = harness.DeleteCopy(path)
-		case "bitflip":
-			df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.BitflipCopy(path, seg.ByteSize, d.rng) })
-		case "truncate":
-			df, err = d.sameDamage(path, seg, first, func() (harness.Fault, error) { return harness.TruncateCopy(path, d.rng) })
+		if first == nil {
+			df, err = harness.DamageCopy(kind, path, seg.ByteSize, d.rng)
+		} else {
+			df, err = harness.RepeatFault(*first, path)
 		}
 		if err == nil && first == nil {
 			first = &df
@@ -961,7 +938,7 @@ func (r *lostRun) hit(seg meta.Segment, kind string) int {
 			fr.Error = err.Error()
 			continue
 		}
-		if kind != "delete" {
+		if kind != harness.KindDelete {
 			r.yFiles[path] = df.SizeAfter
 		}
 		fr.Copies = append(fr.Copies, df)
@@ -986,7 +963,7 @@ func (r *lostRun) watch(ctx context.Context) error {
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
-			if view, err := poll(ctx, d.c, false); err == nil {
+			if view, err := harness.Poll(ctx, d.c, false); err == nil {
 				for other, why := range d.observe(view).Unhealthy {
 					if !slices.Contains(ids, other) {
 						r.add(fmt.Sprintf("%s became unhealthy: %s", other, why))
@@ -1069,7 +1046,7 @@ func (r *lostRun) checkKept() {
 // mark them.
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
-	ps, err := leaderStatus(ctx, d.c.Running())
+	ps, err := leaderStatus(ctx, d.c)
 	if err != nil {
 		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
 	} else {
@@ -1146,41 +1123,6 @@ func (r *lostRun) finish() {
 		}
 		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
 	}
-}
-
-// sameDamage damages the copy at path: with first nil by fresh, else
-// exactly as first was damaged (the same bit of the same byte flipped, or
-// cut at the same byte). Copies are byte-identical, so every copy then
-// lacks the same bytes: no two of them make an intact copy together (a
-// resume cuts a copy back to its first bad frame and fetches the rest from
-// another, which with a different flip would have healed the segment).
-func (d *demo) sameDamage(path string, seg meta.Segment, first *harness.Fault, fresh func() (harness.Fault, error)) (harness.Fault, error) {
-	if first == nil {
-		return fresh()
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return harness.Fault{}, fmt.Errorf("%s fault: %w", first.Kind, err)
-	}
-	df := *first
-	df.Path, df.SizeBefore = path, fi.Size()
-	switch first.Kind {
-	case "bitflip":
-		if _, err := harness.FlipBit(path, first.Offset, first.Bit); err != nil {
-			return harness.Fault{}, fmt.Errorf("bitflip fault: %s: %w", path, err)
-		}
-	case "truncate":
-		if err := os.Truncate(path, first.Offset); err != nil {
-			return harness.Fault{}, fmt.Errorf("truncate fault: %w", err)
-		}
-	default:
-		return harness.Fault{}, fmt.Errorf("sameDamage: %s: no such damage %q for %s", path, first.Kind, seg.ID)
-	}
-	df.SizeAfter = df.SizeBefore
-	if first.Kind == "truncate" {
-		df.SizeAfter = first.Offset
-	}
-	return df, nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -131,16 +131,7 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	held := func(snap *meta.Snapshot) int {
-		n := 0
-		for _, s := range snap.Segments {
-			if s.HasReplica(b.ID) {
-				n++
-			}
-		}
-		return n
-	}
-	snap, err := d.waitSnap(ctx, func(s *meta.Snapshot) bool { return held(s) == 0 })
+	snap, err := d.waitSnap(ctx, func(s *meta.Snapshot) bool { return heldBy(s, b.ID) == 0 })
 	if err != nil {
 		fr.Error = "decommission: " + err.Error()
 		_, _ = cl.CancelDecommission(ctx, b.ID)
@@ -152,6 +143,16 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	cancelled := time.Now()
+	err = d.waitBalanced(ctx, &fr, fig, snap, cancelled)
+	fr.Rebalance = fig
+	return fr, err
+}
+
+// waitBalanced waits, from the cancel of the decommission of fig.Broker
+// at cancelled (snap the metadata then), until every running broker is
+// within 10% of the mean and the cluster healthy, and fills in fig and
+// fr's verdict.
+func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *RebalanceFigures, snap *meta.Snapshot, cancelled time.Time) error {
 	run := d.c.Running()
 	fig.Before = spread(snap, run)
 	prev := snap
@@ -162,27 +163,36 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	})
 	if err != nil {
 		fr.Error = "rebalance: " + err.Error()
-		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", b.ID, held(prev), spread(prev, run))
-		fr.Rebalance = fig
-		return fr, nil // not healed: the demo stops after it
+		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, heldBy(prev, fig.Broker), spread(prev, run))
+		return nil // not healed: the demo stops after it
 	}
 	fig.SecondsToBalance = time.Since(cancelled).Seconds()
 	fig.After = spread(final, run)
-	fig.Received = held(final)
+	fig.Received = heldBy(final, fig.Broker)
 	fr.Detected = true
 	tmp := FaultReport{Stage: "rebalance-check"}
 	if err := d.waitHealed(ctx, &tmp, "balanced", cancelled, nil, d.o.StageTimeout); err != nil {
 		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	fr.Healed = tmp.Healed
 	secs := fig.SecondsToBalance
 	fr.SecondsToHeal = &secs
-	fr.Rebalance = fig
 	fr.Note = fmt.Sprintf("drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
-		fig.DrainSeconds, fig.Moves, fig.Received, b.ID, secs, fig.Before, fig.After)
+		fig.DrainSeconds, fig.Moves, fig.Received, fig.Broker, secs, fig.Before, fig.After)
 	d.logf("stage rebalance: %s", fr.Note)
-	return fr, nil
+	return nil
+}
+
+// heldBy counts the segments whose replica set in snap names id.
+func heldBy(snap *meta.Snapshot, id meta.BrokerID) int {
+	n := 0
+	for _, s := range snap.Segments {
+		if s.HasReplica(id) {
+			n++
+		}
+	}
+	return n
 }
 
 // addedReplicas counts the replicas in next's sets that prev's did not

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/harness"
+
 	"github.com/malachi-log/malachi/internal/admin"
 
 	"github.com/malachi-log/malachi/heal"
@@ -23,7 +25,7 @@ func intact(id meta.SegmentID) admin.Copy {
 }
 
 func TestEvaluate(t *testing.T) {
-	v := &view{
+	v := &harness.View{
 		Snap: meta.Snapshot{ReplicationFactor: 3, Segments: []meta.Segment{
 			seg("healthy", 1, 2, 3),
 			seg("dead-replica", 1, 2, 4),
@@ -53,8 +55,8 @@ func TestEvaluate(t *testing.T) {
 	v.Copies[3]["overrun"] = admin.Copy{ID: "overrun", Size: 4000, Sealed: true}
 	v.Copies[1]["lost-but-orphan"] = intact("lost-but-orphan") // broker 1 is outside the set
 	live := map[meta.BrokerID]bool{1: true, 2: true, 3: true}
-	e := evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc admin.Copy, listed bool) string {
-		return basicCheck(s, lc, listed)
+	e := harness.Evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc admin.Copy, listed bool) string {
+		return harness.CheckCopy(s, lc, listed)
 	})
 	if e.Sealed != 9 || e.Healthy != 1 {
 		t.Fatalf("sealed %d healthy %d: %+v", e.Sealed, e.Healthy, e)
@@ -80,8 +82,8 @@ func TestEvaluate(t *testing.T) {
 	}
 	// A broker that did not answer cannot vouch for its copies.
 	delete(v.Copies, 2)
-	e = evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc admin.Copy, listed bool) string {
-		return basicCheck(s, lc, listed)
+	e = harness.Evaluate(v, 3, live, func(_ meta.BrokerID, s meta.Segment, lc admin.Copy, listed bool) string {
+		return harness.CheckCopy(s, lc, listed)
 	})
 	if !strings.Contains(e.Unhealthy["healthy"], "broker 2 did not list its copies") {
 		t.Errorf("unanswered broker: %q", e.Unhealthy["healthy"])
@@ -122,9 +124,9 @@ func TestDecodeStatusOfPlugin(t *testing.T) {
 }
 
 func TestPassClean(t *testing.T) {
-	mk := func(r heal.Report) *view {
+	mk := func(r heal.Report) *harness.View {
 		raw, _ := json.Marshal(plugin.Status{Enabled: true, Passes: 1, LastPass: &r})
-		return &view{Snap: meta.Snapshot{Index: 10}, Status: raw}
+		return &harness.View{Snap: meta.Snapshot{Index: 10}, Status: raw}
 	}
 	for _, tc := range []struct {
 		r    heal.Report
@@ -142,7 +144,7 @@ func TestPassClean(t *testing.T) {
 			t.Errorf("%+v: %v %q, want %q", tc.r, ok, why, tc.want)
 		}
 	}
-	if ok, why := passClean(&view{Status: json.RawMessage(`{"heal":"disabled"}`)}); ok || !strings.Contains(why, "no heal report") {
+	if ok, why := passClean(&harness.View{Status: json.RawMessage(`{"heal":"disabled"}`)}); ok || !strings.Contains(why, "no heal report") {
 		t.Errorf("no plugin: %v %q", ok, why)
 	}
 }

@@ -92,6 +92,12 @@ func AuditCopy(path string, seg meta.Segment) error {
 	if _, err := io.ReadFull(r, foot[:]); err != nil {
 		return fmt.Errorf("%w: %s: footer at byte %d: %v", ErrAudit, path, pos, err)
 	}
+	return auditFooter(foot, path, pos, seg, total.Sum32())
+}
+
+// auditFooter checks the seal footer read at byte pos of path against
+// seg and the frames' crc32c.
+func auditFooter(foot [footerSize]byte, path string, pos int64, seg meta.Segment, frames uint32) error {
 	if string(foot[:8]) != footerMagic {
 		return fmt.Errorf("%w: %s: no seal footer magic at byte %d", ErrAudit, path, pos)
 	}
@@ -106,8 +112,8 @@ func AuditCopy(path string, seg meta.Segment) error {
 			ErrAudit, path, start, length, size, seg.StartOffset, seg.Length, seg.ByteSize)
 	}
 	framesCRC := binary.LittleEndian.Uint32(foot[32:36])
-	if framesCRC != total.Sum32() {
-		return fmt.Errorf("%w: %s: footer frames crc32c %08x, frames hash to %08x", ErrAudit, path, framesCRC, total.Sum32())
+	if framesCRC != frames {
+		return fmt.Errorf("%w: %s: footer frames crc32c %08x, frames hash to %08x", ErrAudit, path, framesCRC, frames)
 	}
 	if seg.Checksum != meta.CRC32C(framesCRC) {
 		return fmt.Errorf("%w: %s: frames crc32c %08x, metadata checksum %s", ErrAudit, path, framesCRC, seg.Checksum)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -382,22 +383,28 @@ func (c *Cluster) Leader(ctx context.Context, all bool) (meta.BrokerID, error) {
 	return leader, nil
 }
 
-// WaitRegistered waits until the metadata, as a running broker serves
-// it, lists every running broker.
+// WaitRegistered waits until the metadata, as the leader (or else a
+// running broker) serves it, lists every running broker and records a
+// replication factor: a loader can then place segments on all of them.
 func (c *Cluster) WaitRegistered(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	missing := "no running broker"
 	for {
-		if run := c.Running(); len(run) > 0 {
-			snap, err := run[0].Client.Metadata(ctx)
+		if err := c.UnexpectedExit(); err != nil {
+			return err
+		}
+		if b := c.LeaderOrAny(ctx); b != nil {
+			snap, err := b.Client.Metadata(ctx)
 			missing = ""
 			if err != nil {
 				missing = err.Error()
+			} else if snap.ReplicationFactor == 0 {
+				missing = "no replication factor recorded"
 			}
-			for _, b := range run {
-				if _, ok := snap.Broker(b.ID); !ok && err == nil {
-					missing = fmt.Sprintf("broker %d not in the metadata", b.ID)
+			for _, r := range c.Running() {
+				if _, ok := snap.Broker(r.ID); !ok && err == nil {
+					missing = fmt.Sprintf("broker %d not in the metadata", r.ID)
 				}
 			}
 			if missing == "" {
@@ -410,6 +417,42 @@ func (c *Cluster) WaitRegistered(ctx context.Context, timeout time.Duration) err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// LeaderBroker is the leader as the running brokers not in skip see it:
+// the first that answers /v1/health either leads or names a running
+// broker not in skip. Nil when none does (an election, a partition).
+func (c *Cluster) LeaderBroker(ctx context.Context, skip ...meta.BrokerID) *Broker {
+	for _, b := range c.Running() {
+		if slices.Contains(skip, b.ID) {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		h, err := b.Client.Health(hctx)
+		cancel()
+		switch {
+		case err != nil || h.Leader == 0:
+			continue
+		case h.IsLeader:
+			return b
+		}
+		if lb := c.Broker(h.Leader); lb != nil && lb.Alive() && !slices.Contains(skip, lb.ID) {
+			return lb
+		}
+	}
+	return nil
+}
+
+// LeaderOrAny is LeaderBroker, else the first running broker (its answer
+// then names what is wrong), nil when none runs.
+func (c *Cluster) LeaderOrAny(ctx context.Context) *Broker {
+	if b := c.LeaderBroker(ctx); b != nil {
+		return b
+	}
+	if run := c.Running(); len(run) > 0 {
+		return run[0]
+	}
+	return nil
 }
 
 // SetHealExtra replaces Config.HealExtra for the configs written from now

@@ -3,10 +3,15 @@
 // the binary, makes the cluster's certificates (pki.CreateLocal; insecure
 // only when asked), writes each broker's config, starts, stops, kills,
 // pauses and restarts brokers, waits for a leader and for registration,
-// calls every broker through the typed admin client (internal/admin), and
-// injects the faults done to a copy's file (delete, truncate, extend, bit
-// flip). The one fault a broker injects itself is the latch
-// (admin.Client.Latch): it needs the broker's store to see an I/O error.
+// calls every broker through the typed admin client (internal/admin),
+// polls them for the one health check (health.go: Poll, Evaluate,
+// CheckCopy, WaitHealed), and holds the fault catalogue (catalogue.go):
+// every fault the demo's staged suite and its nemesis inject, each once,
+// with its undo and what it leaves for a checker to expect (Kind.Down,
+// Kind.CutOff, Injection.Lost). The faults done to a copy's file (delete,
+// truncate, extend, bit flip) are faults.go's; the one fault a broker
+// injects itself is the latch (admin.Client.Latch): it needs the broker's
+// store to see an I/O error.
 //
 // Usage:
 //
@@ -18,6 +23,8 @@
 //	err = c.Kill(b); err = c.Restart(b)
 //	path, err := b.CopyPath(id) // the one place that knows the copies' layout
 //	f, err := harness.TruncateCopy(path, rng)
+//	in, err := c.Inject(ctx, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}})
+//	err = in.Undo(ctx)                     // SIGCONT; a kill's undo is Revive
 //
 // Everything about one broker (its addresses, data dir, process, admin
 // client, the command prefix it runs under) is a field of its Broker.

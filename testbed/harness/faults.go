@@ -155,3 +155,26 @@ func FlipBit(path string, offset int64, bit uint8) (Fault, error) {
 	}
 	return Fault{Kind: "bitflip", Path: path, SizeBefore: fi.Size(), SizeAfter: fi.Size(), Offset: offset, Bit: bit}, nil
 }
+
+// RepeatFault does to the copy file at path exactly what first did to
+// another (deleted; the same bit of the same byte flipped; cut at the same
+// byte). Copies are byte-identical, so every copy then lacks the same
+// bytes and no two of them make an intact copy together.
+func RepeatFault(first Fault, path string) (Fault, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Fault{}, fmt.Errorf("%s fault: %w", first.Kind, err)
+	}
+	switch first.Kind {
+	case "delete":
+		return DeleteCopy(path)
+	case "bitflip":
+		return FlipBit(path, first.Offset, first.Bit)
+	case "truncate":
+		if err := os.Truncate(path, first.Offset); err != nil {
+			return Fault{}, fmt.Errorf("truncate fault: %w", err)
+		}
+		return Fault{Kind: "truncate", Path: path, SizeBefore: fi.Size(), SizeAfter: first.Offset, Offset: first.Offset}, nil
+	}
+	return Fault{}, fmt.Errorf("harness: %s: cannot repeat a %q fault", path, first.Kind)
+}
