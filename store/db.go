@@ -489,7 +489,7 @@ func (db *DB) resume(c *copyState, op string) error {
 	if err != nil {
 		return err
 	}
-	r, err := db.scanFile(c, op, f, scanOpts{limit: -1, whole: true})
+	r, err := db.scanFile(c, op, f, scanOpts{limit: -1, start: c.start, startKnown: c.startKnown, whole: true})
 	if err != nil {
 		f.Close()
 		return err
@@ -506,6 +506,29 @@ func (db *DB) resume(c *copyState, op string) error {
 		}
 	}
 	c.f, c.active, c.alloc = f, true, r.Bytes
+	return nil
+}
+
+// RestoreStart tells the copy of id the offset its first frame carries,
+// which a copy reopened without frames cannot know from its file (Append
+// and Seal refuse such a copy). It changes nothing on a copy that knows
+// its start already, and returns ErrInvalid naming both when that start is
+// another. The caller takes start from the segment's metadata.
+func (db *DB) RestoreStart(id meta.SegmentID, start uint64) error {
+	c, err := db.acquire("restore start", id)
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if err := db.load(c, "restore start"); err != nil {
+		return err
+	}
+	switch {
+	case !c.startKnown:
+		c.start, c.startKnown = start, true
+	case c.start != start:
+		return fmt.Errorf("%w: restore start %s: the copy starts at offset %d, not %d", ErrInvalid, id, c.start, start)
+	}
 	return nil
 }
 

@@ -193,6 +193,53 @@ func TestAppendSealReopen(t *testing.T) {
 	}
 }
 
+// TestRestoreStartOfReopenedEmptyCopy: an active copy reopened before its
+// first frame cannot know its start from its file, so Append and Seal
+// refuse it until RestoreStart supplies it from the segment's metadata;
+// a start that disagrees with the copy's is refused and changes nothing.
+func TestRestoreStartOfReopenedEmptyCopy(t *testing.T) {
+	dir := t.TempDir()
+	const id = meta.SegmentID("p1")
+	db := open(t, dir, store.Options{Preallocate: 1 << 16})
+	if err := db.Create(id, 40); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	db = open(t, dir, store.Options{Preallocate: 1 << 16})
+	_, err := db.Append(id, []byte("a"))
+	wantIs(t, "Append to a reopened empty copy", err, store.ErrInvalid)
+	_, err = db.Seal(id)
+	wantIs(t, "Seal of a reopened empty copy", err, store.ErrInvalid)
+	if err := db.RestoreStart(id, 40); err != nil {
+		t.Fatalf("RestoreStart: %v", err)
+	}
+	if off, err := db.Append(id, []byte("a")); err != nil || off != 40 {
+		t.Fatalf("Append after RestoreStart = %d, %v; want offset 40", off, err)
+	}
+	if err := db.Sync(id); err != nil {
+		t.Fatal(err)
+	}
+	err = db.RestoreStart(id, 41)
+	wantIs(t, "RestoreStart with another start", err, store.ErrInvalid)
+	db.Close()
+
+	db = open(t, dir, store.Options{Preallocate: 1 << 16})
+	err = db.RestoreStart(id, 39)
+	wantIs(t, "RestoreStart against the first frame's offset", err, store.ErrInvalid)
+	if err := db.RestoreStart(id, 40); err != nil {
+		t.Fatalf("RestoreStart of the copy's own start: %v", err)
+	}
+	if off, err := db.Append(id, []byte("b")); err != nil || off != 41 {
+		t.Fatalf("Append after reopen = %d, %v; want offset 41", off, err)
+	}
+	s, err := db.Seal(id)
+	if err != nil || s.StartOffset != 40 || s.Length != 2 {
+		t.Fatalf("Seal = %+v, %v; want start 40, 2 frames", s, err)
+	}
+	wantIs(t, "RestoreStart of an unknown copy", db.RestoreStart("none", 0), store.ErrUnknownCopy)
+}
+
 func TestCreateExistsAndBadInput(t *testing.T) {
 	dir := t.TempDir()
 	db := open(t, dir, store.Options{})
@@ -579,6 +626,8 @@ func TestZeroLengthFile(t *testing.T) {
 	if err != nil || end != (store.End{}) {
 		t.Fatalf("DurableEnd of an empty file = %+v, %v", end, err)
 	}
+	_, err = db.Append("z", []byte("x"))
+	wantIs(t, "Append to an empty copy of unknown start", err, store.ErrInvalid)
 	seg := segment("z", 10, 3)
 	var se *store.ShortError
 	if err := db.Verify("z", seg); !errors.As(err, &se) || se.End.Bytes != 0 {
@@ -591,8 +640,6 @@ func TestZeroLengthFile(t *testing.T) {
 	if !errors.As(err, &se) || se.End.Bytes != 0 || se.End.NextOffset != 10 {
 		t.Fatalf("OpenSource of an empty file: %v", err)
 	}
-	_, err = db.Append("z", []byte("x"))
-	wantIs(t, "Append to an empty copy of unknown start", err, store.ErrInvalid)
 	// An empty sealed segment settles to a lone footer.
 	empty := meta.Segment{ID: "z", StartOffset: 10, Sealed: true, Checksum: meta.CRC32C(0)}
 	res, err := db.Settle("z", empty)

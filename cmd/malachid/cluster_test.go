@@ -22,6 +22,7 @@ type testCluster struct {
 	t       *testing.T
 	certs   pki.Local
 	brokers []*broker // brokers[i] is broker i+1; nil once stopped
+	cfgs    []Config  // cfgs[i] opened broker i+1
 }
 
 // newTestCluster starts n brokers with replication factor rf; edit, when
@@ -43,7 +44,7 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 		raft[i] = freeAddr(t)
 		peers = append(peers, fmt.Sprintf("%d=%s", i+1, raft[i]))
 	}
-	c := &testCluster{t: t, certs: l, brokers: make([]*broker, n)}
+	c := &testCluster{t: t, certs: l, brokers: make([]*broker, n), cfgs: make([]Config, n)}
 	t.Cleanup(func() {
 		for i := range c.brokers {
 			c.stop(meta.BrokerID(i + 1))
@@ -64,12 +65,8 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Uint32("broker", cfg.ID).Logger()
-		b, err := openBroker(context.Background(), cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.brokers[i] = b
+		c.cfgs[i] = cfg
+		c.start(ids[i])
 	}
 	c.waitFor(20*time.Second, "a leader and every broker registered", func() bool {
 		if c.currentLeader() == nil {
@@ -120,6 +117,20 @@ func (c *testCluster) stop(id meta.BrokerID) {
 		c.brokers[id-1] = nil
 		_ = b.Close()
 	}
+}
+
+// start opens broker id on its config and data directory (again, after
+// stop: a restarted broker).
+func (c *testCluster) start(id meta.BrokerID) *broker {
+	c.t.Helper()
+	cfg := c.cfgs[id-1]
+	log := zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint32("broker", cfg.ID).Logger()
+	b, err := openBroker(context.Background(), cfg, log)
+	if err != nil {
+		c.t.Fatalf("open broker %d: %v", id, err)
+	}
+	c.brokers[id-1] = b
+	return b
 }
 
 // holders returns the running brokers that hold a copy of id.

@@ -302,7 +302,7 @@ func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batc
 	g, gctx := errgroup.WithContext(ctx)
 	for _, r := range act.replicas {
 		if r == b.self {
-			g.Go(func() error { return appendFrame(b, act.id, foff, batch) })
+			g.Go(func() error { return appendFrame(b, act.id, act.start, foff, batch) })
 			continue
 		}
 		br, ok := v.Broker(r)
@@ -310,7 +310,7 @@ func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batc
 			return fmt.Errorf("replica %d of %s is not registered", r, act.id)
 		}
 		g.Go(func() error {
-			path := "/v1/internal/copies/" + string(act.id) + "/frame?offset=" + strconv.FormatUint(foff, 10)
+			path := "/v1/internal/copies/" + string(act.id) + "/frame?start=" + strconv.FormatUint(act.start, 10) + "&offset=" + strconv.FormatUint(foff, 10)
 			return b.post(gctx, br.AdminAddr, path, rpc.Raw(batch), nil)
 		})
 	}
@@ -420,7 +420,7 @@ func sealAtCommon(ctx context.Context, b *broker, seg meta.Segment, at int64) (m
 	var errs []error
 	for _, r := range rs {
 		var s sealResult
-		if err := call(r, "seal_at", sealAtRequest{Bytes: at}, &s); err != nil {
+		if err := call(r, "seal_at", sealAtRequest{Start: seg.StartOffset, Bytes: at}, &s); err != nil {
 			errs = append(errs, fmt.Errorf("broker %d: %w", r.id, err))
 			continue
 		}

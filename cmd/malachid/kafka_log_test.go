@@ -336,3 +336,65 @@ func TestPartLogSealsAnEarlierLeadersFrames(t *testing.T) {
 	}
 	c.copiesAgree(t, sealed)
 }
+
+// TestPartLogAppendsAfterItsReplicasRestartEmpty: the active segment
+// rolled and still empty when every broker restarts; each store reopens its
+// copy with no frame to read the start offset from. The Log opened again
+// appends to that segment at its start (the leader passes the segment's
+// start with each frame and seal) instead of refusing every append and
+// seal of the partition.
+func TestPartLogAppendsAfterItsReplicasRestartEmpty(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 1<<20)
+	l, _ := c.partitionLog(t)
+	var a appended
+	a.add(t, l, "one", "two")
+	a.add(t, l, "three")
+	l.mu.Lock()
+	act := l.chain[len(l.chain)-1]
+	l.mu.Unlock()
+	if err := l.roll(context.Background(), act, true); err != nil {
+		t.Fatalf("roll: %v", err)
+	}
+	for i := range c.brokers {
+		c.stop(meta.BrokerID(i + 1))
+	}
+	for i := range c.brokers {
+		c.start(meta.BrokerID(i + 1))
+	}
+	c.waitFor(30*time.Second, "every broker registered at its new address", func() bool {
+		leader := c.currentLeader()
+		if leader == nil {
+			return false
+		}
+		for _, b := range c.brokers {
+			if br, ok := leader.node.View().Broker(b.self); !ok || br.AdminAddr != b.adminAddr {
+				return false
+			}
+		}
+		return true
+	})
+	l2, _ := c.partitionLog(t)
+	chain := c.leader().node.View().Chain("t", 0)
+	if len(chain) != 2 || chain[1].StartOffset != 2 {
+		t.Fatalf("after the roll the chain is %d segments, the active one from frame %d; want 2, from frame 2", len(chain), chain[len(chain)-1].StartOffset)
+	}
+	a.add(t, l2, "after the restart", "and another")
+	if got := a.bases[len(a.bases)-1]; got != 3 {
+		t.Fatalf("first append after the restart at offset %d, want 3", got)
+	}
+	if n := len(c.leader().node.View().Chain("t", 0)); n != 2 {
+		t.Fatalf("the append after the restart rolled the partition (%d segments): its replicas refused the empty active segment", n)
+	}
+	got, _ := readAll(t, l2)
+	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
+	}
+	l2.mu.Lock()
+	act = l2.chain[len(l2.chain)-1]
+	l2.mu.Unlock()
+	sealed, on, err := sealAtCommon(context.Background(), l2.b, meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}, act.bytes)
+	if err != nil || len(on) != 3 || sealed.Length != 1 {
+		t.Fatalf("seal of the segment appended after the restart: %+v on %v, %v; want 1 frame on 3 replicas", sealed, on, err)
+	}
+	c.copiesAgree(t, sealed)
+}

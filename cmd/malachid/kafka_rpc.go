@@ -35,13 +35,17 @@ func (b *broker) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 // application/octet-stream) with the offset as ?offset=N: JSON carries
 // bytes as base64, whose encoding and decoding took most of a replica's
 // CPU at a few tens of MB/s (bench/README.md, Kafka).
+// Start is the segment's start offset, which a copy reopened before its
+// first frame cannot read from its file (store.DB.RestoreStart).
 type frameRequest struct {
+	Start   uint64 `json:"start"`
 	Offset  uint64 `json:"offset"`
 	Payload []byte `json:"payload"`
 }
 
 type sealAtRequest struct {
-	Bytes int64 `json:"bytes"`
+	Start uint64 `json:"start"`
+	Bytes int64  `json:"bytes"`
 }
 
 type endResponse struct {
@@ -60,13 +64,17 @@ type readResponse struct {
 	Data []byte `json:"data"`
 }
 
-// appendFrame appends payload to the local copy of id as the frame at
-// store offset want and syncs it. A copy whose next frame is not want
-// refuses with errDisagree (the frame it wrote is cut again by the seal
-// that follows a failed append).
-func appendFrame(b *broker, id meta.SegmentID, want uint64, payload []byte) error {
+// appendFrame appends payload to the local copy of id, the segment
+// starting at store offset start, as the frame at store offset want and
+// syncs it. A copy whose next frame is not want refuses with errDisagree
+// (the frame it wrote is cut again by the seal that follows a failed
+// append).
+func appendFrame(b *broker, id meta.SegmentID, start, want uint64, payload []byte) error {
 	unlock := b.lockSegment(id)
 	defer unlock()
+	if err := b.db.RestoreStart(id, start); err != nil {
+		return err
+	}
 	off, err := b.db.Append(id, payload)
 	if err != nil {
 		return err
@@ -84,15 +92,20 @@ func (b *broker) internalFrame(r *http.Request, body []byte) (any, error) {
 	}
 	var req frameRequest
 	if r.Header.Get("Content-Type") == rpc.RawContentType {
-		off, err := strconv.ParseUint(r.URL.Query().Get("offset"), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%w: frame of %s: offset %q: %v", errBadRequest, id, r.URL.Query().Get("offset"), err)
+		q := r.URL.Query()
+		req.Payload = body
+		for _, f := range []struct {
+			name string
+			v    *uint64
+		}{{"start", &req.Start}, {"offset", &req.Offset}} {
+			if *f.v, err = strconv.ParseUint(q.Get(f.name), 10, 64); err != nil {
+				return nil, fmt.Errorf("%w: frame of %s: %s %q: %v", errBadRequest, id, f.name, q.Get(f.name), err)
+			}
 		}
-		req = frameRequest{Offset: off, Payload: body}
 	} else if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
-	if err := appendFrame(b, id, req.Offset, req.Payload); err != nil {
+	if err := appendFrame(b, id, req.Start, req.Offset, req.Payload); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil
@@ -112,6 +125,9 @@ func (b *broker) internalSealAt(r *http.Request, body []byte) (any, error) {
 	}
 	unlock := b.lockSegment(id)
 	defer unlock()
+	if err := b.db.RestoreStart(id, req.Start); err != nil {
+		return nil, err
+	}
 	end, err := b.db.DurableEnd(id)
 	if err != nil {
 		return nil, err
