@@ -462,6 +462,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 	baseline := fr.Stage == "baseline"
 	p := newProgress(d.out, d.tty, label, max(len(affected), 1))
 	seen := func(v *harness.View, e harness.Evaluation) {
+		d.notePartitionSegments(v.Snap)
 		if !v.MetadataOnly {
 			d.last, d.lastEv = v, e // what observe keeps, evaluated once
 		}

@@ -78,10 +78,11 @@ func TestNemesisShort(t *testing.T) {
 		seed     uint64
 		duration string
 		kinds    string
+		clients  int // Kafka producers through the run (--clients)
 		// strikes fails the run if the schedule's shape did not happen.
 		strikes func(n *NemesisReport) string
 	}{
-		{seed: nemesisFixedSeed, duration: "2m"},
+		{seed: nemesisFixedSeed, duration: "2m", clients: 2},
 		{seed: pauseSwapSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
 			if n.FaultsInjected[harness.KindPause] < 1 || n.FaultsInjected[harness.KindSwap] < 2 {
 				return fmt.Sprintf("pause then swap: injected %v, want a pause and two swaps", n.FaultsInjected)
@@ -101,6 +102,9 @@ func TestNemesisShort(t *testing.T) {
 				"--nemesis", "random", "--seed", fmt.Sprint(run.seed), "--duration", run.duration}
 			if run.kinds != "" {
 				args = append(args, "--nemesis-kinds", run.kinds)
+			}
+			if run.clients > 0 {
+				args = append(args, "--clients", fmt.Sprint(run.clients))
 			}
 			t.Logf("nemesis seed %d for %s (replay: malachi demo %s)", run.seed, run.duration, strings.Join(args, " "))
 			o, err := ParseFlags(append(args, "--malachid", bin, "--json", "--dir", t.TempDir()), &bytes.Buffer{})
@@ -143,6 +147,9 @@ func TestNemesisShort(t *testing.T) {
 				// Drawn with brokers on hosts too (nsenter: no private mount
 				// namespace holds the copies disk); its undo is the remedy.
 				t.Fatalf("readonly injected %d of %d: %v", n.FaultsInjected[harness.KindReadOnly], n.FaultsScheduled[harness.KindReadOnly], n.NotInjected)
+			}
+			if c := rep.Clients; run.clients > 0 && (c == nil || c.Acknowledged == 0 || c.ReadBack != c.Acknowledged) {
+				t.Fatalf("clients through the nemesis: %+v; want records acknowledged and every one read back", c)
 			}
 			if run.strikes != nil {
 				if why := run.strikes(n); why != "" {

@@ -336,10 +336,15 @@ func (n *nemesis) finish() {
 				n.rep.SegmentsLost++
 			}
 		}
-		n.d.rep.Segments = 0
+		// The checker's last snapshot counts every sealed segment, the
+		// partitions' too: later partition seals are counted from there.
+		n.d.rep.Segments, n.d.partitionSealed = 0, 0
 		for _, s := range last.Segments {
 			if s.Sealed {
 				n.d.rep.Segments++
+				if isPartitionSegment(s.ID) {
+					n.d.partitionSealed++
+				}
 			}
 		}
 	}

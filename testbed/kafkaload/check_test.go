@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rec is producer p's record seq stored in topic t partition part at off.
@@ -133,5 +134,28 @@ func TestManualKcat(t *testing.T) {
 	}
 	if got := (Manual{Seeds: []string{"h:1"}, Topic: "t"}).Kcat(); got != "kcat -b h:1 -t t -P" {
 		t.Fatalf("plaintext Kcat() = %s", got)
+	}
+}
+
+// TestQuantileMs: nearest-rank quantiles of acknowledgement latencies, in
+// milliseconds, whatever the order they came in; none is 0.
+func TestQuantileMs(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 50}, {0.99, 99}, {1, 100}, {0, 1}} {
+		if got := quantileMs(ds, tc.q); got != tc.want {
+			t.Errorf("quantile %v of 1..100 ms = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if got := quantileMs(nil, 0.99); got != 0 {
+		t.Errorf("quantile of nothing = %v, want 0", got)
+	}
+	if ds[0] != 100*time.Millisecond {
+		t.Error("quantileMs sorted its argument in place")
 	}
 }

@@ -94,6 +94,9 @@ type History struct {
 	// acknowledgement: from its start to the first, between two, from
 	// the last to Stop. A figure of the run, never judged.
 	LongestStall time.Duration
+	// AckLatencies are the acknowledged records' times from Produce to
+	// their acknowledgement, in the order they were acknowledged.
+	AckLatencies []time.Duration
 }
 
 // Load is a running load. Start it, Stop it, then Check its history
@@ -166,16 +169,17 @@ func (l *Load) produce(loopCtx, recCtx context.Context, i int, cl *kgo.Client) {
 		l.hist.Produced++
 		l.mu.Unlock()
 		l.promises.Add(1)
+		sent := time.Now()
 		cl.Produce(recCtx, r, func(r *kgo.Record, err error) {
 			defer l.promises.Done()
 			defer func() { <-slots }()
-			l.answer(r, err)
+			l.answer(r, sent, err)
 		})
 	}
 }
 
-// answer records a produce's outcome.
-func (l *Load) answer(r *kgo.Record, err error) {
+// answer records a produce's outcome; sent is when it was produced.
+func (l *Load) answer(r *kgo.Record, sent time.Time, err error) {
 	var rec Record
 	if err == nil {
 		rec = NewRecord(r.Topic, r.Partition, r.Offset, r.Key, r.Value)
@@ -189,8 +193,10 @@ func (l *Load) answer(r *kgo.Record, err error) {
 		}
 		return
 	}
+	now := time.Now()
 	l.hist.Acked = append(l.hist.Acked, rec)
-	l.noteAck(time.Now())
+	l.hist.AckLatencies = append(l.hist.AckLatencies, now.Sub(sent))
+	l.noteAck(now)
 }
 
 // noteAck grows LongestStall to the gap since the last acknowledgement.
@@ -238,6 +244,7 @@ func (l *Load) history() History {
 	defer l.mu.Unlock()
 	h := l.hist
 	h.Acked = append([]Record(nil), l.hist.Acked...)
+	h.AckLatencies = append([]time.Duration(nil), l.hist.AckLatencies...)
 	return h
 }
 

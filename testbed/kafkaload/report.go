@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -22,6 +24,12 @@ type Report struct {
 	// LongestStallSeconds is History.LongestStall: the longest time
 	// without an acknowledgement (a broker down, a partition resealed).
 	LongestStallSeconds float64 `json:"longest_stall_seconds"`
+	// AckP50Ms, AckP99Ms and AckMaxMs are the acknowledged records'
+	// latencies from Produce to acknowledgement, over the whole run
+	// (faults included): figures, never judged.
+	AckP50Ms float64 `json:"ack_p50_ms"`
+	AckP99Ms float64 `json:"ack_p99_ms"`
+	AckMaxMs float64 `json:"ack_max_ms"`
 	// HighWatermarks are the partitions' ends the check read up to.
 	HighWatermarks map[int32]int64 `json:"high_watermarks,omitempty"`
 	Result
@@ -43,6 +51,7 @@ func (l *Load) Finish(ctx context.Context) *Report {
 	rep := &Report{Producers: l.cfg.Producers, Topic: l.cfg.Topic, Produced: h.Produced, ProduceFailures: h.Failed,
 		FirstFailure: h.FirstFailure, LongestStallSeconds: h.LongestStall.Round(time.Millisecond).Seconds(),
 		HighWatermarks: ends, Result: Check(h.Acked, read)}
+	rep.AckP50Ms, rep.AckP99Ms, rep.AckMaxMs = quantileMs(h.AckLatencies, 0.50), quantileMs(h.AckLatencies, 0.99), quantileMs(h.AckLatencies, 1)
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -60,7 +69,8 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "clients            %s: %d producers on topic %s: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures (not acknowledged, allowed)\n",
 		verdict, r.Producers, r.Topic, r.Acknowledged, r.ReadBack, r.Lost, r.Duplicated, r.OutOfOrder, r.ProduceFailures)
-	fmt.Fprintf(w, "                   longest time without an acknowledgement %.3fs\n", r.LongestStallSeconds)
+	fmt.Fprintf(w, "                   acknowledged in p50 %.1f ms, p99 %.1f ms, max %.1f ms; longest time without an acknowledgement %.3fs\n",
+		r.AckP50Ms, r.AckP99Ms, r.AckMaxMs, r.LongestStallSeconds)
 	if r.FirstFailure != "" {
 		fmt.Fprintf(w, "                   first produce failure: %s\n", r.FirstFailure)
 	}
@@ -73,6 +83,18 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "                   check incomplete: %s\n", r.Error)
 	}
+}
+
+// quantileMs is the q quantile (nearest rank) of ds in milliseconds, 0
+// for none.
+func quantileMs(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return float64(s[max(i, 0)].Microseconds()) / 1000
 }
 
 // AllViolations lists the report's violations as one string each, the
