@@ -573,6 +573,36 @@ func (p *Planner) source(seg *meta.Segment, states []copyState, cap int) (j int,
 	return best, capped && best < 0
 }
 
+// copyCounts tallies a troubled segment's copies by state.
+type copyCounts struct {
+	lost, dead, short, unknown, suspect, conflict int
+}
+
+// countCopies tallies states: dead copies count among the lost, suspect
+// ones among the unknown.
+func countCopies(states []copyState) copyCounts {
+	var c copyCounts
+	for _, st := range states {
+		switch {
+		case st == copyConflict:
+			c.conflict++
+		case st.lost():
+			c.lost++
+			if st == copyDead {
+				c.dead++
+			}
+		case st == copyShort:
+			c.short++
+		case st.unknown():
+			c.unknown++
+			if st == copySuspect {
+				c.suspect++
+			}
+		}
+	}
+	return c
+}
+
 // segment plans one troubled sealed segment.
 func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan *Plan, backfills *int) {
 	seg := t.s
@@ -581,34 +611,16 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 	states := p.state[t.st : int(t.st)+len(seg.Replicas)]
 	pol := in.Policy
 
-	var lost, dead, short, unknown, suspect, conflict int
-	for _, st := range states {
-		switch {
-		case st == copyConflict:
-			conflict++
-		case st.lost():
-			lost++
-			if st == copyDead {
-				dead++
-			}
-		case st == copyShort:
-			short++
-		case st.unknown():
-			unknown++
-			if st == copySuspect {
-				suspect++
-			}
-		}
-	}
-	needPlace := lost > 0 || len(seg.Replicas) < rf
+	c := countCopies(states)
+	needPlace := c.lost > 0 || len(seg.Replicas) < rf
 
 	// The seed's conditions (P6.5): its segment fully live (no replica's
 	// broker silent, so its latch state is readable: see doc.go) and not
 	// under-replicated. The copy's own latch and timed-out probe are its
 	// state (unsettled lists only copyOverrun); another replica's
 	// timed-out stat does not count.
-	p.unsettled(t, states, !needPlace && short == 0 && suspect == 0 && conflict == 0, plan)
-	if conflict > 0 {
+	p.unsettled(t, states, !needPlace && c.short == 0 && c.suspect == 0 && c.conflict == 0, plan)
+	if c.conflict > 0 {
 		// A copy's own seal disagrees with the metadata: which is right
 		// is for an operator to say. Nothing is cut, replaced or deleted.
 		p.fail(plan, seg, SealConflict, copiesIn(seg, states, copyConflict))
@@ -618,25 +630,13 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 	// broker within its grace proves nothing): still lost.
 	_, wasLost := slices.BinarySearch(p.wasLost, seg.ID)
 	stillLost := wasLost && t.healthy == 0
-	if !needPlace && short == 0 && !stillLost {
+	if !needPlace && c.short == 0 && !stillLost {
 		return
 	}
 
-	if dead == len(seg.Replicas) { // every replica dead, or none at all
-		p.fail(plan, seg, AllReplicasDead, nil)
+	src, ok := p.backfillSource(seg, states, c, wasLost, stillLost, pol, plan)
+	if !ok {
 		return
-	}
-	src, capped := p.source(seg, states, pol.MaxBackfillsPerBroker)
-	if src < 0 {
-		if capped || (unknown > 0 && !stillLost) {
-			rep.Deferred++ // a source exists but is busy, or may answer next tick
-			return
-		}
-		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states))
-		return
-	}
-	if wasLost && p.noneKnownIntact(seg, states) {
-		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states)) // still lost while the read is tried
 	}
 	if hold {
 		// The mass-failure brake: no backfill starts, in place or not.
@@ -653,6 +653,38 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 	if !needPlace {
 		return
 	}
+	p.replace(t, states, src, c.lost, rf, in, budget, start, plan, backfills)
+}
+
+// backfillSource picks the node t's backfills read from; when there is
+// none it fails or defers seg and returns false. A segment lost last pass
+// whose sources are none known intact is failed again, and still planned.
+func (p *Planner) backfillSource(seg *meta.Segment, states []copyState, c copyCounts, wasLost, stillLost bool, pol Policy, plan *Plan) (int, bool) {
+	if c.dead == len(seg.Replicas) { // every replica dead, or none at all
+		p.fail(plan, seg, AllReplicasDead, nil)
+		return -1, false
+	}
+	src, capped := p.source(seg, states, pol.MaxBackfillsPerBroker)
+	if src < 0 {
+		if capped || (c.unknown > 0 && !stillLost) {
+			plan.Report.Deferred++ // a source exists but is busy, or may answer next tick
+			return -1, false
+		}
+		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states))
+		return -1, false
+	}
+	if wasLost && p.noneKnownIntact(seg, states) {
+		p.fail(plan, seg, NoIntactSource, lostCopies(seg, states)) // still lost while the read is tried
+	}
+	return src, true
+}
+
+// replace places new replicas for t's lost or missing copies, backfilled
+// from the node src, and plans them (placed); when a cap or the budget
+// leaves no room it defers t and unplans its actions from start on.
+func (p *Planner) replace(t *trouble, states []copyState, src, lost, rf int, in Input, budget func(int) bool, start int, plan *Plan, backfills *int) {
+	seg := t.s
+	pol := in.Policy
 	p.lost = p.lost[:0]
 	for _, st := range states {
 		p.lost = append(p.lost, st.lost())
@@ -679,7 +711,7 @@ func (p *Planner) segment(view *meta.View, t *trouble, in Input, hold bool, plan
 		for _, id := range p.pl.added {
 			p.pl.nodes[p.find(id)].load--
 		}
-		rep.Deferred++
+		plan.Report.Deferred++
 		p.unplan(plan, start)
 		return
 	}

@@ -58,6 +58,8 @@ type broker struct {
 // openBroker starts everything; on error nothing is left running.
 func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker, err error) {
 	b := &broker{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
+	// Each step adds what it opened to b.closers (or sets b.admin, b.bgCancel)
+	// as soon as it is open, so this Close releases it when a later step fails.
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -70,32 +72,78 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 	}
 	b.rpc = rpc.NewClient(b.certs, adminCodes, 0)
 	b.closers = append(b.closers, func() error { b.rpc.Close(); return nil })
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("malachid: data_dir = %q: %w", cfg.DataDir, err)
+	fsyncEngine, err := b.openStore()
+	if err != nil {
+		return nil, err
 	}
 
-	// The store, through the fault-injecting FS when asked, with the
-	// plugin's fsync engine as its directory syncer when heal is enabled.
-	opts := store.Options{Logger: log, Preallocate: cfg.Preallocate}
+	// The control plane.
+	if b.node, err = cluster.Open(b.clusterConfig()); err != nil {
+		if errors.Is(err, cluster.ErrConfig) {
+			return nil, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return nil, err
+	}
+	b.closers = append(b.closers, b.node.Close)
+
+	// The plugin, only when enabled: a disabled one creates nothing.
+	if cfg.Heal.Enabled {
+		if err := b.startHeal(ctx, fsyncEngine); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.serveAdmin(); err != nil {
+		return nil, err
+	}
+
+	bgctx, cancel := context.WithCancel(context.Background())
+	b.bgCtx, b.bgCancel = bgctx, cancel
+	if cfg.KafkaListen != "" {
+		if err := b.startKafka(); err != nil {
+			return nil, err
+		}
+	}
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		b.register(bgctx)
+	}()
+	return b, nil
+}
+
+// openStore creates the data directory and opens the store in it, through
+// the fault-injecting FS when asked, with the plugin's fsync engine as its
+// directory syncer when heal is enabled; it returns that engine's name.
+// What it opens is added to b.closers.
+func (b *broker) openStore() (fsyncEngine string, err error) {
+	cfg := &b.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return "", fmt.Errorf("malachid: data_dir = %q: %w", cfg.DataDir, err)
+	}
+	opts := store.Options{Logger: b.log, Preallocate: cfg.Preallocate}
 	if cfg.FaultInjection {
 		b.faults = newFaultFS(store.OSFS())
 		opts.FS = b.faults
 	}
-	var fsyncEngine string
 	if cfg.Heal.Enabled {
-		ds, name, closeDS, err := plugin.NewDirSyncer(cfg.Heal, log)
+		ds, name, closeDS, err := plugin.NewDirSyncer(cfg.Heal, b.log)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		b.closers = append(b.closers, closeDS)
 		opts.DirSyncer, fsyncEngine = ds, name
 	}
 	if b.db, err = store.Open(cfg.DataDir, opts); err != nil {
-		return nil, err
+		return "", err
 	}
 	b.closers = append(b.closers, b.db.Close)
+	return fsyncEngine, nil
+}
 
-	// The control plane.
+// clusterConfig is the control plane's configuration: b's peers (b alone
+// when none are configured), raft timings and TLS.
+func (b *broker) clusterConfig() cluster.Config {
+	cfg := &b.cfg
 	peers, _ := cfg.parsePeers()
 	cc := cluster.DefaultConfig()
 	cc.ID, cc.Dir, cc.Addr = b.self, filepath.Join(cfg.DataDir, "raft"), cfg.RaftListen
@@ -111,40 +159,42 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 	if r.SnapshotThreshold > 0 {
 		cc.SnapshotThreshold = r.SnapshotThreshold
 	}
-	cc.Logger = log
+	cc.Logger = b.log
 	cc.TLS, cc.Insecure = b.certs, cfg.Insecure
-	if b.node, err = cluster.Open(cc); err != nil {
-		if errors.Is(err, cluster.ErrConfig) {
-			return nil, fmt.Errorf("%w: %w", errConfig, err)
-		}
-		return nil, err
-	}
-	b.closers = append(b.closers, b.node.Close)
+	return cc
+}
 
-	// The plugin, only when enabled: a disabled one creates nothing.
-	if cfg.Heal.Enabled {
-		b.heal, err = plugin.New(cfg.Heal, plugin.Deps{
-			Self: b.self, Store: b.db, Control: b.node, LastContact: b.lastContact,
-			Logger: log, Registry: prometheus.NewRegistry(), FsyncEngine: fsyncEngine,
-			Certs: b.certs, Insecure: cfg.Insecure,
-		})
-		if err != nil {
-			if errors.Is(err, plugin.ErrConfig) {
-				return nil, fmt.Errorf("%w: %w", errConfig, err)
-			}
-			return nil, err
-		}
-		if err := b.heal.Start(ctx); err != nil {
-			return nil, err
-		}
-		b.closers = append(b.closers, b.heal.Stop)
-	}
-
-	// The admin API.
-	l, err := rpc.Listen(cfg.AdminListen, b.certs)
+// startHeal creates the heal plugin over the store and the control plane
+// and starts it; fsyncEngine names the store's directory syncer. Once it
+// has started, its Stop is added to b.closers.
+func (b *broker) startHeal(ctx context.Context, fsyncEngine string) error {
+	var err error
+	b.heal, err = plugin.New(b.cfg.Heal, plugin.Deps{
+		Self: b.self, Store: b.db, Control: b.node, LastContact: b.lastContact,
+		Logger: b.log, Registry: prometheus.NewRegistry(), FsyncEngine: fsyncEngine,
+		Certs: b.certs, Insecure: b.cfg.Insecure,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("malachid: admin_listen = %q: %w", cfg.AdminListen, err)
+		if errors.Is(err, plugin.ErrConfig) {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return err
 	}
+	if err := b.heal.Start(ctx); err != nil {
+		return err
+	}
+	b.closers = append(b.closers, b.heal.Stop)
+	return nil
+}
+
+// serveAdmin listens on admin_listen and serves the admin API until Close
+// shuts b.admin down (b.adminDone is closed when it has stopped).
+func (b *broker) serveAdmin() error {
+	l, err := rpc.Listen(b.cfg.AdminListen, b.certs)
+	if err != nil {
+		return fmt.Errorf("malachid: admin_listen = %q: %w", b.cfg.AdminListen, err)
+	}
+	log := b.log
 	b.adminAddr = l.Addr().String()
 	b.admin = rpc.NewHTTPServer(b.routes(), log.With().Str("component", "admin").Logger())
 	b.adminDone = make(chan struct{})
@@ -154,20 +204,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 			log.Error().Err(err).Msg("admin listener stopped")
 		}
 	}()
-
-	bgctx, cancel := context.WithCancel(context.Background())
-	b.bgCtx, b.bgCancel = bgctx, cancel
-	if cfg.KafkaListen != "" {
-		if err := b.startKafka(); err != nil {
-			return nil, err
-		}
-	}
-	b.bg.Add(1)
-	go func() {
-		defer b.bg.Done()
-		b.register(bgctx)
-	}()
-	return b, nil
+	return nil
 }
 
 // Close stops the admin API, the plugin, the control plane and the store,

@@ -43,99 +43,128 @@ func (r *Ring) Run(ctx context.Context, b Batch) error {
 	// from one thread so its workers are reused, not spawned per thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	n := b.Len()
-	mine := 0 // this batch's operations in flight
-	onCQE := func(c *CQE) {
-		if c.UserData&tagInternal != 0 {
-			return
-		}
-		si := uint32(c.UserData)
-		s := &r.slots[si]
-		if !s.busy || s.gen != uint32(c.UserData>>32) {
-			return // cannot happen: every user_data is posted once
-		}
-		if s.op >= 0 {
-			b.Complete(s.op, c.Res, &s.Buffers)
-			mine--
-		} else {
-			r.orphans--
-		}
-		s.busy, s.op, s.Pin = false, -1, nil
-		r.free = append(r.free, si)
-		r.inflight--
-	}
+	x := &batchRun{r: r, b: b, n: b.Len()}
 	if r.inflight > 0 {
-		r.reap(onCQE) // orphans of an earlier batch
+		r.reap(x.complete) // orphans of an earlier batch
 	}
 	deadline, hasDeadline := ctx.Deadline()
-	next := 0
-	var abort error
 	for {
-		for next < n && len(r.free) > 0 {
-			sqe := r.getSQE()
-			if sqe == nil {
-				break
-			}
-			si := r.free[len(r.free)-1]
-			s := &r.slots[si]
-			if !b.Prep(next, sqe, &s.Buffers) {
-				r.sqPending-- // not published yet: give the sqe back
-				s.Pin = nil
-				next++
-				continue
-			}
-			r.free = r.free[:len(r.free)-1]
-			s.gen = (s.gen + 1) & 0x7fffffff
-			s.op, s.busy = next, true
-			sqe.UserData = uint64(si) | uint64(s.gen)<<32
-			next++
-			mine++
-			r.inflight++
+		x.submit()
+		if x.mine == 0 && x.next == x.n {
+			return nil
 		}
-		if mine == 0 && next == n {
-			break
+		if abort := x.wait(ctx, deadline, hasDeadline); abort != nil {
+			x.abort(abort)
+			return abort
 		}
-		if r.closed.Load() {
-			abort = ErrClosed
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			abort = err
-			break
-		}
-		wait := r.opts.PollInterval
-		if hasDeadline {
-			d := time.Until(deadline)
-			if d <= 0 {
-				abort = context.DeadlineExceeded
-				break
-			}
-			wait = min(wait, d)
-		}
-		// Wait for a quarter of what is in flight while more is queued, so
-		// one enter submits and reaps many; at the end of the batch wait
-		// for all of it.
-		want := mine
-		if next < n {
-			want = max(1, mine/4)
-		}
-		if err := r.enter(uint32(want), wait); err != nil {
-			abort = err
-			break
-		}
-		r.reap(onCQE)
+		r.reap(x.complete)
 	}
-	if abort == nil {
-		return nil
+}
+
+// batchRun is one Run of a batch on r, which holds r.mu: operations of b
+// before next have been prepared, mine of them are in flight.
+type batchRun struct {
+	r    *Ring
+	b    Batch
+	n    int // b.Len()
+	next int // first operation of b not yet prepared
+	mine int // this batch's operations in flight
+}
+
+// complete handles one CQE: it hands an operation's result to b, or
+// releases an orphan, and frees the slot. The ring's own CQEs are ignored.
+func (x *batchRun) complete(c *CQE) {
+	r := x.r
+	if c.UserData&tagInternal != 0 {
+		return
 	}
-	for i := next; i < n; i++ {
-		b.Abort(i, abort)
+	si := uint32(c.UserData)
+	s := &r.slots[si]
+	if !s.busy || s.gen != uint32(c.UserData>>32) {
+		return // cannot happen: every user_data is posted once
+	}
+	if s.op >= 0 {
+		x.b.Complete(s.op, c.Res, &s.Buffers)
+		x.mine--
+	} else {
+		r.orphans--
+	}
+	s.busy, s.op, s.Pin = false, -1, nil
+	r.free = append(r.free, si)
+	r.inflight--
+}
+
+// submit prepares the batch's next operations into free slots until the
+// batch, the free slots or the submission queue runs out. An operation
+// that b declines to prepare is skipped and its sqe given back.
+func (x *batchRun) submit() {
+	r := x.r
+	for x.next < x.n && len(r.free) > 0 {
+		sqe := r.getSQE()
+		if sqe == nil {
+			break
+		}
+		si := r.free[len(r.free)-1]
+		s := &r.slots[si]
+		if !x.b.Prep(x.next, sqe, &s.Buffers) {
+			r.sqPending-- // not published yet: give the sqe back
+			s.Pin = nil
+			x.next++
+			continue
+		}
+		r.free = r.free[:len(r.free)-1]
+		s.gen = (s.gen + 1) & 0x7fffffff
+		s.op, s.busy = x.next, true
+		sqe.UserData = uint64(si) | uint64(s.gen)<<32
+		x.next++
+		x.mine++
+		r.inflight++
+	}
+}
+
+// wait submits what is queued and waits for completions, at most until the
+// poll interval or ctx's deadline. It returns why the batch must be
+// aborted instead (Close, ctx, or io_uring_enter failing), or nil.
+func (x *batchRun) wait(ctx context.Context, deadline time.Time, hasDeadline bool) error {
+	r := x.r
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wait := r.opts.PollInterval
+	if hasDeadline {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return context.DeadlineExceeded
+		}
+		wait = min(wait, d)
+	}
+	// Wait for a quarter of what is in flight while more is queued, so
+	// one enter submits and reaps many; at the end of the batch wait
+	// for all of it.
+	want := x.mine
+	if x.next < x.n {
+		want = max(1, x.mine/4)
+	}
+	return r.enter(uint32(want), wait)
+}
+
+// abort ends the batch for reason: it aborts every operation not yet
+// submitted, reaps what has completed, aborts and orphans the operations
+// still in flight and asks the kernel to cancel them; after Close it
+// waits for them all.
+func (x *batchRun) abort(reason error) {
+	r := x.r
+	for i := x.next; i < x.n; i++ {
+		x.b.Abort(i, reason)
 	}
 	_ = r.enter(0, 0)
-	r.reap(onCQE)
+	r.reap(x.complete)
 	for i := range r.slots {
 		if s := &r.slots[i]; s.busy && s.op >= 0 {
-			b.Abort(s.op, abort)
+			x.b.Abort(s.op, reason)
 			s.op = -1
 			r.orphans++
 		}
@@ -146,7 +175,6 @@ func (r *Ring) Run(ctx context.Context, b Batch) error {
 	if r.closed.Load() {
 		r.drain()
 	}
-	return abort
 }
 
 // cancelInflight submits an ASYNC_CANCEL for every operation in flight.

@@ -347,6 +347,19 @@ const rereplicatedMeaning = "bytes the backfills received, the growth of malachi
 
 // writeText prints the report for a person.
 func (r *Report) writeText(w io.Writer) {
+	r.writeOverview(w)
+	r.writeSummary(w)
+	r.writeFaults(w)
+	if r.Nemesis != nil {
+		r.Nemesis.writeText(w)
+	}
+	r.writeClosing(w)
+}
+
+// writeOverview prints the verdict, the cluster and its load, the time to
+// heal, the bytes moved, the state at the end, the clients and the
+// segments destroyed on purpose.
+func (r *Report) writeOverview(w io.Writer) {
 	verdict := "HEALED"
 	if !r.OK {
 		verdict = "NOT HEALED"
@@ -361,18 +374,7 @@ func (r *Report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "config             %s\n", strings.Join(parts, " "))
 	}
 	fmt.Fprintf(w, "load               %s in %.2fs\n", bytesize.Format(r.LoadBytes), r.LoadSeconds)
-	killed := false
-	for _, f := range r.Faults {
-		killed = killed || f.Stage == "kill" && f.Injected
-	}
-	if killed {
-		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
-		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
-	} else if r.Nemesis != nil {
-		fmt.Fprintf(w, "seconds_to_heal    - (no staged kill: the nemesis's faults and heals are below)\n")
-	} else {
-		fmt.Fprintf(w, "seconds_to_heal    - (no broker was killed: the kill stage did not run)\n")
-	}
+	r.writeHealTime(w)
 	fmt.Fprintf(w, "re-replicated      %s (%s)\n", bytesize.Format(r.BytesRereplicated), rereplicatedMeaning)
 	fmt.Fprintf(w, "audited            %s of copies read and checked by the demo itself\n", bytesize.Format(r.AuditBytes))
 	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
@@ -386,6 +388,28 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "destroyed          %s on purpose (%s): reported lost on %d passes, not on %d, %s\n", ds.Segment, ds.How, ds.PassesReported, ds.PassesNotReporting, ack)
 	}
+}
+
+// writeHealTime prints the seconds to heal a staged broker kill and its
+// grace wait, or why there is no such figure.
+func (r *Report) writeHealTime(w io.Writer) {
+	killed := false
+	for _, f := range r.Faults {
+		killed = killed || f.Stage == "kill" && f.Injected
+	}
+	if killed {
+		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
+		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	} else if r.Nemesis != nil {
+		fmt.Fprintf(w, "seconds_to_heal    - (no staged kill: the nemesis's faults and heals are below)\n")
+	} else {
+		fmt.Fprintf(w, "seconds_to_heal    - (no broker was killed: the kill stage did not run)\n")
+	}
+}
+
+// writeSummary prints r.Summary: faults, segments, copies verified, bytes
+// re-replicated and the seconds to heal of each stage.
+func (r *Report) writeSummary(w io.Writer) {
 	sm := r.Summary
 	fmt.Fprintf(w, "\nsummary            faults injected %d, survived %d; segments checked %d (%d healthy, %d destroyed on purpose), lost %d\n",
 		sm.FaultsInjected, sm.FaultsSurvived, sm.SegmentsChecked, sm.SegmentsHealthy, sm.SegmentsDestroyed, sm.SegmentsLost)
@@ -398,43 +422,55 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "                   seconds to heal: %s\n", strings.Join(parts, ", "))
 	}
-	if len(r.Faults) > 0 {
-		fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "re-replicated")
+}
+
+// writeFaults prints the table of staged faults, one row each, and the
+// heal passes observed over all stages; nothing when no stage ran.
+func (r *Report) writeFaults(w io.Writer) {
+	if len(r.Faults) == 0 {
+		return
 	}
+	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "re-replicated")
 	for _, f := range r.Faults {
-		if f.Missed() {
-			fmt.Fprintf(w, "%-13s NOT INJECTED: %s\n", f.Stage, f.Error)
-			continue
-		}
-		if !f.Injected {
-			fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
-			continue
-		}
-		grace := "-"
-		if f.GraceWaitSeconds != nil {
-			grace = fmtSeconds(f.GraceWaitSeconds)
-		}
-		fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), bytesize.Format(f.BytesRereplicated))
-		if f.BackfillPassSeconds > 0 {
-			fmt.Fprintf(w, "              heal passes read: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
-		}
-		if f.Note != "" {
-			fmt.Fprintf(w, "              note: %s\n", f.Note)
-		}
-		if f.Error != "" {
-			fmt.Fprintf(w, "              error: %s\n", f.Error)
-		}
+		f.writeRow(w)
 	}
-	if len(r.Faults) > 0 {
-		read, unread := 0, uint64(0)
-		for _, f := range r.Faults {
-			read, unread = read+f.Passes, unread+f.PassesUnread
-		}
-		fmt.Fprintf(w, "\nheal passes observed: %d of %d (every stage's, from the leader's pass history)\n", read, uint64(read)+unread)
+	read, unread := 0, uint64(0)
+	for _, f := range r.Faults {
+		read, unread = read+f.Passes, unread+f.PassesUnread
 	}
-	if r.Nemesis != nil {
-		r.Nemesis.writeText(w)
+	fmt.Fprintf(w, "\nheal passes observed: %d of %d (every stage's, from the leader's pass history)\n", read, uint64(read)+unread)
+}
+
+// writeRow prints f's row of the fault table, with its passes, note and
+// error on lines of their own, or why it was not injected.
+func (f *FaultReport) writeRow(w io.Writer) {
+	if f.Missed() {
+		fmt.Fprintf(w, "%-13s NOT INJECTED: %s\n", f.Stage, f.Error)
+		return
 	}
+	if !f.Injected {
+		fmt.Fprintf(w, "%-13s skipped: %s\n", f.Stage, f.Skipped)
+		return
+	}
+	grace := "-"
+	if f.GraceWaitSeconds != nil {
+		grace = fmtSeconds(f.GraceWaitSeconds)
+	}
+	fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), bytesize.Format(f.BytesRereplicated))
+	if f.BackfillPassSeconds > 0 {
+		fmt.Fprintf(w, "              heal passes read: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
+	}
+	if f.Note != "" {
+		fmt.Fprintf(w, "              note: %s\n", f.Note)
+	}
+	if f.Error != "" {
+		fmt.Fprintf(w, "              error: %s\n", f.Error)
+	}
+}
+
+// writeClosing prints what "verified" means, the segments not healthy at
+// the end, the notes, the run's error and the cluster directory.
+func (r *Report) writeClosing(w io.Writer) {
 	fmt.Fprintf(w, "\nverified means:\n")
 	for _, v := range r.Verification {
 		fmt.Fprintf(w, "  - %s\n", v)
