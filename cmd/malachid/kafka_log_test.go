@@ -361,14 +361,17 @@ func TestPartLogAppendsAfterItsReplicasRestartEmpty(t *testing.T) {
 	for i := range c.brokers {
 		c.start(meta.BrokerID(i + 1))
 	}
-	c.waitFor(30*time.Second, "every broker registered at its new address", func() bool {
-		leader := c.currentLeader()
-		if leader == nil {
+	// Every broker's own view, not only the leader's: the partition's
+	// leader replicates to the addresses its view holds.
+	c.waitFor(30*time.Second, "every broker's view holding every broker's new address", func() bool {
+		if c.currentLeader() == nil {
 			return false
 		}
-		for _, b := range c.brokers {
-			if br, ok := leader.node.View().Broker(b.self); !ok || br.AdminAddr != b.adminAddr {
-				return false
+		for _, viewer := range c.brokers {
+			for _, b := range c.brokers {
+				if br, ok := viewer.node.View().Broker(b.self); !ok || br.AdminAddr != b.adminAddr {
+					return false
+				}
 			}
 		}
 		return true
