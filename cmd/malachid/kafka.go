@@ -275,9 +275,12 @@ func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic s
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if _, err := b.create(cctx, req); err != nil {
+		seg, err := b.create(cctx, req)
+		if err != nil {
 			log.Warn().Err(err).Str("segment", string(req.ID)).Msg("kafka: creating a partition's next segment; retrying")
+			return
 		}
+		log.Info().Str("segment", string(seg.ID)).Any("replicas", seg.Replicas).Msg("kafka: a partition's next segment created; its first replica leads")
 		return
 	}
 	last := chain[len(chain)-1]

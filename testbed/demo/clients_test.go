@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/harness"
@@ -123,5 +124,31 @@ func TestClientsShort(t *testing.T) {
 		t.Fatalf("lost %d, duplicated %d, out of order %d: %s", c.Lost, c.Duplicated, c.OutOfOrder, strings.Join(c.Violations, "; "))
 	case c.Read < c.Acknowledged:
 		t.Fatalf("%d read, fewer than the %d acknowledged", c.Read, c.Acknowledged)
+	}
+}
+
+// TestClientsLongestGapNamesItsStage: the clients section names the stage
+// during which the longest time without an acknowledgement began, and
+// none when it began outside every stage.
+func TestClientsLongestGapNamesItsStage(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	healthy := harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}
+	for _, tc := range []struct {
+		from time.Time
+		want string
+	}{
+		{t0.Add(90 * time.Second), "began during stage pause"},
+		{t0.Add(10 * time.Second), "began during stage kill"},
+		{t0.Add(-time.Second), ""},
+	} {
+		r := &Report{Brokers: 3, ReplicationFactor: 3, Segments: 2, Clients: &kafkaload.Report{Producers: 1, Topic: clientsTopic, LongestStallFrom: tc.from},
+			Faults: []FaultReport{{Stage: "kill", Began: t0, Ended: t0.Add(time.Minute)}, {Stage: "pause", Began: t0.Add(time.Minute), Ended: t0.Add(2 * time.Minute)}}}
+		r.finish(healthy, 0, nil)
+		var text bytes.Buffer
+		r.writeText(&text)
+		got := text.String()
+		if tc.want != "" && !strings.Contains(got, tc.want) || tc.want == "" && strings.Contains(got, "began during stage") {
+			t.Errorf("gap from %v: text should say %q:\n%s", tc.from, tc.want, got)
+		}
 	}
 }

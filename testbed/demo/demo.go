@@ -216,7 +216,9 @@ func (d *demo) run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		began := time.Now()
 		fr, err := d.stage(ctx, st)
+		fr.Began, fr.Ended = began, time.Now()
 		d.rep.Faults = append(d.rep.Faults, fr)
 		if err != nil {
 			return err

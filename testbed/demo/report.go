@@ -88,6 +88,9 @@ type Report struct {
 // FaultReport is one stage of the demo.
 type FaultReport struct {
 	Stage string `json:"stage"` // kill, delete, truncate, extend, bitflip, latch, restart, leader
+	// Began and Ended bound the stage, its fault and its heal.
+	Began time.Time `json:"began"`
+	Ended time.Time `json:"ended"`
 	// What names the target: "broker 3", "5 copies".
 	What     string `json:"what"`
 	Injected bool   `json:"injected"`
@@ -290,6 +293,16 @@ func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 	r.summarize(e)
 }
 
+// stageAt names the stage running at t, "" for none.
+func (r *Report) stageAt(t time.Time) string {
+	for _, f := range r.Faults {
+		if !t.Before(f.Began) && t.Before(f.Ended) {
+			return f.Stage
+		}
+	}
+	return ""
+}
+
 // Missed says the stage's fault did not happen, for a reason other than
 // the operator's choice or a missing facility (Skipped): the run fails.
 func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" && f.Error != "" }
@@ -380,6 +393,9 @@ func (r *Report) writeOverview(w io.Writer) {
 	fmt.Fprintf(w, "at the end         under_replicated=%d failed=%d data_loss_segments=%d\n", r.UnderReplicated, r.Failed, r.DataLossSegments)
 	if r.Clients != nil {
 		r.Clients.WriteText(w)
+		if st := r.stageAt(r.Clients.LongestStallFrom); st != "" {
+			fmt.Fprintf(w, "                   the longest time without an acknowledgement began during stage %s\n", st)
+		}
 	}
 	for _, ds := range r.Destroyed {
 		ack := "not acknowledged"

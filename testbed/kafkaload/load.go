@@ -94,6 +94,9 @@ type History struct {
 	// acknowledgement: from its start to the first, between two, from
 	// the last to Stop. A figure of the run, never judged.
 	LongestStall time.Duration
+	// LongestStallFrom is when that longest gap began (the load's start
+	// or the acknowledgement before it), to tie it to what happened then.
+	LongestStallFrom time.Time
 	// AckLatencies are the acknowledged records' times from Produce to
 	// their acknowledgement, in the order they were acknowledged.
 	AckLatencies []time.Duration
@@ -202,7 +205,9 @@ func (l *Load) answer(r *kgo.Record, sent time.Time, err error) {
 // noteAck grows LongestStall to the gap since the last acknowledgement.
 // Callers hold mu.
 func (l *Load) noteAck(now time.Time) {
-	l.hist.LongestStall = max(l.hist.LongestStall, now.Sub(l.lastAck))
+	if gap := now.Sub(l.lastAck); gap > l.hist.LongestStall {
+		l.hist.LongestStall, l.hist.LongestStallFrom = gap, l.lastAck
+	}
 	l.lastAck = now
 }
 

@@ -24,6 +24,8 @@ type Report struct {
 	// LongestStallSeconds is History.LongestStall: the longest time
 	// without an acknowledgement (a broker down, a partition resealed).
 	LongestStallSeconds float64 `json:"longest_stall_seconds"`
+	// LongestStallFrom is when it began.
+	LongestStallFrom time.Time `json:"longest_stall_from"`
 	// AckP50Ms, AckP99Ms and AckMaxMs are the acknowledged records'
 	// latencies from Produce to acknowledgement, over the whole run
 	// (faults included): figures, never judged.
@@ -50,7 +52,8 @@ func (l *Load) Finish(ctx context.Context) *Report {
 	read, ends, err := l.cfg.Consume(ctx)
 	rep := &Report{Producers: l.cfg.Producers, Topic: l.cfg.Topic, Produced: h.Produced, ProduceFailures: h.Failed,
 		FirstFailure: h.FirstFailure, LongestStallSeconds: h.LongestStall.Round(time.Millisecond).Seconds(),
-		HighWatermarks: ends, Result: Check(h.Acked, read)}
+		LongestStallFrom: h.LongestStallFrom,
+		HighWatermarks:   ends, Result: Check(h.Acked, read)}
 	rep.AckP50Ms, rep.AckP99Ms, rep.AckMaxMs = quantileMs(h.AckLatencies, 0.50), quantileMs(h.AckLatencies, 0.99), quantileMs(h.AckLatencies, 1)
 	if err != nil {
 		rep.Error = err.Error()
@@ -69,8 +72,8 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "clients            %s: %d producers on topic %s: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures (not acknowledged, allowed)\n",
 		verdict, r.Producers, r.Topic, r.Acknowledged, r.ReadBack, r.Lost, r.Duplicated, r.OutOfOrder, r.ProduceFailures)
-	fmt.Fprintf(w, "                   acknowledged in p50 %.1f ms, p99 %.1f ms, max %.1f ms; longest time without an acknowledgement %.3fs\n",
-		r.AckP50Ms, r.AckP99Ms, r.AckMaxMs, r.LongestStallSeconds)
+	fmt.Fprintf(w, "                   acknowledged in p50 %.1f ms, p99 %.1f ms, max %.1f ms; longest time without an acknowledgement %.3fs, from %s\n",
+		r.AckP50Ms, r.AckP99Ms, r.AckMaxMs, r.LongestStallSeconds, r.LongestStallFrom.UTC().Format("15:04:05.000"))
 	if r.FirstFailure != "" {
 		fmt.Fprintf(w, "                   first produce failure: %s\n", r.FirstFailure)
 	}
