@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
@@ -18,25 +19,31 @@ func (d *demo) runNemesis(ctx context.Context) error {
 		NoDisk: d.o.NemesisNoDisk, NoNet: d.o.NemesisNoNet, Brokers: d.o.Brokers, RF: d.o.RF,
 		Grace: d.o.Grace, Tick: d.o.Tick, RaftTimeout: d.o.RaftTimeout, Timeout: d.o.StageTimeout,
 		Records: recs, RecordSize: rsize, Dir: d.o.Dir}
-	rep, err := nemesis.Run(ctx, nemesisEnv{d}, o)
+	rep, err := nemesis.Run(ctx, &nemesisEnv{d: d}, o)
 	if rep != nil {
 		d.rep.Nemesis = rep
 	}
 	return err
 }
 
-// nemesisEnv is the demo as the nemesis's runner (nemesis.Env).
-type nemesisEnv struct{ d *demo }
+// nemesisEnv is the demo as the nemesis's runner (nemesis.Env). mu
+// serializes Forget, which the nemesis calls from each fault's goroutine,
+// over the auditor's cache (a map that nothing else touches while faults
+// are injected).
+type nemesisEnv struct {
+	d  *demo
+	mu sync.Mutex
+}
 
-func (e nemesisEnv) Cluster() *harness.Cluster                      { return e.d.c }
-func (e nemesisEnv) Logf(format string, args ...any)                { e.d.logf(format, args...) }
-func (e nemesisEnv) Note(line string)                               { e.d.rep.Notes = append(e.d.rep.Notes, line) }
-func (e nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.leaderClient(ctx) }
-func (e nemesisEnv) Live() map[meta.BrokerID]bool                   { return e.d.liveSet() }
+func (e *nemesisEnv) Cluster() *harness.Cluster                      { return e.d.c }
+func (e *nemesisEnv) Logf(format string, args ...any)                { e.d.logf(format, args...) }
+func (e *nemesisEnv) Note(line string)                               { e.d.rep.Notes = append(e.d.rep.Notes, line) }
+func (e *nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.leaderClient(ctx) }
+func (e *nemesisEnv) Live() map[meta.BrokerID]bool                   { return e.d.liveSet() }
 
 // WaitHealed is the demo's wait for a healthy cluster, its passes
 // counted in a report of its own; last is the demo's last full view's.
-func (e nemesisEnv) WaitHealed(ctx context.Context, label string, timeout time.Duration) (*meta.Snapshot, error) {
+func (e *nemesisEnv) WaitHealed(ctx context.Context, label string, timeout time.Duration) (*meta.Snapshot, error) {
 	fr := FaultReport{Stage: "nemesis"}
 	err := e.d.waitHealed(ctx, &fr, label, time.Now(), nil, timeout)
 	if e.d.last == nil {
@@ -47,19 +54,21 @@ func (e nemesisEnv) WaitHealed(ctx context.Context, label string, timeout time.D
 
 // Forget drops the audit's cached results for the file at path and for
 // every file under it.
-func (e nemesisEnv) Forget(path string) {
+func (e *nemesisEnv) Forget(path string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.d.aud.Forget(path)
 	e.d.aud.forgetUnder(path)
 }
 
-func (e nemesisEnv) BackfillMark(ctx context.Context) func(context.Context) int64 {
+func (e *nemesisEnv) BackfillMark(ctx context.Context) func(context.Context) int64 {
 	before := e.d.backfillBytes(ctx)
 	return func(ctx context.Context) int64 { return e.d.backfillDelta(ctx, before) }
 }
 
 // Checked counts the sealed segments of the nemesis's last check, the
 // partitions' too: later partition seals are counted from there.
-func (e nemesisEnv) Checked(segments map[meta.SegmentID]meta.Segment) {
+func (e *nemesisEnv) Checked(segments map[meta.SegmentID]meta.Segment) {
 	d := e.d
 	d.rep.Segments, d.partitionSealed = 0, 0
 	for _, s := range segments {
