@@ -210,7 +210,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if d.o.Nemesis != "" {
-		return d.runNemesis(ctx, d.seed)
+		return d.runNemesis(ctx)
 	}
 	for _, st := range d.o.Stages {
 		if err := ctx.Err(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/nemesis"
 )
 
 // The demo's stages, in the order they run.
@@ -52,7 +53,7 @@ type Options struct {
 	// (insecure = true in every broker's config).
 	Insecure bool
 	// Nemesis is "" (the stages) or "random": the randomized nemesis
-	// (nemesis.go) for NemesisDuration, its schedule drawn from Seed.
+	// (testbed/nemesis) for NemesisDuration, its schedule drawn from Seed.
 	Nemesis         string
 	NemesisDuration time.Duration
 	// NemesisNoDisk leaves the disk faults out (no loop-mounted disk);
@@ -63,7 +64,7 @@ type Options struct {
 	// NemesisKinds, when set, are the only fault kinds the nemesis draws
 	// (each must be one this cluster can take); nemesisKindList is the
 	// flag's text.
-	NemesisKinds    []FaultKind
+	NemesisKinds    []harness.Kind
 	nemesisKindList string
 	// Clients is the number of Kafka producers (testbed/kafkaload) run
 	// through the brokers' Kafka listeners during the stages or the
@@ -122,10 +123,10 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "run the brokers in plaintext without certificates (insecure = true); by default the demo makes a CA, broker and client certificates under --dir/certs and every connection is mutual TLS")
-	fs.StringVar(&o.Nemesis, "nemesis", "", "\"random\": instead of the stages, a randomized nemesis: overlapping process, file and disk faults drawn from --seed while a writer loads segments, checked at quiescent points (nemesis.go)")
+	fs.StringVar(&o.Nemesis, "nemesis", "", "\"random\": instead of the stages, a randomized nemesis: overlapping process, file and disk faults drawn from --seed while a writer loads segments, checked at quiescent points (testbed/nemesis)")
 	fs.DurationVar(&o.NemesisDuration, "duration", 3*time.Minute, "with --nemesis: how long the schedule runs (one epoch of faults and a check per minute)")
 	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
-	fs.StringVar(&o.nemesisKindList, "nemesis-kinds", "", "with --nemesis: draw only these fault kinds, comma-separated (default: every kind the cluster can take): "+strings.Join(kindNames(AllKinds()), ","))
+	fs.StringVar(&o.nemesisKindList, "nemesis-kinds", "", "with --nemesis: draw only these fault kinds, comma-separated (default: every kind the cluster can take): "+strings.Join(nemesis.KindNames(harness.AllKinds()), ","))
 	fs.BoolVar(&o.NemesisNoNet, "nemesis-no-net", false, "with --nemesis: no network faults (brokers on loopback; by default, as root with ip, nft and tc, each broker runs on a host of its own: a network namespace)")
 	fs.IntVar(&o.Clients, "clients", 0, "Kafka producers (franz-go kgo: idempotent, acks=all, mutual TLS) writing through the brokers' Kafka listeners during every stage or the nemesis; at the end every partition is read back and any acknowledged record lost, duplicated or out of order fails the run (0: none)")
 	if err := parseFlags(fs, args); err != nil {
@@ -367,11 +368,11 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	extra.WriteString("rebalance = false\n")
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
-		Hosts: o.Nemesis != "" && !o.NemesisNoNet && o.draws(NetKinds),
+		Hosts: o.Nemesis != "" && !o.NemesisNoNet && o.draws(harness.NetKinds),
 		// A Kafka listener on every broker for the clients, and for
 		// producing by hand to a kept cluster.
 		Kafka: o.Clients > 0 || o.Keep}
-	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(DiskKinds) {
+	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(harness.DiskKinds) {
 		// Mounted before the brokers start (written when brokers on
 		// hosts ran under ip netns exec, in mount namespaces of their
 		// own; they now run under nsenter, in the root's, so a later
@@ -381,20 +382,11 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	return cfg
 }
 
-// draws says whether the nemesis may draw one of kinds: --nemesis-kinds
-// names one, or is not given. Without a disk or network kind drawn, the
-// cluster gets no loop disk (the schedule then never avoids its broker:
-// the same draw on every machine) and no hosts of their own.
-func (o *Options) draws(kinds []FaultKind) bool {
-	if len(o.NemesisKinds) == 0 {
-		return true
-	}
-	for _, k := range kinds {
-		if slices.Contains(o.NemesisKinds, k) {
-			return true
-		}
-	}
-	return false
+// draws says whether the nemesis may draw one of kinds
+// (nemesis.Options.Draws): without a disk or network kind drawn, the
+// cluster gets no loop disk and no hosts of their own.
+func (o *Options) draws(kinds []harness.Kind) bool {
+	return nemesis.Options{Kinds: o.NemesisKinds}.Draws(kinds)
 }
 
 // nemesisDiskBroker is the broker whose copies the nemesis puts on the
@@ -402,11 +394,11 @@ func (o *Options) draws(kinds []FaultKind) bool {
 const nemesisDiskBroker meta.BrokerID = 1
 
 // nemesisDiskSize is the copies disk for the nemesis: room for every
-// segment the baseline and the writer (one per writeEvery) may put on the
+// segment the baseline and the writer (one per nemesis.WriteEvery) may put on the
 // broker, a quarter more, and ext4's own. Sparse: only what is written
 // takes space.
 func (o *Options) nemesisDiskSize() int64 {
-	segs := int64(o.Segments) + int64(o.NemesisDuration/writeEvery) + 4*int64(o.Brokers)
+	segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
 	return max(64<<20, (segs*(o.SegmentSize+footerSize)*5/4+48<<20)&^(1<<20-1))
 }
 
@@ -431,10 +423,10 @@ func (o *Options) validateNemesis() error {
 		if k == "" {
 			continue
 		}
-		if !slices.Contains(AllKinds(), FaultKind(k)) {
-			return usageErr("--nemesis-kinds: unknown fault kind %q: want some of %s", k, strings.Join(kindNames(AllKinds()), ","))
+		if !slices.Contains(harness.AllKinds(), harness.Kind(k)) {
+			return usageErr("--nemesis-kinds: unknown fault kind %q: want some of %s", k, strings.Join(nemesis.KindNames(harness.AllKinds()), ","))
 		}
-		o.NemesisKinds = append(o.NemesisKinds, FaultKind(k))
+		o.NemesisKinds = append(o.NemesisKinds, harness.Kind(k))
 	}
 	o.Stages = nil
 	return nil

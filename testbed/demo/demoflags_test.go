@@ -121,7 +121,7 @@ func TestParseNemesisFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg := o.clusterConfig("malachid"); !slices.Equal(o.NemesisKinds, []FaultKind{harness.KindKill, harness.KindSwap}) || cfg.Hosts || cfg.LoopBroker != 0 {
+	if cfg := o.clusterConfig("malachid"); !slices.Equal(o.NemesisKinds, []harness.Kind{harness.KindKill, harness.KindSwap}) || cfg.Hosts || cfg.LoopBroker != 0 {
 		t.Fatalf("--nemesis-kinds kill,swap: kinds %v, hosts %v, loop broker %d", o.NemesisKinds, cfg.Hosts, cfg.LoopBroker)
 	}
 	o, err = ParseFlags([]string{"--nemesis", "random", "--nemesis-kinds", "readonly"}, io.Discard)

@@ -50,33 +50,16 @@
 // default list with its reason in the report, or refused with --faults. Progress shows as bars on a terminal,
 // as plain lines otherwise; the report ends the run, as text or --json.
 //
-// --nemesis random replaces the stages with a randomized nemesis
-// (schedule.go, nemesis.go, nemesis_watch.go, checker.go): Draw makes a
-// schedule of epochs of overlapping faults, a pure function of (seed,
-// duration, brokers, rf, kinds available) — process (kill, pause, restart,
-// swap), file (delete, truncate, extend, bitflip, latch), disk (diskfull,
-// readonly; with the loop disk) and network (isolate, partition, drop-out,
-// drop-in, flap, cap; with brokers on hosts of their own, testbed/netns)
-// — bounded so that outside a deliberate quorum-loss window (alone in its
-// epoch, reported as such) at most min(rf-1, (brokers-1)/2) brokers are
-// under a fault (or its cooldown) at once; file faults pick only copies
-// whose other replicas no fault holds. A writer loads one segment every
-// 300 ms through the leader and records every acknowledgement; a watcher
-// records every heal pass of the brokers' pass histories and every
-// replica-set change it reads in the metadata. After each
-// epoch every fault is undone, the heal is waited for (a bound that
-// expires is a failure), every replica copy of every acknowledged segment
-// is read and verified, and Check (pure: observations in, violations out)
-// runs: durable and verified, no last intact copy deleted, every down
-// broker listed dead on every pass, replica-set changes at most two per
-// loss, a hold whenever more than hold_share of the brokers went down
-// together, no pass published by a broker cut off from the majority later
-// than StepDown after the cut (the watcher polls cut-off brokers too) and
-// one by the majority, and a persistent failure or a loss reported on
-// every pass between two that report it with nothing changed between
-// (failure-reported). A violation stops the run and prints the seed and the
-// schedule; a fault that could not be injected is reported as not
-// injected, never as survived.
+// --nemesis random replaces the stages with the randomized nemesis of
+// testbed/nemesis (its doc states the schedule's bounds and the checker's
+// properties): the demo starts, loads and verifies the cluster as for the
+// stages (when the kinds asked for include them and the machine allows,
+// with brokers on hosts of their own and a loop-mounted copies disk on
+// broker 1), then hands it to
+// nemesis.Run with itself as the nemesis's Env (nemesis.go: its wait for
+// a healthy cluster, its audit cache, its leader lookup and backfill
+// counters), and prints the nemesis's report as its report's nemesis
+// section (the same fields in the JSON).
 //
 // --clients N (clients.go) gives every broker a Kafka listener and runs N
 // producers of testbed/kafkaload (franz-go's kgo at its defaults:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/nemesis"
 )
 
 // nemesisFixedSeed is the seed `make test` replays every run. As root
@@ -80,16 +81,16 @@ func TestNemesisShort(t *testing.T) {
 		kinds    string
 		clients  int // Kafka producers through the run (--clients)
 		// strikes fails the run if the schedule's shape did not happen.
-		strikes func(n *NemesisReport) string
+		strikes func(n *nemesis.Report) string
 	}{
 		{seed: nemesisFixedSeed, duration: "2m", clients: 2},
-		{seed: pauseSwapSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
+		{seed: pauseSwapSeed, duration: "1m", kinds: processKinds, strikes: func(n *nemesis.Report) string {
 			if n.FaultsInjected[harness.KindPause] < 1 || n.FaultsInjected[harness.KindSwap] < 2 {
 				return fmt.Sprintf("pause then swap: injected %v, want a pause and two swaps", n.FaultsInjected)
 			}
 			return ""
 		}},
-		{seed: killWriteSeed, duration: "1m", kinds: processKinds, strikes: func(n *NemesisReport) string {
+		{seed: killWriteSeed, duration: "1m", kinds: processKinds, strikes: func(n *nemesis.Report) string {
 			if n.KillsDuringWrite < 1 {
 				return fmt.Sprintf("kill during write: %d of %d kills struck while a write was in flight", n.KillsDuringWrite, n.FaultsInjected[harness.KindKill])
 			}
@@ -122,7 +123,7 @@ func TestNemesisShort(t *testing.T) {
 				t.Fatalf("no nemesis in the report (exit %d): %s", code, rep.Error)
 			}
 			var text strings.Builder
-			n.writeText(&text)
+			n.WriteText(&text)
 			t.Log(text.String())
 			injected := 0
 			for _, k := range n.FaultsInjected {

@@ -15,6 +15,7 @@ import (
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
+	"github.com/malachi-log/malachi/testbed/nemesis"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -78,7 +79,7 @@ type Report struct {
 	// failure and with --keep).
 	Dir string `json:"dir,omitempty"`
 	// Nemesis is the randomized nemesis's run (--nemesis), nil without.
-	Nemesis *NemesisReport `json:"nemesis,omitempty"`
+	Nemesis *nemesis.Report `json:"nemesis,omitempty"`
 	// Clients is the Kafka clients' check (--clients), nil without: an
 	// acknowledged record lost, a record duplicated or out of order, or a
 	// check that could not read everything back fails the run.
@@ -364,7 +365,7 @@ func (r *Report) writeText(w io.Writer) {
 	r.writeSummary(w)
 	r.writeFaults(w)
 	if r.Nemesis != nil {
-		r.Nemesis.writeText(w)
+		r.Nemesis.WriteText(w)
 	}
 	r.writeClosing(w)
 }

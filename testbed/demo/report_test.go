@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/nemesis"
 
 	"github.com/malachi-log/malachi/meta"
 )
@@ -75,7 +76,7 @@ func TestReportNotHealed(t *testing.T) {
 		ev      harness.Evaluation
 		failed  int
 		err     error
-		nemesis *NemesisReport
+		nemesis *nemesis.Report
 		check   func(t *testing.T, r *Report)
 	}{
 		{
@@ -165,7 +166,7 @@ func TestReportNotHealed(t *testing.T) {
 			name:   "nemesis fault not injected",
 			faults: []FaultReport{healedStage("kill", 1, 0)},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
-			nemesis: &NemesisReport{ChecksRun: 2, ChecksPassed: 2, FaultsInjected: map[FaultKind]int{harness.KindPause: 1},
+			nemesis: &nemesis.Report{ChecksRun: 2, ChecksPassed: 2, FaultsInjected: map[harness.Kind]int{harness.KindPause: 1},
 				NotInjected: []string{"+36.413s swap on [4] for 6.038s: swap: reading broker 4's pass history: no such file"}},
 		},
 		{
@@ -219,7 +220,7 @@ func TestReportUnhealthyCapped(t *testing.T) {
 // heals re-replicated, not only the staged suite's (none ran).
 func TestReportNemesisSummary(t *testing.T) {
 	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
-	r.Nemesis = &NemesisReport{FaultsInjected: map[FaultKind]int{harness.KindKill: 2, harness.KindPause: 1}, ChecksRun: 1, ChecksPassed: 1, BytesRereplicated: 3 << 20}
+	r.Nemesis = &nemesis.Report{FaultsInjected: map[harness.Kind]int{harness.KindKill: 2, harness.KindPause: 1}, ChecksRun: 1, ChecksPassed: 1, BytesRereplicated: 3 << 20}
 	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if s := r.Summary; s.FaultsInjected != 3 || s.FaultsSurvived != 3 || s.BytesRereplicated != 3<<20 {
 		t.Fatalf("summary %+v: want 3 injected, 3 survived, 3 MiB re-replicated", s)

@@ -1,4 +1,4 @@
-package demo
+package nemesis
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ type Injected struct {
 	DuringWrite meta.SegmentID `json:"during_write,omitempty"`
 }
 
-// PassObs is one heal pass seen in the leader's /v1/status.
+// PassObs is one heal pass read from a broker's pass history.
 type PassObs struct {
 	Leader meta.BrokerID `json:"leader"`
 	Number uint64        `json:"number"` // the leader's pass counter

@@ -1,4 +1,4 @@
-package demo
+package nemesis
 
 import (
 	"fmt"
@@ -15,14 +15,8 @@ import (
 // harness's fault catalogue (testbed/harness/catalogue.go).
 type FaultKind = harness.Kind
 
-// The catalogue's kinds by what they need, as the flags name them.
-var (
-	AllKinds  = harness.AllKinds
-	DiskKinds = harness.DiskKinds
-	NetKinds  = harness.NetKinds
-)
-
-func kindNames(ks []FaultKind) []string {
+// KindNames are the names of ks, as the flags spell them.
+func KindNames(ks []FaultKind) []string {
 	out := make([]string, len(ks))
 	for i, k := range ks {
 		out[i] = string(k)
@@ -128,7 +122,7 @@ func Draw(seed uint64, duration time.Duration, brokers, rf int, kinds []FaultKin
 	s := Schedule{Seed: seed, Duration: duration, Brokers: brokers, RF: rf, Disk: disk,
 		Limit: min(rf-1, (brokers-1)/2), Majority: brokers/2 + 1}
 	for _, k := range kinds {
-		if slices.Contains(DiskKinds, k) && disk == 0 {
+		if slices.Contains(harness.DiskKinds, k) && disk == 0 {
 			continue
 		}
 		if !slices.Contains(s.Kinds, k) {

@@ -1,4 +1,4 @@
-package demo
+package nemesis
 
 import (
 	"slices"
@@ -10,7 +10,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-var allKinds = slices.Concat(harness.ProcessKinds, harness.FileKinds, DiskKinds, NetKinds, []FaultKind{harness.KindQuorumLoss})
+var allKinds = slices.Concat(harness.ProcessKinds, harness.FileKinds, harness.DiskKinds, harness.NetKinds, []FaultKind{harness.KindQuorumLoss})
 
 func TestScheduleDeterministic(t *testing.T) {
 	a := Draw(42, 10*time.Minute, 5, 3, allKinds, 2)

@@ -1,4 +1,4 @@
-package demo
+package nemesis
 
 import (
 	"context"
@@ -15,29 +15,31 @@ import (
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// The nemesis's observers: the writer (one segment per writeEvery through
+// The nemesis's observers: the writer (one segment per WriteEvery through
 // the leader's POST /v1/load, every acknowledgement recorded), the watcher
-// (the leader's heal passes and the metadata's replica sets, every
+// (every broker's pass history and the metadata's replica sets, every
 // watchEvery) and the quiescent check.
 
 const (
-	writeEvery = 300 * time.Millisecond
+	// WriteEvery is the writer's period: a runner sizes a copies disk
+	// by it.
+	WriteEvery = 300 * time.Millisecond
 	watchEvery = 100 * time.Millisecond
 )
 
 // leader is the leader as the running brokers no fault holds see it
 // (harness.Cluster.LeaderBroker), nil when none names one.
-func (n *nemesis) leader(ctx context.Context) *harness.Broker {
+func (n *runner) leader(ctx context.Context) *harness.Broker {
 	n.mu.Lock()
 	skip := slices.Collect(maps.Keys(n.active))
 	n.mu.Unlock()
-	return n.d.c.LeaderBroker(ctx, skip...)
+	return n.c.LeaderBroker(ctx, skip...)
 }
 
-// write loads one segment every writeEvery until ctx ends.
-func (n *nemesis) write(ctx context.Context) {
-	recs, rsize := recordShape(n.d.o.SegmentSize)
-	t := time.NewTicker(writeEvery)
+// write loads one segment every WriteEvery until ctx ends.
+func (n *runner) write(ctx context.Context) {
+	recs, rsize := n.o.Records, n.o.RecordSize
+	t := time.NewTicker(WriteEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -81,7 +83,7 @@ func (n *nemesis) write(ctx context.Context) {
 
 // watch records every heal pass the brokers' pass histories hold and
 // every change of a segment's replica set, until ctx ends.
-func (n *nemesis) watch(ctx context.Context) {
+func (n *runner) watch(ctx context.Context) {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
@@ -115,7 +117,7 @@ type passCursor struct {
 // readAllPasses reads every running, unpaused broker's pass history past
 // what was read; a broker that does not answer within timeout is read on
 // a later call (its history keeps the passes). It returns the errors.
-func (n *nemesis) readAllPasses(ctx context.Context, timeout time.Duration) error {
+func (n *runner) readAllPasses(ctx context.Context, timeout time.Duration) error {
 	n.mu.Lock()
 	paused := map[meta.BrokerID]bool{}
 	for b, k := range n.active {
@@ -123,7 +125,7 @@ func (n *nemesis) readAllPasses(ctx context.Context, timeout time.Duration) erro
 	}
 	n.mu.Unlock()
 	var errs []error
-	for _, b := range n.d.c.Running() {
+	for _, b := range n.c.Running() {
 		if paused[b.ID] {
 			continue
 		}
@@ -136,7 +138,7 @@ func (n *nemesis) readAllPasses(ctx context.Context, timeout time.Duration) erro
 
 // readPasses reads broker b's pass history past what was read, page by
 // page.
-func (n *nemesis) readPasses(ctx context.Context, b *harness.Broker, timeout time.Duration) error {
+func (n *runner) readPasses(ctx context.Context, b *harness.Broker, timeout time.Duration) error {
 	for {
 		n.mu.Lock()
 		since := n.cursors[b.ID].last
@@ -160,7 +162,7 @@ func (n *nemesis) readPasses(ctx context.Context, b *harness.Broker, timeout tim
 // the history holds more. A history that began anew (the broker's data
 // directory was replaced) is read from its start; passes its bound
 // dropped before they were read are counted unseen. Callers hold mu.
-func (n *nemesis) notePasses(id meta.BrokerID, h plugin.PassHistory) bool {
+func (n *runner) notePasses(id meta.BrokerID, h plugin.PassHistory) bool {
 	cur := n.cursors[id]
 	if !cur.began.IsZero() && !h.Began.Equal(cur.began) {
 		cur = passCursor{}
@@ -181,7 +183,7 @@ func (n *nemesis) notePasses(id meta.BrokerID, h plugin.PassHistory) bool {
 
 // notePassHistory records what a stopped broker's history in dataDir
 // holds (read before its directory is replaced).
-func (n *nemesis) notePassHistory(id meta.BrokerID, dataDir string) error {
+func (n *runner) notePassHistory(id meta.BrokerID, dataDir string) error {
 	h, err := plugin.ReadPassHistory(dataDir, id)
 	if err != nil {
 		return err
@@ -194,7 +196,7 @@ func (n *nemesis) notePassHistory(id meta.BrokerID, dataDir string) error {
 
 // noteSets appends each sealed segment's replica set when it changed.
 // Callers hold mu.
-func (n *nemesis) noteSets(snap meta.Snapshot, now time.Time) {
+func (n *runner) noteSets(snap meta.Snapshot, now time.Time) {
 	for _, s := range snap.Segments {
 		if !s.Sealed {
 			continue
@@ -208,7 +210,7 @@ func (n *nemesis) noteSets(snap meta.Snapshot, now time.Time) {
 }
 
 // snapshot copies the observations for the checker.
-func (n *nemesis) snapshot() Observations {
+func (n *runner) snapshot() Observations {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	o := n.obs
@@ -225,38 +227,37 @@ func (n *nemesis) snapshot() Observations {
 }
 
 // quiesce is a quiescent point: every broker running, the heal waited for
-// (to the stage timeout: a bound that expires is recorded as not healed),
+// (to Options.Timeout: a bound that expires is recorded as not healed),
 // then every replica copy of every acknowledged segment read and verified.
-func (n *nemesis) quiesce(ctx context.Context, label string) error {
+func (n *runner) quiesce(ctx context.Context, label string) error {
 	var down []*harness.Broker
-	for _, b := range n.d.c.Brokers() {
+	for _, b := range n.c.Brokers() {
 		if !b.Alive() {
 			down = append(down, b)
 		}
 	}
 	if len(down) > 0 {
-		n.d.logf("  nemesis: %d brokers still down at the quiescent point: restarting them", len(down))
-		if err := n.d.c.Revive(ctx, n.d.o.StageTimeout, down...); err != nil {
+		n.env.Logf("  nemesis: %d brokers still down at the quiescent point: restarting them", len(down))
+		if err := n.c.Revive(ctx, n.o.Timeout, down...); err != nil {
 			return fmt.Errorf("%s: restarting brokers: %w", label, err)
 		}
 	}
-	fr := FaultReport{Stage: "nemesis"}
-	herr := n.d.waitHealed(ctx, &fr, "nemesis: healing "+label, time.Now(), nil, n.d.o.StageTimeout)
+	last, herr := n.env.WaitHealed(ctx, "nemesis: healing "+label, n.o.Timeout)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	q := QuiescentObs{Label: label, At: time.Now(), Healed: herr == nil, Running: n.d.liveSet(),
+	q := QuiescentObs{Label: label, At: time.Now(), Healed: herr == nil, Running: n.env.Live(),
 		Segments: map[meta.SegmentID]meta.Segment{}, Verified: map[meta.SegmentID]map[meta.BrokerID]string{}}
 	if herr != nil {
 		q.Why = herr.Error()
-		n.d.logf("  nemesis: %s: NOT healthy within %v: %v", label, n.d.o.StageTimeout, herr)
+		n.env.Logf("  nemesis: %s: NOT healthy within %v: %v", label, n.o.Timeout, herr)
 	}
-	snap, err := n.d.leaderClient(ctx).Metadata(ctx)
+	snap, err := n.env.LeaderClient(ctx).Metadata(ctx)
 	if err != nil {
-		if n.d.last == nil {
+		if last == nil {
 			return fmt.Errorf("%s: no metadata: %w", label, err)
 		}
-		snap = n.d.last.Snap
+		snap = *last
 	}
 	n.mu.Lock()
 	q.Acked = slices.Clone(n.obs.Acked)
@@ -284,14 +285,14 @@ func (n *nemesis) quiesce(ctx context.Context, label string) error {
 	n.rep.CopiesVerified += verified
 	n.rep.ChecksRun++
 	n.mu.Unlock()
-	n.d.logf("  nemesis: %s: %d acknowledged segments, %d copies read and verified", label, len(q.Acked), verified)
+	n.env.Logf("  nemesis: %s: %d acknowledged segments, %d copies read and verified", label, len(q.Acked), verified)
 	return nil
 }
 
 // verifyCopy reads b's copy of seg in full: every frame's CRC and offset,
 // the footer, the frames' checksum against the metadata. "" is good.
-func (n *nemesis) verifyCopy(b meta.BrokerID, seg meta.Segment) string {
-	br := n.d.c.Broker(b)
+func (n *runner) verifyCopy(b meta.BrokerID, seg meta.Segment) string {
+	br := n.c.Broker(b)
 	if br == nil {
 		return "unknown broker"
 	}
@@ -299,7 +300,7 @@ func (n *nemesis) verifyCopy(b meta.BrokerID, seg meta.Segment) string {
 	if err != nil || path == "" {
 		return fmt.Sprintf("no copy file (%v)", err)
 	}
-	if err := auditCopyFile(path, seg); err != nil {
+	if err := harness.AuditCopy(path, seg); err != nil {
 		if os.IsNotExist(err) {
 			return "no copy file"
 		}
@@ -309,7 +310,7 @@ func (n *nemesis) verifyCopy(b meta.BrokerID, seg meta.Segment) string {
 }
 
 // finish fills the report's figures from the observations.
-func (n *nemesis) finish() {
+func (n *runner) finish() {
 	o := n.snapshot()
 	n.rep.PassesObserved = len(o.Passes)
 	for _, p := range o.Passes {
@@ -336,16 +337,6 @@ func (n *nemesis) finish() {
 				n.rep.SegmentsLost++
 			}
 		}
-		// The checker's last snapshot counts every sealed segment, the
-		// partitions' too: later partition seals are counted from there.
-		n.d.rep.Segments, n.d.partitionSealed = 0, 0
-		for _, s := range last.Segments {
-			if s.Sealed {
-				n.d.rep.Segments++
-				if isPartitionSegment(s.ID) {
-					n.d.partitionSealed++
-				}
-			}
-		}
+		n.env.Checked(last.Segments)
 	}
 }

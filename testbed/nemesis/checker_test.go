@@ -1,4 +1,4 @@
-package demo
+package nemesis
 
 import (
 	"fmt"
@@ -213,7 +213,7 @@ func TestCheckerFires(t *testing.T) {
 // bound dropped before they were read, and reads a history that began
 // anew (a replaced data directory) from its start.
 func TestNotePasses(t *testing.T) {
-	n := &nemesis{cursors: map[meta.BrokerID]passCursor{}}
+	n := &runner{cursors: map[meta.BrokerID]passCursor{}}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Hour)
 	hist := func(began time.Time, dropped uint64, seqs ...uint64) plugin.PassHistory {
