@@ -449,35 +449,24 @@ func TestLeaderChAndTransfer(t *testing.T) {
 
 func TestMembersLastContact(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
-	li := c.leader()
+	// Each look is judged only if the leader still leads and the follower
+	// still follows it afterwards: an election in between (at load a
+	// heartbeat timeout can pass) blanks the follower's view of a leader.
+	var li, fi int
+	for attempt := 0; ; attempt++ {
+		if attempt == 5 {
+			t.Fatal("leadership moved during each of 5 looks at the members")
+		}
+		li = c.leader()
+		fi = (li + 1) % 3
+		lms, fms := c.nodes[li].Members(), c.nodes[fi].Members()
+		if id, _ := c.nodes[fi].Leader(); !c.nodes[li].IsLeader() || id != c.cfgs[li].ID {
+			continue
+		}
+		checkMembers(t, c, li, lms, fms)
+		break
+	}
 	l := c.nodes[li]
-	ms := l.Members()
-	if len(ms) != 3 {
-		t.Fatalf("members %+v, want 3", ms)
-	}
-	for _, m := range ms {
-		if m.Self != (m.ID == c.cfgs[li].ID) || m.LastContact.IsZero() {
-			t.Errorf("member %+v", m)
-		}
-		if m.Addr != c.cfgs[m.ID-1].Addr {
-			t.Errorf("member %d addr %s, want %s", m.ID, m.Addr, c.cfgs[m.ID-1].Addr)
-		}
-	}
-	// A follower knows only the leader's contact.
-	fi := (li + 1) % 3
-	for _, m := range c.nodes[fi].Members() {
-		switch {
-		case m.Self:
-		case m.ID == c.cfgs[li].ID:
-			if m.LastContact.IsZero() {
-				t.Errorf("follower: leader's LastContact is zero")
-			}
-		default:
-			if !m.LastContact.IsZero() {
-				t.Errorf("follower: %d's LastContact %v, want zero (unknown)", m.ID, m.LastContact)
-			}
-		}
-	}
 	// Close a follower: its contact stops while the other's keeps advancing.
 	dead, live := c.cfgs[fi].ID, c.cfgs[(li+2)%3].ID
 	c.close(fi)
@@ -499,6 +488,37 @@ func TestMembersLastContact(t *testing.T) {
 			t.Fatalf("dead voter's LastContact %v keeps up with the live one's %v", dc, lc)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkMembers judges the members seen by the leader (lms) and by a
+// follower (fms): the leader knows every voter's contact; a follower only
+// the leader's.
+func checkMembers(t *testing.T, c *testCluster, li int, lms, fms []Member) {
+	t.Helper()
+	if len(lms) != 3 {
+		t.Fatalf("members %+v, want 3", lms)
+	}
+	for _, m := range lms {
+		if m.Self != (m.ID == c.cfgs[li].ID) || m.LastContact.IsZero() {
+			t.Errorf("member %+v", m)
+		}
+		if m.Addr != c.cfgs[m.ID-1].Addr {
+			t.Errorf("member %d addr %s, want %s", m.ID, m.Addr, c.cfgs[m.ID-1].Addr)
+		}
+	}
+	for _, m := range fms {
+		switch {
+		case m.Self:
+		case m.ID == c.cfgs[li].ID:
+			if m.LastContact.IsZero() {
+				t.Errorf("follower: leader's LastContact is zero")
+			}
+		default:
+			if !m.LastContact.IsZero() {
+				t.Errorf("follower: %d's LastContact %v, want zero (unknown)", m.ID, m.LastContact)
+			}
+		}
 	}
 }
 
