@@ -60,8 +60,9 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 }
 
 // restartWith gives every broker the [heal] settings extra and restarts the
-// running ones one at a time (SIGTERM, start, wait for a leader), calling
-// down(b), when not nil, while b is stopped.
+// running ones one at a time, each inside a maintenance window (SIGTERM,
+// start, wait for a leader), calling down(b), when not nil, while b is
+// stopped.
 func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness.Broker) error) error {
 	d.c.SetHealExtra(extra)
 	for _, b := range d.c.Brokers() {
@@ -70,6 +71,13 @@ func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness
 		}
 	}
 	for _, b := range d.c.Running() {
+		// A maintenance window, as an operator's rolling restart has: a
+		// restart that outlasts the grace delay would otherwise have its
+		// replicas replaced, and the copies it comes back with would be
+		// leftovers that a later heal adopts instead of moving bytes.
+		if _, err := d.leaderClient(ctx).Maintenance(ctx, b.ID, d.o.StageTimeout); err != nil {
+			return fmt.Errorf("maintenance window for broker %d's restart: %w", b.ID, err)
+		}
 		if err := d.c.Terminate(b, 10*time.Second); err != nil {
 			return err
 		}
@@ -80,6 +88,9 @@ func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness
 		}
 		if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 			return err
+		}
+		if _, err := d.leaderClient(ctx).EndMaintenance(ctx, b.ID); err != nil {
+			return fmt.Errorf("ending broker %d's maintenance window after its restart: %w", b.ID, err)
 		}
 	}
 	return nil
