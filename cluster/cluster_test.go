@@ -460,7 +460,7 @@ func TestMembersLastContact(t *testing.T) {
 		li = c.leader()
 		fi = (li + 1) % 3
 		lms, fms := c.nodes[li].Members(), c.nodes[fi].Members()
-		if id, _ := c.nodes[fi].Leader(); !c.nodes[li].IsLeader() || id != c.cfgs[li].ID {
+		if !agreeOnLeader(c, li) {
 			continue
 		}
 		checkMembers(t, c, li, lms, fms)
