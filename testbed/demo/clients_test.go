@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"path/filepath"
 	"strings"
@@ -96,16 +95,7 @@ func TestClientsShort(t *testing.T) {
 	}
 	args := []string{"--brokers", "4", "--rf", "3", "--segments", "10", "--segment-size", "16KiB", "--faults", "kill,restart",
 		"--clients", "2", "--malachid", bin, "--json", "--dir", t.TempDir()}
-	o, err := ParseFlags(args, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	code := Run(context.Background(), o, &out, &lineLog{t: t})
-	var rep Report
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("report: %v\n%s", err, out.String())
-	}
+	rep, code := runJSON(t, args)
 	c := rep.Clients
 	if c == nil {
 		t.Fatalf("no clients section (exit %d): %s", code, rep.Error)

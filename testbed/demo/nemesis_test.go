@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -108,16 +109,7 @@ func TestNemesisShort(t *testing.T) {
 				args = append(args, "--clients", fmt.Sprint(run.clients))
 			}
 			t.Logf("nemesis seed %d for %s (replay: malachi demo %s)", run.seed, run.duration, strings.Join(args, " "))
-			o, err := ParseFlags(append(args, "--malachid", bin, "--json", "--dir", t.TempDir()), &bytes.Buffer{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			code := Run(context.Background(), o, &out, &lineLog{t: t})
-			var rep Report
-			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-				t.Fatalf("report: %v\n%s", err, out.String())
-			}
+			rep, code := runJSON(t, append(args, "--malachid", bin, "--json", "--dir", t.TempDir()))
 			n := rep.Nemesis
 			if n == nil {
 				t.Fatalf("no nemesis in the report (exit %d): %s", code, rep.Error)
@@ -162,4 +154,22 @@ func TestNemesisShort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runJSON runs the demo with args (which include --json) and returns its
+// decoded report and exit code, failing t when the flags or the report do
+// not parse.
+func runJSON(t *testing.T, args []string) (Report, int) {
+	t.Helper()
+	o, err := ParseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code := Run(context.Background(), o, &out, &lineLog{t: t})
+	var rep Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, out.String())
+	}
+	return rep, code
 }
