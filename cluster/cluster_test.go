@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/rs/zerolog"
 )
 
@@ -24,23 +24,17 @@ func testLogger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(lvl).With().Timestamp().Logger()
 }
 
-// freeAddrs returns n loopback addresses whose ports were free a moment ago.
+// freeAddrs returns n distinct loopback addresses nothing listens on,
+// claimed for this process (harness.FreeLoopbackPorts, outside the
+// kernel's ephemeral range): a port freed by closing a listener on port 0
+// can be handed to anyone before the node binds it.
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var ls []net.Listener
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	addrs, err := harness.FreeLoopbackPorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+	return addrs
 }
 
 type testCluster struct {

@@ -246,8 +246,10 @@ func (c *peerConn) next() error {
 		err = c.gate.check(c.peer, req)
 	}
 	if err != nil {
-		c.Conn.Close()
+		// Logged before the close, so that a peer that saw the close can
+		// count on the line being there.
 		c.gate.refuse(c.RemoteAddr(), fmt.Sprintf("broker %d", c.peer), err)
+		c.Conn.Close()
 		return io.EOF
 	}
 	c.ready = c.rec.buf

@@ -144,8 +144,8 @@ func (s *tlsStream) acceptLoop() {
 		select {
 		case s.slots <- struct{}{}:
 		default:
-			raw.Close()
 			s.gate.refuse(raw.RemoteAddr(), "", fmt.Errorf("%d TLS handshakes already in flight", maxHandshakes))
+			raw.Close()
 			continue
 		}
 		s.wg.Add(1)
@@ -159,10 +159,10 @@ func (s *tlsStream) admit(raw net.Conn) {
 	tc, id, err := s.handshake(raw)
 	<-s.slots
 	if err != nil {
-		raw.Close()
 		if s.ctx.Err() == nil {
 			s.gate.refuse(raw.RemoteAddr(), "", err)
 		}
+		raw.Close()
 		return
 	}
 	c := newPeerConn(tc, id.Broker, s.gate, s.forget)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // adminRoutes are the admin requests whose decoding FuzzAdminRequest
@@ -206,15 +206,17 @@ func TestAdminDecodersNameTheProblem(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address with a port nothing listens on.
+// freeAddr returns a loopback address with a port nothing listens on,
+// claimed for this process (harness.FreeLoopbackPorts): a port the kernel
+// handed to a listener on port 0 and took back can come back at once, and
+// two brokers of one cluster were once given the same raft address.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := harness.FreeLoopbackPorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs[0]
 }
 
 // adminState is what an admin request could change: the copies directory,
