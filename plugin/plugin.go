@@ -267,12 +267,32 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	}
 	stopData := p.engines.serveData(dl, p.cfg, p.deps, p.deps.Logger)
 	p.closers = append(p.closers, stopData)
+	if err := p.serveRPC(); err != nil {
+		return err
+	}
+	p.status.DataAddr = dl.Addr().String()
+
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	p.watchWG.Add(1)
+	go func() {
+		defer p.watchWG.Done()
+		p.watchLeadership(wctx)
+	}()
+	p.log.Info().Str("rpc", p.status.RPCAddr).Str("data", p.status.DataAddr).
+		Str("probe_engine", p.status.ProbeEngine).Str("fsync_engine", p.status.FsyncEngine).Msg("heal plugin started")
+	return nil
+}
+
+// serveRPC opens rpc_listen and serves the routes on it; its closer shuts
+// the server down. p.mu is held.
+func (p *Plugin) serveRPC() error {
 	rl, err := rpc.Listen(p.cfg.RPCListen, p.deps.Certs)
 	if err != nil {
 		return fmt.Errorf("plugin: heal.rpc_listen = %q: %w", p.cfg.RPCListen, err)
 	}
 	hs := rpc.NewHTTPServer(p.routes(), p.deps.Logger.With().Str("component", "rpc").Logger())
-	p.status.RPCAddr, p.status.DataAddr = rl.Addr().String(), dl.Addr().String()
+	p.status.RPCAddr = rl.Addr().String()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -288,16 +308,6 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 		}
 		return nil
 	})
-
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.watchWG.Add(1)
-	go func() {
-		defer p.watchWG.Done()
-		p.watchLeadership(wctx)
-	}()
-	p.log.Info().Str("rpc", p.status.RPCAddr).Str("data", p.status.DataAddr).
-		Str("probe_engine", p.status.ProbeEngine).Str("fsync_engine", p.status.FsyncEngine).Msg("heal plugin started")
 	return nil
 }
 
