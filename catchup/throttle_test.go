@@ -132,3 +132,51 @@ func TestThrottleSetRateDuringTransfer(t *testing.T) {
 		t.Fatalf("Moved() = %d, want %d", th.Moved(), 3<<20)
 	}
 }
+
+// SetRate from one goroutine while others take tokens: every wait ends
+// without an error, whatever rate (or none) it meets. Run with -race.
+func TestThrottleSetRateConcurrent(t *testing.T) {
+	th, _ := NewThrottle(DefaultLimits())
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if err := th.wait(context.Background(), th.chunkSize()); err != nil {
+					errs <- err
+					return
+				}
+				th.add(th.chunkSize())
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := th.SetRate([]int64{64 << 20, 0, 16 << 20, 8 << 20}[i%4]); err != nil {
+				errs <- err
+				return
+			}
+			_ = th.Limits()
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if th.Moved() == 0 {
+		t.Fatal("nothing counted")
+	}
+}
