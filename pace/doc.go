@@ -28,7 +28,11 @@
 //     p99 is above Config.LatencyFactor times the baseline: the rate is
 //     halved (Reason Latency).
 //   - Pressure: the io or cpu pressure (PSI some avg10, where known) is
-//     above Config.PressureLimit. While catch-up moves bytes the rate is
+//     above Config.PressureLimit and, once an idle baseline for that
+//     resource is known, more than Config.PressureRise points above it (a
+//     machine that was this loaded before catch-up ran is not loaded by
+//     catch-up: halving would cost the heal and give the clients nothing;
+//     their latency still counts). While catch-up moves bytes the rate is
 //     halved; while it is idle the rate is held (nothing of the pressure
 //     is ours to give back, and a heal that starts must not start at the
 //     floor because another process loaded the machine). Reason Pressure.
@@ -44,7 +48,9 @@
 // (Moved == 0) with a known p99: a lower p99 replaces it at once, a higher
 // one raises it by 1/BaselineDrift of the difference per step, so it
 // follows an idle latency that rose for good, slowly. Steps with catch-up
-// active never change it.
+// active never change it. Each resource's idle pressure baseline moves
+// 1/PressureSettle of the way to the figure seen on each idle step (the
+// first idle figure sets it); active steps leave it.
 //
 // # Invariants
 //
@@ -55,7 +61,8 @@
 //     Config.Ceiling when one is set (and then never 0).
 //  3. The rate falls only for Reason Latency or Pressure, and then by at
 //     most half (never below the floor); it rises only for Reason None.
-//  4. The baseline changes only on idle steps with a known p99.
+//  4. The baselines change only on idle steps: the latency one with a
+//     known p99, a pressure one with a known figure.
 //  5. Decision.AtFloor counts the consecutive active steps spent at the
 //     floor: an idle step at the floor keeps it, any step above the floor
 //     resets it to 0.

@@ -54,12 +54,16 @@ type Config struct {
 	// PressureLimit is the PSI some avg10, in percent, above which the
 	// machine is under pressure (in (0, 100]).
 	PressureLimit float64
+	// PressureRise is how many points above its idle baseline a resource's
+	// pressure must also be before it counts (in [0, 100]): pressure that
+	// was there while catch-up was idle is not catch-up's to give back.
+	PressureRise float64
 }
 
 // DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
-// latency factor of 1.5 and a pressure limit of 40%.
+// latency factor of 1.5, a pressure limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
-	return Config{Floor: 1 << 20, Step: 8 << 20, LatencyFactor: 1.5, PressureLimit: 40}
+	return Config{Floor: 1 << 20, Step: 8 << 20, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -75,6 +79,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
 		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
+	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
+		return fmt.Errorf("pace: PressureRise = %v: want points in [0, 100]", c.PressureRise)
 	}
 	return nil
 }
@@ -119,6 +125,9 @@ type State struct {
 	// Baseline is the idle p99, BaselineKnown whether one was seen.
 	Baseline      time.Duration
 	BaselineKnown bool
+	// IdleIO and IdleCPU are the pressure baselines: an average of the
+	// PSI figures seen on idle steps (Known false until one was seen).
+	IdleIO, IdleCPU Signal
 	// AtFloor counts the consecutive active steps at the floor.
 	AtFloor int
 	// Reason is the last step's.
@@ -146,7 +155,7 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	switch {
 	case active && tooSlow(cfg, s, in):
 		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
-	case pressed(cfg, in.IO) || pressed(cfg, in.CPU):
+	case pressed(cfg, s.IdleIO, in.IO) || pressed(cfg, s.IdleCPU, in.CPU):
 		s.Reason = Pressure
 		if active {
 			s.Rate = halve(cfg, s.Rate, in)
@@ -156,6 +165,9 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	}
 	if !active && in.LatencyKnown {
 		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
+	}
+	if !active {
+		s.IdleIO, s.IdleCPU = settle(s.IdleIO, in.IO), settle(s.IdleCPU, in.CPU)
 	}
 	switch {
 	case s.Rate > cfg.Floor:
@@ -175,9 +187,28 @@ func tooSlow(cfg Config, s State, in Input) bool {
 	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > cfg.LatencyFactor*float64(s.Baseline)
 }
 
-// pressed: a known PSI figure above the limit.
-func pressed(cfg Config, sig Signal) bool {
-	return sig.Known && sig.Avg10 > cfg.PressureLimit
+// pressed: a known PSI figure above the limit and, where an idle
+// baseline is known, more than PressureRise points above it.
+func pressed(cfg Config, idle, sig Signal) bool {
+	if !sig.Known || sig.Avg10 <= cfg.PressureLimit {
+		return false
+	}
+	return !idle.Known || sig.Avg10 > idle.Avg10+cfg.PressureRise
+}
+
+// PressureSettle is how fast the idle pressure baseline follows: each
+// idle step moves it 1/PressureSettle of the way to the figure seen.
+const PressureSettle = 8
+
+// settle folds one idle PSI figure into its baseline.
+func settle(base, sig Signal) Signal {
+	switch {
+	case !sig.Known:
+		return base
+	case !base.Known:
+		return sig
+	}
+	return Signal{Avg10: base.Avg10 + (sig.Avg10-base.Avg10)/PressureSettle, Known: true}
 }
 
 // halve is half the lower of rate and what moved over the interval, at

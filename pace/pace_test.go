@@ -57,6 +57,12 @@ func TestStep(t *testing.T) {
 			with(idle, func(in *Input) { in.CPU = hot }), mib, Pressure, 3},
 		{"unavailable PSI is ignored", capped, at(32*mib, known), with(calm, func(in *Input) { in.IO, in.CPU = Signal{Avg10: 99}, Signal{Avg10: 99} }), 40 * mib, None, 0},
 		{"pressure below the limit is none", capped, at(32*mib, known), with(calm, func(in *Input) { in.IO, in.CPU = cool, cool }), 40 * mib, None, 0},
+		{"pressure that was there while idle does not count", capped, at(32*mib, func() State { s := known; s.IdleCPU = Signal{Avg10: 90, Known: true}; return s }()),
+			with(calm, func(in *Input) { in.CPU = Signal{Avg10: 97, Known: true} }), 40 * mib, None, 0},
+		{"pressure risen past the idle baseline halves", capped, at(32*mib, func() State { s := known; s.IdleIO = Signal{Avg10: 30, Known: true}; return s }()),
+			with(calm, func(in *Input) { in.IO = Signal{Avg10: 51, Known: true} }), 16 * mib, Pressure, 0},
+		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
+			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
 		{"latency before pressure", capped, at(32*mib, known), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
@@ -139,6 +145,34 @@ func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
 	}
 }
 
+// The pressure baselines are learned only from idle steps with a known
+// figure: the first sets it, later ones move it 1/PressureSettle of the way.
+func TestPressureBaselineLearnedOnlyWhileIdle(t *testing.T) {
+	cfg := DefaultConfig()
+	var s State
+	_, s = Step(cfg, s, with(calm, func(in *Input) { in.CPU = hot }))
+	if s.IdleCPU.Known {
+		t.Fatalf("learned %v from an active step", s.IdleCPU)
+	}
+	for _, c := range []struct {
+		cpu  Signal
+		want Signal
+	}{
+		{Signal{Avg10: 99}, Signal{}},
+		{Signal{Avg10: 80, Known: true}, Signal{Avg10: 80, Known: true}},
+		{Signal{Avg10: 0, Known: true}, Signal{Avg10: 70, Known: true}},
+		{Signal{Known: false}, Signal{Avg10: 70, Known: true}},
+	} {
+		_, s = Step(cfg, s, with(idle, func(in *Input) { in.CPU = c.cpu }))
+		if s.IdleCPU != c.want {
+			t.Fatalf("after idle cpu %+v: baseline %+v, want %+v", c.cpu, s.IdleCPU, c.want)
+		}
+	}
+	if s.IdleIO.Known {
+		t.Fatalf("io baseline %+v learned from no io figure", s.IdleIO)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
@@ -149,6 +183,7 @@ func TestConfigValidate(t *testing.T) {
 		{Floor: mib, Step: 0, LatencyFactor: 1.5, PressureLimit: 40},
 		{Floor: mib, Step: 1, LatencyFactor: 1, PressureLimit: 40},
 		{Floor: mib, Step: 1, LatencyFactor: 1.5, PressureLimit: 0},
+		{Floor: mib, Step: 1, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: -1},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
