@@ -96,7 +96,7 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 		start := time.Now()
 		resp := c.produce(ctx, r)
 		end := time.Now()
-		c.s.cfg.Latency.observe(end, end.Sub(start))
+		c.s.cfg.Latency.Observe(end, end.Sub(start))
 		return resp
 	case *kmsg.InitProducerIDRequest:
 		return c.initProducerID(ctx, r)

@@ -14,7 +14,9 @@ const latencyRing = 4096
 // requests and answers their p99. For Produce the time is the whole
 // handling (validation, the replicated append, its acknowledgement); for
 // Fetch it leaves out the time spent waiting for data to arrive, which
-// the client asked for (MaxWaitMillis). It is safe for concurrent use.
+// the client asked for (MaxWaitMillis). The broker adds what else a
+// client waits on (Observe): a follower's append of the leader's frame.
+// It is safe for concurrent use.
 type Latency struct {
 	mu      sync.Mutex
 	ends    [latencyRing]time.Time     // protected by mu
@@ -23,9 +25,9 @@ type Latency struct {
 	scratch []time.Duration            // protected by mu: P99's buffer
 }
 
-// observe records one request that ended at end after took; on a nil
+// Observe records one request that ended at end after took; on a nil
 // Latency it does nothing.
-func (l *Latency) observe(end time.Time, took time.Duration) {
+func (l *Latency) Observe(end time.Time, took time.Duration) {
 	if l == nil {
 		return
 	}

@@ -12,7 +12,7 @@ func TestLatencyP99(t *testing.T) {
 		t.Fatal("p99 of no request")
 	}
 	for i := 1; i <= 200; i++ { // 1 ms .. 200 ms, ending at t0+i s
-		l.observe(t0.Add(time.Duration(i)*time.Second), time.Duration(i)*time.Millisecond)
+		l.Observe(t0.Add(time.Duration(i)*time.Second), time.Duration(i)*time.Millisecond)
 	}
 	for _, c := range []struct {
 		since time.Time
@@ -35,9 +35,9 @@ func TestLatencyP99(t *testing.T) {
 func TestLatencyKeepsTheLatest(t *testing.T) {
 	var l Latency
 	t0 := time.Unix(1000, 0)
-	l.observe(t0, time.Hour)
+	l.Observe(t0, time.Hour)
 	for i := 1; i <= latencyRing; i++ {
-		l.observe(t0.Add(time.Duration(i)), time.Millisecond)
+		l.Observe(t0.Add(time.Duration(i)), time.Millisecond)
 	}
 	if got, _ := l.P99(time.Time{}); got != time.Millisecond {
 		t.Fatalf("p99 %v: the overwritten hour-long request still counts", got)

@@ -116,9 +116,8 @@ type catchupFetcher struct {
 	db *store.DB
 }
 
-func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (int64, error) {
-	res, err := f.cl.Fetch(ctx, addr, seg, ticket, catchup.StoreSink{DB: f.db}, nil)
-	return res.Received, err
+func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (catchup.Result, error) {
+	return f.cl.Fetch(ctx, addr, seg, ticket, catchup.StoreSink{DB: f.db}, nil)
 }
 
 func isClosed(err error) bool {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -27,6 +28,7 @@ type metrics struct {
 	stale           prometheus.Counter
 	backfillBytes   prometheus.Counter
 	backfillSeconds prometheus.Histogram
+	backfillStages  *prometheus.HistogramVec
 	backfillErrors  prometheus.Counter
 	probeSeconds    prometheus.Histogram
 	passSeconds     prometheus.Histogram
@@ -121,6 +123,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.stale = prometheus.NewCounter(prometheus.CounterOpts(f("stale_commands_total", "SetSegmentReplicas refused as stale (compare-and-set lost).")))
 	m.backfillBytes = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_bytes_total", "Bytes received by this broker's committed backfills.")))
 	m.backfillSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_duration_seconds", Help: "Duration of this broker's committed backfills.", Buckets: buckets})
+	m.backfillStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_stage_seconds",
+		Help: "Time of each stage of this broker's backfills, committed or not: wait (for a transfer slot), transfer (the bytes, rate pauses included), commit (verification of the whole copy and its sync).", Buckets: buckets}, []string{"stage"})
 	m.backfillErrors = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_errors_total", "Backfills into this broker that failed and were rolled back.")))
 	m.probeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "probe_duration_seconds", Help: "Duration of this broker's probe of its sealed copies.", Buckets: buckets})
 	m.passSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_duration_seconds", Help: "Duration of a heal pass, planning and execution (leader only).", Buckets: buckets})
@@ -139,7 +143,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds)
 	reg.MustRegister(m.hold, m.decommissionLeft, m.decommissionBytesLeft, m.decommissionBlocked, m.maintenanceBrokers, m.leftoverCopies)
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
-		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
+		m.backfillSeconds, m.backfillStages, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
 	}
@@ -273,3 +277,15 @@ func (m *metrics) setEngine(kind, engine string) {
 
 // refused counts a refusal of the rpc server.
 func (m *metrics) refused(reason string) { m.auth.refusedTotal.WithLabelValues(reason).Inc() }
+
+// observeBackfillStages records the stages one backfill went through (a
+// stage it never reached is not observed).
+func (m *metrics) observeBackfillStages(res catchup.Result) {
+	m.backfillStages.WithLabelValues("wait").Observe(res.Wait.Seconds())
+	if res.Transfer > 0 {
+		m.backfillStages.WithLabelValues("transfer").Observe(res.Transfer.Seconds())
+	}
+	if res.Commit > 0 {
+		m.backfillStages.WithLabelValues("commit").Observe(res.Commit.Seconds())
+	}
+}

@@ -33,7 +33,7 @@ type statter interface {
 // catch-up server at addr, resuming at the local durable end, and commits
 // it only once it verifies (catchup.Client over the local store).
 type fetcher interface {
-	Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (int64, error)
+	Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (catchup.Result, error)
 }
 
 // server is the replication server every enabled instance runs: it answers
@@ -316,7 +316,9 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	n, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment, req.Ticket)
+	res, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment, req.Ticket)
+	n := res.Received
+	s.metrics.observeBackfillStages(res)
 	if err != nil {
 		s.metrics.backfillErrors.Inc()
 		if sourceRefused(err) {
