@@ -38,7 +38,12 @@
 //     floor because another process loaded the machine). Reason Pressure.
 //   - Otherwise (Reason None) the rate grows: by Config.Step up to
 //     Config.Ceiling, or, with no ceiling, doubles up to Unbounded, which
-//     is no cap at all (Decision.Rate 0).
+//     is no cap at all (Decision.Rate 0). After a cut (State.Threshold,
+//     the rate the cut left), an active step without a ceiling doubles
+//     only up to the threshold and adds Config.Step above it: the rate
+//     comes back slowly to where the clients felt it (TCP's slow start
+//     and congestion avoidance), instead of oscillating between half and
+//     double of it.
 //
 // A halving starts from the lower of the rate and the rate catch-up
 // actually moved over the interval (Moved / Elapsed), so a cut below an

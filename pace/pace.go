@@ -128,6 +128,11 @@ type State struct {
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
+	// Threshold is the rate the last cut left (0: no cut yet). Without a
+	// ceiling, active steps double the rate up to it and grow by Step
+	// above it, so a rate cut for the clients returns slowly to where it
+	// hurt them instead of doubling past it.
+	Threshold int64
 	// AtFloor counts the consecutive active steps at the floor.
 	AtFloor int
 	// Reason is the last step's.
@@ -155,13 +160,15 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	switch {
 	case active && tooSlow(cfg, s, in):
 		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
+		s.Threshold = s.Rate
 	case pressed(cfg, s.IdleIO, in.IO) || pressed(cfg, s.IdleCPU, in.CPU):
 		s.Reason = Pressure
 		if active {
 			s.Rate = halve(cfg, s.Rate, in)
+			s.Threshold = s.Rate
 		}
 	default:
-		s.Rate = grow(cfg, s.Rate)
+		s.Rate = grow(cfg, s, active)
 	}
 	if !active && in.LatencyKnown {
 		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
@@ -222,12 +229,19 @@ func halve(cfg Config, rate int64, in Input) int64 {
 	return max(cfg.Floor, rate/2)
 }
 
-// grow is the additive (or, without a ceiling, doubling) increase.
-func grow(cfg Config, rate int64) int64 {
-	if cfg.Ceiling > 0 {
-		return min(cfg.Ceiling, rate+cfg.Step)
+// grow is the increase: by Step under a ceiling; without one, doubling,
+// except on an active step after a cut, which doubles only up to the
+// threshold and adds Step above it.
+func grow(cfg Config, s State, active bool) int64 {
+	switch {
+	case cfg.Ceiling > 0:
+		return min(cfg.Ceiling, s.Rate+cfg.Step)
+	case active && s.Threshold > 0 && s.Rate < s.Threshold:
+		return min(s.Threshold, s.Rate*2)
+	case active && s.Threshold > 0:
+		return min(Unbounded, s.Rate+cfg.Step)
 	}
-	return min(Unbounded, rate*2)
+	return min(Unbounded, s.Rate*2)
 }
 
 // learn folds an idle p99 into the baseline: a lower one replaces it, a

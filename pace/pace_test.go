@@ -64,6 +64,9 @@ func TestStep(t *testing.T) {
 		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
 			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
 		{"latency before pressure", capped, at(32*mib, known), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
+		{"after a cut, active steps double up to the threshold", DefaultConfig(), at(4*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 6 * mib, None, 0},
+		{"after a cut, active steps add a step above the threshold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 14 * mib, None, 0},
+		{"after a cut, idle steps still double", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 12 * mib, None, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,6 +81,18 @@ func TestStep(t *testing.T) {
 				t.Fatalf("state %+v disagrees with decision %+v", s, d)
 			}
 		})
+	}
+}
+
+// A cut sets the threshold to the rate it left.
+func TestCutSetsThreshold(t *testing.T) {
+	_, s := Step(DefaultConfig(), at(32*mib, known), slow)
+	if s.Rate != 16*mib || s.Threshold != 16*mib {
+		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, threshold %d; want both 16 MiB/s", s.Rate, s.Threshold)
+	}
+	_, s = Step(DefaultConfig(), at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }))
+	if s.Threshold != 16*mib {
+		t.Fatalf("after a pressure cut: threshold %d, want 16 MiB/s", s.Threshold)
 	}
 }
 
