@@ -64,7 +64,12 @@ type Result struct {
 	From     int64         // where this run started: the target's durable end
 	Received int64         // bytes received by this run
 	Size     int64         // bytes of the complete copy
-	Took     time.Duration // from dial to commit
+	Took     time.Duration // from the call to its return
+	// Wait is the time waiting for a transfer slot (Throttle's
+	// concurrency cap), Transfer the time receiving the bytes (dial to
+	// the last byte written, the rate cap's pauses included), Commit the
+	// Sink's Commit (verification of the whole copy and its sync).
+	Wait, Transfer, Commit time.Duration
 }
 
 // Client fetches copies from other brokers' Servers into a Sink. Set the
@@ -134,6 +139,7 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 	}
 	log := c.Logger.With().Str("segment", string(seg.ID)).Str("source", addr).Logger()
 	release, err := c.Throttle.acquire(ctx)
+	res.Wait = time.Since(start)
 	if err != nil {
 		return res, fmt.Errorf("catchup: segment %s from %s: %w", seg.ID, addr, err)
 	}
@@ -170,7 +176,9 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 		progress(res.From, res.Size)
 	}
 	if res.From < res.Size {
+		t0 := time.Now()
 		res.Received, err = c.receive(ctx, addr, &request{seg: seg, from: res.From, to: res.Size, ticket: ticket}, t, progress)
+		res.Transfer = time.Since(t0)
 		if err != nil {
 			if res.Received > 0 || res.From > 0 {
 				c.stats.failed.Add(1)
@@ -179,7 +187,10 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 		}
 	}
 	committed = true
-	if err := t.Commit(); err != nil {
+	t0 := time.Now()
+	err = t.Commit()
+	res.Commit = time.Since(t0)
+	if err != nil {
 		c.stats.failed.Add(1)
 		if errors.Is(err, ErrVerify) {
 			return res, fmt.Errorf("catchup: segment %s from %s: %w", seg.ID, addr, err)

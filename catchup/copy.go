@@ -158,20 +158,21 @@ func (a *keepAlive) touch() error {
 	return a.refresh()
 }
 
-// pump moves n bytes in chunks of at most chunk bytes, one call of step
-// per chunk. Before each chunk it takes the chunk's tokens from the
+// pump moves n bytes in chunks of at most chunk() bytes (asked again
+// before each chunk, so a chunk follows Throttle.SetRate), one call of step
+// per chunk, counted in th.Moved. Before each chunk it takes the chunk's tokens from the
 // throttle and pushes the socket's deadline one idle timeout ahead (step
 // may push it again as bytes move); after it, it reports progress.
 // Cancelling ctx interrupts a blocked step through the deadline. It
 // returns the bytes moved.
-func pump(ctx context.Context, conn net.Conn, n int64, chunk int, th *Throttle, progress func(int64),
+func pump(ctx context.Context, conn net.Conn, n int64, chunk func() int, th *Throttle, progress func(int64),
 	step func(off int64, c int, alive *keepAlive) (int, error)) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	alive := &keepAlive{ctx: ctx, conn: conn, idle: th.idle()}
 	var done int64
 	for done < n {
-		c := int(min(int64(chunk), n-done))
+		c := int(min(int64(chunk()), n-done))
 		if err := th.wait(ctx, c); err != nil {
 			return done, err
 		}
@@ -180,6 +181,7 @@ func pump(ctx context.Context, conn net.Conn, n int64, chunk int, th *Throttle, 
 		}
 		m, err := step(done, c, alive)
 		done += int64(m)
+		th.add(m)
 		if m > 0 && progress != nil {
 			progress(done)
 		}
@@ -198,7 +200,7 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 	if mode == ModeZeroCopy {
 		if sc, ok := conn.(syscall.Conn); ok {
 			if step, ok := sendfileStep(sc, f, off, st); ok {
-				return pump(ctx, conn, n, th.chunkSize(), th, progress, step)
+				return pump(ctx, conn, n, th.chunkSize, th, progress, step)
 			}
 		}
 	}
@@ -206,7 +208,7 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 	// so Go cannot switch to its own sendfile/splice: pread(2) and
 	// write(2) through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
-	return pump(ctx, conn, n, th.chunkSize(), th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
+	return pump(ctx, conn, n, th.chunkSize, th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
 		src := io.NewSectionReader(f, off+done, int64(c))
 		m, err := io.CopyBuffer(countWriter{conn, &st.write}, countReader{src, &st.read}, buf)
 		if err == nil && m < int64(c) {
@@ -224,14 +226,14 @@ func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 			if step, closer, ok := spliceStep(sc, f, off, st, pipeSize, th.idle()); ok {
 				defer closer()
 				preallocate(f, off, n)
-				return pump(ctx, conn, n, th.spliceChunkSize(), th, progress, step)
+				return pump(ctx, conn, n, th.spliceChunkSize, th, progress, step)
 			}
 		}
 	}
 	// io.CopyBuffer over wrappers that hide io.ReaderFrom/io.WriterTo:
 	// read(2) from the socket, pwrite(2) into the copy, through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
-	return pump(ctx, conn, n, th.chunkSize(), th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
+	return pump(ctx, conn, n, th.chunkSize, th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
 		dst := &offsetWriter{f: f, off: off + done, n: &st.write}
 		m, err := io.CopyBuffer(dst, countReader{io.LimitReader(conn, int64(c)), &st.read}, buf)
 		if err == nil && m < int64(c) {

@@ -109,9 +109,11 @@
 //     when the Sink cuts or removes the copy.
 //  6. A Fetch reports success only after the Sink verified the whole copy
 //     against the metadata and synced file and directory.
-//  7. All transfers sharing a Throttle together take at most
-//     BytesPerSecond tokens per second (in chunks of at most 1 MiB) and
-//     hold at most MaxTransfers slots.
+//  7. All transfers sharing a Throttle together take at most its current
+//     rate in tokens per second (Limits.BytesPerSecond, then each
+//     Throttle.SetRate from the transfers' next chunk on; in chunks of at
+//     most 1 MiB) and hold at most MaxTransfers slots. Throttle.Moved
+//     counts every byte they moved.
 //
 // # Concurrency and crashes
 //

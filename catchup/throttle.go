@@ -3,6 +3,8 @@ package catchup
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -72,13 +74,21 @@ func (l Limits) Validate() error {
 // Throttle applies one broker's Limits to every transfer that shares it: a
 // token bucket for bytes per second and a semaphore for concurrent
 // transfers. A broker gives the same Throttle to its Server and its Client
-// when the limits cover both directions, or one each. Safe for concurrent
-// use. A nil *Throttle applies no limit and the default idle timeout.
+// when the limits cover both directions, or one each. SetRate changes the
+// byte rate while transfers run. Safe for concurrent use. A nil *Throttle
+// applies no limit and the default idle timeout.
 type Throttle struct {
-	limits Limits
-	bucket *rate.Limiter // nil: no cap
+	limits Limits // BytesPerSecond is rate's value at NewThrottle
+	// bucket is the token bucket, consulted only while rate > 0. It never
+	// holds rate.Inf: a limiter moved from Inf back to a finite limit
+	// within one clock reading would compute 0×Inf tokens (NaN) and stop
+	// limiting.
+	bucket *rate.Limiter
+	rate   atomic.Int64  // bytes per second; 0: no cap
+	chunk  atomic.Int64  // chunkFor(rate)
+	moved  atomic.Int64  // bytes moved by the transfers through t
 	slots  chan struct{} // nil: no cap
-	chunk  int
+	setMu  sync.Mutex    // orders SetRate calls
 }
 
 // NewThrottle returns a Throttle for l, or l's validation error.
@@ -86,12 +96,10 @@ func NewThrottle(l Limits) (*Throttle, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Throttle{limits: l, chunk: maxChunk}
+	t := &Throttle{limits: l, bucket: rate.NewLimiter(rate.Limit(maxChunk), maxChunk)}
+	t.chunk.Store(maxChunk)
 	if l.BytesPerSecond > 0 {
-		// Chunks of at most an eighth of a second's worth keep the flow
-		// smooth at low rates; the burst is one chunk.
-		t.chunk = int(min(int64(maxChunk), max(4096, l.BytesPerSecond/8)))
-		t.bucket = rate.NewLimiter(rate.Limit(l.BytesPerSecond), t.chunk)
+		t.setRate(l.BytesPerSecond)
 	}
 	if l.MaxTransfers > 0 {
 		t.slots = make(chan struct{}, l.MaxTransfers)
@@ -99,12 +107,79 @@ func NewThrottle(l Limits) (*Throttle, error) {
 	return t, nil
 }
 
-// Limits returns the limits t applies.
+// chunkFor is the chunk under a cap of bps bytes per second: at most an
+// eighth of a second's worth keeps the flow smooth at low rates; the
+// token bucket's burst is one chunk.
+func chunkFor(bps int64) int64 {
+	if bps == 0 {
+		return maxChunk
+	}
+	return min(int64(maxChunk), max(4096, bps/8))
+}
+
+// SetRate changes the bytes per second all transfers through t may move
+// together, from their next chunk on; 0 removes the cap. bps must be 0 or
+// at least 4096 (as Limits.BytesPerSecond); anything else is refused with
+// an error naming it and changes nothing. A transfer waiting for tokens
+// when the rate changes waits out what it reserved (at most one chunk at
+// the old rate) first. SetRate on a nil *Throttle is refused.
+func (t *Throttle) SetRate(bps int64) error {
+	if t == nil {
+		return fmt.Errorf("catchup: SetRate(%d) on a nil Throttle", bps)
+	}
+	if err := (Limits{BytesPerSecond: bps}).Validate(); err != nil {
+		return fmt.Errorf("catchup: SetRate: %w", err)
+	}
+	t.setMu.Lock()
+	defer t.setMu.Unlock()
+	t.setRate(bps)
+	return nil
+}
+
+// setRate applies a valid bps; the caller orders the calls.
+func (t *Throttle) setRate(bps int64) {
+	c := chunkFor(bps)
+	if bps > 0 {
+		// The bucket first: a transfer that sees rate > 0 finds it set.
+		t.bucket.SetLimit(rate.Limit(bps))
+		t.bucket.SetBurst(int(c))
+	}
+	t.chunk.Store(c)
+	t.rate.Store(bps)
+}
+
+// Rate returns the bytes per second t applies now; 0: no cap.
+func (t *Throttle) Rate() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.rate.Load()
+}
+
+// Moved returns the bytes the transfers through t have moved since it was
+// made (a counter that only grows: a caller reads its rate of change).
+func (t *Throttle) Moved() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.moved.Load()
+}
+
+// add counts n bytes moved.
+func (t *Throttle) add(n int) {
+	if t != nil && n > 0 {
+		t.moved.Add(int64(n))
+	}
+}
+
+// Limits returns the limits t applies, BytesPerSecond as it is now.
 func (t *Throttle) Limits() Limits {
 	if t == nil {
 		return Limits{}
 	}
-	return t.limits
+	l := t.limits
+	l.BytesPerSecond = t.rate.Load()
+	return l
 }
 
 func (t *Throttle) idle() time.Duration {
@@ -118,16 +193,16 @@ func (t *Throttle) chunkSize() int {
 	if t == nil {
 		return maxChunk
 	}
-	return t.chunk
+	return int(t.chunk.Load())
 }
 
 // spliceChunkSize is the zero-copy target's chunk: spliceChunk without a
 // byte cap, else the throttle's.
 func (t *Throttle) spliceChunkSize() int {
-	if t == nil || t.bucket == nil {
+	if t == nil || t.rate.Load() == 0 {
 		return spliceChunk
 	}
-	return t.chunk
+	return int(t.chunk.Load())
 }
 
 // acquire takes a transfer slot, waiting up to QueueWait. The error wraps
@@ -157,10 +232,21 @@ func (t *Throttle) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
-// wait takes n bytes' worth of tokens (n at most chunkSize).
+// wait takes n bytes' worth of tokens, at most one burst at a time: a
+// chunk sized before SetRate lowered the rate may exceed the new burst.
 func (t *Throttle) wait(ctx context.Context, n int) error {
-	if t == nil || t.bucket == nil {
+	if t == nil {
 		return nil
 	}
-	return t.bucket.WaitN(ctx, n)
+	for n > 0 && t.rate.Load() > 0 {
+		c := min(n, t.bucket.Burst())
+		if err := t.bucket.WaitN(ctx, c); err != nil {
+			if ctx.Err() == nil && c > t.bucket.Burst() {
+				continue // SetRate lowered the burst between the two reads
+			}
+			return err
+		}
+		n -= c
+	}
+	return nil
 }

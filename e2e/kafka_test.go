@@ -23,6 +23,7 @@ import (
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
@@ -157,6 +158,34 @@ func TestKafkaProduceKillConsume(t *testing.T) {
 	}
 	consumeAll(t, ctx, tlsCfg, c.kafkaSeeds(), topic, acked)
 	c.waitKafkaHealed(killed, victims)
+	c.clientLatencyLearned(killed)
+}
+
+// clientLatencyLearned: the brokers' catch-up rate is "auto" (the
+// default) and at least one broker learned an idle client p99 from its
+// Kafka listener's Produce and Fetch handling (the pacer's latency
+// signal is wired), waiting for one idle step after the traffic.
+func (c *cluster) clientLatencyLearned(killed int) {
+	c.t.Helper()
+	c.eventually(30*time.Second, "a broker's auto backfill rate learned an idle client p99", func() bool {
+		for _, b := range c.brokers {
+			if b.id == killed {
+				continue
+			}
+			var st plugin.Status
+			if err := c.get(b.id, "/v1/status", &st); err != nil || st.BackfillRate == nil {
+				continue
+			}
+			if st.BackfillRate.Mode != "auto" {
+				c.t.Fatalf("broker %d's backfill rate is %+v: the default is auto", b.id, *st.BackfillRate)
+			}
+			if st.BackfillRate.BaselineP99Seconds > 0 {
+				c.t.Logf("broker %d: backfill rate %+v", b.id, *st.BackfillRate)
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // consumeAll reads every partition of topic from offset 0 up to its high

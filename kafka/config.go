@@ -43,6 +43,10 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// Logger receives connection failures and refusals.
 	Logger zerolog.Logger
+	// Latency, when set, records the handling time of every Produce and
+	// Fetch (the broker hands it to its adaptive backfill rate as the
+	// client-facing latency); nil records nothing.
+	Latency *Latency
 }
 
 // DefaultConfig is an insecure-off config with Kafka's defaults; set TLS

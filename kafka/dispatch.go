@@ -3,6 +3,7 @@ package kafka
 import (
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -92,7 +93,11 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 	case *kmsg.CreateTopicsRequest:
 		return c.createTopics(ctx, r)
 	case *kmsg.ProduceRequest:
-		return c.produce(ctx, r)
+		start := time.Now()
+		resp := c.produce(ctx, r)
+		end := time.Now()
+		c.s.cfg.Latency.Observe(end, end.Sub(start))
+		return resp
 	case *kmsg.InitProducerIDRequest:
 		return c.initProducerID(ctx, r)
 	case *kmsg.FetchRequest:

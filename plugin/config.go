@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -60,9 +61,15 @@ type Config struct {
 	// pass are applied once its backfills are done, so this bounds the
 	// time to the first recorded replica set when much is lost at once.
 	PassBackfills int `toml:"pass_backfills"`
-	// BackfillBytesPerSecond throttles each broker's catch-up traffic;
-	// 0 means unlimited.
-	BackfillBytesPerSecond int64 `toml:"backfill_bytes_per_second"`
+	// BackfillBytesPerSecond throttles each broker's catch-up traffic:
+	// RateAuto (the default) paces it from the broker's client latency and
+	// the machine's pressure (package pace), between
+	// BackfillFloorBytesPerSecond and BackfillCeilingBytesPerSecond (0: no
+	// ceiling, then no cap while nothing pushes back); a number pins it
+	// (0: unlimited, else at least 4096).
+	BackfillBytesPerSecond        Rate  `toml:"backfill_bytes_per_second"`
+	BackfillFloorBytesPerSecond   int64 `toml:"backfill_floor_bytes_per_second"`
+	BackfillCeilingBytesPerSecond int64 `toml:"backfill_ceiling_bytes_per_second"`
 	// HoldShare is the mass-failure brake: when more than this share of
 	// the brokers (and at least two) go missing within one grace delay of
 	// each other, placement of new replicas is held until they return or
@@ -98,27 +105,28 @@ type Config struct {
 // disabled until the broker sets Enabled.
 func DefaultConfig() Config {
 	return Config{
-		Enabled:                false,
-		RPCListen:              "127.0.0.1:7201",
-		DataListen:             "127.0.0.1:7301",
-		Tick:                   2 * time.Second,
-		Grace:                  10 * time.Second,
-		SettleBatch:            512,
-		LeftoverDelay:          2 * time.Minute,
-		ProbeDeadline:          2 * time.Second,
-		RPCTimeout:             5 * time.Second,
-		MaxBackfills:           64,
-		MaxBackfillsPerBroker:  16,
-		PassBackfills:          1024,
-		BackfillBytesPerSecond: 0,
-		BackfillTimeout:        2 * time.Minute,
-		MaxMaintenance:         1,
-		Rebalance:              true,
-		RebalanceMoves:         8, // heal.DefaultRebalanceMoves
-		ScrubInterval:          time.Hour,
-		ScrubBytesPerSecond:    32 << 20,
-		ProbeEngine:            "auto",
-		FsyncEngine:            "auto",
+		Enabled:                     false,
+		RPCListen:                   "127.0.0.1:7201",
+		DataListen:                  "127.0.0.1:7301",
+		Tick:                        2 * time.Second,
+		Grace:                       10 * time.Second,
+		SettleBatch:                 512,
+		LeftoverDelay:               2 * time.Minute,
+		ProbeDeadline:               2 * time.Second,
+		RPCTimeout:                  5 * time.Second,
+		MaxBackfills:                64,
+		MaxBackfillsPerBroker:       16,
+		PassBackfills:               1024,
+		BackfillBytesPerSecond:      RateAuto,
+		BackfillFloorBytesPerSecond: 1 << 20,
+		BackfillTimeout:             2 * time.Minute,
+		MaxMaintenance:              1,
+		Rebalance:                   true,
+		RebalanceMoves:              8, // heal.DefaultRebalanceMoves
+		ScrubInterval:               time.Hour,
+		ScrubBytesPerSecond:         32 << 20,
+		ProbeEngine:                 "auto",
+		FsyncEngine:                 "auto",
 	}
 }
 
@@ -169,8 +177,8 @@ func (c Config) Validate() error {
 			return bad(n.key, n.v, "want at least 1")
 		}
 	}
-	if c.BackfillBytesPerSecond < 0 || c.BackfillBytesPerSecond > 0 && c.BackfillBytesPerSecond < 4096 {
-		return bad("backfill_bytes_per_second", c.BackfillBytesPerSecond, "want 0 (unlimited) or at least 4096")
+	if err := c.validateBackfillRate(); err != nil {
+		return err
 	}
 	if c.ScrubInterval < 0 {
 		return bad("scrub_interval", fmt.Sprintf("%q", c.ScrubInterval), "want 0 (off) or more")
@@ -189,4 +197,68 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Rate is a byte rate as a config key gives it: RateAuto, or a whole
+// number of bytes per second. In TOML it is a string or an integer
+// (backfill_bytes_per_second = "auto", = 8388608 or = "8388608"); as a
+// flag, its text.
+type Rate string
+
+// RateAuto is the rate a controller sets (package pace).
+const RateAuto Rate = "auto"
+
+// UnmarshalText keeps the text as written; Config.Validate judges it.
+func (r *Rate) UnmarshalText(b []byte) error {
+	*r = Rate(b)
+	return nil
+}
+
+// Auto reports whether r is RateAuto.
+func (r Rate) Auto() bool { return r == RateAuto }
+
+// Bytes is the number r pins, for a rate that is not RateAuto: an error
+// when it is not a whole number.
+func (r Rate) Bytes() (int64, error) {
+	n, err := strconv.ParseInt(string(r), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("plugin: rate %q: want \"auto\" or a whole number of bytes per second", string(r))
+	}
+	return n, nil
+}
+
+// validateBackfillRate checks backfill_bytes_per_second and its floor and
+// ceiling, naming the key and the value.
+func (c Config) validateBackfillRate() error {
+	bad := func(key string, val any, why string) error {
+		return fmt.Errorf("%w: heal.%s = %v: %s", ErrConfig, key, val, why)
+	}
+	const key = "backfill_bytes_per_second"
+	if !c.BackfillBytesPerSecond.Auto() {
+		n, err := c.BackfillBytesPerSecond.Bytes()
+		if err != nil {
+			return bad(key, fmt.Sprintf("%q", string(c.BackfillBytesPerSecond)), `want "auto" or a number of bytes per second (0: unlimited, else at least 4096)`)
+		}
+		if n < 0 || n > 0 && n < 4096 {
+			return bad(key, n, `want "auto", 0 (unlimited) or at least 4096`)
+		}
+	}
+	floor, ceiling := c.BackfillFloorBytesPerSecond, c.BackfillCeilingBytesPerSecond
+	if floor < 4096 {
+		return bad("backfill_floor_bytes_per_second", floor, "want at least 4096")
+	}
+	if ceiling != 0 && ceiling < floor {
+		return bad("backfill_ceiling_bytes_per_second", ceiling, fmt.Sprintf("want 0 (none) or at least heal.backfill_floor_bytes_per_second (%d)", floor))
+	}
+	return nil
+}
+
+// pinnedBackfillRate is the number backfill_bytes_per_second pins, 0 for
+// RateAuto (and for an invalid rate, which Validate refuses).
+func (c Config) pinnedBackfillRate() int64 {
+	if c.BackfillBytesPerSecond.Auto() {
+		return 0
+	}
+	n, _ := c.BackfillBytesPerSecond.Bytes()
+	return n
 }

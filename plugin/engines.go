@@ -46,7 +46,7 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 	e.closers = append(e.closers, pr.Close)
 	e.fsyncName = deps.FsyncEngine
 	th, err := catchup.NewThrottle(catchup.Limits{
-		BytesPerSecond: cfg.BackfillBytesPerSecond,
+		BytesPerSecond: cfg.pinnedBackfillRate(), // auto starts with no cap
 		MaxTransfers:   cfg.MaxBackfillsPerBroker,
 		QueueWait:      cfg.BackfillTimeout,
 		IdleTimeout:    10 * time.Second,
@@ -116,9 +116,8 @@ type catchupFetcher struct {
 	db *store.DB
 }
 
-func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (int64, error) {
-	res, err := f.cl.Fetch(ctx, addr, seg, ticket, catchup.StoreSink{DB: f.db}, nil)
-	return res.Received, err
+func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (catchup.Result, error) {
+	return f.cl.Fetch(ctx, addr, seg, ticket, catchup.StoreSink{DB: f.db}, nil)
 }
 
 func isClosed(err error) bool {

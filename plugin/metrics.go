@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -27,6 +28,7 @@ type metrics struct {
 	stale           prometheus.Counter
 	backfillBytes   prometheus.Counter
 	backfillSeconds prometheus.Histogram
+	backfillStages  *prometheus.HistogramVec
 	backfillErrors  prometheus.Counter
 	probeSeconds    prometheus.Histogram
 	passSeconds     prometheus.Histogram
@@ -42,6 +44,49 @@ type metrics struct {
 	hold            prometheus.Gauge     // 1 while the last pass's HoldReason is set
 	auth            authMetrics
 	lifecycle
+	pace paceMetrics
+}
+
+// paceMetrics are the backfill rate's gauges: the rate applied, its
+// reason, and how long auto has held it at its floor.
+type paceMetrics struct {
+	rate         prometheus.Gauge
+	reason       *prometheus.GaugeVec // by reason, 1 for the current one
+	floorSeconds prometheus.Gauge
+}
+
+// paceReasons are the values of the reason label: pace's, and fixed for
+// a number in heal.backfill_bytes_per_second.
+var paceReasons = []string{"latency", "pressure", "none", "fixed"}
+
+// newPaceMetrics makes the pace gauges with f's namespace and subsystem.
+func newPaceMetrics(f func(name, help string) prometheus.Opts) paceMetrics {
+	m := paceMetrics{
+		rate: prometheus.NewGauge(prometheus.GaugeOpts(f("backfill_rate_bytes_per_second",
+			"The catch-up rate this broker applies now, in bytes per second; 0: no cap."))),
+		reason: prometheus.NewGaugeVec(prometheus.GaugeOpts(f("backfill_rate_reason",
+			"1 for the reason of the current catch-up rate: latency, pressure, none (heal.backfill_bytes_per_second = \"auto\") or fixed.")), []string{"reason"}),
+		floorSeconds: prometheus.NewGauge(prometheus.GaugeOpts(f("backfill_rate_floor_seconds",
+			"How long the automatic catch-up rate has been held at its floor while catch-up moved bytes; 0 when it is not."))),
+	}
+	for _, r := range paceReasons {
+		m.reason.WithLabelValues(r).Set(0)
+	}
+	return m
+}
+
+// setPace records the rate applied, its reason (one of paceReasons) and
+// its time at the floor.
+func (m *metrics) setPace(rate int64, reason string, floorSeconds float64) {
+	m.pace.rate.Set(float64(rate))
+	for _, r := range paceReasons {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		m.pace.reason.WithLabelValues(r).Set(v)
+	}
+	m.pace.floorSeconds.Set(floorSeconds)
 }
 
 // lifecycle are the operator's lifecycle gauges: decommission
@@ -78,6 +123,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.stale = prometheus.NewCounter(prometheus.CounterOpts(f("stale_commands_total", "SetSegmentReplicas refused as stale (compare-and-set lost).")))
 	m.backfillBytes = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_bytes_total", "Bytes received by this broker's committed backfills.")))
 	m.backfillSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_duration_seconds", Help: "Duration of this broker's committed backfills.", Buckets: buckets})
+	m.backfillStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_stage_seconds",
+		Help: "Time of each stage of this broker's backfills, committed or not: wait (for a transfer slot), transfer (the bytes, rate pauses included), commit (verification of the whole copy and its sync).", Buckets: buckets}, []string{"stage"})
 	m.backfillErrors = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_errors_total", "Backfills into this broker that failed and were rolled back.")))
 	m.probeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "probe_duration_seconds", Help: "Duration of this broker's probe of its sealed copies.", Buckets: buckets})
 	m.passSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "pass_duration_seconds", Help: "Duration of a heal pass, planning and execution (leader only).", Buckets: buckets})
@@ -92,9 +139,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.engine = prometheus.NewGaugeVec(prometheus.GaugeOpts(f("engine_info", "The I/O engine in use: 1 for the (kind, engine) pair chosen at start.")), []string{"kind", "engine"})
 	m.hold = prometheus.NewGauge(prometheus.GaugeOpts(f("hold", "1 while the mass-failure brake holds placement of new replicas (the last pass's hold_reason is set; leader only).")))
 	m.lifecycle = newLifecycle(f)
+	m.pace = newPaceMetrics(f)
+	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds)
 	reg.MustRegister(m.hold, m.decommissionLeft, m.decommissionBytesLeft, m.decommissionBlocked, m.maintenanceBrokers, m.leftoverCopies)
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
-		m.backfillSeconds, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
+		m.backfillSeconds, m.backfillStages, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)
 	}
@@ -228,3 +277,15 @@ func (m *metrics) setEngine(kind, engine string) {
 
 // refused counts a refusal of the rpc server.
 func (m *metrics) refused(reason string) { m.auth.refusedTotal.WithLabelValues(reason).Inc() }
+
+// observeBackfillStages records the stages one backfill went through (a
+// stage it never reached is not observed).
+func (m *metrics) observeBackfillStages(res catchup.Result) {
+	m.backfillStages.WithLabelValues("wait").Observe(res.Wait.Seconds())
+	if res.Transfer > 0 {
+		m.backfillStages.WithLabelValues("transfer").Observe(res.Transfer.Seconds())
+	}
+	if res.Commit > 0 {
+		m.backfillStages.WithLabelValues("commit").Observe(res.Commit.Seconds())
+	}
+}

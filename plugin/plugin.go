@@ -21,6 +21,7 @@ import (
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/psi"
 	"github.com/malachi-log/malachi/store"
 )
 
@@ -81,6 +82,12 @@ type Deps struct {
 	// without authentication: for a cluster on loopback that asked for it
 	// (a broker's insecure = true). Exported as malachi_heal_insecure 1.
 	Insecure bool
+	// ClientLatency optionally gives the broker's client-facing latency
+	// (its Kafka listener's Produce and Fetch p99): with
+	// heal.backfill_bytes_per_second = "auto", catch-up slows down when
+	// it rises above what it was while catch-up was idle. nil: no latency
+	// signal (the machine's pressure still paces catch-up).
+	ClientLatency ClientLatency
 }
 
 // Plugin is one broker's instance of Malachi heal. New, then Start once,
@@ -104,6 +111,7 @@ type Plugin struct {
 	closers  []func() error
 	status   Status
 	scrub    *scrubber // nil when scrubbing is off; set in Start
+	pacer    *pacer    // nil unless the backfill rate is auto; set in Start
 	passes   *passLog  // the pass history; set in Start
 	term     *term     // the running coordinator, nil when not leading
 	prevTerm *term     // the last one stopped, and when (see startTerm)
@@ -151,6 +159,8 @@ type Status struct {
 	Members []Member `json:"members,omitempty"`
 	// Scrub is the scrubber's progress and findings.
 	Scrub *ScrubStatus `json:"scrub,omitempty"`
+	// BackfillRate is this broker's catch-up rate and why.
+	BackfillRate *PaceStatus `json:"backfill_rate,omitempty"`
 }
 
 // Member is one broker as the control plane last heard from it.
@@ -220,6 +230,7 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 		return err
 	}
 	p.closers = append(p.closers, p.engines.Close)
+	p.startPace(ctx)
 	p.status.ProbeEngine, p.status.FsyncEngine = p.engines.stat.Engine(), p.engines.fsyncName
 	p.metrics.setEngine("probe", p.status.ProbeEngine)
 	p.metrics.setEngine("fsync", p.status.FsyncEngine)
@@ -256,12 +267,32 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 	}
 	stopData := p.engines.serveData(dl, p.cfg, p.deps, p.deps.Logger)
 	p.closers = append(p.closers, stopData)
+	if err := p.serveRPC(); err != nil {
+		return err
+	}
+	p.status.DataAddr = dl.Addr().String()
+
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	p.watchWG.Add(1)
+	go func() {
+		defer p.watchWG.Done()
+		p.watchLeadership(wctx)
+	}()
+	p.log.Info().Str("rpc", p.status.RPCAddr).Str("data", p.status.DataAddr).
+		Str("probe_engine", p.status.ProbeEngine).Str("fsync_engine", p.status.FsyncEngine).Msg("heal plugin started")
+	return nil
+}
+
+// serveRPC opens rpc_listen and serves the routes on it; its closer shuts
+// the server down. p.mu is held.
+func (p *Plugin) serveRPC() error {
 	rl, err := rpc.Listen(p.cfg.RPCListen, p.deps.Certs)
 	if err != nil {
 		return fmt.Errorf("plugin: heal.rpc_listen = %q: %w", p.cfg.RPCListen, err)
 	}
 	hs := rpc.NewHTTPServer(p.routes(), p.deps.Logger.With().Str("component", "rpc").Logger())
-	p.status.RPCAddr, p.status.DataAddr = rl.Addr().String(), dl.Addr().String()
+	p.status.RPCAddr = rl.Addr().String()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -277,17 +308,28 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 		}
 		return nil
 	})
-
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.watchWG.Add(1)
-	go func() {
-		defer p.watchWG.Done()
-		p.watchLeadership(wctx)
-	}()
-	p.log.Info().Str("rpc", p.status.RPCAddr).Str("data", p.status.DataAddr).
-		Str("probe_engine", p.status.ProbeEngine).Str("fsync_engine", p.status.FsyncEngine).Msg("heal plugin started")
 	return nil
+}
+
+// startPace sets the backfill rate's metrics and, with "auto", starts the
+// pacer over the catch-up throttle; its closer stops it. p.mu is held.
+func (p *Plugin) startPace(ctx context.Context) {
+	if !p.cfg.BackfillBytesPerSecond.Auto() {
+		p.metrics.setPace(p.cfg.pinnedBackfillRate(), "fixed", 0)
+		return
+	}
+	th := p.engines.throttle
+	pc := &pacer{cfg: paceConfig(p.cfg), setRate: th.SetRate, moved: th.Moved, psi: psi.Reader{},
+		lat: p.deps.ClientLatency, now: p.now, log: p.log, metrics: p.metrics}
+	p.pacer = pc
+	p.metrics.setPace(0, "none", 0)
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pc.run(pctx)
+	}()
+	p.closers = append(p.closers, func() error { cancel(); <-done; return nil })
 }
 
 // closeAll runs the closers in reverse order; p.mu is held.
@@ -338,10 +380,17 @@ func (p *Plugin) Status() Status {
 	s.Totals = s.Totals.clone() // Totals is changed in place under mu
 	sc := p.scrub
 	stat := p.engines.stat
+	pc := p.pacer
 	p.mu.Unlock()
 	if sc != nil {
 		st := sc.snapshot()
 		s.Scrub = &st
+	}
+	switch {
+	case pc != nil:
+		s.BackfillRate = pc.status()
+	case p.cfg.Enabled:
+		s.BackfillRate = &PaceStatus{Mode: "fixed", BytesPerSecond: p.cfg.pinnedBackfillRate(), Reason: "fixed"}
 	}
 	if p.deps.LastContact != nil && p.cfg.Enabled {
 		now := p.now()

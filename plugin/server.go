@@ -33,7 +33,7 @@ type statter interface {
 // catch-up server at addr, resuming at the local durable end, and commits
 // it only once it verifies (catchup.Client over the local store).
 type fetcher interface {
-	Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (int64, error)
+	Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (catchup.Result, error)
 }
 
 // server is the replication server every enabled instance runs: it answers
@@ -316,7 +316,9 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	n, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment, req.Ticket)
+	res, err := s.fetch.Fetch(ctx, req.SourceAddr, req.Segment, req.Ticket)
+	n := res.Received
+	s.metrics.observeBackfillStages(res)
 	if err != nil {
 		s.metrics.backfillErrors.Inc()
 		if sourceRefused(err) {
@@ -327,7 +329,7 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	s.metrics.backfillBytes.Add(float64(n))
 	s.metrics.backfillSeconds.Observe(time.Since(start).Seconds())
 	s.log.Info().Str("segment", string(req.Segment.ID)).Uint32("source", uint32(req.Source)).Int64("bytes", n).
-		Dur("took", time.Since(start)).Msg("backfill committed")
+		Dur("took", time.Since(start)).Dur("wait", res.Wait).Dur("transfer", res.Transfer).Dur("commit", res.Commit).Msg("backfill committed")
 	return BackfillResponse{Bytes: n}, nil
 }
 

@@ -47,6 +47,8 @@ type brokerState struct {
 	// CertWarnings are the broker's certificates that expire within 30
 	// days (or have), from its /v1/status.
 	CertWarnings []plugin.CertStatus `json:"cert_warnings,omitempty"`
+	// BackfillRate is the broker's catch-up rate and why (its /v1/status).
+	BackfillRate *plugin.PaceStatus `json:"backfill_rate,omitempty"`
 }
 
 // latchedCopy is a latched copy and the error that latched it.
@@ -282,7 +284,7 @@ func askBroker(ctx context.Context, bc *admin.Client, snap *meta.Snapshot, bs *b
 	}
 	if ps, ok := admin.DecodeStatus(raw); ok {
 		bs.Heal = "enabled"
-		bs.Insecure = ps.Insecure
+		bs.Insecure, bs.BackfillRate = ps.Insecure, ps.BackfillRate
 		for _, c := range ps.Certificates {
 			if c.Warning != "" {
 				bs.CertWarnings = append(bs.CertWarnings, c)
@@ -405,12 +407,33 @@ func writeSecurity(w io.Writer, st *clusterStatus) {
 	}
 }
 
+// backfillRate is a broker's catch-up rate as the BACKFILL column shows
+// it: "auto 16MiB/s (latency)", "fixed 8MiB/s", "auto uncapped (none)";
+// "-" when the broker did not say.
+func backfillRate(ps *plugin.PaceStatus) string {
+	if ps == nil {
+		return "-"
+	}
+	rate := "uncapped"
+	if ps.BytesPerSecond > 0 {
+		rate = bytesize.Format(ps.BytesPerSecond) + "/s"
+	}
+	if ps.Mode != "auto" {
+		return ps.Mode + " " + rate
+	}
+	s := fmt.Sprintf("auto %s (%s)", rate, ps.Reason)
+	if ps.FloorSeconds > 0 {
+		s += fmt.Sprintf(", at floor %s", time.Duration(ps.FloorSeconds*float64(time.Second)).Round(time.Second))
+	}
+	return s
+}
+
 // maxLatchedShown bounds the latched copies listed per broker.
 const maxLatchedShown = 5
 
 func writeBrokers(w io.Writer, st *clusterStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nBROKER\tADMIN\tSTATE\tCOPIES\tLATCHED\tHEAL\tRACK")
+	fmt.Fprintln(tw, "\nBROKER\tADMIN\tSTATE\tCOPIES\tLATCHED\tHEAL\tBACKFILL\tRACK")
 	for _, b := range st.Brokers {
 		state := "up"
 		if b.IsLeader {
@@ -426,7 +449,7 @@ func writeBrokers(w io.Writer, st *clusterStatus) {
 		if rack == "" {
 			rack = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", b.ID, b.AdminAddr, state, b.Copies, b.Latched, b.Heal, rack)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", b.ID, b.AdminAddr, state, b.Copies, b.Latched, b.Heal, backfillRate(b.BackfillRate), rack)
 	}
 	tw.Flush()
 	for _, b := range st.Brokers {

@@ -32,7 +32,8 @@ func TestStatusTellsTheTruth(t *testing.T) {
 	st := &clusterStatus{Admin: "127.0.0.1:7002", Index: 95, ReplicationFactor: 3, Heal: raw,
 		NoQuorum: "cluster: no quorum: 2 of 5 voters reachable [1 2] within 1.2s, 3 needed",
 		Brokers: []brokerState{{ID: 1, Up: true, Copies: 4, Latched: 1, LatchedCopies: []latchedCopy{{Segment: "s-00001", Error: "store: copy latched: s-00001: write: no space left on device"}}},
-			{ID: 2, Up: true}, {ID: 3}}}
+			{ID: 2, Up: true, BackfillRate: &plugin.PaceStatus{Mode: "auto", BytesPerSecond: 1 << 20, Reason: "latency", FloorSeconds: 95}},
+			{ID: 3}}}
 	st.count(snap)
 	if st.UnderReplicated != 1 || st.Failed != 1 || st.PassIndex != 90 {
 		t.Fatalf("counts %+v: want the last pass's (under-replicated 1, failed 1, index 90)", st)
@@ -49,6 +50,7 @@ func TestStatusTellsTheTruth(t *testing.T) {
 		"under_replicated=1 failed=1",
 		"since this leader started at 2026-12-03T15:00:00Z: 40 passes, 7 segments healed, 7.0 MiB backfilled by 8 backfills",
 		"by reason (a segment counts once per pass): no_intact_source 12",
+		"auto 1.0 MiB/s (latency), at floor 1m35s",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)

@@ -17,6 +17,7 @@ import (
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/internal/retry"
 	"github.com/malachi-log/malachi/internal/rpc"
+	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
@@ -38,8 +39,12 @@ type broker struct {
 	adminAddr string
 	kafkaAddr string        // "" without kafka_listen
 	kafka     *kafkaCluster // nil without kafka_listen
-	admin     *http.Server
-	adminDone chan struct{}
+	// clientLatency is the Kafka listener's Produce and Fetch handling
+	// times, the adaptive backfill rate's client signal (nil without
+	// kafka_listen).
+	clientLatency *kafka.Latency
+	admin         *http.Server
+	adminDone     chan struct{}
 
 	segMu   sync.Mutex
 	segLock map[meta.SegmentID]*sync.Mutex
@@ -58,6 +63,9 @@ type broker struct {
 // openBroker starts everything; on error nothing is left running.
 func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker, err error) {
 	b := &broker{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
+	if cfg.KafkaListen != "" {
+		b.clientLatency = new(kafka.Latency)
+	}
 	// Each step adds what it opened to b.closers (or sets b.admin, b.bgCancel)
 	// as soon as it is open, so this Close releases it when a later step fails.
 	defer func() {
@@ -169,11 +177,15 @@ func (b *broker) clusterConfig() cluster.Config {
 // has started, its Stop is added to b.closers.
 func (b *broker) startHeal(ctx context.Context, fsyncEngine string) error {
 	var err error
-	b.heal, err = plugin.New(b.cfg.Heal, plugin.Deps{
+	deps := plugin.Deps{
 		Self: b.self, Store: b.db, Control: b.node, LastContact: b.lastContact,
 		Logger: b.log, Registry: prometheus.NewRegistry(), FsyncEngine: fsyncEngine,
 		Certs: b.certs, Insecure: b.cfg.Insecure,
-	})
+	}
+	if b.clientLatency != nil { // a nil *kafka.Latency in the interface would not read as none
+		deps.ClientLatency = b.clientLatency
+	}
+	b.heal, err = plugin.New(b.cfg.Heal, deps)
 	if err != nil {
 		if errors.Is(err, plugin.ErrConfig) {
 			return fmt.Errorf("%w: %w", errConfig, err)

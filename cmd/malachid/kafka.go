@@ -46,6 +46,7 @@ func (b *broker) startKafka() error {
 	cfg := kafka.DefaultConfig()
 	cfg.AutoCreateTopics, cfg.NumPartitions = b.cfg.Kafka.AutoCreateTopics, b.cfg.Kafka.NumPartitions
 	cfg.Logger = b.log.With().Str("component", "kafka").Logger()
+	cfg.Latency = b.clientLatency
 	if b.certs != nil {
 		certs := b.certs
 		cfg.TLS = certs.ServerConfig()

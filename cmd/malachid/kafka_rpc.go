@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
@@ -105,9 +106,14 @@ func (b *broker) internalFrame(r *http.Request, body []byte) (any, error) {
 	} else if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	if err := appendFrame(b, id, req.Start, req.Offset, req.Payload); err != nil {
 		return nil, err
 	}
+	// A follower's append is part of every acks=all produce: what its
+	// disk does to it, the clients feel (the backfill pacer's signal).
+	end := time.Now()
+	b.clientLatency.Observe(end, end.Sub(start))
 	return struct{}{}, nil
 }
 

@@ -148,14 +148,14 @@ func TestQuantileMs(t *testing.T) {
 		q    float64
 		want float64
 	}{{0.5, 50}, {0.99, 99}, {1, 100}, {0, 1}} {
-		if got := quantileMs(ds, tc.q); got != tc.want {
+		if got := QuantileMs(ds, tc.q); got != tc.want {
 			t.Errorf("quantile %v of 1..100 ms = %v, want %v", tc.q, got, tc.want)
 		}
 	}
-	if got := quantileMs(nil, 0.99); got != 0 {
+	if got := QuantileMs(nil, 0.99); got != 0 {
 		t.Errorf("quantile of nothing = %v, want 0", got)
 	}
 	if ds[0] != 100*time.Millisecond {
-		t.Error("quantileMs sorted its argument in place")
+		t.Error("QuantileMs sorted its argument in place")
 	}
 }

@@ -98,8 +98,10 @@ type History struct {
 	// or the acknowledgement before it), to tie it to what happened then.
 	LongestStallFrom time.Time
 	// AckLatencies are the acknowledged records' times from Produce to
-	// their acknowledgement, in the order they were acknowledged.
+	// their acknowledgement, in the order they were acknowledged; AckTimes
+	// when each was acknowledged (the same order).
 	AckLatencies []time.Duration
+	AckTimes     []time.Time
 }
 
 // Load is a running load. Start it, Stop it, then Check its history
@@ -199,6 +201,7 @@ func (l *Load) answer(r *kgo.Record, sent time.Time, err error) {
 	now := time.Now()
 	l.hist.Acked = append(l.hist.Acked, rec)
 	l.hist.AckLatencies = append(l.hist.AckLatencies, now.Sub(sent))
+	l.hist.AckTimes = append(l.hist.AckTimes, now)
 	l.noteAck(now)
 }
 
@@ -244,12 +247,27 @@ func (l *Load) Stop(ctx context.Context) History {
 	return h
 }
 
+// AckLatenciesBetween is the latencies of the records acknowledged at or
+// after from and before to, so far.
+func (l *Load) AckLatenciesBetween(from, to time.Time) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Duration
+	for i, at := range l.hist.AckTimes {
+		if !at.Before(from) && at.Before(to) {
+			out = append(out, l.hist.AckLatencies[i])
+		}
+	}
+	return out
+}
+
 func (l *Load) history() History {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.hist
 	h.Acked = append([]Record(nil), l.hist.Acked...)
 	h.AckLatencies = append([]time.Duration(nil), l.hist.AckLatencies...)
+	h.AckTimes = append([]time.Time(nil), l.hist.AckTimes...)
 	return h
 }
 

@@ -54,7 +54,7 @@ func (l *Load) Finish(ctx context.Context) *Report {
 		FirstFailure: h.FirstFailure, LongestStallSeconds: h.LongestStall.Round(time.Millisecond).Seconds(),
 		LongestStallFrom: h.LongestStallFrom,
 		HighWatermarks:   ends, Result: Check(h.Acked, read)}
-	rep.AckP50Ms, rep.AckP99Ms, rep.AckMaxMs = quantileMs(h.AckLatencies, 0.50), quantileMs(h.AckLatencies, 0.99), quantileMs(h.AckLatencies, 1)
+	rep.AckP50Ms, rep.AckP99Ms, rep.AckMaxMs = QuantileMs(h.AckLatencies, 0.50), QuantileMs(h.AckLatencies, 0.99), QuantileMs(h.AckLatencies, 1)
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -88,9 +88,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 }
 
-// quantileMs is the q quantile (nearest rank) of ds in milliseconds, 0
+// QuantileMs is the q quantile (nearest rank) of ds in milliseconds, 0
 // for none.
-func quantileMs(ds []time.Duration, q float64) float64 {
+func QuantileMs(ds []time.Duration, q float64) float64 {
 	if len(ds) == 0 {
 		return 0
 	}

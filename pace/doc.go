@@ -1,0 +1,81 @@
+// Package pace decides how fast a broker's catch-up may move bytes: an
+// AIMD controller over what the broker sees of its clients and its
+// machine. It holds no clock, does no I/O and starts no goroutine: Step
+// takes the State and one Input (what was seen over the last interval)
+// and returns a Decision and the next State. The caller measures, steps
+// and applies.
+//
+// # Usage
+//
+// The plugin steps it once a second when heal.backfill_bytes_per_second
+// is "auto":
+//
+//	var st pace.State                 // the zero State: at the ceiling
+//	for range ticker.C {
+//		in := pace.Input{P99: p99, LatencyKnown: ok, Moved: moved, Elapsed: time.Second,
+//			IO: io, CPU: cpu}         // PSI "some avg10", Known false where absent
+//		var d pace.Decision
+//		d, st = pace.Step(cfg, st, in)
+//		throttle.SetRate(d.Rate)     // 0: no cap
+//	}
+//
+// # The rule
+//
+// One step, in this order:
+//
+//   - Latency: catch-up moved bytes (Input.Moved > 0), the client-facing
+//     p99 over the interval is known, an idle baseline is known, and the
+//     p99 is above Config.LatencyFactor times the baseline: the rate is
+//     halved (Reason Latency).
+//   - Pressure: the io or cpu pressure (PSI some avg10, where known) is
+//     above Config.PressureLimit and, once an idle baseline for that
+//     resource is known, more than Config.PressureRise points above it (a
+//     machine that was this loaded before catch-up ran is not loaded by
+//     catch-up: halving would cost the heal and give the clients nothing;
+//     their latency still counts). While catch-up moves bytes the rate is
+//     halved; while it is idle the rate is held (nothing of the pressure
+//     is ours to give back, and a heal that starts must not start at the
+//     floor because another process loaded the machine). Reason Pressure.
+//   - Otherwise (Reason None) the rate grows: by Config.Step up to
+//     Config.Ceiling, or, with no ceiling, doubles up to Unbounded, which
+//     is no cap at all (Decision.Rate 0). After a cut (State.Threshold,
+//     the rate the cut left), an active step without a ceiling doubles
+//     only up to the threshold and adds Config.Step above it: the rate
+//     comes back slowly to where the clients felt it (TCP's slow start
+//     and congestion avoidance), instead of oscillating between half and
+//     double of it.
+//
+// A halving starts from the lower of the rate and the rate catch-up
+// actually moved over the interval (Moved / Elapsed), so a cut below an
+// uncapped or unused rate takes effect at once.
+//
+// The idle baseline is learned from the inputs that say catch-up was idle
+// (Moved == 0) with a known p99: a lower p99 replaces it at once, a higher
+// one raises it by 1/BaselineDrift of the difference per step, so it
+// follows an idle latency that rose for good, slowly. Steps with catch-up
+// active never change it. Each resource's idle pressure baseline moves
+// 1/PressureSettle of the way to the figure seen on each idle step (the
+// first idle figure sets it); active steps leave it.
+//
+// # Invariants
+//
+//  1. Step is a pure function of (Config, State, Input): no clock, no
+//     I/O, no randomness, no allocation.
+//  2. Decision.Rate is 0 (no cap) or within [Config.Floor, the ceiling]:
+//     never below the floor, so healing never stops; never above
+//     Config.Ceiling when one is set (and then never 0).
+//  3. The rate falls only for Reason Latency or Pressure, and then by at
+//     most half (never below the floor); it rises only for Reason None.
+//  4. The baselines change only on idle steps: the latency one with a
+//     known p99, a pressure one with a known figure.
+//  5. Decision.AtFloor counts the consecutive active steps spent at the
+//     floor: an idle step at the floor keeps it, any step above the floor
+//     resets it to 0.
+//  6. An unknown signal (LatencyKnown false, Signal.Known false) is
+//     ignored: it neither lowers nor holds the rate.
+//
+// # Concurrency
+//
+// Step shares no memory with its caller beyond its arguments and results
+// (all values): any number of goroutines may step their own States.
+package pace

@@ -1,0 +1,254 @@
+package pace
+
+import (
+	"fmt"
+	"time"
+)
+
+// Unbounded is the rate that means no cap when Config.Ceiling is 0: the
+// doubling stops there and Decision.Rate reports 0.
+const Unbounded int64 = 1 << 30
+
+// BaselineDrift is how slowly the idle baseline rises: by 1/BaselineDrift
+// of the difference per idle step whose p99 is above it.
+const BaselineDrift = 64
+
+// Reason is why a step set its rate. The zero value is reserved (no step
+// has run).
+type Reason uint8
+
+// The reasons of a Decision.
+const (
+	_        Reason = iota
+	None            // no signal against more: the rate grew (or stayed at its ceiling)
+	Latency         // client p99 above LatencyFactor × the idle baseline
+	Pressure        // io or cpu pressure above PressureLimit
+)
+
+// String is the reason as the metrics and /status name it.
+func (r Reason) String() string {
+	switch r {
+	case None:
+		return "none"
+	case Latency:
+		return "latency"
+	case Pressure:
+		return "pressure"
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Config are the controller's knobs. DefaultConfig gives the documented
+// values.
+type Config struct {
+	// Floor is the lowest rate in bytes per second (at least 4096).
+	Floor int64
+	// Ceiling is the highest; 0: none (the rate doubles up to Unbounded,
+	// which is no cap). When set, at least Floor.
+	Ceiling int64
+	// Step is the additive increase per step under a ceiling.
+	Step int64
+	// LatencyFactor: a p99 above this times the idle baseline is too slow
+	// (more than 1).
+	LatencyFactor float64
+	// PressureLimit is the PSI some avg10, in percent, above which the
+	// machine is under pressure (in (0, 100]).
+	PressureLimit float64
+	// PressureRise is how many points above its idle baseline a resource's
+	// pressure must also be before it counts (in [0, 100]): pressure that
+	// was there while catch-up was idle is not catch-up's to give back.
+	PressureRise float64
+}
+
+// DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
+// latency factor of 1.5, a pressure limit of 40% and a rise of 20 points.
+func DefaultConfig() Config {
+	return Config{Floor: 1 << 20, Step: 8 << 20, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: 20}
+}
+
+// Validate names the first field that makes no sense, with its value.
+func (c Config) Validate() error {
+	switch {
+	case c.Floor < 4096:
+		return fmt.Errorf("pace: Floor = %d: want at least 4096", c.Floor)
+	case c.Ceiling != 0 && c.Ceiling < c.Floor:
+		return fmt.Errorf("pace: Ceiling = %d: want 0 (none) or at least Floor (%d)", c.Ceiling, c.Floor)
+	case c.Step < 1:
+		return fmt.Errorf("pace: Step = %d: want at least 1", c.Step)
+	case !(c.LatencyFactor > 1):
+		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
+	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
+		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
+	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
+		return fmt.Errorf("pace: PressureRise = %v: want points in [0, 100]", c.PressureRise)
+	}
+	return nil
+}
+
+// top is the highest rate: the ceiling, or Unbounded.
+func (c Config) top() int64 {
+	if c.Ceiling > 0 {
+		return c.Ceiling
+	}
+	return Unbounded
+}
+
+// Signal is one PSI figure: "some avg10" in percent, Known false where
+// the kernel does not report it.
+type Signal struct {
+	Avg10 float64
+	Known bool
+}
+
+// Input is what was seen over one interval (one step).
+type Input struct {
+	// P99 is the client-facing latency p99 over the interval;
+	// LatencyKnown false when there is none (no source, no requests).
+	P99          time.Duration
+	LatencyKnown bool
+	// Moved is the bytes catch-up moved over the interval; 0: idle.
+	Moved int64
+	// Elapsed is the interval's length; 0: unknown (Moved then only says
+	// active or idle).
+	Elapsed time.Duration
+	// IO and CPU are the machine's pressure.
+	IO, CPU Signal
+}
+
+// State is what the controller carries from one step to the next. The
+// zero State has seen nothing: its rate is the top (the ceiling, or no
+// cap) and it knows no baseline.
+type State struct {
+	// Rate is the current rate in bytes per second; 0 before the first
+	// step (then the top).
+	Rate int64
+	// Baseline is the idle p99, BaselineKnown whether one was seen.
+	Baseline      time.Duration
+	BaselineKnown bool
+	// IdleIO and IdleCPU are the pressure baselines: an average of the
+	// PSI figures seen on idle steps (Known false until one was seen).
+	IdleIO, IdleCPU Signal
+	// Threshold is the rate the last cut left (0: no cut yet). Without a
+	// ceiling, active steps double the rate up to it and grow by Step
+	// above it, so a rate cut for the clients returns slowly to where it
+	// hurt them instead of doubling past it.
+	Threshold int64
+	// AtFloor counts the consecutive active steps at the floor.
+	AtFloor int
+	// Reason is the last step's.
+	Reason Reason
+}
+
+// Decision is one step's outcome, to apply.
+type Decision struct {
+	// Rate is the bytes per second to apply; 0 means no cap.
+	Rate   int64
+	Reason Reason
+	// AtFloor counts the consecutive active steps held at the floor
+	// (invariant 5).
+	AtFloor int
+}
+
+// Step decides the rate for the next interval from s and what in saw over
+// the last one. cfg must be valid (Validate).
+func Step(cfg Config, s State, in Input) (Decision, State) {
+	if s.Rate == 0 {
+		s.Rate = cfg.top()
+	}
+	active := in.Moved > 0
+	s.Reason = None
+	switch {
+	case active && tooSlow(cfg, s, in):
+		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
+		s.Threshold = s.Rate
+	case pressed(cfg, s.IdleIO, in.IO) || pressed(cfg, s.IdleCPU, in.CPU):
+		s.Reason = Pressure
+		if active {
+			s.Rate = halve(cfg, s.Rate, in)
+			s.Threshold = s.Rate
+		}
+	default:
+		s.Rate = grow(cfg, s, active)
+	}
+	if !active && in.LatencyKnown {
+		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
+	}
+	if !active {
+		s.IdleIO, s.IdleCPU = settle(s.IdleIO, in.IO), settle(s.IdleCPU, in.CPU)
+	}
+	switch {
+	case s.Rate > cfg.Floor:
+		s.AtFloor = 0
+	case active:
+		s.AtFloor++
+	}
+	d := Decision{Rate: s.Rate, Reason: s.Reason, AtFloor: s.AtFloor}
+	if cfg.Ceiling == 0 && s.Rate >= Unbounded {
+		d.Rate = 0
+	}
+	return d, s
+}
+
+// tooSlow: the p99 is known and above LatencyFactor × a known baseline.
+func tooSlow(cfg Config, s State, in Input) bool {
+	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > cfg.LatencyFactor*float64(s.Baseline)
+}
+
+// pressed: a known PSI figure above the limit and, where an idle
+// baseline is known, more than PressureRise points above it.
+func pressed(cfg Config, idle, sig Signal) bool {
+	if !sig.Known || sig.Avg10 <= cfg.PressureLimit {
+		return false
+	}
+	return !idle.Known || sig.Avg10 > idle.Avg10+cfg.PressureRise
+}
+
+// PressureSettle is how fast the idle pressure baseline follows: each
+// idle step moves it 1/PressureSettle of the way to the figure seen.
+const PressureSettle = 8
+
+// settle folds one idle PSI figure into its baseline.
+func settle(base, sig Signal) Signal {
+	switch {
+	case !sig.Known:
+		return base
+	case !base.Known:
+		return sig
+	}
+	return Signal{Avg10: base.Avg10 + (sig.Avg10-base.Avg10)/PressureSettle, Known: true}
+}
+
+// halve is half the lower of rate and what moved over the interval, at
+// least the floor.
+func halve(cfg Config, rate int64, in Input) int64 {
+	if in.Elapsed > 0 {
+		if seen := float64(in.Moved) / in.Elapsed.Seconds(); seen < float64(rate) {
+			rate = int64(seen)
+		}
+	}
+	return max(cfg.Floor, rate/2)
+}
+
+// grow is the increase: by Step under a ceiling; without one, doubling,
+// except on an active step after a cut, which doubles only up to the
+// threshold and adds Step above it.
+func grow(cfg Config, s State, active bool) int64 {
+	switch {
+	case cfg.Ceiling > 0:
+		return min(cfg.Ceiling, s.Rate+cfg.Step)
+	case active && s.Threshold > 0 && s.Rate < s.Threshold:
+		return min(s.Threshold, s.Rate*2)
+	case active && s.Threshold > 0:
+		return min(Unbounded, s.Rate+cfg.Step)
+	}
+	return min(Unbounded, s.Rate*2)
+}
+
+// learn folds an idle p99 into the baseline: a lower one replaces it, a
+// higher one raises it by 1/BaselineDrift of the difference.
+func learn(base time.Duration, known bool, p99 time.Duration) (time.Duration, bool) {
+	if !known || p99 <= base {
+		return p99, true
+	}
+	return base + max(1, (p99-base)/BaselineDrift), true
+}

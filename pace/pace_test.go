@@ -1,0 +1,214 @@
+package pace
+
+import (
+	"testing"
+	"time"
+)
+
+const mib = 1 << 20
+
+var (
+	ms    = time.Millisecond
+	idle  = Input{P99: 2 * ms, LatencyKnown: true}           // no catch-up, a quiet client p99
+	calm  = Input{P99: 2 * ms, LatencyKnown: true, Moved: 1} // catch-up, clients unharmed
+	slow  = Input{P99: 4 * ms, LatencyKnown: true, Moved: 1} // catch-up, p99 twice the baseline
+	hot   = Signal{Avg10: 55, Known: true}
+	cool  = Signal{Avg10: 3, Known: true}
+	known = State{Baseline: 2 * ms, BaselineKnown: true}
+)
+
+func at(rate int64, s State) State { s.Rate = rate; return s }
+
+func with(in Input, f func(*Input)) Input { f(&in); return in }
+
+// Each row is one step from a state with one input.
+func TestStep(t *testing.T) {
+	capped := DefaultConfig()
+	capped.Ceiling = 64 * mib
+	for _, c := range []struct {
+		name    string
+		cfg     Config
+		s       State
+		in      Input
+		rate    int64 // Decision.Rate
+		reason  Reason
+		atFloor int
+	}{
+		{"the zero state starts at no cap", DefaultConfig(), State{}, Input{}, 0, None, 0},
+		{"the zero state starts at the ceiling", capped, State{}, Input{}, 64 * mib, None, 0},
+		{"no signal: doubles without a ceiling", DefaultConfig(), at(4*mib, known), idle, 8 * mib, None, 0},
+		{"no signal: doubling reaches no cap", DefaultConfig(), at(Unbounded/2, known), idle, 0, None, 0},
+		{"no signal: adds a step under a ceiling", capped, at(16*mib, known), idle, 24 * mib, None, 0},
+		{"no signal: stops at the ceiling", capped, at(60*mib, known), calm, 64 * mib, None, 0},
+		{"latency spike halves", capped, at(32*mib, known), slow, 16 * mib, Latency, 0},
+		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * ms }), 40 * mib, None, 0},
+		{"latency halves what moved when less than the rate", DefaultConfig(), at(Unbounded, known),
+			with(slow, func(in *Input) { in.Moved, in.Elapsed = 100*mib, time.Second }), 50 * mib, Latency, 0},
+		{"latency never below the floor", capped, at(mib+1, known), slow, mib, Latency, 1},
+		{"at the floor, counting", capped, at(mib, func() State { s := known; s.AtFloor = 7; return s }()), slow, mib, Latency, 8},
+		{"latency while idle is learned, not obeyed", capped, at(32*mib, known), with(slow, func(in *Input) { in.Moved = 0 }), 40 * mib, None, 0},
+		{"latency without a baseline is ignored", capped, at(32*mib, State{}), slow, 40 * mib, None, 0},
+		{"unknown latency is ignored", capped, at(32*mib, known), with(slow, func(in *Input) { in.LatencyKnown = false }), 40 * mib, None, 0},
+		{"io pressure halves", capped, at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }), 16 * mib, Pressure, 0},
+		{"cpu pressure halves", capped, at(32*mib, known), with(calm, func(in *Input) { in.CPU, in.IO = hot, cool }), 16 * mib, Pressure, 0},
+		{"pressure while idle holds", capped, at(32*mib, known), with(idle, func(in *Input) { in.IO = hot }), 32 * mib, Pressure, 0},
+		{"pressure never below the floor", capped, at(mib, known), with(calm, func(in *Input) { in.CPU = hot }), mib, Pressure, 1},
+		{"idle at the floor keeps the count", capped, at(mib, func() State { s := known; s.AtFloor = 3; return s }()),
+			with(idle, func(in *Input) { in.CPU = hot }), mib, Pressure, 3},
+		{"unavailable PSI is ignored", capped, at(32*mib, known), with(calm, func(in *Input) { in.IO, in.CPU = Signal{Avg10: 99}, Signal{Avg10: 99} }), 40 * mib, None, 0},
+		{"pressure below the limit is none", capped, at(32*mib, known), with(calm, func(in *Input) { in.IO, in.CPU = cool, cool }), 40 * mib, None, 0},
+		{"pressure that was there while idle does not count", capped, at(32*mib, func() State { s := known; s.IdleCPU = Signal{Avg10: 90, Known: true}; return s }()),
+			with(calm, func(in *Input) { in.CPU = Signal{Avg10: 97, Known: true} }), 40 * mib, None, 0},
+		{"pressure risen past the idle baseline halves", capped, at(32*mib, func() State { s := known; s.IdleIO = Signal{Avg10: 30, Known: true}; return s }()),
+			with(calm, func(in *Input) { in.IO = Signal{Avg10: 51, Known: true} }), 16 * mib, Pressure, 0},
+		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
+			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
+		{"latency before pressure", capped, at(32*mib, known), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
+		{"after a cut, active steps double up to the threshold", DefaultConfig(), at(4*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 6 * mib, None, 0},
+		{"after a cut, active steps add a step above the threshold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 14 * mib, None, 0},
+		{"after a cut, idle steps still double", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 12 * mib, None, 0},
+		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			d, s := Step(c.cfg, c.s, c.in)
+			if d.Rate != c.rate || d.Reason != c.reason || d.AtFloor != c.atFloor {
+				t.Fatalf("Step = {rate %d, %v, at floor %d}, want {rate %d, %v, at floor %d}", d.Rate, d.Reason, d.AtFloor, c.rate, c.reason, c.atFloor)
+			}
+			if s.Reason != d.Reason || s.AtFloor != d.AtFloor || (d.Rate != 0 && s.Rate != d.Rate) {
+				t.Fatalf("state %+v disagrees with decision %+v", s, d)
+			}
+		})
+	}
+}
+
+// A cut sets the threshold to the rate it left.
+func TestCutSetsThreshold(t *testing.T) {
+	_, s := Step(DefaultConfig(), at(32*mib, known), slow)
+	if s.Rate != 16*mib || s.Threshold != 16*mib {
+		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, threshold %d; want both 16 MiB/s", s.Rate, s.Threshold)
+	}
+	_, s = Step(DefaultConfig(), at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }))
+	if s.Threshold != 16*mib {
+		t.Fatalf("after a pressure cut: threshold %d, want 16 MiB/s", s.Threshold)
+	}
+}
+
+// With no signal at all, a controller cut to its floor climbs back to its
+// ceiling and stays there.
+func TestClimbsToCeiling(t *testing.T) {
+	for _, ceiling := range []int64{0, 64 * mib} {
+		cfg := DefaultConfig()
+		cfg.Ceiling = ceiling
+		s := State{Rate: cfg.Floor}
+		var d Decision
+		for range 100 {
+			d, s = Step(cfg, s, Input{})
+		}
+		if d.Rate != ceiling || d.Reason != None {
+			t.Fatalf("ceiling %d: after 100 quiet steps at %d (%v)", ceiling, d.Rate, d.Reason)
+		}
+	}
+}
+
+// A latency storm that never ends holds the rate at the floor, never
+// below, and counts the steps.
+func TestNeverBelowFloor(t *testing.T) {
+	cfg := DefaultConfig()
+	s := known
+	var d Decision
+	for i := 1; i <= 50; i++ {
+		d, s = Step(cfg, s, slow)
+		if d.Rate < cfg.Floor || d.Rate == 0 {
+			t.Fatalf("step %d: rate %d below the floor %d", i, d.Rate, cfg.Floor)
+		}
+	}
+	if d.Rate != cfg.Floor || d.AtFloor != 50-9 { // 1 GiB halves to 1 MiB on step 10
+		t.Fatalf("rate %d, at floor %d steps", d.Rate, d.AtFloor)
+	}
+}
+
+// The baseline is learned only from idle steps: a lower idle p99 replaces
+// it, a higher one raises it slowly, an active step leaves it.
+func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
+	cfg := DefaultConfig()
+	var s State
+	_, s = Step(cfg, s, with(idle, func(in *Input) { in.Moved = 1 }))
+	if s.BaselineKnown {
+		t.Fatalf("learned %v from an active step", s.Baseline)
+	}
+	_, s = Step(cfg, s, with(idle, func(in *Input) { in.LatencyKnown = false }))
+	if s.BaselineKnown {
+		t.Fatalf("learned %v from an unknown p99", s.Baseline)
+	}
+	for _, c := range []struct {
+		in   Input
+		want time.Duration
+	}{
+		{with(idle, func(in *Input) { in.P99 = 10 * ms }), 10 * ms},
+		{with(idle, func(in *Input) { in.P99 = 4 * ms }), 4 * ms},
+		{with(idle, func(in *Input) { in.P99 = 4*ms + 64*time.Microsecond }), 4*ms + time.Microsecond},
+		{with(slow, func(in *Input) { in.P99 = time.Microsecond }), 4*ms + time.Microsecond},
+		{with(slow, func(in *Input) { in.P99 = time.Second }), 4*ms + time.Microsecond},
+	} {
+		_, s = Step(cfg, s, c.in)
+		if !s.BaselineKnown || s.Baseline != c.want {
+			t.Fatalf("after p99 %v (moved %d): baseline %v, want %v", c.in.P99, c.in.Moved, s.Baseline, c.want)
+		}
+	}
+}
+
+// The pressure baselines are learned only from idle steps with a known
+// figure: the first sets it, later ones move it 1/PressureSettle of the way.
+func TestPressureBaselineLearnedOnlyWhileIdle(t *testing.T) {
+	cfg := DefaultConfig()
+	var s State
+	_, s = Step(cfg, s, with(calm, func(in *Input) { in.CPU = hot }))
+	if s.IdleCPU.Known {
+		t.Fatalf("learned %v from an active step", s.IdleCPU)
+	}
+	for _, c := range []struct {
+		cpu  Signal
+		want Signal
+	}{
+		{Signal{Avg10: 99}, Signal{}},
+		{Signal{Avg10: 80, Known: true}, Signal{Avg10: 80, Known: true}},
+		{Signal{Avg10: 0, Known: true}, Signal{Avg10: 70, Known: true}},
+		{Signal{Known: false}, Signal{Avg10: 70, Known: true}},
+	} {
+		_, s = Step(cfg, s, with(idle, func(in *Input) { in.CPU = c.cpu }))
+		if s.IdleCPU != c.want {
+			t.Fatalf("after idle cpu %+v: baseline %+v, want %+v", c.cpu, s.IdleCPU, c.want)
+		}
+	}
+	if s.IdleIO.Known {
+		t.Fatalf("io baseline %+v learned from no io figure", s.IdleIO)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Config{
+		{Floor: 100, Step: 1, LatencyFactor: 1.5, PressureLimit: 40},
+		{Floor: mib, Ceiling: mib - 1, Step: 1, LatencyFactor: 1.5, PressureLimit: 40},
+		{Floor: mib, Step: 0, LatencyFactor: 1.5, PressureLimit: 40},
+		{Floor: mib, Step: 1, LatencyFactor: 1, PressureLimit: 40},
+		{Floor: mib, Step: 1, LatencyFactor: 1.5, PressureLimit: 0},
+		{Floor: mib, Step: 1, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: -1},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+func TestStepAllocatesNothing(t *testing.T) {
+	cfg, s := DefaultConfig(), known
+	if n := testing.AllocsPerRun(100, func() { _, s = Step(cfg, s, slow) }); n != 0 {
+		t.Fatalf("%v allocations per step", n)
+	}
+}

@@ -1,0 +1,148 @@
+package plugin
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/pace"
+	"github.com/malachi-log/malachi/psi"
+)
+
+// ClientLatency is the broker's client-facing latency, the signal the
+// adaptive backfill rate (heal.backfill_bytes_per_second = "auto") holds
+// catch-up against. P99 returns the 99th percentile of the handling time
+// of the client requests (Produce and Fetch) that ended after since, and
+// false when none did. It is called once a second from one goroutine; it
+// must be safe for use beside the broker's own goroutines and return at
+// once.
+type ClientLatency interface {
+	P99(since time.Time) (time.Duration, bool)
+}
+
+// paceEvery is the controller's step.
+const paceEvery = time.Second
+
+// pressureReader is psi.Reader's method: a seam for tests.
+type pressureReader interface {
+	Read() (psi.Pressure, error)
+}
+
+// PaceStatus is the backfill rate in /status.
+type PaceStatus struct {
+	// Mode is "auto" or "fixed".
+	Mode string `json:"mode"`
+	// BytesPerSecond is the rate applied now; 0: no cap.
+	BytesPerSecond int64 `json:"bytes_per_second"`
+	// Reason is why: latency, pressure, none (auto) or fixed.
+	Reason string `json:"reason"`
+	// FloorSeconds is how long auto has held the rate at its floor while
+	// catch-up moved bytes.
+	FloorSeconds float64 `json:"floor_seconds,omitempty"`
+	// BaselineP99Seconds is the idle client p99 auto learned (absent
+	// while none is known).
+	BaselineP99Seconds float64 `json:"baseline_p99_seconds,omitempty"`
+}
+
+// pacer steps the pace controller once a second and applies its decision
+// to the catch-up throttle (heal.backfill_bytes_per_second = "auto").
+type pacer struct {
+	cfg     pace.Config
+	setRate func(int64) error // catchup.Throttle.SetRate
+	moved   func() int64      // catchup.Throttle.Moved
+	psi     pressureReader
+	lat     ClientLatency // nil: no latency signal
+	now     func() time.Time
+	log     zerolog.Logger
+	metrics *metrics
+
+	mu        sync.Mutex // guards the fields below; step runs on one goroutine
+	st        pace.State
+	dec       pace.Decision
+	lastAt    time.Time
+	lastMoved int64
+	lastErr   string // the last PSI error logged, so each is logged once
+}
+
+// paceConfig is the controller's configuration from heal's.
+func paceConfig(cfg Config) pace.Config {
+	pc := pace.DefaultConfig()
+	pc.Floor, pc.Ceiling = cfg.BackfillFloorBytesPerSecond, cfg.BackfillCeilingBytesPerSecond
+	return pc
+}
+
+// step reads the signals of the interval that ends now, steps the
+// controller and applies its decision.
+func (p *pacer) step() {
+	now, moved := p.now(), p.moved()
+	pr, err := p.psi.Read()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.logPSI(err)
+	in := pace.Input{
+		Moved: moved - p.lastMoved, Elapsed: now.Sub(p.lastAt),
+		IO:  pace.Signal{Avg10: pr.IO.Some.Avg10, Known: pr.IO.Known},
+		CPU: pace.Signal{Avg10: pr.CPU.Some.Avg10, Known: pr.CPU.Known},
+	}
+	if p.lastAt.IsZero() {
+		in.Elapsed = 0
+	}
+	if p.lat != nil {
+		in.P99, in.LatencyKnown = p.lat.P99(p.lastAt)
+	}
+	p.dec, p.st = pace.Step(p.cfg, p.st, in)
+	p.lastAt, p.lastMoved = now, moved
+	if err := p.setRate(p.dec.Rate); err != nil {
+		p.log.Error().Err(err).Int64("rate", p.dec.Rate).Msg("backfill rate not applied")
+	}
+	p.metrics.setPace(p.dec.Rate, p.dec.Reason.String(), p.floorSeconds())
+}
+
+// logPSI logs a PSI error once until it changes or clears; p.mu is held.
+func (p *pacer) logPSI(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != "" && msg != p.lastErr {
+		p.log.Warn().Err(err).Msg("pressure (PSI) unreadable: the backfill rate ignores it")
+	}
+	p.lastErr = msg
+}
+
+// floorSeconds is how long the rate has been held at its floor; p.mu is
+// held.
+func (p *pacer) floorSeconds() float64 {
+	return float64(p.dec.AtFloor) * paceEvery.Seconds()
+}
+
+// run steps every paceEvery until ctx ends.
+func (p *pacer) run(ctx context.Context) {
+	t := time.NewTicker(paceEvery)
+	defer t.Stop()
+	p.step() // the first step only learns the counters' start
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.step()
+		}
+	}
+}
+
+// status is the pacer's part of /status.
+func (p *pacer) status() *PaceStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := &PaceStatus{Mode: "auto", BytesPerSecond: p.dec.Rate, Reason: pace.None.String(), FloorSeconds: p.floorSeconds()}
+	if p.dec.Reason != 0 {
+		s.Reason = p.dec.Reason.String()
+	}
+	if p.st.BaselineKnown {
+		s.BaselineP99Seconds = p.st.Baseline.Seconds()
+	}
+	return s
+}

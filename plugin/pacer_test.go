@@ -1,0 +1,178 @@
+package plugin
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/malachi-log/malachi/pace"
+	"github.com/malachi-log/malachi/psi"
+)
+
+// fakePSI returns p and err.
+type fakePSI struct {
+	p   psi.Pressure
+	err error
+}
+
+func (f *fakePSI) Read() (psi.Pressure, error) { return f.p, f.err }
+
+// fakeLatency returns p99 (known when ok) and records the since it was
+// asked for.
+type fakeLatency struct {
+	p99   time.Duration
+	ok    bool
+	since []time.Time
+}
+
+func (f *fakeLatency) P99(since time.Time) (time.Duration, bool) {
+	f.since = append(f.since, since)
+	return f.p99, f.ok
+}
+
+// pacerFixture is a pacer over fakes, on a clock that advances one second
+// per step, with a throttle that only records its rates.
+type pacerFixture struct {
+	p     *pacer
+	psi   *fakePSI
+	lat   *fakeLatency
+	moved int64
+	rates []int64
+	clock time.Time
+	logs  bytes.Buffer
+}
+
+func newPacerFixture(t *testing.T, cfg Config) *pacerFixture {
+	f := &pacerFixture{psi: &fakePSI{}, lat: &fakeLatency{}, clock: time.Unix(1e9, 0)}
+	f.p = &pacer{cfg: paceConfig(cfg), psi: f.psi, lat: f.lat,
+		setRate: func(r int64) error { f.rates = append(f.rates, r); return nil },
+		moved:   func() int64 { return f.moved },
+		now:     func() time.Time { f.clock = f.clock.Add(paceEvery); return f.clock },
+		log:     zerolog.New(&f.logs), metrics: newMetrics(prometheus.NewRegistry())}
+	if err := f.p.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// step runs one step during which catch-up moved n bytes.
+func (f *pacerFixture) step(n int64) int64 {
+	f.moved += n
+	f.p.step()
+	return f.rates[len(f.rates)-1]
+}
+
+func (f *pacerFixture) reason(t *testing.T) string {
+	t.Helper()
+	var got []string
+	for _, r := range paceReasons {
+		if testutil.ToFloat64(f.p.metrics.pace.reason.WithLabelValues(r)) == 1 {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("reason gauges at 1: %v, want exactly one", got)
+	}
+	return got[0]
+}
+
+// With no signal at all (no latency source, no PSI), auto applies no cap,
+// so catch-up runs as it did before auto existed.
+func TestPacerNoSignalIsUncapped(t *testing.T) {
+	f := newPacerFixture(t, validConfig(t))
+	f.p.lat = nil
+	for range 5 {
+		if r := f.step(64 << 20); r != 0 {
+			t.Fatalf("rate %d with no signal, want 0 (no cap)", r)
+		}
+	}
+	if f.reason(t) != "none" || testutil.ToFloat64(f.p.metrics.pace.rate) != 0 || f.p.status().BytesPerSecond != 0 {
+		t.Fatalf("reason %s, rate gauge %v, status %+v", f.reason(t), testutil.ToFloat64(f.p.metrics.pace.rate), f.p.status())
+	}
+}
+
+// Client latency above 1.5× its idle baseline while catch-up moves bytes
+// halves what moved; held there, the rate falls to the floor, the floor
+// gauge counts the seconds, and a quiet client lets it climb back.
+func TestPacerLatency(t *testing.T) {
+	f := newPacerFixture(t, validConfig(t))
+	f.lat.p99, f.lat.ok = 2*time.Millisecond, true
+	f.step(0) // idle: the baseline is 2 ms
+	f.step(0)
+	if st := f.p.status(); st.BaselineP99Seconds != 0.002 {
+		t.Fatalf("baseline %v, want 2ms", st.BaselineP99Seconds)
+	}
+	if got := f.lat.since[1]; !got.Equal(time.Unix(1e9+1, 0)) {
+		t.Fatalf("second P99 asked since %v, want the first step's time", got)
+	}
+	f.lat.p99 = 5 * time.Millisecond
+	if r := f.step(100 << 20); r != 50<<20 || f.reason(t) != "latency" {
+		t.Fatalf("rate %d (%s) after 100 MiB in a second with p99 2.5x the baseline, want %d (latency)", r, f.reason(t), 50<<20)
+	}
+	for range 20 {
+		f.step(1 << 20)
+	}
+	floor := DefaultConfig().BackfillFloorBytesPerSecond
+	if r := f.rates[len(f.rates)-1]; r != floor {
+		t.Fatalf("rate %d after 20 slow steps, want the floor %d", r, floor)
+	}
+	held := testutil.ToFloat64(f.p.metrics.pace.floorSeconds)
+	if held < 10 || held != f.p.status().FloorSeconds || testutil.ToFloat64(f.p.metrics.pace.rate) != float64(floor) {
+		t.Fatalf("floor seconds %v (status %v), rate gauge %v", held, f.p.status().FloorSeconds, testutil.ToFloat64(f.p.metrics.pace.rate))
+	}
+	f.lat.p99 = 2 * time.Millisecond
+	// Past the rate the last cut left, an active step adds a step.
+	want := floor + pace.DefaultConfig().Step
+	if r := f.step(1 << 20); r != want || f.reason(t) != "none" || testutil.ToFloat64(f.p.metrics.pace.floorSeconds) != 0 {
+		t.Fatalf("rate %d (%s) once clients are quiet, want %d (none) and floor seconds 0", r, f.reason(t), want)
+	}
+}
+
+// io or cpu pressure halves an active catch-up; PSI that cannot be read
+// is ignored and logged once, not every second.
+func TestPacerPressure(t *testing.T) {
+	f := newPacerFixture(t, validConfig(t))
+	f.p.lat = nil
+	f.step(0) // the first step has no interval to measure what moved
+	f.psi.p = psi.Pressure{IO: psi.Resource{Known: true, Some: psi.Line{Avg10: 75}}}
+	if r := f.step(40 << 20); r != 20<<20 || f.reason(t) != "pressure" {
+		t.Fatalf("rate %d (%s) under io pressure, want %d (pressure)", r, f.reason(t), 20<<20)
+	}
+	f.psi.p, f.psi.err = psi.Pressure{}, errors.New("psi: /proc/pressure/io: line 1 (some): avg10 = \"x\": want a percentage")
+	for range 3 {
+		f.step(40 << 20)
+	}
+	if f.reason(t) != "none" || strings.Count(f.logs.String(), "pressure (PSI) unreadable") != 1 {
+		t.Fatalf("reason %s; logs %q: want the PSI error once", f.reason(t), f.logs.String())
+	}
+}
+
+// A number pins the rate: no pacer, reason fixed, in the metrics and
+// /status.
+func TestPaceFixedAndAutoStatus(t *testing.T) {
+	cp := newMemCP()
+	cp.makePKI(t)
+	fixed := startInstance(t, cp, 1, func(c *Config) { c.BackfillBytesPerSecond = "65536" })
+	st := fixed.p.Status().BackfillRate
+	if fixed.p.pacer != nil || st == nil || *st != (PaceStatus{Mode: "fixed", BytesPerSecond: 65536, Reason: "fixed"}) {
+		t.Fatalf("fixed: pacer %v, status %+v", fixed.p.pacer, st)
+	}
+	if got := fixed.p.engines.throttle.Rate(); got != 65536 || testutil.ToFloat64(fixed.p.metrics.pace.rate) != 65536 ||
+		testutil.ToFloat64(fixed.p.metrics.pace.reason.WithLabelValues("fixed")) != 1 {
+		t.Fatalf("fixed: throttle at %d, gauges %v", got, testutil.ToFloat64(fixed.p.metrics.pace.rate))
+	}
+	auto := startInstance(t, cp, 2, nil)
+	st = auto.p.Status().BackfillRate
+	if auto.p.pacer == nil || st == nil || st.Mode != "auto" || st.Reason == "" {
+		t.Fatalf("auto: pacer %v, status %+v", auto.p.pacer, st)
+	}
+	if r := (pace.Reason(0)).String(); r == "none" {
+		t.Fatal("the zero reason must not read as none")
+	}
+}
