@@ -54,7 +54,7 @@ func startHealCluster(b *testing.B, n int, healExtra string, kafka bool, kafkaTa
 	}
 	b.Cleanup(func() { os.RemoveAll(root) })
 	c, err := harness.New(harness.Config{Bin: bin, Root: root, Brokers: n, RF: 3, Tick: time.Second, Grace: 2 * time.Second,
-		HealExtra: healExtra, Kafka: kafka, KafkaTable: kafkaTable})
+		HealExtra: healExtra, Kafka: kafka, KafkaTable: kafkaTable, CallTimeout: 20 * time.Minute}) // a load of GiBs is one call
 	if err != nil {
 		b.Fatal(err)
 	}
