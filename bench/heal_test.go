@@ -147,6 +147,9 @@ type healTiming struct {
 	Commit    time.Duration // ... verifying and syncing the copy
 	Backfills int
 	Record    time.Duration // the leader's SetSegmentReplicas commits, summed
+	// LatencyCuts and PressureCuts count the times an "auto" rate was
+	// lowered, over the running brokers.
+	LatencyCuts, PressureCuts int
 }
 
 // Window is the heal's time from the first plan to healed.
@@ -188,13 +191,14 @@ func (hc *healCluster) killAndHeal(b *testing.B, victim *harness.Broker, held in
 	after := hc.stageSums(b)
 	t.Wait, t.Transfer, t.Commit = after.wait-before.wait, after.transfer-before.transfer, after.commit-before.commit
 	t.Backfills, t.Record = after.backfills-before.backfills, after.record-before.record
+	t.LatencyCuts, t.PressureCuts = after.latencyCuts-before.latencyCuts, after.pressureCuts-before.pressureCuts
 	return t
 }
 
 // stageSums are the heal metrics summed over the running brokers.
 type stageSums struct {
-	wait, transfer, commit, record time.Duration
-	backfills                      int
+	wait, transfer, commit, record       time.Duration
+	backfills, latencyCuts, pressureCuts int
 }
 
 // stageSums reads the running brokers' /metrics: the backfill stages'
@@ -214,6 +218,8 @@ func (hc *healCluster) stageSums(b *testing.B) stageSums {
 		s.commit += seconds(m[`malachi_heal_backfill_stage_seconds_sum{stage="commit"}`])
 		s.backfills += int(m[`malachi_heal_backfill_stage_seconds_count{stage="transfer"}`])
 		s.record += seconds(m["malachi_heal_command_duration_seconds_sum"])
+		s.latencyCuts += int(m[`malachi_heal_backfill_rate_cuts_total{reason="latency"}`])
+		s.pressureCuts += int(m[`malachi_heal_backfill_rate_cuts_total{reason="pressure"}`])
 	}
 	return s
 }

@@ -43,6 +43,8 @@ type pacingResult struct {
 	RecordsAcknowledged      int     `json:"records_acknowledged"`
 	RecordsLost              int     `json:"records_lost"`
 	ProduceFailures          int     `json:"produce_failures"`
+	LatencyCuts              int     `json:"latency_cuts"`
+	PressureCuts             int     `json:"pressure_cuts"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	HealOverFloor            float64 `json:"heal_over_floor"`
 }
@@ -115,7 +117,8 @@ func runPacing(b *testing.B, m pacingMode, segments int, segBytes int64) pacingR
 		ClientP50IdleMs: kafkaload.QuantileMs(idle, 0.5), ClientP99IdleMs: kafkaload.QuantileMs(idle, 0.99),
 		ClientP50HealingMs: kafkaload.QuantileMs(healing, 0.5), ClientP99HealingMs: kafkaload.QuantileMs(healing, 0.99),
 		ClientAcksIdle: len(idle), ClientAcksHealing: len(healing),
-		RecordsAcknowledged: rep.Acknowledged, RecordsLost: rep.Lost, ProduceFailures: rep.ProduceFailures}
+		RecordsAcknowledged: rep.Acknowledged, RecordsLost: rep.Lost, ProduceFailures: rep.ProduceFailures,
+		LatencyCuts: t.LatencyCuts, PressureCuts: t.PressureCuts}
 	r.ClientP99HealingOverIdle = r.ClientP99HealingMs / r.ClientP99IdleMs
 	r.HealOverFloor = r.HealBytesPerSecond / r.HealFloorBytesPerSecond
 	if len(idle) == 0 || len(healing) == 0 {
@@ -124,8 +127,8 @@ func runPacing(b *testing.B, m pacingMode, segments int, segBytes int64) pacingR
 	if !rep.OK() {
 		b.Fatalf("clients: %d lost, %d duplicated, %d out of order", rep.Lost, rep.Duplicated, rep.OutOfOrder)
 	}
-	b.Logf("%s: killed broker %d; healed %d MB in %.1f s; client p99 %.1f ms idle, %.1f ms healing", m.name, victim.ID,
-		t.Bytes/1e6, t.Window().Seconds(), r.ClientP99IdleMs, r.ClientP99HealingMs)
+	b.Logf("%s: killed broker %d; healed %d MB in %.1f s; client p99 %.1f ms idle, %.1f ms healing; auto cut the rate %d times for latency, %d for pressure",
+		m.name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
 	hc.c.Stop()
 	return r
 }

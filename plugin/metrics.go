@@ -53,6 +53,7 @@ type paceMetrics struct {
 	rate         prometheus.Gauge
 	reason       *prometheus.GaugeVec // by reason, 1 for the current one
 	floorSeconds prometheus.Gauge
+	cuts         *prometheus.CounterVec // by reason: latency, pressure
 }
 
 // paceReasons are the values of the reason label: pace's, and fixed for
@@ -68,6 +69,11 @@ func newPaceMetrics(f func(name, help string) prometheus.Opts) paceMetrics {
 			"1 for the reason of the current catch-up rate: latency, pressure, none (heal.backfill_bytes_per_second = \"auto\") or fixed.")), []string{"reason"}),
 		floorSeconds: prometheus.NewGauge(prometheus.GaugeOpts(f("backfill_rate_floor_seconds",
 			"How long the automatic catch-up rate has been held at its floor while catch-up moved bytes; 0 when it is not."))),
+		cuts: prometheus.NewCounterVec(prometheus.CounterOpts(f("backfill_rate_cuts_total",
+			"Times the automatic catch-up rate was lowered, by reason: latency or pressure.")), []string{"reason"}),
+	}
+	for _, r := range []string{"latency", "pressure"} {
+		m.cuts.WithLabelValues(r)
 	}
 	for _, r := range paceReasons {
 		m.reason.WithLabelValues(r).Set(0)
@@ -140,7 +146,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.hold = prometheus.NewGauge(prometheus.GaugeOpts(f("hold", "1 while the mass-failure brake holds placement of new replicas (the last pass's hold_reason is set; leader only).")))
 	m.lifecycle = newLifecycle(f)
 	m.pace = newPaceMetrics(f)
-	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds)
+	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds, m.pace.cuts)
 	reg.MustRegister(m.hold, m.decommissionLeft, m.decommissionBytesLeft, m.decommissionBlocked, m.maintenanceBrokers, m.leftoverCopies)
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
 		m.backfillSeconds, m.backfillStages, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)

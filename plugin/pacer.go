@@ -92,7 +92,11 @@ func (p *pacer) step() {
 	if p.lat != nil {
 		in.P99, in.LatencyKnown = p.lat.P99(p.lastAt)
 	}
+	before := p.st.Rate
 	p.dec, p.st = pace.Step(p.cfg, p.st, in)
+	if (p.dec.Reason == pace.Latency || p.dec.Reason == pace.Pressure) && (before == 0 || p.st.Rate < before) {
+		p.metrics.pace.cuts.WithLabelValues(p.dec.Reason.String()).Inc()
+	}
 	p.lastAt, p.lastMoved = now, moved
 	if err := p.setRate(p.dec.Rate); err != nil {
 		p.log.Error().Err(err).Int64("rate", p.dec.Rate).Msg("backfill rate not applied")

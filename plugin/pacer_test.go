@@ -115,6 +115,9 @@ func TestPacerLatency(t *testing.T) {
 	if r := f.step(100 << 20); r != 50<<20 || f.reason(t) != "latency" {
 		t.Fatalf("rate %d (%s) after 100 MiB in a second with p99 2.5x the baseline, want %d (latency)", r, f.reason(t), 50<<20)
 	}
+	if n := testutil.ToFloat64(f.p.metrics.pace.cuts.WithLabelValues("latency")); n != 1 {
+		t.Fatalf("%v latency cuts counted, want 1", n)
+	}
 	for range 20 {
 		f.step(1 << 20)
 	}
