@@ -7,8 +7,11 @@
 // between runs: 100,000 files for BenchmarkProbe, 256 directories for
 // BenchmarkSyncDirs. The Kafka benchmarks build malachid into kafka-bin
 // there (or run $MALACHID) and run their three brokers in a directory of
-// their own beside it, removed when each benchmark ends. Cold-cache benchmarks drop the page, dentry and inode
-// caches before each iteration and need root; without it they skip.
+// their own beside it, removed when each benchmark ends; so do the heal
+// benchmarks (BenchmarkHealAtScale, BenchmarkHealPacing), four brokers
+// each, which measure the machine's floor for the heal's work in the same
+// round. Cold-cache benchmarks drop the page, dentry and inode caches
+// before each iteration and need root; without it they skip.
 //
 // Invariants:
 //
@@ -16,5 +19,5 @@
 //     process, so ratios against the baseline (os.Stat loop, sequential
 //     fsync) are measured under the same conditions.
 //  2. A benchmark checks its results after timing: a fast wrong answer
-//     fails.
+//     fails (the pacing benchmark reads every acknowledged record back).
 package bench
