@@ -24,9 +24,11 @@
 // One step, in this order:
 //
 //   - Latency: catch-up moved bytes (Input.Moved > 0), the client-facing
-//     p99 over the interval is known, an idle baseline is known, and the
-//     p99 is above Config.LatencyFactor times the baseline: the rate is
-//     halved (Reason Latency).
+//     p99 over the interval is known, an idle baseline is known, the p99
+//     is above Config.LatencyFactor times the baseline, and so it was on
+//     Config.LatencySteps active steps in a row (State.Slow): the rate is
+//     halved (Reason Latency) and the count starts again. A slow step
+//     short of that count holds the rate (Reason Latency).
 //   - Pressure: the io or cpu pressure (PSI some avg10, where known) is
 //     above Config.PressureLimit and, once an idle baseline for that
 //     resource is known, more than Config.PressureRise points above it (a
@@ -50,9 +52,8 @@
 // uncapped or unused rate takes effect at once.
 //
 // The idle baseline is learned from the inputs that say catch-up was idle
-// (Moved == 0) with a known p99: a lower p99 replaces it at once, a higher
-// one raises it by 1/BaselineDrift of the difference per step, so it
-// follows an idle latency that rose for good, slowly. Steps with catch-up
+// (Moved == 0) with a known p99: the first sets it, each later one moves
+// it 1/BaselineSettle of the way, so it is the typical idle p99. Steps with catch-up
 // active never change it. Each resource's idle pressure baseline moves
 // 1/PressureSettle of the way to the figure seen on each idle step (the
 // first idle figure sets it); active steps leave it.

@@ -9,9 +9,9 @@ import (
 // doubling stops there and Decision.Rate reports 0.
 const Unbounded int64 = 1 << 30
 
-// BaselineDrift is how slowly the idle baseline rises: by 1/BaselineDrift
-// of the difference per idle step whose p99 is above it.
-const BaselineDrift = 64
+// BaselineSettle is how fast the idle latency baseline follows: each idle
+// step with a known p99 moves it 1/BaselineSettle of the way there.
+const BaselineSettle = 8
 
 // Reason is why a step set its rate. The zero value is reserved (no step
 // has run).
@@ -51,6 +51,10 @@ type Config struct {
 	// LatencyFactor: a p99 above this times the idle baseline is too slow
 	// (more than 1).
 	LatencyFactor float64
+	// LatencySteps is how many active steps in a row must be too slow
+	// before the rate is cut (at least 1): one second's p99 of a few
+	// hundred requests is noisy, and a lone slow second is not a trend.
+	LatencySteps int
 	// PressureLimit is the PSI some avg10, in percent, above which the
 	// machine is under pressure (in (0, 100]).
 	PressureLimit float64
@@ -61,9 +65,10 @@ type Config struct {
 }
 
 // DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
-// latency factor of 1.5, a pressure limit of 40% and a rise of 20 points.
+// latency factor of 1.5 over 2 steps, a pressure limit of 40% and a rise
+// of 20 points.
 func DefaultConfig() Config {
-	return Config{Floor: 1 << 20, Step: 8 << 20, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: 20}
+	return Config{Floor: 1 << 20, Step: 8 << 20, LatencyFactor: 1.5, LatencySteps: 2, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -77,6 +82,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: Step = %d: want at least 1", c.Step)
 	case !(c.LatencyFactor > 1):
 		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
+	case c.LatencySteps < 1:
+		return fmt.Errorf("pace: LatencySteps = %d: want at least 1", c.LatencySteps)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
 		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
 	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
@@ -125,6 +132,8 @@ type State struct {
 	// Baseline is the idle p99, BaselineKnown whether one was seen.
 	Baseline      time.Duration
 	BaselineKnown bool
+	// Slow counts the active steps in a row whose p99 was too slow.
+	Slow int
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
@@ -157,10 +166,17 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	}
 	active := in.Moved > 0
 	s.Reason = None
+	if active && tooSlow(cfg, s, in) {
+		s.Slow++
+	} else {
+		s.Slow = 0
+	}
 	switch {
-	case active && tooSlow(cfg, s, in):
+	case s.Slow >= cfg.LatencySteps:
 		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
-		s.Threshold = s.Rate
+		s.Threshold, s.Slow = s.Rate, 0
+	case s.Slow > 0:
+		s.Reason = Latency // slow, not yet for long enough: held
 	case pressed(cfg, s.IdleIO, in.IO) || pressed(cfg, s.IdleCPU, in.CPU):
 		s.Reason = Pressure
 		if active {
@@ -244,11 +260,12 @@ func grow(cfg Config, s State, active bool) int64 {
 	return min(Unbounded, s.Rate*2)
 }
 
-// learn folds an idle p99 into the baseline: a lower one replaces it, a
-// higher one raises it by 1/BaselineDrift of the difference.
+// learn folds an idle p99 into the baseline: the first sets it, later
+// ones move it 1/BaselineSettle of the way, so it is the typical idle p99
+// (not its lowest, which every busy second would exceed).
 func learn(base time.Duration, known bool, p99 time.Duration) (time.Duration, bool) {
-	if !known || p99 <= base {
+	if !known {
 		return p99, true
 	}
-	return base + max(1, (p99-base)/BaselineDrift), true
+	return base + (p99-base)/BaselineSettle, true
 }

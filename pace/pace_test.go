@@ -15,6 +15,8 @@ var (
 	hot   = Signal{Avg10: 55, Known: true}
 	cool  = Signal{Avg10: 3, Known: true}
 	known = State{Baseline: 2 * ms, BaselineKnown: true}
+	// primed has seen one slow active step: the next one cuts.
+	primed = State{Baseline: 2 * ms, BaselineKnown: true, Slow: 1}
 )
 
 func at(rate int64, s State) State { s.Rate = rate; return s }
@@ -40,12 +42,13 @@ func TestStep(t *testing.T) {
 		{"no signal: doubling reaches no cap", DefaultConfig(), at(Unbounded/2, known), idle, 0, None, 0},
 		{"no signal: adds a step under a ceiling", capped, at(16*mib, known), idle, 24 * mib, None, 0},
 		{"no signal: stops at the ceiling", capped, at(60*mib, known), calm, 64 * mib, None, 0},
-		{"latency spike halves", capped, at(32*mib, known), slow, 16 * mib, Latency, 0},
+		{"latency spike halves", capped, at(32*mib, primed), slow, 16 * mib, Latency, 0},
 		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * ms }), 40 * mib, None, 0},
-		{"latency halves what moved when less than the rate", DefaultConfig(), at(Unbounded, known),
+		{"latency halves what moved when less than the rate", DefaultConfig(), at(Unbounded, primed),
 			with(slow, func(in *Input) { in.Moved, in.Elapsed = 100*mib, time.Second }), 50 * mib, Latency, 0},
-		{"latency never below the floor", capped, at(mib+1, known), slow, mib, Latency, 1},
-		{"at the floor, counting", capped, at(mib, func() State { s := known; s.AtFloor = 7; return s }()), slow, mib, Latency, 8},
+		{"latency never below the floor", capped, at(mib+1, primed), slow, mib, Latency, 1},
+		{"at the floor, counting", capped, at(mib, func() State { s := primed; s.AtFloor = 7; return s }()), slow, mib, Latency, 8},
+		{"one slow step is not a trend: held", capped, at(32*mib, known), slow, 32 * mib, Latency, 0},
 		{"latency while idle is learned, not obeyed", capped, at(32*mib, known), with(slow, func(in *Input) { in.Moved = 0 }), 40 * mib, None, 0},
 		{"latency without a baseline is ignored", capped, at(32*mib, State{}), slow, 40 * mib, None, 0},
 		{"unknown latency is ignored", capped, at(32*mib, known), with(slow, func(in *Input) { in.LatencyKnown = false }), 40 * mib, None, 0},
@@ -63,7 +66,7 @@ func TestStep(t *testing.T) {
 			with(calm, func(in *Input) { in.IO = Signal{Avg10: 51, Known: true} }), 16 * mib, Pressure, 0},
 		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
 			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
-		{"latency before pressure", capped, at(32*mib, known), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
+		{"latency before pressure", capped, at(32*mib, primed), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
 		{"after a cut, active steps double up to the threshold", DefaultConfig(), at(4*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 6 * mib, None, 0},
 		{"after a cut, active steps add a step above the threshold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 14 * mib, None, 0},
 		{"after a cut, idle steps still double", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 12 * mib, None, 0},
@@ -86,8 +89,8 @@ func TestStep(t *testing.T) {
 
 // A cut sets the threshold to the rate it left.
 func TestCutSetsThreshold(t *testing.T) {
-	_, s := Step(DefaultConfig(), at(32*mib, known), slow)
-	if s.Rate != 16*mib || s.Threshold != 16*mib {
+	_, s := Step(DefaultConfig(), at(32*mib, primed), slow)
+	if s.Rate != 16*mib || s.Threshold != 16*mib || s.Slow != 0 {
 		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, threshold %d; want both 16 MiB/s", s.Rate, s.Threshold)
 	}
 	_, s = Step(DefaultConfig(), at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }))
@@ -117,7 +120,7 @@ func TestClimbsToCeiling(t *testing.T) {
 // below, and counts the steps.
 func TestNeverBelowFloor(t *testing.T) {
 	cfg := DefaultConfig()
-	s := known
+	s := primed
 	var d Decision
 	for i := 1; i <= 50; i++ {
 		d, s = Step(cfg, s, slow)
@@ -125,13 +128,14 @@ func TestNeverBelowFloor(t *testing.T) {
 			t.Fatalf("step %d: rate %d below the floor %d", i, d.Rate, cfg.Floor)
 		}
 	}
-	if d.Rate != cfg.Floor || d.AtFloor != 50-9 { // 1 GiB halves to 1 MiB on step 10
+	if d.Rate != cfg.Floor || d.AtFloor != 50-18 { // 1 GiB halves on steps 1, 3, ...: 1 MiB on step 19
 		t.Fatalf("rate %d, at floor %d steps", d.Rate, d.AtFloor)
 	}
 }
 
-// The baseline is learned only from idle steps: a lower idle p99 replaces
-// it, a higher one raises it slowly, an active step leaves it.
+// The baseline is learned only from idle steps: the first idle p99 sets
+// it, each later one moves it 1/BaselineSettle of the way, an active step
+// leaves it.
 func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
 	cfg := DefaultConfig()
 	var s State
@@ -148,14 +152,29 @@ func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
 		want time.Duration
 	}{
 		{with(idle, func(in *Input) { in.P99 = 10 * ms }), 10 * ms},
-		{with(idle, func(in *Input) { in.P99 = 4 * ms }), 4 * ms},
-		{with(idle, func(in *Input) { in.P99 = 4*ms + 64*time.Microsecond }), 4*ms + time.Microsecond},
-		{with(slow, func(in *Input) { in.P99 = time.Microsecond }), 4*ms + time.Microsecond},
-		{with(slow, func(in *Input) { in.P99 = time.Second }), 4*ms + time.Microsecond},
+		{with(idle, func(in *Input) { in.P99 = 2 * ms }), 9 * ms},
+		{with(idle, func(in *Input) { in.P99 = 17 * ms }), 10 * ms},
+		{with(slow, func(in *Input) { in.P99 = time.Microsecond }), 10 * ms},
+		{with(slow, func(in *Input) { in.P99 = time.Second }), 10 * ms},
 	} {
 		_, s = Step(cfg, s, c.in)
 		if !s.BaselineKnown || s.Baseline != c.want {
 			t.Fatalf("after p99 %v (moved %d): baseline %v, want %v", c.in.P99, c.in.Moved, s.Baseline, c.want)
+		}
+	}
+}
+
+// Slow steps cut only LatencySteps in a row; a step that is not slow
+// starts the count again.
+func TestLatencyStepsInARow(t *testing.T) {
+	cfg := DefaultConfig()
+	s := at(32*mib, known)
+	var d Decision
+	for i, in := range []Input{slow, calm, slow, slow} {
+		before := s.Rate
+		d, s = Step(cfg, s, in)
+		if cut := s.Rate < before; cut != (i == 3) {
+			t.Fatalf("step %d: rate %d (%v), slow count %d: want a cut only on the second slow step in a row", i, d.Rate, d.Reason, s.Slow)
 		}
 	}
 }
@@ -193,12 +212,13 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []Config{
-		{Floor: 100, Step: 1, LatencyFactor: 1.5, PressureLimit: 40},
-		{Floor: mib, Ceiling: mib - 1, Step: 1, LatencyFactor: 1.5, PressureLimit: 40},
-		{Floor: mib, Step: 0, LatencyFactor: 1.5, PressureLimit: 40},
-		{Floor: mib, Step: 1, LatencyFactor: 1, PressureLimit: 40},
-		{Floor: mib, Step: 1, LatencyFactor: 1.5, PressureLimit: 0},
-		{Floor: mib, Step: 1, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: -1},
+		{Floor: 100, Step: 1, LatencySteps: 1, LatencyFactor: 1.5, PressureLimit: 40},
+		{Floor: mib, Ceiling: mib - 1, Step: 1, LatencySteps: 1, LatencyFactor: 1.5, PressureLimit: 40},
+		{Floor: mib, Step: 0, LatencySteps: 1, LatencyFactor: 1.5, PressureLimit: 40},
+		{Floor: mib, Step: 1, LatencySteps: 1, LatencyFactor: 1, PressureLimit: 40},
+		{Floor: mib, Step: 1, LatencyFactor: 1.5, LatencySteps: 0, PressureLimit: 40},
+		{Floor: mib, Step: 1, LatencySteps: 1, LatencyFactor: 1.5, PressureLimit: 0},
+		{Floor: mib, Step: 1, LatencySteps: 1, LatencyFactor: 1.5, PressureLimit: 40, PressureRise: -1},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)

@@ -112,18 +112,21 @@ func TestPacerLatency(t *testing.T) {
 		t.Fatalf("second P99 asked since %v, want the first step's time", got)
 	}
 	f.lat.p99 = 5 * time.Millisecond
+	if r := f.step(100 << 20); r != 0 || f.reason(t) != "latency" {
+		t.Fatalf("rate %d (%s) after one slow second, want it held at no cap (latency)", r, f.reason(t))
+	}
 	if r := f.step(100 << 20); r != 50<<20 || f.reason(t) != "latency" {
 		t.Fatalf("rate %d (%s) after 100 MiB in a second with p99 2.5x the baseline, want %d (latency)", r, f.reason(t), 50<<20)
 	}
 	if n := testutil.ToFloat64(f.p.metrics.pace.cuts.WithLabelValues("latency")); n != 1 {
 		t.Fatalf("%v latency cuts counted, want 1", n)
 	}
-	for range 20 {
+	for range 40 {
 		f.step(1 << 20)
 	}
 	floor := DefaultConfig().BackfillFloorBytesPerSecond
 	if r := f.rates[len(f.rates)-1]; r != floor {
-		t.Fatalf("rate %d after 20 slow steps, want the floor %d", r, floor)
+		t.Fatalf("rate %d after 40 slow steps, want the floor %d", r, floor)
 	}
 	held := testutil.ToFloat64(f.p.metrics.pace.floorSeconds)
 	if held < 10 || held != f.p.status().FloorSeconds || testutil.ToFloat64(f.p.metrics.pace.rate) != float64(floor) {
