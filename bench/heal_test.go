@@ -201,7 +201,7 @@ type stageSums struct {
 	backfills, latencyCuts, pressureCuts int
 }
 
-// stageSums reads the running brokers' /metrics but skip's: the backfill
+// stageSums reads the /metrics of the running brokers but skip: the backfill
 // stages' histogram sums and counts, the command durations, the rate cuts.
 func (hc *healCluster) stageSums(b *testing.B, skip meta.BrokerID) stageSums {
 	var s stageSums
