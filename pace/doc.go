@@ -10,7 +10,7 @@
 // The plugin steps it once a second when heal.backfill_bytes_per_second
 // is "auto":
 //
-//	var st pace.State                 // the zero State: at the ceiling
+//	var st pace.State                 // the zero State: at Config.Start
 //	for range ticker.C {
 //		in := pace.Input{P99: p99, LatencyKnown: ok, Moved: moved, Elapsed: time.Second,
 //			IO: io, CPU: cpu}         // PSI "some avg10", Known false where absent
@@ -38,14 +38,18 @@
 //     halved; while it is idle the rate is held (nothing of the pressure
 //     is ours to give back, and a heal that starts must not start at the
 //     floor because another process loaded the machine). Reason Pressure.
-//   - Otherwise (Reason None) the rate grows: by Config.Step up to
-//     Config.Ceiling, or, with no ceiling, doubles up to Unbounded, which
-//     is no cap at all (Decision.Rate 0). After a cut (State.Threshold,
-//     the rate the cut left), an active step without a ceiling doubles
+//   - Otherwise (Reason None), while catch-up moves bytes, the rate
+//     grows: by Config.Step up to Config.Ceiling, or, with no ceiling,
+//     doubles up to Unbounded, which is no cap at all (Decision.Rate 0).
+//     After a cut (State.Threshold, the rate the cut left), it doubles
 //     only up to the threshold and adds Config.Step above it: the rate
 //     comes back slowly to where the clients felt it (TCP's slow start
 //     and congestion avoidance), instead of oscillating between half and
-//     double of it.
+//     double of it. While catch-up is idle the rate is held; after
+//     Config.IdleReset idle steps in a row it returns to Config.Start, so
+//     that the next heal starts there and doubles each second while the
+//     clients are unharmed: a heal over before the controller could react
+//     (a second or two) cannot hit them at full speed.
 //
 // A halving starts from the lower of the rate and the rate catch-up
 // actually moved over the interval (Moved / Elapsed), so a cut below an
@@ -65,8 +69,10 @@
 //  2. Decision.Rate is 0 (no cap) or within [Config.Floor, the ceiling]:
 //     never below the floor, so healing never stops; never above
 //     Config.Ceiling when one is set (and then never 0).
-//  3. The rate falls only for Reason Latency or Pressure, and then by at
-//     most half (never below the floor); it rises only for Reason None.
+//  3. While catch-up is active, the rate falls only for Reason Latency or
+//     Pressure, and then by at most half (never below the floor); it
+//     rises only for Reason None. While it is idle the rate changes only
+//     to return to Config.Start after Config.IdleReset idle steps.
 //  4. The baselines change only on idle steps: the latency one with a
 //     known p99, a pressure one with a known figure.
 //  5. Decision.AtFloor counts the consecutive active steps spent at the

@@ -48,6 +48,15 @@ type Config struct {
 	Ceiling int64
 	// Step is the additive increase per step under a ceiling.
 	Step int64
+	// Start is the rate a heal starts at (at least Floor; the ceiling
+	// when above it): the zero State's, and the rate after IdleReset idle
+	// steps in a row. From there active steps double it while the clients
+	// are unharmed (slow start), so that a heal too short for the
+	// controller to react (seconds) cannot hit the clients at full speed.
+	Start int64
+	// IdleReset is how many idle steps in a row return the rate to Start
+	// (at least 1); shorter gaps between backfills keep the rate.
+	IdleReset int
 	// LatencyFactor: a p99 above this times the idle baseline is too slow
 	// (more than 1).
 	LatencyFactor float64
@@ -65,10 +74,10 @@ type Config struct {
 }
 
 // DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
-// latency factor of 1.5 over 2 steps, a pressure limit of 40% and a rise
-// of 20 points.
+// start at 32 MiB/s after 10 idle steps, a latency factor of 1.5 over 2
+// steps, a pressure limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
-	return Config{Floor: 1 << 20, Step: 8 << 20, LatencyFactor: 1.5, LatencySteps: 2, PressureLimit: 40, PressureRise: 20}
+	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -80,6 +89,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: Ceiling = %d: want 0 (none) or at least Floor (%d)", c.Ceiling, c.Floor)
 	case c.Step < 1:
 		return fmt.Errorf("pace: Step = %d: want at least 1", c.Step)
+	case c.Start < c.Floor:
+		return fmt.Errorf("pace: Start = %d: want at least Floor (%d)", c.Start, c.Floor)
+	case c.IdleReset < 1:
+		return fmt.Errorf("pace: IdleReset = %d: want at least 1", c.IdleReset)
 	case !(c.LatencyFactor > 1):
 		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
 	case c.LatencySteps < 1:
@@ -91,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// start is the rate a heal starts at: Start, at most the top.
+func (c Config) start() int64 { return min(c.Start, c.top()) }
 
 // top is the highest rate: the ceiling, or Unbounded.
 func (c Config) top() int64 {
@@ -123,8 +139,8 @@ type Input struct {
 }
 
 // State is what the controller carries from one step to the next. The
-// zero State has seen nothing: its rate is the top (the ceiling, or no
-// cap) and it knows no baseline.
+// zero State has seen nothing: its rate is Config.Start and it knows no
+// baseline.
 type State struct {
 	// Rate is the current rate in bytes per second; 0 before the first
 	// step (then the top).
@@ -134,6 +150,8 @@ type State struct {
 	BaselineKnown bool
 	// Slow counts the active steps in a row whose p99 was too slow.
 	Slow int
+	// Idle counts the idle steps in a row.
+	Idle int
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
@@ -162,10 +180,15 @@ type Decision struct {
 // the last one. cfg must be valid (Validate).
 func Step(cfg Config, s State, in Input) (Decision, State) {
 	if s.Rate == 0 {
-		s.Rate = cfg.top()
+		s.Rate = cfg.start()
 	}
 	active := in.Moved > 0
 	s.Reason = None
+	if active {
+		s.Idle = 0
+	} else {
+		s.Idle++
+	}
 	if active && tooSlow(cfg, s, in) {
 		s.Slow++
 	} else {
@@ -183,8 +206,10 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 			s.Rate = halve(cfg, s.Rate, in)
 			s.Threshold = s.Rate
 		}
-	default:
-		s.Rate = grow(cfg, s, active)
+	case active:
+		s.Rate = grow(cfg, s)
+	case s.Idle >= cfg.IdleReset:
+		s.Rate, s.Threshold = cfg.start(), 0
 	}
 	if !active && in.LatencyKnown {
 		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
@@ -245,16 +270,16 @@ func halve(cfg Config, rate int64, in Input) int64 {
 	return max(cfg.Floor, rate/2)
 }
 
-// grow is the increase: by Step under a ceiling; without one, doubling,
-// except on an active step after a cut, which doubles only up to the
-// threshold and adds Step above it.
-func grow(cfg Config, s State, active bool) int64 {
+// grow is an active step's increase: by Step under a ceiling; without
+// one, doubling, but after a cut only up to the threshold, and by Step
+// above it.
+func grow(cfg Config, s State) int64 {
 	switch {
 	case cfg.Ceiling > 0:
 		return min(cfg.Ceiling, s.Rate+cfg.Step)
-	case active && s.Threshold > 0 && s.Rate < s.Threshold:
+	case s.Threshold > 0 && s.Rate < s.Threshold:
 		return min(s.Threshold, s.Rate*2)
-	case active && s.Threshold > 0:
+	case s.Threshold > 0:
 		return min(Unbounded, s.Rate+cfg.Step)
 	}
 	return min(Unbounded, s.Rate*2)

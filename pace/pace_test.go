@@ -36,11 +36,13 @@ func TestStep(t *testing.T) {
 		reason  Reason
 		atFloor int
 	}{
-		{"the zero state starts at no cap", DefaultConfig(), State{}, Input{}, 0, None, 0},
-		{"the zero state starts at the ceiling", capped, State{}, Input{}, 64 * mib, None, 0},
-		{"no signal: doubles without a ceiling", DefaultConfig(), at(4*mib, known), idle, 8 * mib, None, 0},
-		{"no signal: doubling reaches no cap", DefaultConfig(), at(Unbounded/2, known), idle, 0, None, 0},
-		{"no signal: adds a step under a ceiling", capped, at(16*mib, known), idle, 24 * mib, None, 0},
+		{"the zero state starts at Start", DefaultConfig(), State{}, Input{}, 32 * mib, None, 0},
+		{"the zero state starts at the ceiling when below Start", func() Config { c := capped; c.Ceiling = 16 * mib; return c }(), State{}, Input{}, 16 * mib, None, 0},
+		{"no signal: doubles without a ceiling", DefaultConfig(), at(4*mib, known), calm, 8 * mib, None, 0},
+		{"no signal: doubling reaches no cap", DefaultConfig(), at(Unbounded/2, known), calm, 0, None, 0},
+		{"no signal: adds a step under a ceiling", capped, at(16*mib, known), calm, 24 * mib, None, 0},
+		{"idle: held", DefaultConfig(), at(4*mib, known), idle, 4 * mib, None, 0},
+		{"idle for IdleReset steps: back to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Threshold = 9, 2*mib; return s }()), idle, 32 * mib, None, 0},
 		{"no signal: stops at the ceiling", capped, at(60*mib, known), calm, 64 * mib, None, 0},
 		{"latency spike halves", capped, at(32*mib, primed), slow, 16 * mib, Latency, 0},
 		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * ms }), 40 * mib, None, 0},
@@ -49,7 +51,7 @@ func TestStep(t *testing.T) {
 		{"latency never below the floor", capped, at(mib+1, primed), slow, mib, Latency, 1},
 		{"at the floor, counting", capped, at(mib, func() State { s := primed; s.AtFloor = 7; return s }()), slow, mib, Latency, 8},
 		{"one slow step is not a trend: held", capped, at(32*mib, known), slow, 32 * mib, Latency, 0},
-		{"latency while idle is learned, not obeyed", capped, at(32*mib, known), with(slow, func(in *Input) { in.Moved = 0 }), 40 * mib, None, 0},
+		{"latency while idle is learned, not obeyed", capped, at(32*mib, known), with(slow, func(in *Input) { in.Moved = 0 }), 32 * mib, None, 0},
 		{"latency without a baseline is ignored", capped, at(32*mib, State{}), slow, 40 * mib, None, 0},
 		{"unknown latency is ignored", capped, at(32*mib, known), with(slow, func(in *Input) { in.LatencyKnown = false }), 40 * mib, None, 0},
 		{"io pressure halves", capped, at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }), 16 * mib, Pressure, 0},
@@ -69,7 +71,7 @@ func TestStep(t *testing.T) {
 		{"latency before pressure", capped, at(32*mib, primed), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
 		{"after a cut, active steps double up to the threshold", DefaultConfig(), at(4*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 6 * mib, None, 0},
 		{"after a cut, active steps add a step above the threshold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 14 * mib, None, 0},
-		{"after a cut, idle steps still double", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 12 * mib, None, 0},
+		{"after a cut, idle steps hold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 6 * mib, None, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -99,8 +101,8 @@ func TestCutSetsThreshold(t *testing.T) {
 	}
 }
 
-// With no signal at all, a controller cut to its floor climbs back to its
-// ceiling and stays there.
+// With catch-up active and no signal against it, a controller cut to its
+// floor climbs back to its ceiling and stays there.
 func TestClimbsToCeiling(t *testing.T) {
 	for _, ceiling := range []int64{0, 64 * mib} {
 		cfg := DefaultConfig()
@@ -108,7 +110,7 @@ func TestClimbsToCeiling(t *testing.T) {
 		s := State{Rate: cfg.Floor}
 		var d Decision
 		for range 100 {
-			d, s = Step(cfg, s, Input{})
+			d, s = Step(cfg, s, Input{Moved: 1})
 		}
 		if d.Rate != ceiling || d.Reason != None {
 			t.Fatalf("ceiling %d: after 100 quiet steps at %d (%v)", ceiling, d.Rate, d.Reason)
@@ -120,7 +122,7 @@ func TestClimbsToCeiling(t *testing.T) {
 // below, and counts the steps.
 func TestNeverBelowFloor(t *testing.T) {
 	cfg := DefaultConfig()
-	s := primed
+	s := at(Unbounded, primed)
 	var d Decision
 	for i := 1; i <= 50; i++ {
 		d, s = Step(cfg, s, slow)
@@ -210,6 +212,17 @@ func TestPressureBaselineLearnedOnlyWhileIdle(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
+	}
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.Start = c.Floor - 1 },
+		func(c *Config) { c.IdleReset = 0 },
+		func(c *Config) { c.LatencySteps = 0 },
+	} {
+		c := DefaultConfig()
+		bad(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
 	}
 	for _, c := range []Config{
 		{Floor: 100, Step: 1, LatencySteps: 1, LatencyFactor: 1.5, PressureLimit: 40},

@@ -70,6 +70,7 @@ type pacer struct {
 func paceConfig(cfg Config) pace.Config {
 	pc := pace.DefaultConfig()
 	pc.Floor, pc.Ceiling = cfg.BackfillFloorBytesPerSecond, cfg.BackfillCeilingBytesPerSecond
+	pc.Start = max(pc.Start, pc.Floor)
 	return pc
 }
 

@@ -82,14 +82,15 @@ func (f *pacerFixture) reason(t *testing.T) string {
 	return got[0]
 }
 
-// With no signal at all (no latency source, no PSI), auto applies no cap,
-// so catch-up runs as it did before auto existed.
+// With no signal at all (no latency source, no PSI), auto starts a heal
+// at 32 MiB/s and doubles each second to no cap, so a long catch-up runs
+// as it did before auto existed.
 func TestPacerNoSignalIsUncapped(t *testing.T) {
 	f := newPacerFixture(t, validConfig(t))
 	f.p.lat = nil
-	for range 5 {
-		if r := f.step(64 << 20); r != 0 {
-			t.Fatalf("rate %d with no signal, want 0 (no cap)", r)
+	for i, want := range []int64{64 << 20, 128 << 20, 256 << 20, 512 << 20, 0, 0} {
+		if r := f.step(64 << 20); r != want {
+			t.Fatalf("step %d: rate %d with no signal, want %d (0: no cap)", i+1, r, want)
 		}
 	}
 	if f.reason(t) != "none" || testutil.ToFloat64(f.p.metrics.pace.rate) != 0 || f.p.status().BytesPerSecond != 0 {
@@ -112,11 +113,11 @@ func TestPacerLatency(t *testing.T) {
 		t.Fatalf("second P99 asked since %v, want the first step's time", got)
 	}
 	f.lat.p99 = 5 * time.Millisecond
-	if r := f.step(100 << 20); r != 0 || f.reason(t) != "latency" {
-		t.Fatalf("rate %d (%s) after one slow second, want it held at no cap (latency)", r, f.reason(t))
+	if r := f.step(100 << 20); r != 32<<20 || f.reason(t) != "latency" {
+		t.Fatalf("rate %d (%s) after one slow second, want it held at the 32 MiB/s start (latency)", r, f.reason(t))
 	}
-	if r := f.step(100 << 20); r != 50<<20 || f.reason(t) != "latency" {
-		t.Fatalf("rate %d (%s) after 100 MiB in a second with p99 2.5x the baseline, want %d (latency)", r, f.reason(t), 50<<20)
+	if r := f.step(100 << 20); r != 16<<20 || f.reason(t) != "latency" {
+		t.Fatalf("rate %d (%s) after a second slow second with p99 2.5x the baseline, want %d (latency)", r, f.reason(t), 16<<20)
 	}
 	if n := testutil.ToFloat64(f.p.metrics.pace.cuts.WithLabelValues("latency")); n != 1 {
 		t.Fatalf("%v latency cuts counted, want 1", n)
@@ -147,8 +148,8 @@ func TestPacerPressure(t *testing.T) {
 	f.p.lat = nil
 	f.step(0) // the first step has no interval to measure what moved
 	f.psi.p = psi.Pressure{IO: psi.Resource{Known: true, Some: psi.Line{Avg10: 75}}}
-	if r := f.step(40 << 20); r != 20<<20 || f.reason(t) != "pressure" {
-		t.Fatalf("rate %d (%s) under io pressure, want %d (pressure)", r, f.reason(t), 20<<20)
+	if r := f.step(20 << 20); r != 10<<20 || f.reason(t) != "pressure" {
+		t.Fatalf("rate %d (%s) under io pressure after 20 MiB in a second, want half of what moved, %d (pressure)", r, f.reason(t), 10<<20)
 	}
 	f.psi.p, f.psi.err = psi.Pressure{}, errors.New("psi: /proc/pressure/io: line 1 (some): avg10 = \"x\": want a percentage")
 	for range 3 {
