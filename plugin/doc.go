@@ -62,15 +62,16 @@
 //
 // heal.backfill_bytes_per_second paces this broker's catch-up (both
 // directions share one catchup.Throttle). A number pins it. "auto" (the
-// default) starts with no cap and runs a pacer (pacer.go) that steps
+// default) runs a pacer (pacer.go), whose first step sets pace's start
+// rate (32 MiB/s) at once, and which steps
 // package pace's controller once a second: the bytes the throttle moved
 // (Throttle.Moved), the client p99 from Deps.ClientLatency (nil: no
 // latency signal) and PSI from /proc/pressure (package psi; absent: no
 // pressure signal); it applies each Decision with Throttle.SetRate, within
 // heal.backfill_floor_bytes_per_second and
 // heal.backfill_ceiling_bytes_per_second. Its rate, reason and time at the
-// floor are metrics (malachi_heal_backfill_rate_*) and /status's
-// backfill_rate.
+// floor, and its cuts, are metrics (malachi_heal_backfill_rate_*) and
+// /status's backfill_rate.
 //
 // # Invariants
 //

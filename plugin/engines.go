@@ -46,7 +46,7 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 	e.closers = append(e.closers, pr.Close)
 	e.fsyncName = deps.FsyncEngine
 	th, err := catchup.NewThrottle(catchup.Limits{
-		BytesPerSecond: cfg.pinnedBackfillRate(), // auto starts with no cap
+		BytesPerSecond: cfg.pinnedBackfillRate(), // auto: no cap until the pacer's first step, at Start
 		MaxTransfers:   cfg.MaxBackfillsPerBroker,
 		QueueWait:      cfg.BackfillTimeout,
 		IdleTimeout:    10 * time.Second,

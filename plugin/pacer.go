@@ -14,8 +14,9 @@ import (
 // ClientLatency is the broker's client-facing latency, the signal the
 // adaptive backfill rate (heal.backfill_bytes_per_second = "auto") holds
 // catch-up against. P99 returns the 99th percentile of the handling time
-// of the client requests (Produce and Fetch) that ended after since, and
-// false when none did. It is called once a second from one goroutine; it
+// of what the broker's clients wait on (its Kafka listener's Produce and
+// Fetch, a follower's appends of the partition leaders' frames) among the
+// requests that ended after since, and false when none did. It is called once a second from one goroutine; it
 // must be safe for use beside the broker's own goroutines and return at
 // once.
 type ClientLatency interface {
