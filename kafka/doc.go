@@ -23,7 +23,9 @@
 // (apiversions, metadata, createtopics, produce, initproducerid, fetch,
 // listoffsets: one file each), write the response. The served kinds and
 // versions are the table in dispatch.go; ApiVersions advertises exactly
-// that table.
+// that table. With Config.Latency set, every Produce's handling time and
+// every Fetch's (without its wait for data) are recorded there: the
+// broker's adaptive catch-up rate reads their p99 (latency.go).
 //
 // # Invariants
 //
