@@ -52,6 +52,9 @@ type demo struct {
 
 // Run runs the demo and returns the process exit status.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
+	if o.Compare {
+		return runCompare(ctx, o, stdout, stderr)
+	}
 	out := stdout
 	if o.JSON {
 		out = stderr

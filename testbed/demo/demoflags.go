@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ type Options struct {
 	Dir         string
 	Stages      []string
 	stagesSet   bool // --faults given explicitly
+	sizeSet     bool // --segments or --segment-size given explicitly
 	Copies      int
 	Tick        time.Duration
 	Grace       time.Duration
@@ -47,6 +49,11 @@ type Options struct {
 	// means 8 segments a second, so that a copy takes about 125 ms and the
 	// backfill-kill stage can strike while bytes are in flight.
 	BackfillRate int64
+	// Compare (--backfill-rate compare) runs, instead of the stages, the
+	// kill once per catch-up rate (low, unthrottled, auto) under the
+	// --clients load, and reports what each cost the clients
+	// (testbed/healrun).
+	Compare      bool
 	StageTimeout time.Duration
 	Seed         uint64
 	// Insecure runs the cluster in plaintext without certificates
@@ -118,7 +125,19 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&o.ScrubEvery, "scrub-interval", time.Second, "pause between two scrub cycles (heal.scrub_interval; 0 turns the scrubber off, and the bit-flip stage with it)")
 	scrubRate := bytesize.Size(32 << 20)
 	fs.Var(&scrubRate, "scrub-rate", "bytes per second each broker's scrubber may read (heal.scrub_bytes_per_second)")
-	fs.Int64Var(&o.BackfillRate, "backfill-rate", -1, "bytes per second each broker's catch-up may move (heal.backfill_bytes_per_second); -1: eight segments a second, so that the backfill-kill stage can strike a transfer in flight; 0: no cap (that stage then fails when it misses its window)")
+	o.BackfillRate = -1
+	fs.Func("backfill-rate", "bytes per second each broker's catch-up may move (heal.backfill_bytes_per_second); -1 (the default): eight segments a second, so that the backfill-kill stage can strike a transfer in flight; 0: no cap (that stage then fails when it misses its window); \"compare\": instead of the stages, the kill three times on fresh clusters of --brokers (at least 4), the rate fixed at 8 MiB/s, unthrottled and \"auto\", under the load of --clients producers, each reported with its heal rate against the machine's floor and the clients' latency idle and while healing", func(v string) error {
+		if v == "compare" {
+			o.Compare = true
+			return nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want bytes per second, -1, 0 or compare")
+		}
+		o.BackfillRate = n
+		return nil
+	})
 	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")
@@ -138,8 +157,11 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		o.BackfillRate = max(8*o.SegmentSize, 4096)
 	}
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "faults" {
+		switch f.Name {
+		case "faults":
 			o.stagesSet = true
+		case "segments", "segment-size":
+			o.sizeSet = true
 		}
 	})
 	stages, err := parseStages(*faults)
@@ -151,6 +173,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		if err := o.validateNemesis(); err != nil {
 			return o, err
 		}
+	}
+	if o.Compare {
+		return o, o.validateCompare()
 	}
 	return o, o.validate()
 }

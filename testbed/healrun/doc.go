@@ -1,0 +1,21 @@
+// Package healrun measures one heal of real malachid processes: it starts
+// a cluster (testbed/harness), loads sealed segments through POST
+// /v1/load, measures the machine's floor for the heal's work, kills a
+// broker and times the heal from the leader's pass history. Pacing runs
+// the same kill under an open-loop Kafka client load (testbed/kafkaload)
+// once per catch-up rate (Modes: fixed low, unthrottled, auto) and
+// reports the clients' latency idle and while healing. The benchmarks in
+// bench/ and `malachi demo --backfill-rate compare` both run it.
+//
+// Invariants:
+//   - A heal's window runs from the start of the first pass that planned
+//     a backfill to the end of the first pass that found every sealed
+//     segment at its replication factor with the killed broker dead; it is
+//     read from the pass history (GET /v1/passes), never sampled.
+//   - The floor is measured in the same run, just before the kill, for the
+//     same bytes onto the same number of targets: the lower of the disk's
+//     synced sequential write rate and loopback sendfile's rate.
+//   - A pacing run fails (an error, no figures) when either latency window
+//     holds no acknowledgement, or when the clients lost, duplicated or
+//     reordered a record: a figure is never computed from nothing.
+package healrun

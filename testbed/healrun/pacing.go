@@ -1,0 +1,259 @@
+package healrun
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/malachi-log/malachi/testbed/benchenv"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
+)
+
+// Mode is one catch-up rate of a pacing comparison.
+type Mode struct {
+	Name string
+	Rate string // heal.backfill_bytes_per_second, as TOML
+}
+
+// Modes: a low fixed rate (8 MiB/s), no cap, and the adaptive default.
+var Modes = []Mode{{"low", "8388608"}, {"unthrottled", "0"}, {"auto", `"auto"`}}
+
+// PacingConfig is the shape of one pacing run.
+type PacingConfig struct {
+	Bin, Root string
+	Brokers   int // at least 4
+	// Segments sealed segments of SegmentBytes each are loaded (rf 3).
+	Segments     int
+	SegmentBytes int64
+	// Producers kgo producers (idempotent, acks=all) each send a record of
+	// ValueBytes every Interval, whatever the latency (open loop).
+	Producers  int
+	ValueBytes int
+	Interval   time.Duration
+	// Warmup precedes the Idle window, which ends at the kill.
+	Warmup, Idle time.Duration
+	// HealLimit bounds the wait for the heal.
+	HealLimit time.Duration
+	// Logf says what the run does (nil: nothing).
+	Logf func(format string, args ...any)
+}
+
+// DefaultPacing is four brokers holding 512 MiB each in 64 MiB segments
+// (SegmentsFor), two producers of 1 KiB records every 2 ms, 5 s of
+// warm-up and 10 s idle.
+func DefaultPacing(bin, root string) PacingConfig {
+	return PacingConfig{Bin: bin, Root: root, Brokers: 4, Segments: SegmentsFor(512<<20, 64<<20, 4), SegmentBytes: 64 << 20,
+		Producers: 2, ValueBytes: 1024, Interval: 2 * time.Millisecond, Warmup: 5 * time.Second, Idle: 10 * time.Second, HealLimit: 15 * time.Minute}
+}
+
+// SegmentsFor is how many segments of segBytes put perBroker bytes of
+// copies on each of brokers brokers at rf 3 (rounded up).
+func SegmentsFor(perBroker, segBytes int64, brokers int) int {
+	return int((perBroker*int64(brokers)/3 + segBytes - 1) / segBytes)
+}
+
+// Result is one mode's figures in one round (the JSON keys are those the
+// reports and the benchmark's file use).
+type Result struct {
+	Mode                     string  `json:"mode"`
+	Round                    int     `json:"round"`
+	Load1                    float64 `json:"load1"`
+	KilledBroker             uint64  `json:"killed_broker"`
+	HealBytes                int64   `json:"heal_bytes"`
+	HealSeconds              float64 `json:"heal_seconds"`
+	HealBytesPerSecond       float64 `json:"heal_bytes_per_second"`
+	HealFloorBytesPerSecond  float64 `json:"heal_floor_bytes_per_second"`
+	ClientP50IdleMs          float64 `json:"client_p50_idle_ms"`
+	ClientP99IdleMs          float64 `json:"client_p99_idle_ms"`
+	ClientP50HealingMs       float64 `json:"client_p50_healing_ms"`
+	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
+	ClientAcksIdle           int     `json:"client_acks_idle"`
+	ClientAcksHealing        int     `json:"client_acks_healing"`
+	RecordsAcknowledged      int     `json:"records_acknowledged"`
+	RecordsLost              int     `json:"records_lost"`
+	ProduceFailures          int     `json:"produce_failures"`
+	LatencyCuts              int     `json:"latency_cuts"`
+	PressureCuts             int     `json:"pressure_cuts"`
+	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
+	HealOverFloor            float64 `json:"heal_over_floor"`
+}
+
+func (c PacingConfig) logf(format string, args ...any) {
+	if c.Logf != nil {
+		c.Logf(format, args...)
+	}
+}
+
+// validate names the first field that makes no sense.
+func (c PacingConfig) validate() error {
+	switch {
+	case c.Brokers < 4:
+		return fmt.Errorf("healrun: %d brokers: want at least 4 (rf 3 and a broker to kill outside the clients' partition)", c.Brokers)
+	case c.Segments < 1 || c.SegmentBytes < 64<<10:
+		return fmt.Errorf("healrun: %d segments of %d bytes: want at least one of at least 64 KiB", c.Segments, c.SegmentBytes)
+	case c.Producers < 1 || c.ValueBytes < 1 || c.Interval <= 0:
+		return fmt.Errorf("healrun: %d producers of %d-byte records every %v: want at least one producer sending something", c.Producers, c.ValueBytes, c.Interval)
+	case c.Idle <= 0:
+		return fmt.Errorf("healrun: idle window %v: want a positive one", c.Idle)
+	}
+	return nil
+}
+
+// RunPacing is one mode's run on a fresh cluster: load the sealed
+// copies, measure the floor, start the clients on a topic of one
+// partition that does not roll, kill a broker outside that partition's
+// replicas (so the clients feel the heal only through the machine they
+// share), time the heal, read every acknowledged record back.
+func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	hc, err := Start(ctx, ClusterConfig{Bin: cfg.Bin, Root: cfg.Root, Brokers: cfg.Brokers,
+		HealExtra: "backfill_bytes_per_second = " + m.Rate + "\n", Kafka: true, KafkaTable: "segment_bytes = 4294967296\nsegment_ms = 0\n"})
+	if err != nil {
+		return Result{}, err
+	}
+	defer hc.Stop()
+	loaded, took, err := hc.Load(ctx, "pace", cfg.Segments, cfg.SegmentBytes)
+	if err != nil {
+		return Result{}, err
+	}
+	cfg.logf("%s: loaded %d segments (%d MB) in %.1f s", m.Name, cfg.Segments, loaded/1e6, took)
+	kcfg, err := cfg.clients(hc)
+	if err != nil {
+		return Result{}, err
+	}
+	// The floor is measured before the clients start, for about the bytes
+	// the victim will hold (brokers hold alike); the victim is chosen
+	// once the clients' topic exists, outside its replicas.
+	_, estimate, err := hc.Victim(ctx, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	floor, err := MeasureFloor(hc.Dir, estimate, 3)
+	if err != nil {
+		return Result{}, err
+	}
+	l, err := kafkaload.Start(ctx, kcfg)
+	if err != nil {
+		return Result{}, fmt.Errorf("healrun: clients: %w", err)
+	}
+	avoid, err := hc.PartitionReplicas(ctx, kcfg.Topic)
+	if err != nil {
+		l.Finish(ctx)
+		return Result{}, err
+	}
+	victim, held, err := hc.Victim(ctx, avoid)
+	if err != nil {
+		l.Finish(ctx)
+		return Result{}, err
+	}
+	time.Sleep(cfg.Warmup + cfg.Idle)
+	load, _ := benchenv.ReadLoad()
+	t, err := hc.KillAndHeal(ctx, victim, held, cfg.HealLimit)
+	if err != nil {
+		l.Finish(ctx)
+		return Result{}, err
+	}
+	idle := l.AckLatenciesBetween(t.Killed.Add(-cfg.Idle), t.Killed)
+	healing := l.AckLatenciesBetween(t.FirstPlan, t.Healed)
+	rep := l.Finish(ctx)
+	switch {
+	case rep.Error != "":
+		return Result{}, fmt.Errorf("healrun: reading the records back: %s", rep.Error)
+	case !rep.OK():
+		return Result{}, fmt.Errorf("healrun: %s: clients: %d lost, %d duplicated, %d out of order", m.Name, rep.Lost, rep.Duplicated, rep.OutOfOrder)
+	case len(idle) == 0 || len(healing) == 0:
+		return Result{}, fmt.Errorf("healrun: %s: %d acknowledgements in the idle window, %d while healing: no latency to compare", m.Name, len(idle), len(healing))
+	}
+	r := Result{Mode: m.Name, Load1: load.One, KilledBroker: uint64(victim.ID), HealBytes: t.Bytes, HealSeconds: t.Window().Seconds(),
+		HealBytesPerSecond: t.Rate(), HealFloorBytesPerSecond: floor.Rate(),
+		ClientP50IdleMs: kafkaload.QuantileMs(idle, 0.5), ClientP99IdleMs: kafkaload.QuantileMs(idle, 0.99),
+		ClientP50HealingMs: kafkaload.QuantileMs(healing, 0.5), ClientP99HealingMs: kafkaload.QuantileMs(healing, 0.99),
+		ClientAcksIdle: len(idle), ClientAcksHealing: len(healing),
+		RecordsAcknowledged: rep.Acknowledged, RecordsLost: rep.Lost, ProduceFailures: rep.ProduceFailures,
+		LatencyCuts: t.LatencyCuts, PressureCuts: t.PressureCuts}
+	r.ClientP99HealingOverIdle = r.ClientP99HealingMs / r.ClientP99IdleMs
+	r.HealOverFloor = r.HealBytesPerSecond / r.HealFloorBytesPerSecond
+	cfg.logf("%s: killed broker %d; healed %d MB in %.1f s (%.0f MB/s, %.2fx the floor); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
+		m.Name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverFloor, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
+	return r, nil
+}
+
+// clients is the client load's configuration on hc: a topic of one
+// partition.
+func (cfg PacingConfig) clients(hc *Cluster) (kafkaload.Config, error) {
+	tlsCfg, err := hc.C.KafkaTLS()
+	if err != nil {
+		return kafkaload.Config{}, err
+	}
+	k := kafkaload.DefaultConfig()
+	k.Seeds, k.TLS, k.Topic, k.Partitions = hc.C.KafkaSeeds(), tlsCfg, "pacing", 1
+	k.Producers, k.ValueBytes, k.Interval = cfg.Producers, cfg.ValueBytes, cfg.Interval
+	return k, nil
+}
+
+// Median is one mode's medians over rounds, and the records lost summed.
+type Median struct {
+	Mode                     string  `json:"mode"`
+	Rounds                   int     `json:"rounds"`
+	HealBytesPerSecond       float64 `json:"heal_bytes_per_second"`
+	HealFloorBytesPerSecond  float64 `json:"heal_floor_bytes_per_second"`
+	ClientP99IdleMs          float64 `json:"client_p99_idle_ms"`
+	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
+	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
+	HealOverFloor            float64 `json:"heal_over_floor"`
+	RecordsLost              int     `json:"records_lost"`
+}
+
+// Medians are the medians per mode of results, in the order of Modes.
+func Medians(results []Result) []Median {
+	var ms []Median
+	for _, m := range Modes {
+		var rs []Result
+		for _, r := range results {
+			if r.Mode == m.Name {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		med := func(f func(Result) float64) float64 {
+			v := make([]float64, len(rs))
+			for i, r := range rs {
+				v[i] = f(r)
+			}
+			slices.Sort(v)
+			return v[len(v)/2]
+		}
+		lost := 0
+		for _, r := range rs {
+			lost += r.RecordsLost
+		}
+		ms = append(ms, Median{Mode: m.Name, Rounds: len(rs),
+			HealBytesPerSecond:       med(func(r Result) float64 { return r.HealBytesPerSecond }),
+			HealFloorBytesPerSecond:  med(func(r Result) float64 { return r.HealFloorBytesPerSecond }),
+			ClientP99IdleMs:          med(func(r Result) float64 { return r.ClientP99IdleMs }),
+			ClientP99HealingMs:       med(func(r Result) float64 { return r.ClientP99HealingMs }),
+			ClientP99HealingOverIdle: med(func(r Result) float64 { return r.ClientP99HealingOverIdle }),
+			HealOverFloor:            med(func(r Result) float64 { return r.HealOverFloor }),
+			RecordsLost:              lost})
+	}
+	return ms
+}
+
+// WriteTable writes results as a text table, a row per mode and round,
+// with the load average beside each.
+func WriteTable(w io.Writer, results []Result) {
+	fmt.Fprintf(w, "%-12s %5s %6s %9s %9s %7s %17s %17s %9s %5s %5s\n",
+		"mode", "round", "load1", "heal MB/s", "floor", "x floor", "p50 idle/healing", "p99 idle/healing", "p99 x idle", "cuts", "lost")
+	for _, r := range results {
+		fmt.Fprintf(w, "%-12s %5d %6.2f %9.1f %9.1f %7.2f %17s %17s %9.2f %5d %5d\n",
+			r.Mode, r.Round, r.Load1, r.HealBytesPerSecond/1e6, r.HealFloorBytesPerSecond/1e6, r.HealOverFloor,
+			fmt.Sprintf("%.1f/%.1f ms", r.ClientP50IdleMs, r.ClientP50HealingMs), fmt.Sprintf("%.1f/%.1f ms", r.ClientP99IdleMs, r.ClientP99HealingMs),
+			r.ClientP99HealingOverIdle, r.LatencyCuts+r.PressureCuts, r.RecordsLost)
+	}
+}
