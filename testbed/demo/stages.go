@@ -18,29 +18,133 @@ type victim struct {
 	b   *harness.Broker
 }
 
+// stageRow is one stage: its run; whether it restarts every dead broker
+// before its fault; the brokers beyond the replication factor it needs
+// running (spare, for why) and those it takes out at once (down: the rest
+// must keep a quorum); and any other need (check: why not, or "").
+type stageRow struct {
+	name    string
+	run     func(*demo, context.Context) (FaultReport, error)
+	revives bool
+	spare   int
+	why     string
+	down    int
+	check   func(o *Options, has func(string) bool) string
+}
+
+// stageRows are the demo's stages, in the order they run.
+var stageRows = []stageRow{
+	{"kill", killStage(false), false, 1, "the killed broker's copies move to a spare broker", 1, nil},
+	{"restart", (*demo).stageRestart, false, 0, "", 0, func(_ *Options, has func(string) bool) string {
+		return when(!has("kill"), "restarts the broker the kill stage killed; add kill")
+	}},
+	{"delete", fileStage(harness.KindDelete), false, 0, "", 0, nil},
+	{"truncate", fileStage(harness.KindTruncate), false, 0, "", 0, nil},
+	{"extend", fileStage(harness.KindExtend), false, 0, "", 0, nil},
+	{"bitflip", fileStage(harness.KindBitflip), false, 0, "", 0, func(o *Options, has func(string) bool) string {
+		if o.ScrubEvery <= 0 {
+			return ""
+		}
+		return o.spareFor(o.live(has, false), 1, "a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker)")
+	}},
+	{"latch", fileStage(harness.KindLatch), false, 1, "a latched copy is replaced on a spare broker", 0, nil},
+	{"decommission", (*demo).stageDecommission, true, 1, "the drained broker's replicas move to a spare broker", 0, nil},
+	{"maintenance", (*demo).stageMaintenance, true, 0, "", 1, nil},
+	{"rebalance", (*demo).stageRebalance, true, 1, "emptying a broker (decommission) moves its replicas to a spare one", 0, nil},
+	{"leader", killStage(true), false, 1, "the killed leader's copies move to a spare broker", 1, nil},
+	{"pause", (*demo).stagePause, true, 1, "the paused broker's copies are replaced on a spare broker", 1, nil},
+	{"swap", (*demo).stageSwap, true, 0, "", 1, func(o *Options, _ func(string) bool) string {
+		return when(o.RF < 2, "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more")
+	}},
+	{"diskfull", (*demo).stageDiskFull, true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
+	{"readonly", (*demo).stageReadOnly, true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
+	{"backfill-kill", (*demo).stageBackfillKill, true, 2, "two brokers die, one during the other's backfill", 2, nil},
+	{"nospare", (*demo).stageNoSpare, true, 0, "", 0, func(o *Options, _ func(string) bool) string {
+		if o.RF < 2 || o.Brokers < 3 {
+			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
+		}
+		return when(o.RF <= o.Brokers/2, fmt.Sprintf("no spare broker means only %d of %d brokers running: no quorum; want --rf more than half of --brokers", o.RF, o.Brokers))
+	}},
+	{"lost", (*demo).stageLost, true, 0, "", 0, nil},
+}
+
+func killStage(leader bool) func(*demo, context.Context) (FaultReport, error) {
+	return func(d *demo, ctx context.Context) (FaultReport, error) { return d.stageKill(ctx, leader) }
+}
+
+func fileStage(k harness.Kind) func(*demo, context.Context) (FaultReport, error) {
+	return func(d *demo, ctx context.Context) (FaultReport, error) { return d.stageFile(ctx, k) }
+}
+
+func when(cond bool, why string) string {
+	if cond {
+		return why
+	}
+	return ""
+}
+
+// live is how many brokers run when a stage starts after the stages
+// before it (has): one fewer while a kill was not followed by a restart,
+// unless the stage restarts every dead broker first (revives).
+func (o *Options) live(has func(string) bool, revives bool) int {
+	if has("kill") && !has("restart") && !revives {
+		return o.Brokers - 1
+	}
+	return o.Brokers
+}
+
+// spareFor says why live brokers leave fewer than n spare brokers beyond
+// the replication factor for why, or "".
+func (o *Options) spareFor(live, n int, why string) string {
+	return when(live < o.RF+n, fmt.Sprintf("%s: %d live brokers for replication factor %d; want --brokers %d or more", why, live, o.RF, o.RF+n+o.Brokers-live))
+}
+
+// infeasible says why stage st cannot heal on this cluster after the
+// stages before it, or "".
+func (o *Options) infeasible(st string, before []string) string {
+	r := row(st)
+	has := func(s string) bool { return slices.Contains(before, s) }
+	live := o.live(has, r.revives)
+	if why := o.spareFor(live, r.spare, r.why); r.spare > 0 && why != "" {
+		return why
+	}
+	if up := live - r.down; r.down > 0 && up <= o.Brokers/2 {
+		return fmt.Sprintf("with %d of %d brokers out, %d run: no quorum; want --brokers %d or more", o.Brokers-up, o.Brokers, up, 2*(o.Brokers-up)+1)
+	}
+	if r.check != nil {
+		return r.check(o, has)
+	}
+	return ""
+}
+
+// AllStages names the stages, in the order they run.
+var AllStages = func() []string {
+	var out []string
+	for _, r := range stageRows {
+		out = append(out, r.name)
+	}
+	return out
+}()
+
+// row is stage st's row.
+func row(st string) stageRow {
+	for _, r := range stageRows {
+		if r.name == st {
+			return r
+		}
+	}
+	return stageRow{name: st}
+}
+
 // stage runs one stage. An error is returned only when the demo cannot go
 // on (interrupted, a broker died on its own); a stage that does not heal is
 // reported in the FaultReport.
 func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 	d.logf("")
-	switch st {
-	case "kill", "leader":
-		return d.stageKill(ctx, st, st == "leader")
-	case "delete", "truncate", "extend", "bitflip", "latch":
-		return d.stageFile(ctx, harness.Kind(st))
-	}
-	if run, ok := stages[st]; ok {
-		return run(d, ctx)
+	if r := row(st); r.run != nil {
+		return r.run(d, ctx)
 	}
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
-}
-
-// stages are the stages of a function of their own, by name.
-var stages = map[string]func(*demo, context.Context) (FaultReport, error){
-	"restart": (*demo).stageRestart, "pause": (*demo).stagePause, "swap": (*demo).stageSwap,
-	"diskfull": (*demo).stageDiskFull, "readonly": (*demo).stageReadOnly, "backfill-kill": (*demo).stageBackfillKill,
-	"nospare": (*demo).stageNoSpare, "lost": (*demo).stageLost, "rebalance": (*demo).stageRebalance,
-	"decommission": (*demo).stageDecommission, "maintenance": (*demo).stageMaintenance,
 }
 
 // sizes returns, for each target segment, the size of the copy on each of
@@ -119,7 +223,11 @@ func (d *demo) estimateBytes(pre map[meta.SegmentID]map[meta.BrokerID]int64) int
 
 // stageKill kills a broker with SIGKILL: a follower for "kill", the
 // control plane's leader for "leader".
-func (d *demo) stageKill(ctx context.Context, name string, leader bool) (FaultReport, error) {
+func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) {
+	name := "kill"
+	if leader {
+		name = "leader"
+	}
 	fr := FaultReport{Stage: name}
 	b, role := d.c.Broker(d.last.Leader), "leader"
 	if !leader {
