@@ -14,6 +14,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 
@@ -26,7 +27,7 @@ type demo struct {
 	out    io.Writer // progress and narration
 	tty    bool
 	c      *harness.Cluster
-	aud    *auditor
+	aud    *harness.Auditor
 	rng    *rand.Rand
 	rep    *Report
 	last   *harness.View
@@ -61,7 +62,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 		seed = uint64(time.Now().UnixNano())
 	}
 	d := &demo{
-		o: o, out: out, tty: isTerminal(out), aud: newAuditor(), seed: seed,
+		o: o, out: out, tty: isTerminal(out), aud: harness.NewAuditor(), seed: seed,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		rep: &Report{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
 			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
@@ -234,7 +235,7 @@ func (d *demo) run(ctx context.Context) error {
 // so that progress shows.
 func (d *demo) load(ctx context.Context) error {
 	n, rsize := recordShape(d.o.SegmentSize)
-	segBytes := int64(n) * int64(rsize+frameHeaderSize)
+	segBytes := int64(n) * int64(rsize+store.FrameHeaderSize)
 	d.rep.SegmentBytes = segBytes
 	d.logf("loading %d sealed segments of %d records × %d B (%s each, %s with %d copies)",
 		d.o.Segments, n, rsize, bytesize.Format(segBytes), bytesize.Format(segBytes*int64(d.o.Segments)*int64(d.o.RF)), d.o.RF)

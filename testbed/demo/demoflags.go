@@ -12,6 +12,7 @@ import (
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/nemesis"
 )
@@ -249,9 +250,9 @@ func (o *Options) skippedStages() map[string]string {
 func recordShape(size int64) (n, recordSize int) {
 	const frame = 4096
 	if size <= frame {
-		return 1, int(max(size-frameHeaderSize, 1))
+		return 1, int(max(size-store.FrameHeaderSize, 1))
 	}
-	return int(size / frame), frame - frameHeaderSize
+	return int(size / frame), frame - store.FrameHeaderSize
 }
 
 // clusterConfig is the harness's configuration of the demo's cluster.
@@ -305,7 +306,7 @@ const nemesisDiskBroker meta.BrokerID = 1
 // takes space.
 func (o *Options) nemesisDiskSize() int64 {
 	segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
-	return max(64<<20, (segs*(o.SegmentSize+footerSize)*5/4+48<<20)&^(1<<20-1))
+	return max(64<<20, (segs*(o.SegmentSize+store.FooterSize)*5/4+48<<20)&^(1<<20-1))
 }
 
 // validateNemesis checks the nemesis flags; the nemesis replaces the

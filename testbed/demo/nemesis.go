@@ -58,12 +58,12 @@ func (e *nemesisEnv) Forget(path string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.d.aud.Forget(path)
-	e.d.aud.forgetUnder(path)
+	e.d.aud.ForgetUnder(path)
 }
 
 func (e *nemesisEnv) BackfillMark(ctx context.Context) func(context.Context) int64 {
-	before := e.d.backfillBytes(ctx)
-	return func(ctx context.Context) int64 { return e.d.backfillDelta(ctx, before) }
+	before := e.d.c.MarkBackfill(ctx)
+	return func(ctx context.Context) int64 { return before.Since(ctx, e.d.c) }
 }
 
 // Checked counts the sealed segments of the nemesis's last check, the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
@@ -172,13 +173,13 @@ func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.Broke
 // gone) and every broker's catch-up counter (before).
 type measure struct {
 	pre    map[meta.SegmentID]map[meta.BrokerID]int64
-	before map[meta.BrokerID]counterReading
+	before harness.BackfillMark
 }
 
 // measure notes the targets' copies, those on broker lost (0: none)
 // counted gone, and the catch-up counters.
 func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.BrokerID) measure {
-	m := measure{pre: d.sizes(targets), before: d.backfillBytes(ctx)}
+	m := measure{pre: d.sizes(targets), before: d.c.MarkBackfill(ctx)}
 	for _, sizes := range m.pre {
 		if lost != 0 {
 			sizes[lost] = 0
@@ -193,7 +194,7 @@ func (d *demo) heal(ctx context.Context, fr *FaultReport, label string, start ti
 	err := d.waitHealed(ctx, fr, label, start, targets, timeout)
 	fr.Detected = fr.Healed
 	fr.BytesEstimated = d.estimateBytes(m.pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, m.before)
+	fr.BytesRereplicated = m.before.Since(ctx, d.c)
 	if err != nil {
 		fr.Error = err.Error()
 	}
@@ -211,7 +212,7 @@ func (d *demo) estimateBytes(pre map[meta.SegmentID]map[meta.BrokerID]int64) int
 		if !ok {
 			continue
 		}
-		full := seg.ByteSize + footerSize
+		full := seg.ByteSize + store.FooterSize
 		for _, r := range seg.Replicas {
 			if have := m[r]; have < full {
 				total += full - have
@@ -403,7 +404,7 @@ func (d *demo) stageFile(ctx context.Context, kind harness.Kind) (FaultReport, e
 		fr.Copies = append(fr.Copies, df)
 		m.pre[v.seg.ID][v.b.ID] = max(df.SizeAfter, 0)
 		if kind == harness.KindExtend || kind == harness.KindBitflip {
-			m.pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + footerSize
+			m.pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + store.FooterSize
 		}
 		d.logf("stage %s: %s on broker %d: %s", kind, v.seg.ID, v.b.ID, describeFault(df))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
@@ -75,7 +76,7 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	}
 	// After the move: a pass that began before it saw the old files.
 	movedAt := time.Now()
-	d.aud.forgetUnder(filepath.Join(b.Dir, "copies"))
+	d.aud.ForgetUnder(filepath.Join(b.Dir, "copies"))
 	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
 	tmp := FaultReport{Stage: "loop-mount"}
 	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
@@ -145,7 +146,7 @@ func (d *demo) pickDiskBroker() *harness.Broker {
 // sparse: only what is written takes space.
 func (d *demo) copiesDiskSize() int64 {
 	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
-	per := max(d.rep.SegmentBytes, 4096) + footerSize
+	per := max(d.rep.SegmentBytes, 4096) + store.FooterSize
 	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
 }
 
@@ -538,7 +539,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 		fr.Error = "recovering the disk: " + err.Error()
 		return fr, fatal(ctx, err, d)
 	}
-	d.aud.forgetUnder(r.l.Dir)
+	d.aud.ForgetUnder(r.l.Dir)
 	if herr != nil {
 		return fr, fatal(ctx, herr, d)
 	}

@@ -113,7 +113,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	fr.What = fmt.Sprintf("decommission broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage decommission: broker %d, which holds %d sealed replicas, drains to the others", b.ID, len(targets))
 	cl := d.leaderClient(ctx)
-	before := d.backfillBytes(ctx)
+	before := d.c.MarkBackfill(ctx)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
 		fr.Error = err.Error()
@@ -126,7 +126,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	if err != nil {
 		return fr, err
 	}
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesRereplicated = before.Since(ctx, d.c)
 	if !lf.Drained {
 		fr.Error = fmt.Sprintf("broker %d not drained after %v: %s", b.ID, d.o.StageTimeout, why)
 	} else {
@@ -262,7 +262,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	}
 	fr.What = fmt.Sprintf("maintenance broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)
-	before := d.backfillBytes(ctx)
+	before := d.c.MarkBackfill(ctx)
 	if err := d.c.Terminate(b, 10*time.Second); err != nil {
 		fr.Error = err.Error()
 		return fr, err
@@ -271,7 +271,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr.Injected = true
 	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: d.o.Grace, lf: lf}
 	short := d.watchMaintenance(ctx, feed, j, mode.Until)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesRereplicated = before.Since(ctx, d.c)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {

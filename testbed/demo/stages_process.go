@@ -11,6 +11,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
@@ -128,7 +129,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	deadAt := d.deadMoment(&fr, stopAt, false)
 	gap := feed.Problem()
 	fr.BytesEstimated = d.estimateBytes(m.pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, m.before)
+	fr.BytesRereplicated = m.before.Since(ctx, d.c)
 	if healedAt.IsZero() {
 		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
 	} else {
@@ -220,7 +221,7 @@ func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.D
 	deadline := time.Now().Add(timeout)
 	b := d.c.Broker(id)
 	for {
-		p, err := leaderStatus(ctx, d.c)
+		p, err := d.c.LeaderStatus(ctx)
 		if err == nil {
 			hctx, cancel := context.WithTimeout(ctx, time.Second)
 			h, herr := b.Client.Health(hctx)
@@ -269,7 +270,7 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 		fr.Error = err.Error()
 		return fr, fmt.Errorf("stage swap: %w", err)
 	}
-	d.aud.forgetUnder(in.Aside)
+	d.aud.ForgetUnder(in.Aside)
 	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
 	startAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
@@ -299,15 +300,6 @@ func dirUsage(dir string) (files int, bytes int64) {
 		return nil
 	})
 	return files, bytes
-}
-
-// forgetUnder drops the audit results of every file under dir.
-func (a *auditor) forgetUnder(dir string) {
-	for p := range a.cache {
-		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
-			delete(a.cache, p)
-		}
-	}
 }
 
 // transfers is what a scan of the copies directories found of a dead
@@ -363,7 +355,7 @@ func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copy
 			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
 				continue
 			}
-			full := seg.ByteSize + footerSize
+			full := seg.ByteSize + store.FooterSize
 			if size < full {
 				t.Partial++
 				t.Bytes += size
@@ -504,10 +496,10 @@ func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Dura
 // operator would, and judges it: no segment may be lost or missing.
 func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.SegmentID, killB time.Time, m measure) error {
 	timeout := d.throttledTimeout(fr, all)
-	rel := d.startHoldReleaser(ctx)
+	rel := d.c.ReleaseHolds(ctx, d.o.Tick)
 	err := d.heal(ctx, fr, "healing after two kills", killB, all, timeout, m)
-	rel.stop()
-	if n := rel.note(); n != "" {
+	rel.Stop()
+	if n := rel.Note(); n != "" {
 		addNote(fr, "%s", n)
 		d.logf("  %s", n)
 	} else {
@@ -619,18 +611,18 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr.Injected = true
 	fr.Latched = in.Lost
 	d.aud.Forget(copyPath(lb, id))
-	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
+	tally := harness.NewPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
 	}, harness.NewPassFeed(latchAt))
 	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
 	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
-		killed, nospareReason, hits, hits+misses, misses, tally.feed.Summary(), reads)
+		killed, nospareReason, hits, hits+misses, misses, tally.Feed.Summary(), reads)
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 		d.logf("  nospare: %s", fr.Error)
 	}
-	fr.Detected = tally.detected()
+	fr.Detected = tally.Detected()
 	return fr, d.sparesBack(ctx, &fr, v, problems)
 }
 
@@ -698,15 +690,15 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 			}
 		}
 	}
-	before := d.backfillBytes(ctx)
+	before := d.c.MarkBackfill(ctx)
 	healed := FaultReport{Stage: "nospare-heal"}
 	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
 	fr.Passes += healed.Passes
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesRereplicated = before.Since(ctx, d.c)
 	s, ok := d.last.Snap.Segment(id)
 	for i := 0; ok && i < len(s.Replicas); i++ {
 		if r := s.Replicas[i]; !slices.Contains(setBefore, r) {
-			fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
+			fr.BytesEstimated += max(v.seg.ByteSize+store.FooterSize-sizeBefore[r], 0)
 		}
 	}
 	if err != nil {
@@ -739,7 +731,7 @@ const noSparePasses = 10
 // own audit (read straight from the files, uncached: still readable), and
 // that no other segment is unhealthy. It returns what went wrong and how
 // many intact-copy audits passed.
-func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTally, v victim) (problems []string, reads int) {
+func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (problems []string, reads int) {
 	id := v.seg.ID
 	deadline := time.Now().Add(d.o.StageTimeout)
 	lastFull := time.Time{}
@@ -751,7 +743,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 		}
 	}
 	for ctx.Err() == nil {
-		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
+		if recs, _ := tally.Read(ctx, d.c); len(recs) > 0 {
 			fr.Passes += len(recs)
 			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting it", tally.Misses[id]))
 		}
@@ -779,7 +771,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 							continue
 						}
 						if br := d.c.Broker(r); br != nil {
-							if err := auditCopyFile(copyPath(br, id), *s); err != nil {
+							if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
 								add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
 							} else {
 								reads++
@@ -795,7 +787,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 		time.Sleep(interval)
 	}
 	switch {
-	case !tally.detected():
+	case !tally.Detected():
 		add(fmt.Sprintf("no heal pass reported %s %s within %v", id, nospareReason, d.o.StageTimeout))
 		p.Finish("not reported")
 	case tally.Hits[id] < noSparePasses:
@@ -807,7 +799,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTal
 	if tally.Misses[id] > 0 {
 		add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, nospareReason, tally.Misses[id]))
 	}
-	if why := tally.feed.Problem(); why != "" {
+	if why := tally.Feed.Problem(); why != "" {
 		add(why)
 	}
 	return problems, reads
@@ -865,7 +857,7 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		return fr, nil
 	}
 	r.ids = []meta.SegmentID{x.ID, y.ID}
-	r.tally = newPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
+	r.tally = harness.NewPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
 	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
 	if err := r.watch(ctx); err != nil {
 		return fr, err
@@ -892,7 +884,7 @@ type lostRun struct {
 	yFiles map[string]int64
 	kept   int
 	// tally judges every heal pass that ended after the fault.
-	tally    *passTally
+	tally    *harness.PassTally
 	acked    map[meta.SegmentID]bool
 	problems []string
 	interval time.Duration
@@ -957,9 +949,9 @@ func (r *lostRun) watch(ctx context.Context) error {
 	p := newProgress(d.out, d.tty, "watching the loss reported", noSparePasses)
 	var lastFull time.Time
 	for ctx.Err() == nil {
-		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
+		if recs, _ := tally.Read(ctx, d.c); len(recs) > 0 {
 			fr.Passes += len(recs)
-			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting them", tally.misses()))
+			p.Set(min(tally.MinHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting them", tally.MissCount()))
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
@@ -971,7 +963,7 @@ func (r *lostRun) watch(ctx context.Context) error {
 				}
 			}
 		}
-		if tally.detected() && tally.minHits() >= noSparePasses || time.Now().After(deadline) {
+		if tally.Detected() && tally.MinHits() >= noSparePasses || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(r.interval)
@@ -980,8 +972,8 @@ func (r *lostRun) watch(ctx context.Context) error {
 		p.Finish("interrupted")
 		return err
 	}
-	fr.Detected = tally.detected()
-	if tally.minHits() >= noSparePasses && tally.misses() == 0 {
+	fr.Detected = tally.Detected()
+	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
 		p.Finish(fmt.Sprintf("both reported lost on every one of %d passes", tally.Observed-min(tally.FirstPass[r.x.ID], tally.FirstPass[r.y.ID])+1))
 	} else {
 		p.Finish("not reported as required")
@@ -1046,20 +1038,20 @@ func (r *lostRun) checkKept() {
 // mark them.
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
-	ps, err := leaderStatus(ctx, d.c)
+	ps, err := d.c.LeaderStatus(ctx)
 	if err != nil {
 		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
 	} else {
 		ab := d.pickAcknowledger(ps.Leader)
 		for _, id := range ids {
-			if err := acknowledge(ctx, ab, id); err != nil {
+			if err := harness.Acknowledge(ctx, ab, id); err != nil {
 				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
 			}
 		}
 		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
 		ackDeadline := time.Now().Add(max(20*d.o.Tick, 5*time.Second))
 		for len(r.acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
-			recs, _ := r.tally.read(ctx, d.c)
+			recs, _ := r.tally.Read(ctx, d.c)
 			r.fr.Passes += len(recs)
 			for _, p := range recs {
 				for _, l := range p.Report.Lost {
@@ -1076,10 +1068,10 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 			}
 		}
 	}
-	if r.tally.misses() > 0 {
-		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.misses()))
+	if r.tally.MissCount() > 0 {
+		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.MissCount()))
 	}
-	if why := r.tally.feed.Problem(); why != "" {
+	if why := r.tally.Feed.Problem(); why != "" {
 		r.add(why)
 	}
 }
@@ -1108,7 +1100,7 @@ func (r *lostRun) finish() {
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
 	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d passes did not); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
-		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
+		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.MissCount(), tally.Feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
 	if len(r.problems) > 0 {
 		fr.Error = strings.Join(r.problems, "; ")
 		r.d.logf("  lost: %s", fr.Error)

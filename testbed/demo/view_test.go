@@ -1,12 +1,12 @@
 package demo
 
 import (
-	"bufio"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/internal/admin"
@@ -21,7 +21,7 @@ func seg(id meta.SegmentID, replicas ...meta.BrokerID) meta.Segment {
 }
 
 func intact(id meta.SegmentID) admin.Copy {
-	return admin.Copy{ID: id, Size: 100 + footerSize, Sealed: true}
+	return admin.Copy{ID: id, Size: 100 + store.FooterSize, Sealed: true}
 }
 
 func TestEvaluate(t *testing.T) {
@@ -148,22 +148,3 @@ func TestPassClean(t *testing.T) {
 		t.Errorf("no plugin: %v %q", ok, why)
 	}
 }
-
-func TestParseSample(t *testing.T) {
-	text := `# HELP malachi_heal_backfill_bytes_total Bytes.
-# TYPE malachi_heal_backfill_bytes_total counter
-malachi_heal_backfill_bytes_total_extra 9
-malachi_heal_failed_segments{reason="x"} 3
-malachi_heal_backfill_bytes_total 1.048576e+06
-`
-	sc := newScanner(text)
-	v, err := parseSample(sc, backfillMetric)
-	if err != nil || v != 1048576 {
-		t.Fatalf("%v, %v", v, err)
-	}
-	if _, err := parseSample(newScanner("other 1\n"), backfillMetric); err == nil || !strings.Contains(err.Error(), "not exposed") {
-		t.Fatalf("missing metric: %v", err)
-	}
-}
-
-func newScanner(s string) *bufio.Scanner { return bufio.NewScanner(strings.NewReader(s)) }
