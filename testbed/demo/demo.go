@@ -498,7 +498,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 	}
 	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: d.liveSet, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
 	if err != nil {
-		p.Finish("not healthy: " + firstLine(err.Error(), 80))
+		p.Finish("not healthy: " + harness.FirstLine(err.Error(), 80))
 		return err
 	}
 	fr.Healed = true

@@ -102,7 +102,7 @@ func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness
 // behind on returning brokers, and the heal pass adopts an intact
 // leftover instead of moving bytes). Ties are broken by the run's seed.
 func (d *demo) freshestFollower() *harness.Broker {
-	files := d.listCopyFiles()
+	files := d.c.CopySizes()
 	var best []*harness.Broker
 	most := -1
 	for _, b := range d.c.Running() {

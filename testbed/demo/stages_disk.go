@@ -1,10 +1,8 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,63 +242,13 @@ func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrit
 func (w diskWrites) String() string {
 	s := fmt.Sprintf("%d of %d new segments written and acknowledged", w.acked, w.tried)
 	if len(w.refused) > 0 {
-		s += fmt.Sprintf(", %d refused (first: %s)", len(w.refused), firstLine(w.refused[0], 240))
+		s += fmt.Sprintf(", %d refused (first: %s)", len(w.refused), harness.FirstLine(w.refused[0], 240))
 	}
 	return s
 }
 
-func firstLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		s = s[:n] + "…"
-	}
-	return s
-}
-
-// logMarks are the brokers' log sizes at a moment, to read what they
-// logged after it.
-type logMarks map[meta.BrokerID]int64
-
-func (d *demo) markLogs() logMarks {
-	m := logMarks{}
-	for _, b := range d.c.Brokers() {
-		if fi, err := os.Stat(b.LogPath); err == nil {
-			m[b.ID] = fi.Size()
-		}
-	}
-	return m
-}
-
-// grep counts the lines the brokers logged since the marks that contain
-// needle (case-insensitive), per broker, and returns the first.
-func (m logMarks) grep(bs []*harness.Broker, needle string) (map[meta.BrokerID]int, string) {
-	counts := map[meta.BrokerID]int{}
-	first := ""
-	needle = strings.ToLower(needle)
-	for _, b := range bs {
-		f, err := os.Open(b.LogPath)
-		if err != nil {
-			continue
-		}
-		if _, err := f.Seek(m[b.ID], io.SeekStart); err == nil {
-			sc := bufio.NewScanner(f)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				if strings.Contains(strings.ToLower(sc.Text()), needle) {
-					counts[b.ID]++
-					if first == "" {
-						first = fmt.Sprintf("broker %d: %s", b.ID, firstLine(sc.Text(), 300))
-					}
-				}
-			}
-		}
-		f.Close()
-	}
-	return counts, first
-}
-
-func (d *demo) noteCause(fr *FaultReport, m logMarks, needle string) bool {
-	counts, first := m.grep(d.c.Brokers(), needle)
+func (d *demo) noteCause(fr *FaultReport, m harness.LogMarks, needle string) bool {
+	counts, first := m.Grep(d.c.Brokers(), needle)
 	if len(counts) == 0 {
 		addNote(fr, "no broker's log names %q", needle)
 		return false
@@ -338,7 +286,7 @@ type diskRun struct {
 	segs    []meta.Segment
 	targets []meta.SegmentID
 	m       measure
-	marks   logMarks
+	marks   harness.LogMarks
 	kept    int
 }
 
@@ -360,7 +308,7 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 		r.targets = append(r.targets, s.ID)
 	}
 	r.m = d.measure(ctx, r.targets, 0)
-	r.marks = d.markLogs()
+	r.marks = d.c.MarkLogs()
 	r.kept = len(d.sealedOn(b.ID))
 	return r, nil
 }
@@ -497,11 +445,11 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 
 // reviveBeside notes what the heal did with dead's replicas while full's
 // disk was faulted, and starts dead again. Nil dead does nothing.
-func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *harness.Broker, state string, marks logMarks) error {
+func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *harness.Broker, state string, marks harness.LogMarks) error {
 	if dead == nil {
 		return nil
 	}
-	counts, _ := marks.grep(d.c.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
+	counts, _ := marks.Grep(d.c.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
 	tried := 0
 	for _, n := range counts {
 		tried += n

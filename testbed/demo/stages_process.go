@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -261,7 +260,7 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	}
 	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
 	m := d.measure(ctx, targets, b.ID)
-	files, size := dirUsage(b.Dir)
+	files, size := harness.DirUsage(b.Dir)
 	d.logf("stage swap: kill -9 broker %d (pid %d), then an empty data directory in place of %s", b.ID, b.Pid(), b.Dir)
 	killAt := time.Now()
 	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout})
@@ -287,21 +286,6 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	return fr, fatal(ctx, err, d)
 }
 
-// dirUsage counts the regular files under dir and their bytes.
-func dirUsage(dir string) (files int, bytes int64) {
-	_ = filepath.WalkDir(dir, func(_ string, de os.DirEntry, err error) error {
-		if err != nil || !de.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := de.Info(); err == nil {
-			files++
-			bytes += fi.Size()
-		}
-		return nil
-	})
-	return files, bytes
-}
-
 // transfers is what a scan of the copies directories found of a dead
 // broker's segments on brokers outside their replica sets: the targets of
 // the heal pass's backfills.
@@ -312,27 +296,11 @@ type transfers struct {
 	BytesTotal int64 // their sealed sizes
 }
 
-// copyFiles is what a broker's copies directory held: size by segment.
-type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
-
-// listCopyFiles reads the copies directory of every running broker.
-func (d *demo) listCopyFiles() copyFiles {
-	out := copyFiles{}
-	for _, b := range d.c.Running() {
-		m, err := b.CopySizes()
-		if err != nil {
-			continue
-		}
-		out[b.ID] = m
-	}
-	return out
-}
-
 // scanTransfers stats the copies of segs on every running broker not in
 // skip and outside the segment's replica set in segs, leaving out the
 // files baseline lists with the same size: copies left behind by earlier
 // stages (a paused broker keeps its old copies) are not transfers.
-func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copyFiles, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
+func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
 	out := map[meta.BrokerID]transfers{}
 	for _, b := range d.c.Running() {
 		if slices.Contains(skip, b.ID) {
@@ -435,7 +403,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		segs[id] = *s
 	}
 	m := d.measure(ctx, targetsA, a.ID)
-	baseline := d.listCopyFiles()
+	baseline := d.c.CopySizes()
 	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.Pid(), len(targetsA))
 	d.watchDead, d.deadSeen = a.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
@@ -523,7 +491,7 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 // of a's segments is recorded before such a scan, the window was MISSED:
 // the caller reports the stage not injected, and the run fails (never a
 // survival); likewise when no backfill is seen in time. ctx's error is returned as err.
-func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline copyFiles, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
+func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
 	lb := d.c.Broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
 	prev := map[meta.BrokerID]transfers{}
