@@ -259,7 +259,7 @@ func (d *demo) load(ctx context.Context) error {
 		if err == nil {
 			req := admin.LoadRequest{Segments: k, RecordsPerSegment: n, RecordSize: rsize, Prefix: "s", First: next, Concurrency: 4}
 			next += k
-			_, err = d.leaderClient(ctx).Load(ctx, req)
+			_, err = d.c.LeaderClient(ctx).Load(ctx, req)
 			if err == nil {
 				continue
 			}
@@ -288,7 +288,7 @@ func (d *demo) load(ctx context.Context) error {
 func (d *demo) sealedCount(ctx context.Context) (int, error) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	snap, err := d.leaderClient(ctx).Metadata(pctx)
+	snap, err := d.c.LeaderClient(ctx).Metadata(pctx)
 	if err != nil {
 		return 0, err
 	}
@@ -299,14 +299,6 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// leaderClient is the leader's admin client, or any running broker's.
-func (d *demo) leaderClient(ctx context.Context) *admin.Client {
-	if b := d.c.LeaderOrAny(ctx); b != nil {
-		return b.Client
-	}
-	return d.c.Brokers()[0].Client // none running: its error will name it
 }
 
 // observe records a view: it evaluates it and counts heal passes.

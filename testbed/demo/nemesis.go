@@ -38,7 +38,7 @@ type nemesisEnv struct {
 func (e *nemesisEnv) Cluster() *harness.Cluster                      { return e.d.c }
 func (e *nemesisEnv) Logf(format string, args ...any)                { e.d.logf(format, args...) }
 func (e *nemesisEnv) Note(line string)                               { e.d.rep.Notes = append(e.d.rep.Notes, line) }
-func (e *nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.leaderClient(ctx) }
+func (e *nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.c.LeaderClient(ctx) }
 func (e *nemesisEnv) Live() map[meta.BrokerID]bool                   { return e.d.liveSet() }
 
 // WaitHealed is the demo's wait for a healthy cluster, its passes

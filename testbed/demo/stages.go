@@ -148,26 +148,6 @@ func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
 }
 
-// sizes returns, for each target segment, the size of the copy on each of
-// its replicas in the last view (0 when absent or the broker is down).
-func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.BrokerID]int64 {
-	out := map[meta.SegmentID]map[meta.BrokerID]int64{}
-	for _, id := range targets {
-		seg, ok := d.last.Snap.Segment(id)
-		if !ok {
-			continue
-		}
-		m := map[meta.BrokerID]int64{}
-		for _, r := range seg.Replicas {
-			if lc, ok := d.last.Copies[r][id]; ok {
-				m[r] = lc.Size
-			}
-		}
-		out[id] = m
-	}
-	return out
-}
-
 // measure is what a stage notes before its fault to count what the heal
 // moved: the targets' copy sizes (pre; those the fault takes are counted
 // gone) and every broker's catch-up counter (before).
@@ -179,7 +159,7 @@ type measure struct {
 // measure notes the targets' copies, those on broker lost (0: none)
 // counted gone, and the catch-up counters.
 func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.BrokerID) measure {
-	m := measure{pre: d.sizes(targets), before: d.c.MarkBackfill(ctx)}
+	m := measure{pre: d.last.Sizes(targets), before: d.c.MarkBackfill(ctx)}
 	for _, sizes := range m.pre {
 		if lost != 0 {
 			sizes[lost] = 0
@@ -193,33 +173,12 @@ func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.
 func (d *demo) heal(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration, m measure) error {
 	err := d.waitHealed(ctx, fr, label, start, targets, timeout)
 	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(m.pre)
+	fr.BytesEstimated = d.last.MissingBytes(m.pre)
 	fr.BytesRereplicated = m.before.Since(ctx, d.c)
 	if err != nil {
 		fr.Error = err.Error()
 	}
 	return err
-}
-
-// estimateBytes is what healing the targets must have moved, from the
-// copies' sizes after the fault (pre) and the final replica sets: every
-// copy on a final replica that was missing or short needed the rest of its
-// bytes.
-func (d *demo) estimateBytes(pre map[meta.SegmentID]map[meta.BrokerID]int64) int64 {
-	var total int64
-	for id, m := range pre {
-		seg, ok := d.last.Snap.Segment(id)
-		if !ok {
-			continue
-		}
-		full := seg.ByteSize + store.FooterSize
-		for _, r := range seg.Replicas {
-			if have := m[r]; have < full {
-				total += full - have
-			}
-		}
-	}
-	return total
 }
 
 // stageKill kills a broker with SIGKILL: a follower for "kill", the

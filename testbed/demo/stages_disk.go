@@ -187,20 +187,6 @@ func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment
 	}
 }
 
-// frozen runs fn with b stopped (SIGSTOP), so that no heal pass sees a
-// half-made fault; b is continued (SIGCONT) whatever fn returns. The pause
-// is milliseconds, far below the grace delay.
-func (d *demo) frozen(b *harness.Broker, fn func() error) error {
-	if err := b.Pause(); err != nil {
-		return err
-	}
-	err := fn()
-	if cerr := b.Resume(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // diskWrites are the stage's new segments written while the disk is
 // faulted: acknowledged ones must survive; refused ones were never
 // acknowledged.
@@ -227,7 +213,7 @@ func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrit
 	for i := 0; i < n; i++ {
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		req := admin.LoadRequest{Segments: 1, RecordsPerSegment: recs, RecordSize: rsize, Prefix: prefix, First: i, Concurrency: 1}
-		_, err := d.leaderClient(ctx).Load(lctx, req)
+		_, err := d.c.LeaderClient(ctx).Load(lctx, req)
 		cancel()
 		w.tried++
 		if err != nil {
@@ -330,7 +316,7 @@ func (d *demo) diskStage(ctx context.Context, fr *FaultReport, kind harness.Kind
 // with the broker frozen, so that no heal pass sees a half-made fault.
 func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind harness.Kind) (*harness.Injection, error) {
 	var in *harness.Injection
-	err := d.frozen(r.b, func() error {
+	err := r.b.Frozen(func() error {
 		d.cutCopies(fr, r.b, r.segs, r.m.pre)
 		var err error
 		in, err = d.c.Inject(ctx, harness.Target{Kind: kind, Timeout: d.o.StageTimeout})
@@ -429,7 +415,7 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 		return nil, nil
 	}
 	segs := d.sealedOn(victim.ID)
-	for id, m := range d.sizes(segs) {
+	for id, m := range d.last.Sizes(segs) {
 		if _, ok := pre[id]; !ok {
 			pre[id] = m
 		}

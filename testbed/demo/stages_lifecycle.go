@@ -66,28 +66,6 @@ func (fr *FaultReport) readFeed(feed *harness.PassFeed) {
 	f.PassesRead, f.PassesUnread, f.Leaders = feed.Read, feed.Unread, slices.Clone(feed.Leaders)
 }
 
-func setsBelow(snap meta.Snapshot, rf int) int {
-	n := 0
-	for _, s := range snap.Segments {
-		if len(s.Replicas) < rf {
-			n++
-		}
-	}
-	return n
-}
-
-// commandsBelow lists the segments of r's commands whose replica set has
-// fewer than rf members.
-func commandsBelow(r *heal.Report, rf int) []meta.SegmentID {
-	var out []meta.SegmentID
-	for _, c := range r.Ready {
-		if len(c.Replicas) < rf {
-			out = append(out, c.ID)
-		}
-	}
-	return out
-}
-
 // stageDecommission drains a follower, then makes it active again (empty:
 // the later stages keep every broker).
 func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
@@ -112,7 +90,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	}
 	fr.What = fmt.Sprintf("decommission broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage decommission: broker %d, which holds %d sealed replicas, drains to the others", b.ID, len(targets))
-	cl := d.leaderClient(ctx)
+	cl := d.c.LeaderClient(ctx)
 	before := d.c.MarkBackfill(ctx)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
@@ -136,7 +114,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		fr.Error = joinErr(fr.Error, gap)
 	}
 	// Active again, empty, so that the later stages have every broker.
-	if _, err := d.leaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
+	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
@@ -175,7 +153,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 		}
 		for i := range recs {
 			r, seq, by := &recs[i].Report, recs[i].Seq, recs[i].Broker
-			if segs := commandsBelow(r, d.o.RF); len(segs) > 0 {
+			if segs := harness.CommandsBelow(r, d.o.RF); len(segs) > 0 {
 				lf.BelowFactor++
 				addNote(fr, "heal pass %d of broker %d: %d commands below the replication factor (%s)", seq, by, len(segs), segs[0])
 			}
@@ -194,7 +172,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		snap, err := cl.Metadata(rctx)
 		cancel()
-		if n := setsBelow(snap, d.o.RF); err == nil && n > 0 {
+		if n := harness.SetsBelow(snap, d.o.RF); err == nil && n > 0 {
 			lf.BelowFactor++
 			addNote(fr, "metadata at index %d: %d sets below the replication factor", snap.Index, n)
 		}
@@ -253,7 +231,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	}
 	lf := &LifecycleFigures{Broker: b.ID}
 	fr.Lifecycle = lf
-	cl := d.leaderClient(ctx)
+	cl := d.c.LeaderClient(ctx)
 	feed := harness.NewPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
 	if err != nil {
@@ -324,7 +302,7 @@ type maintenanceJudge struct {
 // that late.
 func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 	r := &p.Report
-	if segs := setsChangedBy(r); len(segs) > 0 {
+	if segs := harness.SetsChangedBy(r); len(segs) > 0 {
 		j.lf.SetsChanged++
 		j.why = fmt.Sprintf("heal pass %d of broker %d changed the replica set of %d segments (%s) while broker %d was in maintenance", p.Seq, p.Broker, len(segs), segs[0], j.id)
 	}
@@ -341,27 +319,6 @@ func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 	if p.Started.After(j.stopAt.Add(j.grace)) {
 		j.lf.PassesPastGrace++
 	}
-}
-
-// setsChangedBy lists, once each, the segments whose replica set r
-// changed or handed the control plane a change of.
-func setsChangedBy(r *heal.Report) []meta.SegmentID {
-	var out []meta.SegmentID
-	add := func(id meta.SegmentID) {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	for _, c := range r.Ready {
-		add(c.ID)
-	}
-	for _, id := range slices.Concat(r.Healed, r.Moved) {
-		add(id)
-	}
-	for _, f := range r.MaintenanceFloor {
-		add(f.Segment)
-	}
-	return out
 }
 
 // watchMaintenance reads the heal passes while the judged broker is down

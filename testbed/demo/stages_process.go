@@ -127,7 +127,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	}
 	deadAt := d.deadMoment(&fr, stopAt, false)
 	gap := feed.Problem()
-	fr.BytesEstimated = d.estimateBytes(m.pre)
+	fr.BytesEstimated = d.last.MissingBytes(m.pre)
 	fr.BytesRereplicated = m.before.Since(ctx, d.c)
 	if healedAt.IsZero() {
 		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
@@ -146,7 +146,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	rejoin := FaultReport{Stage: "pause-rejoin"}
 	err = d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
 	if err == nil {
-		err = d.waitNotDead(ctx, b.ID, d.o.StageTimeout)
+		err = d.c.WaitNotDead(ctx, b.ID, d.o.StageTimeout, d.o.Poll)
 	}
 	if err != nil {
 		fr.Error = joinErr(fr.Error, "after SIGCONT: "+err.Error())
@@ -214,38 +214,6 @@ func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
 	return n
 }
 
-// waitNotDead waits until the leader's heal pass no longer lists broker id
-// dead, and id answers health naming the same leader as the others.
-func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	b := d.c.Broker(id)
-	for {
-		p, err := d.c.LeaderStatus(ctx)
-		if err == nil {
-			hctx, cancel := context.WithTimeout(ctx, time.Second)
-			h, herr := b.Client.Health(hctx)
-			cancel()
-			switch {
-			case herr != nil:
-				err = herr
-			case h.Leader != p.Leader:
-				err = fmt.Errorf("broker %d names leader %d, the leader is %d", id, h.Leader, p.Leader)
-			case slices.Contains(p.Dead, id):
-				err = fmt.Errorf("heal pass %d still lists broker %d dead", p.Passes, id)
-			default:
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("broker %d not back in the control plane after %v: %w", id, timeout, err)
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(d.o.Poll)
-	}
-}
-
 // stageSwap kills a follower, swaps its data directory for an empty one
 // (the catalogue's swap) and starts it again with the same config: it
 // comes back with no copies, no raft log and no Pebble state. The old
@@ -284,59 +252,6 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	addNote(&fr, "seconds_to_heal from the restart on the empty directory (killed %s before; it answered with a leader after %s); it holds %d copies again; old directory kept at %s",
 		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), len(d.last.Copies[b.ID]), in.Aside)
 	return fr, fatal(ctx, err, d)
-}
-
-// transfers is what a scan of the copies directories found of a dead
-// broker's segments on brokers outside their replica sets: the targets of
-// the heal pass's backfills.
-type transfers struct {
-	Partial    int   // files short of the sealed size: bytes still moving
-	Complete   int   // full-size files (committed, or about to be)
-	Bytes      int64 // bytes on disk in the partial files
-	BytesTotal int64 // their sealed sizes
-}
-
-// scanTransfers stats the copies of segs on every running broker not in
-// skip and outside the segment's replica set in segs, leaving out the
-// files baseline lists with the same size: copies left behind by earlier
-// stages (a paused broker keeps its old copies) are not transfers.
-func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
-	out := map[meta.BrokerID]transfers{}
-	for _, b := range d.c.Running() {
-		if slices.Contains(skip, b.ID) {
-			continue
-		}
-		var t transfers
-		for id, seg := range segs {
-			if seg.HasReplica(b.ID) {
-				continue
-			}
-			p, err := b.CopyPath(id)
-			if err != nil {
-				continue
-			}
-			fi, err := os.Stat(p)
-			if err != nil {
-				continue
-			}
-			size := fi.Size()
-			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
-				continue
-			}
-			full := seg.ByteSize + store.FooterSize
-			if size < full {
-				t.Partial++
-				t.Bytes += size
-				t.BytesTotal += full
-			} else {
-				t.Complete++
-			}
-		}
-		if t.Partial+t.Complete > 0 {
-			out[b.ID] = t
-		}
-	}
-	return out
 }
 
 // stageBackfillKill kills a follower A and, while the heal pass is
@@ -426,7 +341,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	}
 	deadSeenA := d.deadSeen
 	targetsB := d.sealedOn(b.ID)
-	for id, sizes := range d.sizes(targetsB) {
+	for id, sizes := range d.last.Sizes(targetsB) {
 		if m.pre[id] == nil {
 			m.pre[id] = sizes
 		}
@@ -448,7 +363,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 // noteStrike logs and notes the second kill of the backfill-kill stage:
 // broker b killed after a (by after), the target of the transfers seen;
 // seenA is when a was first listed dead, if it was (listed).
-func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Duration, seen transfers, how string, seenA time.Duration, listed bool) {
+func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Duration, seen harness.Transfers, how string, seenA time.Duration, listed bool) {
 	after = after.Round(time.Millisecond)
 	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies complete",
 		b.ID, after, a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete)
@@ -491,10 +406,10 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 // of a's segments is recorded before such a scan, the window was MISSED:
 // the caller reports the stage not injected, and the run fails (never a
 // survival); likewise when no backfill is seen in time. ctx's error is returned as err.
-func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
+func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen harness.Transfers, how, failure string, err error) {
 	lb := d.c.Broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
-	prev := map[meta.BrokerID]transfers{}
+	prev := map[meta.BrokerID]harness.Transfers{}
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, seen, "", "", err
@@ -502,7 +417,7 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 		if time.Now().After(deadline) {
 			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout), nil
 		}
-		found := d.scanTransfers(segs, baseline, a.ID, leader)
+		found := d.c.ScanTransfers(segs, baseline, a.ID, leader)
 		best := meta.BrokerID(0)
 		for id, t := range found {
 			if t.Partial > 0 && t.Bytes > prev[id].Bytes && prev[id].Partial > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
