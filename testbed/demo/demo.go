@@ -265,10 +265,8 @@ func (d *demo) load(ctx context.Context) error {
 			}
 			lastErr = err
 		}
-		// A leader change refuses or cuts a load short (admin.ErrUnavailable):
-		// what was sealed is counted again and the rest loaded under new
-		// ids; a segment left active is ignored (only sealed segments are
-		// healed).
+		// A leader change refuses or cuts a load short: what was sealed is
+		// counted again, the rest loaded under new ids.
 		if ctx.Err() != nil || !errors.Is(lastErr, admin.ErrUnavailable) || retries == 10 {
 			p.Finish("failed")
 			return fmt.Errorf("loading segments: %w", lastErr)
@@ -313,11 +311,9 @@ func (d *demo) observe(v *harness.View) harness.Evaluation {
 	return e
 }
 
-// finalCheck evaluates the last view with the segments of destroyed left
-// out (the lost stage destroyed them on purpose and they were reported as
-// required), counts the replica copies found intact, and returns the
-// harness.Evaluation with the number of segments the last heal pass reports
-// failed, the destroyed ones left out too.
+// finalCheck evaluates the last view without the segments destroyed on
+// purpose, counts the replica copies found intact, and returns the
+// evaluation with the failures the last pass reports (destroyed left out).
 func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) {
 	if d.last == nil {
 		return d.lastEv, 0
@@ -419,10 +415,9 @@ func passClean(v *harness.View) (bool, string) {
 	return true, ""
 }
 
-// countPasses reads the heal passes feed has not returned yet from c's
-// brokers and counts them in fr (their number, the longest, the time
-// spent in those that ran backfills), and notes the start of the first
-// that listed d.watchDead dead.
+// countPasses counts in fr the passes feed has not returned yet (their
+// number, the longest, the time in backfills) and notes the start of the
+// first that listed d.watchDead dead.
 func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harness.PassFeed, fr *FaultReport) {
 	unread := feed.Unread
 	recs, _ := feed.Next(ctx, c) // a history that did not answer is read on the next call
@@ -441,13 +436,10 @@ func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harnes
 	}
 }
 
-// waitHealed polls until every segment is healthy and verified
-// (harness.WaitHealed), driving a progress bar over the segments seen
-// unhealthy since start, and counts in fr every heal pass that ended since
-// start (countPasses). targets are segments known to be hit. It sets
-// fr.Healed, fr.SecondsToHeal (from start), fr.Affected and fr.Detected.
-// Healthy with a heal pass left unread (the pass history dropped it) is
-// an error too.
+// waitHealed is harness.WaitHealed with a progress bar over the segments
+// seen unhealthy (targets: known hit) and every pass since start counted
+// in fr; it sets fr.Healed, SecondsToHeal and Affected. A pass left
+// unread is an error too.
 func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
 	feed := harness.NewPassFeed(start)
 	affected := map[meta.SegmentID]bool{}

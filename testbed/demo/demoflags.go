@@ -268,10 +268,8 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
-	// Off but for the rebalance stage (stageRebalance turns it on): the
-	// nemesis checks that replica sets change only for losses
-	// (checkSetChanges), and every other stage waits for a quiescent,
-	// verified cluster, which moves after each heal keep from settling.
+	// Off but for the rebalance stage: moves after each heal would keep the
+	// cluster from the quiescence every other stage waits for.
 	extra.WriteString("rebalance = false\n")
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
@@ -280,10 +278,6 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		// producing by hand to a kept cluster.
 		Kafka: o.Clients > 0 || o.Keep}
 	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(harness.DiskKinds) {
-		// Mounted before the brokers start (written when brokers on
-		// hosts ran under ip netns exec, in mount namespaces of their
-		// own; they now run under nsenter, in the root's, so a later
-		// mount would be seen too: kept as the simpler order).
 		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
 	}
 	return cfg
@@ -300,10 +294,8 @@ func (o *Options) draws(kinds []harness.Kind) bool {
 // loop-mounted disk (the disk faults' target).
 const nemesisDiskBroker meta.BrokerID = 1
 
-// nemesisDiskSize is the copies disk for the nemesis: room for every
-// segment the baseline and the writer (one per nemesis.WriteEvery) may put on the
-// broker, a quarter more, and ext4's own. Sparse: only what is written
-// takes space.
+// nemesisDiskSize is room for every segment the baseline and the writer
+// may put on the broker, a quarter more, and ext4's own (sparse).
 func (o *Options) nemesisDiskSize() int64 {
 	segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
 	return max(64<<20, (segs*(o.SegmentSize+store.FooterSize)*5/4+48<<20)&^(1<<20-1))

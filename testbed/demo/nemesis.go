@@ -26,10 +26,8 @@ func (d *demo) runNemesis(ctx context.Context) error {
 	return err
 }
 
-// nemesisEnv is the demo as the nemesis's runner (nemesis.Env). mu
-// serializes Forget, which the nemesis calls from each fault's goroutine,
-// over the auditor's cache (a map that nothing else touches while faults
-// are injected).
+// nemesisEnv is the demo as the nemesis's runner (nemesis.Env); mu
+// serializes Forget, called from each fault's goroutine.
 type nemesisEnv struct {
 	d  *demo
 	mu sync.Mutex

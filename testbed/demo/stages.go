@@ -216,11 +216,6 @@ func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) 
 		d.killed = b
 	}
 	err := d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
-	// The moment the broker counts as dead: the grace delay after its last
-	// contact, which was at or before the kill, so at kill + grace at the
-	// latest; earlier when a heal pass that started before then already
-	// listed it dead. Measuring from there, a wait for the next tick
-	// counts as healing time, never as grace.
 	deadAt := d.deadMoment(&fr, killAt, true)
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
@@ -461,10 +456,8 @@ func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// reviveAll restarts every broker whose process is not running (a stage
-// before left it dead) and waits until the cluster is healthy again, so
-// that the next stage starts from every broker up and every segment at its
-// replication factor. It does nothing when every broker runs.
+// reviveAll restarts every dead broker and waits until the cluster is
+// healthy again; nothing when every broker runs.
 func (d *demo) reviveAll(ctx context.Context) error {
 	var dead []*harness.Broker
 	for _, b := range d.c.Brokers() {

@@ -9,19 +9,14 @@ import (
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// backfillStageShare is how much slower than the run's catch-up rate the
-// backfill-kill stage moves bytes: a quarter (two segments a second per
-// broker by default), so that a target's transfers last seconds and the
-// strike lands while bytes are moving, never by luck of a scan.
+// backfillStageShare divides the run's catch-up rate for the backfill-kill
+// stage, so that transfers last seconds and the strike lands on bytes
+// moving.
 const backfillStageShare = 4
 
-// slowBackfills rewrites every broker's config with the stage's catch-up
-// rate (heal.backfill_bytes_per_second / backfillStageShare) and restarts
-// the running brokers one at a time (SIGTERM, start, wait for a leader),
-// then waits until everything is healthy again. restore writes the run's
-// rate back into every config: a broker gets it when it next starts (the
-// survivors of the stage keep the stage's rate until then). With no cap
-// (--backfill-rate 0) it changes nothing and says so.
+// slowBackfills restarts the brokers one at a time at the stage's
+// catch-up rate; restore writes the run's rate back for their next start.
+// With no cap (--backfill-rate 0) it changes nothing and says so.
 func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func(), err error) {
 	restore = func() {}
 	if d.o.BackfillRate <= 0 {
@@ -58,11 +53,8 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 	return restore, nil
 }
 
-// freshestFollower is the follower with sealed replicas whose death needs
-// the most real transfers: segments of which no running broker outside
-// the replica set holds a file already (earlier stages leave copies
-// behind on returning brokers, and the heal pass adopts an intact
-// leftover instead of moving bytes). Ties are broken by the run's seed.
+// freshestFollower is the follower whose death needs the most real
+// transfers (segments with no leftover copy to adopt); ties by the seed.
 func (d *demo) freshestFollower() *harness.Broker {
 	files := d.c.CopySizes()
 	var best []*harness.Broker

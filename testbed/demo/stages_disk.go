@@ -17,31 +17,15 @@ import (
 	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
-// Stages that fault a broker's copies disk, a loop-mounted ext4 at its
-// <data_dir>/copies (cluster.loop says why only the copies): diskfull fills
-// it, readonly makes it read-only under the live broker as an ext4 error
-// with errors=remount-ro does.
-//
-// What the cluster must then write there, in both: in-place backfills of
-// copies the demo damages on that disk (a short copy is resumed in place
-// by the integrity pass), and new segments placed on that broker (POST
-// /v1/load through the leader). That is what a production disk fault
-// looks like to a broker: it keeps its intact copies and serves them, and
-// fails every write. The checks: the copies that cannot be written are
-// latched and replaced from intact replicas on other brokers, the
-// broker's intact copies stay in their sets and serving, the errors name
-// the cause (ENOSPC, EROFS) in the brokers' logs, no write that was
-// acknowledged is lost (every sealed segment, including those the stage
-// wrote, is at its replication factor and verified); then the operator's
-// remedy (remove the filler; or stop, unmount, e2fsck -y, mount, start)
-// and everything is checked again.
+// The disk stages fault one broker's copies disk, a loop-mounted ext4:
+// diskfull fills it, readonly remounts it read-only. While faulted, the
+// demo cuts copies there and writes new segments: the unwritable copies
+// must be replaced elsewhere, the intact ones keep serving, the logs name
+// the cause, nothing acknowledged is lost; then the remedy, checked again.
 
-// copiesDisk returns the loop-mounted copies disk and its broker, mounting
-// one first when the cluster started without (the demo did not ask for it
-// before the brokers started): a running follower is stopped, its copies
-// moved onto a new loop ext4 at <data_dir>/copies, and it is started
-// again. It sets fr.Skipped when no loop disk can be had, fr's not
-// injected when no broker can take it (and returns a nil broker).
+// copiesDisk returns the loop-mounted copies disk and its broker, moving a
+// follower's copies onto a new one first when the cluster has none. It
+// sets fr.Skipped when no loop disk can be had.
 func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
 	if l, lb := d.c.Loop(); l != nil && lb != nil {
 		if !lb.Alive() {
@@ -87,10 +71,8 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	return b, l, nil
 }
 
-// waitSettled waits for a heal pass that started after since and left
-// nothing unsettled or unconfirmed: the moved copies' new file identities
-// are confirmed again, so that the fault that follows hits only the
-// copies it damages (a settle on a read-only disk latches its copy).
+// waitSettled waits for a pass started after since that left nothing
+// unsettled: the moved copies are confirmed again before a fault.
 func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
 	deadline := time.Now().Add(d.o.StageTimeout)
 	why := "no heal pass seen"
@@ -138,10 +120,8 @@ func (d *demo) pickDiskBroker() *harness.Broker {
 	return best
 }
 
-// copiesDiskSize is the loop disk's size: room for one copy of every
-// segment (a broker holds at most one copy of each) and the stages' new
-// writes, a quarter more, and ext4's journal and tables. The image is
-// sparse: only what is written takes space.
+// copiesDiskSize is room for a copy of every segment and the stages'
+// writes, a quarter more, and ext4's own (sparse).
 func (d *demo) copiesDiskSize() int64 {
 	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
 	per := max(d.rep.SegmentBytes, 4096) + store.FooterSize
@@ -195,10 +175,8 @@ type diskWrites struct {
 	refused      []string // the errors, in order
 }
 
-// writeSegments writes n new sealed segments, one POST /v1/load each, so
-// that the leader's rotating placement puts some on the faulted broker.
-// The sealed segments it adds are counted in the report's segments (the
-// final check wants every sealed segment accounted for).
+// writeSegments writes n new sealed segments, one load each, counted in
+// the report's segments.
 func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrites {
 	recs, rsize := recordShape(d.o.SegmentSize)
 	var w diskWrites
@@ -333,19 +311,14 @@ func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind
 	return in, nil
 }
 
-// diskWhile writes the stage's new segments while the disk is faulted
-// (state: full, read-only), kills a second broker beside it when the
-// cluster can spare one, waits for the heal, names the cause found in the
-// logs (needle) and starts the second broker again. It returns the heal's
-// error, or an error that stops the demo.
+// diskWhile writes while the disk is faulted (state), kills a second
+// broker beside it when one can be spared, waits for the heal, names the
+// cause in the logs (needle) and revives the second broker.
 func (d *demo) diskWhile(ctx context.Context, fr *FaultReport, r *diskRun, state, needle string, start time.Time) (herr, err error) {
 	w := d.writeSegments(ctx, fr.Stage, d.o.Brokers)
 	d.logf("  writes while %s: %s", state, w)
 	addNote(fr, "while %s: %s", state, w)
-	// A second broker dies while the disk is faulted, when the cluster can
-	// spare it: its replicas need new homes, and the faulted broker, which
-	// the placement may well choose, must fail as a target and be avoided
-	// for that segment.
+	// Its replicas need new homes, and the faulted broker must fail as one.
 	dead, deadSegs := d.killBeside(fr, r.b, state, r.m.pre)
 	herr = d.heal(ctx, fr, "healing around the "+state+" disk", start, append(r.targets, deadSegs...), d.o.StageTimeout, r.m)
 	d.noteCause(fr, r.marks, needle)

@@ -13,13 +13,9 @@ import (
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// The operator's lifecycle stages: decommission (a follower drained to
-// nothing while every heal pass of the leader's pass history is checked
-// for a command leaving a set below the replication factor, and the
-// metadata for such a set; then made active again, empty) and maintenance
-// (a follower in a maintenance window stopped for passes past the grace
-// delay: no pass of the window may change a set and no bytes move; then
-// it starts again and the window is ended).
+// The lifecycle stages: decommission drains a follower (no pass or
+// metadata read may show a set below RF); maintenance stops one in its
+// window (no pass may change a set, no byte may move).
 
 // LifecycleFigures are a lifecycle stage's own figures (FaultReport).
 type LifecycleFigures struct {
@@ -39,20 +35,13 @@ type LifecycleFigures struct {
 	// has fewer members than the replication factor, and the metadata
 	// reads that found such a set (must be 0).
 	BelowFactor int `json:"below_factor"`
-	// PassesRead counts the heal passes of the stage read from the pass
-	// history: every one that ended during it. PassesUnread counts those
-	// the history numbered but no longer held when read (the stage then
-	// fails). Leaders are the brokers whose history was read: more than
-	// one when the leader changed.
+	// PassesRead and PassesUnread: the stage's passes read and missed;
+	// Leaders, whose histories were read.
 	PassesRead   int             `json:"passes_read"`
 	PassesUnread uint64          `json:"passes_unread,omitempty"`
 	Leaders      []meta.BrokerID `json:"leaders,omitempty"`
-	// Maintenance: PassesInWindow counts the passes that ran with the
-	// broker absent in its window, PassesPastGrace those of them that
-	// started more than the grace delay after it stopped (each would have
-	// counted it dead without the window); SetsChanged the passes of the
-	// window that changed, or handed the control plane a change of, a
-	// replica set.
+	// Maintenance: the passes with the broker absent in its window, those
+	// past the grace delay, and those that changed a replica set.
 	PassesInWindow  int `json:"passes_in_window,omitempty"`
 	PassesPastGrace int `json:"passes_past_grace,omitempty"`
 	SetsChanged     int `json:"sets_changed"`
@@ -131,12 +120,9 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// watchDrain reads every heal pass of the decommission of broker id
-// (held sealed replicas) until one reports it drained or the stage times
-// out, counting in fr's figures the passes with a command below the
-// replication factor and the metadata reads (through cl) that show a set
-// below it. It returns where the drain stood, and an error when ctx
-// ended.
+// watchDrain reads every pass until one reports broker id drained,
+// counting commands and metadata sets below RF; it returns where the
+// drain stood.
 func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
 	lf := fr.Lifecycle
 	p := newProgress(d.out, d.tty, "draining", max(held, 1))
@@ -215,14 +201,10 @@ func joinErr(a, b string) string {
 // delay after the broker stopped, the maintenance stage waits for.
 const maintenancePastGrace = 3
 
-// stageMaintenance puts a follower in a maintenance window as long as the
-// stage timeout (ended early by the stage), stops it (SIGTERM) and reads
-// the heal passes until maintenancePastGrace of them started more than
-// the grace delay after it stopped. It then starts the broker again, ends
-// the window and reads the passes left: no pass of the window may change
-// a replica set or list the broker dead or suspect, and no backfill byte
-// may move. The stage fails when the window ran out first (the absence
-// was not shown inside it) or a pass of the window was not read.
+// stageMaintenance stops a follower in a maintenance window until
+// maintenancePastGrace passes started past the grace delay, then starts
+// it and ends the window. No pass of the window may change a set or list
+// it dead or suspect, no byte may move, and every pass must be read.
 func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "maintenance"}
 	b, targets, err := d.victimFollower(ctx, &fr)
@@ -294,12 +276,8 @@ type maintenanceJudge struct {
 	why    string
 }
 
-// judge takes one pass of the window. A replica set it changed or handed
-// the control plane (a command, a heal, a move, a segment healed in spite
-// of the window) and a listing of the broker dead or suspect go wrong; a
-// pass that started after the stop and saw the broker absent in its
-// window counts in the window, and past the grace delay when it started
-// that late.
+// judge takes one pass of the window: a set changed, or the broker dead
+// or suspect, goes wrong; a pass after the stop that saw it absent counts.
 func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 	r := &p.Report
 	if segs := harness.SetsChangedBy(r); len(segs) > 0 {
@@ -321,10 +299,8 @@ func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 	}
 }
 
-// watchMaintenance reads the heal passes while the judged broker is down
-// in its window (until until) and judges each, until
-// maintenancePastGrace passes started more than the grace delay after it
-// stopped; it returns "" or why the window was not shown.
+// watchMaintenance judges the passes while the broker is down in its
+// window; "" or why the window was not shown.
 func (d *demo) watchMaintenance(ctx context.Context, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
 	lf := j.lf
 	p := newProgress(d.out, d.tty, "absent in maintenance", maintenancePastGrace)

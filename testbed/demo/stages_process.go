@@ -16,12 +16,6 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Stages that fault processes and data directories: pause (SIGSTOP past
-// the grace delay), swap (the data directory replaced by an empty one),
-// backfill-kill (kill -9 of a broker during another's backfill), nospare
-// (a latched copy with no spare broker) and lost (every copy of two
-// segments destroyed on purpose).
-
 // sealedOn lists the sealed segments of the last view with a replica on b.
 func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
 	var out []meta.SegmentID
@@ -48,15 +42,10 @@ func (d *demo) pickFollower(exclude ...meta.BrokerID) *harness.Broker {
 	return cands[d.rng.IntN(len(cands))]
 }
 
-// deadMoment sets fr's grace fields for broker faulted at faultAt and
-// returns the moment it counts as dead: faultAt + grace, or the start of an
-// earlier heal pass that listed it dead when passStart (a killed broker:
-// stageKill, stageBackfillKill).
-// A stopped broker's probe hangs until its timeout, so the pass that lists
-// it dead started long before it decided so: without passStart the start
-// of such a pass is only reported (dead_seen_seconds), and the broker
-// counts as dead at faultAt + grace (its last contact was at or before the
-// fault, at most a tick before: the heal time may be short by that much).
+// deadMoment sets fr's grace fields and returns when the broker faulted
+// at faultAt counts as dead: faultAt + grace, or, for a kill (passStart),
+// the start of an earlier pass that listed it dead. A stopped broker's
+// probe hangs, so for it that start is only reported.
 func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) time.Time {
 	deadAt := faultAt.Add(d.o.Grace)
 	if !d.deadSeen.IsZero() {
@@ -79,10 +68,8 @@ func addNote(fr *FaultReport, format string, args ...any) {
 	}
 }
 
-// victimFollower restarts every dead broker, then picks a running
-// follower that holds sealed replicas, and returns it with those
-// segments; nil when there is none (fr says it was not injected) or on
-// error.
+// victimFollower revives the dead, then picks a follower holding sealed
+// replicas; nil when none (fr says not injected) or on error.
 func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Broker, []meta.SegmentID, error) {
 	if err := d.reviveAll(ctx); err != nil {
 		fr.Error = err.Error()
@@ -97,10 +84,8 @@ func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Br
 	return b, d.sealedOn(b.ID), nil
 }
 
-// stagePause stops a follower with SIGSTOP: its process lives but answers
-// nothing. Past the grace delay the heal pass counts it dead and moves its
-// replicas; once they are all re-replicated and verified it gets SIGCONT
-// and must rejoin: the cluster is then healthy with every broker running.
+// stagePause stops a follower (SIGSTOP) until its replicas moved and
+// verified, then continues it: it must rejoin.
 func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "pause"}
 	b, targets, err := d.victimFollower(ctx, &fr)
@@ -161,11 +146,8 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// healWithout polls the brokers but b (stopped) until a heal pass lists
-// b dead, every segment of targets moved off it and every segment is
-// healthy and verified, or deadline. It returns when that was (zero: not
-// by the deadline) and, if not, why; an error only when the demo cannot
-// go on.
+// healWithout waits, without b, until a pass lists b dead and every
+// target moved off it and healed; zero time and why when not by deadline.
 func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
 	sub := d.c.Without(b.ID)
 	live := func() map[meta.BrokerID]bool {
@@ -214,12 +196,8 @@ func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
 	return n
 }
 
-// stageSwap kills a follower, swaps its data directory for an empty one
-// (the catalogue's swap) and starts it again with the same config: it
-// comes back with no copies, no raft log and no Pebble state. The old
-// directory is kept, renamed, beside the new one under the demo's
-// directory, for inspection (it goes with the demo's directory when that
-// is removed after a healthy run).
+// stageSwap kills a follower and starts it on an empty data directory;
+// the old one is kept beside it.
 func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "swap"}
 	b, targets, err := d.victimFollower(ctx, &fr)
@@ -254,27 +232,8 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	return fr, fatal(ctx, err, d)
 }
 
-// stageBackfillKill kills a follower A and, while the heal pass is
-// backfilling A's segments, kill -9s a broker B that is the target of
-// transfers in flight. Everything must come back at RF on the survivors.
-// A and B are left dead: the next stage revives them, or nospare uses the
-// three survivors as they are.
-//
-// The mass-failure brake (hold_share 0.25 by default, which the demo's
-// config leaves: two of five brokers missing within one grace delay of
-// each other hold every backfill): B dies during the backfills of the
-// pass that declared A dead, and that pass probed B first, so B's last
-// contact is at least one grace delay after A's and the brake does not
-// hold by construction (seen in the leaders' logs: "hold":"" on every
-// pass). The stage still watches for a hold while it heals and, should
-// one appear (a probe of A later than expected), releases it through
-// POST /v1/heal/release as an operator who knows the two deaths are
-// unrelated would, and says so in its note.
-// throttledTimeout is how long the backfill-kill stage waits for its heal:
-// the stage timeout plus twice the time the lost copies take at the
-// stage's catch-up rate spread over the running brokers (the throttle that
-// makes the strike certain also slows the heal: 300 segments of 1 MiB at
-// 2 MiB/s per broker need about a minute).
+// throttledTimeout is the stage timeout plus twice the time the lost
+// copies take at the stage's catch-up rate over the running brokers.
 func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Duration {
 	live := int64(len(d.c.Running()))
 	if d.o.BackfillRate <= 0 || live == 0 {
@@ -293,6 +252,10 @@ func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Dur
 	return d.o.StageTimeout + 2*copyTime
 }
 
+// stageBackfillKill kills a follower A and, while bytes of its backfills
+// are seen moving, a target B of them: everything must come back at RF on
+// the survivors (A and B are left dead). A hold of the mass-failure brake,
+// should one appear, is released as an operator would.
 func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "backfill-kill"}
 	if err := d.reviveAll(ctx); err != nil {
@@ -399,13 +362,10 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 	return err
 }
 
-// strikeTarget watches the targets' copy files, after broker a's kill at
-// killA, for a's segments (segs) arriving, and picks the broker B to kill
-// while bytes are moving to it: a copy on disk short of its sealed size
-// that grew since the previous scan. Nothing else counts: when every set
-// of a's segments is recorded before such a scan, the window was MISSED:
-// the caller reports the stage not injected, and the run fails (never a
-// survival); likewise when no backfill is seen in time. ctx's error is returned as err.
+// strikeTarget picks the broker to kill once bytes are seen moving to it
+// (a short copy of a's segments that grew since the scan before). When
+// every set is recorded first, or no backfill shows in time, failure says
+// the window was missed: the stage is not injected, never survived.
 func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen harness.Transfers, how, failure string, err error) {
 	lb := d.c.Broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
@@ -457,18 +417,9 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 // nospareReason is how the heal pass reports a lost copy with nowhere to go.
 const nospareReason = "no_spare_broker"
 
-// stageNoSpare latches one copy while exactly RF brokers run: there is no
-// spare broker to replace it on. The segment must stay at RF with the
-// latched copy kept in its set, be reported no_spare_broker on every pass,
-// and stay readable from its intact copies; once the dead brokers are
-// restarted the latched copy is replaced and everything is healthy.
-//
-// It does not revive first when the running brokers are already healthy
-// and number at least RF (the backfill-kill stage leaves two of five dead
-// and everything healed on the three others: exactly what this stage
-// needs); otherwise it revives them all. Then it kills followers one at a
-// time, each after the previous one healed, so their deaths are far more
-// than a grace delay apart and the mass-failure brake does not hold.
+// stageNoSpare latches a copy while exactly RF brokers run: it must stay
+// in its set, be reported no_spare_broker on every pass and stay readable
+// elsewhere; once the dead return it is replaced.
 func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "nospare"}
 	killed, err := d.killToFactor(ctx, &fr)
@@ -509,14 +460,8 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	return fr, d.sparesBack(ctx, &fr, v, problems)
 }
 
-// killToFactor kills followers one at a time until exactly RF brokers
-// run, each after the previous one healed, so that their deaths are far
-// more than a grace delay apart and the mass-failure brake does not hold.
-// It first revives every broker unless the running ones are healthy and
-// at least RF (the backfill-kill stage leaves two of five dead and
-// everything healed on the three others: what the nospare stage needs).
-// It returns how many it killed, -1 when the stage cannot go on (fr says
-// why).
+// killToFactor kills followers, each after the last healed (no brake),
+// until RF run; -1 when the stage cannot go on.
 func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
 		if err := d.reviveAll(ctx); err != nil {
@@ -546,11 +491,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	return killed, nil
 }
 
-// sparesBack restarts the dead brokers: the latched copy of v must then
-// be replaced. A restarted broker may still hold an old intact copy (from
-// before it was killed), resumed in place at no cost: the estimate counts
-// what each file lacked before the restart. It sets fr's verdict, adding
-// to the problems the watch found.
+// sparesBack revives the dead: the latched copy must then be replaced.
 func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems []string) error {
 	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
@@ -607,13 +548,9 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 // after the fault is first reported.
 const noSparePasses = 10
 
-// watchNoSpare follows the heal passes while no spare exists, until the
-// latched segment was reported on noSparePasses passes (or the stage
-// timeout). On full polls it checks that the segment keeps RF replicas
-// with the latched copy among them, that its other copies pass the demo's
-// own audit (read straight from the files, uncached: still readable), and
-// that no other segment is unhealthy. It returns what went wrong and how
-// many intact-copy audits passed.
+// watchNoSpare reads the passes until the segment was reported on
+// noSparePasses, checking each second that it keeps RF with the latched
+// copy and readable others, and nothing else turns unhealthy.
 func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (problems []string, reads int) {
 	id := v.seg.ID
 	deadline := time.Now().Add(d.o.StageTimeout)
@@ -698,15 +635,9 @@ func lostReported(r *heal.Report, seg meta.SegmentID) bool {
 	return why == heal.NoIntactSource || why == heal.AllReplicasDead
 }
 
-// stageLost destroys every copy of two segments on purpose: X's files are
-// deleted, Y's damaged in place (a bit flip, same size, for the scrubber
-// to find; truncated when the scrubber is off). Over at least ten heal
-// passes both must be reported lost on every pass, no other segment may
-// become unhealthy, and no file of Y may be deleted by the cluster (they
-// are the last remains of its data). Then both are acknowledged through
-// POST /v1/heal/acknowledge/{id} and the report must mark them so. It is
-// the last stage: the demo ends with X and Y destroyed, and the report
-// counts them apart from real data loss only when all of this held.
+// stageLost destroys every copy of X (deleted) and Y (damaged in place):
+// both must be reported lost on every pass (ten at least), nothing else
+// turn unhealthy, no file of Y go; then both are acknowledged.
 func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "lost"}
 	if err := d.reviveAll(ctx); err != nil {
@@ -779,10 +710,7 @@ func (r *lostRun) add(s string) {
 	}
 }
 
-// hit destroys every copy file of seg on any broker (kind delete, bitflip
-// or truncate): its replicas' and any left outside its set by earlier
-// stages (a restarted broker keeps its old copies; an intact one would
-// rightly heal the segment). It returns how many it destroyed.
+// hit destroys every copy file of seg on any broker, leftovers too.
 func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 	d, fr := r.d, r.fr
 	n := 0
@@ -875,16 +803,8 @@ func (r *lostRun) watch(ctx context.Context) error {
 	return nil
 }
 
-// checkKept: Y's damaged copies are the last remains: none may be gone
-// (but a leftover outside the set that a pass collected while it saw every
-// replica intact, the scrubber not having found them damaged yet: the
-// pass history says so), and its replicas' copies must be as the fault
-// left them. A leftover copy
-// outside the set may have been picked as the target of a backfill while
-// the scrubber had not yet found every replica corrupt: the catch-up then
-// cuts it back to its last valid frame (the same bytes are damaged in
-// every copy, so what it drops is still in the replicas' copies); that is
-// noted, not counted as a deletion.
+// checkKept: none of Y's damaged files may go, and its replicas' stay as
+// the fault left them; a leftover collected or cut back is noted.
 func (r *lostRun) checkKept() {
 	y := r.y
 	for path, size := range r.yFiles {

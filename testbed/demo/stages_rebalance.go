@@ -11,13 +11,8 @@ import (
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// The rebalance stage. The harness cannot add a broker
-// to a running cluster, so an empty one is made with the operator's
-// lifecycle: a follower is decommissioned until no replica set names it
-// (its copies moved and deleted), then the decommission is cancelled. It
-// is then an active broker holding nothing, as a new one would be, and
-// the rebalancer fills it until every broker's replicas, by count and by
-// bytes, are within 10% of the mean.
+// The rebalance stage empties a follower (decommission, then cancel) and
+// waits for the rebalancer to bring every broker within 10% of the mean.
 
 // RebalanceFigures are the rebalance stage's figures.
 type RebalanceFigures struct {
@@ -93,10 +88,8 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	return fr, err
 }
 
-// waitBalanced waits, from the cancel of the decommission of fig.Broker
-// at cancelled (snap the metadata then), until every running broker is
-// within 10% of the mean and the cluster healthy, and fills in fig and
-// fr's verdict.
+// waitBalanced waits until every broker is within 10% of the mean and
+// the cluster healthy, and fills in fig and fr.
 func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *RebalanceFigures, snap *meta.Snapshot, cancelled time.Time) error {
 	run := d.c.Running()
 	fig.Before = harness.Spread(snap, run)
@@ -142,10 +135,8 @@ func (d *demo) lastBalanced(ctx context.Context) bool {
 	return ok && st.LastPass != nil && (st.LastPass.Rebalance == nil || st.LastPass.Rebalance.Balanced)
 }
 
-// setHealKey replaces from by to in every broker's [heal] settings and
-// restarts the running brokers one at a time with it; the func it returns
-// puts from back the same way. The demo runs with the rebalancer off and
-// turns it on for the rebalance stage only.
+// setHealKey restarts the brokers with from replaced by to in [heal];
+// the func returned puts it back.
 func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, error) {
 	swap := func(a, b string) error {
 		old := d.c.Config().HealExtra
