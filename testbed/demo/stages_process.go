@@ -548,81 +548,90 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 // after the fault is first reported.
 const noSparePasses = 10
 
-// watchNoSpare reads the passes until the segment was reported on
-// noSparePasses, checking each second that it keeps RF with the latched
-// copy and readable others, and nothing else turns unhealthy.
+// watchNoSpare watches the latched segment reported no_spare_broker
+// (watchReported), checking on each poll that it keeps RF replicas with
+// the latched copy among them and its other copies readable.
 func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (problems []string, reads int) {
 	id := v.seg.ID
-	deadline := time.Now().Add(d.o.StageTimeout)
-	lastFull := time.Time{}
-	interval := max(d.o.Tick/4, 10*time.Millisecond)
-	p := newProgress(d.out, d.tty, "no spare: watching heal passes", noSparePasses)
+	problems = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string)) {
+		s, ok := view.Snap.Segment(id)
+		switch {
+		case !ok:
+			add(fmt.Sprintf("%s left the metadata", id))
+			return
+		case len(s.Replicas) != d.o.RF:
+			add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
+		case !s.HasReplica(v.b.ID):
+			add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
+		}
+		for _, r := range s.Replicas {
+			if br := d.c.Broker(r); br != nil && r != v.b.ID {
+				if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
+					add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
+				} else {
+					reads++
+				}
+			}
+		}
+	})
+	if why := tally.Feed.Problem(); why != "" {
+		problems = append(problems, why)
+	}
+	return problems, reads
+}
+
+// watchReported reads tally's passes until each of ids was reported (as
+// what) on noSparePasses of them, or deadline; once a second it polls the
+// cluster: another segment turning unhealthy is a problem, and check, when
+// set, judges the view. It returns the problems, the tally's verdict
+// among them (never reported, too few, a pass that did not report).
+func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string))) (problems []string) {
 	add := func(s string) {
 		if !slices.Contains(problems, s) {
 			problems = append(problems, s)
 		}
 	}
-	for ctx.Err() == nil {
+	p := newProgress(d.out, d.tty, "watching "+what+" reported", noSparePasses)
+	var lastFull time.Time
+	for ; ctx.Err() == nil; time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
 		if recs, _ := tally.Read(ctx, d.c); len(recs) > 0 {
 			fr.Passes += len(recs)
-			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting it", tally.Misses[id]))
+			p.Set(min(tally.MinHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting", tally.MissCount()))
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
 			if view, err := harness.Poll(ctx, d.c, false); err == nil {
-				e := d.observe(view)
-				for other, why := range e.Unhealthy {
-					if other != id {
+				for other, why := range d.observe(view).Unhealthy {
+					if !slices.Contains(ids, other) {
 						add(fmt.Sprintf("%s became unhealthy: %s", other, why))
 					}
 				}
-				s, ok := view.Snap.Segment(id)
-				switch {
-				case !ok:
-					add(fmt.Sprintf("%s left the metadata", id))
-				case len(s.Replicas) != d.o.RF:
-					add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
-				case !s.HasReplica(v.b.ID):
-					add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
-				}
-				if ok {
-					for _, r := range s.Replicas {
-						if r == v.b.ID {
-							continue
-						}
-						if br := d.c.Broker(r); br != nil {
-							if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
-								add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
-							} else {
-								reads++
-							}
-						}
-					}
+				if check != nil {
+					check(view, add)
 				}
 			}
 		}
-		if tally.Hits[id] >= noSparePasses || time.Now().After(deadline) {
+		if tally.Detected() && tally.MinHits() >= noSparePasses || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(interval)
 	}
-	switch {
-	case !tally.Detected():
-		add(fmt.Sprintf("no heal pass reported %s %s within %v", id, nospareReason, d.o.StageTimeout))
-		p.Finish("not reported")
-	case tally.Hits[id] < noSparePasses:
-		add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, nospareReason, tally.Hits[id], d.o.StageTimeout))
-		p.Finish("timed out")
-	default:
-		p.Finish(fmt.Sprintf("reported on %d of %d passes", tally.Hits[id], tally.Hits[id]+tally.Misses[id]))
+	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
+		p.Finish(fmt.Sprintf("reported on every one of %d passes", tally.MinHits()))
+	} else {
+		p.Finish("not reported as required")
 	}
-	if tally.Misses[id] > 0 {
-		add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, nospareReason, tally.Misses[id]))
+	for _, id := range ids {
+		switch {
+		case tally.FirstPass[id] == 0:
+			add(fmt.Sprintf("%s never reported %s within %v", id, what, d.o.StageTimeout))
+		case tally.Hits[id] < noSparePasses:
+			add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, what, tally.Hits[id], d.o.StageTimeout))
+		}
+		if m := tally.Misses[id]; m > 0 {
+			add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, what, m))
+		}
 	}
-	if why := tally.Feed.Problem(); why != "" {
-		add(why)
-	}
-	return problems, reads
+	return problems
 }
 
 // lostReported: the pass lists seg lost, or failed for want of any intact
@@ -673,9 +682,11 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 	r.ids = []meta.SegmentID{x.ID, y.ID}
 	r.tally = harness.NewPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
 	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
-	if err := r.watch(ctx); err != nil {
+	r.problems = d.watchReported(ctx, &fr, r.tally, r.ids, "lost", r.start.Add(d.o.StageTimeout), nil)
+	if err := ctx.Err(); err != nil {
 		return fr, err
 	}
+	fr.Detected = r.tally.Detected()
 	r.checkKept()
 	r.acknowledge(ctx)
 	r.finish()
@@ -749,58 +760,6 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 		n++
 	}
 	return n
-}
-
-// watch follows the heal passes until both segments were reported lost
-// on noSparePasses passes (or the stage times out), noting any other
-// segment that becomes unhealthy meanwhile.
-func (r *lostRun) watch(ctx context.Context) error {
-	d, fr, tally, ids := r.d, r.fr, r.tally, r.ids
-	deadline := r.start.Add(d.o.StageTimeout)
-	p := newProgress(d.out, d.tty, "watching the loss reported", noSparePasses)
-	var lastFull time.Time
-	for ctx.Err() == nil {
-		if recs, _ := tally.Read(ctx, d.c); len(recs) > 0 {
-			fr.Passes += len(recs)
-			p.Set(min(tally.MinHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting them", tally.MissCount()))
-		}
-		if time.Since(lastFull) > time.Second {
-			lastFull = time.Now()
-			if view, err := harness.Poll(ctx, d.c, false); err == nil {
-				for other, why := range d.observe(view).Unhealthy {
-					if !slices.Contains(ids, other) {
-						r.add(fmt.Sprintf("%s became unhealthy: %s", other, why))
-					}
-				}
-			}
-		}
-		if tally.Detected() && tally.MinHits() >= noSparePasses || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(r.interval)
-	}
-	if err := ctx.Err(); err != nil {
-		p.Finish("interrupted")
-		return err
-	}
-	fr.Detected = tally.Detected()
-	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
-		p.Finish(fmt.Sprintf("both reported lost on every one of %d passes", tally.Observed-min(tally.FirstPass[r.x.ID], tally.FirstPass[r.y.ID])+1))
-	} else {
-		p.Finish("not reported as required")
-	}
-	for _, id := range ids {
-		switch {
-		case tally.FirstPass[id] == 0:
-			r.add(fmt.Sprintf("%s never reported lost within %v", id, d.o.StageTimeout))
-		case tally.Hits[id] < noSparePasses:
-			r.add(fmt.Sprintf("%s reported lost on only %d passes within %v", id, tally.Hits[id], d.o.StageTimeout))
-		}
-		if m := tally.Misses[id]; m > 0 {
-			r.add(fmt.Sprintf("%s not reported lost on %d passes after its first report", id, m))
-		}
-	}
-	return nil
 }
 
 // checkKept: none of Y's damaged files may go, and its replicas' stay as
