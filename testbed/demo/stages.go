@@ -191,7 +191,7 @@ func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) 
 	fr := FaultReport{Stage: name}
 	b, role := d.c.Broker(d.last.Leader), "leader"
 	if !leader {
-		b, role = d.randomFollower(), "follower"
+		b, role = d.follower(nil), "follower"
 	}
 	if b == nil || !b.Alive() {
 		fr.notInjected("no running " + role + " to kill")
@@ -221,21 +221,6 @@ func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) 
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 	}
 	return fr, fatal(ctx, err, d)
-}
-
-// randomFollower is a running broker other than the leader, drawn by the
-// run's seed, or nil.
-func (d *demo) randomFollower() *harness.Broker {
-	var cands []*harness.Broker
-	for _, b := range d.c.Running() {
-		if b.ID != d.last.Leader {
-			cands = append(cands, b)
-		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	return cands[d.rng.IntN(len(cands))]
 }
 
 // awaitNewLeader notes in fr the first broker other than old that the

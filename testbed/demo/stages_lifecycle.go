@@ -63,7 +63,10 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		fr.Error = err.Error()
 		return fr, err
 	}
-	b := d.drainableFollower()
+	// A decommission never moves an unsealed segment: b holds none.
+	b := d.follower(func(b *harness.Broker) bool {
+		return d.holdsSealed(b) && !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
+	})
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)")
 		return fr, nil
@@ -169,25 +172,6 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 	}
 	p.Finish("timed out")
 	return why, nil
-}
-
-// drainableFollower is a running follower that holds sealed replicas and
-// no unsealed one (a failed load's segment stays unsealed, and a
-// decommission never moves it), or nil.
-func (d *demo) drainableFollower() *harness.Broker {
-	var cands []*harness.Broker
-	for _, b := range d.c.Running() {
-		if b.ID == d.last.Leader || len(d.sealedOn(b.ID)) == 0 {
-			continue
-		}
-		if !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) }) {
-			cands = append(cands, b)
-		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	return cands[d.rng.IntN(len(cands))]
 }
 
 func joinErr(a, b string) string {

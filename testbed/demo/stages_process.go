@@ -27,12 +27,12 @@ func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
 	return out
 }
 
-// pickFollower chooses a running broker other than the leader that holds
-// sealed replicas, or nil.
-func (d *demo) pickFollower(exclude ...meta.BrokerID) *harness.Broker {
+// follower is a running broker other than the leader for which ok holds
+// (nil: any), drawn by the run's seed, or nil.
+func (d *demo) follower(ok func(*harness.Broker) bool) *harness.Broker {
 	var cands []*harness.Broker
 	for _, b := range d.c.Running() {
-		if b.ID != d.last.Leader && !slices.Contains(exclude, b.ID) && len(d.sealedOn(b.ID)) > 0 {
+		if b.ID != d.last.Leader && (ok == nil || ok(b)) {
 			cands = append(cands, b)
 		}
 	}
@@ -41,6 +41,9 @@ func (d *demo) pickFollower(exclude ...meta.BrokerID) *harness.Broker {
 	}
 	return cands[d.rng.IntN(len(cands))]
 }
+
+// holdsSealed: b holds sealed replicas.
+func (d *demo) holdsSealed(b *harness.Broker) bool { return len(d.sealedOn(b.ID)) > 0 }
 
 // deadMoment sets fr's grace fields and returns when the broker faulted
 // at faultAt counts as dead: faultAt + grace, or, for a kill (passStart),
@@ -75,7 +78,7 @@ func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Br
 		fr.Error = err.Error()
 		return nil, nil, err
 	}
-	b := d.pickFollower()
+	b := d.follower(d.holdsSealed)
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas")
 		return nil, nil, nil
@@ -471,7 +474,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	}
 	killed := 0
 	for len(d.c.Running()) > d.o.RF {
-		k := d.pickFollower()
+		k := d.follower(d.holdsSealed)
 		if k == nil {
 			fr.notInjected("no follower to kill down to the replication factor")
 			return -1, nil
