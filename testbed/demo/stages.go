@@ -168,6 +168,26 @@ func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.
 	return m
 }
 
+// strikeBroker notes what to measure (targets, the struck broker's copies
+// counted gone), watches for the first pass listing it dead (the caller
+// resets d.watchDead), injects t and marks fr injected. The injection is
+// returned on an error too, which fr holds.
+func (d *demo) strikeBroker(ctx context.Context, fr *FaultReport, t harness.Target, targets []meta.SegmentID, what string) (measure, time.Time, *harness.Injection, error) {
+	b := t.Brokers[0]
+	fr.Broker, fr.What = b.ID, what
+	d.logf("stage %s: %s: broker %d (pid %d) holds %d sealed replicas", fr.Stage, what, b.ID, b.Pid(), len(targets))
+	m := d.measure(ctx, targets, b.ID)
+	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	at := time.Now()
+	in, err := d.c.Inject(ctx, t)
+	if err != nil {
+		fr.Error = err.Error()
+		return m, at, in, err
+	}
+	fr.Injected = true
+	return m, at, in, nil
+}
+
 // heal waits for the cluster to heal a stage's fault (waitHealed) and
 // fills in fr's detection, the bytes moved and estimated, and its error.
 func (d *demo) heal(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration, m measure) error {
@@ -198,24 +218,18 @@ func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) 
 		return fr, nil
 	}
 	targets := d.sealedOn(b.ID)
-	fr.Broker = b.ID
-	fr.What = fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets))
-	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.Pid(), len(targets))
-	m := d.measure(ctx, targets, b.ID)
-	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
-	killAt := time.Now()
-	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
-		fr.Error = err.Error()
+	m, killAt, _, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}, targets,
+		fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets)))
+	if err != nil {
 		return fr, err
 	}
-	fr.Injected = true
 	if leader {
 		d.awaitNewLeader(ctx, &fr, b.ID, killAt)
 	} else {
 		d.killed = b
 	}
-	err := d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
+	err = d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
 	deadAt := d.deadMoment(&fr, killAt, true)
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))

@@ -95,19 +95,13 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	if b == nil {
 		return fr, err
 	}
-	fr.What = fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets))
-	d.logf("stage pause: SIGSTOP broker %d (pid %d), which holds %d sealed replicas", b.ID, b.Pid(), len(targets))
-	m := d.measure(ctx, targets, b.ID)
-	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
-	stopAt := time.Now()
-	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}})
+	m, stopAt, in, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
+		fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets)))
 	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
 	if err != nil {
-		fr.Error = err.Error()
 		return fr, err
 	}
-	fr.Injected = true
 	feed := harness.NewPassFeed(stopAt)
 	healedAt, why, err := d.healWithout(ctx, &fr, b, targets, feed, stopAt.Add(d.o.StageTimeout))
 	if err != nil {
@@ -207,15 +201,12 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	if b == nil {
 		return fr, err
 	}
-	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
-	m := d.measure(ctx, targets, b.ID)
 	files, size := harness.DirUsage(b.Dir)
-	d.logf("stage swap: kill -9 broker %d (pid %d), then an empty data directory in place of %s", b.ID, b.Pid(), b.Dir)
-	killAt := time.Now()
-	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout})
-	fr.Injected = in.Aside != ""
+	defer func() { d.watchDead = 0 }()
+	m, killAt, in, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
+		fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets)))
 	if err != nil {
-		fr.Error = err.Error()
+		fr.Injected = in.Aside != ""
 		return fr, fmt.Errorf("stage swap: %w", err)
 	}
 	d.aud.ForgetUnder(in.Aside)
@@ -283,17 +274,13 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		s, _ := d.last.Snap.Segment(id)
 		segs[id] = *s
 	}
-	m := d.measure(ctx, targetsA, a.ID)
 	baseline := d.c.CopySizes()
-	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.Pid(), len(targetsA))
-	d.watchDead, d.deadSeen = a.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
-	killA := time.Now()
-	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}); err != nil {
-		fr.Error = err.Error()
+	m, killA, _, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
+		fmt.Sprintf("kill -9 %d, then a target of its backfills", a.ID))
+	if err != nil {
 		return fr, err
 	}
-	fr.Injected = true
 	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
 	if err != nil || failure != "" {
 		// With a failure broker a died, but the stage's fault (a target
