@@ -392,29 +392,6 @@ func (d *demo) copiesCarryConfirmed() bool {
 	return false
 }
 
-// passClean says the leader's latest heal report, at or after the view's
-// metadata index, found nothing left to do. Without a report (no plugin
-// status yet) it is false: verification is not assumed.
-func passClean(v *harness.View) (bool, string) {
-	r, _, _, ok := admin.LastPass(v.Status)
-	if !ok {
-		return false, "no heal report in the leader's /v1/status"
-	}
-	switch {
-	case r.Index < v.Snap.Index:
-		return false, fmt.Sprintf("latest heal pass at index %d, metadata at %d", r.Index, v.Snap.Index)
-	case r.UnderReplicated > 0:
-		return false, fmt.Sprintf("heal pass: %d under-replicated", r.UnderReplicated)
-	case len(r.Failed) > 0:
-		return false, fmt.Sprintf("heal pass: %d failed (%s: %s)", len(r.Failed), r.Failed[0].Segment, r.Failed[0].Reason)
-	case len(r.Unsettled) > 0:
-		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
-	case r.HoldReason != "" && !r.HoldReleased:
-		return false, "heal pass on hold: " + r.HoldReason
-	}
-	return true, ""
-}
-
 // countPasses counts in fr the passes feed has not returned yet (their
 // number, the longest, the time in backfills) and notes the start of the
 // first that listed d.watchDead dead.
@@ -475,7 +452,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 		if baseline && e.Sealed < d.o.Segments {
 			return fmt.Sprintf("%d of %d segments sealed", e.Sealed, d.o.Segments)
 		}
-		if clean, why := passClean(v); !d.brokerVerified && !clean {
+		if clean, why := v.PassClean(); !d.brokerVerified && !clean {
 			return why
 		}
 		return ""

@@ -64,39 +64,13 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
-	if err := d.waitSettled(ctx, movedAt); err != nil {
+	v, err := d.c.WaitSettled(ctx, movedAt, d.o.StageTimeout, d.o.Poll)
+	if err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
+	d.observe(v)
 	l, _ := d.c.Loop()
 	return b, l, nil
-}
-
-// waitSettled waits for a pass started after since that left nothing
-// unsettled: the moved copies are confirmed again before a fault.
-func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
-	deadline := time.Now().Add(d.o.StageTimeout)
-	why := "no heal pass seen"
-	for time.Now().Before(deadline) {
-		v, err := harness.Poll(ctx, d.c, false)
-		if err != nil {
-			why = err.Error()
-		} else if _, started, _, ok := admin.LastPass(v.Status); !ok {
-			why = "no heal report in the leader's /v1/status"
-		} else if started.IsZero() || !started.After(since) {
-			why = "no heal pass started since the copies moved"
-		} else if clean, cwhy := passClean(v); !clean {
-			why = cwhy
-		} else {
-			d.observe(v)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d.o.Poll):
-		}
-	}
-	return fmt.Errorf("copies not confirmed again after %v: %s", d.o.StageTimeout, why)
 }
 
 // pickDiskBroker chooses the running broker other than the leader that

@@ -164,7 +164,7 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 		if moved := movedOff(v, targets, b.ID); moved < len(targets) {
 			return fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
 		}
-		_, why := passClean(v)
+		_, why := v.PassClean()
 		return why
 	}
 	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: live, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))

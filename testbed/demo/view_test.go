@@ -122,29 +122,3 @@ func TestDecodeStatusOfPlugin(t *testing.T) {
 		t.Fatal("a disabled plugin has a last pass")
 	}
 }
-
-func TestPassClean(t *testing.T) {
-	mk := func(r heal.Report) *harness.View {
-		raw, _ := json.Marshal(plugin.Status{Enabled: true, Passes: 1, LastPass: &r})
-		return &harness.View{Snap: meta.Snapshot{Index: 10}, Status: raw}
-	}
-	for _, tc := range []struct {
-		r    heal.Report
-		want string
-	}{
-		{heal.Report{Index: 10}, ""},
-		{heal.Report{Index: 9}, "metadata at 10"},
-		{heal.Report{Index: 12, UnderReplicated: 1}, "1 under-replicated"},
-		{heal.Report{Index: 12, Failed: []heal.Failure{{Segment: "s", Reason: heal.AllReplicasDead}}}, "all_replicas_dead"},
-		{heal.Report{Index: 12, Unsettled: []heal.CopyRef{{Segment: "s", Broker: 1}}}, "not yet confirmed"},
-		{heal.Report{Index: 12, HoldReason: "3 brokers lost in 10s"}, "on hold"},
-	} {
-		ok, why := passClean(mk(tc.r))
-		if ok != (tc.want == "") || !strings.Contains(why, tc.want) {
-			t.Errorf("%+v: %v %q, want %q", tc.r, ok, why, tc.want)
-		}
-	}
-	if ok, why := passClean(&harness.View{Status: json.RawMessage(`{"heal":"disabled"}`)}); ok || !strings.Contains(why, "no heal report") {
-		t.Errorf("no plugin: %v %q", ok, why)
-	}
-}
