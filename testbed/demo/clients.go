@@ -12,12 +12,9 @@ import (
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
-// The Kafka clients of --clients N (testbed/kafkaload): N producers on
-// the brokers' Kafka listeners from the healthy baseline to the end of
-// the stages or the nemesis, then one consumer that reads every record
-// back and kafkaload.Check. What this file owns is the glue: when the
-// load starts and stops, how its partition segments are counted, what
-// --keep prints. Every judgement is kafkaload's.
+// The --clients load (testbed/kafkaload): when it starts and stops, how
+// its partition segments are counted, what --keep prints. Every judgement
+// is kafkaload's.
 
 const (
 	// clientsTopic is the producers' topic. One partition: with rf 3 its
@@ -80,11 +77,9 @@ func (d *demo) finishClients(ctx context.Context) {
 	}
 }
 
-// notePartitionSegments counts the partition segments of snap sealed
-// since the last call in the report's segments: the Kafka listener seals
-// a partition's active segment when a replica fails (and at a roll), and
-// the final check wants every sealed segment accounted for. The demo's
-// own loads count theirs (sealedCount leaves partition segments out).
+// notePartitionSegments counts the partition segments sealed since the
+// last call in the report's segments (the listener seals one when a
+// replica fails): the final check wants every sealed segment counted.
 func (d *demo) notePartitionSegments(snap meta.Snapshot) {
 	n := 0
 	for _, s := range snap.Segments {

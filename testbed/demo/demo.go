@@ -14,6 +14,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 
@@ -26,7 +27,7 @@ type demo struct {
 	out    io.Writer // progress and narration
 	tty    bool
 	c      *harness.Cluster
-	aud    *auditor
+	aud    *harness.Auditor
 	rng    *rand.Rand
 	rep    *Report
 	last   *harness.View
@@ -64,7 +65,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 		seed = uint64(time.Now().UnixNano())
 	}
 	d := &demo{
-		o: o, out: out, tty: isTerminal(out), aud: newAuditor(), seed: seed,
+		o: o, out: out, tty: isTerminal(out), aud: harness.NewAuditor(), seed: seed,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		rep: &Report{Brokers: o.Brokers, ReplicationFactor: o.RF, Segments: o.Segments, Config: map[string]string{
 			"heal.tick": o.Tick.String(), "heal.grace": o.Grace.String(), "heal.settle_batch": fmt.Sprint(o.SettleBatch),
@@ -237,7 +238,7 @@ func (d *demo) run(ctx context.Context) error {
 // so that progress shows.
 func (d *demo) load(ctx context.Context) error {
 	n, rsize := recordShape(d.o.SegmentSize)
-	segBytes := int64(n) * int64(rsize+frameHeaderSize)
+	segBytes := int64(n) * int64(rsize+store.FrameHeaderSize)
 	d.rep.SegmentBytes = segBytes
 	d.logf("loading %d sealed segments of %d records × %d B (%s each, %s with %d copies)",
 		d.o.Segments, n, rsize, bytesize.Format(segBytes), bytesize.Format(segBytes*int64(d.o.Segments)*int64(d.o.RF)), d.o.RF)
@@ -261,16 +262,14 @@ func (d *demo) load(ctx context.Context) error {
 		if err == nil {
 			req := admin.LoadRequest{Segments: k, RecordsPerSegment: n, RecordSize: rsize, Prefix: "s", First: next, Concurrency: 4}
 			next += k
-			_, err = d.leaderClient(ctx).Load(ctx, req)
+			_, err = d.c.LeaderClient(ctx).Load(ctx, req)
 			if err == nil {
 				continue
 			}
 			lastErr = err
 		}
-		// A leader change refuses or cuts a load short (admin.ErrUnavailable):
-		// what was sealed is counted again and the rest loaded under new
-		// ids; a segment left active is ignored (only sealed segments are
-		// healed).
+		// A leader change refuses or cuts a load short: what was sealed is
+		// counted again, the rest loaded under new ids.
 		if ctx.Err() != nil || !errors.Is(lastErr, admin.ErrUnavailable) || retries == 10 {
 			p.Finish("failed")
 			return fmt.Errorf("loading segments: %w", lastErr)
@@ -290,7 +289,7 @@ func (d *demo) load(ctx context.Context) error {
 func (d *demo) sealedCount(ctx context.Context) (int, error) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	snap, err := d.leaderClient(ctx).Metadata(pctx)
+	snap, err := d.c.LeaderClient(ctx).Metadata(pctx)
 	if err != nil {
 		return 0, err
 	}
@@ -301,14 +300,6 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// leaderClient is the leader's admin client, or any running broker's.
-func (d *demo) leaderClient(ctx context.Context) *admin.Client {
-	if b := d.c.LeaderOrAny(ctx); b != nil {
-		return b.Client
-	}
-	return d.c.Brokers()[0].Client // none running: its error will name it
 }
 
 // observe records a view: it evaluates it and counts heal passes.
@@ -323,11 +314,9 @@ func (d *demo) observe(v *harness.View) harness.Evaluation {
 	return e
 }
 
-// finalCheck evaluates the last view with the segments of destroyed left
-// out (the lost stage destroyed them on purpose and they were reported as
-// required), counts the replica copies found intact, and returns the
-// harness.Evaluation with the number of segments the last heal pass reports
-// failed, the destroyed ones left out too.
+// finalCheck evaluates the last view without the segments destroyed on
+// purpose, counts the replica copies found intact, and returns the
+// evaluation with the failures the last pass reports (destroyed left out).
 func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) {
 	if d.last == nil {
 		return d.lastEv, 0
@@ -406,33 +395,9 @@ func (d *demo) copiesCarryConfirmed() bool {
 	return false
 }
 
-// passClean says the leader's latest heal report, at or after the view's
-// metadata index, found nothing left to do. Without a report (no plugin
-// status yet) it is false: verification is not assumed.
-func passClean(v *harness.View) (bool, string) {
-	r, _, _, ok := admin.LastPass(v.Status)
-	if !ok {
-		return false, "no heal report in the leader's /v1/status"
-	}
-	switch {
-	case r.Index < v.Snap.Index:
-		return false, fmt.Sprintf("latest heal pass at index %d, metadata at %d", r.Index, v.Snap.Index)
-	case r.UnderReplicated > 0:
-		return false, fmt.Sprintf("heal pass: %d under-replicated", r.UnderReplicated)
-	case len(r.Failed) > 0:
-		return false, fmt.Sprintf("heal pass: %d failed (%s: %s)", len(r.Failed), r.Failed[0].Segment, r.Failed[0].Reason)
-	case len(r.Unsettled) > 0:
-		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
-	case r.HoldReason != "" && !r.HoldReleased:
-		return false, "heal pass on hold: " + r.HoldReason
-	}
-	return true, ""
-}
-
-// countPasses reads the heal passes feed has not returned yet from c's
-// brokers and counts them in fr (their number, the longest, the time
-// spent in those that ran backfills), and notes the start of the first
-// that listed d.watchDead dead.
+// countPasses counts in fr the passes feed has not returned yet (their
+// number, the longest, the time in backfills) and notes the start of the
+// first that listed d.watchDead dead.
 func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harness.PassFeed, fr *FaultReport) {
 	unread := feed.Unread
 	recs, _ := feed.Next(ctx, c) // a history that did not answer is read on the next call
@@ -451,13 +416,10 @@ func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harnes
 	}
 }
 
-// waitHealed polls until every segment is healthy and verified
-// (harness.WaitHealed), driving a progress bar over the segments seen
-// unhealthy since start, and counts in fr every heal pass that ended since
-// start (countPasses). targets are segments known to be hit. It sets
-// fr.Healed, fr.SecondsToHeal (from start), fr.Affected and fr.Detected.
-// Healthy with a heal pass left unread (the pass history dropped it) is
-// an error too.
+// waitHealed is harness.WaitHealed with a progress bar over the segments
+// seen unhealthy (targets: known hit) and every pass since start counted
+// in fr; it sets fr.Healed, SecondsToHeal and Affected. A pass left
+// unread is an error too.
 func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration) error {
 	feed := harness.NewPassFeed(start)
 	affected := map[meta.SegmentID]bool{}
@@ -493,14 +455,14 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 		if baseline && e.Sealed < d.o.Segments {
 			return fmt.Sprintf("%d of %d segments sealed", e.Sealed, d.o.Segments)
 		}
-		if clean, why := passClean(v); !d.brokerVerified && !clean {
+		if clean, why := v.PassClean(); !d.brokerVerified && !clean {
 			return why
 		}
 		return ""
 	}
 	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: d.liveSet, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
 	if err != nil {
-		p.Finish("not healthy: " + firstLine(err.Error(), 80))
+		p.Finish("not healthy: " + harness.FirstLine(err.Error(), 80))
 		return err
 	}
 	fr.Healed = true

@@ -13,16 +13,10 @@ import (
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/nemesis"
 )
-
-// The demo's stages, in the order they run.
-var AllStages = []string{
-	"kill", "restart", "delete", "truncate", "extend", "bitflip", "latch",
-	"decommission", "maintenance", "rebalance", "leader",
-	"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost",
-}
 
 // Options are the flags of `malachi demo`.
 type Options struct {
@@ -258,93 +252,6 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// reviving are the stages that restart every dead broker before they
-// inject their fault.
-var reviving = []string{"pause", "swap", "diskfull", "readonly", "backfill-kill", "nospare", "lost", "decommission", "maintenance", "rebalance"}
-
-// infeasible says why stage st cannot heal on this cluster after the
-// stages before it, or "".
-func (o *Options) infeasible(st string, before []string) string {
-	has := func(s string) bool { return slices.Contains(before, s) }
-	down := 0 // brokers down when st runs
-	if has("kill") && !has("restart") {
-		down = 1
-	}
-	if slices.Contains(reviving, st) {
-		down = 0 // the stage restarts every dead broker first (reviveAll)
-	}
-	live := o.Brokers - down
-	switch st {
-	case "kill":
-		if o.Brokers < o.RF+1 {
-			return fmt.Sprintf("killing one of %d brokers leaves %d for replication factor %d; want --brokers %d or more", o.Brokers, o.Brokers-1, o.RF, o.RF+1)
-		}
-		if o.Brokers < 3 {
-			return fmt.Sprintf("killing one of %d brokers loses the control plane's quorum; want --brokers 3 or more", o.Brokers)
-		}
-	case "restart":
-		if !has("kill") {
-			return "restarts the broker the kill stage killed; add kill"
-		}
-	case "bitflip":
-		if o.ScrubEvery > 0 && live < o.RF+1 {
-			return fmt.Sprintf("a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker): %d live brokers for replication factor %d leave none", live, o.RF)
-		}
-	case "latch":
-		if live < o.RF+1 {
-			return fmt.Sprintf("a latched copy is replaced on a spare broker: %d live brokers for replication factor %d leave none", live, o.RF)
-		}
-	case "leader":
-		if live-1 < o.RF {
-			return fmt.Sprintf("killing the leader leaves %d live brokers for replication factor %d", live-1, o.RF)
-		}
-		if live-1 <= o.Brokers/2 {
-			return fmt.Sprintf("killing the leader leaves %d of %d brokers: no quorum", live-1, o.Brokers)
-		}
-	case "rebalance":
-		if o.Brokers < o.RF+1 {
-			return fmt.Sprintf("emptying a broker (decommission) moves its replicas to a spare one: %d brokers for replication factor %d leave none", o.Brokers, o.RF)
-		}
-	case "decommission":
-		if live < o.RF+1 {
-			return fmt.Sprintf("the drained broker's replicas move to a spare broker: %d brokers for replication factor %d leave none", live, o.RF)
-		}
-	case "maintenance":
-		if live-1 <= o.Brokers/2 {
-			return fmt.Sprintf("with one of %d brokers stopped for maintenance the control plane has no quorum; want --brokers 3 or more", live)
-		}
-	case "pause", "diskfull", "readonly":
-		if live < o.RF+1 {
-			return fmt.Sprintf("the faulted broker's copies are replaced on a spare broker: %d brokers for replication factor %d leave none", live, o.RF)
-		}
-		if live < 3 {
-			return fmt.Sprintf("with one of %d brokers out the control plane has no quorum; want --brokers 3 or more", live)
-		}
-	case "swap":
-		if o.RF < 2 {
-			return "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more"
-		}
-		if live < 3 {
-			return fmt.Sprintf("with one of %d brokers down the control plane has no quorum; want --brokers 3 or more", live)
-		}
-	case "backfill-kill":
-		if live < o.RF+2 {
-			return fmt.Sprintf("two brokers die, one during the other's backfill: %d brokers for replication factor %d; want --brokers %d or more", live, o.RF, o.RF+2)
-		}
-		if live-2 <= o.Brokers/2 {
-			return fmt.Sprintf("two of %d brokers down leaves no quorum; want --brokers 5 or more", o.Brokers)
-		}
-	case "nospare":
-		if o.RF < 2 || live < 3 {
-			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
-		}
-		if o.RF <= o.Brokers/2 {
-			return fmt.Sprintf("no spare broker means only %d of %d brokers running: no quorum; want --rf more than half of --brokers", o.RF, o.Brokers)
-		}
-	}
-	return ""
-}
-
 // skippedStages lists the default stages validate dropped, with why.
 func (o *Options) skippedStages() map[string]string {
 	out := map[string]string{}
@@ -368,9 +275,9 @@ func (o *Options) skippedStages() map[string]string {
 func recordShape(size int64) (n, recordSize int) {
 	const frame = 4096
 	if size <= frame {
-		return 1, int(max(size-frameHeaderSize, 1))
+		return 1, int(max(size-store.FrameHeaderSize, 1))
 	}
-	return int(size / frame), frame - frameHeaderSize
+	return int(size / frame), frame - store.FrameHeaderSize
 }
 
 // clusterConfig is the harness's configuration of the demo's cluster.
@@ -386,10 +293,8 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.BackfillRate > 0 {
 		fmt.Fprintf(&extra, "backfill_bytes_per_second = %d\n", o.BackfillRate)
 	}
-	// Off but for the rebalance stage (stageRebalance turns it on): the
-	// nemesis checks that replica sets change only for losses
-	// (checkSetChanges), and every other stage waits for a quiescent,
-	// verified cluster, which moves after each heal keep from settling.
+	// Off but for the rebalance stage: moves after each heal would keep the
+	// cluster from the quiescence every other stage waits for.
 	extra.WriteString("rebalance = false\n")
 	cfg := harness.Config{Bin: bin, Root: o.Dir, Brokers: o.Brokers, RF: o.RF, Tick: o.Tick, Grace: o.Grace,
 		Raft: harness.DemoRaft(o.RaftTimeout), HealExtra: extra.String(), Keep: o.Keep, Insecure: o.Insecure,
@@ -398,10 +303,6 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		// producing by hand to a kept cluster.
 		Kafka: o.Clients > 0 || o.Keep}
 	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(harness.DiskKinds) {
-		// Mounted before the brokers start (written when brokers on
-		// hosts ran under ip netns exec, in mount namespaces of their
-		// own; they now run under nsenter, in the root's, so a later
-		// mount would be seen too: kept as the simpler order).
 		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
 	}
 	return cfg
@@ -418,13 +319,11 @@ func (o *Options) draws(kinds []harness.Kind) bool {
 // loop-mounted disk (the disk faults' target).
 const nemesisDiskBroker meta.BrokerID = 1
 
-// nemesisDiskSize is the copies disk for the nemesis: room for every
-// segment the baseline and the writer (one per nemesis.WriteEvery) may put on the
-// broker, a quarter more, and ext4's own. Sparse: only what is written
-// takes space.
+// nemesisDiskSize is room for every segment the baseline and the writer
+// may put on the broker, a quarter more, and ext4's own (sparse).
 func (o *Options) nemesisDiskSize() int64 {
 	segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
-	return max(64<<20, (segs*(o.SegmentSize+footerSize)*5/4+48<<20)&^(1<<20-1))
+	return max(64<<20, (segs*(o.SegmentSize+store.FooterSize)*5/4+48<<20)&^(1<<20-1))
 }
 
 // validateNemesis checks the nemesis flags; the nemesis replaces the

@@ -48,11 +48,11 @@ func TestParseDemoFlagsErrors(t *testing.T) {
 		{[]string{"--segment-size", "1 furlong"}, `size "1 furlong"`},
 		{[]string{"--faults", "kill,meteor"}, `unknown stage "meteor"`},
 		{[]string{"--faults", "kill,kill"}, `stage "kill" given twice`},
-		{[]string{"--brokers", "3", "--faults", "kill"}, "--faults kill: killing one of 3 brokers leaves 2 for replication factor 3"},
+		{[]string{"--brokers", "3", "--faults", "kill"}, "--faults kill: the killed broker's copies move to a spare broker: 3 live brokers for replication factor 3; want --brokers 4"},
 		{[]string{"--faults", "restart"}, "restarts the broker the kill stage killed"},
 		{[]string{"--brokers", "4", "--faults", "kill,latch"}, "--faults latch: a latched copy is replaced on a spare broker: 3 live brokers"},
 		{[]string{"--brokers", "4", "--faults", "kill,bitflip"}, "--faults bitflip: a copy the scrubber finds corrupt is replaced on a spare broker"},
-		{[]string{"--brokers", "3", "--faults", "bitflip"}, "3 live brokers for replication factor 3 leave none"},
+		{[]string{"--brokers", "3", "--faults", "bitflip"}, "3 live brokers for replication factor 3; want --brokers 4 or more"},
 		{[]string{"--tick", "0s"}, "--tick 0s"},
 		{[]string{"--copies", "0"}, "--copies 0"},
 		{[]string{"--stage-timeout", "-1s"}, "--stage-timeout -1s"},
@@ -92,7 +92,7 @@ func TestDefaultStagesDroppedWhenInfeasible(t *testing.T) {
 		t.Fatalf("%v, %v", o.Stages, err)
 	}
 	// Without a restart, the leader kill comes on top of the first kill.
-	if _, err := ParseFlags([]string{"--brokers", "4", "--faults", "kill,leader"}, io.Discard); err == nil || !strings.Contains(err.Error(), "killing the leader leaves 2 live brokers") {
+	if _, err := ParseFlags([]string{"--brokers", "4", "--faults", "kill,leader"}, io.Discard); err == nil || !strings.Contains(err.Error(), "the killed leader's copies move to a spare broker: 3 live brokers for replication factor 3; want --brokers 5") {
 		t.Fatalf("4 brokers, kill then leader without restart: %v", err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 // TestReportPrintsOneRereplicatedFigure: the text report gives one
 // re-replicated figure, defined where it is printed; the demo's estimate
-// from copy sizes (once printed beside it, 765 MiB against 1.7 GiB) stays
-// in the JSON.
+// from copy sizes, a different measure (765 MiB against 1.7 GiB here),
+// stays in the JSON.
 func TestReportPrintsOneRereplicatedFigure(t *testing.T) {
 	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
 	kill := healedStage("kill", 1, 765<<20)

@@ -26,10 +26,8 @@ func (d *demo) runNemesis(ctx context.Context) error {
 	return err
 }
 
-// nemesisEnv is the demo as the nemesis's runner (nemesis.Env). mu
-// serializes Forget, which the nemesis calls from each fault's goroutine,
-// over the auditor's cache (a map that nothing else touches while faults
-// are injected).
+// nemesisEnv is the demo as the nemesis's runner (nemesis.Env); mu
+// serializes Forget, called from each fault's goroutine.
 type nemesisEnv struct {
 	d  *demo
 	mu sync.Mutex
@@ -38,7 +36,7 @@ type nemesisEnv struct {
 func (e *nemesisEnv) Cluster() *harness.Cluster                      { return e.d.c }
 func (e *nemesisEnv) Logf(format string, args ...any)                { e.d.logf(format, args...) }
 func (e *nemesisEnv) Note(line string)                               { e.d.rep.Notes = append(e.d.rep.Notes, line) }
-func (e *nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.leaderClient(ctx) }
+func (e *nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.c.LeaderClient(ctx) }
 func (e *nemesisEnv) Live() map[meta.BrokerID]bool                   { return e.d.liveSet() }
 
 // WaitHealed is the demo's wait for a healthy cluster, its passes
@@ -58,12 +56,12 @@ func (e *nemesisEnv) Forget(path string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.d.aud.Forget(path)
-	e.d.aud.forgetUnder(path)
+	e.d.aud.ForgetUnder(path)
 }
 
 func (e *nemesisEnv) BackfillMark(ctx context.Context) func(context.Context) int64 {
-	before := e.d.backfillBytes(ctx)
-	return func(ctx context.Context) int64 { return e.d.backfillDelta(ctx, before) }
+	before := e.d.c.MarkBackfill(ctx)
+	return func(ctx context.Context) int64 { return before.Since(ctx, e.d.c) }
 }
 
 // Checked counts the sealed segments of the nemesis's last check, the

@@ -1,11 +1,15 @@
 package demo
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/malachi-log/malachi/store"
+)
 
 func TestRecordShape(t *testing.T) {
 	for _, size := range []int64{64, 100, 4096, 65536, 1 << 20, 1<<20 + 1000} {
 		n, rs := recordShape(size)
-		frames := int64(n) * int64(rs+frameHeaderSize)
+		frames := int64(n) * int64(rs+store.FrameHeaderSize)
 		if n < 1 || rs < 1 || frames > size || frames < size-4096 {
 			t.Errorf("recordShape(%d) = %d × %d: %d bytes of frames", size, n, rs, frames)
 		}

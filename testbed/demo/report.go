@@ -31,29 +31,16 @@ type Report struct {
 	SegmentBytes      int64 `json:"segment_bytes"`
 	// Config is what the demo set in the brokers' configs (and its poll).
 	Config map[string]string `json:"config,omitempty"`
-	// UnderReplicated, Failed and DataLossSegments are counted at the end:
-	// segments with fewer live replicas than the replication factor;
-	// segments not healthy for any other reason (a copy missing, damaged,
-	// latched or unverified, or reported failed by the heal pass); segments
-	// with no intact copy left on any running broker.
+	// At the end: segments below RF; not healthy otherwise (or reported
+	// failed); with no intact copy on any running broker.
 	UnderReplicated  int `json:"under_replicated"`
 	Failed           int `json:"failed"`
 	DataLossSegments int `json:"data_loss_segments"`
-	// SecondsToHeal is the broker-kill stage: from the moment the killed
-	// broker counts as dead (kill + grace, or the start of an earlier heal
-	// pass that listed it dead: the grace runs from its last contact, at or
-	// before the kill) to every segment back at its replication factor with
-	// every copy verified.
-	SecondsToHeal *float64 `json:"seconds_to_heal"`
-	// GraceWaitSeconds is that stage's time from the kill to the moment the
-	// broker counts as dead.
+	// SecondsToHeal and GraceWaitSeconds are the kill stage's.
+	SecondsToHeal    *float64 `json:"seconds_to_heal"`
 	GraceWaitSeconds *float64 `json:"grace_wait_seconds"`
-	// BytesRereplicated sums, over every stage, the bytes the brokers'
-	// backfills received (the growth of each broker's
-	// malachi_heal_backfill_bytes_total); BytesEstimated is the demo's own
-	// estimate from the copies' sizes after each fault and the final
-	// replica sets, a check printed in the JSON only (see
-	// rereplicatedMeaning: the text report prints one re-replicated figure).
+	// BytesRereplicated sums the stages' (rereplicatedMeaning);
+	// BytesEstimated, the demo's model from copy sizes, is JSON only.
 	BytesRereplicated int64 `json:"bytes_rereplicated"`
 	BytesEstimated    int64 `json:"bytes_estimated"`
 	// AuditBytes counts the bytes the demo read to audit copies itself.
@@ -63,10 +50,8 @@ type Report struct {
 	TotalSeconds float64 `json:"total_seconds"`
 	// Summary is the run in the few figures the README quotes.
 	Summary Summary `json:"summary"`
-	// Destroyed lists the segments the lost stage destroyed on purpose,
-	// reported lost on every pass and acknowledged: they are not counted
-	// in Failed or DataLossSegments (only when that stage held; otherwise
-	// they count as any other loss).
+	// Destroyed lists what the lost stage destroyed, when it held: not
+	// counted in Failed or DataLossSegments.
 	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
 	// Verification says what "verified" meant in this run.
 	Verification []string      `json:"verification"`
@@ -95,10 +80,8 @@ type FaultReport struct {
 	// What names the target: "broker 3", "5 copies".
 	What     string `json:"what"`
 	Injected bool   `json:"injected"`
-	// Skipped says why the stage did not run: the operator left it out,
-	// or a facility it needs is missing (a loop disk, a scrubber). A stage
-	// whose fault the cluster's state kept from happening is not skipped:
-	// its Error says so (notInjected) and the run fails.
+	// Skipped says why the stage did not run (left out, or a facility
+	// missing); a fault that did not happen is an Error (notInjected).
 	Skipped string `json:"skipped,omitempty"`
 	// Broker is the broker killed or restarted.
 	Broker meta.BrokerID `json:"broker,omitempty"`
@@ -184,10 +167,8 @@ type Summary struct {
 	// destroyed ones included; SegmentsHealthy those found healthy.
 	SegmentsChecked int `json:"segments_checked"`
 	SegmentsHealthy int `json:"segments_healthy"`
-	// CopiesVerified counts the demo's own audits of copy files that
-	// passed over the run (each a full read of one version of a file);
-	// CopiesVerifiedAtEnd the replica copies found intact in the final
-	// check.
+	// CopiesVerified counts the audits that read and passed a copy over
+	// the run; CopiesVerifiedAtEnd the replicas intact at the end.
 	CopiesVerified      int `json:"copies_verified"`
 	CopiesVerifiedAtEnd int `json:"copies_verified_at_end"`
 	// BytesRereplicated is Report.BytesRereplicated.
@@ -239,10 +220,8 @@ func fmtSeconds(p *float64) string {
 	return fmt.Sprintf("%.3fs", *p)
 }
 
-// finish fills the end-of-run fields from the last harness.Evaluation and decides OK:
-// every stage that ran healed, and every segment is healthy. The caller
-// leaves the segments of destroyedIDs out of e and failedByPass; they are
-// then listed in Destroyed, and expected in the segment count.
+// finish fills the end-of-run fields from e (destroyed segments left
+// out by the caller) and decides OK.
 func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 	r.Destroyed = r.heldDestroyed()
 	r.UnderReplicated = e.UnderReplicated
@@ -351,12 +330,7 @@ func (r *Report) writeJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// rereplicatedMeaning defines the one re-replicated figure the text
-// report prints (Report.BytesRereplicated, per stage and in sum).
-// BytesEstimated, the demo's model from copy sizes, is a check kept in the
-// JSON only: it counts whole copies where a backfill may resume a partial
-// one or a copy may be settled in place, so it is no measure of the bytes
-// moved and the text never prints it beside this one.
+// rereplicatedMeaning is the one re-replicated figure the text prints.
 const rereplicatedMeaning = "bytes the backfills received, the growth of malachi_heal_backfill_bytes_total summed over every broker and stage"
 
 // writeText prints the report for a person.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
@@ -18,49 +19,133 @@ type victim struct {
 	b   *harness.Broker
 }
 
+// stageRow is one stage: its run; whether it restarts every dead broker
+// before its fault; the brokers beyond the replication factor it needs
+// running (spare, for why) and those it takes out at once (down: the rest
+// must keep a quorum); and any other need (check: why not, or "").
+type stageRow struct {
+	name    string
+	run     func(*demo, context.Context) (FaultReport, error)
+	revives bool
+	spare   int
+	why     string
+	down    int
+	check   func(o *Options, has func(string) bool) string
+}
+
+// stageRows are the demo's stages, in the order they run.
+var stageRows = []stageRow{
+	{"kill", killStage(false), false, 1, "the killed broker's copies move to a spare broker", 1, nil},
+	{"restart", (*demo).stageRestart, false, 0, "", 0, func(_ *Options, has func(string) bool) string {
+		return when(!has("kill"), "restarts the broker the kill stage killed; add kill")
+	}},
+	{"delete", fileStage(harness.KindDelete), false, 0, "", 0, nil},
+	{"truncate", fileStage(harness.KindTruncate), false, 0, "", 0, nil},
+	{"extend", fileStage(harness.KindExtend), false, 0, "", 0, nil},
+	{"bitflip", fileStage(harness.KindBitflip), false, 0, "", 0, func(o *Options, has func(string) bool) string {
+		if o.ScrubEvery <= 0 {
+			return ""
+		}
+		return o.spareFor(o.live(has, false), 1, "a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker)")
+	}},
+	{"latch", fileStage(harness.KindLatch), false, 1, "a latched copy is replaced on a spare broker", 0, nil},
+	{"decommission", (*demo).stageDecommission, true, 1, "the drained broker's replicas move to a spare broker", 0, nil},
+	{"maintenance", (*demo).stageMaintenance, true, 0, "", 1, nil},
+	{"rebalance", (*demo).stageRebalance, true, 1, "emptying a broker (decommission) moves its replicas to a spare one", 0, nil},
+	{"leader", killStage(true), false, 1, "the killed leader's copies move to a spare broker", 1, nil},
+	{"pause", (*demo).stagePause, true, 1, "the paused broker's copies are replaced on a spare broker", 1, nil},
+	{"swap", (*demo).stageSwap, true, 0, "", 1, func(o *Options, _ func(string) bool) string {
+		return when(o.RF < 2, "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more")
+	}},
+	{"diskfull", (*demo).stageDiskFull, true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
+	{"readonly", (*demo).stageReadOnly, true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
+	{"backfill-kill", (*demo).stageBackfillKill, true, 2, "two brokers die, one during the other's backfill", 2, nil},
+	{"nospare", (*demo).stageNoSpare, true, 0, "", 0, func(o *Options, _ func(string) bool) string {
+		if o.RF < 2 || o.Brokers < 3 {
+			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
+		}
+		return when(o.RF <= o.Brokers/2, fmt.Sprintf("no spare broker means only %d of %d brokers running: no quorum; want --rf more than half of --brokers", o.RF, o.Brokers))
+	}},
+	{"lost", (*demo).stageLost, true, 0, "", 0, nil},
+}
+
+func killStage(leader bool) func(*demo, context.Context) (FaultReport, error) {
+	return func(d *demo, ctx context.Context) (FaultReport, error) { return d.stageKill(ctx, leader) }
+}
+
+func fileStage(k harness.Kind) func(*demo, context.Context) (FaultReport, error) {
+	return func(d *demo, ctx context.Context) (FaultReport, error) { return d.stageFile(ctx, k) }
+}
+
+func when(cond bool, why string) string {
+	if cond {
+		return why
+	}
+	return ""
+}
+
+// live is how many brokers run when a stage starts after the stages
+// before it (has): one fewer while a kill was not followed by a restart,
+// unless the stage restarts every dead broker first (revives).
+func (o *Options) live(has func(string) bool, revives bool) int {
+	if has("kill") && !has("restart") && !revives {
+		return o.Brokers - 1
+	}
+	return o.Brokers
+}
+
+// spareFor says why live brokers leave fewer than n spare brokers beyond
+// the replication factor for why, or "".
+func (o *Options) spareFor(live, n int, why string) string {
+	return when(live < o.RF+n, fmt.Sprintf("%s: %d live brokers for replication factor %d; want --brokers %d or more", why, live, o.RF, o.RF+n+o.Brokers-live))
+}
+
+// infeasible says why stage st cannot heal on this cluster after the
+// stages before it, or "".
+func (o *Options) infeasible(st string, before []string) string {
+	r := row(st)
+	has := func(s string) bool { return slices.Contains(before, s) }
+	live := o.live(has, r.revives)
+	if why := o.spareFor(live, r.spare, r.why); r.spare > 0 && why != "" {
+		return why
+	}
+	if up := live - r.down; r.down > 0 && up <= o.Brokers/2 {
+		return fmt.Sprintf("with %d of %d brokers out, %d run: no quorum; want --brokers %d or more", o.Brokers-up, o.Brokers, up, 2*(o.Brokers-up)+1)
+	}
+	if r.check != nil {
+		return r.check(o, has)
+	}
+	return ""
+}
+
+// AllStages names the stages, in the order they run.
+var AllStages = func() []string {
+	var out []string
+	for _, r := range stageRows {
+		out = append(out, r.name)
+	}
+	return out
+}()
+
+// row is stage st's row.
+func row(st string) stageRow {
+	for _, r := range stageRows {
+		if r.name == st {
+			return r
+		}
+	}
+	return stageRow{name: st}
+}
+
 // stage runs one stage. An error is returned only when the demo cannot go
 // on (interrupted, a broker died on its own); a stage that does not heal is
 // reported in the FaultReport.
 func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 	d.logf("")
-	switch st {
-	case "kill", "leader":
-		return d.stageKill(ctx, st, st == "leader")
-	case "delete", "truncate", "extend", "bitflip", "latch":
-		return d.stageFile(ctx, harness.Kind(st))
-	}
-	if run, ok := stages[st]; ok {
-		return run(d, ctx)
+	if r := row(st); r.run != nil {
+		return r.run(d, ctx)
 	}
 	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
-}
-
-// stages are the stages of a function of their own, by name.
-var stages = map[string]func(*demo, context.Context) (FaultReport, error){
-	"restart": (*demo).stageRestart, "pause": (*demo).stagePause, "swap": (*demo).stageSwap,
-	"diskfull": (*demo).stageDiskFull, "readonly": (*demo).stageReadOnly, "backfill-kill": (*demo).stageBackfillKill,
-	"nospare": (*demo).stageNoSpare, "lost": (*demo).stageLost, "rebalance": (*demo).stageRebalance,
-	"decommission": (*demo).stageDecommission, "maintenance": (*demo).stageMaintenance,
-}
-
-// sizes returns, for each target segment, the size of the copy on each of
-// its replicas in the last view (0 when absent or the broker is down).
-func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.BrokerID]int64 {
-	out := map[meta.SegmentID]map[meta.BrokerID]int64{}
-	for _, id := range targets {
-		seg, ok := d.last.Snap.Segment(id)
-		if !ok {
-			continue
-		}
-		m := map[meta.BrokerID]int64{}
-		for _, r := range seg.Replicas {
-			if lc, ok := d.last.Copies[r][id]; ok {
-				m[r] = lc.Size
-			}
-		}
-		out[id] = m
-	}
-	return out
 }
 
 // measure is what a stage notes before its fault to count what the heal
@@ -68,13 +153,13 @@ func (d *demo) sizes(targets []meta.SegmentID) map[meta.SegmentID]map[meta.Broke
 // gone) and every broker's catch-up counter (before).
 type measure struct {
 	pre    map[meta.SegmentID]map[meta.BrokerID]int64
-	before map[meta.BrokerID]counterReading
+	before harness.BackfillMark
 }
 
 // measure notes the targets' copies, those on broker lost (0: none)
 // counted gone, and the catch-up counters.
 func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.BrokerID) measure {
-	m := measure{pre: d.sizes(targets), before: d.backfillBytes(ctx)}
+	m := measure{pre: d.last.Sizes(targets), before: d.c.MarkBackfill(ctx)}
 	for _, sizes := range m.pre {
 		if lost != 0 {
 			sizes[lost] = 0
@@ -83,96 +168,73 @@ func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.
 	return m
 }
 
+// strikeBroker notes what to measure (targets, the struck broker's copies
+// counted gone), watches for the first pass listing it dead (the caller
+// resets d.watchDead), injects t and marks fr injected. The injection is
+// returned on an error too, which fr holds.
+func (d *demo) strikeBroker(ctx context.Context, fr *FaultReport, t harness.Target, targets []meta.SegmentID, what string) (measure, time.Time, *harness.Injection, error) {
+	b := t.Brokers[0]
+	fr.Broker, fr.What = b.ID, what
+	d.logf("stage %s: %s: broker %d (pid %d) holds %d sealed replicas", fr.Stage, what, b.ID, b.Pid(), len(targets))
+	m := d.measure(ctx, targets, b.ID)
+	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	at := time.Now()
+	in, err := d.c.Inject(ctx, t)
+	if err != nil {
+		fr.Error = err.Error()
+		return m, at, in, err
+	}
+	fr.Injected = true
+	return m, at, in, nil
+}
+
 // heal waits for the cluster to heal a stage's fault (waitHealed) and
 // fills in fr's detection, the bytes moved and estimated, and its error.
 func (d *demo) heal(ctx context.Context, fr *FaultReport, label string, start time.Time, targets []meta.SegmentID, timeout time.Duration, m measure) error {
 	err := d.waitHealed(ctx, fr, label, start, targets, timeout)
 	fr.Detected = fr.Healed
-	fr.BytesEstimated = d.estimateBytes(m.pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, m.before)
+	fr.BytesEstimated = d.last.MissingBytes(m.pre)
+	fr.BytesRereplicated = m.before.Since(ctx, d.c)
 	if err != nil {
 		fr.Error = err.Error()
 	}
 	return err
 }
 
-// estimateBytes is what healing the targets must have moved, from the
-// copies' sizes after the fault (pre) and the final replica sets: every
-// copy on a final replica that was missing or short needed the rest of its
-// bytes.
-func (d *demo) estimateBytes(pre map[meta.SegmentID]map[meta.BrokerID]int64) int64 {
-	var total int64
-	for id, m := range pre {
-		seg, ok := d.last.Snap.Segment(id)
-		if !ok {
-			continue
-		}
-		full := seg.ByteSize + footerSize
-		for _, r := range seg.Replicas {
-			if have := m[r]; have < full {
-				total += full - have
-			}
-		}
-	}
-	return total
-}
-
 // stageKill kills a broker with SIGKILL: a follower for "kill", the
 // control plane's leader for "leader".
-func (d *demo) stageKill(ctx context.Context, name string, leader bool) (FaultReport, error) {
+func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) {
+	name := "kill"
+	if leader {
+		name = "leader"
+	}
 	fr := FaultReport{Stage: name}
 	b, role := d.c.Broker(d.last.Leader), "leader"
 	if !leader {
-		b, role = d.randomFollower(), "follower"
+		b, role = d.follower(nil), "follower"
 	}
 	if b == nil || !b.Alive() {
 		fr.notInjected("no running " + role + " to kill")
 		return fr, nil
 	}
 	targets := d.sealedOn(b.ID)
-	fr.Broker = b.ID
-	fr.What = fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets))
-	d.logf("stage %s: kill -9 %s %d (pid %d), which holds %d sealed replicas", name, role, b.ID, b.Pid(), len(targets))
-	m := d.measure(ctx, targets, b.ID)
-	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
-	killAt := time.Now()
-	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
-		fr.Error = err.Error()
+	m, killAt, _, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}, targets,
+		fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets)))
+	if err != nil {
 		return fr, err
 	}
-	fr.Injected = true
 	if leader {
 		d.awaitNewLeader(ctx, &fr, b.ID, killAt)
 	} else {
 		d.killed = b
 	}
-	err := d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
-	// The moment the broker counts as dead: the grace delay after its last
-	// contact, which was at or before the kill, so at kill + grace at the
-	// latest; earlier when a heal pass that started before then already
-	// listed it dead. Measuring from there, a wait for the next tick
-	// counts as healing time, never as grace.
+	err = d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
 	deadAt := d.deadMoment(&fr, killAt, true)
 	if fr.Healed {
 		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 	}
 	return fr, fatal(ctx, err, d)
-}
-
-// randomFollower is a running broker other than the leader, drawn by the
-// run's seed, or nil.
-func (d *demo) randomFollower() *harness.Broker {
-	var cands []*harness.Broker
-	for _, b := range d.c.Running() {
-		if b.ID != d.last.Leader {
-			cands = append(cands, b)
-		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	return cands[d.rng.IntN(len(cands))]
 }
 
 // awaitNewLeader notes in fr the first broker other than old that the
@@ -295,7 +357,7 @@ func (d *demo) stageFile(ctx context.Context, kind harness.Kind) (FaultReport, e
 		fr.Copies = append(fr.Copies, df)
 		m.pre[v.seg.ID][v.b.ID] = max(df.SizeAfter, 0)
 		if kind == harness.KindExtend || kind == harness.KindBitflip {
-			m.pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + footerSize
+			m.pre[v.seg.ID][v.b.ID] = v.seg.ByteSize + store.FooterSize
 		}
 		d.logf("stage %s: %s on broker %d: %s", kind, v.seg.ID, v.b.ID, describeFault(df))
 	}
@@ -393,10 +455,8 @@ func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// reviveAll restarts every broker whose process is not running (a stage
-// before left it dead) and waits until the cluster is healthy again, so
-// that the next stage starts from every broker up and every segment at its
-// replication factor. It does nothing when every broker runs.
+// reviveAll restarts every dead broker and waits until the cluster is
+// healthy again; nothing when every broker runs.
 func (d *demo) reviveAll(ctx context.Context) error {
 	var dead []*harness.Broker
 	for _, b := range d.c.Brokers() {

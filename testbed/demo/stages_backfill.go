@@ -3,26 +3,20 @@ package demo
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// backfillStageShare is how much slower than the run's catch-up rate the
-// backfill-kill stage moves bytes: a quarter (two segments a second per
-// broker by default), so that a target's transfers last seconds and the
-// strike lands while bytes are moving, never by luck of a scan.
+// backfillStageShare divides the run's catch-up rate for the backfill-kill
+// stage, so that transfers last seconds and the strike lands on bytes
+// moving.
 const backfillStageShare = 4
 
-// slowBackfills rewrites every broker's config with the stage's catch-up
-// rate (heal.backfill_bytes_per_second / backfillStageShare) and restarts
-// the running brokers one at a time (SIGTERM, start, wait for a leader),
-// then waits until everything is healthy again. restore writes the run's
-// rate back into every config: a broker gets it when it next starts (the
-// survivors of the stage keep the stage's rate until then). With no cap
-// (--backfill-rate 0) it changes nothing and says so.
+// slowBackfills restarts the brokers one at a time at the stage's
+// catch-up rate; restore writes the run's rate back for their next start.
+// With no cap (--backfill-rate 0) it changes nothing and says so.
 func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func(), err error) {
 	restore = func() {}
 	if d.o.BackfillRate <= 0 {
@@ -43,8 +37,8 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 	}
 	d.logf("  catch-up slowed to %d B/s per broker for this stage (a quarter of %d): restarting the brokers one at a time", rate, d.o.BackfillRate)
 	leftovers := 0
-	err = d.restartWith(ctx, strings.Replace(old, key, fmt.Sprintf("backfill_bytes_per_second = %d", rate), 1), func(b *harness.Broker) error {
-		n, err := d.dropLeftovers(b)
+	err = d.c.RollingRestart(ctx, strings.Replace(old, key, fmt.Sprintf("backfill_bytes_per_second = %d", rate), 1), d.o.StageTimeout, func(b *harness.Broker) error {
+		n, err := b.DropLeftovers(&d.last.Snap)
 		leftovers += n
 		return err
 	})
@@ -59,50 +53,10 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 	return restore, nil
 }
 
-// restartWith gives every broker the [heal] settings extra and restarts the
-// running ones one at a time, each inside a maintenance window (SIGTERM,
-// start, wait for a leader), calling down(b), when not nil, while b is
-// stopped.
-func (d *demo) restartWith(ctx context.Context, extra string, down func(*harness.Broker) error) error {
-	d.c.SetHealExtra(extra)
-	for _, b := range d.c.Brokers() {
-		if err := d.c.WriteConfig(b); err != nil {
-			return err
-		}
-	}
-	for _, b := range d.c.Running() {
-		// A maintenance window, as an operator's rolling restart has: a
-		// restart that outlasts the grace delay would otherwise have its
-		// replicas replaced, and the copies it comes back with would be
-		// leftovers that a later heal adopts instead of moving bytes.
-		if _, err := d.leaderClient(ctx).Maintenance(ctx, b.ID, d.o.StageTimeout); err != nil {
-			return fmt.Errorf("maintenance window for broker %d's restart: %w", b.ID, err)
-		}
-		if err := d.c.Terminate(b, 10*time.Second); err != nil {
-			return err
-		}
-		if down != nil {
-			if err := down(b); err != nil {
-				return err
-			}
-		}
-		if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-			return err
-		}
-		if _, err := d.leaderClient(ctx).EndMaintenance(ctx, b.ID); err != nil {
-			return fmt.Errorf("ending broker %d's maintenance window after its restart: %w", b.ID, err)
-		}
-	}
-	return nil
-}
-
-// freshestFollower is the follower with sealed replicas whose death needs
-// the most real transfers: segments of which no running broker outside
-// the replica set holds a file already (earlier stages leave copies
-// behind on returning brokers, and the heal pass adopts an intact
-// leftover instead of moving bytes). Ties are broken by the run's seed.
+// freshestFollower is the follower whose death needs the most real
+// transfers (segments with no leftover copy to adopt); ties by the seed.
 func (d *demo) freshestFollower() *harness.Broker {
-	files := d.listCopyFiles()
+	files := d.c.CopySizes()
 	var best []*harness.Broker
 	most := -1
 	for _, b := range d.c.Running() {
@@ -139,24 +93,4 @@ func (d *demo) freshestFollower() *harness.Broker {
 		return nil
 	}
 	return best[d.rng.IntN(len(best))]
-}
-
-// dropLeftovers removes broker b's (stopped) copy files of segments whose
-// replica set, in the last metadata read, leaves b out; it returns how
-// many.
-func (d *demo) dropLeftovers(b *harness.Broker) (int, error) {
-	files, err := b.CopyFiles()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for id, path := range files {
-		if seg, ok := d.last.Snap.Segment(id); ok && !seg.HasReplica(b.ID) {
-			if err := os.Remove(path); err != nil {
-				return n, fmt.Errorf("backfill-kill: removing broker %d's leftover copy of %s: %w", b.ID, id, err)
-			}
-			n++
-		}
-	}
-	return n, nil
 }

@@ -1,10 +1,8 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,37 +10,22 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/loopdisk"
 )
 
-// Stages that fault a broker's copies disk, a loop-mounted ext4 at its
-// <data_dir>/copies (cluster.loop says why only the copies): diskfull fills
-// it, readonly makes it read-only under the live broker as an ext4 error
-// with errors=remount-ro does.
-//
-// What the cluster must then write there, in both: in-place backfills of
-// copies the demo damages on that disk (a short copy is resumed in place
-// by the integrity pass), and new segments placed on that broker (POST
-// /v1/load through the leader). That is what a production disk fault
-// looks like to a broker: it keeps its intact copies and serves them, and
-// fails every write. The checks: the copies that cannot be written are
-// latched and replaced from intact replicas on other brokers, the
-// broker's intact copies stay in their sets and serving, the errors name
-// the cause (ENOSPC, EROFS) in the brokers' logs, no write that was
-// acknowledged is lost (every sealed segment, including those the stage
-// wrote, is at its replication factor and verified); then the operator's
-// remedy (remove the filler; or stop, unmount, e2fsck -y, mount, start)
-// and everything is checked again.
+// The disk stages fault one broker's copies disk, a loop-mounted ext4:
+// diskfull fills it, readonly remounts it read-only. While faulted, the
+// demo cuts copies there and writes new segments: the unwritable copies
+// must be replaced elsewhere, the intact ones keep serving, the logs name
+// the cause, nothing acknowledged is lost; then the remedy, checked again.
 
-// copiesDisk returns the loop-mounted copies disk and its broker, mounting
-// one first when the cluster started without (the demo did not ask for it
-// before the brokers started): a running follower is stopped, its copies
-// moved onto a new loop ext4 at <data_dir>/copies, and it is started
-// again. It sets fr.Skipped when no loop disk can be had, fr's not
-// injected when no broker can take it (and returns a nil broker).
+// copiesDisk returns the loop-mounted copies disk and its broker, moving a
+// follower's copies onto a new one first when the cluster has none. It
+// sets fr.Skipped when no loop disk can be had.
 func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
 	if l, lb := d.c.Loop(); l != nil && lb != nil {
 		if !lb.Alive() {
@@ -75,47 +58,19 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	}
 	// After the move: a pass that began before it saw the old files.
 	movedAt := time.Now()
-	d.aud.forgetUnder(filepath.Join(b.Dir, "copies"))
+	d.aud.ForgetUnder(filepath.Join(b.Dir, "copies"))
 	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
 	tmp := FaultReport{Stage: "loop-mount"}
 	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
-	if err := d.waitSettled(ctx, movedAt); err != nil {
+	v, err := d.c.WaitSettled(ctx, movedAt, d.o.StageTimeout, d.o.Poll)
+	if err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
+	d.observe(v)
 	l, _ := d.c.Loop()
 	return b, l, nil
-}
-
-// waitSettled waits for a heal pass that started after since and left
-// nothing unsettled or unconfirmed: the moved copies' new file identities
-// are confirmed again, so that the fault that follows hits only the
-// copies it damages (a settle on a read-only disk latches its copy).
-func (d *demo) waitSettled(ctx context.Context, since time.Time) error {
-	deadline := time.Now().Add(d.o.StageTimeout)
-	why := "no heal pass seen"
-	for time.Now().Before(deadline) {
-		v, err := harness.Poll(ctx, d.c, false)
-		if err != nil {
-			why = err.Error()
-		} else if _, started, _, ok := admin.LastPass(v.Status); !ok {
-			why = "no heal report in the leader's /v1/status"
-		} else if started.IsZero() || !started.After(since) {
-			why = "no heal pass started since the copies moved"
-		} else if clean, cwhy := passClean(v); !clean {
-			why = cwhy
-		} else {
-			d.observe(v)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d.o.Poll):
-		}
-	}
-	return fmt.Errorf("copies not confirmed again after %v: %s", d.o.StageTimeout, why)
 }
 
 // pickDiskBroker chooses the running broker other than the leader that
@@ -139,13 +94,11 @@ func (d *demo) pickDiskBroker() *harness.Broker {
 	return best
 }
 
-// copiesDiskSize is the loop disk's size: room for one copy of every
-// segment (a broker holds at most one copy of each) and the stages' new
-// writes, a quarter more, and ext4's journal and tables. The image is
-// sparse: only what is written takes space.
+// copiesDiskSize is room for a copy of every segment and the stages'
+// writes, a quarter more, and ext4's own (sparse).
 func (d *demo) copiesDiskSize() int64 {
 	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
-	per := max(d.rep.SegmentBytes, 4096) + footerSize
+	per := max(d.rep.SegmentBytes, 4096) + store.FooterSize
 	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
 }
 
@@ -188,20 +141,6 @@ func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment
 	}
 }
 
-// frozen runs fn with b stopped (SIGSTOP), so that no heal pass sees a
-// half-made fault; b is continued (SIGCONT) whatever fn returns. The pause
-// is milliseconds, far below the grace delay.
-func (d *demo) frozen(b *harness.Broker, fn func() error) error {
-	if err := b.Pause(); err != nil {
-		return err
-	}
-	err := fn()
-	if cerr := b.Resume(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // diskWrites are the stage's new segments written while the disk is
 // faulted: acknowledged ones must survive; refused ones were never
 // acknowledged.
@@ -210,10 +149,8 @@ type diskWrites struct {
 	refused      []string // the errors, in order
 }
 
-// writeSegments writes n new sealed segments, one POST /v1/load each, so
-// that the leader's rotating placement puts some on the faulted broker.
-// The sealed segments it adds are counted in the report's segments (the
-// final check wants every sealed segment accounted for).
+// writeSegments writes n new sealed segments, one load each, counted in
+// the report's segments.
 func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrites {
 	recs, rsize := recordShape(d.o.SegmentSize)
 	var w diskWrites
@@ -228,7 +165,7 @@ func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrit
 	for i := 0; i < n; i++ {
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		req := admin.LoadRequest{Segments: 1, RecordsPerSegment: recs, RecordSize: rsize, Prefix: prefix, First: i, Concurrency: 1}
-		_, err := d.leaderClient(ctx).Load(lctx, req)
+		_, err := d.c.LeaderClient(ctx).Load(lctx, req)
 		cancel()
 		w.tried++
 		if err != nil {
@@ -243,63 +180,13 @@ func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrit
 func (w diskWrites) String() string {
 	s := fmt.Sprintf("%d of %d new segments written and acknowledged", w.acked, w.tried)
 	if len(w.refused) > 0 {
-		s += fmt.Sprintf(", %d refused (first: %s)", len(w.refused), firstLine(w.refused[0], 240))
+		s += fmt.Sprintf(", %d refused (first: %s)", len(w.refused), harness.FirstLine(w.refused[0], 240))
 	}
 	return s
 }
 
-func firstLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		s = s[:n] + "…"
-	}
-	return s
-}
-
-// logMarks are the brokers' log sizes at a moment, to read what they
-// logged after it.
-type logMarks map[meta.BrokerID]int64
-
-func (d *demo) markLogs() logMarks {
-	m := logMarks{}
-	for _, b := range d.c.Brokers() {
-		if fi, err := os.Stat(b.LogPath); err == nil {
-			m[b.ID] = fi.Size()
-		}
-	}
-	return m
-}
-
-// grep counts the lines the brokers logged since the marks that contain
-// needle (case-insensitive), per broker, and returns the first.
-func (m logMarks) grep(bs []*harness.Broker, needle string) (map[meta.BrokerID]int, string) {
-	counts := map[meta.BrokerID]int{}
-	first := ""
-	needle = strings.ToLower(needle)
-	for _, b := range bs {
-		f, err := os.Open(b.LogPath)
-		if err != nil {
-			continue
-		}
-		if _, err := f.Seek(m[b.ID], io.SeekStart); err == nil {
-			sc := bufio.NewScanner(f)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				if strings.Contains(strings.ToLower(sc.Text()), needle) {
-					counts[b.ID]++
-					if first == "" {
-						first = fmt.Sprintf("broker %d: %s", b.ID, firstLine(sc.Text(), 300))
-					}
-				}
-			}
-		}
-		f.Close()
-	}
-	return counts, first
-}
-
-func (d *demo) noteCause(fr *FaultReport, m logMarks, needle string) bool {
-	counts, first := m.grep(d.c.Brokers(), needle)
+func (d *demo) noteCause(fr *FaultReport, m harness.LogMarks, needle string) bool {
+	counts, first := m.Grep(d.c.Brokers(), needle)
 	if len(counts) == 0 {
 		addNote(fr, "no broker's log names %q", needle)
 		return false
@@ -337,7 +224,7 @@ type diskRun struct {
 	segs    []meta.Segment
 	targets []meta.SegmentID
 	m       measure
-	marks   logMarks
+	marks   harness.LogMarks
 	kept    int
 }
 
@@ -359,7 +246,7 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 		r.targets = append(r.targets, s.ID)
 	}
 	r.m = d.measure(ctx, r.targets, 0)
-	r.marks = d.markLogs()
+	r.marks = d.c.MarkLogs()
 	r.kept = len(d.sealedOn(b.ID))
 	return r, nil
 }
@@ -381,7 +268,7 @@ func (d *demo) diskStage(ctx context.Context, fr *FaultReport, kind harness.Kind
 // with the broker frozen, so that no heal pass sees a half-made fault.
 func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind harness.Kind) (*harness.Injection, error) {
 	var in *harness.Injection
-	err := d.frozen(r.b, func() error {
+	err := r.b.Frozen(func() error {
 		d.cutCopies(fr, r.b, r.segs, r.m.pre)
 		var err error
 		in, err = d.c.Inject(ctx, harness.Target{Kind: kind, Timeout: d.o.StageTimeout})
@@ -398,19 +285,14 @@ func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind
 	return in, nil
 }
 
-// diskWhile writes the stage's new segments while the disk is faulted
-// (state: full, read-only), kills a second broker beside it when the
-// cluster can spare one, waits for the heal, names the cause found in the
-// logs (needle) and starts the second broker again. It returns the heal's
-// error, or an error that stops the demo.
+// diskWhile writes while the disk is faulted (state), kills a second
+// broker beside it when one can be spared, waits for the heal, names the
+// cause in the logs (needle) and revives the second broker.
 func (d *demo) diskWhile(ctx context.Context, fr *FaultReport, r *diskRun, state, needle string, start time.Time) (herr, err error) {
 	w := d.writeSegments(ctx, fr.Stage, d.o.Brokers)
 	d.logf("  writes while %s: %s", state, w)
 	addNote(fr, "while %s: %s", state, w)
-	// A second broker dies while the disk is faulted, when the cluster can
-	// spare it: its replicas need new homes, and the faulted broker, which
-	// the placement may well choose, must fail as a target and be avoided
-	// for that segment.
+	// Its replicas need new homes, and the faulted broker must fail as one.
 	dead, deadSegs := d.killBeside(fr, r.b, state, r.m.pre)
 	herr = d.heal(ctx, fr, "healing around the "+state+" disk", start, append(r.targets, deadSegs...), d.o.StageTimeout, r.m)
 	d.noteCause(fr, r.marks, needle)
@@ -480,7 +362,7 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 		return nil, nil
 	}
 	segs := d.sealedOn(victim.ID)
-	for id, m := range d.sizes(segs) {
+	for id, m := range d.last.Sizes(segs) {
 		if _, ok := pre[id]; !ok {
 			pre[id] = m
 		}
@@ -496,11 +378,11 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 
 // reviveBeside notes what the heal did with dead's replicas while full's
 // disk was faulted, and starts dead again. Nil dead does nothing.
-func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *harness.Broker, state string, marks logMarks) error {
+func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *harness.Broker, state string, marks harness.LogMarks) error {
 	if dead == nil {
 		return nil
 	}
-	counts, _ := marks.grep(d.c.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
+	counts, _ := marks.Grep(d.c.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
 	tried := 0
 	for _, n := range counts {
 		tried += n
@@ -538,7 +420,7 @@ func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 		fr.Error = "recovering the disk: " + err.Error()
 		return fr, fatal(ctx, err, d)
 	}
-	d.aud.forgetUnder(r.l.Dir)
+	d.aud.ForgetUnder(r.l.Dir)
 	if herr != nil {
 		return fr, fatal(ctx, herr, d)
 	}

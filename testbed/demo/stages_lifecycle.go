@@ -13,13 +13,9 @@ import (
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// The operator's lifecycle stages: decommission (a follower drained to
-// nothing while every heal pass of the leader's pass history is checked
-// for a command leaving a set below the replication factor, and the
-// metadata for such a set; then made active again, empty) and maintenance
-// (a follower in a maintenance window stopped for passes past the grace
-// delay: no pass of the window may change a set and no bytes move; then
-// it starts again and the window is ended).
+// The lifecycle stages: decommission drains a follower (no pass or
+// metadata read may show a set below RF); maintenance stops one in its
+// window (no pass may change a set, no byte may move).
 
 // LifecycleFigures are a lifecycle stage's own figures (FaultReport).
 type LifecycleFigures struct {
@@ -39,20 +35,13 @@ type LifecycleFigures struct {
 	// has fewer members than the replication factor, and the metadata
 	// reads that found such a set (must be 0).
 	BelowFactor int `json:"below_factor"`
-	// PassesRead counts the heal passes of the stage read from the pass
-	// history: every one that ended during it. PassesUnread counts those
-	// the history numbered but no longer held when read (the stage then
-	// fails). Leaders are the brokers whose history was read: more than
-	// one when the leader changed.
+	// PassesRead and PassesUnread: the stage's passes read and missed;
+	// Leaders, whose histories were read.
 	PassesRead   int             `json:"passes_read"`
 	PassesUnread uint64          `json:"passes_unread,omitempty"`
 	Leaders      []meta.BrokerID `json:"leaders,omitempty"`
-	// Maintenance: PassesInWindow counts the passes that ran with the
-	// broker absent in its window, PassesPastGrace those of them that
-	// started more than the grace delay after it stopped (each would have
-	// counted it dead without the window); SetsChanged the passes of the
-	// window that changed, or handed the control plane a change of, a
-	// replica set.
+	// Maintenance: the passes with the broker absent in its window, those
+	// past the grace delay, and those that changed a replica set.
 	PassesInWindow  int `json:"passes_in_window,omitempty"`
 	PassesPastGrace int `json:"passes_past_grace,omitempty"`
 	SetsChanged     int `json:"sets_changed"`
@@ -66,28 +55,6 @@ func (fr *FaultReport) readFeed(feed *harness.PassFeed) {
 	f.PassesRead, f.PassesUnread, f.Leaders = feed.Read, feed.Unread, slices.Clone(feed.Leaders)
 }
 
-func setsBelow(snap meta.Snapshot, rf int) int {
-	n := 0
-	for _, s := range snap.Segments {
-		if len(s.Replicas) < rf {
-			n++
-		}
-	}
-	return n
-}
-
-// commandsBelow lists the segments of r's commands whose replica set has
-// fewer than rf members.
-func commandsBelow(r *heal.Report, rf int) []meta.SegmentID {
-	var out []meta.SegmentID
-	for _, c := range r.Ready {
-		if len(c.Replicas) < rf {
-			out = append(out, c.ID)
-		}
-	}
-	return out
-}
-
 // stageDecommission drains a follower, then makes it active again (empty:
 // the later stages keep every broker).
 func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
@@ -96,7 +63,10 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		fr.Error = err.Error()
 		return fr, err
 	}
-	b := d.drainableFollower()
+	// A decommission never moves an unsealed segment: b holds none.
+	b := d.follower(func(b *harness.Broker) bool {
+		return d.holdsSealed(b) && !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
+	})
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)")
 		return fr, nil
@@ -112,8 +82,8 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	}
 	fr.What = fmt.Sprintf("decommission broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage decommission: broker %d, which holds %d sealed replicas, drains to the others", b.ID, len(targets))
-	cl := d.leaderClient(ctx)
-	before := d.backfillBytes(ctx)
+	cl := d.c.LeaderClient(ctx)
+	before := d.c.MarkBackfill(ctx)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
 		fr.Error = err.Error()
@@ -126,7 +96,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	if err != nil {
 		return fr, err
 	}
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesRereplicated = before.Since(ctx, d.c)
 	if !lf.Drained {
 		fr.Error = fmt.Sprintf("broker %d not drained after %v: %s", b.ID, d.o.StageTimeout, why)
 	} else {
@@ -136,7 +106,7 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 		fr.Error = joinErr(fr.Error, gap)
 	}
 	// Active again, empty, so that the later stages have every broker.
-	if _, err := d.leaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
+	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
 		return fr, fatal(ctx, err, d)
 	}
@@ -153,12 +123,9 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// watchDrain reads every heal pass of the decommission of broker id
-// (held sealed replicas) until one reports it drained or the stage times
-// out, counting in fr's figures the passes with a command below the
-// replication factor and the metadata reads (through cl) that show a set
-// below it. It returns where the drain stood, and an error when ctx
-// ended.
+// watchDrain reads every pass until one reports broker id drained,
+// counting commands and metadata sets below RF; it returns where the
+// drain stood.
 func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
 	lf := fr.Lifecycle
 	p := newProgress(d.out, d.tty, "draining", max(held, 1))
@@ -175,7 +142,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 		}
 		for i := range recs {
 			r, seq, by := &recs[i].Report, recs[i].Seq, recs[i].Broker
-			if segs := commandsBelow(r, d.o.RF); len(segs) > 0 {
+			if segs := harness.CommandsBelow(r, d.o.RF); len(segs) > 0 {
 				lf.BelowFactor++
 				addNote(fr, "heal pass %d of broker %d: %d commands below the replication factor (%s)", seq, by, len(segs), segs[0])
 			}
@@ -194,7 +161,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		snap, err := cl.Metadata(rctx)
 		cancel()
-		if n := setsBelow(snap, d.o.RF); err == nil && n > 0 {
+		if n := harness.SetsBelow(snap, d.o.RF); err == nil && n > 0 {
 			lf.BelowFactor++
 			addNote(fr, "metadata at index %d: %d sets below the replication factor", snap.Index, n)
 		}
@@ -205,25 +172,6 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 	}
 	p.Finish("timed out")
 	return why, nil
-}
-
-// drainableFollower is a running follower that holds sealed replicas and
-// no unsealed one (a failed load's segment stays unsealed, and a
-// decommission never moves it), or nil.
-func (d *demo) drainableFollower() *harness.Broker {
-	var cands []*harness.Broker
-	for _, b := range d.c.Running() {
-		if b.ID == d.last.Leader || len(d.sealedOn(b.ID)) == 0 {
-			continue
-		}
-		if !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) }) {
-			cands = append(cands, b)
-		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	return cands[d.rng.IntN(len(cands))]
 }
 
 func joinErr(a, b string) string {
@@ -237,14 +185,10 @@ func joinErr(a, b string) string {
 // delay after the broker stopped, the maintenance stage waits for.
 const maintenancePastGrace = 3
 
-// stageMaintenance puts a follower in a maintenance window as long as the
-// stage timeout (ended early by the stage), stops it (SIGTERM) and reads
-// the heal passes until maintenancePastGrace of them started more than
-// the grace delay after it stopped. It then starts the broker again, ends
-// the window and reads the passes left: no pass of the window may change
-// a replica set or list the broker dead or suspect, and no backfill byte
-// may move. The stage fails when the window ran out first (the absence
-// was not shown inside it) or a pass of the window was not read.
+// stageMaintenance stops a follower in a maintenance window until
+// maintenancePastGrace passes started past the grace delay, then starts
+// it and ends the window. No pass of the window may change a set or list
+// it dead or suspect, no byte may move, and every pass must be read.
 func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "maintenance"}
 	b, targets, err := d.victimFollower(ctx, &fr)
@@ -253,7 +197,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	}
 	lf := &LifecycleFigures{Broker: b.ID}
 	fr.Lifecycle = lf
-	cl := d.leaderClient(ctx)
+	cl := d.c.LeaderClient(ctx)
 	feed := harness.NewPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
 	if err != nil {
@@ -262,7 +206,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	}
 	fr.What = fmt.Sprintf("maintenance broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)
-	before := d.backfillBytes(ctx)
+	before := d.c.MarkBackfill(ctx)
 	if err := d.c.Terminate(b, 10*time.Second); err != nil {
 		fr.Error = err.Error()
 		return fr, err
@@ -271,7 +215,7 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr.Injected = true
 	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: d.o.Grace, lf: lf}
 	short := d.watchMaintenance(ctx, feed, j, mode.Until)
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesRereplicated = before.Since(ctx, d.c)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
@@ -316,15 +260,11 @@ type maintenanceJudge struct {
 	why    string
 }
 
-// judge takes one pass of the window. A replica set it changed or handed
-// the control plane (a command, a heal, a move, a segment healed in spite
-// of the window) and a listing of the broker dead or suspect go wrong; a
-// pass that started after the stop and saw the broker absent in its
-// window counts in the window, and past the grace delay when it started
-// that late.
+// judge takes one pass of the window: a set changed, or the broker dead
+// or suspect, goes wrong; a pass after the stop that saw it absent counts.
 func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 	r := &p.Report
-	if segs := setsChangedBy(r); len(segs) > 0 {
+	if segs := harness.SetsChangedBy(r); len(segs) > 0 {
 		j.lf.SetsChanged++
 		j.why = fmt.Sprintf("heal pass %d of broker %d changed the replica set of %d segments (%s) while broker %d was in maintenance", p.Seq, p.Broker, len(segs), segs[0], j.id)
 	}
@@ -343,31 +283,8 @@ func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 	}
 }
 
-// setsChangedBy lists, once each, the segments whose replica set r
-// changed or handed the control plane a change of.
-func setsChangedBy(r *heal.Report) []meta.SegmentID {
-	var out []meta.SegmentID
-	add := func(id meta.SegmentID) {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	for _, c := range r.Ready {
-		add(c.ID)
-	}
-	for _, id := range slices.Concat(r.Healed, r.Moved) {
-		add(id)
-	}
-	for _, f := range r.MaintenanceFloor {
-		add(f.Segment)
-	}
-	return out
-}
-
-// watchMaintenance reads the heal passes while the judged broker is down
-// in its window (until until) and judges each, until
-// maintenancePastGrace passes started more than the grace delay after it
-// stopped; it returns "" or why the window was not shown.
+// watchMaintenance judges the passes while the broker is down in its
+// window; "" or why the window was not shown.
 func (d *demo) watchMaintenance(ctx context.Context, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
 	lf := j.lf
 	p := newProgress(d.out, d.tty, "absent in maintenance", maintenancePastGrace)

@@ -8,6 +8,7 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // The maintenance stage's judgement of one pass: a set changed (command,
@@ -54,10 +55,10 @@ func TestCommandsBelow(t *testing.T) {
 		{ID: "a", Replicas: []meta.BrokerID{1, 2, 3}},
 		{ID: "b", Replicas: []meta.BrokerID{1, 2}},
 	}}
-	if got := commandsBelow(&r, 3); len(got) != 1 || got[0] != "b" {
+	if got := harness.CommandsBelow(&r, 3); len(got) != 1 || got[0] != "b" {
 		t.Errorf("commandsBelow = %v, want [b]", got)
 	}
-	if got := setsChangedBy(&heal.Report{Ready: r.Ready, Healed: []meta.SegmentID{"a", "c"}}); len(got) != 3 {
+	if got := harness.SetsChangedBy(&heal.Report{Ready: r.Ready, Healed: []meta.SegmentID{"a", "c"}}); len(got) != 3 {
 		t.Errorf("setsChangedBy = %v, want a, b, c once each", got)
 	}
 }

@@ -4,23 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 )
-
-// Stages that fault processes and data directories: pause (SIGSTOP past
-// the grace delay), swap (the data directory replaced by an empty one),
-// backfill-kill (kill -9 of a broker during another's backfill), nospare
-// (a latched copy with no spare broker) and lost (every copy of two
-// segments destroyed on purpose).
 
 // sealedOn lists the sealed segments of the last view with a replica on b.
 func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
@@ -33,12 +27,12 @@ func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
 	return out
 }
 
-// pickFollower chooses a running broker other than the leader that holds
-// sealed replicas, or nil.
-func (d *demo) pickFollower(exclude ...meta.BrokerID) *harness.Broker {
+// follower is a running broker other than the leader for which ok holds
+// (nil: any), drawn by the run's seed, or nil.
+func (d *demo) follower(ok func(*harness.Broker) bool) *harness.Broker {
 	var cands []*harness.Broker
 	for _, b := range d.c.Running() {
-		if b.ID != d.last.Leader && !slices.Contains(exclude, b.ID) && len(d.sealedOn(b.ID)) > 0 {
+		if b.ID != d.last.Leader && (ok == nil || ok(b)) {
 			cands = append(cands, b)
 		}
 	}
@@ -48,15 +42,13 @@ func (d *demo) pickFollower(exclude ...meta.BrokerID) *harness.Broker {
 	return cands[d.rng.IntN(len(cands))]
 }
 
-// deadMoment sets fr's grace fields for broker faulted at faultAt and
-// returns the moment it counts as dead: faultAt + grace, or the start of an
-// earlier heal pass that listed it dead when passStart (a killed broker:
-// stageKill, stageBackfillKill).
-// A stopped broker's probe hangs until its timeout, so the pass that lists
-// it dead started long before it decided so: without passStart the start
-// of such a pass is only reported (dead_seen_seconds), and the broker
-// counts as dead at faultAt + grace (its last contact was at or before the
-// fault, at most a tick before: the heal time may be short by that much).
+// holdsSealed: b holds sealed replicas.
+func (d *demo) holdsSealed(b *harness.Broker) bool { return len(d.sealedOn(b.ID)) > 0 }
+
+// deadMoment sets fr's grace fields and returns when the broker faulted
+// at faultAt counts as dead: faultAt + grace, or, for a kill (passStart),
+// the start of an earlier pass that listed it dead. A stopped broker's
+// probe hangs, so for it that start is only reported.
 func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) time.Time {
 	deadAt := faultAt.Add(d.o.Grace)
 	if !d.deadSeen.IsZero() {
@@ -79,16 +71,14 @@ func addNote(fr *FaultReport, format string, args ...any) {
 	}
 }
 
-// victimFollower restarts every dead broker, then picks a running
-// follower that holds sealed replicas, and returns it with those
-// segments; nil when there is none (fr says it was not injected) or on
-// error.
+// victimFollower revives the dead, then picks a follower holding sealed
+// replicas; nil when none (fr says not injected) or on error.
 func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Broker, []meta.SegmentID, error) {
 	if err := d.reviveAll(ctx); err != nil {
 		fr.Error = err.Error()
 		return nil, nil, err
 	}
-	b := d.pickFollower()
+	b := d.follower(d.holdsSealed)
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas")
 		return nil, nil, nil
@@ -97,29 +87,21 @@ func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Br
 	return b, d.sealedOn(b.ID), nil
 }
 
-// stagePause stops a follower with SIGSTOP: its process lives but answers
-// nothing. Past the grace delay the heal pass counts it dead and moves its
-// replicas; once they are all re-replicated and verified it gets SIGCONT
-// and must rejoin: the cluster is then healthy with every broker running.
+// stagePause stops a follower (SIGSTOP) until its replicas moved and
+// verified, then continues it: it must rejoin.
 func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "pause"}
 	b, targets, err := d.victimFollower(ctx, &fr)
 	if b == nil {
 		return fr, err
 	}
-	fr.What = fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets))
-	d.logf("stage pause: SIGSTOP broker %d (pid %d), which holds %d sealed replicas", b.ID, b.Pid(), len(targets))
-	m := d.measure(ctx, targets, b.ID)
-	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	defer func() { d.watchDead = 0 }()
-	stopAt := time.Now()
-	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}})
+	m, stopAt, in, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
+		fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets)))
 	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
 	if err != nil {
-		fr.Error = err.Error()
 		return fr, err
 	}
-	fr.Injected = true
 	feed := harness.NewPassFeed(stopAt)
 	healedAt, why, err := d.healWithout(ctx, &fr, b, targets, feed, stopAt.Add(d.o.StageTimeout))
 	if err != nil {
@@ -127,8 +109,8 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	}
 	deadAt := d.deadMoment(&fr, stopAt, false)
 	gap := feed.Problem()
-	fr.BytesEstimated = d.estimateBytes(m.pre)
-	fr.BytesRereplicated = d.backfillDelta(ctx, m.before)
+	fr.BytesEstimated = d.last.MissingBytes(m.pre)
+	fr.BytesRereplicated = m.before.Since(ctx, d.c)
 	if healedAt.IsZero() {
 		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
 	} else {
@@ -146,7 +128,7 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	rejoin := FaultReport{Stage: "pause-rejoin"}
 	err = d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
 	if err == nil {
-		err = d.waitNotDead(ctx, b.ID, d.o.StageTimeout)
+		err = d.c.WaitNotDead(ctx, b.ID, d.o.StageTimeout, d.o.Poll)
 	}
 	if err != nil {
 		fr.Error = joinErr(fr.Error, "after SIGCONT: "+err.Error())
@@ -161,11 +143,8 @@ func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
 	return fr, nil
 }
 
-// healWithout polls the brokers but b (stopped) until a heal pass lists
-// b dead, every segment of targets moved off it and every segment is
-// healthy and verified, or deadline. It returns when that was (zero: not
-// by the deadline) and, if not, why; an error only when the demo cannot
-// go on.
+// healWithout waits, without b, until a pass lists b dead and every
+// target moved off it and healed; zero time and why when not by deadline.
 func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
 	sub := d.c.Without(b.ID)
 	live := func() map[meta.BrokerID]bool {
@@ -185,7 +164,7 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 		if moved := movedOff(v, targets, b.ID); moved < len(targets) {
 			return fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
 		}
-		_, why := passClean(v)
+		_, why := v.PassClean()
 		return why
 	}
 	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: live, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
@@ -214,62 +193,23 @@ func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
 	return n
 }
 
-// waitNotDead waits until the leader's heal pass no longer lists broker id
-// dead, and id answers health naming the same leader as the others.
-func (d *demo) waitNotDead(ctx context.Context, id meta.BrokerID, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	b := d.c.Broker(id)
-	for {
-		p, err := leaderStatus(ctx, d.c)
-		if err == nil {
-			hctx, cancel := context.WithTimeout(ctx, time.Second)
-			h, herr := b.Client.Health(hctx)
-			cancel()
-			switch {
-			case herr != nil:
-				err = herr
-			case h.Leader != p.Leader:
-				err = fmt.Errorf("broker %d names leader %d, the leader is %d", id, h.Leader, p.Leader)
-			case slices.Contains(p.Dead, id):
-				err = fmt.Errorf("heal pass %d still lists broker %d dead", p.Passes, id)
-			default:
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("broker %d not back in the control plane after %v: %w", id, timeout, err)
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(d.o.Poll)
-	}
-}
-
-// stageSwap kills a follower, swaps its data directory for an empty one
-// (the catalogue's swap) and starts it again with the same config: it
-// comes back with no copies, no raft log and no Pebble state. The old
-// directory is kept, renamed, beside the new one under the demo's
-// directory, for inspection (it goes with the demo's directory when that
-// is removed after a healthy run).
+// stageSwap kills a follower and starts it on an empty data directory;
+// the old one is kept beside it.
 func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "swap"}
 	b, targets, err := d.victimFollower(ctx, &fr)
 	if b == nil {
 		return fr, err
 	}
-	fr.What = fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets))
-	m := d.measure(ctx, targets, b.ID)
-	files, size := dirUsage(b.Dir)
-	d.logf("stage swap: kill -9 broker %d (pid %d), then an empty data directory in place of %s", b.ID, b.Pid(), b.Dir)
-	killAt := time.Now()
-	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout})
-	fr.Injected = in.Aside != ""
+	files, size := harness.DirUsage(b.Dir)
+	defer func() { d.watchDead = 0 }()
+	m, killAt, in, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
+		fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets)))
 	if err != nil {
-		fr.Error = err.Error()
+		fr.Injected = in.Aside != ""
 		return fr, fmt.Errorf("stage swap: %w", err)
 	}
-	d.aud.forgetUnder(in.Aside)
+	d.aud.ForgetUnder(in.Aside)
 	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
 	startAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
@@ -286,120 +226,8 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 	return fr, fatal(ctx, err, d)
 }
 
-// dirUsage counts the regular files under dir and their bytes.
-func dirUsage(dir string) (files int, bytes int64) {
-	_ = filepath.WalkDir(dir, func(_ string, de os.DirEntry, err error) error {
-		if err != nil || !de.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := de.Info(); err == nil {
-			files++
-			bytes += fi.Size()
-		}
-		return nil
-	})
-	return files, bytes
-}
-
-// forgetUnder drops the audit results of every file under dir.
-func (a *auditor) forgetUnder(dir string) {
-	for p := range a.cache {
-		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
-			delete(a.cache, p)
-		}
-	}
-}
-
-// transfers is what a scan of the copies directories found of a dead
-// broker's segments on brokers outside their replica sets: the targets of
-// the heal pass's backfills.
-type transfers struct {
-	Partial    int   // files short of the sealed size: bytes still moving
-	Complete   int   // full-size files (committed, or about to be)
-	Bytes      int64 // bytes on disk in the partial files
-	BytesTotal int64 // their sealed sizes
-}
-
-// copyFiles is what a broker's copies directory held: size by segment.
-type copyFiles map[meta.BrokerID]map[meta.SegmentID]int64
-
-// listCopyFiles reads the copies directory of every running broker.
-func (d *demo) listCopyFiles() copyFiles {
-	out := copyFiles{}
-	for _, b := range d.c.Running() {
-		m, err := b.CopySizes()
-		if err != nil {
-			continue
-		}
-		out[b.ID] = m
-	}
-	return out
-}
-
-// scanTransfers stats the copies of segs on every running broker not in
-// skip and outside the segment's replica set in segs, leaving out the
-// files baseline lists with the same size: copies left behind by earlier
-// stages (a paused broker keeps its old copies) are not transfers.
-func (d *demo) scanTransfers(segs map[meta.SegmentID]meta.Segment, baseline copyFiles, skip ...meta.BrokerID) map[meta.BrokerID]transfers {
-	out := map[meta.BrokerID]transfers{}
-	for _, b := range d.c.Running() {
-		if slices.Contains(skip, b.ID) {
-			continue
-		}
-		var t transfers
-		for id, seg := range segs {
-			if seg.HasReplica(b.ID) {
-				continue
-			}
-			p, err := b.CopyPath(id)
-			if err != nil {
-				continue
-			}
-			fi, err := os.Stat(p)
-			if err != nil {
-				continue
-			}
-			size := fi.Size()
-			if was, ok := baseline[b.ID][seg.ID]; ok && was == size {
-				continue
-			}
-			full := seg.ByteSize + footerSize
-			if size < full {
-				t.Partial++
-				t.Bytes += size
-				t.BytesTotal += full
-			} else {
-				t.Complete++
-			}
-		}
-		if t.Partial+t.Complete > 0 {
-			out[b.ID] = t
-		}
-	}
-	return out
-}
-
-// stageBackfillKill kills a follower A and, while the heal pass is
-// backfilling A's segments, kill -9s a broker B that is the target of
-// transfers in flight. Everything must come back at RF on the survivors.
-// A and B are left dead: the next stage revives them, or nospare uses the
-// three survivors as they are.
-//
-// The mass-failure brake (hold_share 0.25 by default, which the demo's
-// config leaves: two of five brokers missing within one grace delay of
-// each other hold every backfill): B dies during the backfills of the
-// pass that declared A dead, and that pass probed B first, so B's last
-// contact is at least one grace delay after A's and the brake does not
-// hold by construction (seen in the leaders' logs: "hold":"" on every
-// pass). The stage still watches for a hold while it heals and, should
-// one appear (a probe of A later than expected), releases it through
-// POST /v1/heal/release as an operator who knows the two deaths are
-// unrelated would, and says so in its note.
-// throttledTimeout is how long the backfill-kill stage waits for its heal:
-// the stage timeout plus twice the time the lost copies take at the
-// stage's catch-up rate spread over the running brokers (the throttle that
-// makes the strike certain also slows the heal: 300 segments of 1 MiB at
-// 2 MiB/s per broker need about a minute).
+// throttledTimeout is the stage timeout plus twice the time the lost
+// copies take at the stage's catch-up rate over the running brokers.
 func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Duration {
 	live := int64(len(d.c.Running()))
 	if d.o.BackfillRate <= 0 || live == 0 {
@@ -418,6 +246,10 @@ func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Dur
 	return d.o.StageTimeout + 2*copyTime
 }
 
+// stageBackfillKill kills a follower A and, while bytes of its backfills
+// are seen moving, a target B of them: everything must come back at RF on
+// the survivors (A and B are left dead). A hold of the mass-failure brake,
+// should one appear, is released as an operator would.
 func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "backfill-kill"}
 	if err := d.reviveAll(ctx); err != nil {
@@ -442,17 +274,13 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		s, _ := d.last.Snap.Segment(id)
 		segs[id] = *s
 	}
-	m := d.measure(ctx, targetsA, a.ID)
-	baseline := d.listCopyFiles()
-	d.logf("stage backfill-kill: kill -9 broker %d (pid %d), which holds %d sealed replicas; a second broker dies during its backfill", a.ID, a.Pid(), len(targetsA))
-	d.watchDead, d.deadSeen = a.ID, time.Time{}
+	baseline := d.c.CopySizes()
 	defer func() { d.watchDead = 0 }()
-	killA := time.Now()
-	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}); err != nil {
-		fr.Error = err.Error()
+	m, killA, _, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
+		fmt.Sprintf("kill -9 %d, then a target of its backfills", a.ID))
+	if err != nil {
 		return fr, err
 	}
-	fr.Injected = true
 	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
 	if err != nil || failure != "" {
 		// With a failure broker a died, but the stage's fault (a target
@@ -466,7 +294,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	}
 	deadSeenA := d.deadSeen
 	targetsB := d.sealedOn(b.ID)
-	for id, sizes := range d.sizes(targetsB) {
+	for id, sizes := range d.last.Sizes(targetsB) {
 		if m.pre[id] == nil {
 			m.pre[id] = sizes
 		}
@@ -488,7 +316,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 // noteStrike logs and notes the second kill of the backfill-kill stage:
 // broker b killed after a (by after), the target of the transfers seen;
 // seenA is when a was first listed dead, if it was (listed).
-func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Duration, seen transfers, how string, seenA time.Duration, listed bool) {
+func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Duration, seen harness.Transfers, how string, seenA time.Duration, listed bool) {
 	after = after.Round(time.Millisecond)
 	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies complete",
 		b.ID, after, a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete)
@@ -504,10 +332,10 @@ func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Dura
 // operator would, and judges it: no segment may be lost or missing.
 func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.SegmentID, killB time.Time, m measure) error {
 	timeout := d.throttledTimeout(fr, all)
-	rel := d.startHoldReleaser(ctx)
+	rel := d.c.ReleaseHolds(ctx, d.o.Tick)
 	err := d.heal(ctx, fr, "healing after two kills", killB, all, timeout, m)
-	rel.stop()
-	if n := rel.note(); n != "" {
+	rel.Stop()
+	if n := rel.Note(); n != "" {
 		addNote(fr, "%s", n)
 		d.logf("  %s", n)
 	} else {
@@ -524,17 +352,14 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 	return err
 }
 
-// strikeTarget watches the targets' copy files, after broker a's kill at
-// killA, for a's segments (segs) arriving, and picks the broker B to kill
-// while bytes are moving to it: a copy on disk short of its sealed size
-// that grew since the previous scan. Nothing else counts: when every set
-// of a's segments is recorded before such a scan, the window was MISSED:
-// the caller reports the stage not injected, and the run fails (never a
-// survival); likewise when no backfill is seen in time. ctx's error is returned as err.
-func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline copyFiles, killA time.Time) (b *harness.Broker, seen transfers, how, failure string, err error) {
+// strikeTarget picks the broker to kill once bytes are seen moving to it
+// (a short copy of a's segments that grew since the scan before). When
+// every set is recorded first, or no backfill shows in time, failure says
+// the window was missed: the stage is not injected, never survived.
+func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen harness.Transfers, how, failure string, err error) {
 	lb := d.c.Broker(leader)
 	deadline := killA.Add(d.o.StageTimeout)
-	prev := map[meta.BrokerID]transfers{}
+	prev := map[meta.BrokerID]harness.Transfers{}
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, seen, "", "", err
@@ -542,7 +367,7 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 		if time.Now().After(deadline) {
 			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout), nil
 		}
-		found := d.scanTransfers(segs, baseline, a.ID, leader)
+		found := d.c.ScanTransfers(segs, baseline, a.ID, leader)
 		best := meta.BrokerID(0)
 		for id, t := range found {
 			if t.Partial > 0 && t.Bytes > prev[id].Bytes && prev[id].Partial > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
@@ -582,18 +407,9 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 // nospareReason is how the heal pass reports a lost copy with nowhere to go.
 const nospareReason = "no_spare_broker"
 
-// stageNoSpare latches one copy while exactly RF brokers run: there is no
-// spare broker to replace it on. The segment must stay at RF with the
-// latched copy kept in its set, be reported no_spare_broker on every pass,
-// and stay readable from its intact copies; once the dead brokers are
-// restarted the latched copy is replaced and everything is healthy.
-//
-// It does not revive first when the running brokers are already healthy
-// and number at least RF (the backfill-kill stage leaves two of five dead
-// and everything healed on the three others: exactly what this stage
-// needs); otherwise it revives them all. Then it kills followers one at a
-// time, each after the previous one healed, so their deaths are far more
-// than a grace delay apart and the mass-failure brake does not hold.
+// stageNoSpare latches a copy while exactly RF brokers run: it must stay
+// in its set, be reported no_spare_broker on every pass and stay readable
+// elsewhere; once the dead return it is replaced.
 func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "nospare"}
 	killed, err := d.killToFactor(ctx, &fr)
@@ -619,29 +435,23 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	fr.Injected = true
 	fr.Latched = in.Lost
 	d.aud.Forget(copyPath(lb, id))
-	tally := newPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
+	tally := harness.NewPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
 	}, harness.NewPassFeed(latchAt))
 	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
 	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
-		killed, nospareReason, hits, hits+misses, misses, tally.feed.Summary(), reads)
+		killed, nospareReason, hits, hits+misses, misses, tally.Feed.Summary(), reads)
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 		d.logf("  nospare: %s", fr.Error)
 	}
-	fr.Detected = tally.detected()
+	fr.Detected = tally.Detected()
 	return fr, d.sparesBack(ctx, &fr, v, problems)
 }
 
-// killToFactor kills followers one at a time until exactly RF brokers
-// run, each after the previous one healed, so that their deaths are far
-// more than a grace delay apart and the mass-failure brake does not hold.
-// It first revives every broker unless the running ones are healthy and
-// at least RF (the backfill-kill stage leaves two of five dead and
-// everything healed on the three others: what the nospare stage needs).
-// It returns how many it killed, -1 when the stage cannot go on (fr says
-// why).
+// killToFactor kills followers, each after the last healed (no brake),
+// until RF run; -1 when the stage cannot go on.
 func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
 		if err := d.reviveAll(ctx); err != nil {
@@ -651,7 +461,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	}
 	killed := 0
 	for len(d.c.Running()) > d.o.RF {
-		k := d.pickFollower()
+		k := d.follower(d.holdsSealed)
 		if k == nil {
 			fr.notInjected("no follower to kill down to the replication factor")
 			return -1, nil
@@ -671,11 +481,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	return killed, nil
 }
 
-// sparesBack restarts the dead brokers: the latched copy of v must then
-// be replaced. A restarted broker may still hold an old intact copy (from
-// before it was killed), resumed in place at no cost: the estimate counts
-// what each file lacked before the restart. It sets fr's verdict, adding
-// to the problems the watch found.
+// sparesBack revives the dead: the latched copy must then be replaced.
 func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems []string) error {
 	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
@@ -698,15 +504,15 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 			}
 		}
 	}
-	before := d.backfillBytes(ctx)
+	before := d.c.MarkBackfill(ctx)
 	healed := FaultReport{Stage: "nospare-heal"}
 	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
 	fr.Passes += healed.Passes
-	fr.BytesRereplicated = d.backfillDelta(ctx, before)
+	fr.BytesRereplicated = before.Since(ctx, d.c)
 	s, ok := d.last.Snap.Segment(id)
 	for i := 0; ok && i < len(s.Replicas); i++ {
 		if r := s.Replicas[i]; !slices.Contains(setBefore, r) {
-			fr.BytesEstimated += max(v.seg.ByteSize+footerSize-sizeBefore[r], 0)
+			fr.BytesEstimated += max(v.seg.ByteSize+store.FooterSize-sizeBefore[r], 0)
 		}
 	}
 	if err != nil {
@@ -732,85 +538,90 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 // after the fault is first reported.
 const noSparePasses = 10
 
-// watchNoSpare follows the heal passes while no spare exists, until the
-// latched segment was reported on noSparePasses passes (or the stage
-// timeout). On full polls it checks that the segment keeps RF replicas
-// with the latched copy among them, that its other copies pass the demo's
-// own audit (read straight from the files, uncached: still readable), and
-// that no other segment is unhealthy. It returns what went wrong and how
-// many intact-copy audits passed.
-func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *passTally, v victim) (problems []string, reads int) {
+// watchNoSpare watches the latched segment reported no_spare_broker
+// (watchReported), checking on each poll that it keeps RF replicas with
+// the latched copy among them and its other copies readable.
+func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (problems []string, reads int) {
 	id := v.seg.ID
-	deadline := time.Now().Add(d.o.StageTimeout)
-	lastFull := time.Time{}
-	interval := max(d.o.Tick/4, 10*time.Millisecond)
-	p := newProgress(d.out, d.tty, "no spare: watching heal passes", noSparePasses)
+	problems = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string)) {
+		s, ok := view.Snap.Segment(id)
+		switch {
+		case !ok:
+			add(fmt.Sprintf("%s left the metadata", id))
+			return
+		case len(s.Replicas) != d.o.RF:
+			add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
+		case !s.HasReplica(v.b.ID):
+			add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
+		}
+		for _, r := range s.Replicas {
+			if br := d.c.Broker(r); br != nil && r != v.b.ID {
+				if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
+					add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
+				} else {
+					reads++
+				}
+			}
+		}
+	})
+	if why := tally.Feed.Problem(); why != "" {
+		problems = append(problems, why)
+	}
+	return problems, reads
+}
+
+// watchReported reads tally's passes until each of ids was reported (as
+// what) on noSparePasses of them, or deadline; once a second it polls the
+// cluster: another segment turning unhealthy is a problem, and check, when
+// set, judges the view. It returns the problems, the tally's verdict
+// among them (never reported, too few, a pass that did not report).
+func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string))) (problems []string) {
 	add := func(s string) {
 		if !slices.Contains(problems, s) {
 			problems = append(problems, s)
 		}
 	}
-	for ctx.Err() == nil {
-		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
+	p := newProgress(d.out, d.tty, "watching "+what+" reported", noSparePasses)
+	var lastFull time.Time
+	for ; ctx.Err() == nil; time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
+		if recs, _ := tally.Read(ctx, d.c); len(recs) > 0 {
 			fr.Passes += len(recs)
-			p.Set(min(tally.Hits[id], noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting it", tally.Misses[id]))
+			p.Set(min(tally.MinHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting", tally.MissCount()))
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
 			if view, err := harness.Poll(ctx, d.c, false); err == nil {
-				e := d.observe(view)
-				for other, why := range e.Unhealthy {
-					if other != id {
+				for other, why := range d.observe(view).Unhealthy {
+					if !slices.Contains(ids, other) {
 						add(fmt.Sprintf("%s became unhealthy: %s", other, why))
 					}
 				}
-				s, ok := view.Snap.Segment(id)
-				switch {
-				case !ok:
-					add(fmt.Sprintf("%s left the metadata", id))
-				case len(s.Replicas) != d.o.RF:
-					add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
-				case !s.HasReplica(v.b.ID):
-					add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
-				}
-				if ok {
-					for _, r := range s.Replicas {
-						if r == v.b.ID {
-							continue
-						}
-						if br := d.c.Broker(r); br != nil {
-							if err := auditCopyFile(copyPath(br, id), *s); err != nil {
-								add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
-							} else {
-								reads++
-							}
-						}
-					}
+				if check != nil {
+					check(view, add)
 				}
 			}
 		}
-		if tally.Hits[id] >= noSparePasses || time.Now().After(deadline) {
+		if tally.Detected() && tally.MinHits() >= noSparePasses || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(interval)
 	}
-	switch {
-	case !tally.detected():
-		add(fmt.Sprintf("no heal pass reported %s %s within %v", id, nospareReason, d.o.StageTimeout))
-		p.Finish("not reported")
-	case tally.Hits[id] < noSparePasses:
-		add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, nospareReason, tally.Hits[id], d.o.StageTimeout))
-		p.Finish("timed out")
-	default:
-		p.Finish(fmt.Sprintf("reported on %d of %d passes", tally.Hits[id], tally.Hits[id]+tally.Misses[id]))
+	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
+		p.Finish(fmt.Sprintf("reported on every one of %d passes", tally.MinHits()))
+	} else {
+		p.Finish("not reported as required")
 	}
-	if tally.Misses[id] > 0 {
-		add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, nospareReason, tally.Misses[id]))
+	for _, id := range ids {
+		switch {
+		case tally.FirstPass[id] == 0:
+			add(fmt.Sprintf("%s never reported %s within %v", id, what, d.o.StageTimeout))
+		case tally.Hits[id] < noSparePasses:
+			add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, what, tally.Hits[id], d.o.StageTimeout))
+		}
+		if m := tally.Misses[id]; m > 0 {
+			add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, what, m))
+		}
 	}
-	if why := tally.feed.Problem(); why != "" {
-		add(why)
-	}
-	return problems, reads
+	return problems
 }
 
 // lostReported: the pass lists seg lost, or failed for want of any intact
@@ -823,15 +634,9 @@ func lostReported(r *heal.Report, seg meta.SegmentID) bool {
 	return why == heal.NoIntactSource || why == heal.AllReplicasDead
 }
 
-// stageLost destroys every copy of two segments on purpose: X's files are
-// deleted, Y's damaged in place (a bit flip, same size, for the scrubber
-// to find; truncated when the scrubber is off). Over at least ten heal
-// passes both must be reported lost on every pass, no other segment may
-// become unhealthy, and no file of Y may be deleted by the cluster (they
-// are the last remains of its data). Then both are acknowledged through
-// POST /v1/heal/acknowledge/{id} and the report must mark them so. It is
-// the last stage: the demo ends with X and Y destroyed, and the report
-// counts them apart from real data loss only when all of this held.
+// stageLost destroys every copy of X (deleted) and Y (damaged in place):
+// both must be reported lost on every pass (ten at least), nothing else
+// turn unhealthy, no file of Y go; then both are acknowledged.
 func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 	fr := FaultReport{Stage: "lost"}
 	if err := d.reviveAll(ctx); err != nil {
@@ -865,11 +670,13 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		return fr, nil
 	}
 	r.ids = []meta.SegmentID{x.ID, y.ID}
-	r.tally = newPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
+	r.tally = harness.NewPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
 	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
-	if err := r.watch(ctx); err != nil {
+	r.problems = d.watchReported(ctx, &fr, r.tally, r.ids, "lost", r.start.Add(d.o.StageTimeout), nil)
+	if err := ctx.Err(); err != nil {
 		return fr, err
 	}
+	fr.Detected = r.tally.Detected()
 	r.checkKept()
 	r.acknowledge(ctx)
 	r.finish()
@@ -892,7 +699,7 @@ type lostRun struct {
 	yFiles map[string]int64
 	kept   int
 	// tally judges every heal pass that ended after the fault.
-	tally    *passTally
+	tally    *harness.PassTally
 	acked    map[meta.SegmentID]bool
 	problems []string
 	interval time.Duration
@@ -904,10 +711,7 @@ func (r *lostRun) add(s string) {
 	}
 }
 
-// hit destroys every copy file of seg on any broker (kind delete, bitflip
-// or truncate): its replicas' and any left outside its set by earlier
-// stages (a restarted broker keeps its old copies; an intact one would
-// rightly heal the segment). It returns how many it destroyed.
+// hit destroys every copy file of seg on any broker, leftovers too.
 func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 	d, fr := r.d, r.fr
 	n := 0
@@ -948,68 +752,8 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 	return n
 }
 
-// watch follows the heal passes until both segments were reported lost
-// on noSparePasses passes (or the stage times out), noting any other
-// segment that becomes unhealthy meanwhile.
-func (r *lostRun) watch(ctx context.Context) error {
-	d, fr, tally, ids := r.d, r.fr, r.tally, r.ids
-	deadline := r.start.Add(d.o.StageTimeout)
-	p := newProgress(d.out, d.tty, "watching the loss reported", noSparePasses)
-	var lastFull time.Time
-	for ctx.Err() == nil {
-		if recs, _ := tally.read(ctx, d.c); len(recs) > 0 {
-			fr.Passes += len(recs)
-			p.Set(min(tally.minHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting them", tally.misses()))
-		}
-		if time.Since(lastFull) > time.Second {
-			lastFull = time.Now()
-			if view, err := harness.Poll(ctx, d.c, false); err == nil {
-				for other, why := range d.observe(view).Unhealthy {
-					if !slices.Contains(ids, other) {
-						r.add(fmt.Sprintf("%s became unhealthy: %s", other, why))
-					}
-				}
-			}
-		}
-		if tally.detected() && tally.minHits() >= noSparePasses || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(r.interval)
-	}
-	if err := ctx.Err(); err != nil {
-		p.Finish("interrupted")
-		return err
-	}
-	fr.Detected = tally.detected()
-	if tally.minHits() >= noSparePasses && tally.misses() == 0 {
-		p.Finish(fmt.Sprintf("both reported lost on every one of %d passes", tally.Observed-min(tally.FirstPass[r.x.ID], tally.FirstPass[r.y.ID])+1))
-	} else {
-		p.Finish("not reported as required")
-	}
-	for _, id := range ids {
-		switch {
-		case tally.FirstPass[id] == 0:
-			r.add(fmt.Sprintf("%s never reported lost within %v", id, d.o.StageTimeout))
-		case tally.Hits[id] < noSparePasses:
-			r.add(fmt.Sprintf("%s reported lost on only %d passes within %v", id, tally.Hits[id], d.o.StageTimeout))
-		}
-		if m := tally.Misses[id]; m > 0 {
-			r.add(fmt.Sprintf("%s not reported lost on %d passes after its first report", id, m))
-		}
-	}
-	return nil
-}
-
-// checkKept: Y's damaged copies are the last remains: none may be gone
-// (but a leftover outside the set that a pass collected while it saw every
-// replica intact, the scrubber not having found them damaged yet: the
-// pass history says so), and its replicas' copies must be as the fault
-// left them. A leftover copy
-// outside the set may have been picked as the target of a backfill while
-// the scrubber had not yet found every replica corrupt: the catch-up then
-// cuts it back to its last valid frame (the same bytes are damaged in
-// every copy, so what it drops is still in the replicas' copies); that is
-// noted, not counted as a deletion.
+// checkKept: none of Y's damaged files may go, and its replicas' stay as
+// the fault left them; a leftover collected or cut back is noted.
 func (r *lostRun) checkKept() {
 	y := r.y
 	for path, size := range r.yFiles {
@@ -1046,20 +790,20 @@ func (r *lostRun) checkKept() {
 // mark them.
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
-	ps, err := leaderStatus(ctx, d.c)
+	ps, err := d.c.LeaderStatus(ctx)
 	if err != nil {
 		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
 	} else {
 		ab := d.pickAcknowledger(ps.Leader)
 		for _, id := range ids {
-			if err := acknowledge(ctx, ab, id); err != nil {
+			if err := harness.Acknowledge(ctx, ab, id); err != nil {
 				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
 			}
 		}
 		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
 		ackDeadline := time.Now().Add(max(20*d.o.Tick, 5*time.Second))
 		for len(r.acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
-			recs, _ := r.tally.read(ctx, d.c)
+			recs, _ := r.tally.Read(ctx, d.c)
 			r.fr.Passes += len(recs)
 			for _, p := range recs {
 				for _, l := range p.Report.Lost {
@@ -1076,10 +820,10 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 			}
 		}
 	}
-	if r.tally.misses() > 0 {
-		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.misses()))
+	if r.tally.MissCount() > 0 {
+		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.MissCount()))
 	}
-	if why := r.tally.feed.Problem(); why != "" {
+	if why := r.tally.Feed.Problem(); why != "" {
 		r.add(why)
 	}
 }
@@ -1108,7 +852,7 @@ func (r *lostRun) finish() {
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
 	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d passes did not); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
-		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.misses(), tally.feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
+		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.MissCount(), tally.Feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
 	if len(r.problems) > 0 {
 		fr.Error = strings.Join(r.problems, "; ")
 		r.d.logf("  lost: %s", fr.Error)

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -12,13 +11,8 @@ import (
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// The rebalance stage. The harness cannot add a broker
-// to a running cluster, so an empty one is made with the operator's
-// lifecycle: a follower is decommissioned until no replica set names it
-// (its copies moved and deleted), then the decommission is cancelled. It
-// is then an active broker holding nothing, as a new one would be, and
-// the rebalancer fills it until every broker's replicas, by count and by
-// bytes, are within 10% of the mean.
+// The rebalance stage empties a follower (decommission, then cancel) and
+// waits for the rebalancer to bring every broker within 10% of the mean.
 
 // RebalanceFigures are the rebalance stage's figures.
 type RebalanceFigures struct {
@@ -26,8 +20,8 @@ type RebalanceFigures struct {
 	Broker meta.BrokerID `json:"broker"`
 	// Before and After are the spreads over the running brokers when the
 	// emptied broker came back, and once balanced.
-	Before LoadSpread `json:"before"`
-	After  LoadSpread `json:"after"`
+	Before harness.LoadSpread `json:"before"`
+	After  harness.LoadSpread `json:"after"`
 	// Moves counts the replicas added to a set (each a move) seen while
 	// balancing; Received those the emptied broker got.
 	Moves    int `json:"moves"`
@@ -36,60 +30,6 @@ type RebalanceFigures struct {
 	// SecondsToBalance from the cancel to every broker within 10%.
 	DrainSeconds     float64 `json:"drain_seconds"`
 	SecondsToBalance float64 `json:"seconds_to_balance"`
-}
-
-// LoadSpread is the min, mean and max of the replicas and replica bytes
-// of sealed segments per running broker.
-type LoadSpread struct {
-	CountMin  int     `json:"count_min"`
-	CountMean float64 `json:"count_mean"`
-	CountMax  int     `json:"count_max"`
-	BytesMin  int64   `json:"bytes_min"`
-	BytesMean float64 `json:"bytes_mean"`
-	BytesMax  int64   `json:"bytes_max"`
-	// Within says every broker is within max(10% of the mean, one
-	// replica; one mean replica's bytes) of the mean, by both.
-	Within bool `json:"within"`
-}
-
-func (s LoadSpread) String() string {
-	return fmt.Sprintf("replicas %d/%.1f/%d, bytes %d/%.0f/%d (min/mean/max)", s.CountMin, s.CountMean, s.CountMax, s.BytesMin, s.BytesMean, s.BytesMax)
-}
-
-// spread computes the load spread of the brokers in bs over snap.
-func spread(snap *meta.Snapshot, bs []*harness.Broker) LoadSpread {
-	cnt, byt := map[meta.BrokerID]int{}, map[meta.BrokerID]int64{}
-	for _, b := range bs {
-		cnt[b.ID], byt[b.ID] = 0, 0
-	}
-	var tc, tb float64
-	for _, s := range snap.Segments {
-		if !s.Sealed {
-			continue
-		}
-		for _, r := range s.Replicas {
-			if _, ok := cnt[r]; ok {
-				cnt[r]++
-				byt[r] += s.ByteSize
-				tc++
-				tb += float64(s.ByteSize)
-			}
-		}
-	}
-	out := LoadSpread{CountMin: math.MaxInt, BytesMin: math.MaxInt64}
-	if len(cnt) == 0 || tc == 0 {
-		return LoadSpread{}
-	}
-	k := float64(len(cnt))
-	out.CountMean, out.BytesMean = tc/k, tb/k
-	bc, bb := max(0.1*out.CountMean, 1), max(0.1*out.BytesMean, tb/tc)
-	out.Within = true
-	for id, c := range cnt {
-		out.CountMin, out.CountMax = min(out.CountMin, c), max(out.CountMax, c)
-		out.BytesMin, out.BytesMax = min(out.BytesMin, byt[id]), max(out.BytesMax, byt[id])
-		out.Within = out.Within && math.Abs(float64(c)-out.CountMean) <= bc && math.Abs(float64(byt[id])-out.BytesMean) <= bb
-	}
-	return out
 }
 
 // stageRebalance empties a follower through decommission-then-cancel and
@@ -109,7 +49,7 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 			fr.Error = "turning the rebalancer off again: " + err.Error()
 		}
 	}()
-	cl := d.leaderClient(ctx)
+	cl := d.c.LeaderClient(ctx)
 	leader, _ := d.c.Leader(ctx, false)
 	var b *harness.Broker
 	for _, x := range d.c.Running() {
@@ -131,14 +71,14 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 		return fr, fatal(ctx, err, d)
 	}
 	fr.Injected = true
-	snap, err := d.waitSnap(ctx, func(s *meta.Snapshot) bool { return heldBy(s, b.ID) == 0 })
+	snap, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
 	if err != nil {
 		fr.Error = "decommission: " + err.Error()
 		_, _ = cl.CancelDecommission(ctx, b.ID)
 		return fr, fatal(ctx, err, d)
 	}
 	fig.DrainSeconds = time.Since(start).Seconds()
-	if _, err := d.leaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
+	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
 	}
@@ -148,27 +88,25 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	return fr, err
 }
 
-// waitBalanced waits, from the cancel of the decommission of fig.Broker
-// at cancelled (snap the metadata then), until every running broker is
-// within 10% of the mean and the cluster healthy, and fills in fig and
-// fr's verdict.
+// waitBalanced waits until every broker is within 10% of the mean and
+// the cluster healthy, and fills in fig and fr.
 func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *RebalanceFigures, snap *meta.Snapshot, cancelled time.Time) error {
 	run := d.c.Running()
-	fig.Before = spread(snap, run)
+	fig.Before = harness.Spread(snap, run)
 	prev := snap
-	final, err := d.waitSnap(ctx, func(s *meta.Snapshot) bool {
-		fig.Moves += addedReplicas(prev, s)
+	final, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool {
+		fig.Moves += harness.AddedReplicas(prev, s)
 		prev = s
-		return spread(s, run).Within && d.lastBalanced(ctx)
+		return harness.Spread(s, run).Within && d.lastBalanced(ctx)
 	})
 	if err != nil {
 		fr.Error = "rebalance: " + err.Error()
-		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, heldBy(prev, fig.Broker), spread(prev, run))
+		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
 		return nil // not healed: the demo stops after it
 	}
 	fig.SecondsToBalance = time.Since(cancelled).Seconds()
-	fig.After = spread(final, run)
-	fig.Received = heldBy(final, fig.Broker)
+	fig.After = harness.Spread(final, run)
+	fig.Received = harness.HeldBy(final, fig.Broker)
 	fr.Detected = true
 	tmp := FaultReport{Stage: "rebalance-check"}
 	if err := d.waitHealed(ctx, &tmp, "balanced", cancelled, nil, d.o.StageTimeout); err != nil {
@@ -184,41 +122,12 @@ func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Rebalance
 	return nil
 }
 
-// heldBy counts the segments whose replica set in snap names id.
-func heldBy(snap *meta.Snapshot, id meta.BrokerID) int {
-	n := 0
-	for _, s := range snap.Segments {
-		if s.HasReplica(id) {
-			n++
-		}
-	}
-	return n
-}
-
-// addedReplicas counts the replicas in next's sets that prev's did not
-// name.
-func addedReplicas(prev, next *meta.Snapshot) int {
-	n := 0
-	for _, s := range next.Segments {
-		p, ok := prev.Segment(s.ID)
-		if !ok {
-			continue
-		}
-		for _, r := range s.Replicas {
-			if !p.HasReplica(r) {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // lastBalanced reports whether the leader's last heal pass found the
 // brokers balanced (or reported no rebalance: it is off).
 func (d *demo) lastBalanced(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	raw, err := d.leaderClient(ctx).Status(pctx)
+	raw, err := d.c.LeaderClient(ctx).Status(pctx)
 	if err != nil {
 		return false
 	}
@@ -226,34 +135,8 @@ func (d *demo) lastBalanced(ctx context.Context) bool {
 	return ok && st.LastPass != nil && (st.LastPass.Rebalance == nil || st.LastPass.Rebalance.Balanced)
 }
 
-// waitSnap polls the leader's metadata until cond holds, within the stage
-// timeout.
-func (d *demo) waitSnap(ctx context.Context, cond func(*meta.Snapshot) bool) (*meta.Snapshot, error) {
-	deadline := time.Now().Add(d.o.StageTimeout)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		snap, err := d.leaderClient(ctx).Metadata(pctx)
-		cancel()
-		if err == nil && cond(&snap) {
-			return &snap, nil
-		}
-		if e := d.c.UnexpectedExit(); e != nil {
-			return nil, e
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("not within %v (last error: %v)", d.o.StageTimeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// setHealKey replaces from by to in every broker's [heal] settings and
-// restarts the running brokers one at a time with it; the func it returns
-// puts from back the same way. The demo runs with the rebalancer off and
-// turns it on for the rebalance stage only.
+// setHealKey restarts the brokers with from replaced by to in [heal];
+// the func returned puts it back.
 func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, error) {
 	swap := func(a, b string) error {
 		old := d.c.Config().HealExtra
@@ -261,7 +144,7 @@ func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, e
 			return fmt.Errorf("the brokers' [heal] settings carry no %q", a)
 		}
 		d.logf("  %s: restarting the brokers one at a time", b)
-		return d.restartWith(ctx, strings.Replace(old, a, b, 1), nil)
+		return d.c.RollingRestart(ctx, strings.Replace(old, a, b, 1), d.o.StageTimeout, nil)
 	}
 	if err := swap(from, to); err != nil {
 		return func() error { return nil }, err

@@ -1,12 +1,12 @@
 package demo
 
 import (
-	"bufio"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/internal/admin"
@@ -21,7 +21,7 @@ func seg(id meta.SegmentID, replicas ...meta.BrokerID) meta.Segment {
 }
 
 func intact(id meta.SegmentID) admin.Copy {
-	return admin.Copy{ID: id, Size: 100 + footerSize, Sealed: true}
+	return admin.Copy{ID: id, Size: 100 + store.FooterSize, Sealed: true}
 }
 
 func TestEvaluate(t *testing.T) {
@@ -122,48 +122,3 @@ func TestDecodeStatusOfPlugin(t *testing.T) {
 		t.Fatal("a disabled plugin has a last pass")
 	}
 }
-
-func TestPassClean(t *testing.T) {
-	mk := func(r heal.Report) *harness.View {
-		raw, _ := json.Marshal(plugin.Status{Enabled: true, Passes: 1, LastPass: &r})
-		return &harness.View{Snap: meta.Snapshot{Index: 10}, Status: raw}
-	}
-	for _, tc := range []struct {
-		r    heal.Report
-		want string
-	}{
-		{heal.Report{Index: 10}, ""},
-		{heal.Report{Index: 9}, "metadata at 10"},
-		{heal.Report{Index: 12, UnderReplicated: 1}, "1 under-replicated"},
-		{heal.Report{Index: 12, Failed: []heal.Failure{{Segment: "s", Reason: heal.AllReplicasDead}}}, "all_replicas_dead"},
-		{heal.Report{Index: 12, Unsettled: []heal.CopyRef{{Segment: "s", Broker: 1}}}, "not yet confirmed"},
-		{heal.Report{Index: 12, HoldReason: "3 brokers lost in 10s"}, "on hold"},
-	} {
-		ok, why := passClean(mk(tc.r))
-		if ok != (tc.want == "") || !strings.Contains(why, tc.want) {
-			t.Errorf("%+v: %v %q, want %q", tc.r, ok, why, tc.want)
-		}
-	}
-	if ok, why := passClean(&harness.View{Status: json.RawMessage(`{"heal":"disabled"}`)}); ok || !strings.Contains(why, "no heal report") {
-		t.Errorf("no plugin: %v %q", ok, why)
-	}
-}
-
-func TestParseSample(t *testing.T) {
-	text := `# HELP malachi_heal_backfill_bytes_total Bytes.
-# TYPE malachi_heal_backfill_bytes_total counter
-malachi_heal_backfill_bytes_total_extra 9
-malachi_heal_failed_segments{reason="x"} 3
-malachi_heal_backfill_bytes_total 1.048576e+06
-`
-	sc := newScanner(text)
-	v, err := parseSample(sc, backfillMetric)
-	if err != nil || v != 1048576 {
-		t.Fatalf("%v, %v", v, err)
-	}
-	if _, err := parseSample(newScanner("other 1\n"), backfillMetric); err == nil || !strings.Contains(err.Error(), "not exposed") {
-		t.Fatalf("missing metric: %v", err)
-	}
-}
-
-func newScanner(s string) *bufio.Scanner { return bufio.NewScanner(strings.NewReader(s)) }

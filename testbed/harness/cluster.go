@@ -455,6 +455,15 @@ func (c *Cluster) LeaderOrAny(ctx context.Context) *Broker {
 	return nil
 }
 
+// LeaderClient is LeaderOrAny's admin client, or the first broker's when
+// none runs (its error then names it).
+func (c *Cluster) LeaderClient(ctx context.Context) *admin.Client {
+	if b := c.LeaderOrAny(ctx); b != nil {
+		return b.Client
+	}
+	return c.Brokers()[0].Client
+}
+
 // SetHealExtra replaces Config.HealExtra for the configs written from now
 // on (WriteConfig, Start): a stage that needs other heal settings rewrites
 // the configs and restarts the brokers it wants them on.

@@ -78,3 +78,15 @@ func (b *Broker) CopySizes() (map[meta.SegmentID]int64, error) {
 	}
 	return out, nil
 }
+
+// CopySizes returns the size of every copy file of every running broker
+// (Broker.CopySizes), a broker that could not be read left out.
+func (c *Cluster) CopySizes() map[meta.BrokerID]map[meta.SegmentID]int64 {
+	out := map[meta.BrokerID]map[meta.SegmentID]int64{}
+	for _, b := range c.Running() {
+		if m, err := b.CopySizes(); err == nil {
+			out[b.ID] = m
+		}
+	}
+	return out
+}

@@ -11,7 +11,12 @@
 // Kind.CutOff, Injection.Lost). The faults done to a copy's file (delete,
 // truncate, extend, bit flip) are faults.go's; the one fault a broker
 // injects itself is the latch (admin.Client.Latch): it needs the broker's
-// store to see an I/O error.
+// store to see an I/O error. What the stages and tests measure with is
+// here too, once: the copy auditor's cache (auditor.go), the backfill byte
+// counters (metrics.go: MarkBackfill), the leader's pass status, PassTally
+// and the hold releaser (passtally.go), log marks (logs.go), the metadata
+// and pass judgements (judge.go) and the waits and scans the stages share
+// (mechanics.go).
 //
 // Usage:
 //

@@ -318,3 +318,54 @@ func healthWhy(v *View, w HealWait, live map[meta.BrokerID]bool, check CopyCheck
 	}
 	return ""
 }
+
+// PassClean says the leader's latest heal report, at or after the view's
+// metadata index, found nothing left to do. Without a report (no plugin
+// status yet) it is false: verification is not assumed.
+func (v *View) PassClean() (bool, string) {
+	r, _, _, ok := admin.LastPass(v.Status)
+	if !ok {
+		return false, "no heal report in the leader's /v1/status"
+	}
+	switch {
+	case r.Index < v.Snap.Index:
+		return false, fmt.Sprintf("latest heal pass at index %d, metadata at %d", r.Index, v.Snap.Index)
+	case r.UnderReplicated > 0:
+		return false, fmt.Sprintf("heal pass: %d under-replicated", r.UnderReplicated)
+	case len(r.Failed) > 0:
+		return false, fmt.Sprintf("heal pass: %d failed (%s: %s)", len(r.Failed), r.Failed[0].Segment, r.Failed[0].Reason)
+	case len(r.Unsettled) > 0:
+		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
+	case r.HoldReason != "" && !r.HoldReleased:
+		return false, "heal pass on hold: " + r.HoldReason
+	}
+	return true, ""
+}
+
+// WaitSettled waits, polling every period up to timeout, for a heal pass
+// started after since that left nothing to do (View.PassClean): copies
+// moved or rewritten since are confirmed again. It returns that view.
+func (c *Cluster) WaitSettled(ctx context.Context, since time.Time, timeout, every time.Duration) (*View, error) {
+	deadline := time.Now().Add(timeout)
+	why := "no heal pass seen"
+	for time.Now().Before(deadline) {
+		v, err := Poll(ctx, c, false)
+		if err != nil {
+			why = err.Error()
+		} else if _, started, _, ok := admin.LastPass(v.Status); !ok {
+			why = "no heal report in the leader's /v1/status"
+		} else if started.IsZero() || !started.After(since) {
+			why = "no heal pass started since the copies moved"
+		} else if clean, cwhy := v.PassClean(); !clean {
+			why = cwhy
+		} else {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(every):
+		}
+	}
+	return nil, fmt.Errorf("copies not confirmed again after %v: %s", timeout, why)
+}

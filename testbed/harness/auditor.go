@@ -1,28 +1,14 @@
-package demo
+package harness
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
-	"github.com/malachi-log/malachi/testbed/harness"
 )
-
-// The on-disk format of a copy (store/doc.go); the demo reads copies
-// itself (harness.AuditCopy), as an auditor independent of the broker
-// that wrote them.
-const (
-	frameHeaderSize = 16
-	footerSize      = 40
-)
-
-// errAudit marks a copy whose bytes do not match its segment's seal.
-var errAudit = harness.ErrAudit
-
-// auditCopyFile checks the file at path is a byte-exact sealed copy of
-// seg (harness.AuditCopy).
-func auditCopyFile(path string, seg meta.Segment) error { return harness.AuditCopy(path, seg) }
 
 // fileKey identifies one version of a file, so that an audit is repeated
 // only when the file changed.
@@ -44,9 +30,9 @@ func statKey(path string) (fileKey, error) {
 	return k, nil
 }
 
-// auditor caches audit results by file version: a poll re-reads only the
+// Auditor caches AuditCopy results by file version: a poll re-reads only the
 // copies whose file changed since it was last read.
-type auditor struct {
+type Auditor struct {
 	cache map[string]auditEntry
 	// BytesRead counts the bytes read by audits, for the report.
 	BytesRead int64
@@ -58,11 +44,12 @@ type auditEntry struct {
 	err     error
 }
 
-func newAuditor() *auditor { return &auditor{cache: map[string]auditEntry{}} }
+// NewAuditor returns an empty cache.
+func NewAuditor() *Auditor { return &Auditor{cache: map[string]auditEntry{}} }
 
 // Check audits the copy of seg at path unless the same file version was
 // already audited against the same segment version.
-func (a *auditor) Check(path string, seg meta.Segment) error {
+func (a *Auditor) Check(path string, seg meta.Segment) error {
 	k, err := statKey(path)
 	if err != nil {
 		delete(a.cache, path)
@@ -71,7 +58,7 @@ func (a *auditor) Check(path string, seg meta.Segment) error {
 	if e, ok := a.cache[path]; ok && e.key == k && e.version == seg.Version {
 		return e.err
 	}
-	err = auditCopyFile(path, seg)
+	err = AuditCopy(path, seg)
 	a.BytesRead += k.size
 	a.cache[path] = auditEntry{key: k, version: seg.Version, err: err}
 	return err
@@ -79,4 +66,13 @@ func (a *auditor) Check(path string, seg meta.Segment) error {
 
 // Forget drops the cached result for path, after the demo changed the file
 // itself in a way its mtime might not show.
-func (a *auditor) Forget(path string) { delete(a.cache, path) }
+func (a *Auditor) Forget(path string) { delete(a.cache, path) }
+
+// ForgetUnder drops the cached results of every file under dir.
+func (a *Auditor) ForgetUnder(dir string) {
+	for p := range a.cache {
+		if strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			delete(a.cache, p)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package demo
+package harness
 
 import (
 	"errors"
@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
@@ -40,22 +38,22 @@ func TestAuditCopyFile(t *testing.T) {
 	if store.FooterSize != footerSize || store.FrameHeaderSize != frameHeaderSize {
 		t.Fatalf("format constants differ from store's")
 	}
-	if err := auditCopyFile(path, seg); err != nil {
+	if err := AuditCopy(path, seg); err != nil {
 		t.Fatalf("intact copy: %v", err)
 	}
 	wrong := seg
 	wrong.Checksum = meta.CRC32C(12345)
-	if err := auditCopyFile(path, wrong); !errors.Is(err, errAudit) || !strings.Contains(err.Error(), "metadata checksum") {
+	if err := AuditCopy(path, wrong); !errors.Is(err, ErrAudit) || !strings.Contains(err.Error(), "metadata checksum") {
 		t.Fatalf("wrong metadata checksum: %v", err)
 	}
 	wrong = seg
 	wrong.StartOffset = 999
-	if err := auditCopyFile(path, wrong); !errors.Is(err, errAudit) {
+	if err := AuditCopy(path, wrong); !errors.Is(err, ErrAudit) {
 		t.Fatalf("wrong start offset: %v", err)
 	}
 	wrong = seg
 	wrong.Length = 19
-	if err := auditCopyFile(path, wrong); !errors.Is(err, errAudit) {
+	if err := AuditCopy(path, wrong); !errors.Is(err, ErrAudit) {
 		t.Fatalf("wrong length: %v", err)
 	}
 }
@@ -70,19 +68,19 @@ func TestAuditCatchesInjectedFaults(t *testing.T) {
 			var err error
 			switch kind {
 			case "truncate":
-				_, err = harness.TruncateCopy(path, rng)
+				_, err = TruncateCopy(path, rng)
 			case "extend":
-				_, err = harness.ExtendCopy(path, 1+rng.Int64N(100), rng)
+				_, err = ExtendCopy(path, 1+rng.Int64N(100), rng)
 			case "bitflip":
-				_, err = harness.BitflipCopy(path, seg.ByteSize, rng)
+				_, err = BitflipCopy(path, seg.ByteSize, rng)
 			case "bitflip-footer":
-				_, err = harness.BitflipCopy(path, 0, rng) // anywhere, footer included
+				_, err = BitflipCopy(path, 0, rng) // anywhere, footer included
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := auditCopyFile(path, seg); !errors.Is(err, errAudit) {
-				t.Fatalf("seed %d %s: audit = %v, want errAudit", seed, kind, err)
+			if err := AuditCopy(path, seg); !errors.Is(err, ErrAudit) {
+				t.Fatalf("seed %d %s: audit = %v, want ErrAudit", seed, kind, err)
 			}
 		}
 	}
@@ -91,7 +89,7 @@ func TestAuditCatchesInjectedFaults(t *testing.T) {
 func TestAuditorCachesByFileVersion(t *testing.T) {
 	dir := t.TempDir()
 	path, seg := sealedCopy(t, dir, "s-3", 0, 50)
-	a := newAuditor()
+	a := NewAuditor()
 	if err := a.Check(path, seg); err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +97,12 @@ func TestAuditorCachesByFileVersion(t *testing.T) {
 	if err := a.Check(path, seg); err != nil || a.BytesRead != read {
 		t.Fatalf("second check of an unchanged file read it again (%d -> %d bytes), %v", read, a.BytesRead, err)
 	}
-	df, err := harness.BitflipCopy(path, seg.ByteSize, rand.New(rand.NewPCG(3, 3)))
+	df, err := BitflipCopy(path, seg.ByteSize, rand.New(rand.NewPCG(3, 3)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Forget(path)
-	if err := a.Check(path, seg); !errors.Is(err, errAudit) {
+	if err := a.Check(path, seg); !errors.Is(err, ErrAudit) {
 		t.Fatalf("after a bit flip at byte %d: %v", df.Offset, err)
 	}
 	if err := os.Remove(path); err != nil {

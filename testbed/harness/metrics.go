@@ -1,4 +1,4 @@
-package demo
+package harness
 
 import (
 	"bufio"
@@ -11,18 +11,17 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/admin"
-
 	"github.com/malachi-log/malachi/meta"
 )
 
-// backfillMetric counts the bytes a broker's committed backfills received
+// BackfillMetric counts the bytes a broker's committed backfills received
 // (plugin/metrics.go).
-const backfillMetric = "malachi_heal_backfill_bytes_total"
+const BackfillMetric = "malachi_heal_backfill_bytes_total"
 
-// scrapeCounter reads one unlabelled sample from the Prometheus text
+// ScrapeCounter reads one unlabelled sample from the Prometheus text
 // exposition a plugin serves at GET /metrics on its rpc_listen, p (HTTPS
 // with the client's certificate, or plaintext in insecure mode).
-func scrapeCounter(ctx context.Context, p *admin.Client, name string) (float64, error) {
+func ScrapeCounter(ctx context.Context, p *admin.Client, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	body, err := p.GetRaw(ctx, "/metrics")
@@ -73,16 +72,20 @@ type counterReading struct {
 	value float64
 }
 
-// backfillBytes reads every running broker's backfill byte counter.
-func (d *demo) backfillBytes(ctx context.Context) map[meta.BrokerID]counterReading {
-	out := map[meta.BrokerID]counterReading{}
+// BackfillMark is every running broker's backfill byte counter at a
+// moment (Cluster.MarkBackfill).
+type BackfillMark map[meta.BrokerID]counterReading
+
+// MarkBackfill reads every running broker's backfill byte counter.
+func (c *Cluster) MarkBackfill(ctx context.Context) BackfillMark {
+	out := BackfillMark{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, b := range d.c.Running() {
+	for _, b := range c.Running() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := scrapeCounter(ctx, b.Plugin, backfillMetric)
+			v, err := ScrapeCounter(ctx, b.Plugin, BackfillMetric)
 			if err != nil {
 				return
 			}
@@ -95,11 +98,12 @@ func (d *demo) backfillBytes(ctx context.Context) map[meta.BrokerID]counterReadi
 	return out
 }
 
-// backfillDelta is the bytes received by backfills since before.
-func (d *demo) backfillDelta(ctx context.Context, before map[meta.BrokerID]counterReading) int64 {
+// Since is the bytes c's backfills received since the mark (a broker
+// restarted since counts from zero).
+func (m BackfillMark) Since(ctx context.Context, c *Cluster) int64 {
 	var total float64
-	for id, now := range d.backfillBytes(ctx) {
-		was, ok := before[id]
+	for id, now := range c.MarkBackfill(ctx) {
+		was, ok := m[id]
 		if ok && was.pid == now.pid && now.value >= was.value {
 			total += now.value - was.value
 		} else {

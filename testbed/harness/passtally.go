@@ -1,4 +1,4 @@
-package demo
+package harness
 
 import (
 	"context"
@@ -12,14 +12,13 @@ import (
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
-	"github.com/malachi-log/malachi/testbed/harness"
 )
 
-// passStatus is what the stages that act on the leader's latest heal pass
-// read from its /v1/status: the pass counter, the brokers that pass listed
+// PassStatus is what a stage that acts on the leader's latest heal pass
+// reads from its /v1/status: the pass counter, the brokers that pass listed
 // dead, and the hold. The stages that judge every pass read them from the
-// pass history instead (harness.PassFeed, passTally).
-type passStatus struct {
+// pass history instead (PassFeed, PassTally).
+type PassStatus struct {
 	Leader meta.BrokerID
 	Passes uint64
 	Hold   string
@@ -28,31 +27,31 @@ type passStatus struct {
 	HoldReleased bool
 }
 
-// decodePassStatus reads a plugin /v1/status document. ok is false when it
+// DecodePassStatus reads a plugin /v1/status document. ok is false when it
 // holds no pass yet (or the plugin is off).
-func decodePassStatus(raw json.RawMessage) (passStatus, bool) {
+func DecodePassStatus(raw json.RawMessage) (PassStatus, bool) {
 	st, ok := admin.DecodeStatus(raw)
 	if !ok || st.LastPass == nil {
-		return passStatus{}, false
+		return PassStatus{}, false
 	}
-	return passStatus{
+	return PassStatus{
 		Leader: st.Broker, Passes: st.Passes, Hold: st.Hold, Dead: st.LastPass.Dead,
 		HoldReleased: st.LastPass.HoldReleased,
 	}, true
 }
 
-// passTally counts, over the heal passes its feed reads (every pass of
+// PassTally counts, over the heal passes its feed reads (every pass of
 // the leader's history that ended after the feed began), on how many a
 // watched segment was reported as the stage requires. A segment is
 // tracked from the first pass that reports it (its detection): every
 // later pass that does not report it is a miss. A pass the history no
-// longer holds is a gap of the feed (harness.PassFeed.Problem), never a hit or a
-// miss. The zero value is not usable: use newPassTally.
-type passTally struct {
+// longer holds is a gap of the feed (PassFeed.Problem), never a hit or a
+// miss. The zero value is not usable: use NewPassTally.
+type PassTally struct {
 	watch []meta.SegmentID
 	// reported judges one segment on one pass.
 	reported func(r *heal.Report, seg meta.SegmentID) bool
-	feed     *harness.PassFeed
+	Feed     *PassFeed
 
 	Observed int // passes judged
 	Hits     map[meta.SegmentID]int
@@ -69,27 +68,27 @@ type passTally struct {
 	Collected map[heal.CopyRef]bool
 }
 
-func newPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.SegmentID) bool, feed *harness.PassFeed) *passTally {
-	return &passTally{
-		watch: slices.Clone(watch), reported: reported, feed: feed,
+func NewPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.SegmentID) bool, feed *PassFeed) *PassTally {
+	return &PassTally{
+		watch: slices.Clone(watch), reported: reported, Feed: feed,
 		Hits: map[meta.SegmentID]int{}, Misses: map[meta.SegmentID]int{},
 		FirstPass: map[meta.SegmentID]int{}, FirstAt: map[meta.SegmentID]time.Time{},
 		Collected: map[heal.CopyRef]bool{},
 	}
 }
 
-// read judges the passes the feed reads from c's brokers now and returns
+// Read judges the passes the feed reads from c's brokers now and returns
 // them; its error is the feed's (the passes not read are read later).
-func (t *passTally) read(ctx context.Context, c *harness.Cluster) ([]plugin.PassRecord, error) {
-	recs, err := t.feed.Next(ctx, c)
+func (t *PassTally) Read(ctx context.Context, c *Cluster) ([]plugin.PassRecord, error) {
+	recs, err := t.Feed.Next(ctx, c)
 	for i := range recs {
-		t.observe(&recs[i])
+		t.Observe(&recs[i])
 	}
 	return recs, err
 }
 
-// observe judges one pass.
-func (t *passTally) observe(p *plugin.PassRecord) {
+// Observe judges one pass.
+func (t *PassTally) Observe(p *plugin.PassRecord) {
 	t.Observed++
 	for _, id := range t.watch {
 		switch {
@@ -110,8 +109,8 @@ func (t *passTally) observe(p *plugin.PassRecord) {
 	}
 }
 
-// detected: every watched segment was reported at least once.
-func (t *passTally) detected() bool {
+// Detected: every watched segment was reported at least once.
+func (t *PassTally) Detected() bool {
 	for _, id := range t.watch {
 		if t.FirstPass[id] == 0 {
 			return false
@@ -120,8 +119,8 @@ func (t *passTally) detected() bool {
 	return true
 }
 
-// minHits is the fewest passes any watched segment was reported on.
-func (t *passTally) minHits() int {
+// MinHits is the fewest passes any watched segment was reported on.
+func (t *PassTally) MinHits() int {
 	n := -1
 	for _, id := range t.watch {
 		if h := t.Hits[id]; n < 0 || h < n {
@@ -131,8 +130,8 @@ func (t *passTally) minHits() int {
 	return max(n, 0)
 }
 
-// misses sums the misses of every watched segment.
-func (t *passTally) misses() int {
+// MissCount sums the misses of every watched segment.
+func (t *PassTally) MissCount() int {
 	n := 0
 	for _, id := range t.watch {
 		n += t.Misses[id]
@@ -140,31 +139,31 @@ func (t *passTally) misses() int {
 	return n
 }
 
-// leaderStatus reads the leader's heal status (harness.Cluster.LeaderBroker).
-func leaderStatus(ctx context.Context, c *harness.Cluster) (passStatus, error) {
+// LeaderStatus reads the leader's heal status (LeaderBroker).
+func (c *Cluster) LeaderStatus(ctx context.Context) (PassStatus, error) {
 	lb := c.LeaderBroker(ctx)
 	if lb == nil {
-		return passStatus{}, fmt.Errorf("no running broker of %d names a leader", len(c.Running()))
+		return PassStatus{}, fmt.Errorf("no running broker of %d names a leader", len(c.Running()))
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	raw, err := lb.Client.Status(sctx)
 	if err != nil {
-		return passStatus{}, err
+		return PassStatus{}, err
 	}
-	p, ok := decodePassStatus(raw)
+	p, ok := DecodePassStatus(raw)
 	if !ok {
-		return passStatus{}, fmt.Errorf("leader %d (admin %s): no heal pass in /v1/status yet", lb.ID, lb.Admin)
+		return PassStatus{}, fmt.Errorf("leader %d (admin %s): no heal pass in /v1/status yet", lb.ID, lb.Admin)
 	}
 	return p, nil
 }
 
-// holdReleaser watches the leader's status while a stage heals and, when
+// HoldReleaser watches the leader's status while a stage heals and, when
 // the mass-failure brake holds, releases it through the admin API
 // (POST /v1/heal/release), as an operator would. Start it with
-// startHoldReleaser and stop it (once) with stop; Releases and Reasons are
-// read after stop.
-type holdReleaser struct {
+// Cluster.ReleaseHolds and stop it (once) with Stop; Releases and Reasons
+// are read after Stop.
+type HoldReleaser struct {
 	Releases int
 	Reasons  []string
 	Errors   []string
@@ -173,21 +172,20 @@ type holdReleaser struct {
 	done   chan struct{}
 }
 
-// startHoldReleaser polls every tick until stop. Each hold seen is released
-// once per pass counter value (a release lasts until the condition clears,
-// so one is normally enough). The goroutine alone writes the fields and
-// does not log (the progress output is the caller's); stop orders its
-// writes before the caller's reads.
-func (d *demo) startHoldReleaser(ctx context.Context) *holdReleaser {
+// ReleaseHolds polls every period until Stop. Each hold seen is released
+// once per pass counter value (a release lasts until the condition
+// clears, so one is normally enough). The goroutine alone writes the
+// fields; Stop orders its writes before the caller's reads.
+func (c *Cluster) ReleaseHolds(ctx context.Context, every time.Duration) *HoldReleaser {
 	ctx, cancel := context.WithCancel(ctx)
-	h := &holdReleaser{cancel: cancel, done: make(chan struct{})}
+	h := &HoldReleaser{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(h.done)
 		var releasedAt uint64
 		for ctx.Err() == nil {
-			p, err := leaderStatus(ctx, d.c)
+			p, err := c.LeaderStatus(ctx)
 			if err == nil && p.Hold != "" && !p.HoldReleased && p.Passes != releasedAt {
-				if rerr := d.release(ctx, p.Leader); rerr != nil {
+				if rerr := c.release(ctx, p.Leader); rerr != nil {
 					h.Errors = append(h.Errors, rerr.Error())
 				} else {
 					releasedAt = p.Passes
@@ -199,21 +197,21 @@ func (d *demo) startHoldReleaser(ctx context.Context) *holdReleaser {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(d.o.Tick):
+			case <-time.After(every):
 			}
 		}
 	}()
 	return h
 }
 
-// stop ends the watch and waits for it.
-func (h *holdReleaser) stop() {
+// Stop ends the watch and waits for it.
+func (h *HoldReleaser) Stop() {
 	h.cancel()
 	<-h.done
 }
 
-// note says what the releaser did, or "".
-func (h *holdReleaser) note() string {
+// Note says what the releaser did, or "".
+func (h *HoldReleaser) Note() string {
 	s := ""
 	if h.Releases > 0 {
 		s = fmt.Sprintf("the mass-failure brake held (%s); released %d time(s) through POST /v1/heal/release, as an operator would", strings.Join(h.Reasons, "; "), h.Releases)
@@ -225,8 +223,8 @@ func (h *holdReleaser) note() string {
 }
 
 // release posts POST /v1/heal/release to broker id.
-func (d *demo) release(ctx context.Context, id meta.BrokerID) error {
-	b := d.c.Broker(id)
+func (c *Cluster) release(ctx context.Context, id meta.BrokerID) error {
+	b := c.Broker(id)
 	if b == nil {
 		return fmt.Errorf("release: no broker %d", id)
 	}
@@ -235,8 +233,8 @@ func (d *demo) release(ctx context.Context, id meta.BrokerID) error {
 	return b.Client.Release(rctx)
 }
 
-// acknowledge posts POST /v1/heal/acknowledge/{id} to broker b.
-func acknowledge(ctx context.Context, b *harness.Broker, id meta.SegmentID) error {
+// Acknowledge posts POST /v1/heal/acknowledge/{id} to broker b.
+func Acknowledge(ctx context.Context, b *Broker, id meta.SegmentID) error {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return b.Client.Acknowledge(actx, id)
