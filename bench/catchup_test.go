@@ -770,8 +770,20 @@ func pairedReceiver(t *testing.T, dir string, modes []catchup.Mode, tls []bool) 
 				f = transferFigures(tg.streams, tg.seg, wall, cpu, senderCPU()-s0)
 			}
 			fmt.Printf("figures %d %d %g %g %g\n", r, i, f.mbps, f.recv, f.send)
+			fmt.Fprintf(os.Stderr, "round %d entry %d: %.0f MB/s, CPU %.3f s/GB (recv %.3f, send %.3f), load %s\n",
+				r, i, f.mbps, f.cpu(), f.recv, f.send, loadAverage())
 		}
 	}
+}
+
+// loadAverage is the host's load average over 1, 5 and 15 minutes as
+// /proc/loadavg says it, or "?" where there is none.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 func sameFile(a, b string) error {
