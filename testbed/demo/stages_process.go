@@ -643,6 +643,19 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		fr.Error = err.Error()
 		return fr, err
 	}
+	// The damage must land as one event. Made file after file under a
+	// running cluster, a heal pass between two steps may rightly replace a
+	// damaged copy from one not yet damaged (or resume a leftover from it),
+	// and the segment is then not lost: the stage would judge a race, not
+	// heal. So the stage waits for a pass that planned nothing, picks its
+	// victims from that view, and damages every copy with every broker
+	// stopped.
+	v, err := d.c.WaitSettled(ctx, time.Now(), d.o.StageTimeout, d.o.Poll)
+	if err != nil {
+		fr.Error = "before the fault: " + err.Error()
+		return fr, err
+	}
+	d.observe(v)
 	vs := d.pickVictims(2)
 	if len(vs) < 2 {
 		fr.notInjected("fewer than two healthy sealed segments")
@@ -657,7 +670,14 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 	fr.What = fmt.Sprintf("delete all of %s, %s all of %s", x.ID, r.damage, y.ID)
 	d.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, r.damage, y.ID)
 	r.start = time.Now()
-	r.nx, r.ny = r.hit(x, harness.KindDelete), r.hit(y, r.damage)
+	if err := d.c.Frozen(func() error {
+		r.nx, r.ny = r.hit(x, harness.KindDelete), r.hit(y, r.damage)
+		return nil
+	}); err != nil {
+		fr.Error = fmt.Sprintf("damaging %s and %s with every broker stopped: %v", x.ID, y.ID, err)
+		return fr, err
+	}
+	d.logf("  every copy damaged with every broker stopped (SIGSTOP, then SIGCONT): the fault lands as one event")
 	if r.nx == 0 && r.ny == 0 {
 		return fr, nil
 	}

@@ -338,6 +338,8 @@ func (v *View) PassClean() (bool, string) {
 		return false, fmt.Sprintf("heal pass: %d copies not yet confirmed", len(r.Unsettled))
 	case r.HoldReason != "" && !r.HoldReleased:
 		return false, "heal pass on hold: " + r.HoldReason
+	case r.Backfills > 0 || r.Commands > 0 || r.Deferred > 0:
+		return false, fmt.Sprintf("heal pass planned %d backfills and %d commands (%d deferred)", r.Backfills, r.Commands, r.Deferred)
 	}
 	return true, ""
 }

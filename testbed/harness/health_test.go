@@ -25,6 +25,9 @@ func TestPassClean(t *testing.T) {
 		{heal.Report{Index: 12, Failed: []heal.Failure{{Segment: "s", Reason: heal.AllReplicasDead}}}, "all_replicas_dead"},
 		{heal.Report{Index: 12, Unsettled: []heal.CopyRef{{Segment: "s", Broker: 1}}}, "not yet confirmed"},
 		{heal.Report{Index: 12, HoldReason: "3 brokers lost in 10s"}, "on hold"},
+		{heal.Report{Index: 12, Backfills: 1}, "planned 1 backfills"},
+		{heal.Report{Index: 12, Commands: 2}, "and 2 commands"},
+		{heal.Report{Index: 12, Deferred: 3}, "(3 deferred)"},
 	} {
 		ok, why := mk(tc.r).PassClean()
 		if ok != (tc.want == "") || !strings.Contains(why, tc.want) {

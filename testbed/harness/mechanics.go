@@ -230,3 +230,31 @@ func (b *Broker) Frozen(fn func() error) error {
 	}
 	return err
 }
+
+// Frozen runs fn with every running broker stopped (SIGSTOP), so that a
+// fault made of several steps (one file after another, on several brokers)
+// lands as one event: no heal pass, backfill or scrubber acts between two
+// of its steps. Every broker stopped is continued (SIGCONT) whatever fn
+// returns.
+func (c *Cluster) Frozen(fn func() error) error {
+	var stopped []*Broker
+	var err error
+	for _, b := range c.brokers {
+		if !b.Alive() {
+			continue
+		}
+		if err = b.Pause(); err != nil {
+			break
+		}
+		stopped = append(stopped, b)
+	}
+	if err == nil {
+		err = fn()
+	}
+	for _, b := range stopped {
+		if cerr := b.Resume(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
