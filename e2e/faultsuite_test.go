@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/malachi-log/malachi/testbed/demo"
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // faultRow is one stage of the fault suite: the fault it injects, the
@@ -133,8 +134,9 @@ func TestFaultSuite(t *testing.T) {
 	if strings.Join(rows, ",") != strings.Join(demo.AllStages, ",") {
 		t.Fatalf("rows %v, want one per stage of demo.AllStages %v", rows, demo.AllStages)
 	}
+	dir := t.TempDir()
 	o, err := demo.ParseFlags([]string{"--malachid", binary, "--brokers", "5", "--rf", "3", "--segments", "40", "--segment-size", "64KiB",
-		"--copies", "2", "--json", "--dir", t.TempDir(), "--seed", "11", "--stage-timeout", "60s"}, io.Discard)
+		"--copies", "2", "--json", "--dir", dir, "--seed", "11", "--stage-timeout", "60s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +157,11 @@ func TestFaultSuite(t *testing.T) {
 	byStage := map[string]demo.FaultReport{}
 	for _, f := range rep.Faults {
 		byStage[f.Stage] = f
+		if f.Error != "" {
+			// What the brokers logged of the segments the failure names.
+			t.Logf("stage %s: broker log lines naming %s:\n%s", f.Stage, harness.SegmentsNamed(f.Error),
+				harness.LogExcerpt(dir, harness.SegmentsNamed(f.Error), 150))
+		}
 	}
 	skipped := 0
 	for _, r := range faultRows {
