@@ -166,7 +166,7 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 		if err != nil {
 			log.Warn().Err(err).Int64("from", res.From).Int64("received", res.Received).Msg("catchup: fetch failed")
 		} else {
-			log.Debug().Int64("from", res.From).Int64("received", res.Received).Dur("took", res.Took).Msg("catchup: fetched")
+			log.Debug().Int64("from", res.From).Int64("received", res.Received).Float64("took_seconds", res.Took.Seconds()).Msg("catchup: fetched")
 		}
 	}()
 	if res.From < 0 || res.From > res.Size {

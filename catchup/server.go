@@ -150,7 +150,7 @@ func (s *Server) Serve(l net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
 				wait := bo.Next()
-				s.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("catchup: accept")
+				s.Logger.Warn().Err(err).Float64("retry_in_seconds", wait.Seconds()).Msg("catchup: accept")
 				// Not bounded by a context: Close closes l, and the
 				// Accept after the wait returns.
 				_ = bo.Sleep(context.Background(), wait)
@@ -430,7 +430,7 @@ func (s *Server) serve(conn net.Conn, req *request, tk *signedTicket, mode Mode,
 		conn.SetReadDeadline(time.Now().Add(s.Throttle.idle()))
 		io.Copy(io.Discard, io.LimitReader(conn, 1))
 	}
-	log.Debug().Int64("bytes", sent).Dur("took", time.Since(start)).Msg("catchup: sent")
+	log.Debug().Int64("bytes", sent).Float64("took_seconds", time.Since(start).Seconds()).Msg("catchup: sent")
 }
 
 // answerRefusal answers a refusal, then half-closes and reads what the client

@@ -211,7 +211,7 @@ func (p *Plugin) recordPass(r *heal.Report, took time.Duration, applied uint64) 
 		Int("backfills", r.Backfills).Int("healed", len(r.Healed)).Int("failed", len(r.Failed)).
 		Int("unsettled", len(r.Unsettled)).Int("settled", len(r.Settled)).Int("confirmed", len(r.Confirmed)).
 		Int("deleted", len(r.Deleted)).Int("stale", len(r.Stale)).Int64("bytes_copied", r.BytesCopied).
-		Str("hold", r.HoldReason).Dur("took", took).Msg("heal pass")
+		Str("hold", r.HoldReason).Float64("took_seconds", took.Seconds()).Msg("heal pass")
 	for _, e := range r.Events {
 		ev := p.log.Warn()
 		if e.Kind == heal.EventHoldLifted {

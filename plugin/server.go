@@ -329,7 +329,8 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	s.metrics.backfillBytes.Add(float64(n))
 	s.metrics.backfillSeconds.Observe(time.Since(start).Seconds())
 	s.log.Info().Str("segment", string(req.Segment.ID)).Uint32("source", uint32(req.Source)).Int64("bytes", n).
-		Dur("took", time.Since(start)).Dur("wait", res.Wait).Dur("transfer", res.Transfer).Dur("commit", res.Commit).Msg("backfill committed")
+		Float64("took_seconds", time.Since(start).Seconds()).Float64("wait_seconds", res.Wait.Seconds()).
+		Float64("transfer_seconds", res.Transfer.Seconds()).Float64("commit_seconds", res.Commit.Seconds()).Msg("backfill committed")
 	return BackfillResponse{Bytes: n}, nil
 }
 
