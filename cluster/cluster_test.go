@@ -81,9 +81,11 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		cfg.Logger = testLogger(t).With().Int("node", i+1).Logger()
 		if raceEnabled || os.Getenv("CLUSTER_TEST_SLOW") != "" {
 			// The race detector on a loaded 2-core box stalls goroutines
-			// for longer than the 100 ms loopback defaults tolerate, and
-			// leadership flaps; the tests are about behaviour, not speed.
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+			// for longer than the 100 ms loopback defaults tolerate (at
+			// load 24, past 500 ms: a leader stepped down in the middle of
+			// a test's apply), and leadership flaps; the tests are about
+			// behaviour, not speed.
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, time.Second
 		}
 		if tweak != nil {
 			tweak(&cfg)
@@ -125,7 +127,7 @@ func (c *testCluster) close(i int) {
 // agrees on it, and returns its position.
 func (c *testCluster) leader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		li := -1
 		agree := true
@@ -249,7 +251,7 @@ func TestApplyOnFollowerNamesLeader(t *testing.T) {
 	// Invalid commands are refused before they are proposed. The index is
 	// read once the bootstrap's replication factor is applied: the leader
 	// proposes it on its own, shortly after it is elected.
-	for deadline := time.Now().Add(10 * time.Second); c.nodes[li].Snapshot().ReplicationFactor == 0; {
+	for deadline := time.Now().Add(30 * time.Second); c.nodes[li].Snapshot().ReplicationFactor == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the bootstrap replication factor was never applied")
 		}
@@ -413,7 +415,7 @@ func TestLeaderChAndTransfer(t *testing.T) {
 		if !v {
 			t.Fatal("leader's LeaderCh delivered false first")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("leader's LeaderCh delivered nothing")
 	}
 	if err := c.nodes[li].r.LeadershipTransfer().Error(); err != nil {
@@ -424,7 +426,7 @@ func TestLeaderChAndTransfer(t *testing.T) {
 		if v {
 			t.Fatal("old leader's LeaderCh delivered true after a transfer")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("old leader's LeaderCh delivered nothing after a transfer")
 	}
 	nl := c.leader()
@@ -436,7 +438,7 @@ func TestLeaderChAndTransfer(t *testing.T) {
 		if !v {
 			t.Fatal("new leader's LeaderCh delivered false")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("new leader's LeaderCh delivered nothing")
 	}
 }
@@ -464,7 +466,8 @@ func TestMembersLastContact(t *testing.T) {
 	// Close a follower: its contact stops while the other's keeps advancing.
 	dead, live := c.cfgs[fi].ID, c.cfgs[(li+2)%3].ID
 	c.close(fi)
-	deadline := time.Now().Add(10 * time.Second)
+	hb := c.cfgs[li].HeartbeatTimeout
+	deadline := time.Now().Add(10*time.Second + 20*hb)
 	for {
 		var dc, lc time.Time
 		for _, m := range l.Members() {
@@ -475,7 +478,7 @@ func TestMembersLastContact(t *testing.T) {
 				lc = m.LastContact
 			}
 		}
-		if lc.Sub(dc) > 10*c.cfgs[li].HeartbeatTimeout {
+		if lc.Sub(dc) > 5*hb {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -71,7 +71,7 @@ func (c *testCluster) brokerClient(id meta.BrokerID) *tls.Config {
 func (c *testCluster) quiet() int {
 	c.t.Helper()
 	li := c.leader()
-	for deadline := time.Now().Add(10 * time.Second); c.nodes[li].Snapshot().ReplicationFactor == 0; {
+	for deadline := time.Now().Add(30 * time.Second); c.nodes[li].Snapshot().ReplicationFactor == 0; {
 		if time.Now().After(deadline) {
 			c.t.Fatal("the bootstrap replication factor was never applied")
 		}
