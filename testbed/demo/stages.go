@@ -241,7 +241,7 @@ func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) 
 // running brokers agree leads, and how long after killAt.
 func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.BrokerID, killAt time.Time) {
 	for time.Since(killAt) < d.o.StageTimeout && ctx.Err() == nil {
-		if id, err := d.c.Leader(ctx, false); err == nil && id != old {
+		if id, err := d.c.AgreedLeader(ctx, false); err == nil && id != old {
 			fr.NewLeader = id
 			fr.LeaderSeconds = seconds(time.Since(killAt))
 			d.logf("  broker %d leads after %s", id, fmtSeconds(fr.LeaderSeconds))

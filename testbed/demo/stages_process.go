@@ -216,7 +216,7 @@ func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
 		fr.Error = err.Error()
 		return fr, fatal(ctx, err, d)
 	}
-	if _, err := d.c.Leader(ctx, true); err != nil {
+	if _, err := d.c.AgreedLeader(ctx, true); err != nil {
 		d.logf("  brokers not yet agreed on a leader: %v", err)
 	}
 	upAt := time.Now()
@@ -790,11 +790,10 @@ func (r *lostRun) checkKept() {
 // mark them.
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
-	ps, err := d.c.LeaderStatus(ctx)
-	if err != nil {
-		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
+	if lb := d.c.Leader(ctx); lb == nil {
+		r.add("no running broker names a leader to acknowledge through")
 	} else {
-		ab := d.pickAcknowledger(ps.Leader)
+		ab := d.pickAcknowledger(lb.ID)
 		for _, id := range ids {
 			if err := harness.Acknowledge(ctx, ab, id); err != nil {
 				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))

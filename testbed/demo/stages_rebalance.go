@@ -50,7 +50,7 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 		}
 	}()
 	cl := d.c.LeaderClient(ctx)
-	leader, _ := d.c.Leader(ctx, false)
+	leader, _ := d.c.AgreedLeader(ctx, false)
 	var b *harness.Broker
 	for _, x := range d.c.Running() {
 		if x.ID != leader {

@@ -139,9 +139,9 @@ func (t *PassTally) MissCount() int {
 	return n
 }
 
-// LeaderStatus reads the leader's heal status (LeaderBroker).
-func (c *Cluster) LeaderStatus(ctx context.Context) (PassStatus, error) {
-	lb := c.LeaderBroker(ctx)
+// leaderStatus reads the leader's heal status (Leader).
+func (c *Cluster) leaderStatus(ctx context.Context) (PassStatus, error) {
+	lb := c.Leader(ctx)
 	if lb == nil {
 		return PassStatus{}, fmt.Errorf("no running broker of %d names a leader", len(c.Running()))
 	}
@@ -183,7 +183,7 @@ func (c *Cluster) ReleaseHolds(ctx context.Context, every time.Duration) *HoldRe
 		defer close(h.done)
 		var releasedAt uint64
 		for ctx.Err() == nil {
-			p, err := c.LeaderStatus(ctx)
+			p, err := c.leaderStatus(ctx)
 			if err == nil && p.Hold != "" && !p.HoldReleased && p.Passes != releasedAt {
 				if rerr := c.release(ctx, p.Leader); rerr != nil {
 					h.Errors = append(h.Errors, rerr.Error())
