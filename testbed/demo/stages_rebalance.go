@@ -34,15 +34,11 @@ type RebalanceFigures struct {
 
 // stageRebalance empties a follower through decommission-then-cancel and
 // measures the rebalancer filling it.
-func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "rebalance"}
-	if err := d.reviveAll(ctx); err != nil {
-		return fr, fatal(ctx, err, d)
-	}
+func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	off, err := d.setHealKey(ctx, "rebalance = false", "rebalance = true")
 	if err != nil {
 		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	defer func() {
 		if err := off(); err != nil && fr.Error == "" {
@@ -59,7 +55,7 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	}
 	if b == nil {
 		fr.notInjected("no running follower to empty")
-		return fr, nil
+		return nil
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("empty broker %d, refill", b.ID)
@@ -68,24 +64,24 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
 		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	fr.Injected = true
 	snap, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
 	if err != nil {
 		fr.Error = "decommission: " + err.Error()
 		_, _ = cl.CancelDecommission(ctx, b.ID)
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	fig.DrainSeconds = time.Since(start).Seconds()
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	cancelled := time.Now()
-	err = d.waitBalanced(ctx, &fr, fig, snap, cancelled)
+	err = d.waitBalanced(ctx, fr, fig, snap, cancelled)
 	fr.Rebalance = fig
-	return fr, err
+	return err
 }
 
 // waitBalanced waits until every broker is within 10% of the mean and
@@ -108,12 +104,11 @@ func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Rebalance
 	fig.After = harness.Spread(final, run)
 	fig.Received = harness.HeldBy(final, fig.Broker)
 	fr.Detected = true
-	tmp := FaultReport{Stage: "rebalance-check"}
-	if err := d.waitHealed(ctx, &tmp, "balanced", cancelled, nil, d.o.StageTimeout); err != nil {
+	if _, err := d.settle(ctx, "balanced", cancelled); err != nil {
 		fr.Error = err.Error()
 		return fatal(ctx, err, d)
 	}
-	fr.Healed = tmp.Healed
+	fr.Healed = true
 	secs := fig.SecondsToBalance
 	fr.SecondsToHeal = &secs
 	fr.Note = fmt.Sprintf("drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",

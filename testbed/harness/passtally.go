@@ -77,16 +77,6 @@ func NewPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.Segme
 	}
 }
 
-// Read judges the passes the feed reads from c's brokers now and returns
-// them; its error is the feed's (the passes not read are read later).
-func (t *PassTally) Read(ctx context.Context, c *Cluster) ([]plugin.PassRecord, error) {
-	recs, err := t.Feed.Next(ctx, c)
-	for i := range recs {
-		t.Observe(&recs[i])
-	}
-	return recs, err
-}
-
 // Observe judges one pass.
 func (t *PassTally) Observe(p *plugin.PassRecord) {
 	t.Observed++
