@@ -260,6 +260,13 @@ func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.Bro
 	}
 }
 
+// fail records err as fr's error and returns it when it stops the demo
+// (fatal).
+func (d *demo) fail(ctx context.Context, fr *FaultReport, err error) error {
+	fr.Error = err.Error()
+	return fatal(ctx, err, d)
+}
+
 // fatal turns a stage's error into one that stops the demo only when it
 // was interrupted or a broker died on its own.
 func fatal(ctx context.Context, err error, d *demo) error {
@@ -438,8 +445,7 @@ func (d *demo) stageRestart(ctx context.Context, fr *FaultReport) error {
 	d.logf("stage restart: broker %d starts again on its old data directory", b.ID)
 	start := time.Now()
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	d.killed = nil
@@ -455,8 +461,7 @@ func (d *demo) stageRestart(ctx context.Context, fr *FaultReport) error {
 		fr.Note = fmt.Sprintf("broker %d lists %d copies after the restart, %d latched", b.ID, len(cs), latched)
 	}
 	if err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	return nil
 }

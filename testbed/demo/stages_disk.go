@@ -307,8 +307,7 @@ func (d *demo) stageDiskFull(ctx context.Context, fr *FaultReport) error {
 	}
 	// The remedy: free the space; everything is checked again.
 	if err := in.Undo(ctx); err != nil {
-		fr.Error = fmt.Sprintf("removing the filler: %v", err)
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("removing the filler: %w", err))
 	}
 	freed, _ := r.l.Free()
 	if herr != nil {
@@ -317,8 +316,7 @@ func (d *demo) stageDiskFull(ctx context.Context, fr *FaultReport) error {
 	secs, err := d.settle(ctx, "after freeing the disk", time.Now())
 	if err != nil {
 		fr.Healed = false
-		fr.Error = "after the filler was removed: " + err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after the filler was removed: %w", err))
 	}
 	addNote(fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(secs))
 	return nil
@@ -401,8 +399,7 @@ func (d *demo) stageReadOnly(ctx context.Context, fr *FaultReport) error {
 	rstart := time.Now()
 	if err := in.Undo(ctx); err != nil {
 		fr.Healed = false
-		fr.Error = "recovering the disk: " + err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("recovering the disk: %w", err))
 	}
 	d.aud.ForgetUnder(r.l.Dir)
 	if herr != nil {
@@ -411,8 +408,7 @@ func (d *demo) stageReadOnly(ctx context.Context, fr *FaultReport) error {
 	secs, err := d.settle(ctx, "after e2fsck and restart", rstart)
 	if err != nil {
 		fr.Healed = false
-		fr.Error = "after the disk was recovered: " + err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after the disk was recovered: %w", err))
 	}
 	addNote(fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(secs))
 	if n := orphans(d.last, r.b.ID); n > 0 {

@@ -68,8 +68,7 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 	before := d.c.MarkBackfill(ctx)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	feed := harness.NewPassFeed(start)
@@ -179,8 +178,7 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 	feed := harness.NewPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
 	if err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.What = fmt.Sprintf("maintenance broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)

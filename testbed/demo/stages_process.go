@@ -207,8 +207,7 @@ func (d *demo) stageSwap(ctx context.Context, fr *FaultReport) error {
 	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
 	startAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	if _, err := d.c.AgreedLeader(ctx, true); err != nil {
 		d.logf("  brokers not yet agreed on a leader: %v", err)
@@ -417,8 +416,7 @@ func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
 	latchAt := time.Now()
 	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindLatch, Brokers: []*harness.Broker{lb}, Segments: []meta.Segment{v.seg}})
 	if err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	fr.Latched = in.Lost
@@ -486,8 +484,7 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 		if !b.Alive() {
 			d.logf("  restarting broker %d: a spare again", b.ID)
 			if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-				fr.Error = err.Error()
-				return fatal(ctx, err, d)
+				return d.fail(ctx, fr, err)
 			}
 		}
 	}

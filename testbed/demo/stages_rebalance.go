@@ -37,8 +37,7 @@ type RebalanceFigures struct {
 func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	off, err := d.setHealKey(ctx, "rebalance = false", "rebalance = true")
 	if err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	defer func() {
 		if err := off(); err != nil && fr.Error == "" {
@@ -63,8 +62,7 @@ func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	d.logf("stage rebalance: decommission broker %d until drained, cancel it, and wait for the rebalancer to fill it", b.ID)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	snap, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
@@ -75,8 +73,7 @@ func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	}
 	fig.DrainSeconds = time.Since(start).Seconds()
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	cancelled := time.Now()
 	err = d.waitBalanced(ctx, fr, fig, snap, cancelled)
@@ -105,8 +102,7 @@ func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Rebalance
 	fig.Received = harness.HeldBy(final, fig.Broker)
 	fr.Detected = true
 	if _, err := d.settle(ctx, "balanced", cancelled); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Healed = true
 	secs := fig.SecondsToBalance
