@@ -17,31 +17,6 @@ import (
 // metadata read may show a set below RF); maintenance stops one in its
 // window (no pass may change a set, no byte may move).
 
-// LifecycleFigures are a lifecycle stage's own figures (FaultReport).
-type LifecycleFigures struct {
-	Broker meta.BrokerID `json:"broker"`
-	// SegmentsMoved and BytesMoved: the sealed replicas (and their
-	// bytes) the decommissioned broker held when it started; all of them
-	// moved when Drained.
-	SegmentsMoved int   `json:"segments_moved,omitempty"`
-	BytesMoved    int64 `json:"bytes_moved,omitempty"`
-	Drained       bool  `json:"drained,omitempty"`
-	// SecondsToDrain: from the decommission command to the end of the
-	// first heal pass reporting the broker drained; Rate is BytesMoved
-	// over it.
-	SecondsToDrain *float64 `json:"seconds_to_drain,omitempty"`
-	Rate           float64  `json:"rate_bytes_per_sec,omitempty"`
-	// BelowFactor counts the heal passes with a command whose replica set
-	// has fewer members than the replication factor, and the metadata
-	// reads that found such a set (must be 0).
-	BelowFactor int `json:"below_factor"`
-	// Maintenance: the passes with the broker absent in its window, those
-	// past the grace delay, and those that changed a replica set.
-	PassesInWindow  int `json:"passes_in_window,omitempty"`
-	PassesPastGrace int `json:"passes_past_grace,omitempty"`
-	SetsChanged     int `json:"sets_changed"`
-}
-
 // stageDecommission drains a follower, then makes it active again (empty:
 // the later stages keep every broker).
 func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
@@ -55,8 +30,8 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 	}
 	fr.Broker = b.ID
 	targets := d.sealedOn(b.ID)
-	lf := &LifecycleFigures{Broker: b.ID, SegmentsMoved: len(targets)}
-	fr.Lifecycle = lf
+	lf := &Figures{Broker: b.ID, SegmentsMoved: len(targets)}
+	fr.Figures = lf
 	for _, id := range targets {
 		if s, ok := d.last.Snap.Segment(id); ok {
 			lf.BytesMoved += s.ByteSize
@@ -106,7 +81,7 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 // counting commands and metadata sets below RF; it returns where the
 // drain stood.
 func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
-	lf := fr.Lifecycle
+	lf := fr.Figures
 	p := newProgress(d.out, d.tty, "draining", max(held, 1))
 	why := "no heal pass read"
 	drained := d.watchPasses(ctx, fr, feed, start.Add(d.o.StageTimeout), func(recs []plugin.PassRecord, err error) bool {
@@ -172,8 +147,8 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 	if b == nil {
 		return nil
 	}
-	lf := &LifecycleFigures{Broker: b.ID}
-	fr.Lifecycle = lf
+	lf := &Figures{Broker: b.ID}
+	fr.Figures = lf
 	cl := d.c.LeaderClient(ctx)
 	feed := harness.NewPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
@@ -231,7 +206,7 @@ type maintenanceJudge struct {
 	id     meta.BrokerID
 	stopAt time.Time
 	grace  time.Duration
-	lf     *LifecycleFigures
+	lf     *Figures
 	why    string
 }
 

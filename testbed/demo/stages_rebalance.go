@@ -14,24 +14,6 @@ import (
 // The rebalance stage empties a follower (decommission, then cancel) and
 // waits for the rebalancer to bring every broker within 10% of the mean.
 
-// RebalanceFigures are the rebalance stage's figures.
-type RebalanceFigures struct {
-	// Broker is the broker emptied and refilled.
-	Broker meta.BrokerID `json:"broker"`
-	// Before and After are the spreads over the running brokers when the
-	// emptied broker came back, and once balanced.
-	Before harness.LoadSpread `json:"before"`
-	After  harness.LoadSpread `json:"after"`
-	// Moves counts the replicas added to a set (each a move) seen while
-	// balancing; Received those the emptied broker got.
-	Moves    int `json:"moves"`
-	Received int `json:"received"`
-	// DrainSeconds is the decommission's time to drained;
-	// SecondsToBalance from the cancel to every broker within 10%.
-	DrainSeconds     float64 `json:"drain_seconds"`
-	SecondsToBalance float64 `json:"seconds_to_balance"`
-}
-
 // stageRebalance empties a follower through decommission-then-cancel and
 // measures the rebalancer filling it.
 func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
@@ -58,7 +40,7 @@ func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("empty broker %d, refill", b.ID)
-	fig := &RebalanceFigures{Broker: b.ID}
+	fig := &Figures{Broker: b.ID}
 	d.logf("stage rebalance: decommission broker %d until drained, cancel it, and wait for the rebalancer to fill it", b.ID)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
@@ -71,21 +53,22 @@ func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 		_, _ = cl.CancelDecommission(ctx, b.ID)
 		return fatal(ctx, err, d)
 	}
-	fig.DrainSeconds = time.Since(start).Seconds()
+	fig.SecondsToDrain = seconds(time.Since(start))
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		return d.fail(ctx, fr, err)
 	}
 	cancelled := time.Now()
 	err = d.waitBalanced(ctx, fr, fig, snap, cancelled)
-	fr.Rebalance = fig
+	fr.Figures = fig
 	return err
 }
 
 // waitBalanced waits until every broker is within 10% of the mean and
 // the cluster healthy, and fills in fig and fr.
-func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *RebalanceFigures, snap *meta.Snapshot, cancelled time.Time) error {
+func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Figures, snap *meta.Snapshot, cancelled time.Time) error {
 	run := d.c.Running()
-	fig.Before = harness.Spread(snap, run)
+	before := harness.Spread(snap, run)
+	fig.Before = &before
 	prev := snap
 	final, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool {
 		fig.Moves += harness.AddedReplicas(prev, s)
@@ -97,18 +80,18 @@ func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Rebalance
 		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
 		return nil // not healed: the demo stops after it
 	}
-	fig.SecondsToBalance = time.Since(cancelled).Seconds()
-	fig.After = harness.Spread(final, run)
+	balanced := seconds(time.Since(cancelled))
+	after := harness.Spread(final, run)
+	fig.After = &after
 	fig.Received = harness.HeldBy(final, fig.Broker)
 	fr.Detected = true
 	if _, err := d.settle(ctx, "balanced", cancelled); err != nil {
 		return d.fail(ctx, fr, err)
 	}
 	fr.Healed = true
-	secs := fig.SecondsToBalance
-	fr.SecondsToHeal = &secs
+	fr.SecondsToHeal = balanced
 	fr.Note = fmt.Sprintf("drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
-		fig.DrainSeconds, fig.Moves, fig.Received, fig.Broker, secs, fig.Before, fig.After)
+		*fig.SecondsToDrain, fig.Moves, fig.Received, fig.Broker, *balanced, before, after)
 	d.logf("stage rebalance: %s", fr.Note)
 	return nil
 }
