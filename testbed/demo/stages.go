@@ -239,10 +239,7 @@ func (d *demo) stageKill(ctx context.Context, leader bool, fr *FaultReport) erro
 		d.killed = b
 	}
 	err = d.heal(ctx, fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
-	deadAt := d.deadMoment(fr, killAt, true)
-	if fr.Healed {
-		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
-	}
+	d.timeFromDeath(fr, killAt, true)
 	return fatal(ctx, err, d)
 }
 
@@ -469,24 +466,29 @@ func (d *demo) stageRestart(ctx context.Context, fr *FaultReport) error {
 // reviveAll restarts every dead broker and waits until the cluster is
 // healthy again; nothing when every broker runs.
 func (d *demo) reviveAll(ctx context.Context) error {
-	var dead []*harness.Broker
+	if n, err := d.reviveDead(ctx, " before the stage"); n == 0 || err != nil {
+		return err
+	}
+	_, err := d.settle(ctx, "brokers back", time.Now())
+	return err
+}
+
+// reviveDead restarts every dead broker, saying why (after its id), and
+// counts them.
+func (d *demo) reviveDead(ctx context.Context, why string) (int, error) {
+	n := 0
 	for _, b := range d.c.Brokers() {
-		if !b.Alive() {
-			dead = append(dead, b)
+		if b.Alive() {
+			continue
 		}
-	}
-	if len(dead) == 0 {
-		return nil
-	}
-	for _, b := range dead {
-		d.logf("  restarting broker %d before the stage", b.ID)
+		d.logf("  restarting broker %d%s", b.ID, why)
 		if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-			return err
+			return n, err
 		}
 		if d.killed == b {
 			d.killed = nil
 		}
+		n++
 	}
-	_, err := d.settle(ctx, "brokers back", time.Now())
-	return err
+	return n, nil
 }

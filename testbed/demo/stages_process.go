@@ -46,11 +46,12 @@ func (d *demo) follower(ok func(*harness.Broker) bool) *harness.Broker {
 // holdsSealed: b holds sealed replicas.
 func (d *demo) holdsSealed(b *harness.Broker) bool { return len(d.sealedOn(b.ID)) > 0 }
 
-// deadMoment sets fr's grace fields and returns when the broker faulted
-// at faultAt counts as dead: faultAt + grace, or, for a kill (passStart),
-// the start of an earlier pass that listed it dead. A stopped broker's
-// probe hangs, so for it that start is only reported.
-func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) time.Time {
+// timeFromDeath sets fr's grace fields and, once healed (fr.healedAt),
+// its seconds to heal from when the broker faulted at faultAt counts as
+// dead: faultAt + grace, or, for a kill (passStart), the start of an
+// earlier pass that listed it dead. A stopped broker's probe hangs, so
+// for it that start is only reported.
+func (d *demo) timeFromDeath(fr *FaultReport, faultAt time.Time, passStart bool) {
 	deadAt := faultAt.Add(d.o.Grace)
 	if !d.deadSeen.IsZero() {
 		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(faultAt))
@@ -59,7 +60,9 @@ func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) ti
 		}
 	}
 	fr.GraceWaitSeconds = seconds(deadAt.Sub(faultAt))
-	return deadAt
+	if !fr.healedAt.IsZero() {
+		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
+	}
 }
 
 // addNote appends a sentence to fr.Note, after a "; " when it has one.
@@ -103,15 +106,14 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	if err != nil {
 		return err
 	}
-	deadAt := d.deadMoment(fr, stopAt, false)
+	fr.healedAt = healedAt
+	d.timeFromDeath(fr, stopAt, false)
 	gap := feed.Problem()
 	fr.BytesEstimated = d.last.MissingBytes(m.pre)
 	fr.BytesRereplicated = m.before.Since(ctx, d.c)
-	if healedAt.IsZero() {
+	fr.Detected = !healedAt.IsZero()
+	if !fr.Detected {
 		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
-	} else {
-		fr.Detected = true
-		fr.SecondsToHeal = seconds(healedAt.Sub(deadAt))
 	}
 
 	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
@@ -329,9 +331,8 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 	} else {
 		addNote(fr, "the mass-failure brake did not hold")
 	}
-	deadAt := d.deadMoment(fr, killB, true)
+	d.timeFromDeath(fr, killB, true)
 	if fr.Healed {
-		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
 			fr.Healed = false
 			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
@@ -480,13 +481,8 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 		setBefore = slices.Clone(s.Replicas)
 	}
 	restartAt := time.Now()
-	for _, b := range d.c.Brokers() {
-		if !b.Alive() {
-			d.logf("  restarting broker %d: a spare again", b.ID)
-			if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-				return d.fail(ctx, fr, err)
-			}
-		}
+	if _, err := d.reviveDead(ctx, ": a spare again"); err != nil {
+		return d.fail(ctx, fr, err)
 	}
 	before := d.c.MarkBackfill(ctx)
 	healed := FaultReport{Stage: "nospare-heal"}
