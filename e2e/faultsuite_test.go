@@ -54,19 +54,19 @@ var faultRows = []faultRow{
 		return ""
 	}},
 	{"decommission", "a follower drained", "no unsealed segment on it", func(f demo.FaultReport) string {
-		if lf := f.Lifecycle; lf == nil || !lf.Drained || lf.BelowFactor != 0 || lf.SegmentsMoved == 0 {
+		if lf := f.Figures; lf == nil || !lf.Drained || lf.BelowFactor != 0 || lf.SegmentsMoved == 0 {
 			return fmt.Sprintf("lifecycle figures %+v: want drained, segments moved, none below RF", lf)
 		}
 		return ""
 	}},
 	{"maintenance", "a follower stopped in its window", "3 passes past the grace delay", func(f demo.FaultReport) string {
-		if lf := f.Lifecycle; lf == nil || lf.SetsChanged != 0 || lf.PassesPastGrace < 3 || f.BytesRereplicated != 0 {
+		if lf := f.Figures; lf == nil || lf.SetsChanged != 0 || lf.PassesPastGrace < 3 || f.BytesRereplicated != 0 {
 			return fmt.Sprintf("lifecycle figures %+v, %d bytes re-replicated: want no set changed, no byte moved", lf, f.BytesRereplicated)
 		}
 		return ""
 	}},
 	{"rebalance", "a follower emptied, then refilled", "rebalancer on", func(f demo.FaultReport) string {
-		if r := f.Rebalance; r == nil || !r.After.Within || r.Received == 0 {
+		if r := f.Figures; r == nil || r.After == nil || !r.After.Within || r.Received == 0 {
 			return fmt.Sprintf("rebalance figures %+v: want the emptied broker refilled within 10%% of the mean", r)
 		}
 		return ""

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -114,7 +115,11 @@ func TestMassFailureBrakeHoldsThenReleases(t *testing.T) {
 		dead[meta.BrokerID(v)] = true
 	}
 	c.eventually(60*time.Second, "healed onto the survivors after the release", func() bool {
-		snap, err := c.metadata(c.leader())
+		lb := c.h.Leader(context.Background())
+		if lb == nil {
+			return false
+		}
+		snap, err := c.metadata(int(lb.ID))
 		if err != nil {
 			return false
 		}

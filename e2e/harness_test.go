@@ -318,19 +318,15 @@ func (c *cluster) eventually(timeout time.Duration, what string, cond func() boo
 	}
 }
 
-// leader returns the leader as the live brokers see it
-// (harness.Cluster.LeaderBroker), 0 when none names one.
-func (c *cluster) leader() int {
-	if b := c.h.LeaderBroker(context.Background()); b != nil {
-		return int(b.ID)
-	}
-	return 0
-}
-
 func (c *cluster) waitLeader(timeout time.Duration) int {
 	c.t.Helper()
 	var l int
-	c.eventually(timeout, "a raft leader", func() bool { l = c.leader(); return l != 0 })
+	c.eventually(timeout, "a raft leader", func() bool {
+		if b := c.h.Leader(context.Background()); b != nil {
+			l = int(b.ID)
+		}
+		return l != 0
+	})
 	return l
 }
 

@@ -312,7 +312,7 @@ func TestBadConfigExit2(t *testing.T) {
 		{[]string{"--data_dir", t.TempDir(), "--certs_dir", l.BrokerDir(2)}, "names broker 2, but this is broker 1"},
 		{[]string{"--data_dir", t.TempDir(), "--certs_dir", l.BrokerDir(1), "--replication_factor", "zero"}, `--replication_factor = "zero"`},
 		{[]string{"--data_dir", t.TempDir(), "--nonsense"}, "nonsense"},
-		// The cluster secret is gone with the certificates that replace it.
+		// heal.secret is not a key: the brokers authenticate by certificate.
 		{[]string{"--config", oldSecret}, `unknown key "heal.secret"`},
 	} {
 		cmd := exec.Command(binary, tc.args...)
@@ -373,11 +373,11 @@ func TestHealTime(t *testing.T) {
 	var healed meta.Snapshot
 	var healedAt time.Time
 	c.eventually(120*time.Second, "the metadata healed off the killed broker", func() bool {
-		l := c.leader()
-		if l == 0 {
+		lb := c.h.Leader(context.Background())
+		if lb == nil {
 			return false
 		}
-		snap, err := c.metadata(l)
+		snap, err := c.metadata(int(lb.ID))
 		if full, _ := c.fullyHealed(snap, 3, dead); err != nil || !full {
 			return false
 		}

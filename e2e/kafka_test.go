@@ -220,7 +220,7 @@ func checkRecords(t *testing.T, acked, read []kafkaload.Record) {
 // the partition segments it held.
 func (c *cluster) killPartitionLeader(topic string, partitions int32) (int, []meta.SegmentID) {
 	c.t.Helper()
-	raftLeader := c.leader()
+	raftLeader := c.waitLeader(10 * time.Second)
 	killed := 0
 	for p := int32(0); p < partitions && killed == 0; p++ {
 		if l := c.partitionLeader(raftLeader, topic, p); l != 0 && int(l) != raftLeader {
@@ -298,7 +298,7 @@ func TestKafkaRefusals(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("first")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	leader := c.partitionLeader(c.leader(), "refusals", 0)
+	leader := c.partitionLeader(c.waitLeader(10*time.Second), "refusals", 0)
 	follower := 1
 	if leader == 1 {
 		follower = 2
@@ -373,7 +373,7 @@ func TestKafkaClientRole(t *testing.T) {
 	}
 	rc := rpc.NewClient(certs, admin.Codes, 10*time.Second)
 	defer rc.Close()
-	before, err := c.metadata(c.leader())
+	before, err := c.metadata(c.waitLeader(10 * time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestKafkaClientRole(t *testing.T) {
 	if !errors.Is(err, rpc.ErrForbidden) || !strings.Contains(err.Error(), "needs a certificate of role operator") || !strings.Contains(err.Error(), "has role client") {
 		t.Fatalf("POST /v1/load as role client: %v, want forbidden naming the role needed and the one held", err)
 	}
-	after, err := c.metadata(c.leader())
+	after, err := c.metadata(c.waitLeader(10 * time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -599,11 +599,11 @@ func TestCertificateRotationSIGHUP(t *testing.T) {
 	feed := harness.NewPassFeed(time.Now())
 	var healed meta.Snapshot
 	c.eventually(120*time.Second, "healed off the killed broker", func() bool {
-		l := c.leader()
-		if l == 0 {
+		lb := c.h.Leader(context.Background())
+		if lb == nil {
 			return false
 		}
-		snap, err := c.metadata(l)
+		snap, err := c.metadata(int(lb.ID))
 		full, _ := c.fullyHealed(snap, 3, dead)
 		healed = snap
 		return err == nil && full

@@ -44,7 +44,7 @@ func (lc *leftoverCluster) until(limit time.Duration, what string, cond func() b
 
 // meta is the metadata as the leader serves it (zero on an error).
 func (lc *leftoverCluster) meta() meta.Snapshot {
-	id, err := lc.c.Leader(lc.ctx, false)
+	id, err := lc.c.AgreedLeader(lc.ctx, false)
 	if err != nil {
 		return meta.Snapshot{}
 	}
@@ -109,7 +109,7 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 	if code := run(cli("load", "--admin", admin0, "--segments", "8", "--records", "8", "--size", "1KiB", "--prefix", "lo"), &out, &errb); code != 0 {
 		t.Fatalf("load: exit %d: %s", code, errb.String())
 	}
-	leader, err := c.Leader(lc.ctx, true)
+	leader, err := c.AgreedLeader(lc.ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}

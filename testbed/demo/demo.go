@@ -14,6 +14,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
@@ -220,9 +221,7 @@ func (d *demo) run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		began := time.Now()
 		fr, err := d.stage(ctx, st)
-		fr.Began, fr.Ended = began, time.Now()
 		d.rep.Faults = append(d.rep.Faults, fr)
 		if err != nil {
 			return err
@@ -395,12 +394,13 @@ func (d *demo) copiesCarryConfirmed() bool {
 	return false
 }
 
-// countPasses counts in fr the passes feed has not returned yet (their
-// number, the longest, the time in backfills) and notes the start of the
-// first that listed d.watchDead dead.
-func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harness.PassFeed, fr *FaultReport) {
+// readPasses reads the passes of c's histories feed has not returned yet
+// and counts them in fr (their number, the unread, the longest, the time
+// in backfills), noting the start of the first that listed d.watchDead
+// dead. A history that did not answer (the error) is read on the next call.
+func (d *demo) readPasses(ctx context.Context, c *harness.Cluster, feed *harness.PassFeed, fr *FaultReport) ([]plugin.PassRecord, error) {
 	unread := feed.Unread
-	recs, _ := feed.Next(ctx, c) // a history that did not answer is read on the next call
+	recs, err := feed.Next(ctx, c)
 	fr.PassesUnread += feed.Unread - unread
 	for i := range recs {
 		p := &recs[i]
@@ -414,6 +414,20 @@ func (d *demo) countPasses(ctx context.Context, c *harness.Cluster, feed *harnes
 			d.deadSeen = p.Started
 		}
 	}
+	return recs, err
+}
+
+// watchPasses is the stages' watch over the heal passes: every quarter
+// tick it reads the passes feed has not returned (readPasses) and hands
+// them, with the feed's error, to round, until round says done, the
+// deadline passes or ctx ends. It reports whether round said done.
+func (d *demo) watchPasses(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, deadline time.Time, round func([]plugin.PassRecord, error) bool) bool {
+	for ; ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
+		if round(d.readPasses(ctx, d.c, feed, fr)) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitHealed is harness.WaitHealed with a progress bar over the segments
@@ -433,7 +447,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 		if !v.MetadataOnly {
 			d.last, d.lastEv = v, e // what observe keeps, evaluated once
 		}
-		d.countPasses(ctx, d.c, feed, fr)
+		_, _ = d.readPasses(ctx, d.c, feed, fr)
 		for id := range e.Unhealthy {
 			affected[id] = true
 		}
@@ -473,6 +487,15 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 		return fmt.Errorf("healthy, but %s", why)
 	}
 	return nil
+}
+
+// settle waits, as waitHealed, for every segment healthy again after a
+// step beside a stage's fault (from: when the step began), its passes not
+// counted in the stage; it returns the seconds it took.
+func (d *demo) settle(ctx context.Context, label string, from time.Time) (*float64, error) {
+	fr := FaultReport{Stage: "settle"}
+	err := d.waitHealed(ctx, &fr, label, from, nil, d.o.StageTimeout)
+	return fr.SecondsToHeal, err
 }
 
 // progressNote is the progress bar's note on a view: the first broker

@@ -6,13 +6,18 @@
 // The stages are the rows of stageRows (stages.go), run in that order:
 // kill, restart, delete, truncate, extend, bitflip, latch, decommission,
 // maintenance, rebalance, leader, pause, swap, diskfull, readonly,
-// backfill-kill, nospare, lost. A row names the stage's run, whether it
-// restarts every dead broker first, and what the cluster must have for it
-// to heal (spare brokers, a quorum); a default stage the cluster cannot
-// heal is dropped with its reason in the report, one asked for with
-// --faults is refused. Every fault is the harness's fault catalogue's
-// (testbed/harness/catalogue.go); every wait for a healthy cluster is
-// harness.WaitHealed, through waitHealed. The disk stages need root for a
+// backfill-kill, nospare, lost. A row names the stage's run (inject the
+// fault, wait, fill the stage's record), whether the runner restarts
+// every dead broker first, and what the cluster must have for it to heal
+// (spare brokers, a quorum); a default stage the cluster cannot heal is
+// dropped with its reason in the report, one asked for with --faults is
+// refused. One runner (stage) makes each stage's record, revives and
+// times it; every wait for a healthy cluster is harness.WaitHealed,
+// through waitHealed (or settle, for a step beside the fault); every pass
+// a stage reads goes through readPasses, which counts it in the stage's
+// record, and a stage that judges passes between polls reads them with
+// watchPasses. Every fault is the harness's fault catalogue's
+// (testbed/harness/catalogue.go). The disk stages need root for a
 // loop-mounted ext4 on one follower's copies directory, and are skipped,
 // saying why, without. --nemesis random replaces the stages with
 // testbed/nemesis, the demo its Env (nemesis.go); --clients N runs Kafka
@@ -23,8 +28,8 @@
 // sizes, the backfill byte counters); inject; poll every --poll until every
 // sealed segment is healthy; measure. Passes are read, never sampled: a
 // stage that judges heal passes reads the leader's pass history (GET
-// /v1/passes, harness.PassFeed) from its fault on, and a pass the history
-// no longer holds is a gap that fails the stage.
+// /v1/passes, harness.PassFeed) from its fault on, and a pass dropped
+// from the history before it was read is a gap that fails the stage.
 //
 // Invariants:
 //

@@ -127,14 +127,48 @@ type FaultReport struct {
 	// Destroyed: the lost stage's segments, with how they were reported.
 	// For that stage Healed means reported as required, not repaired.
 	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
-	// Rebalance: the rebalance stage's figures (stages_rebalance.go).
-	Rebalance *RebalanceFigures `json:"rebalance,omitempty"`
-	// Lifecycle: the decommission and maintenance stages' figures.
-	Lifecycle *LifecycleFigures `json:"lifecycle,omitempty"`
-	Note      string            `json:"note,omitempty"`
-	Error     string            `json:"error,omitempty"`
+	// Figures: the stage's own measurements (decommission, maintenance,
+	// rebalance), nil for the others.
+	Figures *Figures `json:"figures,omitempty"`
+	Note    string   `json:"note,omitempty"`
+	Error   string   `json:"error,omitempty"`
 
 	healedAt time.Time // when the view that found it healed was taken
+}
+
+// Figures are what a stage measures beyond the record's common fields;
+// each stage fills its own and leaves the rest empty.
+type Figures struct {
+	// Broker is the broker drained, stopped in its window, or emptied and
+	// refilled.
+	Broker meta.BrokerID `json:"broker"`
+	// SegmentsMoved and BytesMoved: the sealed replicas (and their bytes)
+	// the decommissioned broker held when it started; all of them moved
+	// when Drained.
+	SegmentsMoved int   `json:"segments_moved,omitempty"`
+	BytesMoved    int64 `json:"bytes_moved,omitempty"`
+	Drained       bool  `json:"drained,omitempty"`
+	// SecondsToDrain: from the decommission command to the broker drained
+	// (the end of the first pass reporting it; for rebalance the metadata
+	// read naming it nowhere); Rate is BytesMoved over it.
+	SecondsToDrain *float64 `json:"seconds_to_drain,omitempty"`
+	Rate           float64  `json:"rate_bytes_per_sec,omitempty"`
+	// BelowFactor counts the heal passes with a command whose replica set
+	// has fewer members than the replication factor, and the metadata
+	// reads that found such a set (must be 0).
+	BelowFactor int `json:"below_factor"`
+	// Maintenance: the passes with the broker absent in its window, those
+	// past the grace delay, and those that changed a replica set.
+	PassesInWindow  int `json:"passes_in_window,omitempty"`
+	PassesPastGrace int `json:"passes_past_grace,omitempty"`
+	SetsChanged     int `json:"sets_changed"`
+	// Rebalance: the spreads over the running brokers when the emptied
+	// broker came back and once balanced; the replicas added to a set
+	// (each a move) while balancing, and those the emptied broker got.
+	Before   *harness.LoadSpread `json:"before,omitempty"`
+	After    *harness.LoadSpread `json:"after,omitempty"`
+	Moves    int                 `json:"moves,omitempty"`
+	Received int                 `json:"received,omitempty"`
 }
 
 // destroyedSegment is a segment whose every copy the lost stage destroyed.

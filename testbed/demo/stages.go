@@ -19,13 +19,14 @@ type victim struct {
 	b   *harness.Broker
 }
 
-// stageRow is one stage: its run; whether it restarts every dead broker
-// before its fault; the brokers beyond the replication factor it needs
+// stageRow is one stage: its run, which injects the fault, waits for the
+// heal and fills the stage's record; whether the runner (stage) restarts
+// every dead broker before it; the brokers beyond the replication factor it needs
 // running (spare, for why) and those it takes out at once (down: the rest
 // must keep a quorum); and any other need (check: why not, or "").
 type stageRow struct {
 	name    string
-	run     func(*demo, context.Context) (FaultReport, error)
+	run     func(*demo, context.Context, *FaultReport) error
 	revives bool
 	spare   int
 	why     string
@@ -60,7 +61,7 @@ var stageRows = []stageRow{
 	{"diskfull", (*demo).stageDiskFull, true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
 	{"readonly", (*demo).stageReadOnly, true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
 	{"backfill-kill", (*demo).stageBackfillKill, true, 2, "two brokers die, one during the other's backfill", 2, nil},
-	{"nospare", (*demo).stageNoSpare, true, 0, "", 0, func(o *Options, _ func(string) bool) string {
+	{"nospare", (*demo).stageNoSpare, false, 0, "", 0, func(o *Options, _ func(string) bool) string {
 		if o.RF < 2 || o.Brokers < 3 {
 			return "a latched copy with no spare broker: want --rf 2 or more and --brokers 3 or more"
 		}
@@ -69,12 +70,12 @@ var stageRows = []stageRow{
 	{"lost", (*demo).stageLost, true, 0, "", 0, nil},
 }
 
-func killStage(leader bool) func(*demo, context.Context) (FaultReport, error) {
-	return func(d *demo, ctx context.Context) (FaultReport, error) { return d.stageKill(ctx, leader) }
+func killStage(leader bool) func(*demo, context.Context, *FaultReport) error {
+	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageKill(ctx, leader, fr) }
 }
 
-func fileStage(k harness.Kind) func(*demo, context.Context) (FaultReport, error) {
-	return func(d *demo, ctx context.Context) (FaultReport, error) { return d.stageFile(ctx, k) }
+func fileStage(k harness.Kind) func(*demo, context.Context, *FaultReport) error {
+	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageFile(ctx, k, fr) }
 }
 
 func when(cond bool, why string) string {
@@ -137,15 +138,28 @@ func row(st string) stageRow {
 	return stageRow{name: st}
 }
 
-// stage runs one stage. An error is returned only when the demo cannot go
-// on (interrupted, a broker died on its own); a stage that does not heal is
-// reported in the FaultReport.
+// stage runs one stage: it restarts the dead first when the row says so,
+// runs the row and times it. An error is returned only when the demo
+// cannot go on (interrupted, a broker died on its own, a broker that would
+// not restart); a stage that does not heal is reported in the FaultReport.
 func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 	d.logf("")
-	if r := row(st); r.run != nil {
-		return r.run(d, ctx)
+	fr := FaultReport{Stage: st, Began: time.Now()}
+	r := row(st)
+	err := fmt.Errorf("unknown stage %q", st)
+	if r.run != nil {
+		err = nil
+		if r.revives {
+			err = d.reviveAll(ctx)
+		}
+		if err != nil {
+			fr.Error = err.Error()
+		} else {
+			err = r.run(d, ctx, &fr)
+		}
 	}
-	return FaultReport{Stage: st}, fmt.Errorf("unknown stage %q", st)
+	fr.Ended = time.Now()
+	return fr, err
 }
 
 // measure is what a stage notes before its fault to count what the heal
@@ -203,45 +217,37 @@ func (d *demo) heal(ctx context.Context, fr *FaultReport, label string, start ti
 
 // stageKill kills a broker with SIGKILL: a follower for "kill", the
 // control plane's leader for "leader".
-func (d *demo) stageKill(ctx context.Context, leader bool) (FaultReport, error) {
-	name := "kill"
-	if leader {
-		name = "leader"
-	}
-	fr := FaultReport{Stage: name}
+func (d *demo) stageKill(ctx context.Context, leader bool, fr *FaultReport) error {
 	b, role := d.c.Broker(d.last.Leader), "leader"
 	if !leader {
 		b, role = d.follower(nil), "follower"
 	}
 	if b == nil || !b.Alive() {
 		fr.notInjected("no running " + role + " to kill")
-		return fr, nil
+		return nil
 	}
 	targets := d.sealedOn(b.ID)
 	defer func() { d.watchDead = 0 }()
-	m, killAt, _, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}, targets,
+	m, killAt, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets)))
 	if err != nil {
-		return fr, err
+		return err
 	}
 	if leader {
-		d.awaitNewLeader(ctx, &fr, b.ID, killAt)
+		d.awaitNewLeader(ctx, fr, b.ID, killAt)
 	} else {
 		d.killed = b
 	}
-	err = d.heal(ctx, &fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
-	deadAt := d.deadMoment(&fr, killAt, true)
-	if fr.Healed {
-		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
-	}
-	return fr, fatal(ctx, err, d)
+	err = d.heal(ctx, fr, "re-replicating", killAt, targets, d.o.StageTimeout, m)
+	d.timeFromDeath(fr, killAt, true)
+	return fatal(ctx, err, d)
 }
 
 // awaitNewLeader notes in fr the first broker other than old that the
 // running brokers agree leads, and how long after killAt.
 func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.BrokerID, killAt time.Time) {
 	for time.Since(killAt) < d.o.StageTimeout && ctx.Err() == nil {
-		if id, err := d.c.Leader(ctx, false); err == nil && id != old {
+		if id, err := d.c.AgreedLeader(ctx, false); err == nil && id != old {
 			fr.NewLeader = id
 			fr.LeaderSeconds = seconds(time.Since(killAt))
 			d.logf("  broker %d leads after %s", id, fmtSeconds(fr.LeaderSeconds))
@@ -249,6 +255,13 @@ func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.Bro
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// fail records err as fr's error and returns it when it stops the demo
+// (fatal).
+func (d *demo) fail(ctx context.Context, fr *FaultReport, err error) error {
+	fr.Error = err.Error()
+	return fatal(ctx, err, d)
 }
 
 // fatal turns a stage's error into one that stops the demo only when it
@@ -317,21 +330,20 @@ func (d *demo) scrubFound(ctx context.Context, b *harness.Broker, id meta.Segmen
 // stageFile damages copies' files directly on disk (delete, truncate,
 // extend, bitflip) or latches them inside their brokers (latch), from the
 // harness's fault catalogue.
-func (d *demo) stageFile(ctx context.Context, kind harness.Kind) (FaultReport, error) {
-	fr := FaultReport{Stage: string(kind)}
+func (d *demo) stageFile(ctx context.Context, kind harness.Kind, fr *FaultReport) error {
 	timeout := d.o.StageTimeout
 	if kind == harness.KindBitflip && !d.scrubberAdvertised() {
 		if !d.o.stagesSet {
 			fr.Skipped = "the plugin runs no scrubber (no enabled \"scrub\" in /v1/status; --scrub-interval 0 turns it off): an in-place bit flip keeps the size, so the size probe cannot see it by design; ask for it with --faults to watch it go undetected"
 			d.logf("stage bitflip: skipped: %s", fr.Skipped)
-			return fr, nil
+			return nil
 		}
 		timeout = min(timeout, max(20*d.o.Tick, 5*time.Second))
 	}
 	vs := d.pickVictims(d.o.Copies)
 	if len(vs) == 0 {
 		fr.notInjected("no healthy sealed copy to damage")
-		return fr, nil
+		return nil
 	}
 	var targets []meta.SegmentID
 	for _, v := range vs {
@@ -363,7 +375,7 @@ func (d *demo) stageFile(ctx context.Context, kind harness.Kind) (FaultReport, e
 	}
 	n := len(fr.Copies) + len(fr.Latched)
 	if n == 0 {
-		return fr, nil
+		return nil
 	}
 	fr.Injected = true
 	fr.What = fmt.Sprintf("%s %d copies", kind, n)
@@ -371,17 +383,17 @@ func (d *demo) stageFile(ctx context.Context, kind harness.Kind) (FaultReport, e
 	if kind == harness.KindLatch {
 		label = "replacing latched"
 	}
-	err := d.heal(ctx, &fr, label, start, targets, timeout, m)
+	err := d.heal(ctx, fr, label, start, targets, timeout, m)
 	if e := fatal(ctx, err, d); e != nil || err == nil || kind != harness.KindBitflip {
-		return fr, e
+		return e
 	}
 	for _, v := range vs {
 		if d.scrubFound(ctx, v.b, v.seg.ID) {
 			fr.Detected = true
 		}
 	}
-	d.restoreBitflips(ctx, &fr)
-	return fr, nil
+	d.restoreBitflips(ctx, fr)
+	return nil
 }
 
 // restoreBitflips flips back the bits of an undetected bit-flip stage so
@@ -400,8 +412,7 @@ func (d *demo) restoreBitflips(ctx context.Context, fr *FaultReport) {
 		fr.Note = fmt.Sprintf("NOT DETECTED within the stage timeout (no scrubber found it); the demo flipped %d of %d bits back itself", restored, len(fr.Copies))
 	}
 	d.logf("  bitflip: %s", fr.Note)
-	tmp := FaultReport{Stage: "bitflip-restore"}
-	_ = d.waitHealed(ctx, &tmp, "after restoring bits", time.Now(), nil, d.o.StageTimeout)
+	_, _ = d.settle(ctx, "after restoring bits", time.Now())
 }
 
 func describeFault(df harness.Fault) string {
@@ -420,24 +431,22 @@ func describeFault(df harness.Fault) string {
 
 // stageRestart restarts the broker the kill stage killed; a restart clears
 // its latches and its intact copies serve again.
-func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "restart"}
+func (d *demo) stageRestart(ctx context.Context, fr *FaultReport) error {
 	b := d.killed
 	if b == nil {
 		fr.Skipped = "no broker was killed"
-		return fr, nil
+		return nil
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("restart broker %d", b.ID)
 	d.logf("stage restart: broker %d starts again on its old data directory", b.ID)
 	start := time.Now()
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	d.killed = nil
-	err := d.waitHealed(ctx, &fr, "rejoining", start, nil, d.o.StageTimeout)
+	err := d.waitHealed(ctx, fr, "rejoining", start, nil, d.o.StageTimeout)
 	fr.Detected = fr.Healed
 	if cs, ok := d.last.Copies[b.ID]; ok {
 		latched := 0
@@ -449,33 +458,37 @@ func (d *demo) stageRestart(ctx context.Context) (FaultReport, error) {
 		fr.Note = fmt.Sprintf("broker %d lists %d copies after the restart, %d latched", b.ID, len(cs), latched)
 	}
 	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
-	return fr, nil
+	return nil
 }
 
 // reviveAll restarts every dead broker and waits until the cluster is
 // healthy again; nothing when every broker runs.
 func (d *demo) reviveAll(ctx context.Context) error {
-	var dead []*harness.Broker
+	if n, err := d.reviveDead(ctx, " before the stage"); n == 0 || err != nil {
+		return err
+	}
+	_, err := d.settle(ctx, "brokers back", time.Now())
+	return err
+}
+
+// reviveDead restarts every dead broker, saying why (after its id), and
+// counts them.
+func (d *demo) reviveDead(ctx context.Context, why string) (int, error) {
+	n := 0
 	for _, b := range d.c.Brokers() {
-		if !b.Alive() {
-			dead = append(dead, b)
+		if b.Alive() {
+			continue
 		}
-	}
-	if len(dead) == 0 {
-		return nil
-	}
-	for _, b := range dead {
-		d.logf("  restarting broker %d before the stage", b.ID)
+		d.logf("  restarting broker %d%s", b.ID, why)
 		if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-			return err
+			return n, err
 		}
 		if d.killed == b {
 			d.killed = nil
 		}
+		n++
 	}
-	tmp := FaultReport{Stage: "revive"}
-	return d.waitHealed(ctx, &tmp, "brokers back", time.Now(), nil, d.o.StageTimeout)
+	return n, nil
 }

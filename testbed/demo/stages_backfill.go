@@ -45,8 +45,7 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 	if err != nil {
 		return restore, err
 	}
-	tmp := FaultReport{Stage: "revive"}
-	if err := d.waitHealed(ctx, &tmp, "brokers back at the stage's catch-up rate", time.Now(), nil, d.o.StageTimeout); err != nil {
+	if _, err := d.settle(ctx, "brokers back at the stage's catch-up rate", time.Now()); err != nil {
 		return restore, err
 	}
 	addNote(fr, "catch-up throttled to %d B/s per broker for the stage (brokers restarted with it first; %d copies left outside their replica sets by earlier stages removed while their broker was down, so that the heal pass must move bytes instead of adopting one)", rate, leftovers)

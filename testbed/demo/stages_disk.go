@@ -60,8 +60,7 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	movedAt := time.Now()
 	d.aud.ForgetUnder(filepath.Join(b.Dir, "copies"))
 	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
-	tmp := FaultReport{Stage: "loop-mount"}
-	if err := d.waitHealed(ctx, &tmp, "copies on the loop disk", movedAt, nil, d.o.StageTimeout); err != nil {
+	if _, err := d.settle(ctx, "copies on the loop disk", movedAt); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
 	v, err := d.c.WaitSettled(ctx, movedAt, d.o.StageTimeout, d.o.Poll)
@@ -201,20 +200,6 @@ func (d *demo) noteCause(fr *FaultReport, m harness.LogMarks, needle string) boo
 	return true
 }
 
-// diskStart is what both disk stages do first: revive, find the disk and
-// its broker, free space the diskfull stage may have left taken.
-func (d *demo) diskStart(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
-	if err := d.reviveAll(ctx); err != nil {
-		return nil, nil, err
-	}
-	b, l, err := d.copiesDisk(ctx, fr)
-	if err != nil || b == nil {
-		return nil, nil, err
-	}
-	fr.Broker = b.ID
-	return b, l, nil
-}
-
 // diskRun is what a disk stage notes before its fault: the broker of the
 // copies disk, the copies it damages (targets), what it measures, the
 // log marks and how many replicas the broker holds.
@@ -228,10 +213,10 @@ type diskRun struct {
 	kept    int
 }
 
-// beginDisk readies the copies disk (diskStart) and notes the diskRun; nil
+// beginDisk readies the copies disk (copiesDisk) and notes the diskRun; nil
 // when the stage cannot run (fr.Skipped, logged) or failed (the error).
 func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error) {
-	b, l, err := d.diskStart(ctx, fr)
+	b, l, err := d.copiesDisk(ctx, fr)
 	if err != nil || b == nil {
 		switch {
 		case fr.Skipped != "":
@@ -241,6 +226,7 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 		}
 		return nil, err
 	}
+	fr.Broker = b.ID
 	r := &diskRun{b: b, l: l, segs: d.diskCopies(b, d.o.Copies)}
 	for _, s := range r.segs {
 		r.targets = append(r.targets, s.ID)
@@ -305,38 +291,35 @@ func (d *demo) diskWhile(ctx context.Context, fr *FaultReport, r *diskRun, state
 	return herr, nil
 }
 
-func (d *demo) stageDiskFull(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "diskfull"}
-	r, in, start, err := d.diskStage(ctx, &fr, harness.KindDiskFull)
+func (d *demo) stageDiskFull(ctx context.Context, fr *FaultReport) error {
+	r, in, start, err := d.diskStage(ctx, fr, harness.KindDiskFull)
 	if in == nil {
-		return fr, err
+		return err
 	}
 	defer func() { _ = in.Undo(ctx) }()
 	free, _ := r.l.Free()
 	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s, %s left free; %d of its copies truncated to under half",
 		r.b.ID, bytesize.Format(r.l.Size), in.How, bytesize.Format(free), len(fr.Copies))
 	d.logf("stage diskfull: %s", fr.What)
-	herr, err := d.diskWhile(ctx, &fr, r, "full", "no space left on device", start)
+	herr, err := d.diskWhile(ctx, fr, r, "full", "no space left on device", start)
 	if err != nil {
-		return fr, err
+		return err
 	}
 	// The remedy: free the space; everything is checked again.
 	if err := in.Undo(ctx); err != nil {
-		fr.Error = fmt.Sprintf("removing the filler: %v", err)
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("removing the filler: %w", err))
 	}
 	freed, _ := r.l.Free()
 	if herr != nil {
-		return fr, fatal(ctx, herr, d)
+		return fatal(ctx, herr, d)
 	}
-	tmp := FaultReport{Stage: "diskfull-freed"}
-	if err := d.waitHealed(ctx, &tmp, "after freeing the disk", time.Now(), nil, d.o.StageTimeout); err != nil {
+	secs, err := d.settle(ctx, "after freeing the disk", time.Now())
+	if err != nil {
 		fr.Healed = false
-		fr.Error = "after the filler was removed: " + err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after the filler was removed: %w", err))
 	}
-	addNote(&fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(tmp.SecondsToHeal))
-	return fr, nil
+	addNote(fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(secs))
+	return nil
 }
 
 // killBeside kills a running follower other than the faulted broker full
@@ -395,21 +378,20 @@ func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *ha
 	return nil
 }
 
-func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "readonly"}
-	r, in, start, err := d.diskStage(ctx, &fr, harness.KindReadOnly)
+func (d *demo) stageReadOnly(ctx context.Context, fr *FaultReport) error {
+	r, in, start, err := d.diskStage(ctx, fr, harness.KindReadOnly)
 	if in == nil {
-		return fr, err
+		return err
 	}
 	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
 		r.b.ID, in.How, len(fr.Copies))
 	d.logf("stage readonly: %s", fr.What)
-	herr, err := d.diskWhile(ctx, &fr, r, "read-only", "read-only file system", start)
+	herr, err := d.diskWhile(ctx, fr, r, "read-only", "read-only file system", start)
 	if err != nil {
-		return fr, err
+		return err
 	}
 	if herr != nil && ctx.Err() != nil {
-		return fr, ctx.Err()
+		return ctx.Err()
 	}
 	// The operator's remedy (the catalogue's undo): stop the broker,
 	// unmount, e2fsck -y, mount, start it; everything is checked again.
@@ -417,24 +399,22 @@ func (d *demo) stageReadOnly(ctx context.Context) (FaultReport, error) {
 	rstart := time.Now()
 	if err := in.Undo(ctx); err != nil {
 		fr.Healed = false
-		fr.Error = "recovering the disk: " + err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("recovering the disk: %w", err))
 	}
 	d.aud.ForgetUnder(r.l.Dir)
 	if herr != nil {
-		return fr, fatal(ctx, herr, d)
+		return fatal(ctx, herr, d)
 	}
-	tmp := FaultReport{Stage: "readonly-recovered"}
-	if err := d.waitHealed(ctx, &tmp, "after e2fsck and restart", rstart, nil, d.o.StageTimeout); err != nil {
+	secs, err := d.settle(ctx, "after e2fsck and restart", rstart)
+	if err != nil {
 		fr.Healed = false
-		fr.Error = "after the disk was recovered: " + err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after the disk was recovered: %w", err))
 	}
-	addNote(&fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(tmp.SecondsToHeal))
+	addNote(fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(secs))
 	if n := orphans(d.last, r.b.ID); n > 0 {
-		addNote(&fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", r.b.ID, n)
+		addNote(fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", r.b.ID, n)
 	}
-	return fr, nil
+	return nil
 }
 
 // orphans counts the copies b lists of sealed segments whose replica set

@@ -17,64 +17,21 @@ import (
 // metadata read may show a set below RF); maintenance stops one in its
 // window (no pass may change a set, no byte may move).
 
-// LifecycleFigures are a lifecycle stage's own figures (FaultReport).
-type LifecycleFigures struct {
-	Broker meta.BrokerID `json:"broker"`
-	// SegmentsMoved and BytesMoved: the sealed replicas (and their
-	// bytes) the decommissioned broker held when it started; all of them
-	// moved when Drained.
-	SegmentsMoved int   `json:"segments_moved,omitempty"`
-	BytesMoved    int64 `json:"bytes_moved,omitempty"`
-	Drained       bool  `json:"drained,omitempty"`
-	// SecondsToDrain: from the decommission command to the end of the
-	// first heal pass reporting the broker drained; Rate is BytesMoved
-	// over it.
-	SecondsToDrain *float64 `json:"seconds_to_drain,omitempty"`
-	Rate           float64  `json:"rate_bytes_per_sec,omitempty"`
-	// BelowFactor counts the heal passes with a command whose replica set
-	// has fewer members than the replication factor, and the metadata
-	// reads that found such a set (must be 0).
-	BelowFactor int `json:"below_factor"`
-	// PassesRead and PassesUnread: the stage's passes read and missed;
-	// Leaders, whose histories were read.
-	PassesRead   int             `json:"passes_read"`
-	PassesUnread uint64          `json:"passes_unread,omitempty"`
-	Leaders      []meta.BrokerID `json:"leaders,omitempty"`
-	// Maintenance: the passes with the broker absent in its window, those
-	// past the grace delay, and those that changed a replica set.
-	PassesInWindow  int `json:"passes_in_window,omitempty"`
-	PassesPastGrace int `json:"passes_past_grace,omitempty"`
-	SetsChanged     int `json:"sets_changed"`
-}
-
-// readFeed records what feed read in fr and its lifecycle figures.
-func (fr *FaultReport) readFeed(feed *harness.PassFeed) {
-	fr.Passes += feed.Read
-	fr.PassesUnread += feed.Unread
-	f := fr.Lifecycle
-	f.PassesRead, f.PassesUnread, f.Leaders = feed.Read, feed.Unread, slices.Clone(feed.Leaders)
-}
-
 // stageDecommission drains a follower, then makes it active again (empty:
 // the later stages keep every broker).
-func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "decommission"}
-	if err := d.reviveAll(ctx); err != nil {
-		fr.Error = err.Error()
-		return fr, err
-	}
+func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 	// A decommission never moves an unsealed segment: b holds none.
 	b := d.follower(func(b *harness.Broker) bool {
 		return d.holdsSealed(b) && !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
 	})
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)")
-		return fr, nil
+		return nil
 	}
 	fr.Broker = b.ID
 	targets := d.sealedOn(b.ID)
-	lf := &LifecycleFigures{Broker: b.ID, SegmentsMoved: len(targets)}
-	fr.Lifecycle = lf
+	lf := &Figures{Broker: b.ID, SegmentsMoved: len(targets)}
+	fr.Figures = lf
 	for _, id := range targets {
 		if s, ok := d.last.Snap.Segment(id); ok {
 			lf.BytesMoved += s.ByteSize
@@ -86,15 +43,13 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	before := d.c.MarkBackfill(ctx)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	feed := harness.NewPassFeed(start)
-	why, err := d.watchDrain(ctx, &fr, feed, cl, b.ID, len(targets), start)
-	fr.readFeed(feed)
+	why, err := d.watchDrain(ctx, fr, feed, cl, b.ID, len(targets), start)
 	if err != nil {
-		return fr, err
+		return err
 	}
 	fr.BytesRereplicated = before.Since(ctx, d.c)
 	if !lf.Drained {
@@ -108,35 +63,28 @@ func (d *demo) stageDecommission(ctx context.Context) (FaultReport, error) {
 	// Active again, empty, so that the later stages have every broker.
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
-	after := FaultReport{Stage: "decommission-after"}
-	if err := d.waitHealed(ctx, &after, "active again", time.Now(), nil, d.o.StageTimeout); err != nil {
+	if _, err := d.settle(ctx, "active again", time.Now()); err != nil {
 		fr.Error = joinErr(fr.Error, "after it was made active again: "+err.Error())
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	fr.Detected = lf.Drained
 	fr.Healed = lf.Drained && lf.BelowFactor == 0 && feed.Problem() == ""
 	fr.SecondsToHeal = lf.SecondsToDrain
-	addNote(&fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
+	addNote(fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
 		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
-	return fr, nil
+	return nil
 }
 
 // watchDrain reads every pass until one reports broker id drained,
 // counting commands and metadata sets below RF; it returns where the
 // drain stood.
 func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
-	lf := fr.Lifecycle
+	lf := fr.Figures
 	p := newProgress(d.out, d.tty, "draining", max(held, 1))
 	why := "no heal pass read"
-	interval := max(d.o.Tick/4, 10*time.Millisecond)
-	for deadline := start.Add(d.o.StageTimeout); time.Now().Before(deadline); time.Sleep(interval) {
-		if err := ctx.Err(); err != nil {
-			p.Finish("interrupted")
-			return why, err
-		}
-		recs, err := feed.Next(ctx, d.c)
+	drained := d.watchPasses(ctx, fr, feed, start.Add(d.o.StageTimeout), func(recs []plugin.PassRecord, err error) bool {
 		if err != nil && len(recs) == 0 {
 			why = err.Error()
 		}
@@ -165,12 +113,17 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 			lf.BelowFactor++
 			addNote(fr, "metadata at index %d: %d sets below the replication factor", snap.Index, n)
 		}
-		if lf.Drained {
-			p.Finish(fmt.Sprintf("drained in %s", fmtSeconds(lf.SecondsToDrain)))
-			return why, nil
-		}
+		return lf.Drained
+	})
+	switch {
+	case ctx.Err() != nil:
+		p.Finish("interrupted")
+		return why, ctx.Err()
+	case drained:
+		p.Finish(fmt.Sprintf("drained in %s", fmtSeconds(lf.SecondsToDrain)))
+	default:
+		p.Finish("timed out")
 	}
-	p.Finish("timed out")
 	return why, nil
 }
 
@@ -189,51 +142,48 @@ const maintenancePastGrace = 3
 // maintenancePastGrace passes started past the grace delay, then starts
 // it and ends the window. No pass of the window may change a set or list
 // it dead or suspect, no byte may move, and every pass must be read.
-func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "maintenance"}
-	b, targets, err := d.victimFollower(ctx, &fr)
+func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
+	b, targets := d.victimFollower(fr)
 	if b == nil {
-		return fr, err
+		return nil
 	}
-	lf := &LifecycleFigures{Broker: b.ID}
-	fr.Lifecycle = lf
+	lf := &Figures{Broker: b.ID}
+	fr.Figures = lf
 	cl := d.c.LeaderClient(ctx)
 	feed := harness.NewPassFeed(time.Now())
 	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
 	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.What = fmt.Sprintf("maintenance broker %d (%d replicas)", b.ID, len(targets))
 	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)
 	before := d.c.MarkBackfill(ctx)
 	if err := d.c.Terminate(b, 10*time.Second); err != nil {
 		fr.Error = err.Error()
-		return fr, err
+		return err
 	}
 	stopAt := time.Now()
 	fr.Injected = true
 	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: d.o.Grace, lf: lf}
-	short := d.watchMaintenance(ctx, feed, j, mode.Until)
+	short := d.watchMaintenance(ctx, fr, feed, j, mode.Until)
 	fr.BytesRereplicated = before.Since(ctx, d.c)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
 		fr.Error = joinErr(joinErr(short, j.why), err.Error())
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
 	if _, err := cl.EndMaintenance(ctx, b.ID); err != nil {
 		fr.Error = joinErr(joinErr(short, j.why), "ending the window: "+err.Error())
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
-	d.readWindowRest(ctx, feed, j, time.Now())
-	fr.readFeed(feed)
-	back := FaultReport{Stage: "maintenance-after"}
-	if err := d.waitHealed(ctx, &back, "back from maintenance", time.Now(), nil, d.o.StageTimeout); err != nil {
+	d.readWindowRest(ctx, fr, feed, j, time.Now())
+	secs, err := d.settle(ctx, "back from maintenance", time.Now())
+	if err != nil {
 		fr.Error = joinErr(joinErr(short, j.why), "after the window: "+err.Error())
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
-	fr.SecondsToHeal = back.SecondsToHeal
+	fr.SecondsToHeal = secs
 	why := joinErr(short, j.why)
 	if fr.BytesRereplicated != 0 {
 		why = joinErr(why, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID))
@@ -244,9 +194,9 @@ func (d *demo) stageMaintenance(ctx context.Context) (FaultReport, error) {
 	fr.Error = why
 	fr.Detected = why == ""
 	fr.Healed = why == ""
-	addNote(&fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
+	addNote(fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
 		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.Summary())
-	return fr, nil
+	return nil
 }
 
 // maintenanceJudge judges the heal passes of one maintenance window of
@@ -256,7 +206,7 @@ type maintenanceJudge struct {
 	id     meta.BrokerID
 	stopAt time.Time
 	grace  time.Duration
-	lf     *LifecycleFigures
+	lf     *Figures
 	why    string
 }
 
@@ -285,48 +235,48 @@ func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 
 // watchMaintenance judges the passes while the broker is down in its
 // window; "" or why the window was not shown.
-func (d *demo) watchMaintenance(ctx context.Context, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
+func (d *demo) watchMaintenance(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
 	lf := j.lf
 	p := newProgress(d.out, d.tty, "absent in maintenance", maintenancePastGrace)
-	interval := max(d.o.Tick/4, 10*time.Millisecond)
-	for deadline := j.stopAt.Add(d.o.StageTimeout); ; time.Sleep(interval) {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			p.Finish("timed out")
-			return fmt.Sprintf("only %d of %d passes past the grace delay read in %v", lf.PassesPastGrace, maintenancePastGrace, d.o.StageTimeout)
-		}
-		if time.Now().After(until) {
-			p.Finish("window ran out")
-			return "the maintenance window ran out before the stage read its passes"
-		}
-		recs, _ := feed.Next(ctx, d.c) // a history that did not answer is read on the next round
+	ranOut := false
+	done := d.watchPasses(ctx, fr, feed, j.stopAt.Add(d.o.StageTimeout), func(recs []plugin.PassRecord, _ error) bool {
 		for i := range recs {
 			j.judge(&recs[i])
 		}
-		p.Set(min(lf.PassesPastGrace, maintenancePastGrace), maintenancePastGrace, fmt.Sprintf("%d passes absent", lf.PassesInWindow))
-		if lf.PassesPastGrace >= maintenancePastGrace {
-			p.Finish(fmt.Sprintf("%d passes absent, %d with a set changed", lf.PassesInWindow, lf.SetsChanged))
-			return ""
+		if ranOut = time.Now().After(until); ranOut {
+			return true
 		}
+		p.Set(min(lf.PassesPastGrace, maintenancePastGrace), maintenancePastGrace, fmt.Sprintf("%d passes absent", lf.PassesInWindow))
+		return lf.PassesPastGrace >= maintenancePastGrace
+	})
+	switch {
+	case ranOut:
+		p.Finish("window ran out")
+		return "the maintenance window ran out before the stage read its passes"
+	case done:
+		p.Finish(fmt.Sprintf("%d passes absent, %d with a set changed", lf.PassesInWindow, lf.SetsChanged))
+		return ""
 	}
+	p.Finish("timed out")
+	return fmt.Sprintf("only %d of %d passes past the grace delay read in %v", lf.PassesPastGrace, maintenancePastGrace, d.o.StageTimeout)
 }
 
 // readWindowRest reads and judges the heal passes that started before the
 // window ended (at end) and were not read yet, trying for up to
 // maintenanceRestRead while a history does not answer.
-func (d *demo) readWindowRest(ctx context.Context, feed *harness.PassFeed, j *maintenanceJudge, end time.Time) {
-	for give := time.Now().Add(maintenanceRestRead); ; time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
-		recs, err := feed.Next(ctx, d.c)
+func (d *demo) readWindowRest(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, j *maintenanceJudge, end time.Time) {
+	var last error
+	d.watchPasses(ctx, fr, feed, time.Now().Add(maintenanceRestRead), func(recs []plugin.PassRecord, err error) bool {
 		for i := range recs {
 			if recs[i].Started.Before(end) {
 				j.judge(&recs[i])
 			}
 		}
-		if err == nil || ctx.Err() != nil || time.Now().After(give) {
-			if err != nil {
-				j.why = joinErr(j.why, "the passes after the window: "+err.Error())
-			}
-			return
-		}
+		last = err
+		return err == nil
+	})
+	if last != nil {
+		j.why = joinErr(j.why, "the passes after the window: "+last.Error())
 	}
 }
 

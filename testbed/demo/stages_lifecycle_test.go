@@ -17,7 +17,7 @@ import (
 // the grace delay when it started that late.
 func TestMaintenanceJudge(t *testing.T) {
 	stop := time.Unix(1000, 0)
-	lf := &LifecycleFigures{}
+	lf := &Figures{}
 	j := &maintenanceJudge{id: 4, stopAt: stop, grace: time.Second, lf: lf}
 	absent := heal.Report{Maintenance: []heal.Maintenance{{Broker: 4}}}
 	j.judge(&plugin.PassRecord{Seq: 1, Started: stop.Add(-time.Millisecond), Report: absent}) // before the stop

@@ -10,6 +10,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/bytesize"
+	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
@@ -45,11 +46,12 @@ func (d *demo) follower(ok func(*harness.Broker) bool) *harness.Broker {
 // holdsSealed: b holds sealed replicas.
 func (d *demo) holdsSealed(b *harness.Broker) bool { return len(d.sealedOn(b.ID)) > 0 }
 
-// deadMoment sets fr's grace fields and returns when the broker faulted
-// at faultAt counts as dead: faultAt + grace, or, for a kill (passStart),
-// the start of an earlier pass that listed it dead. A stopped broker's
-// probe hangs, so for it that start is only reported.
-func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) time.Time {
+// timeFromDeath sets fr's grace fields and, once healed (fr.healedAt),
+// its seconds to heal from when the broker faulted at faultAt counts as
+// dead: faultAt + grace, or, for a kill (passStart), the start of an
+// earlier pass that listed it dead. A stopped broker's probe hangs, so
+// for it that start is only reported.
+func (d *demo) timeFromDeath(fr *FaultReport, faultAt time.Time, passStart bool) {
 	deadAt := faultAt.Add(d.o.Grace)
 	if !d.deadSeen.IsZero() {
 		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(faultAt))
@@ -58,7 +60,9 @@ func (d *demo) deadMoment(fr *FaultReport, faultAt time.Time, passStart bool) ti
 		}
 	}
 	fr.GraceWaitSeconds = seconds(deadAt.Sub(faultAt))
-	return deadAt
+	if !fr.healedAt.IsZero() {
+		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
+	}
 }
 
 // addNote appends a sentence to fr.Note, after a "; " when it has one.
@@ -71,76 +75,69 @@ func addNote(fr *FaultReport, format string, args ...any) {
 	}
 }
 
-// victimFollower revives the dead, then picks a follower holding sealed
-// replicas; nil when none (fr says not injected) or on error.
-func (d *demo) victimFollower(ctx context.Context, fr *FaultReport) (*harness.Broker, []meta.SegmentID, error) {
-	if err := d.reviveAll(ctx); err != nil {
-		fr.Error = err.Error()
-		return nil, nil, err
-	}
+// victimFollower picks a follower holding sealed replicas; nil when none
+// (fr says not injected).
+func (d *demo) victimFollower(fr *FaultReport) (*harness.Broker, []meta.SegmentID) {
 	b := d.follower(d.holdsSealed)
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas")
-		return nil, nil, nil
+		return nil, nil
 	}
 	fr.Broker = b.ID
-	return b, d.sealedOn(b.ID), nil
+	return b, d.sealedOn(b.ID)
 }
 
 // stagePause stops a follower (SIGSTOP) until its replicas moved and
 // verified, then continues it: it must rejoin.
-func (d *demo) stagePause(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "pause"}
-	b, targets, err := d.victimFollower(ctx, &fr)
+func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
+	b, targets := d.victimFollower(fr)
 	if b == nil {
-		return fr, err
+		return nil
 	}
 	defer func() { d.watchDead = 0 }()
-	m, stopAt, in, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
+	m, stopAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets)))
 	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
 	if err != nil {
-		return fr, err
+		return err
 	}
 	feed := harness.NewPassFeed(stopAt)
-	healedAt, why, err := d.healWithout(ctx, &fr, b, targets, feed, stopAt.Add(d.o.StageTimeout))
+	healedAt, why, err := d.healWithout(ctx, fr, b, targets, feed, stopAt.Add(d.o.StageTimeout))
 	if err != nil {
-		return fr, err
+		return err
 	}
-	deadAt := d.deadMoment(&fr, stopAt, false)
+	fr.healedAt = healedAt
+	d.timeFromDeath(fr, stopAt, false)
 	gap := feed.Problem()
 	fr.BytesEstimated = d.last.MissingBytes(m.pre)
 	fr.BytesRereplicated = m.before.Since(ctx, d.c)
-	if healedAt.IsZero() {
+	fr.Detected = !healedAt.IsZero()
+	if !fr.Detected {
 		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
-	} else {
-		fr.Detected = true
-		fr.SecondsToHeal = seconds(healedAt.Sub(deadAt))
 	}
 
 	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
 	contAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
 		fr.Error = err.Error()
-		return fr, err
+		return err
 	}
 	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
-	rejoin := FaultReport{Stage: "pause-rejoin"}
-	err = d.waitHealed(ctx, &rejoin, "rejoining", contAt, nil, d.o.StageTimeout)
+	secs, err := d.settle(ctx, "rejoining", contAt)
 	if err == nil {
 		err = d.c.WaitNotDead(ctx, b.ID, d.o.StageTimeout, d.o.Poll)
 	}
 	if err != nil {
 		fr.Error = joinErr(fr.Error, "after SIGCONT: "+err.Error())
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
-	addNote(&fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
-		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(rejoin.SecondsToHeal))
+	addNote(fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
+		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(secs))
 	if gap != "" {
 		fr.Error = joinErr(fr.Error, gap)
 	}
 	fr.Healed = !healedAt.IsZero() && gap == ""
-	return fr, nil
+	return nil
 }
 
 // healWithout waits, without b, until a pass lists b dead and every
@@ -154,7 +151,7 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 	}
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
 	seen := func(v *harness.View, e harness.Evaluation) {
-		d.countPasses(ctx, sub, feed, fr)
+		_, _ = d.readPasses(ctx, sub, feed, fr)
 		p.Set(movedOff(v, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
 	}
 	pending := func(v *harness.View, e harness.Evaluation) string {
@@ -195,35 +192,33 @@ func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
 
 // stageSwap kills a follower and starts it on an empty data directory;
 // the old one is kept beside it.
-func (d *demo) stageSwap(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "swap"}
-	b, targets, err := d.victimFollower(ctx, &fr)
+func (d *demo) stageSwap(ctx context.Context, fr *FaultReport) error {
+	b, targets := d.victimFollower(fr)
 	if b == nil {
-		return fr, err
+		return nil
 	}
 	files, size := harness.DirUsage(b.Dir)
 	defer func() { d.watchDead = 0 }()
-	m, killAt, in, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
+	m, killAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
 		fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets)))
 	if err != nil {
 		fr.Injected = in.Aside != ""
-		return fr, fmt.Errorf("stage swap: %w", err)
+		return fmt.Errorf("stage swap: %w", err)
 	}
 	d.aud.ForgetUnder(in.Aside)
 	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
 	startAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
-	if _, err := d.c.Leader(ctx, true); err != nil {
+	if _, err := d.c.AgreedLeader(ctx, true); err != nil {
 		d.logf("  brokers not yet agreed on a leader: %v", err)
 	}
 	upAt := time.Now()
-	err = d.heal(ctx, &fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout, m)
-	addNote(&fr, "seconds_to_heal from the restart on the empty directory (killed %s before; it answered with a leader after %s); it holds %d copies again; old directory kept at %s",
+	err = d.heal(ctx, fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout, m)
+	addNote(fr, "seconds_to_heal from the restart on the empty directory (killed %s before; it answered with a leader after %s); it holds %d copies again; old directory kept at %s",
 		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), len(d.last.Copies[b.ID]), in.Aside)
-	return fr, fatal(ctx, err, d)
+	return fatal(ctx, err, d)
 }
 
 // throttledTimeout is the stage timeout plus twice the time the lost
@@ -250,22 +245,17 @@ func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Dur
 // are seen moving, a target B of them: everything must come back at RF on
 // the survivors (A and B are left dead). A hold of the mass-failure brake,
 // should one appear, is released as an operator would.
-func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "backfill-kill"}
-	if err := d.reviveAll(ctx); err != nil {
-		fr.Error = err.Error()
-		return fr, err
-	}
-	restore, err := d.slowBackfills(ctx, &fr)
+func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
+	restore, err := d.slowBackfills(ctx, fr)
 	defer restore()
 	if err != nil {
 		fr.Error = err.Error()
-		return fr, err
+		return err
 	}
 	a := d.freshestFollower()
 	if a == nil {
 		fr.notInjected("no running follower holds sealed replicas")
-		return fr, nil
+		return nil
 	}
 	leader := d.last.Leader
 	targetsA := d.sealedOn(a.ID)
@@ -276,10 +266,10 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	}
 	baseline := d.c.CopySizes()
 	defer func() { d.watchDead = 0 }()
-	m, killA, _, err := d.strikeBroker(ctx, &fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
+	m, killA, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
 		fmt.Sprintf("kill -9 %d, then a target of its backfills", a.ID))
 	if err != nil {
-		return fr, err
+		return err
 	}
 	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
 	if err != nil || failure != "" {
@@ -290,7 +280,7 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 		if failure != "" {
 			fr.notInjected(failure)
 		}
-		return fr, err
+		return err
 	}
 	deadSeenA := d.deadSeen
 	targetsB := d.sealedOn(b.ID)
@@ -304,13 +294,13 @@ func (d *demo) stageBackfillKill(ctx context.Context) (FaultReport, error) {
 	killB := time.Now()
 	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
 		fr.Error = err.Error()
-		return fr, err
+		return err
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
-	d.noteStrike(&fr, a, b, killB.Sub(killA), seen, how, deadSeenA.Sub(killA), !deadSeenA.IsZero())
-	err = d.healTwoKills(ctx, &fr, append(slices.Clone(targetsA), targetsB...), killB, m)
-	return fr, fatal(ctx, err, d)
+	d.noteStrike(fr, a, b, killB.Sub(killA), seen, how, deadSeenA.Sub(killA), !deadSeenA.IsZero())
+	err = d.healTwoKills(ctx, fr, append(slices.Clone(targetsA), targetsB...), killB, m)
+	return fatal(ctx, err, d)
 }
 
 // noteStrike logs and notes the second kill of the backfill-kill stage:
@@ -341,9 +331,8 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 	} else {
 		addNote(fr, "the mass-failure brake did not hold")
 	}
-	deadAt := d.deadMoment(fr, killB, true)
+	d.timeFromDeath(fr, killB, true)
 	if fr.Healed {
-		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
 		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
 			fr.Healed = false
 			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
@@ -410,16 +399,15 @@ const nospareReason = "no_spare_broker"
 // stageNoSpare latches a copy while exactly RF brokers run: it must stay
 // in its set, be reported no_spare_broker on every pass and stay readable
 // elsewhere; once the dead return it is replaced.
-func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "nospare"}
-	killed, err := d.killToFactor(ctx, &fr)
+func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
+	killed, err := d.killToFactor(ctx, fr)
 	if killed < 0 || err != nil {
-		return fr, err
+		return err
 	}
 	vs := d.pickVictims(1)
 	if len(vs) == 0 {
 		fr.notInjected("no healthy sealed copy to latch")
-		return fr, nil
+		return nil
 	}
 	v := vs[0]
 	id, lb := v.seg.ID, v.b
@@ -429,8 +417,7 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	latchAt := time.Now()
 	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindLatch, Brokers: []*harness.Broker{lb}, Segments: []meta.Segment{v.seg}})
 	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	fr.Latched = in.Lost
@@ -438,16 +425,16 @@ func (d *demo) stageNoSpare(ctx context.Context) (FaultReport, error) {
 	tally := harness.NewPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
 	}, harness.NewPassFeed(latchAt))
-	problems, reads := d.watchNoSpare(ctx, &fr, tally, v)
+	problems, reads := d.watchNoSpare(ctx, fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
-	addNote(&fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
+	addNote(fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
 		killed, nospareReason, hits, hits+misses, misses, tally.Feed.Summary(), reads)
 	if len(problems) > 0 {
 		fr.Error = strings.Join(problems, "; ")
 		d.logf("  nospare: %s", fr.Error)
 	}
 	fr.Detected = tally.Detected()
-	return fr, d.sparesBack(ctx, &fr, v, problems)
+	return d.sparesBack(ctx, fr, v, problems)
 }
 
 // killToFactor kills followers, each after the last healed (no brake),
@@ -472,8 +459,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 			return -1, err
 		}
 		killed++
-		tmp := FaultReport{Stage: "nospare-kill"}
-		if err := d.waitHealed(ctx, &tmp, "re-replicating", time.Now(), nil, d.o.StageTimeout); err != nil {
+		if _, err := d.settle(ctx, "re-replicating", time.Now()); err != nil {
 			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
 			return -1, fatal(ctx, err, d)
 		}
@@ -495,14 +481,8 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 		setBefore = slices.Clone(s.Replicas)
 	}
 	restartAt := time.Now()
-	for _, b := range d.c.Brokers() {
-		if !b.Alive() {
-			d.logf("  restarting broker %d: a spare again", b.ID)
-			if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-				fr.Error = err.Error()
-				return fatal(ctx, err, d)
-			}
-		}
+	if _, err := d.reviveDead(ctx, ": a spare again"); err != nil {
+		return d.fail(ctx, fr, err)
 	}
 	before := d.c.MarkBackfill(ctx)
 	healed := FaultReport{Stage: "nospare-heal"}
@@ -583,9 +563,11 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 	}
 	p := newProgress(d.out, d.tty, "watching "+what+" reported", noSparePasses)
 	var lastFull time.Time
-	for ; ctx.Err() == nil; time.Sleep(max(d.o.Tick/4, 10*time.Millisecond)) {
-		if recs, _ := tally.Read(ctx, d.c); len(recs) > 0 {
-			fr.Passes += len(recs)
+	d.watchPasses(ctx, fr, tally.Feed, deadline, func(recs []plugin.PassRecord, _ error) bool {
+		for i := range recs {
+			tally.Observe(&recs[i])
+		}
+		if len(recs) > 0 {
 			p.Set(min(tally.MinHits(), noSparePasses), noSparePasses, fmt.Sprintf("%d not reporting", tally.MissCount()))
 		}
 		if time.Since(lastFull) > time.Second {
@@ -601,10 +583,8 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 				}
 			}
 		}
-		if tally.Detected() && tally.MinHits() >= noSparePasses || time.Now().After(deadline) {
-			break
-		}
-	}
+		return tally.Detected() && tally.MinHits() >= noSparePasses
+	})
 	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
 		p.Finish(fmt.Sprintf("reported on every one of %d passes", tally.MinHits()))
 	} else {
@@ -637,12 +617,7 @@ func lostReported(r *heal.Report, seg meta.SegmentID) bool {
 // stageLost destroys every copy of X (deleted) and Y (damaged in place):
 // both must be reported lost on every pass (ten at least), nothing else
 // turn unhealthy, no file of Y go; then both are acknowledged.
-func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "lost"}
-	if err := d.reviveAll(ctx); err != nil {
-		fr.Error = err.Error()
-		return fr, err
-	}
+func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 	// The damage must land as one event. Made file after file under a
 	// running cluster, a heal pass between two steps may rightly replace a
 	// damaged copy from one not yet damaged (or resume a leftover from it),
@@ -652,16 +627,15 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 	// stopped.
 	v, err := d.c.WaitSettled(ctx, time.Now(), d.o.StageTimeout, d.o.Poll)
 	if err != nil {
-		fr.Error = "before the fault: " + err.Error()
-		return fr, err
+		return d.fail(ctx, fr, fmt.Errorf("before the fault: %w", err))
 	}
 	d.observe(v)
 	vs := d.pickVictims(2)
 	if len(vs) < 2 {
 		fr.notInjected("fewer than two healthy sealed segments")
-		return fr, nil
+		return nil
 	}
-	r := &lostRun{d: d, fr: &fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[string]int64{},
+	r := &lostRun{d: d, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[string]int64{},
 		acked: map[meta.SegmentID]bool{}}
 	x, y := r.x, r.y
 	if !d.scrubberAdvertised() {
@@ -674,33 +648,31 @@ func (d *demo) stageLost(ctx context.Context) (FaultReport, error) {
 		r.nx, r.ny = r.hit(x, harness.KindDelete), r.hit(y, r.damage)
 		return nil
 	}); err != nil {
-		fr.Error = fmt.Sprintf("damaging %s and %s with every broker stopped: %v", x.ID, y.ID, err)
-		return fr, err
+		return d.fail(ctx, fr, fmt.Errorf("damaging %s and %s with every broker stopped: %w", x.ID, y.ID, err))
 	}
 	d.logf("  every copy damaged with every broker stopped (SIGSTOP, then SIGCONT): the fault lands as one event")
 	if r.nx == 0 && r.ny == 0 {
-		return fr, nil
+		return nil
 	}
 	fr.Injected = true
 	if r.extra > 0 {
-		addNote(&fr, "%d of the %d copy files destroyed lay outside their segment's replica set (left by earlier stages)", r.extra, r.nx+r.ny)
+		addNote(fr, "%d of the %d copy files destroyed lay outside their segment's replica set (left by earlier stages)", r.extra, r.nx+r.ny)
 	}
 	if r.nx < len(x.Replicas) || r.ny < len(y.Replicas) {
 		fr.Error = fmt.Sprintf("only %d of %d copies of %s and %d of %d of %s destroyed: %s", r.nx, len(x.Replicas), x.ID, r.ny, len(y.Replicas), y.ID, fr.Error)
-		return fr, nil
+		return nil
 	}
 	r.ids = []meta.SegmentID{x.ID, y.ID}
 	r.tally = harness.NewPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
-	r.interval = max(d.o.Tick/4, 10*time.Millisecond)
-	r.problems = d.watchReported(ctx, &fr, r.tally, r.ids, "lost", r.start.Add(d.o.StageTimeout), nil)
+	r.problems = d.watchReported(ctx, fr, r.tally, r.ids, "lost", r.start.Add(d.o.StageTimeout), nil)
 	if err := ctx.Err(); err != nil {
-		return fr, err
+		return err
 	}
 	fr.Detected = r.tally.Detected()
 	r.checkKept()
 	r.acknowledge(ctx)
 	r.finish()
-	return fr, nil
+	return nil
 }
 
 // lostRun is one run of the lost stage: X is deleted, Y damaged in place.
@@ -722,7 +694,6 @@ type lostRun struct {
 	tally    *harness.PassTally
 	acked    map[meta.SegmentID]bool
 	problems []string
-	interval time.Duration
 }
 
 func (r *lostRun) add(s string) {
@@ -810,30 +781,27 @@ func (r *lostRun) checkKept() {
 // mark them.
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
-	ps, err := d.c.LeaderStatus(ctx)
-	if err != nil {
-		r.add(fmt.Sprintf("no leader status to acknowledge through: %v", err))
+	if lb := d.c.Leader(ctx); lb == nil {
+		r.add("no running broker names a leader to acknowledge through")
 	} else {
-		ab := d.pickAcknowledger(ps.Leader)
+		ab := d.pickAcknowledger(lb.ID)
 		for _, id := range ids {
 			if err := harness.Acknowledge(ctx, ab, id); err != nil {
 				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
 			}
 		}
 		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
-		ackDeadline := time.Now().Add(max(20*d.o.Tick, 5*time.Second))
-		for len(r.acked) < len(ids) && time.Now().Before(ackDeadline) && ctx.Err() == nil {
-			recs, _ := r.tally.Read(ctx, d.c)
-			r.fr.Passes += len(recs)
+		d.watchPasses(ctx, r.fr, r.tally.Feed, time.Now().Add(max(20*d.o.Tick, 5*time.Second)), func(recs []plugin.PassRecord, _ error) bool {
 			for _, p := range recs {
+				r.tally.Observe(&p)
 				for _, l := range p.Report.Lost {
 					if l.Acknowledged && slices.Contains(ids, l.Segment) {
 						r.acked[l.Segment] = true
 					}
 				}
 			}
-			time.Sleep(r.interval)
-		}
+			return len(r.acked) == len(ids)
+		})
 		for _, id := range ids {
 			if !r.acked[id] {
 				r.add(fmt.Sprintf("no heal report marks %s acknowledged", id))

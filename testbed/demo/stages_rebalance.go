@@ -14,35 +14,12 @@ import (
 // The rebalance stage empties a follower (decommission, then cancel) and
 // waits for the rebalancer to bring every broker within 10% of the mean.
 
-// RebalanceFigures are the rebalance stage's figures.
-type RebalanceFigures struct {
-	// Broker is the broker emptied and refilled.
-	Broker meta.BrokerID `json:"broker"`
-	// Before and After are the spreads over the running brokers when the
-	// emptied broker came back, and once balanced.
-	Before harness.LoadSpread `json:"before"`
-	After  harness.LoadSpread `json:"after"`
-	// Moves counts the replicas added to a set (each a move) seen while
-	// balancing; Received those the emptied broker got.
-	Moves    int `json:"moves"`
-	Received int `json:"received"`
-	// DrainSeconds is the decommission's time to drained;
-	// SecondsToBalance from the cancel to every broker within 10%.
-	DrainSeconds     float64 `json:"drain_seconds"`
-	SecondsToBalance float64 `json:"seconds_to_balance"`
-}
-
 // stageRebalance empties a follower through decommission-then-cancel and
 // measures the rebalancer filling it.
-func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
-	fr := FaultReport{Stage: "rebalance"}
-	if err := d.reviveAll(ctx); err != nil {
-		return fr, fatal(ctx, err, d)
-	}
+func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	off, err := d.setHealKey(ctx, "rebalance = false", "rebalance = true")
 	if err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	defer func() {
 		if err := off(); err != nil && fr.Error == "" {
@@ -50,7 +27,7 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 		}
 	}()
 	cl := d.c.LeaderClient(ctx)
-	leader, _ := d.c.Leader(ctx, false)
+	leader, _ := d.c.AgreedLeader(ctx, false)
 	var b *harness.Broker
 	for _, x := range d.c.Running() {
 		if x.ID != leader {
@@ -59,40 +36,39 @@ func (d *demo) stageRebalance(ctx context.Context) (FaultReport, error) {
 	}
 	if b == nil {
 		fr.notInjected("no running follower to empty")
-		return fr, nil
+		return nil
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("empty broker %d, refill", b.ID)
-	fig := &RebalanceFigures{Broker: b.ID}
+	fig := &Figures{Broker: b.ID}
 	d.logf("stage rebalance: decommission broker %d until drained, cancel it, and wait for the rebalancer to fill it", b.ID)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	snap, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
 	if err != nil {
 		fr.Error = "decommission: " + err.Error()
 		_, _ = cl.CancelDecommission(ctx, b.ID)
-		return fr, fatal(ctx, err, d)
+		return fatal(ctx, err, d)
 	}
-	fig.DrainSeconds = time.Since(start).Seconds()
+	fig.SecondsToDrain = seconds(time.Since(start))
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
-		fr.Error = err.Error()
-		return fr, fatal(ctx, err, d)
+		return d.fail(ctx, fr, err)
 	}
 	cancelled := time.Now()
-	err = d.waitBalanced(ctx, &fr, fig, snap, cancelled)
-	fr.Rebalance = fig
-	return fr, err
+	err = d.waitBalanced(ctx, fr, fig, snap, cancelled)
+	fr.Figures = fig
+	return err
 }
 
 // waitBalanced waits until every broker is within 10% of the mean and
 // the cluster healthy, and fills in fig and fr.
-func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *RebalanceFigures, snap *meta.Snapshot, cancelled time.Time) error {
+func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Figures, snap *meta.Snapshot, cancelled time.Time) error {
 	run := d.c.Running()
-	fig.Before = harness.Spread(snap, run)
+	before := harness.Spread(snap, run)
+	fig.Before = &before
 	prev := snap
 	final, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool {
 		fig.Moves += harness.AddedReplicas(prev, s)
@@ -104,20 +80,18 @@ func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Rebalance
 		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
 		return nil // not healed: the demo stops after it
 	}
-	fig.SecondsToBalance = time.Since(cancelled).Seconds()
-	fig.After = harness.Spread(final, run)
+	balanced := seconds(time.Since(cancelled))
+	after := harness.Spread(final, run)
+	fig.After = &after
 	fig.Received = harness.HeldBy(final, fig.Broker)
 	fr.Detected = true
-	tmp := FaultReport{Stage: "rebalance-check"}
-	if err := d.waitHealed(ctx, &tmp, "balanced", cancelled, nil, d.o.StageTimeout); err != nil {
-		fr.Error = err.Error()
-		return fatal(ctx, err, d)
+	if _, err := d.settle(ctx, "balanced", cancelled); err != nil {
+		return d.fail(ctx, fr, err)
 	}
-	fr.Healed = tmp.Healed
-	secs := fig.SecondsToBalance
-	fr.SecondsToHeal = &secs
+	fr.Healed = true
+	fr.SecondsToHeal = balanced
 	fr.Note = fmt.Sprintf("drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
-		fig.DrainSeconds, fig.Moves, fig.Received, fig.Broker, secs, fig.Before, fig.After)
+		*fig.SecondsToDrain, fig.Moves, fig.Received, fig.Broker, *balanced, before, after)
 	d.logf("stage rebalance: %s", fr.Note)
 	return nil
 }

@@ -336,7 +336,7 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) (meta.Br
 		if err := c.UnexpectedExit(); err != nil {
 			return 0, err
 		}
-		leader, err := c.Leader(ctx, true)
+		leader, err := c.AgreedLeader(ctx, true)
 		if err == nil {
 			return leader, nil
 		}
@@ -352,9 +352,10 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) (meta.Br
 	}
 }
 
-// Leader asks every running broker for its view of the leader and returns
-// it when they agree. With all, every running broker must answer.
-func (c *Cluster) Leader(ctx context.Context, all bool) (meta.BrokerID, error) {
+// AgreedLeader asks every running broker for its view of the leader and
+// returns it when they agree. With all, every running broker must answer.
+// Leader is the quicker lookup of the broker to talk to.
+func (c *Cluster) AgreedLeader(ctx context.Context, all bool) (meta.BrokerID, error) {
 	var leader meta.BrokerID
 	for _, b := range c.brokers {
 		if !b.Alive() {
@@ -394,8 +395,8 @@ func (c *Cluster) WaitRegistered(ctx context.Context, timeout time.Duration) err
 		if err := c.UnexpectedExit(); err != nil {
 			return err
 		}
-		if b := c.LeaderOrAny(ctx); b != nil {
-			snap, err := b.Client.Metadata(ctx)
+		if len(c.Running()) > 0 {
+			snap, err := c.LeaderClient(ctx).Metadata(ctx)
 			missing = ""
 			if err != nil {
 				missing = err.Error()
@@ -419,10 +420,10 @@ func (c *Cluster) WaitRegistered(ctx context.Context, timeout time.Duration) err
 	}
 }
 
-// LeaderBroker is the leader as the running brokers not in skip see it:
-// the first that answers /v1/health either leads or names a running
-// broker not in skip. Nil when none does (an election, a partition).
-func (c *Cluster) LeaderBroker(ctx context.Context, skip ...meta.BrokerID) *Broker {
+// Leader is the leader as the running brokers not in skip see it: the
+// first that answers /v1/health either leads or names a running broker
+// not in skip. Nil when none does (an election, a partition).
+func (c *Cluster) Leader(ctx context.Context, skip ...meta.BrokerID) *Broker {
 	for _, b := range c.Running() {
 		if slices.Contains(skip, b.ID) {
 			continue
@@ -443,23 +444,14 @@ func (c *Cluster) LeaderBroker(ctx context.Context, skip ...meta.BrokerID) *Brok
 	return nil
 }
 
-// LeaderOrAny is LeaderBroker, else the first running broker (its answer
-// then names what is wrong), nil when none runs.
-func (c *Cluster) LeaderOrAny(ctx context.Context) *Broker {
-	if b := c.LeaderBroker(ctx); b != nil {
-		return b
+// LeaderClient is Leader's admin client; else a running broker's, or the
+// first broker's when none runs (its error then names what is wrong).
+func (c *Cluster) LeaderClient(ctx context.Context) *admin.Client {
+	if b := c.Leader(ctx); b != nil {
+		return b.Client
 	}
 	if run := c.Running(); len(run) > 0 {
-		return run[0]
-	}
-	return nil
-}
-
-// LeaderClient is LeaderOrAny's admin client, or the first broker's when
-// none runs (its error then names it).
-func (c *Cluster) LeaderClient(ctx context.Context) *admin.Client {
-	if b := c.LeaderOrAny(ctx); b != nil {
-		return b.Client
+		return run[0].Client
 	}
 	return c.Brokers()[0].Client
 }

@@ -43,7 +43,7 @@ func TestBrokersOnHosts(t *testing.T) {
 	rest := c.Without(leader)
 	var next uint64
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if l, err := rest.Leader(ctx, true); err == nil && l != leader {
+		if l, err := rest.AgreedLeader(ctx, true); err == nil && l != leader {
 			next = uint64(l)
 			break
 		}

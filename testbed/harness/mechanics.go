@@ -41,7 +41,7 @@ func (c *Cluster) WaitNotDead(ctx context.Context, id meta.BrokerID, timeout, ev
 	deadline := time.Now().Add(timeout)
 	b := c.Broker(id)
 	for {
-		p, err := c.LeaderStatus(ctx)
+		p, err := c.leaderStatus(ctx)
 		if err == nil {
 			hctx, cancel := context.WithTimeout(ctx, time.Second)
 			h, herr := b.Client.Health(hctx)

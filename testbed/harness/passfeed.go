@@ -90,7 +90,7 @@ func (f *PassFeed) Next(ctx context.Context, c *Cluster) ([]plugin.PassRecord, e
 		}
 	}
 	if !led {
-		id, err := c.Leader(ctx, false)
+		id, err := c.AgreedLeader(ctx, false)
 		if b := c.Broker(id); err == nil && b != nil && b.Alive() && !asked[id] {
 			read(b)
 		} else if err != nil && len(ids) == 0 {

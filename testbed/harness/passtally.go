@@ -77,16 +77,6 @@ func NewPassTally(watch []meta.SegmentID, reported func(*heal.Report, meta.Segme
 	}
 }
 
-// Read judges the passes the feed reads from c's brokers now and returns
-// them; its error is the feed's (the passes not read are read later).
-func (t *PassTally) Read(ctx context.Context, c *Cluster) ([]plugin.PassRecord, error) {
-	recs, err := t.Feed.Next(ctx, c)
-	for i := range recs {
-		t.Observe(&recs[i])
-	}
-	return recs, err
-}
-
 // Observe judges one pass.
 func (t *PassTally) Observe(p *plugin.PassRecord) {
 	t.Observed++
@@ -139,9 +129,9 @@ func (t *PassTally) MissCount() int {
 	return n
 }
 
-// LeaderStatus reads the leader's heal status (LeaderBroker).
-func (c *Cluster) LeaderStatus(ctx context.Context) (PassStatus, error) {
-	lb := c.LeaderBroker(ctx)
+// leaderStatus reads the leader's heal status (Leader).
+func (c *Cluster) leaderStatus(ctx context.Context) (PassStatus, error) {
+	lb := c.Leader(ctx)
 	if lb == nil {
 		return PassStatus{}, fmt.Errorf("no running broker of %d names a leader", len(c.Running()))
 	}
@@ -183,7 +173,7 @@ func (c *Cluster) ReleaseHolds(ctx context.Context, every time.Duration) *HoldRe
 		defer close(h.done)
 		var releasedAt uint64
 		for ctx.Err() == nil {
-			p, err := c.LeaderStatus(ctx)
+			p, err := c.leaderStatus(ctx)
 			if err == nil && p.Hold != "" && !p.HoldReleased && p.Passes != releasedAt {
 				if rerr := c.release(ctx, p.Leader); rerr != nil {
 					h.Errors = append(h.Errors, rerr.Error())

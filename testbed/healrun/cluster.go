@@ -78,7 +78,7 @@ func (hc *Cluster) Stop() {
 // and the seconds the load took.
 func (hc *Cluster) Load(ctx context.Context, prefix string, segments int, segBytes int64) (int64, float64, error) {
 	const record = 64 << 10
-	leader := hc.C.LeaderBroker(ctx)
+	leader := hc.C.Leader(ctx)
 	if leader == nil {
 		return 0, 0, fmt.Errorf("healrun: no leader to load %d segments through", segments)
 	}
@@ -101,7 +101,7 @@ func (hc *Cluster) Load(ctx context.Context, prefix string, segments int, segByt
 // leader unless every other broker is avoided, holding the most sealed
 // bytes; it returns the broker and the bytes of the copies it holds.
 func (hc *Cluster) Victim(ctx context.Context, avoid map[meta.BrokerID]bool) (*harness.Broker, int64, error) {
-	leader := hc.C.LeaderBroker(ctx)
+	leader := hc.C.Leader(ctx)
 	if leader == nil {
 		return nil, 0, fmt.Errorf("healrun: no leader to read the metadata from")
 	}
@@ -137,7 +137,7 @@ func (hc *Cluster) Victim(ctx context.Context, avoid map[meta.BrokerID]bool) (*h
 
 // PartitionReplicas are the brokers of every segment of topic's chains.
 func (hc *Cluster) PartitionReplicas(ctx context.Context, topic string) (map[meta.BrokerID]bool, error) {
-	leader := hc.C.LeaderBroker(ctx)
+	leader := hc.C.Leader(ctx)
 	if leader == nil {
 		return nil, fmt.Errorf("healrun: no leader to read the metadata from")
 	}

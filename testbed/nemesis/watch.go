@@ -28,12 +28,12 @@ const (
 )
 
 // leader is the leader as the running brokers no fault holds see it
-// (harness.Cluster.LeaderBroker), nil when none names one.
+// (harness.Cluster.Leader), nil when none names one.
 func (n *runner) leader(ctx context.Context) *harness.Broker {
 	n.mu.Lock()
 	skip := slices.Collect(maps.Keys(n.active))
 	n.mu.Unlock()
-	return n.c.LeaderBroker(ctx, skip...)
+	return n.c.Leader(ctx, skip...)
 }
 
 // write loads one segment every WriteEvery until ctx ends.
