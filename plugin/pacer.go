@@ -100,10 +100,32 @@ func (p *pacer) step() {
 		p.metrics.pace.cuts.WithLabelValues(p.dec.Reason.String()).Inc()
 	}
 	p.lastAt, p.lastMoved = now, moved
+	if in.Moved > 0 || p.st.Rate != before {
+		p.logStep(in)
+	}
 	if err := p.setRate(p.dec.Rate); err != nil {
 		p.log.Error().Err(err).Int64("rate", p.dec.Rate).Msg("backfill rate not applied")
 	}
 	p.metrics.setPace(p.dec.Rate, p.dec.Reason.String(), p.floorSeconds())
+}
+
+// logStep logs what a step saw and decided, for the steps that moved
+// bytes or changed the rate; p.mu is held.
+func (p *pacer) logStep(in pace.Input) {
+	ev := p.log.Info().Int64("moved", in.Moved).Dur("elapsed", in.Elapsed)
+	if in.LatencyKnown {
+		ev = ev.Dur("p99", in.P99)
+	}
+	if p.st.BaselineKnown {
+		ev = ev.Dur("baseline_p99", p.st.Baseline)
+	}
+	if in.IO.Known {
+		ev = ev.Float64("io_some_avg10", in.IO.Avg10)
+	}
+	if in.CPU.Known {
+		ev = ev.Float64("cpu_some_avg10", in.CPU.Avg10)
+	}
+	ev.Int("slow", p.st.Slow).Int64("rate", p.dec.Rate).Str("reason", p.dec.Reason.String()).Msg("backfill pace")
 }
 
 // logPSI logs a PSI error once until it changes or clears; p.mu is held.
