@@ -26,9 +26,12 @@
 //   - Latency: catch-up moved bytes (Input.Moved > 0), the client-facing
 //     p99 over the interval is known, an idle baseline is known, the p99
 //     is above Config.LatencyFactor times the baseline, and so it was on
-//     Config.LatencySteps active steps in a row (State.Slow): the rate is
-//     halved (Reason Latency) and the count starts again. A slow step
-//     short of that count holds the rate (Reason Latency).
+//     Config.LatencySteps active steps in a row (State.Slow), or this one
+//     step's p99 is above Config.SevereFactor times the baseline: the
+//     rate is halved (Reason Latency) and the count starts again. A slow
+//     step short of both holds the rate (Reason Latency). The severe
+//     factor is for heals of a few seconds, over before two slow seconds
+//     in a row could be seen, and for stalls no noise explains.
 //   - Pressure: the io or cpu pressure (PSI some avg10, where known) is
 //     above Config.PressureLimit and, once an idle baseline for that
 //     resource is known, more than Config.PressureRise points above it (a

@@ -64,6 +64,12 @@ type Config struct {
 	// before the rate is cut (at least 1): one second's p99 of a few
 	// hundred requests is noisy, and a lone slow second is not a trend.
 	LatencySteps int
+	// SevereFactor: a p99 above this times the idle baseline cuts at once,
+	// without waiting for LatencySteps slow steps (at least
+	// LatencyFactor). A heal of a few seconds is over before two slow
+	// seconds in a row can be seen, and a stall this far above the
+	// baseline is no noise.
+	SevereFactor float64
 	// PressureLimit is the PSI some avg10, in percent, above which the
 	// machine is under pressure (in (0, 100]).
 	PressureLimit float64
@@ -75,9 +81,10 @@ type Config struct {
 
 // DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
 // start at 32 MiB/s after 10 idle steps, a latency factor of 1.5 over 2
-// steps, a pressure limit of 40% and a rise of 20 points.
+// steps or 3 in one, a pressure limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
-	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, PressureLimit: 40, PressureRise: 20}
+	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, SevereFactor: 3,
+		PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -97,6 +104,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
 	case c.LatencySteps < 1:
 		return fmt.Errorf("pace: LatencySteps = %d: want at least 1", c.LatencySteps)
+	case !(c.SevereFactor >= c.LatencyFactor):
+		return fmt.Errorf("pace: SevereFactor = %v: want at least LatencyFactor (%v)", c.SevereFactor, c.LatencyFactor)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
 		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
 	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
@@ -189,13 +198,13 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	} else {
 		s.Idle++
 	}
-	if active && tooSlow(cfg, s, in) {
+	if active && above(cfg.LatencyFactor, s, in) {
 		s.Slow++
 	} else {
 		s.Slow = 0
 	}
 	switch {
-	case s.Slow >= cfg.LatencySteps:
+	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg.SevereFactor, s, in)):
 		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
 		s.Threshold, s.Slow = s.Rate, 0
 	case s.Slow > 0:
@@ -230,9 +239,9 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	return d, s
 }
 
-// tooSlow: the p99 is known and above LatencyFactor × a known baseline.
-func tooSlow(cfg Config, s State, in Input) bool {
-	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > cfg.LatencyFactor*float64(s.Baseline)
+// above: the p99 is known and above factor × a known baseline.
+func above(factor float64, s State, in Input) bool {
+	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline)
 }
 
 // pressed: a known PSI figure above the limit and, where an idle

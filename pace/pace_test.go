@@ -8,13 +8,16 @@ import (
 const mib = 1 << 20
 
 var (
-	ms    = time.Millisecond
-	idle  = Input{P99: 2 * ms, LatencyKnown: true}           // no catch-up, a quiet client p99
-	calm  = Input{P99: 2 * ms, LatencyKnown: true, Moved: 1} // catch-up, clients unharmed
-	slow  = Input{P99: 4 * ms, LatencyKnown: true, Moved: 1} // catch-up, p99 twice the baseline
-	hot   = Signal{Avg10: 55, Known: true}
-	cool  = Signal{Avg10: 3, Known: true}
-	known = State{Baseline: 2 * ms, BaselineKnown: true}
+	ms   = time.Millisecond
+	idle = Input{P99: 2 * ms, LatencyKnown: true}           // no catch-up, a quiet client p99
+	calm = Input{P99: 2 * ms, LatencyKnown: true, Moved: 1} // catch-up, clients unharmed
+	slow = Input{P99: 4 * ms, LatencyKnown: true, Moved: 1} // catch-up, p99 twice the baseline
+	// severe is catch-up with the p99 at 3.5× the baseline, above
+	// SevereFactor.
+	severe = Input{P99: 7 * ms, LatencyKnown: true, Moved: 1}
+	hot    = Signal{Avg10: 55, Known: true}
+	cool   = Signal{Avg10: 3, Known: true}
+	known  = State{Baseline: 2 * ms, BaselineKnown: true}
 	// primed has seen one slow active step: the next one cuts.
 	primed = State{Baseline: 2 * ms, BaselineKnown: true, Slow: 1}
 )
@@ -51,6 +54,12 @@ func TestStep(t *testing.T) {
 		{"latency never below the floor", capped, at(mib+1, primed), slow, mib, Latency, 1},
 		{"at the floor, counting", capped, at(mib, func() State { s := primed; s.AtFloor = 7; return s }()), slow, mib, Latency, 8},
 		{"one slow step is not a trend: held", capped, at(32*mib, known), slow, 32 * mib, Latency, 0},
+		{"one severe step cuts at once", capped, at(32*mib, known), severe, 16 * mib, Latency, 0},
+		{"one step at exactly the severe factor is only slow: held", capped, at(32*mib, known), with(severe, func(in *Input) { in.P99 = 6 * ms }), 32 * mib, Latency, 0},
+		{"a severe step in slow start halves what moved", DefaultConfig(), at(128*mib, known),
+			with(severe, func(in *Input) { in.Moved, in.Elapsed = 100*mib, time.Second }), 50 * mib, Latency, 0},
+		{"a severe step while idle is learned, not obeyed", capped, at(32*mib, known), with(severe, func(in *Input) { in.Moved = 0 }), 32 * mib, None, 0},
+		{"a severe step without a baseline is ignored", DefaultConfig(), at(32*mib, State{}), severe, 64 * mib, None, 0},
 		{"latency while idle is learned, not obeyed", capped, at(32*mib, known), with(slow, func(in *Input) { in.Moved = 0 }), 32 * mib, None, 0},
 		{"latency without a baseline is ignored", capped, at(32*mib, State{}), slow, 40 * mib, None, 0},
 		{"unknown latency is ignored", capped, at(32*mib, known), with(slow, func(in *Input) { in.LatencyKnown = false }), 40 * mib, None, 0},
@@ -181,6 +190,35 @@ func TestLatencyStepsInARow(t *testing.T) {
 	}
 }
 
+// A heal of three steps in slow start, the shape of the demo's quiet round
+// (a 64 MiB copy's commit stalls the clients for one second, then the heal
+// is over): with LatencySteps 2 alone the lone slow second never cut; the
+// severe factor cuts it on that second, and the rate then grows by Step
+// above the threshold instead of doubling.
+func TestShortHealSevereSpike(t *testing.T) {
+	cfg := DefaultConfig()
+	s := known
+	var cuts int
+	for i, in := range []Input{
+		with(calm, func(in *Input) { in.Moved, in.Elapsed = 32*mib, time.Second }),
+		with(severe, func(in *Input) { in.P99, in.Moved, in.Elapsed = 8*ms, 64*mib, time.Second }),
+		with(calm, func(in *Input) { in.Moved, in.Elapsed = 40*mib, time.Second }),
+	} {
+		before := s.Rate
+		var d Decision
+		d, s = Step(cfg, s, in)
+		if d.Reason == Latency && s.Rate < before {
+			cuts++
+			if i != 1 || d.Rate != 32*mib || s.Threshold != 32*mib {
+				t.Fatalf("step %d: cut to %d (threshold %d), want one cut on step 1 to half of 64 MiB/s", i, d.Rate, s.Threshold)
+			}
+		}
+	}
+	if cuts != 1 || s.Rate != 40*mib {
+		t.Fatalf("%d cuts, rate %d after the heal: want 1 cut, then one Step above the threshold (40 MiB/s)", cuts, s.Rate)
+	}
+}
+
 // The pressure baselines are learned only from idle steps with a known
 // figure: the first sets it, later ones move it 1/PressureSettle of the way.
 func TestPressureBaselineLearnedOnlyWhileIdle(t *testing.T) {
@@ -217,6 +255,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Start = c.Floor - 1 },
 		func(c *Config) { c.IdleReset = 0 },
 		func(c *Config) { c.LatencySteps = 0 },
+		func(c *Config) { c.SevereFactor = c.LatencyFactor - 0.1 },
 	} {
 		c := DefaultConfig()
 		bad(&c)
