@@ -183,3 +183,32 @@ func TestPaceFixedAndAutoStatus(t *testing.T) {
 		t.Fatal("the zero reason must not read as none")
 	}
 }
+
+// The client latency auto holds catch-up against is in the metrics and
+// /status: the last step's p99 and the idle baseline; an active step that
+// saw no client request (a broker no client talks to) counts as blind.
+func TestPacerSignalReported(t *testing.T) {
+	f := newPacerFixture(t, validConfig(t))
+	f.lat.p99, f.lat.ok = 4*time.Millisecond, true
+	f.step(0)
+	f.lat.p99 = 5 * time.Millisecond
+	f.step(1 << 20)
+	st := f.p.status()
+	if st.P99Seconds != 0.005 || st.BaselineP99Seconds != 0.004 || st.BlindSteps != 0 ||
+		testutil.ToFloat64(f.p.metrics.pace.p99) != 0.005 || testutil.ToFloat64(f.p.metrics.pace.baseline) != 0.004 {
+		t.Fatalf("status %+v, p99 gauge %v, baseline gauge %v: want 5 ms, 4 ms, no blind step", st,
+			testutil.ToFloat64(f.p.metrics.pace.p99), testutil.ToFloat64(f.p.metrics.pace.baseline))
+	}
+	f.lat.ok = false
+	f.step(0) // idle without requests: not blind
+	f.step(1 << 20)
+	f.step(1 << 20)
+	st = f.p.status()
+	if st.P99Seconds != 0 || st.BlindSteps != 2 || testutil.ToFloat64(f.p.metrics.pace.blind) != 2 || testutil.ToFloat64(f.p.metrics.pace.p99) != 0 {
+		t.Fatalf("status %+v, blind counter %v, p99 gauge %v: want no p99 and 2 blind steps", st,
+			testutil.ToFloat64(f.p.metrics.pace.blind), testutil.ToFloat64(f.p.metrics.pace.p99))
+	}
+	if !strings.Contains(f.logs.String(), `"message":"backfill pace"`) {
+		t.Fatalf("no pace step logged: %s", f.logs.String())
+	}
+}
