@@ -61,7 +61,11 @@
 // The idle baseline is learned from the inputs that say catch-up was idle
 // (Moved == 0) with a known p99: the first sets it, each later one moves
 // it 1/BaselineSettle of the way, so it is the typical idle p99. Steps with catch-up
-// active never change it. Each resource's idle pressure baseline moves
+// active never change it. An idle step less than Config.IdleReset idle
+// steps after an active one (State.Gap: a pause between two copies of a
+// heal, while other brokers' catch-up may still load the clients) may
+// lower it but not raise it, so a heal does not teach the controller that
+// its own harm is the clients' normal. Each resource's idle pressure baseline moves
 // 1/PressureSettle of the way to the figure seen on each idle step (the
 // first idle figure sets it); active steps leave it.
 //
@@ -77,7 +81,8 @@
 //     rises only for Reason None. While it is idle the rate changes only
 //     to return to Config.Start after Config.IdleReset idle steps.
 //  4. The baselines change only on idle steps: the latency one with a
-//     known p99, a pressure one with a known figure.
+//     known p99 (and, within Config.IdleReset idle steps of an active
+//     one, only downwards), a pressure one with a known figure.
 //  5. Decision.AtFloor counts the consecutive active steps spent at the
 //     floor: an idle step at the floor keeps it, any step above the floor
 //     resets it to 0.

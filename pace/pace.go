@@ -161,6 +161,10 @@ type State struct {
 	Slow int
 	// Idle counts the idle steps in a row.
 	Idle int
+	// Gap is set by an active step and cleared by IdleReset idle steps in
+	// a row: an idle step with Gap set is a pause inside a heal (between
+	// two copies), whose p99 may still carry the heal's load.
+	Gap bool
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
@@ -194,7 +198,7 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	active := in.Moved > 0
 	s.Reason = None
 	if active {
-		s.Idle = 0
+		s.Idle, s.Gap = 0, true
 	} else {
 		s.Idle++
 	}
@@ -220,7 +224,10 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	case s.Idle >= cfg.IdleReset:
 		s.Rate, s.Threshold = cfg.start(), 0
 	}
-	if !active && in.LatencyKnown {
+	if !active && s.Idle >= cfg.IdleReset {
+		s.Gap = false
+	}
+	if !active && in.LatencyKnown && !(s.Gap && s.BaselineKnown && in.P99 > s.Baseline) {
 		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
 	}
 	if !active {
@@ -296,7 +303,8 @@ func grow(cfg Config, s State) int64 {
 
 // learn folds an idle p99 into the baseline: the first sets it, later
 // ones move it 1/BaselineSettle of the way, so it is the typical idle p99
-// (not its lowest, which every busy second would exceed).
+// (not its lowest, which every busy second would exceed). Step does not
+// let a pause inside a heal (State.Gap) raise it.
 func learn(base time.Duration, known bool, p99 time.Duration) (time.Duration, bool) {
 	if !known {
 		return p99, true

@@ -158,6 +158,7 @@ func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
 	if s.BaselineKnown {
 		t.Fatalf("learned %v from an unknown p99", s.Baseline)
 	}
+	s.Gap = false // the pause that follows an active step: TestBaselineHeldInAHealsPause
 	for _, c := range []struct {
 		in   Input
 		want time.Duration
@@ -171,6 +172,33 @@ func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
 		_, s = Step(cfg, s, c.in)
 		if !s.BaselineKnown || s.Baseline != c.want {
 			t.Fatalf("after p99 %v (moved %d): baseline %v, want %v", c.in.P99, c.in.Moved, s.Baseline, c.want)
+		}
+	}
+}
+
+// An idle step within IdleReset steps of an active one is a pause inside a
+// heal: its p99 may lower the baseline, never raise it; once IdleReset idle
+// steps in a row have passed, the baseline follows the idle p99 again.
+func TestBaselineHeldInAHealsPause(t *testing.T) {
+	cfg := DefaultConfig()
+	s := State{Baseline: 10 * ms, BaselineKnown: true}
+	_, s = Step(cfg, s, with(calm, func(in *Input) { in.P99 = 10 * ms }))
+	after10 := 9*ms + (40*ms-9*ms)/BaselineSettle
+	for i, c := range []struct {
+		p99  time.Duration
+		n    int
+		want time.Duration
+	}{
+		{40 * ms, 8, 10 * ms}, // idle steps 1-8: the heal's load is not learned
+		{2 * ms, 1, 9 * ms},   // idle step 9: a lower p99 is
+		{40 * ms, 1, after10}, // idle step 10 (IdleReset): the pause is over
+		{40 * ms, 1, after10 + (40*ms-after10)/BaselineSettle}, // and later ones follow as before
+	} {
+		for range c.n {
+			_, s = Step(cfg, s, with(idle, func(in *Input) { in.P99 = c.p99 }))
+		}
+		if s.Baseline != c.want {
+			t.Fatalf("row %d: after %d idle steps at %v (idle count %d, gap %v): baseline %v, want %v", i, c.n, c.p99, s.Idle, s.Gap, s.Baseline, c.want)
 		}
 	}
 }
