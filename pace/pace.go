@@ -64,6 +64,12 @@ type Config struct {
 	// before the rate is cut (at least 1): one second's p99 of a few
 	// hundred requests is noisy, and a lone slow second is not a trend.
 	LatencySteps int
+	// LatencyMargin: a p99 counts as too slow (LatencyFactor,
+	// SevereFactor) only when it is also more than this above the
+	// baseline. A follower's append of 3 ms whose p99 doubles adds 3 ms
+	// to what a client waits for, noise beside the client's own p99;
+	// a relative factor alone cuts on it.
+	LatencyMargin time.Duration
 	// SevereFactor: a p99 above this times the idle baseline cuts at once,
 	// without waiting for LatencySteps slow steps (at least
 	// LatencyFactor). A heal of a few seconds is over before two slow
@@ -81,10 +87,11 @@ type Config struct {
 
 // DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
 // start at 32 MiB/s after 10 idle steps, a latency factor of 1.5 over 2
-// steps or 3 in one, a pressure limit of 40% and a rise of 20 points.
+// steps or 3 in one, each at least 5 ms above the baseline, a pressure
+// limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
 	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, SevereFactor: 3,
-		PressureLimit: 40, PressureRise: 20}
+		LatencyMargin: 5 * time.Millisecond, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -104,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
 	case c.LatencySteps < 1:
 		return fmt.Errorf("pace: LatencySteps = %d: want at least 1", c.LatencySteps)
+	case c.LatencyMargin < 0:
+		return fmt.Errorf("pace: LatencyMargin = %v: want at least 0", c.LatencyMargin)
 	case !(c.SevereFactor >= c.LatencyFactor):
 		return fmt.Errorf("pace: SevereFactor = %v: want at least LatencyFactor (%v)", c.SevereFactor, c.LatencyFactor)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
@@ -202,13 +211,13 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	} else {
 		s.Idle++
 	}
-	if active && above(cfg.LatencyFactor, s, in) {
+	if active && above(cfg, cfg.LatencyFactor, s, in) {
 		s.Slow++
 	} else {
 		s.Slow = 0
 	}
 	switch {
-	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg.SevereFactor, s, in)):
+	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg, cfg.SevereFactor, s, in)):
 		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
 		s.Threshold, s.Slow = s.Rate, 0
 	case s.Slow > 0:
@@ -246,9 +255,10 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	return d, s
 }
 
-// above: the p99 is known and above factor × a known baseline.
-func above(factor float64, s State, in Input) bool {
-	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline)
+// above: the p99 is known, above factor × a known baseline and more than
+// LatencyMargin above it.
+func above(cfg Config, factor float64, s State, in Input) bool {
+	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline) && in.P99-s.Baseline > cfg.LatencyMargin
 }
 
 // pressed: a known PSI figure above the limit and, where an idle
