@@ -45,10 +45,11 @@ type Target interface {
 }
 
 // Failer is an optional capability of a Target, found by type assertion:
-// after a write to its file failed outside File's methods (splice through
-// the descriptor, which the File cannot see), Fetch finishes the target
-// with Fail instead of Abort, so that the sink can mark the copy failed
-// (the store latches it) as it would for a failed WriteAt.
+// after a write to its file failed, even outside File's methods (splice or
+// the write-behind's sync_file_range through the descriptor, which the
+// File cannot see), Fetch finishes the target with Fail instead of Abort,
+// so that the sink can mark the copy failed (the store latches it) as it
+// would for a failed WriteAt. op is "write" or "writeback".
 type Failer interface {
 	Fail(op string, err error) error
 }
@@ -100,6 +101,11 @@ type Client struct {
 	// pipeSize is the splice pipe's size; 0 means maxChunk. Set by the
 	// pipe-size benchmark only.
 	pipeSize int
+	// writeback and wbWindow are the write-behind's call and window; nil
+	// and 0 mean syncFileRange (none off Linux) and DefaultWriteBehind.
+	// Set by tests only.
+	writeback writebackFunc
+	wbWindow  int64
 }
 
 // Stats returns what the client did so far.
@@ -156,7 +162,7 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 		if !committed {
 			var te *targetError
 			if f, ok := t.(Failer); ok && errors.As(err, &te) {
-				if ferr := f.Fail("write", te.err); ferr != nil {
+				if ferr := f.Fail(te.op, te.err); ferr != nil {
 					err = errors.Join(err, fmt.Errorf("%w: segment %s: %w", ErrTarget, seg.ID, ferr))
 				}
 			} else if aerr := t.Abort(); aerr != nil {
@@ -232,7 +238,13 @@ func (c *Client) receive(ctx context.Context, addr string, req *request, t Targe
 	if c.TLS != nil {
 		mode = ModeReadWrite
 	}
-	got, err := recvRange(ctx, conn, t.File(), from, n, mode, c.Throttle, &c.stats, onChunk, c.pipeSize)
+	wbf := c.writeback
+	if wbf == nil {
+		wbf = syncFileRange
+	}
+	f := t.File()
+	wb := newWriteBehind(f, from, c.wbWindow, wbf, &c.stats.writeback)
+	got, err := recvRange(ctx, conn, f, from, n, mode, c.Throttle, &c.stats, onChunk, c.pipeSize, wb)
 	c.stats.bytes.Add(uint64(got))
 	if err != nil {
 		var te *targetError

@@ -101,23 +101,29 @@ type Stats struct {
 	Splice    uint64 // splice(2) calls (socket→pipe and pipe→file)
 	Read      uint64 // read(2)/pread(2) calls of ModeReadWrite
 	Write     uint64 // write(2)/pwrite(2) calls of ModeReadWrite
+	Writeback uint64 // sync_file_range(2) calls of the target's write-behind
 	Refused   uint64 // requests and TLS handshakes refused, any code (Server only)
 }
 
 type counters struct {
-	transfers, failed, bytes, sendfile, splice, read, write, refused atomic.Uint64
+	transfers, failed, bytes, sendfile, splice, read, write, writeback, refused atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Transfers: c.transfers.Load(), Failed: c.failed.Load(), Bytes: c.bytes.Load(),
 		Sendfile: c.sendfile.Load(), Splice: c.splice.Load(), Read: c.read.Load(), Write: c.write.Load(),
-		Refused: c.refused.Load(),
+		Writeback: c.writeback.Load(),
+		Refused:   c.refused.Load(),
 	}
 }
 
-// targetError marks an error of the target file (not of the socket).
-type targetError struct{ err error }
+// targetError marks an error of the target file (not of the socket); op
+// names what failed ("write", "writeback"), as Failer.Fail takes it.
+type targetError struct {
+	op  string
+	err error
+}
 
 func (e *targetError) Error() string { return e.err.Error() }
 func (e *targetError) Unwrap() error { return e.err }
@@ -218,29 +224,39 @@ func sendRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mo
 	})
 }
 
-// recvRange reads n bytes from conn into f at off. An error of the file
-// (not of the socket) is a *targetError.
-func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64), pipeSize int) (int64, error) {
+// recvRange reads n bytes from conn into f at off, telling wb (nil: no
+// write-behind) what landed, and starts the writeback of the tail once
+// every byte landed. An error of the file (not of the socket) is a
+// *targetError.
+func recvRange(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64), pipeSize int, wb *writeBehind) (int64, error) {
+	got, err := recvSteps(ctx, conn, f, off, n, mode, th, st, progress, pipeSize, wb)
+	if err == nil {
+		err = wb.flush(off + got)
+	}
+	return got, err
+}
+
+func recvSteps(ctx context.Context, conn net.Conn, f File, off, n int64, mode Mode, th *Throttle, st *counters, progress func(int64), pipeSize int, wb *writeBehind) (int64, error) {
 	if mode == ModeZeroCopy {
 		if sc, ok := conn.(syscall.Conn); ok {
 			if step, closer, ok := spliceStep(sc, f, off, st, pipeSize, th.idle()); ok {
 				defer closer()
 				preallocate(f, off, n)
-				return pump(ctx, conn, n, th.spliceChunkSize, th, progress, step)
+				return pump(ctx, conn, n, th.spliceChunkSize, th, progress, wb.wrap(off, step))
 			}
 		}
 	}
 	// io.CopyBuffer over wrappers that hide io.ReaderFrom/io.WriterTo:
 	// read(2) from the socket, pwrite(2) into the copy, through buf.
 	buf := make([]byte, min(int64(th.chunkSize()), n))
-	return pump(ctx, conn, n, th.chunkSize, th, progress, func(done int64, c int, _ *keepAlive) (int, error) {
+	return pump(ctx, conn, n, th.chunkSize, th, progress, wb.wrap(off, func(done int64, c int, _ *keepAlive) (int, error) {
 		dst := &offsetWriter{f: f, off: off + done, n: &st.write}
 		m, err := io.CopyBuffer(dst, countReader{io.LimitReader(conn, int64(c)), &st.read}, buf)
 		if err == nil && m < int64(c) {
 			err = io.ErrUnexpectedEOF
 		}
 		return int(m), err
-	})
+	}))
 }
 
 // countReader and countWriter count calls and hide every method but Read
@@ -272,7 +288,7 @@ func (w *offsetWriter) Write(b []byte) (int, error) {
 	m, err := w.f.WriteAt(b, w.off)
 	w.off += int64(m)
 	if err != nil {
-		return m, &targetError{err}
+		return m, &targetError{op: "write", err: err}
 	}
 	return m, nil
 }

@@ -114,6 +114,14 @@
 //     Throttle.SetRate from the transfers' next chunk on; in chunks of at
 //     most 1 MiB) and hold at most MaxTransfers slots. Throttle.Moved
 //     counts every byte they moved.
+//  8. On Linux the target writes a transfer's bytes behind it
+//     (writebehind.go): each DefaultWriteBehind window that lands has its
+//     writeback started with sync_file_range(2), and the window before it
+//     is waited for, so at most about two windows of a transfer are dirty
+//     or under writeback and the Commit's fsync flushes little. A failed
+//     sync_file_range is a failed write of the target (ErrTarget, the
+//     Sink's Failer latches the copy); it never makes bytes durable on its
+//     own, and invariant 5 holds as for any stopped transfer.
 //
 // # Concurrency and crashes
 //

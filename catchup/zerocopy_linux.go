@@ -126,7 +126,7 @@ func spliceStep(sc syscall.Conn, f File, off int64, st *counters, want int, idle
 					e = io.ErrNoProgress // the pipe holds w bytes: cannot happen
 				}
 				if e != nil {
-					return &targetError{fmt.Errorf("splice into the copy at byte %d: %w", pos, e)}
+					return &targetError{op: "write", err: fmt.Errorf("splice into the copy at byte %d: %w", pos, e)}
 				}
 				w -= int(k)
 				queued -= int(k)
@@ -309,6 +309,22 @@ func (w *wakeMark) apply(left int) {
 func preallocate(f File, off, n int64) {
 	_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
 	runtime.KeepAlive(f)
+}
+
+// syncFileRange is the write-behind's writebackFunc: sync_file_range(2)
+// with SYNC_FILE_RANGE_WRITE, and with WAIT_BEFORE and WAIT_AFTER too
+// when wait is set.
+func syncFileRange(f File, off, n int64, wait bool) error {
+	flags := unix.SYNC_FILE_RANGE_WRITE
+	if wait {
+		flags |= unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+	}
+	defer runtime.KeepAlive(f)
+	for {
+		if err := unix.SyncFileRange(int(f.Fd()), off, n, flags); err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 var errTooManyFiles error = unix.EMFILE

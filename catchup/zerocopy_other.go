@@ -20,4 +20,7 @@ func spliceStep(syscall.Conn, File, int64, *counters, int, time.Duration) (func(
 
 func preallocate(File, int64, int64) {}
 
+// syncFileRange is nil: no write-behind without sync_file_range(2).
+var syncFileRange writebackFunc
+
 var errTooManyFiles error = syscall.EMFILE

@@ -26,9 +26,14 @@
 //   - Latency: catch-up moved bytes (Input.Moved > 0), the client-facing
 //     p99 over the interval is known, an idle baseline is known, the p99
 //     is above Config.LatencyFactor times the baseline, and so it was on
-//     Config.LatencySteps active steps in a row (State.Slow): the rate is
-//     halved (Reason Latency) and the count starts again. A slow step
-//     short of that count holds the rate (Reason Latency).
+//     Config.LatencySteps active steps in a row (State.Slow), or this one
+//     step's p99 is above Config.SevereFactor times the baseline (either
+//     only when the p99 is also more than Config.LatencyMargin above the
+//     baseline: a small baseline's relative rise is noise): the
+//     rate is halved (Reason Latency) and the count starts again. A slow
+//     step short of both holds the rate (Reason Latency). The severe
+//     factor is for heals of a few seconds, over before two slow seconds
+//     in a row could be seen, and for stalls no noise explains.
 //   - Pressure: the io or cpu pressure (PSI some avg10, where known) is
 //     above Config.PressureLimit and, once an idle baseline for that
 //     resource is known, more than Config.PressureRise points above it (a
@@ -58,7 +63,11 @@
 // The idle baseline is learned from the inputs that say catch-up was idle
 // (Moved == 0) with a known p99: the first sets it, each later one moves
 // it 1/BaselineSettle of the way, so it is the typical idle p99. Steps with catch-up
-// active never change it. Each resource's idle pressure baseline moves
+// active never change it. An idle step less than Config.IdleReset idle
+// steps after an active one (State.Gap: a pause between two copies of a
+// heal, while other brokers' catch-up may still load the clients) may
+// lower it but not raise it, so a heal does not teach the controller that
+// its own harm is the clients' normal. Each resource's idle pressure baseline moves
 // 1/PressureSettle of the way to the figure seen on each idle step (the
 // first idle figure sets it); active steps leave it.
 //
@@ -74,7 +83,8 @@
 //     rises only for Reason None. While it is idle the rate changes only
 //     to return to Config.Start after Config.IdleReset idle steps.
 //  4. The baselines change only on idle steps: the latency one with a
-//     known p99, a pressure one with a known figure.
+//     known p99 (and, within Config.IdleReset idle steps of an active
+//     one, only downwards), a pressure one with a known figure.
 //  5. Decision.AtFloor counts the consecutive active steps spent at the
 //     floor: an idle step at the floor keeps it, any step above the floor
 //     resets it to 0.

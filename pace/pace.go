@@ -64,6 +64,18 @@ type Config struct {
 	// before the rate is cut (at least 1): one second's p99 of a few
 	// hundred requests is noisy, and a lone slow second is not a trend.
 	LatencySteps int
+	// LatencyMargin: a p99 counts as too slow (LatencyFactor,
+	// SevereFactor) only when it is also more than this above the
+	// baseline. A follower's append of 3 ms whose p99 doubles adds 3 ms
+	// to what a client waits for, noise beside the client's own p99;
+	// a relative factor alone cuts on it.
+	LatencyMargin time.Duration
+	// SevereFactor: a p99 above this times the idle baseline cuts at once,
+	// without waiting for LatencySteps slow steps (at least
+	// LatencyFactor). A heal of a few seconds is over before two slow
+	// seconds in a row can be seen, and a stall this far above the
+	// baseline is no noise.
+	SevereFactor float64
 	// PressureLimit is the PSI some avg10, in percent, above which the
 	// machine is under pressure (in (0, 100]).
 	PressureLimit float64
@@ -75,9 +87,11 @@ type Config struct {
 
 // DefaultConfig is a floor of 1 MiB/s, no ceiling, steps of 8 MiB/s, a
 // start at 32 MiB/s after 10 idle steps, a latency factor of 1.5 over 2
-// steps, a pressure limit of 40% and a rise of 20 points.
+// steps or 3 in one, each at least 5 ms above the baseline, a pressure
+// limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
-	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, PressureLimit: 40, PressureRise: 20}
+	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, SevereFactor: 3,
+		LatencyMargin: 5 * time.Millisecond, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -97,6 +111,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: LatencyFactor = %v: want more than 1", c.LatencyFactor)
 	case c.LatencySteps < 1:
 		return fmt.Errorf("pace: LatencySteps = %d: want at least 1", c.LatencySteps)
+	case c.LatencyMargin < 0:
+		return fmt.Errorf("pace: LatencyMargin = %v: want at least 0", c.LatencyMargin)
+	case !(c.SevereFactor >= c.LatencyFactor):
+		return fmt.Errorf("pace: SevereFactor = %v: want at least LatencyFactor (%v)", c.SevereFactor, c.LatencyFactor)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
 		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
 	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
@@ -152,6 +170,10 @@ type State struct {
 	Slow int
 	// Idle counts the idle steps in a row.
 	Idle int
+	// Gap is set by an active step and cleared by IdleReset idle steps in
+	// a row: an idle step with Gap set is a pause inside a heal (between
+	// two copies), whose p99 may still carry the heal's load.
+	Gap bool
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
@@ -185,17 +207,17 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	active := in.Moved > 0
 	s.Reason = None
 	if active {
-		s.Idle = 0
+		s.Idle, s.Gap = 0, true
 	} else {
 		s.Idle++
 	}
-	if active && tooSlow(cfg, s, in) {
+	if active && above(cfg, cfg.LatencyFactor, s, in) {
 		s.Slow++
 	} else {
 		s.Slow = 0
 	}
 	switch {
-	case s.Slow >= cfg.LatencySteps:
+	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg, cfg.SevereFactor, s, in)):
 		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
 		s.Threshold, s.Slow = s.Rate, 0
 	case s.Slow > 0:
@@ -211,7 +233,10 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	case s.Idle >= cfg.IdleReset:
 		s.Rate, s.Threshold = cfg.start(), 0
 	}
-	if !active && in.LatencyKnown {
+	if !active && s.Idle >= cfg.IdleReset {
+		s.Gap = false
+	}
+	if !active && in.LatencyKnown && !(s.Gap && s.BaselineKnown && in.P99 > s.Baseline) {
 		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
 	}
 	if !active {
@@ -230,9 +255,10 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	return d, s
 }
 
-// tooSlow: the p99 is known and above LatencyFactor × a known baseline.
-func tooSlow(cfg Config, s State, in Input) bool {
-	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > cfg.LatencyFactor*float64(s.Baseline)
+// above: the p99 is known, above factor × a known baseline and more than
+// LatencyMargin above it.
+func above(cfg Config, factor float64, s State, in Input) bool {
+	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline) && in.P99-s.Baseline > cfg.LatencyMargin
 }
 
 // pressed: a known PSI figure above the limit and, where an idle
@@ -287,7 +313,8 @@ func grow(cfg Config, s State) int64 {
 
 // learn folds an idle p99 into the baseline: the first sets it, later
 // ones move it 1/BaselineSettle of the way, so it is the typical idle p99
-// (not its lowest, which every busy second would exceed).
+// (not its lowest, which every busy second would exceed). Step does not
+// let a pause inside a heal (State.Gap) raise it.
 func learn(base time.Duration, known bool, p99 time.Duration) (time.Duration, bool) {
 	if !known {
 		return p99, true

@@ -8,15 +8,18 @@ import (
 const mib = 1 << 20
 
 var (
-	ms    = time.Millisecond
-	idle  = Input{P99: 2 * ms, LatencyKnown: true}           // no catch-up, a quiet client p99
-	calm  = Input{P99: 2 * ms, LatencyKnown: true, Moved: 1} // catch-up, clients unharmed
-	slow  = Input{P99: 4 * ms, LatencyKnown: true, Moved: 1} // catch-up, p99 twice the baseline
-	hot   = Signal{Avg10: 55, Known: true}
-	cool  = Signal{Avg10: 3, Known: true}
-	known = State{Baseline: 2 * ms, BaselineKnown: true}
+	lu   = 10 * time.Millisecond                            // a unit of latency, well above LatencyMargin
+	idle = Input{P99: 2 * lu, LatencyKnown: true}           // no catch-up, a quiet client p99
+	calm = Input{P99: 2 * lu, LatencyKnown: true, Moved: 1} // catch-up, clients unharmed
+	slow = Input{P99: 4 * lu, LatencyKnown: true, Moved: 1} // catch-up, p99 twice the baseline
+	// severe is catch-up with the p99 at 3.5× the baseline, above
+	// SevereFactor.
+	severe = Input{P99: 7 * lu, LatencyKnown: true, Moved: 1}
+	hot    = Signal{Avg10: 55, Known: true}
+	cool   = Signal{Avg10: 3, Known: true}
+	known  = State{Baseline: 2 * lu, BaselineKnown: true}
 	// primed has seen one slow active step: the next one cuts.
-	primed = State{Baseline: 2 * ms, BaselineKnown: true, Slow: 1}
+	primed = State{Baseline: 2 * lu, BaselineKnown: true, Slow: 1}
 )
 
 func at(rate int64, s State) State { s.Rate = rate; return s }
@@ -45,12 +48,24 @@ func TestStep(t *testing.T) {
 		{"idle for IdleReset steps: back to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Threshold = 9, 2*mib; return s }()), idle, 32 * mib, None, 0},
 		{"no signal: stops at the ceiling", capped, at(60*mib, known), calm, 64 * mib, None, 0},
 		{"latency spike halves", capped, at(32*mib, primed), slow, 16 * mib, Latency, 0},
-		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * ms }), 40 * mib, None, 0},
+		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * lu }), 40 * mib, None, 0},
 		{"latency halves what moved when less than the rate", DefaultConfig(), at(Unbounded, primed),
 			with(slow, func(in *Input) { in.Moved, in.Elapsed = 100*mib, time.Second }), 50 * mib, Latency, 0},
 		{"latency never below the floor", capped, at(mib+1, primed), slow, mib, Latency, 1},
 		{"at the floor, counting", capped, at(mib, func() State { s := primed; s.AtFloor = 7; return s }()), slow, mib, Latency, 8},
 		{"one slow step is not a trend: held", capped, at(32*mib, known), slow, 32 * mib, Latency, 0},
+		{"one severe step cuts at once", capped, at(32*mib, known), severe, 16 * mib, Latency, 0},
+		{"a rise within LatencyMargin of a small baseline is not slow", capped, at(32*mib, State{Baseline: 3 * time.Millisecond, BaselineKnown: true}),
+			with(slow, func(in *Input) { in.P99 = 8 * time.Millisecond }), 40 * mib, None, 0},
+		{"a severe factor within LatencyMargin is not slow", capped, at(32*mib, State{Baseline: time.Millisecond, BaselineKnown: true}),
+			with(slow, func(in *Input) { in.P99 = 6 * time.Millisecond }), 40 * mib, None, 0},
+		{"past LatencyMargin a small baseline's rise is slow", capped, at(32*mib, State{Baseline: time.Millisecond, BaselineKnown: true, Slow: 1}),
+			with(slow, func(in *Input) { in.P99 = 6*time.Millisecond + 1 }), 16 * mib, Latency, 0},
+		{"one step at exactly the severe factor is only slow: held", capped, at(32*mib, known), with(severe, func(in *Input) { in.P99 = 6 * lu }), 32 * mib, Latency, 0},
+		{"a severe step in slow start halves what moved", DefaultConfig(), at(128*mib, known),
+			with(severe, func(in *Input) { in.Moved, in.Elapsed = 100*mib, time.Second }), 50 * mib, Latency, 0},
+		{"a severe step while idle is learned, not obeyed", capped, at(32*mib, known), with(severe, func(in *Input) { in.Moved = 0 }), 32 * mib, None, 0},
+		{"a severe step without a baseline is ignored", DefaultConfig(), at(32*mib, State{}), severe, 64 * mib, None, 0},
 		{"latency while idle is learned, not obeyed", capped, at(32*mib, known), with(slow, func(in *Input) { in.Moved = 0 }), 32 * mib, None, 0},
 		{"latency without a baseline is ignored", capped, at(32*mib, State{}), slow, 40 * mib, None, 0},
 		{"unknown latency is ignored", capped, at(32*mib, known), with(slow, func(in *Input) { in.LatencyKnown = false }), 40 * mib, None, 0},
@@ -149,19 +164,47 @@ func TestBaselineLearnedOnlyWhileIdle(t *testing.T) {
 	if s.BaselineKnown {
 		t.Fatalf("learned %v from an unknown p99", s.Baseline)
 	}
+	s.Gap = false // the pause that follows an active step: TestBaselineHeldInAHealsPause
 	for _, c := range []struct {
 		in   Input
 		want time.Duration
 	}{
-		{with(idle, func(in *Input) { in.P99 = 10 * ms }), 10 * ms},
-		{with(idle, func(in *Input) { in.P99 = 2 * ms }), 9 * ms},
-		{with(idle, func(in *Input) { in.P99 = 17 * ms }), 10 * ms},
-		{with(slow, func(in *Input) { in.P99 = time.Microsecond }), 10 * ms},
-		{with(slow, func(in *Input) { in.P99 = time.Second }), 10 * ms},
+		{with(idle, func(in *Input) { in.P99 = 10 * lu }), 10 * lu},
+		{with(idle, func(in *Input) { in.P99 = 2 * lu }), 9 * lu},
+		{with(idle, func(in *Input) { in.P99 = 17 * lu }), 10 * lu},
+		{with(slow, func(in *Input) { in.P99 = time.Microsecond }), 10 * lu},
+		{with(slow, func(in *Input) { in.P99 = time.Second }), 10 * lu},
 	} {
 		_, s = Step(cfg, s, c.in)
 		if !s.BaselineKnown || s.Baseline != c.want {
 			t.Fatalf("after p99 %v (moved %d): baseline %v, want %v", c.in.P99, c.in.Moved, s.Baseline, c.want)
+		}
+	}
+}
+
+// An idle step within IdleReset steps of an active one is a pause inside a
+// heal: its p99 may lower the baseline, never raise it; once IdleReset idle
+// steps in a row have passed, the baseline follows the idle p99 again.
+func TestBaselineHeldInAHealsPause(t *testing.T) {
+	cfg := DefaultConfig()
+	s := State{Baseline: 10 * lu, BaselineKnown: true}
+	_, s = Step(cfg, s, with(calm, func(in *Input) { in.P99 = 10 * lu }))
+	after10 := 9*lu + (40*lu-9*lu)/BaselineSettle
+	for i, c := range []struct {
+		p99  time.Duration
+		n    int
+		want time.Duration
+	}{
+		{40 * lu, 8, 10 * lu}, // idle steps 1-8: the heal's load is not learned
+		{2 * lu, 1, 9 * lu},   // idle step 9: a lower p99 is
+		{40 * lu, 1, after10}, // idle step 10 (IdleReset): the pause is over
+		{40 * lu, 1, after10 + (40*lu-after10)/BaselineSettle}, // and later ones follow as before
+	} {
+		for range c.n {
+			_, s = Step(cfg, s, with(idle, func(in *Input) { in.P99 = c.p99 }))
+		}
+		if s.Baseline != c.want {
+			t.Fatalf("row %d: after %d idle steps at %v (idle count %d, gap %v): baseline %v, want %v", i, c.n, c.p99, s.Idle, s.Gap, s.Baseline, c.want)
 		}
 	}
 }
@@ -178,6 +221,35 @@ func TestLatencyStepsInARow(t *testing.T) {
 		if cut := s.Rate < before; cut != (i == 3) {
 			t.Fatalf("step %d: rate %d (%v), slow count %d: want a cut only on the second slow step in a row", i, d.Rate, d.Reason, s.Slow)
 		}
+	}
+}
+
+// A heal of three steps in slow start, the shape of the demo's quiet round
+// (a 64 MiB copy's commit stalls the clients for one second, then the heal
+// is over): with LatencySteps 2 alone the lone slow second never cut; the
+// severe factor cuts it on that second, and the rate then grows by Step
+// above the threshold instead of doubling.
+func TestShortHealSevereSpike(t *testing.T) {
+	cfg := DefaultConfig()
+	s := known
+	var cuts int
+	for i, in := range []Input{
+		with(calm, func(in *Input) { in.Moved, in.Elapsed = 32*mib, time.Second }),
+		with(severe, func(in *Input) { in.P99, in.Moved, in.Elapsed = 8*lu, 64*mib, time.Second }),
+		with(calm, func(in *Input) { in.Moved, in.Elapsed = 40*mib, time.Second }),
+	} {
+		before := s.Rate
+		var d Decision
+		d, s = Step(cfg, s, in)
+		if d.Reason == Latency && s.Rate < before {
+			cuts++
+			if i != 1 || d.Rate != 32*mib || s.Threshold != 32*mib {
+				t.Fatalf("step %d: cut to %d (threshold %d), want one cut on step 1 to half of 64 MiB/s", i, d.Rate, s.Threshold)
+			}
+		}
+	}
+	if cuts != 1 || s.Rate != 40*mib {
+		t.Fatalf("%d cuts, rate %d after the heal: want 1 cut, then one Step above the threshold (40 MiB/s)", cuts, s.Rate)
 	}
 }
 
@@ -217,6 +289,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Start = c.Floor - 1 },
 		func(c *Config) { c.IdleReset = 0 },
 		func(c *Config) { c.LatencySteps = 0 },
+		func(c *Config) { c.SevereFactor = c.LatencyFactor - 0.1 },
+		func(c *Config) { c.LatencyMargin = -1 },
 	} {
 		c := DefaultConfig()
 		bad(&c)

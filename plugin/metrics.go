@@ -48,12 +48,16 @@ type metrics struct {
 }
 
 // paceMetrics are the backfill rate's gauges: the rate applied, its
-// reason, and how long auto has held it at its floor.
+// reason, how long auto has held it at its floor, and the client latency
+// auto held it against.
 type paceMetrics struct {
 	rate         prometheus.Gauge
 	reason       *prometheus.GaugeVec // by reason, 1 for the current one
 	floorSeconds prometheus.Gauge
 	cuts         *prometheus.CounterVec // by reason: latency, pressure
+	p99          prometheus.Gauge       // the last step's client p99; 0: none seen
+	baseline     prometheus.Gauge       // the idle client p99 learned; 0: none yet
+	blind        prometheus.Counter     // active steps without a client p99
 }
 
 // paceReasons are the values of the reason label: pace's, and fixed for
@@ -71,6 +75,12 @@ func newPaceMetrics(f func(name, help string) prometheus.Opts) paceMetrics {
 			"How long the automatic catch-up rate has been held at its floor while catch-up moved bytes; 0 when it is not."))),
 		cuts: prometheus.NewCounterVec(prometheus.CounterOpts(f("backfill_rate_cuts_total",
 			"Times the automatic catch-up rate was lowered, by reason: latency or pressure.")), []string{"reason"}),
+		p99: prometheus.NewGauge(prometheus.GaugeOpts(f("backfill_client_p99_seconds",
+			"The client p99 (this broker's Kafka Produce and Fetch handling, its follower appends) over the automatic catch-up rate's last step; 0 when it saw no request."))),
+		baseline: prometheus.NewGauge(prometheus.GaugeOpts(f("backfill_client_p99_baseline_seconds",
+			"The idle client p99 the automatic catch-up rate learned; 0 while none is known."))),
+		blind: prometheus.NewCounter(prometheus.CounterOpts(f("backfill_rate_blind_steps_total",
+			"Steps of the automatic catch-up rate during which catch-up moved bytes and this broker saw no client request: no latency to hold it against (only pressure)."))),
 	}
 	for _, r := range []string{"latency", "pressure"} {
 		m.cuts.WithLabelValues(r)
@@ -93,6 +103,16 @@ func (m *metrics) setPace(rate int64, reason string, floorSeconds float64) {
 		m.pace.reason.WithLabelValues(r).Set(v)
 	}
 	m.pace.floorSeconds.Set(floorSeconds)
+}
+
+// setPaceSignal records the client p99 of auto's last step and its idle
+// baseline (each 0 when unknown), and counts a blind active step.
+func (m *metrics) setPaceSignal(p99, baseline time.Duration, blind bool) {
+	m.pace.p99.Set(p99.Seconds())
+	m.pace.baseline.Set(baseline.Seconds())
+	if blind {
+		m.pace.blind.Inc()
+	}
 }
 
 // lifecycle are the operator's lifecycle gauges: decommission
@@ -146,7 +166,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.hold = prometheus.NewGauge(prometheus.GaugeOpts(f("hold", "1 while the mass-failure brake holds placement of new replicas (the last pass's hold_reason is set; leader only).")))
 	m.lifecycle = newLifecycle(f)
 	m.pace = newPaceMetrics(f)
-	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds, m.pace.cuts)
+	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds, m.pace.cuts, m.pace.p99, m.pace.baseline, m.pace.blind)
 	reg.MustRegister(m.hold, m.decommissionLeft, m.decommissionBytesLeft, m.decommissionBlocked, m.maintenanceBrokers, m.leftoverCopies)
 	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
 		m.backfillSeconds, m.backfillStages, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)

@@ -45,6 +45,13 @@ type PaceStatus struct {
 	// BaselineP99Seconds is the idle client p99 auto learned (absent
 	// while none is known).
 	BaselineP99Seconds float64 `json:"baseline_p99_seconds,omitempty"`
+	// P99Seconds is the client p99 auto saw over its last step (absent
+	// when that step saw no request).
+	P99Seconds float64 `json:"p99_seconds,omitempty"`
+	// BlindSteps counts the steps in which catch-up moved bytes while this
+	// broker saw no client request: its rate then answers to pressure
+	// only.
+	BlindSteps int64 `json:"blind_steps,omitempty"`
 }
 
 // pacer steps the pace controller once a second and applies its decision
@@ -64,7 +71,9 @@ type pacer struct {
 	dec       pace.Decision
 	lastAt    time.Time
 	lastMoved int64
-	lastErr   string // the last PSI error logged, so each is logged once
+	lastErr   string        // the last PSI error logged, so each is logged once
+	lastP99   time.Duration // the last step's client p99; 0: none seen
+	blind     int64         // active steps without a client p99
 }
 
 // paceConfig is the controller's configuration from heal's.
@@ -100,10 +109,51 @@ func (p *pacer) step() {
 		p.metrics.pace.cuts.WithLabelValues(p.dec.Reason.String()).Inc()
 	}
 	p.lastAt, p.lastMoved = now, moved
+	if in.Moved > 0 || p.st.Rate != before {
+		p.logStep(in)
+	}
+	p.noteSignal(in)
 	if err := p.setRate(p.dec.Rate); err != nil {
 		p.log.Error().Err(err).Int64("rate", p.dec.Rate).Msg("backfill rate not applied")
 	}
 	p.metrics.setPace(p.dec.Rate, p.dec.Reason.String(), p.floorSeconds())
+}
+
+// noteSignal records the client latency a step saw, in the status and the
+// metrics; p.mu is held.
+func (p *pacer) noteSignal(in pace.Input) {
+	p.lastP99 = 0
+	if in.LatencyKnown {
+		p.lastP99 = in.P99
+	}
+	blind := in.Moved > 0 && !in.LatencyKnown
+	if blind {
+		p.blind++
+	}
+	var base time.Duration
+	if p.st.BaselineKnown {
+		base = p.st.Baseline
+	}
+	p.metrics.setPaceSignal(p.lastP99, base, blind)
+}
+
+// logStep logs what a step saw and decided, for the steps that moved
+// bytes or changed the rate; p.mu is held.
+func (p *pacer) logStep(in pace.Input) {
+	ev := p.log.Info().Int64("moved", in.Moved).Dur("elapsed", in.Elapsed)
+	if in.LatencyKnown {
+		ev = ev.Dur("p99", in.P99)
+	}
+	if p.st.BaselineKnown {
+		ev = ev.Dur("baseline_p99", p.st.Baseline)
+	}
+	if in.IO.Known {
+		ev = ev.Float64("io_some_avg10", in.IO.Avg10)
+	}
+	if in.CPU.Known {
+		ev = ev.Float64("cpu_some_avg10", in.CPU.Avg10)
+	}
+	ev.Int("slow", p.st.Slow).Int64("rate", p.dec.Rate).Str("reason", p.dec.Reason.String()).Msg("backfill pace")
 }
 
 // logPSI logs a PSI error once until it changes or clears; p.mu is held.
@@ -150,5 +200,6 @@ func (p *pacer) status() *PaceStatus {
 	if p.st.BaselineKnown {
 		s.BaselineP99Seconds = p.st.Baseline.Seconds()
 	}
+	s.P99Seconds, s.BlindSteps = p.lastP99.Seconds(), p.blind
 	return s
 }

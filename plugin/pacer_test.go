@@ -103,16 +103,16 @@ func TestPacerNoSignalIsUncapped(t *testing.T) {
 // gauge counts the seconds, and a quiet client lets it climb back.
 func TestPacerLatency(t *testing.T) {
 	f := newPacerFixture(t, validConfig(t))
-	f.lat.p99, f.lat.ok = 2*time.Millisecond, true
-	f.step(0) // idle: the baseline is 2 ms
+	f.lat.p99, f.lat.ok = 20*time.Millisecond, true
+	f.step(0) // idle: the baseline is 20 ms
 	f.step(0)
-	if st := f.p.status(); st.BaselineP99Seconds != 0.002 {
-		t.Fatalf("baseline %v, want 2ms", st.BaselineP99Seconds)
+	if st := f.p.status(); st.BaselineP99Seconds != 0.02 {
+		t.Fatalf("baseline %v, want 20ms", st.BaselineP99Seconds)
 	}
 	if got := f.lat.since[1]; !got.Equal(time.Unix(1e9+1, 0)) {
 		t.Fatalf("second P99 asked since %v, want the first step's time", got)
 	}
-	f.lat.p99 = 5 * time.Millisecond
+	f.lat.p99 = 50 * time.Millisecond
 	if r := f.step(100 << 20); r != 32<<20 || f.reason(t) != "latency" {
 		t.Fatalf("rate %d (%s) after one slow second, want it held at the 32 MiB/s start (latency)", r, f.reason(t))
 	}
@@ -133,7 +133,7 @@ func TestPacerLatency(t *testing.T) {
 	if held < 10 || held != f.p.status().FloorSeconds || testutil.ToFloat64(f.p.metrics.pace.rate) != float64(floor) {
 		t.Fatalf("floor seconds %v (status %v), rate gauge %v", held, f.p.status().FloorSeconds, testutil.ToFloat64(f.p.metrics.pace.rate))
 	}
-	f.lat.p99 = 2 * time.Millisecond
+	f.lat.p99 = 20 * time.Millisecond
 	// Past the rate the last cut left, an active step adds a step.
 	want := floor + pace.DefaultConfig().Step
 	if r := f.step(1 << 20); r != want || f.reason(t) != "none" || testutil.ToFloat64(f.p.metrics.pace.floorSeconds) != 0 {
@@ -181,5 +181,34 @@ func TestPaceFixedAndAutoStatus(t *testing.T) {
 	}
 	if r := (pace.Reason(0)).String(); r == "none" {
 		t.Fatal("the zero reason must not read as none")
+	}
+}
+
+// The client latency auto holds catch-up against is in the metrics and
+// /status: the last step's p99 and the idle baseline; an active step that
+// saw no client request (a broker no client talks to) counts as blind.
+func TestPacerSignalReported(t *testing.T) {
+	f := newPacerFixture(t, validConfig(t))
+	f.lat.p99, f.lat.ok = 4*time.Millisecond, true
+	f.step(0)
+	f.lat.p99 = 5 * time.Millisecond
+	f.step(1 << 20)
+	st := f.p.status()
+	if st.P99Seconds != 0.005 || st.BaselineP99Seconds != 0.004 || st.BlindSteps != 0 ||
+		testutil.ToFloat64(f.p.metrics.pace.p99) != 0.005 || testutil.ToFloat64(f.p.metrics.pace.baseline) != 0.004 {
+		t.Fatalf("status %+v, p99 gauge %v, baseline gauge %v: want 5 ms, 4 ms, no blind step", st,
+			testutil.ToFloat64(f.p.metrics.pace.p99), testutil.ToFloat64(f.p.metrics.pace.baseline))
+	}
+	f.lat.ok = false
+	f.step(0) // idle without requests: not blind
+	f.step(1 << 20)
+	f.step(1 << 20)
+	st = f.p.status()
+	if st.P99Seconds != 0 || st.BlindSteps != 2 || testutil.ToFloat64(f.p.metrics.pace.blind) != 2 || testutil.ToFloat64(f.p.metrics.pace.p99) != 0 {
+		t.Fatalf("status %+v, blind counter %v, p99 gauge %v: want no p99 and 2 blind steps", st,
+			testutil.ToFloat64(f.p.metrics.pace.blind), testutil.ToFloat64(f.p.metrics.pace.p99))
+	}
+	if !strings.Contains(f.logs.String(), `"message":"backfill pace"`) {
+		t.Fatalf("no pace step logged: %s", f.logs.String())
 	}
 }
