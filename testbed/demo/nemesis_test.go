@@ -109,7 +109,15 @@ func TestNemesisShort(t *testing.T) {
 				args = append(args, "--clients", fmt.Sprint(run.clients))
 			}
 			t.Logf("nemesis seed %d for %s (replay: malachi demo %s)", run.seed, run.duration, strings.Join(args, " "))
-			rep, code := runJSON(t, append(args, "--malachid", bin, "--json", "--dir", t.TempDir()))
+			dir := t.TempDir()
+			rep, code := runJSON(t, append(args, "--malachid", bin, "--json", "--dir", dir))
+			defer func() {
+				// What the brokers logged of the segments the failure names.
+				if t.Failed() && rep.Nemesis != nil {
+					named := harness.SegmentsNamed(rep.Error, fmt.Sprint(rep.Nemesis.Violations))
+					t.Logf("broker log lines naming %v:\n%s", named, harness.LogExcerpt(dir, named, 150))
+				}
+			}()
 			n := rep.Nemesis
 			if n == nil {
 				t.Fatalf("no nemesis in the report (exit %d): %s", code, rep.Error)
