@@ -3,7 +3,6 @@ package kafka
 import (
 	"fmt"
 	"reflect"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -93,11 +92,8 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 	case *kmsg.CreateTopicsRequest:
 		return c.createTopics(ctx, r)
 	case *kmsg.ProduceRequest:
-		start := time.Now()
-		resp := c.produce(ctx, r)
-		end := time.Now()
-		c.s.cfg.Latency.Observe(end, end.Sub(start))
-		return resp
+		c.records = produceRecords(r)
+		return c.produce(ctx, r)
 	case *kmsg.InitProducerIDRequest:
 		return c.initProducerID(ctx, r)
 	case *kmsg.FetchRequest:

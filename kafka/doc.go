@@ -23,9 +23,10 @@
 // (apiversions, metadata, createtopics, produce, initproducerid, fetch,
 // listoffsets: one file each), write the response. The served kinds and
 // versions are the table in dispatch.go; ApiVersions advertises exactly
-// that table. With Config.Latency set, every Produce's handling time and
-// every Fetch's (without its wait for data) are recorded there: the
-// broker's adaptive catch-up rate reads their p99 (latency.go).
+// that table. With Config.Latency set, every Produce's time from its size
+// prefix read to its response written (weighing its records) and every
+// Fetch's handling time (without its wait for data) are recorded there:
+// the broker's adaptive catch-up rate reads their p99 (latency.go).
 //
 // # Invariants
 //

@@ -1,8 +1,12 @@
 package kafka
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func TestLatencyP99(t *testing.T) {
@@ -41,5 +45,71 @@ func TestLatencyKeepsTheLatest(t *testing.T) {
 	}
 	if got, _ := l.P99(time.Time{}); got != time.Millisecond {
 		t.Fatalf("p99 %v: the overwritten hour-long request still counts", got)
+	}
+}
+
+// A request weighs its records: one slow produce of 100 records among 99
+// fast ones of one record each is more than 1% of what the clients wait
+// on, so it is the p99; counted once, it would not be.
+func TestLatencyWeighsRecords(t *testing.T) {
+	var l Latency
+	t0 := time.Unix(1000, 0)
+	for i := 1; i <= 99; i++ {
+		l.Observe(t0.Add(time.Duration(i)), time.Millisecond)
+	}
+	l.ObserveN(t0.Add(100), time.Second, 100)
+	if got, _ := l.P99(time.Time{}); got != time.Second {
+		t.Fatalf("p99 %v, want the 100-record request's 1s", got)
+	}
+	var one Latency
+	for i := 1; i <= 99; i++ {
+		one.Observe(t0.Add(time.Duration(i)), time.Millisecond)
+	}
+	one.ObserveN(t0.Add(100), time.Second, 0) // below 1 counts as 1
+	if got, _ := one.P99(time.Time{}); got != time.Millisecond {
+		t.Fatalf("p99 %v with the slow request weighing one: want 1ms (rank 99 of 100)", got)
+	}
+}
+
+// A Produce counts from its size prefix to its response written: a body
+// that arrives slowly is time the producer waits, and the request weighs
+// its records. Only a lower bound on time is asserted (a slow machine
+// only makes it slower).
+func TestLatencyProduceFromFirstByte(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := DefaultConfig()
+	cfg.Latency = new(Latency)
+	addr := startServer(t, tc, cfg)
+	if err := tc.CreateTopic(context.Background(), "slow", 1); err != nil {
+		t.Fatal(err)
+	}
+	req := produceRequest("slow", 0, makeBatch(-1, -1, -1, "a", "b", "c"))
+	if got := produceRecords(req); got != 3 {
+		t.Fatalf("produceRecords = %d, want the batch's 3", got)
+	}
+	rc := dialRaw(t, addr)
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw")).AppendRequest(nil, req, 1)
+	const pause = 300 * time.Millisecond
+	if _, err := rc.c.Write(frame[:16]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause) // the body is late: the producer is waiting
+	if _, err := rc.c.Write(frame[16:]); err != nil {
+		t.Fatal(err)
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	resp.SetVersion(req.GetVersion())
+	if err := rc.recv(resp, 1); err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 {
+		t.Fatal(kerr.ErrorForCode(p.ErrorCode))
+	}
+	if got, ok := cfg.Latency.P99(time.Time{}); !ok || got < pause {
+		t.Fatalf("p99 %v (%v): want at least the %v the body took to arrive", got, ok, pause)
+	}
+	bad := produceRequest("slow", 0, []byte("not a batch"))
+	if got := produceRecords(bad); got != 1 {
+		t.Fatalf("produceRecords of an unparsable batch = %d, want 1", got)
 	}
 }

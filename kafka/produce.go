@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"time"
@@ -141,3 +142,21 @@ type refusal struct {
 
 func (r *refusal) Error() string { return "kafka: " + r.reason }
 func (r *refusal) Unwrap() error { return r.code }
+
+// produceRecords counts the records of req's partitions, from the count
+// field of each one's v2 batch header (a partition without one counts one;
+// validating the batch is the handler's business): the weight of the
+// request's time in Latency.
+func produceRecords(req *kmsg.ProduceRequest) int {
+	n := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			b, k := p.Records, 1
+			if len(b) >= batchHeaderLen && b[16] == 2 { // magic 2: the count is at byte 57
+				k = max(int(int32(binary.BigEndian.Uint32(b[57:61]))), 1)
+			}
+			n += k
+		}
+	}
+	return n
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -158,6 +159,9 @@ type conn struct {
 	// (AppendReader) and out the encoded response; both are reused once
 	// the response is written, and dropped when over maxKeep.
 	arena, out []byte
+	// records is the count of records of the Produce being served (0 for
+	// any other request): serveConn weighs its time by them.
+	records int
 }
 
 // maxKeep bounds the buffers a connection keeps between requests.
@@ -174,7 +178,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	c := &conn{s: s, nc: nc, r: bufio.NewReader(nc), peer: p,
 		log: s.log.With().Str("peer", p.name).Str("addr", p.addr).Logger()}
 	for {
-		frame, err := c.readFrame()
+		frame, start, err := c.readFrame()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && s.ctx.Err() == nil {
 				c.log.Warn().Err(err).Msg("kafka: closing connection")
@@ -186,12 +190,16 @@ func (s *Server) serveConn(nc net.Conn) {
 			c.log.Warn().Err(err).Msg("kafka: closing connection")
 			return
 		}
-		if out == nil {
-			continue
+		if out != nil {
+			if _, err := nc.Write(out); err != nil {
+				c.log.Debug().Err(err).Msg("kafka: writing a response")
+				return
+			}
 		}
-		if _, err := nc.Write(out); err != nil {
-			c.log.Debug().Err(err).Msg("kafka: writing a response")
-			return
+		if c.records > 0 {
+			end := time.Now()
+			s.cfg.Latency.ObserveN(end, end.Sub(start), c.records)
+			c.records = 0
 		}
 		c.arena, c.out = keep(c.arena), keep(c.out)
 	}
@@ -216,26 +224,28 @@ func (s *Server) authenticate(nc net.Conn) (peer, net.Conn, error) {
 	return peer{name: id.String(), addr: addr, access: RoleAccess(id.Role)}, tc, nil
 }
 
-// readFrame reads one size-prefixed request. A size over the limit or a
-// connection closed inside a frame is an error naming the sizes; a
-// connection closed between frames is io.EOF.
-func (c *conn) readFrame() ([]byte, error) {
+// readFrame reads one size-prefixed request and says when its size prefix
+// had been read (the request's start, as Latency counts it). A size over
+// the limit or a connection closed inside a frame is an error naming the
+// sizes; a connection closed between frames is io.EOF.
+func (c *conn) readFrame() ([]byte, time.Time, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(c.r, size[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("kafka: truncated frame: size prefix cut short: %v", err)
+			return nil, time.Time{}, fmt.Errorf("kafka: truncated frame: size prefix cut short: %v", err)
 		}
-		return nil, err
+		return nil, time.Time{}, err
 	}
+	start := time.Now()
 	n := int32(binary.BigEndian.Uint32(size[:]))
 	if n < 0 || n > c.s.cfg.MaxFrameBytes {
-		return nil, fmt.Errorf("kafka: frame of %d bytes, over the limit of %d (MaxFrameBytes)", n, c.s.cfg.MaxFrameBytes)
+		return nil, start, fmt.Errorf("kafka: frame of %d bytes, over the limit of %d (MaxFrameBytes)", n, c.s.cfg.MaxFrameBytes)
 	}
 	frame := make([]byte, n)
 	if got, err := io.ReadFull(c.r, frame); err != nil {
-		return nil, fmt.Errorf("kafka: truncated frame: %d of %d bytes: %v", got, n, err)
+		return nil, start, fmt.Errorf("kafka: truncated frame: %d of %d bytes: %v", got, n, err)
 	}
-	return frame, nil
+	return frame, start, nil
 }
 
 // keep returns b emptied for reuse, or nil when it is over maxKeep.
