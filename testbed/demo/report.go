@@ -318,8 +318,9 @@ func (r *Report) stageAt(t time.Time) string {
 }
 
 // Missed says the stage's fault did not happen, for a reason other than
-// the operator's choice or a missing facility (Skipped): the run fails.
-func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" && f.Error != "" }
+// the operator's choice or a missing facility (Skipped): the run fails,
+// whether or not the stage recorded why.
+func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" }
 
 // notInjected records that the cluster's state kept f's fault from
 // happening: the stage fails, never counted survived.
@@ -470,7 +471,11 @@ func (r *Report) writeFaults(w io.Writer) {
 // error on lines of their own, or why it was not injected.
 func (f *FaultReport) writeRow(w io.Writer) {
 	if f.Missed() {
-		fmt.Fprintf(w, "%-13s NOT INJECTED: %s\n", f.Stage, f.Error)
+		why := f.Error
+		if why == "" {
+			why = "the stage recorded no reason"
+		}
+		fmt.Fprintf(w, "%-13s NOT INJECTED: %s\n", f.Stage, why)
 		return
 	}
 	if !f.Injected {

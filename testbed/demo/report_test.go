@@ -162,6 +162,21 @@ func TestReportNotHealed(t *testing.T) {
 			},
 		},
 		{
+			// A stage that ended neither injected nor skipped, with no
+			// reason recorded, still fails the run: a fault that did not
+			// happen is never passed over.
+			name:   "fault not injected, no reason recorded",
+			faults: []FaultReport{healedStage("kill", 1, 0), {Stage: "lost"}},
+			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
+			check: func(t *testing.T, r *Report) {
+				var text bytes.Buffer
+				r.writeText(&text)
+				if !strings.Contains(text.String(), "lost          NOT INJECTED: the stage recorded no reason") {
+					t.Errorf("text report does not name the fault not injected:\n%s", text.String())
+				}
+			},
+		},
+		{
 			// A nemesis fault that could not be injected fails the run.
 			name:   "nemesis fault not injected",
 			faults: []FaultReport{healedStage("kill", 1, 0)},

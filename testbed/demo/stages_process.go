@@ -652,6 +652,7 @@ func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 	}
 	d.logf("  every copy damaged with every broker stopped (SIGSTOP, then SIGCONT): the fault lands as one event")
 	if r.nx == 0 && r.ny == 0 {
+		fr.notInjected(fmt.Sprintf("no copy file of %s or %s found to destroy", x.ID, y.ID))
 		return nil
 	}
 	fr.Injected = true
