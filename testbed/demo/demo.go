@@ -89,7 +89,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	}
 	d.rep.TotalSeconds = time.Since(start).Seconds()
 	sortFaults(d.rep.Faults)
-	final, failedByPass := d.finalCheck(d.rep.destroyedIDs())
+	final, failedByPass := d.finalCheck(d.rep.heldDestroyed())
 	d.rep.AuditBytes = d.aud.BytesRead
 	d.rep.Summary.CopiesVerified = d.auditsPassed
 	d.rep.Verification = d.verificationText()
@@ -316,13 +316,13 @@ func (d *demo) observe(v *harness.View) harness.Evaluation {
 // finalCheck evaluates the last view without the segments destroyed on
 // purpose, counts the replica copies found intact, and returns the
 // evaluation with the failures the last pass reports (destroyed left out).
-func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) {
+func (d *demo) finalCheck(gone []destroyedSegment) (harness.Evaluation, int) {
 	if d.last == nil {
 		return d.lastEv, 0
 	}
 	v := *d.last
 	v.Snap.Segments = slices.DeleteFunc(slices.Clone(v.Snap.Segments), func(s meta.Segment) bool {
-		return slices.Contains(destroyed, s.ID)
+		return destroyed(gone, s.ID)
 	})
 	intact := 0
 	e := harness.Evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
@@ -336,7 +336,7 @@ func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) 
 	failed := 0
 	if r, _, _, ok := admin.LastPass(d.last.Status); ok {
 		for _, f := range r.Failed {
-			if !slices.Contains(destroyed, f.Segment) {
+			if !destroyed(gone, f.Segment) {
 				failed++
 			}
 		}

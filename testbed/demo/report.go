@@ -233,13 +233,9 @@ func (r *Report) heldDestroyed() []destroyedSegment {
 	return out
 }
 
-// destroyedIDs are the segments of heldDestroyed.
-func (r *Report) destroyedIDs() []meta.SegmentID {
-	var out []meta.SegmentID
-	for _, ds := range r.heldDestroyed() {
-		out = append(out, ds.Segment)
-	}
-	return out
+// destroyed says id is one of ds.
+func destroyed(ds []destroyedSegment, id meta.SegmentID) bool {
+	return slices.ContainsFunc(ds, func(d destroyedSegment) bool { return d.Segment == id })
 }
 
 func seconds(d time.Duration) *float64 {

@@ -585,21 +585,13 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 		}
 		return tally.Detected() && tally.MinHits() >= noSparePasses
 	})
-	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
+	if tally.Held(noSparePasses) {
 		p.Finish(fmt.Sprintf("reported on every one of %d passes", tally.MinHits()))
 	} else {
 		p.Finish("not reported as required")
 	}
-	for _, id := range ids {
-		switch {
-		case tally.FirstPass[id] == 0:
-			add(fmt.Sprintf("%s never reported %s within %v", id, what, d.o.StageTimeout))
-		case tally.Hits[id] < noSparePasses:
-			add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, what, tally.Hits[id], d.o.StageTimeout))
-		}
-		if m := tally.Misses[id]; m > 0 {
-			add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, what, m))
-		}
+	for _, why := range tally.Shortfall(what, noSparePasses, d.o.StageTimeout) {
+		add(why)
 	}
 	return problems
 }
