@@ -58,8 +58,8 @@ var stageRows = []stageRow{
 	{"swap", (*demo).stageSwap, true, 0, "", 1, func(o *Options, _ func(string) bool) string {
 		return when(o.RF < 2, "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more")
 	}},
-	{"diskfull", (*demo).stageDiskFull, true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
-	{"readonly", (*demo).stageReadOnly, true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
+	{"diskfull", diskStage(harness.KindDiskFull), true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
+	{"readonly", diskStage(harness.KindReadOnly), true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
 	{"backfill-kill", (*demo).stageBackfillKill, true, 2, "two brokers die, one during the other's backfill", 2, nil},
 	{"nospare", (*demo).stageNoSpare, false, 0, "", 0, func(o *Options, _ func(string) bool) string {
 		if o.RF < 2 || o.Brokers < 3 {
@@ -72,6 +72,10 @@ var stageRows = []stageRow{
 
 func killStage(leader bool) func(*demo, context.Context, *FaultReport) error {
 	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageKill(ctx, leader, fr) }
+}
+
+func diskStage(k harness.Kind) func(*demo, context.Context, *FaultReport) error {
+	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageDisk(ctx, k, fr) }
 }
 
 func fileStage(k harness.Kind) func(*demo, context.Context, *FaultReport) error {
