@@ -150,14 +150,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if o.BackfillRate < 0 {
 		o.BackfillRate = max(8*o.SegmentSize, 4096)
 	}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "faults":
-			o.stagesSet = true
-		case "segments", "segment-size":
-			o.sizeSet = true
-		}
-	})
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.stagesSet, o.sizeSet = set["faults"], set["segments"] || set["segment-size"]
 	stages, err := parseStages(*faults)
 	if err != nil {
 		return o, err

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -255,18 +254,10 @@ func fmtSeconds(p *float64) string {
 func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 	r.Destroyed = r.heldDestroyed()
 	r.UnderReplicated = e.UnderReplicated
-	r.Failed = e.Damaged
-	if failedByPass > r.Failed {
-		r.Failed = failedByPass
-	}
+	r.Failed = max(e.Damaged, failedByPass)
 	r.DataLossSegments = e.DataLoss
 	r.Unhealthy = nil
-	ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
-	for id := range e.Unhealthy {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for i, id := range ids {
+	for i, id := range slices.Sorted(maps.Keys(e.Unhealthy)) {
 		if i == 20 {
 			break
 		}
@@ -294,10 +285,7 @@ func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 		r.Error = runErr.Error()
 	}
 	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
-	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || len(n.NotInjected) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
-		r.OK = false
-	}
-	if r.Clients != nil && !r.Clients.OK() {
+	if n := r.Nemesis; n != nil && (!nemesisHeld(n) || len(n.NotInjected) > 0) || r.Clients != nil && !r.Clients.OK() {
 		r.OK = false
 	}
 	r.summarize(e)
@@ -347,11 +335,17 @@ func (r *Report) summarize(e harness.Evaluation) {
 			injected += c
 		}
 		s.FaultsInjected += injected
-		if n.SegmentsLost == 0 && len(n.Violations) == 0 && len(n.UndoFailed) == 0 && n.ChecksRun > 0 && n.ChecksPassed == n.ChecksRun {
+		if nemesisHeld(n) {
 			s.FaultsSurvived += injected
 		}
 	}
 	r.Summary = s
+}
+
+// nemesisHeld: the nemesis lost no segment, found no violation, undid
+// every fault and ran every check, each passing.
+func nemesisHeld(n *nemesis.Report) bool {
+	return n.SegmentsLost == 0 && len(n.Violations) == 0 && len(n.UndoFailed) == 0 && n.ChecksRun > 0 && n.ChecksPassed == n.ChecksRun
 }
 
 // writeJSON prints the report as indented JSON.
@@ -503,13 +497,8 @@ func (r *Report) writeClosing(w io.Writer) {
 	}
 	if len(r.Unhealthy) > 0 {
 		fmt.Fprintf(w, "\nnot healthy at the end (first %d):\n", len(r.Unhealthy))
-		ids := make([]string, 0, len(r.Unhealthy))
-		for id := range r.Unhealthy {
-			ids = append(ids, string(id))
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			fmt.Fprintf(w, "  %s: %s\n", id, r.Unhealthy[meta.SegmentID(id)])
+		for _, id := range slices.Sorted(maps.Keys(r.Unhealthy)) {
+			fmt.Fprintf(w, "  %s: %s\n", id, r.Unhealthy[id])
 		}
 	}
 	for _, n := range r.Notes {

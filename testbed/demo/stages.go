@@ -36,30 +36,30 @@ type stageRow struct {
 
 // stageRows are the demo's stages, in the order they run.
 var stageRows = []stageRow{
-	{"kill", killStage(false), false, 1, "the killed broker's copies move to a spare broker", 1, nil},
+	{"kill", bind((*demo).stageKill, false), false, 1, "the killed broker's copies move to a spare broker", 1, nil},
 	{"restart", (*demo).stageRestart, false, 0, "", 0, func(_ *Options, has func(string) bool) string {
 		return when(!has("kill"), "restarts the broker the kill stage killed; add kill")
 	}},
-	{"delete", fileStage(harness.KindDelete), false, 0, "", 0, nil},
-	{"truncate", fileStage(harness.KindTruncate), false, 0, "", 0, nil},
-	{"extend", fileStage(harness.KindExtend), false, 0, "", 0, nil},
-	{"bitflip", fileStage(harness.KindBitflip), false, 0, "", 0, func(o *Options, has func(string) bool) string {
+	{"delete", bind((*demo).stageFile, harness.KindDelete), false, 0, "", 0, nil},
+	{"truncate", bind((*demo).stageFile, harness.KindTruncate), false, 0, "", 0, nil},
+	{"extend", bind((*demo).stageFile, harness.KindExtend), false, 0, "", 0, nil},
+	{"bitflip", bind((*demo).stageFile, harness.KindBitflip), false, 0, "", 0, func(o *Options, has func(string) bool) string {
 		if o.ScrubEvery <= 0 {
 			return ""
 		}
 		return o.spareFor(o.live(has, false), 1, "a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker)")
 	}},
-	{"latch", fileStage(harness.KindLatch), false, 1, "a latched copy is replaced on a spare broker", 0, nil},
+	{"latch", bind((*demo).stageFile, harness.KindLatch), false, 1, "a latched copy is replaced on a spare broker", 0, nil},
 	{"decommission", (*demo).stageDecommission, true, 1, "the drained broker's replicas move to a spare broker", 0, nil},
 	{"maintenance", (*demo).stageMaintenance, true, 0, "", 1, nil},
 	{"rebalance", (*demo).stageRebalance, true, 1, "emptying a broker (decommission) moves its replicas to a spare one", 0, nil},
-	{"leader", killStage(true), false, 1, "the killed leader's copies move to a spare broker", 1, nil},
+	{"leader", bind((*demo).stageKill, true), false, 1, "the killed leader's copies move to a spare broker", 1, nil},
 	{"pause", (*demo).stagePause, true, 1, "the paused broker's copies are replaced on a spare broker", 1, nil},
 	{"swap", (*demo).stageSwap, true, 0, "", 1, func(o *Options, _ func(string) bool) string {
 		return when(o.RF < 2, "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more")
 	}},
-	{"diskfull", diskStage(harness.KindDiskFull), true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
-	{"readonly", diskStage(harness.KindReadOnly), true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
+	{"diskfull", bind((*demo).stageDisk, harness.KindDiskFull), true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
+	{"readonly", bind((*demo).stageDisk, harness.KindReadOnly), true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
 	{"backfill-kill", (*demo).stageBackfillKill, true, 2, "two brokers die, one during the other's backfill", 2, nil},
 	{"nospare", (*demo).stageNoSpare, false, 0, "", 0, func(o *Options, _ func(string) bool) string {
 		if o.RF < 2 || o.Brokers < 3 {
@@ -70,16 +70,10 @@ var stageRows = []stageRow{
 	{"lost", (*demo).stageLost, true, 0, "", 0, nil},
 }
 
-func killStage(leader bool) func(*demo, context.Context, *FaultReport) error {
-	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageKill(ctx, leader, fr) }
-}
-
-func diskStage(k harness.Kind) func(*demo, context.Context, *FaultReport) error {
-	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageDisk(ctx, k, fr) }
-}
-
-func fileStage(k harness.Kind) func(*demo, context.Context, *FaultReport) error {
-	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageFile(ctx, k, fr) }
+// bind is a stage's run with its argument (the kind of fault, or which
+// broker) bound.
+func bind[K any](run func(*demo, context.Context, K, *FaultReport) error, k K) func(*demo, context.Context, *FaultReport) error {
+	return func(d *demo, ctx context.Context, fr *FaultReport) error { return run(d, ctx, k, fr) }
 }
 
 func when(cond bool, why string) string {
