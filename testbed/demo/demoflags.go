@@ -153,11 +153,12 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	o.stagesSet, o.sizeSet = set["faults"], set["segments"] || set["segment-size"]
-	stages, err := parseStages(*faults)
+	// The stages run in the fixed order of AllStages, whatever the order given.
+	given, err := names("--faults", "stage", *faults, AllStages)
 	if err != nil {
 		return o, err
 	}
-	o.Stages = stages
+	o.Stages = slices.DeleteFunc(slices.Clone(AllStages), func(st string) bool { return !slices.Contains(given, st) })
 	if o.Nemesis != "" {
 		if err := o.validateNemesis(); err != nil {
 			return o, err
@@ -169,27 +170,19 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	return o, o.validate()
 }
 
-// parseStages parses --faults: known names, no repeats, run in the fixed
-// order of AllStages whatever order they were given in.
-func parseStages(s string) ([]string, error) {
+// names parses flag's comma-separated list of names from known, what
+// naming one: an unknown or repeated name is a usage error.
+func names(flag, what, list string, known []string) ([]string, error) {
 	var out []string
-	seen := map[string]bool{}
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		if !slices.Contains(AllStages, p) {
-			return nil, usageErr("--faults: unknown stage %q: want some of %s", p, strings.Join(AllStages, ","))
-		}
-		if seen[p] {
-			return nil, usageErr("--faults: stage %q given twice", p)
-		}
-		seen[p] = true
-	}
-	for _, st := range AllStages {
-		if seen[st] {
-			out = append(out, st)
+	for _, p := range strings.Split(list, ",") {
+		switch p = strings.TrimSpace(p); {
+		case p == "":
+		case !slices.Contains(known, p):
+			return nil, usageErr("%s: unknown %s %q: want some of %s", flag, what, p, strings.Join(known, ","))
+		case slices.Contains(out, p):
+			return nil, usageErr("%s: %s %q given twice", flag, what, p)
+		default:
+			out = append(out, p)
 		}
 	}
 	return out, nil
@@ -336,17 +329,11 @@ func (o *Options) validateNemesis() error {
 	case o.Brokers < 3:
 		return usageErr("--nemesis with --brokers %d: want 3 or more (a broker down must leave a quorum)", o.Brokers)
 	}
+	kinds, err := names("--nemesis-kinds", "fault kind", o.nemesisKindList, nemesis.KindNames(harness.AllKinds()))
 	o.NemesisKinds = nil
-	for _, k := range strings.Split(o.nemesisKindList, ",") {
-		k = strings.TrimSpace(k)
-		if k == "" {
-			continue
-		}
-		if !slices.Contains(harness.AllKinds(), harness.Kind(k)) {
-			return usageErr("--nemesis-kinds: unknown fault kind %q: want some of %s", k, strings.Join(nemesis.KindNames(harness.AllKinds()), ","))
-		}
+	for _, k := range kinds {
 		o.NemesisKinds = append(o.NemesisKinds, harness.Kind(k))
 	}
 	o.Stages = nil
-	return nil
+	return err
 }

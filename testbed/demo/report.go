@@ -306,6 +306,18 @@ func (r *Report) stageAt(t time.Time) string {
 // whether or not the stage recorded why.
 func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" }
 
+// judge is a stage's verdict: detected says the cluster noticed the
+// fault, problems (empty ones left out) what went wrong, joined to
+// f.Error. The stage healed when it was detected and its record holds no
+// error.
+func (f *FaultReport) judge(detected bool, problems ...string) {
+	for _, p := range problems {
+		f.Error = joinErr(f.Error, p)
+	}
+	f.Detected = detected
+	f.Healed = detected && f.Error == ""
+}
+
 // notInjected records that the cluster's state kept f's fault from
 // happening: the stage fails, never counted survived.
 func (f *FaultReport) notInjected(why string) { f.Error = "not injected: " + why }

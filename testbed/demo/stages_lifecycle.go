@@ -57,9 +57,7 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 	} else {
 		lf.Rate = float64(lf.BytesMoved) / max(*lf.SecondsToDrain, 1e-3)
 	}
-	if gap := feed.Problem(); gap != "" {
-		fr.Error = joinErr(fr.Error, gap)
-	}
+	fr.Error = joinErr(fr.Error, feed.Problem())
 	// Active again, empty, so that the later stages have every broker.
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
 		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
@@ -69,8 +67,7 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 		fr.Error = joinErr(fr.Error, "after it was made active again: "+err.Error())
 		return fatal(ctx, err, d)
 	}
-	fr.Detected = lf.Drained
-	fr.Healed = lf.Drained && lf.BelowFactor == 0 && feed.Problem() == ""
+	fr.judge(lf.Drained, when(lf.BelowFactor > 0, fmt.Sprintf("%d passes or metadata reads below the replication factor", lf.BelowFactor)))
 	fr.SecondsToHeal = lf.SecondsToDrain
 	addNote(fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
 		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
@@ -127,9 +124,10 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 	return why, nil
 }
 
+// joinErr joins two errors' texts, either of them empty.
 func joinErr(a, b string) string {
-	if a == "" {
-		return b
+	if a == "" || b == "" {
+		return a + b
 	}
 	return a + "; " + b
 }
@@ -184,16 +182,8 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 		return fatal(ctx, err, d)
 	}
 	fr.SecondsToHeal = secs
-	why := joinErr(short, j.why)
-	if fr.BytesRereplicated != 0 {
-		why = joinErr(why, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID))
-	}
-	if gap := feed.Problem(); gap != "" {
-		why = joinErr(why, gap)
-	}
-	fr.Error = why
-	fr.Detected = why == ""
-	fr.Healed = why == ""
+	fr.judge(true, short, j.why, feed.Problem(), when(fr.BytesRereplicated != 0, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID)))
+	fr.Detected = fr.Healed // the window was kept
 	addNote(fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
 		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.Summary())
 	return nil

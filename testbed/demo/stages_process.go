@@ -133,10 +133,7 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	}
 	addNote(fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
 		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(secs))
-	if gap != "" {
-		fr.Error = joinErr(fr.Error, gap)
-	}
-	fr.Healed = !healedAt.IsZero() && gap == ""
+	fr.judge(fr.Detected, gap)
 	return nil
 }
 
@@ -834,13 +831,12 @@ func (r *lostRun) finish() {
 	}
 	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d passes did not); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
 		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.MissCount(), tally.Feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
-	if len(r.problems) > 0 {
-		fr.Error = strings.Join(r.problems, "; ")
-		r.d.logf("  lost: %s", fr.Error)
-	}
 	// Healed, for this stage, means reported as required: the data is
 	// gone by design.
-	fr.Healed = len(r.problems) == 0
+	fr.judge(fr.Detected, r.problems...)
+	if fr.Error != "" {
+		r.d.logf("  lost: %s", fr.Error)
+	}
 	if fr.Healed {
 		last := r.start
 		for _, t := range tally.FirstAt {
