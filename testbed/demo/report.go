@@ -318,6 +318,16 @@ func (f *FaultReport) judge(detected bool, problems ...string) {
 	f.Healed = detected && f.Error == ""
 }
 
+// problems are what a stage found wrong, each once.
+type problems []string
+
+// add notes a problem (an empty one is none).
+func (p *problems) add(format string, args ...any) {
+	if s := fmt.Sprintf(format, args...); s != "" && !slices.Contains(*p, s) {
+		*p = append(*p, s)
+	}
+}
+
 // notInjected records that the cluster's state kept f's fault from
 // happening: the stage fails, never counted survived.
 func (f *FaultReport) notInjected(why string) { f.Error = "not injected: " + why }

@@ -427,8 +427,7 @@ func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
 	addNote(fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
 		killed, nospareReason, hits, hits+misses, misses, tally.Feed.Summary(), reads)
 	if len(problems) > 0 {
-		fr.Error = strings.Join(problems, "; ")
-		d.logf("  nospare: %s", fr.Error)
+		d.logf("  nospare: %s", strings.Join(problems, "; "))
 	}
 	fr.Detected = tally.Detected()
 	return d.sparesBack(ctx, fr, v, problems)
@@ -465,7 +464,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 }
 
 // sparesBack revives the dead: the latched copy must then be replaced.
-func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems []string) error {
+func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems problems) error {
 	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
 	for _, b := range d.c.Brokers() {
@@ -479,7 +478,8 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 	}
 	restartAt := time.Now()
 	if _, err := d.reviveDead(ctx, ": a spare again"); err != nil {
-		return d.fail(ctx, fr, err)
+		fr.judge(fr.Detected, append(problems, err.Error())...)
+		return fatal(ctx, err, d)
 	}
 	before := d.c.MarkBackfill(ctx)
 	healed := FaultReport{Stage: "nospare-heal"}
@@ -493,21 +493,18 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 		}
 	}
 	if err != nil {
-		fr.Error = joinErr(fr.Error, "after the restarts: "+err.Error())
+		fr.judge(fr.Detected, append(problems, "after the restarts: "+err.Error())...)
 		return fatal(ctx, err, d)
 	}
 	if ok {
 		if lc, listed := d.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
-			problems = append(problems, fmt.Sprintf("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id))
+			problems.add("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id)
 		}
 		addNote(fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
 			id, s.Replicas, lb.ID, fmtSeconds(healed.SecondsToHeal))
 	}
 	fr.SecondsToHeal, fr.healedAt, fr.Affected = healed.SecondsToHeal, healed.healedAt, healed.Affected
-	fr.Healed = len(problems) == 0 && healed.Healed
-	if len(problems) > 0 {
-		fr.Error = strings.Join(problems, "; ")
-	}
+	fr.judge(fr.Detected, problems...)
 	return nil
 }
 
@@ -518,33 +515,31 @@ const noSparePasses = 10
 // watchNoSpare watches the latched segment reported no_spare_broker
 // (watchReported), checking on each poll that it keeps RF replicas with
 // the latched copy among them and its other copies readable.
-func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (problems []string, reads int) {
+func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (out problems, reads int) {
 	id := v.seg.ID
-	problems = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string)) {
+	out = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string, ...any)) {
 		s, ok := view.Snap.Segment(id)
 		switch {
 		case !ok:
-			add(fmt.Sprintf("%s left the metadata", id))
+			add("%s left the metadata", id)
 			return
 		case len(s.Replicas) != d.o.RF:
-			add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
+			add("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF)
 		case !s.HasReplica(v.b.ID):
-			add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
+			add("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas)
 		}
 		for _, r := range s.Replicas {
 			if br := d.c.Broker(r); br != nil && r != v.b.ID {
 				if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
-					add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
+					add("intact copy of %s on broker %d not readable: %v", id, r, err)
 				} else {
 					reads++
 				}
 			}
 		}
 	})
-	if why := tally.Feed.Problem(); why != "" {
-		problems = append(problems, why)
-	}
-	return problems, reads
+	out.add("%s", tally.Feed.Problem())
+	return out, reads
 }
 
 // watchReported reads tally's passes until each of ids was reported (as
@@ -552,12 +547,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness
 // cluster: another segment turning unhealthy is a problem, and check, when
 // set, judges the view. It returns the problems, the tally's verdict
 // among them (never reported, too few, a pass that did not report).
-func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string))) (problems []string) {
-	add := func(s string) {
-		if !slices.Contains(problems, s) {
-			problems = append(problems, s)
-		}
-	}
+func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string, ...any))) (out problems) {
 	p := newProgress(d.out, d.tty, "watching "+what+" reported", noSparePasses)
 	var lastFull time.Time
 	d.watchPasses(ctx, fr, tally.Feed, deadline, func(recs []plugin.PassRecord, _ error) bool {
@@ -572,11 +562,11 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 			if view, err := harness.Poll(ctx, d.c, false); err == nil {
 				for other, why := range d.observe(view).Unhealthy {
 					if !slices.Contains(ids, other) {
-						add(fmt.Sprintf("%s became unhealthy: %s", other, why))
+						out.add("%s became unhealthy: %s", other, why)
 					}
 				}
 				if check != nil {
-					check(view, add)
+					check(view, out.add)
 				}
 			}
 		}
@@ -588,9 +578,9 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 		p.Finish("not reported as required")
 	}
 	for _, why := range tally.Shortfall(what, noSparePasses, d.o.StageTimeout) {
-		add(why)
+		out.add("%s", why)
 	}
-	return problems
+	return out
 }
 
 // lostReported: the pass lists seg lost, or failed for want of any intact
@@ -624,7 +614,7 @@ func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 		fr.notInjected("fewer than two healthy sealed segments")
 		return nil
 	}
-	r := &lostRun{d: d, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[string]int64{},
+	r := &lostRun{d: d, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[meta.BrokerID]harness.Fault{},
 		acked: map[meta.SegmentID]bool{}}
 	x, y := r.x, r.y
 	if !d.scrubberAdvertised() {
@@ -676,20 +666,14 @@ type lostRun struct {
 	// nx and ny are the copies of X and Y destroyed, extra those of them
 	// outside the segment's replica set.
 	nx, ny, extra int
-	// yFiles are Y's damaged files and their sizes after the fault; kept
-	// how many of them the cluster left as the fault left them.
-	yFiles map[string]int64
+	// yFiles are Y's damaged files by broker, as the fault left them;
+	// kept how many of them the cluster left so.
+	yFiles map[meta.BrokerID]harness.Fault
 	kept   int
 	// tally judges every heal pass that ended after the fault.
 	tally    *harness.PassTally
 	acked    map[meta.SegmentID]bool
-	problems []string
-}
-
-func (r *lostRun) add(s string) {
-	if !slices.Contains(r.problems, s) {
-		r.problems = append(r.problems, s)
-	}
+	problems problems
 }
 
 // hit destroys every copy file of seg on any broker, leftovers too.
@@ -724,7 +708,7 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 			continue
 		}
 		if kind != harness.KindDelete {
-			r.yFiles[path] = df.SizeAfter
+			r.yFiles[b.ID] = df
 		}
 		fr.Copies = append(fr.Copies, df)
 		d.logf("  %s on broker %d: %s", seg.ID, b.ID, describeFault(df))
@@ -737,27 +721,16 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 // the fault left them; a leftover collected or cut back is noted.
 func (r *lostRun) checkKept() {
 	y := r.y
-	for path, size := range r.yFiles {
-		inSet := false
-		for _, id := range y.Replicas {
-			if b := r.d.c.Broker(id); b != nil && copyPath(b, y.ID) == path {
-				inSet = true
-			}
-		}
-		var owner meta.BrokerID
-		for _, b := range r.d.c.Brokers() {
-			if copyPath(b, y.ID) == path {
-				owner = b.ID
-			}
-		}
+	for owner, df := range r.yFiles {
+		path, size, inSet := df.Path, df.SizeAfter, y.HasReplica(owner)
 		fi, err := os.Stat(path)
 		switch {
 		case err != nil && !inSet && r.tally.Collected[heal.CopyRef{Segment: y.ID, Broker: owner}]:
 			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was collected by a pass that saw every replica intact (before the scrubber found them damaged)", y.ID, path)
 		case err != nil:
-			r.add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
+			r.problems.add("damaged copy %s of %s gone: %v", path, y.ID, err)
 		case fi.Size() != size && inSet:
-			r.add(fmt.Sprintf("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
+			r.problems.add("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size)
 		case fi.Size() != size:
 			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was a backfill target and cut back from %d to %d bytes, its valid frames; the file is kept", y.ID, path, size, fi.Size())
 			r.kept++
@@ -772,12 +745,12 @@ func (r *lostRun) checkKept() {
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
 	if lb := d.c.Leader(ctx); lb == nil {
-		r.add("no running broker names a leader to acknowledge through")
+		r.problems.add("no running broker names a leader to acknowledge through")
 	} else {
 		ab := d.pickAcknowledger(lb.ID)
 		for _, id := range ids {
 			if err := harness.Acknowledge(ctx, ab, id); err != nil {
-				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
+				r.problems.add("acknowledging %s through broker %d: %v", id, ab.ID, err)
 			}
 		}
 		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
@@ -794,16 +767,14 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 		})
 		for _, id := range ids {
 			if !r.acked[id] {
-				r.add(fmt.Sprintf("no heal report marks %s acknowledged", id))
+				r.problems.add("no heal report marks %s acknowledged", id)
 			}
 		}
 	}
 	if r.tally.MissCount() > 0 {
-		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.MissCount()))
+		r.problems.add("%d misses in all (counted through the acknowledgement)", r.tally.MissCount())
 	}
-	if why := r.tally.Feed.Problem(); why != "" {
-		r.add(why)
-	}
+	r.problems.add("%s", r.tally.Feed.Problem())
 }
 
 // finish records both destroyed segments and the stage's verdict.
