@@ -62,8 +62,12 @@ func (d *demo) freshestFollower() *harness.Broker {
 		if b.ID == d.last.Leader {
 			continue
 		}
+		sealed := d.sealedOn(b.ID)
+		if len(sealed) == 0 {
+			continue
+		}
 		fresh := 0
-		for _, id := range d.sealedOn(b.ID) {
+		for _, id := range sealed {
 			seg, ok := d.last.Snap.Segment(id)
 			if !ok {
 				continue
@@ -77,9 +81,6 @@ func (d *demo) freshestFollower() *harness.Broker {
 			if !left {
 				fresh++
 			}
-		}
-		if len(d.sealedOn(b.ID)) == 0 {
-			continue
 		}
 		switch {
 		case fresh > most:
