@@ -303,7 +303,7 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 
 // observe records a view: it evaluates it and counts heal passes.
 func (d *demo) observe(v *harness.View) harness.Evaluation {
-	e := harness.Evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
+	e := harness.Evaluate(v, d.o.RF, d.c.Live(), d.checkCopy)
 	d.notePartitionSegments(v.Snap)
 	if v.MetadataOnly {
 		return e // d.last keeps the last full view: stages pick victims from it
@@ -325,7 +325,7 @@ func (d *demo) finalCheck(gone []destroyedSegment) (harness.Evaluation, int) {
 		return destroyed(gone, s.ID)
 	})
 	intact := 0
-	e := harness.Evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
+	e := harness.Evaluate(&v, d.o.RF, d.c.Live(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
 		why := d.checkCopy(b, seg, lc, listed)
 		if why == "" && seg.HasReplica(b) {
 			intact++
@@ -342,15 +342,6 @@ func (d *demo) finalCheck(gone []destroyedSegment) (harness.Evaluation, int) {
 		}
 	}
 	return e, failed
-}
-
-// liveSet is the brokers whose process runs.
-func (d *demo) liveSet() map[meta.BrokerID]bool {
-	live := map[meta.BrokerID]bool{}
-	for _, b := range d.c.Running() {
-		live[b.ID] = true
-	}
-	return live
 }
 
 // checkCopy: the broker's word (harness.CheckCopy, and confirmed when exposed),
@@ -474,7 +465,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 		}
 		return ""
 	}
-	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: d.liveSet, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
+	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
 	if err != nil {
 		p.Finish("not healthy: " + harness.FirstLine(err.Error(), 80))
 		return err

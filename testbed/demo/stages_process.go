@@ -140,12 +140,7 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 // healWithout waits, without b, until a pass lists b dead and every
 // target moved off it and healed; zero time and why when not by deadline.
 func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
-	sub := d.c.Without(b.ID)
-	live := func() map[meta.BrokerID]bool {
-		m := d.liveSet()
-		delete(m, b.ID)
-		return m
-	}
+	sub := d.c.Without(b.ID) // its Live leaves b out
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
 	seen := func(v *harness.View, e harness.Evaluation) {
 		_, _ = d.readPasses(ctx, sub, feed, fr)
@@ -161,7 +156,7 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 		_, why := v.PassClean()
 		return why
 	}
-	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: live, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
+	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
 	if err == nil {
 		p.Finish("re-replicated and verified")
 		return v.At, "", nil
