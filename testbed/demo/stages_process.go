@@ -806,17 +806,12 @@ func (r *lostRun) finish() {
 	if fr.Healed {
 		last := r.start
 		for _, t := range tally.FirstAt {
-			last = later(last, t)
+			if t.After(last) {
+				last = t
+			}
 		}
 		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // pickAcknowledger is a running follower when there is one (its admin API
