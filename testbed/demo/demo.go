@@ -301,16 +301,20 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// observe records a view: it evaluates it and counts heal passes.
+// observe evaluates a view and keeps it.
 func (d *demo) observe(v *harness.View) harness.Evaluation {
 	e := harness.Evaluate(v, d.o.RF, d.c.Live(), d.checkCopy)
-	d.notePartitionSegments(v.Snap)
-	if v.MetadataOnly {
-		return e // d.last keeps the last full view: stages pick victims from it
-	}
-	d.last = v
-	d.lastEv = e
+	d.keep(v, e)
 	return e
+}
+
+// keep counts a view's partition segments and, when it is a full view,
+// keeps it and its evaluation: stages pick victims from the last.
+func (d *demo) keep(v *harness.View, e harness.Evaluation) {
+	d.notePartitionSegments(v.Snap)
+	if !v.MetadataOnly {
+		d.last, d.lastEv = v, e
+	}
 }
 
 // finalCheck evaluates the last view without the segments destroyed on
@@ -434,10 +438,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 	baseline := fr.Stage == "baseline"
 	p := newProgress(d.out, d.tty, label, max(len(affected), 1))
 	seen := func(v *harness.View, e harness.Evaluation) {
-		d.notePartitionSegments(v.Snap)
-		if !v.MetadataOnly {
-			d.last, d.lastEv = v, e // what observe keeps, evaluated once
-		}
+		d.keep(v, e)
 		_, _ = d.readPasses(ctx, d.c, feed, fr)
 		for id := range e.Unhealthy {
 			affected[id] = true
