@@ -291,7 +291,9 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		// producing by hand to a kept cluster.
 		Kafka: o.Clients > 0 || o.Keep}
 	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(harness.DiskKinds) {
-		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
+		// Room for every segment the baseline and the writer may put on it.
+		segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
+		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, loopDiskSize(segs, o.SegmentSize+store.FooterSize)
 	}
 	return cfg
 }
@@ -307,11 +309,10 @@ func (o *Options) draws(kinds []harness.Kind) bool {
 // loop-mounted disk (the disk faults' target).
 const nemesisDiskBroker meta.BrokerID = 1
 
-// nemesisDiskSize is room for every segment the baseline and the writer
-// may put on the broker, a quarter more, and ext4's own (sparse).
-func (o *Options) nemesisDiskSize() int64 {
-	segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
-	return max(64<<20, (segs*(o.SegmentSize+store.FooterSize)*5/4+48<<20)&^(1<<20-1))
+// loopDiskSize is room for segs copies of per bytes each, a quarter
+// more, and ext4's own (the image is sparse).
+func loopDiskSize(segs, per int64) int64 {
+	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
 }
 
 // validateNemesis checks the nemesis flags; the nemesis replaces the

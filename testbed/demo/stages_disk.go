@@ -48,7 +48,8 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 		fr.notInjected("no running follower to give a loop-mounted copies disk")
 		return nil, nil, nil
 	}
-	size := d.copiesDiskSize()
+	// Room for a copy of every segment and the stages' writes.
+	size := loopDiskSize(int64(max(d.o.Segments, d.lastEv.Sealed))+4*int64(d.o.Brokers), max(d.rep.SegmentBytes, 4096)+store.FooterSize)
 	d.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, under the running broker: mount aside, copy, mount --move onto %s",
 		b.ID, bytesize.Format(size), filepath.Join(b.Dir, "copies"))
 	files, n, err := d.c.MoveCopiesToDisk(b, size)
@@ -94,13 +95,6 @@ func (d *demo) busiestFollower(skip *harness.Broker) (*harness.Broker, int) {
 	return best, most
 }
 
-// copiesDiskSize is room for a copy of every segment and the stages'
-// writes, a quarter more, and ext4's own (sparse).
-func (d *demo) copiesDiskSize() int64 {
-	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
-	per := max(d.rep.SegmentBytes, 4096) + store.FooterSize
-	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
-}
 
 // diskCopies chooses up to n healthy sealed segments with a copy on b.
 func (d *demo) diskCopies(b *harness.Broker, n int) []meta.Segment {
