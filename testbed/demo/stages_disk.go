@@ -95,7 +95,6 @@ func (d *demo) busiestFollower(skip *harness.Broker) (*harness.Broker, int) {
 	return best, most
 }
 
-
 // diskCopies chooses up to n healthy sealed segments with a copy on b.
 func (d *demo) diskCopies(b *harness.Broker, n int) []meta.Segment {
 	var segs []meta.Segment
