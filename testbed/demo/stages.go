@@ -156,6 +156,7 @@ func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 			err = r.run(d, ctx, &fr)
 		}
 	}
+	d.watchDead = 0 // a stage's kill is watched until it ends
 	fr.Ended = time.Now()
 	return fr, err
 }
@@ -181,9 +182,9 @@ func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.
 }
 
 // strikeBroker notes what to measure (targets, the struck broker's copies
-// counted gone), watches for the first pass listing it dead (the caller
-// resets d.watchDead), injects t and marks fr injected. The injection is
-// returned on an error too, which fr holds.
+// counted gone), watches for the first pass listing it dead (until the
+// stage ends: the runner resets d.watchDead), injects t and marks fr
+// injected. The injection is returned on an error too, which fr holds.
 func (d *demo) strikeBroker(ctx context.Context, fr *FaultReport, t harness.Target, targets []meta.SegmentID, what string) (measure, time.Time, *harness.Injection, error) {
 	b := t.Brokers[0]
 	fr.Broker, fr.What = b.ID, what
@@ -225,7 +226,6 @@ func (d *demo) stageKill(ctx context.Context, leader bool, fr *FaultReport) erro
 		return nil
 	}
 	targets := d.sealedOn(b.ID)
-	defer func() { d.watchDead = 0 }()
 	m, killAt, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets)))
 	if err != nil {

@@ -94,7 +94,6 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	if b == nil {
 		return nil
 	}
-	defer func() { d.watchDead = 0 }()
 	m, stopAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets)))
 	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
@@ -190,7 +189,6 @@ func (d *demo) stageSwap(ctx context.Context, fr *FaultReport) error {
 		return nil
 	}
 	files, size := harness.DirUsage(b.Dir)
-	defer func() { d.watchDead = 0 }()
 	m, killAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
 		fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets)))
 	if err != nil {
@@ -257,7 +255,6 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 		segs[id] = *s
 	}
 	baseline := d.c.CopySizes()
-	defer func() { d.watchDead = 0 }()
 	m, killA, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
 		fmt.Sprintf("kill -9 %d, then a target of its backfills", a.ID))
 	if err != nil {
