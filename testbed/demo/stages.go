@@ -169,16 +169,22 @@ type measure struct {
 	before harness.BackfillMark
 }
 
-// measure notes the targets' copies, those on broker lost (0: none)
-// counted gone, and the catch-up counters.
-func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.BrokerID) measure {
-	m := measure{pre: d.last.Sizes(targets), before: d.c.MarkBackfill(ctx)}
-	for _, sizes := range m.pre {
-		if lost != 0 {
-			sizes[lost] = 0
+// measure notes the targets' copies and the catch-up counters.
+func (d *demo) measure(ctx context.Context, targets []meta.SegmentID) measure {
+	return measure{pre: d.last.Sizes(targets), before: d.c.MarkBackfill(ctx)}
+}
+
+// lose adds broker b's sealed segments to pre, their copies' sizes in
+// the last view with b's counted gone, and returns them.
+func (d *demo) lose(pre map[meta.SegmentID]map[meta.BrokerID]int64, b meta.BrokerID) []meta.SegmentID {
+	segs := d.sealedOn(b)
+	for id, sizes := range d.last.Sizes(segs) {
+		if pre[id] == nil {
+			pre[id] = sizes
 		}
+		pre[id][b] = 0
 	}
-	return m
+	return segs
 }
 
 // strikeBroker notes what to measure (targets, the struck broker's copies
@@ -189,7 +195,8 @@ func (d *demo) strikeBroker(ctx context.Context, fr *FaultReport, t harness.Targ
 	b := t.Brokers[0]
 	fr.Broker, fr.What = b.ID, what
 	d.logf("stage %s: %s: broker %d (pid %d) holds %d sealed replicas", fr.Stage, what, b.ID, b.Pid(), len(targets))
-	m := d.measure(ctx, targets, b.ID)
+	m := d.measure(ctx, nil)
+	d.lose(m.pre, b.ID)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	at := time.Now()
 	in, err := d.c.Inject(ctx, t)
@@ -347,7 +354,7 @@ func (d *demo) stageFile(ctx context.Context, kind harness.Kind, fr *FaultReport
 	for _, v := range vs {
 		targets = append(targets, v.seg.ID)
 	}
-	m := d.measure(ctx, targets, 0)
+	m := d.measure(ctx, targets)
 	start := time.Now()
 	for _, v := range vs {
 		in, err := d.c.Inject(ctx, harness.Target{Kind: kind, Brokers: []*harness.Broker{v.b}, Segments: []meta.Segment{v.seg}, Rand: d.rng})

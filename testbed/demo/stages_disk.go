@@ -236,7 +236,7 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 	for _, s := range r.segs {
 		r.targets = append(r.targets, s.ID)
 	}
-	r.m = d.measure(ctx, r.targets, 0)
+	r.m = d.measure(ctx, r.targets)
 	return r, nil
 }
 
@@ -352,13 +352,7 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 	if victim == nil {
 		return nil, nil
 	}
-	segs := d.sealedOn(victim.ID)
-	for id, m := range d.last.Sizes(segs) {
-		if _, ok := pre[id]; !ok {
-			pre[id] = m
-		}
-		pre[id][victim.ID] = 0
-	}
+	segs := d.lose(pre, victim.ID)
 	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
 	if err := d.c.Kill(victim); err != nil {
 		addNote(fr, "killing broker %d: %v", victim.ID, err)

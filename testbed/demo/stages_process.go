@@ -67,12 +67,7 @@ func (d *demo) timeFromDeath(fr *FaultReport, faultAt time.Time, passStart bool)
 
 // addNote appends a sentence to fr.Note, after a "; " when it has one.
 func addNote(fr *FaultReport, format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	if fr.Note == "" {
-		fr.Note = s
-	} else {
-		fr.Note += "; " + s
-	}
+	fr.Note = joinErr(fr.Note, fmt.Sprintf(format, args...))
 }
 
 // victimFollower picks a follower holding sealed replicas; nil when none
@@ -272,13 +267,7 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 		return err
 	}
 	deadSeenA := d.deadSeen
-	targetsB := d.sealedOn(b.ID)
-	for id, sizes := range d.last.Sizes(targetsB) {
-		if m.pre[id] == nil {
-			m.pre[id] = sizes
-		}
-		m.pre[id][b.ID] = 0
-	}
+	targetsB := d.lose(m.pre, b.ID)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	killB := time.Now()
 	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
