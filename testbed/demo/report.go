@@ -431,11 +431,7 @@ func (r *Report) writeOverview(w io.Writer) {
 // writeHealTime prints the seconds to heal a staged broker kill and its
 // grace wait, or why there is no such figure.
 func (r *Report) writeHealTime(w io.Writer) {
-	killed := false
-	for _, f := range r.Faults {
-		killed = killed || f.Stage == "kill" && f.Injected
-	}
-	if killed {
+	if slices.ContainsFunc(r.Faults, func(f FaultReport) bool { return f.Stage == "kill" && f.Injected }) {
 		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
 		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
 	} else if r.Nemesis != nil {
@@ -469,11 +465,9 @@ func (r *Report) writeFaults(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "re-replicated")
-	for _, f := range r.Faults {
-		f.writeRow(w)
-	}
 	read, unread := 0, uint64(0)
 	for _, f := range r.Faults {
+		f.writeRow(w)
 		read, unread = read+f.Passes, unread+f.PassesUnread
 	}
 	fmt.Fprintf(w, "\nheal passes observed: %d of %d (every stage's, from the leader's pass history)\n", read, uint64(read)+unread)
