@@ -262,10 +262,10 @@ func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.Bro
 	}
 }
 
-// fail records err as fr's error and returns it when it stops the demo
+// fail adds err to fr's error and returns it when it stops the demo
 // (fatal).
 func (d *demo) fail(ctx context.Context, fr *FaultReport, err error) error {
-	fr.Error = err.Error()
+	fr.Error = joinErr(fr.Error, err.Error())
 	return fatal(ctx, err, d)
 }
 

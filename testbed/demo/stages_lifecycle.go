@@ -60,12 +60,10 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 	fr.Error = joinErr(fr.Error, feed.Problem())
 	// Active again, empty, so that the later stages have every broker.
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
-		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("making it active again: %w", err))
 	}
 	if _, err := d.settle(ctx, "active again", time.Now()); err != nil {
-		fr.Error = joinErr(fr.Error, "after it was made active again: "+err.Error())
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after it was made active again: %w", err))
 	}
 	fr.judge(lf.Drained, when(lf.BelowFactor > 0, fmt.Sprintf("%d passes or metadata reads below the replication factor", lf.BelowFactor)))
 	fr.SecondsToHeal = lf.SecondsToDrain
@@ -167,19 +165,20 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 	fr.BytesRereplicated = before.Since(ctx, d.c)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
+	stop := func(err error) error {
+		fr.Error = joinErr(short, j.why)
+		return d.fail(ctx, fr, err)
+	}
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-		fr.Error = joinErr(joinErr(short, j.why), err.Error())
-		return fatal(ctx, err, d)
+		return stop(err)
 	}
 	if _, err := cl.EndMaintenance(ctx, b.ID); err != nil {
-		fr.Error = joinErr(joinErr(short, j.why), "ending the window: "+err.Error())
-		return fatal(ctx, err, d)
+		return stop(fmt.Errorf("ending the window: %w", err))
 	}
 	d.readWindowRest(ctx, fr, feed, j, time.Now())
 	secs, err := d.settle(ctx, "back from maintenance", time.Now())
 	if err != nil {
-		fr.Error = joinErr(joinErr(short, j.why), "after the window: "+err.Error())
-		return fatal(ctx, err, d)
+		return stop(fmt.Errorf("after the window: %w", err))
 	}
 	fr.SecondsToHeal = secs
 	fr.judge(true, short, j.why, feed.Problem(), when(fr.BytesRereplicated != 0, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID)))

@@ -122,8 +122,7 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 		err = d.c.WaitNotDead(ctx, b.ID, d.o.StageTimeout, d.o.Poll)
 	}
 	if err != nil {
-		fr.Error = joinErr(fr.Error, "after SIGCONT: "+err.Error())
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after SIGCONT: %w", err))
 	}
 	addNote(fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
 		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(secs))
