@@ -328,6 +328,12 @@ func (p *problems) add(format string, args ...any) {
 	}
 }
 
+// record adds err to f's error and returns it.
+func (f *FaultReport) record(err error) error {
+	f.Error = joinErr(f.Error, err.Error())
+	return err
+}
+
 // notInjected records that the cluster's state kept f's fault from
 // happening: the stage fails, never counted survived.
 func (f *FaultReport) notInjected(why string) { f.Error = "not injected: " + why }

@@ -201,8 +201,7 @@ func (d *demo) strikeBroker(ctx context.Context, fr *FaultReport, t harness.Targ
 	at := time.Now()
 	in, err := d.c.Inject(ctx, t)
 	if err != nil {
-		fr.Error = err.Error()
-		return m, at, in, err
+		return m, at, in, fr.record(err)
 	}
 	fr.Injected = true
 	return m, at, in, nil
@@ -265,8 +264,7 @@ func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.Bro
 // fail adds err to fr's error and returns it when it stops the demo
 // (fatal).
 func (d *demo) fail(ctx context.Context, fr *FaultReport, err error) error {
-	fr.Error = joinErr(fr.Error, err.Error())
-	return fatal(ctx, err, d)
+	return fatal(ctx, fr.record(err), d)
 }
 
 // fatal turns a stage's error into one that stops the demo only when it

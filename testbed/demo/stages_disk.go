@@ -374,8 +374,7 @@ func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *ha
 	}
 	addNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
 	if err := d.c.Revive(ctx, d.o.StageTimeout, dead); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	return nil
 }

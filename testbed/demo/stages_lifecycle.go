@@ -155,8 +155,7 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)
 	before := d.c.MarkBackfill(ctx)
 	if err := d.c.Terminate(b, 10*time.Second); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	stopAt := time.Now()
 	fr.Injected = true

@@ -113,8 +113,7 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
 	contAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
 	secs, err := d.settle(ctx, "rejoining", contAt)
@@ -233,8 +232,7 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 	restore, err := d.slowBackfills(ctx, fr)
 	defer restore()
 	if err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	a := d.freshestFollower()
 	if a == nil {
@@ -270,8 +268,7 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	killB := time.Now()
 	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
@@ -418,8 +415,7 @@ func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
 func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
 		if err := d.reviveAll(ctx); err != nil {
-			fr.Error = err.Error()
-			return -1, err
+			return -1, fr.record(err)
 		}
 	}
 	killed := 0
@@ -431,8 +427,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 		}
 		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
 		if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{k}}); err != nil {
-			fr.Error = err.Error()
-			return -1, err
+			return -1, fr.record(err)
 		}
 		killed++
 		if _, err := d.settle(ctx, "re-replicating", time.Now()); err != nil {
