@@ -136,13 +136,13 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
 	seen := func(v *harness.View, e harness.Evaluation) {
 		_, _ = d.readPasses(ctx, sub, feed, fr)
-		p.Set(movedOff(v, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
+		p.Set(movedOff(v.Snap, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
 	}
 	pending := func(v *harness.View, e harness.Evaluation) string {
 		if d.deadSeen.IsZero() {
 			return fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
 		}
-		if moved := movedOff(v, targets, b.ID); moved < len(targets) {
+		if moved := movedOff(v.Snap, targets, b.ID); moved < len(targets) {
 			return fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
 		}
 		_, why := v.PassClean()
@@ -162,12 +162,12 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 	return time.Time{}, err.Error(), nil
 }
 
-// movedOff counts the segments of targets whose set in v no longer names
-// broker id.
-func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
+// movedOff counts the segments of targets whose set in snap no longer
+// names broker id.
+func movedOff(snap meta.Snapshot, targets []meta.SegmentID, id meta.BrokerID) int {
 	n := 0
 	for _, t := range targets {
-		if s, ok := v.Snap.Segment(t); ok && !s.HasReplica(id) {
+		if s, ok := snap.Segment(t); ok && !s.HasReplica(id) {
 			n++
 		}
 	}
@@ -342,26 +342,18 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 				bytesize.Format(found[best].Bytes), bytesize.Format(found[best].Bytes-prev[best].Bytes)), "", nil
 		}
 		prev = found
-		if i%16 != 0 || lb == nil {
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		mctx, cancel := context.WithTimeout(ctx, time.Second)
-		snap, err := lb.Client.Metadata(mctx)
-		cancel()
-		pending := 0
-		for _, id := range targetsA {
-			if s, ok := snap.Segment(id); err == nil && ok && s.HasReplica(a.ID) {
-				pending++
+		if i%16 == 0 && lb != nil {
+			mctx, cancel := context.WithTimeout(ctx, time.Second)
+			snap, err := lb.Client.Metadata(mctx)
+			cancel()
+			if err == nil && movedOff(snap, targetsA, a.ID) == len(targetsA) {
+				// Every set recorded before a scan caught bytes moving:
+				// the fault this stage is about did not happen. It fails;
+				// it is never counted as survived.
+				missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, d.o.BackfillRate, backfillStageShare)
+				d.logf("  %s", missed)
+				return nil, seen, "", missed, nil
 			}
-		}
-		if err == nil && pending == 0 {
-			// Every set recorded before a scan caught bytes moving: the
-			// fault this stage is about did not happen. It fails; it is
-			// never counted as survived.
-			missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, d.o.BackfillRate, backfillStageShare)
-			d.logf("  %s", missed)
-			return nil, seen, "", missed, nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
