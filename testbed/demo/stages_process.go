@@ -656,9 +656,6 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 			}
 			continue
 		}
-		if !seg.HasReplica(b.ID) {
-			r.extra++
-		}
 		var df harness.Fault
 		var err error
 		if first == nil {
@@ -670,9 +667,15 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 			first = &df
 		}
 		d.aud.Forget(path)
-		if err != nil {
-			fr.Error = err.Error()
+		switch {
+		case err != nil && seg.HasReplica(b.ID):
+			fr.Error = err.Error() // an intact replica: the segment is not lost
 			continue
+		case err != nil:
+			addNote(fr, "%s's leftover copy on broker %d (outside its replica set) was not damaged: %v", seg.ID, b.ID, err)
+			continue
+		case !seg.HasReplica(b.ID):
+			r.extra++
 		}
 		if kind != harness.KindDelete {
 			r.yFiles[b.ID] = df
