@@ -89,7 +89,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	}
 	d.rep.TotalSeconds = time.Since(start).Seconds()
 	sortFaults(d.rep.Faults)
-	final, failedByPass := d.finalCheck(d.rep.destroyedIDs())
+	final, failedByPass := d.finalCheck(d.rep.heldDestroyed())
 	d.rep.AuditBytes = d.aud.BytesRead
 	d.rep.Summary.CopiesVerified = d.auditsPassed
 	d.rep.Verification = d.verificationText()
@@ -301,31 +301,35 @@ func (d *demo) sealedCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// observe records a view: it evaluates it and counts heal passes.
+// observe evaluates a view and keeps it.
 func (d *demo) observe(v *harness.View) harness.Evaluation {
-	e := harness.Evaluate(v, d.o.RF, d.liveSet(), d.checkCopy)
-	d.notePartitionSegments(v.Snap)
-	if v.MetadataOnly {
-		return e // d.last keeps the last full view: stages pick victims from it
-	}
-	d.last = v
-	d.lastEv = e
+	e := harness.Evaluate(v, d.o.RF, d.c.Live(), d.checkCopy)
+	d.keep(v, e)
 	return e
+}
+
+// keep counts a view's partition segments and, when it is a full view,
+// keeps it and its evaluation: stages pick victims from the last.
+func (d *demo) keep(v *harness.View, e harness.Evaluation) {
+	d.notePartitionSegments(v.Snap)
+	if !v.MetadataOnly {
+		d.last, d.lastEv = v, e
+	}
 }
 
 // finalCheck evaluates the last view without the segments destroyed on
 // purpose, counts the replica copies found intact, and returns the
 // evaluation with the failures the last pass reports (destroyed left out).
-func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) {
+func (d *demo) finalCheck(gone []destroyedSegment) (harness.Evaluation, int) {
 	if d.last == nil {
 		return d.lastEv, 0
 	}
 	v := *d.last
 	v.Snap.Segments = slices.DeleteFunc(slices.Clone(v.Snap.Segments), func(s meta.Segment) bool {
-		return slices.Contains(destroyed, s.ID)
+		return destroyed(gone, s.ID)
 	})
 	intact := 0
-	e := harness.Evaluate(&v, d.o.RF, d.liveSet(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
+	e := harness.Evaluate(&v, d.o.RF, d.c.Live(), func(b meta.BrokerID, seg meta.Segment, lc admin.Copy, listed bool) string {
 		why := d.checkCopy(b, seg, lc, listed)
 		if why == "" && seg.HasReplica(b) {
 			intact++
@@ -336,21 +340,12 @@ func (d *demo) finalCheck(destroyed []meta.SegmentID) (harness.Evaluation, int) 
 	failed := 0
 	if r, _, _, ok := admin.LastPass(d.last.Status); ok {
 		for _, f := range r.Failed {
-			if !slices.Contains(destroyed, f.Segment) {
+			if !destroyed(gone, f.Segment) {
 				failed++
 			}
 		}
 	}
 	return e, failed
-}
-
-// liveSet is the brokers whose process runs.
-func (d *demo) liveSet() map[meta.BrokerID]bool {
-	live := map[meta.BrokerID]bool{}
-	for _, b := range d.c.Running() {
-		live[b.ID] = true
-	}
-	return live
 }
 
 // checkCopy: the broker's word (harness.CheckCopy, and confirmed when exposed),
@@ -443,10 +438,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 	baseline := fr.Stage == "baseline"
 	p := newProgress(d.out, d.tty, label, max(len(affected), 1))
 	seen := func(v *harness.View, e harness.Evaluation) {
-		d.notePartitionSegments(v.Snap)
-		if !v.MetadataOnly {
-			d.last, d.lastEv = v, e // what observe keeps, evaluated once
-		}
+		d.keep(v, e)
 		_, _ = d.readPasses(ctx, d.c, feed, fr)
 		for id := range e.Unhealthy {
 			affected[id] = true
@@ -474,7 +466,7 @@ func (d *demo) waitHealed(ctx context.Context, fr *FaultReport, label string, st
 		}
 		return ""
 	}
-	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: d.liveSet, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
+	v, err := harness.WaitHealed(ctx, d.c, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Every: d.o.Poll, Seen: seen, Pending: pending}, timeout)
 	if err != nil {
 		p.Finish("not healthy: " + harness.FirstLine(err.Error(), 80))
 		return err

@@ -150,19 +150,15 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if o.BackfillRate < 0 {
 		o.BackfillRate = max(8*o.SegmentSize, 4096)
 	}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "faults":
-			o.stagesSet = true
-		case "segments", "segment-size":
-			o.sizeSet = true
-		}
-	})
-	stages, err := parseStages(*faults)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.stagesSet, o.sizeSet = set["faults"], set["segments"] || set["segment-size"]
+	// The stages run in the fixed order of AllStages, whatever the order given.
+	given, err := names("--faults", "stage", *faults, AllStages)
 	if err != nil {
 		return o, err
 	}
-	o.Stages = stages
+	o.Stages = slices.DeleteFunc(slices.Clone(AllStages), func(st string) bool { return !slices.Contains(given, st) })
 	if o.Nemesis != "" {
 		if err := o.validateNemesis(); err != nil {
 			return o, err
@@ -174,27 +170,19 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	return o, o.validate()
 }
 
-// parseStages parses --faults: known names, no repeats, run in the fixed
-// order of AllStages whatever order they were given in.
-func parseStages(s string) ([]string, error) {
+// names parses flag's comma-separated list of names from known, what
+// naming one: an unknown or repeated name is a usage error.
+func names(flag, what, list string, known []string) ([]string, error) {
 	var out []string
-	seen := map[string]bool{}
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		if !slices.Contains(AllStages, p) {
-			return nil, usageErr("--faults: unknown stage %q: want some of %s", p, strings.Join(AllStages, ","))
-		}
-		if seen[p] {
-			return nil, usageErr("--faults: stage %q given twice", p)
-		}
-		seen[p] = true
-	}
-	for _, st := range AllStages {
-		if seen[st] {
-			out = append(out, st)
+	for _, p := range strings.Split(list, ",") {
+		switch p = strings.TrimSpace(p); {
+		case p == "":
+		case !slices.Contains(known, p):
+			return nil, usageErr("%s: unknown %s %q: want some of %s", flag, what, p, strings.Join(known, ","))
+		case slices.Contains(out, p):
+			return nil, usageErr("%s: %s %q given twice", flag, what, p)
+		default:
+			out = append(out, p)
 		}
 	}
 	return out, nil
@@ -303,7 +291,9 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 		// producing by hand to a kept cluster.
 		Kafka: o.Clients > 0 || o.Keep}
 	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(harness.DiskKinds) {
-		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, o.nemesisDiskSize()
+		// Room for every segment the baseline and the writer may put on it.
+		segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
+		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, loopDiskSize(segs, o.SegmentSize+store.FooterSize)
 	}
 	return cfg
 }
@@ -319,11 +309,10 @@ func (o *Options) draws(kinds []harness.Kind) bool {
 // loop-mounted disk (the disk faults' target).
 const nemesisDiskBroker meta.BrokerID = 1
 
-// nemesisDiskSize is room for every segment the baseline and the writer
-// may put on the broker, a quarter more, and ext4's own (sparse).
-func (o *Options) nemesisDiskSize() int64 {
-	segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
-	return max(64<<20, (segs*(o.SegmentSize+store.FooterSize)*5/4+48<<20)&^(1<<20-1))
+// loopDiskSize is room for segs copies of per bytes each, a quarter
+// more, and ext4's own (the image is sparse).
+func loopDiskSize(segs, per int64) int64 {
+	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
 }
 
 // validateNemesis checks the nemesis flags; the nemesis replaces the
@@ -341,17 +330,11 @@ func (o *Options) validateNemesis() error {
 	case o.Brokers < 3:
 		return usageErr("--nemesis with --brokers %d: want 3 or more (a broker down must leave a quorum)", o.Brokers)
 	}
+	kinds, err := names("--nemesis-kinds", "fault kind", o.nemesisKindList, nemesis.KindNames(harness.AllKinds()))
 	o.NemesisKinds = nil
-	for _, k := range strings.Split(o.nemesisKindList, ",") {
-		k = strings.TrimSpace(k)
-		if k == "" {
-			continue
-		}
-		if !slices.Contains(harness.AllKinds(), harness.Kind(k)) {
-			return usageErr("--nemesis-kinds: unknown fault kind %q: want some of %s", k, strings.Join(nemesis.KindNames(harness.AllKinds()), ","))
-		}
+	for _, k := range kinds {
 		o.NemesisKinds = append(o.NemesisKinds, harness.Kind(k))
 	}
 	o.Stages = nil
-	return nil
+	return err
 }

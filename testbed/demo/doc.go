@@ -12,7 +12,11 @@
 // (spare brokers, a quorum); a default stage the cluster cannot heal is
 // dropped with its reason in the report, one asked for with --faults is
 // refused. One runner (stage) makes each stage's record, revives and
-// times it; every wait for a healthy cluster is harness.WaitHealed,
+// times it; a stage that judges more than the heal itself ends with one
+// verdict (FaultReport.judge over its problems: detected, and healed
+// only when detected with no error); a stage that must see a fault
+// reported on every pass judges it with harness.PassTally (Held,
+// Shortfall); every wait for a healthy cluster is harness.WaitHealed,
 // through waitHealed (or settle, for a step beside the fault); every pass
 // a stage reads goes through readPasses, which counts it in the stage's
 // record, and a stage that judges passes between polls reads them with

@@ -37,7 +37,7 @@ func (e *nemesisEnv) Cluster() *harness.Cluster                      { return e.
 func (e *nemesisEnv) Logf(format string, args ...any)                { e.d.logf(format, args...) }
 func (e *nemesisEnv) Note(line string)                               { e.d.rep.Notes = append(e.d.rep.Notes, line) }
 func (e *nemesisEnv) LeaderClient(ctx context.Context) *admin.Client { return e.d.c.LeaderClient(ctx) }
-func (e *nemesisEnv) Live() map[meta.BrokerID]bool                   { return e.d.liveSet() }
+func (e *nemesisEnv) Live() map[meta.BrokerID]bool                   { return e.d.c.Live() }
 
 // WaitHealed is the demo's wait for a healthy cluster, its passes
 // counted in a report of its own; last is the demo's last full view's.

@@ -39,8 +39,8 @@ func TestReportDestroyedSetApart(t *testing.T) {
 	}
 	r := &Report{Segments: 10, Faults: []FaultReport{healedStage("pause", 2, 100), lost}}
 	r.Summary.CopiesVerified, r.Summary.CopiesVerifiedAtEnd = 40, 24
-	if got := r.destroyedIDs(); len(got) != 2 || got[0] != "x" || got[1] != "y" {
-		t.Fatalf("destroyedIDs = %v", got)
+	if got := r.heldDestroyed(); len(got) != 2 || got[0].Segment != "x" || got[1].Segment != "y" {
+		t.Fatalf("heldDestroyed = %v", got)
 	}
 	// The caller evaluated the 8 others.
 	r.finish(harness.Evaluation{Sealed: 8, Healthy: 8, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
@@ -73,8 +73,8 @@ func TestReportDestroyedSetApart(t *testing.T) {
 	// The stage did not hold (a miss): nothing is set apart, the loss counts.
 	lost.Healed = false
 	r = &Report{Segments: 10, Faults: []FaultReport{lost}}
-	if got := r.destroyedIDs(); len(got) != 0 {
-		t.Fatalf("destroyedIDs of a failed lost stage = %v", got)
+	if got := r.heldDestroyed(); len(got) != 0 {
+		t.Fatalf("heldDestroyed of a failed lost stage = %v", got)
 	}
 	r.finish(harness.Evaluation{Sealed: 10, Healthy: 8, Damaged: 2, DataLoss: 2, Unhealthy: map[meta.SegmentID]string{"x": "missing", "y": "audit"}}, 2, nil)
 	if r.OK || r.DataLossSegments != 2 || r.Summary.SegmentsLost != 2 || r.Summary.FaultsSurvived != 0 {

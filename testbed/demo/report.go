@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -233,13 +232,9 @@ func (r *Report) heldDestroyed() []destroyedSegment {
 	return out
 }
 
-// destroyedIDs are the segments of heldDestroyed.
-func (r *Report) destroyedIDs() []meta.SegmentID {
-	var out []meta.SegmentID
-	for _, ds := range r.heldDestroyed() {
-		out = append(out, ds.Segment)
-	}
-	return out
+// destroyed says id is one of ds.
+func destroyed(ds []destroyedSegment, id meta.SegmentID) bool {
+	return slices.ContainsFunc(ds, func(d destroyedSegment) bool { return d.Segment == id })
 }
 
 func seconds(d time.Duration) *float64 {
@@ -259,18 +254,10 @@ func fmtSeconds(p *float64) string {
 func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 	r.Destroyed = r.heldDestroyed()
 	r.UnderReplicated = e.UnderReplicated
-	r.Failed = e.Damaged
-	if failedByPass > r.Failed {
-		r.Failed = failedByPass
-	}
+	r.Failed = max(e.Damaged, failedByPass)
 	r.DataLossSegments = e.DataLoss
 	r.Unhealthy = nil
-	ids := make([]meta.SegmentID, 0, len(e.Unhealthy))
-	for id := range e.Unhealthy {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for i, id := range ids {
+	for i, id := range slices.Sorted(maps.Keys(e.Unhealthy)) {
 		if i == 20 {
 			break
 		}
@@ -298,10 +285,7 @@ func (r *Report) finish(e harness.Evaluation, failedByPass int, runErr error) {
 		r.Error = runErr.Error()
 	}
 	r.OK = runErr == nil && stagesOK && e.OK() && e.UnderReplicated == 0 && e.DataLoss == 0 && r.Failed == 0 && r.Segments == e.Sealed+len(r.Destroyed)
-	if n := r.Nemesis; n != nil && (n.SegmentsLost > 0 || len(n.Violations) > 0 || len(n.UndoFailed) > 0 || len(n.NotInjected) > 0 || n.ChecksPassed < n.ChecksRun || n.ChecksRun == 0) {
-		r.OK = false
-	}
-	if r.Clients != nil && !r.Clients.OK() {
+	if n := r.Nemesis; n != nil && (!nemesisHeld(n) || len(n.NotInjected) > 0) || r.Clients != nil && !r.Clients.OK() {
 		r.OK = false
 	}
 	r.summarize(e)
@@ -321,6 +305,34 @@ func (r *Report) stageAt(t time.Time) string {
 // the operator's choice or a missing facility (Skipped): the run fails,
 // whether or not the stage recorded why.
 func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" }
+
+// judge is a stage's verdict: detected says the cluster noticed the
+// fault, problems (empty ones left out) what went wrong, joined to
+// f.Error. The stage healed when it was detected and its record holds no
+// error.
+func (f *FaultReport) judge(detected bool, problems ...string) {
+	for _, p := range problems {
+		f.Error = joinErr(f.Error, p)
+	}
+	f.Detected = detected
+	f.Healed = detected && f.Error == ""
+}
+
+// problems are what a stage found wrong, each once.
+type problems []string
+
+// add notes a problem (an empty one is none).
+func (p *problems) add(format string, args ...any) {
+	if s := fmt.Sprintf(format, args...); s != "" && !slices.Contains(*p, s) {
+		*p = append(*p, s)
+	}
+}
+
+// record adds err to f's error and returns it.
+func (f *FaultReport) record(err error) error {
+	f.Error = joinErr(f.Error, err.Error())
+	return err
+}
 
 // notInjected records that the cluster's state kept f's fault from
 // happening: the stage fails, never counted survived.
@@ -351,11 +363,17 @@ func (r *Report) summarize(e harness.Evaluation) {
 			injected += c
 		}
 		s.FaultsInjected += injected
-		if n.SegmentsLost == 0 && len(n.Violations) == 0 && len(n.UndoFailed) == 0 && n.ChecksRun > 0 && n.ChecksPassed == n.ChecksRun {
+		if nemesisHeld(n) {
 			s.FaultsSurvived += injected
 		}
 	}
 	r.Summary = s
+}
+
+// nemesisHeld: the nemesis lost no segment, found no violation, undid
+// every fault and ran every check, each passing.
+func nemesisHeld(n *nemesis.Report) bool {
+	return n.SegmentsLost == 0 && len(n.Violations) == 0 && len(n.UndoFailed) == 0 && n.ChecksRun > 0 && n.ChecksPassed == n.ChecksRun
 }
 
 // writeJSON prints the report as indented JSON.
@@ -419,11 +437,7 @@ func (r *Report) writeOverview(w io.Writer) {
 // writeHealTime prints the seconds to heal a staged broker kill and its
 // grace wait, or why there is no such figure.
 func (r *Report) writeHealTime(w io.Writer) {
-	killed := false
-	for _, f := range r.Faults {
-		killed = killed || f.Stage == "kill" && f.Injected
-	}
-	if killed {
+	if slices.ContainsFunc(r.Faults, func(f FaultReport) bool { return f.Stage == "kill" && f.Injected }) {
 		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
 		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
 	} else if r.Nemesis != nil {
@@ -457,11 +471,9 @@ func (r *Report) writeFaults(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "re-replicated")
-	for _, f := range r.Faults {
-		f.writeRow(w)
-	}
 	read, unread := 0, uint64(0)
 	for _, f := range r.Faults {
+		f.writeRow(w)
 		read, unread = read+f.Passes, unread+f.PassesUnread
 	}
 	fmt.Fprintf(w, "\nheal passes observed: %d of %d (every stage's, from the leader's pass history)\n", read, uint64(read)+unread)
@@ -507,13 +519,8 @@ func (r *Report) writeClosing(w io.Writer) {
 	}
 	if len(r.Unhealthy) > 0 {
 		fmt.Fprintf(w, "\nnot healthy at the end (first %d):\n", len(r.Unhealthy))
-		ids := make([]string, 0, len(r.Unhealthy))
-		for id := range r.Unhealthy {
-			ids = append(ids, string(id))
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			fmt.Fprintf(w, "  %s: %s\n", id, r.Unhealthy[meta.SegmentID(id)])
+		for _, id := range slices.Sorted(maps.Keys(r.Unhealthy)) {
+			fmt.Fprintf(w, "  %s: %s\n", id, r.Unhealthy[id])
 		}
 	}
 	for _, n := range r.Notes {

@@ -36,30 +36,30 @@ type stageRow struct {
 
 // stageRows are the demo's stages, in the order they run.
 var stageRows = []stageRow{
-	{"kill", killStage(false), false, 1, "the killed broker's copies move to a spare broker", 1, nil},
+	{"kill", bind((*demo).stageKill, false), false, 1, "the killed broker's copies move to a spare broker", 1, nil},
 	{"restart", (*demo).stageRestart, false, 0, "", 0, func(_ *Options, has func(string) bool) string {
 		return when(!has("kill"), "restarts the broker the kill stage killed; add kill")
 	}},
-	{"delete", fileStage(harness.KindDelete), false, 0, "", 0, nil},
-	{"truncate", fileStage(harness.KindTruncate), false, 0, "", 0, nil},
-	{"extend", fileStage(harness.KindExtend), false, 0, "", 0, nil},
-	{"bitflip", fileStage(harness.KindBitflip), false, 0, "", 0, func(o *Options, has func(string) bool) string {
+	{"delete", bind((*demo).stageFile, harness.KindDelete), false, 0, "", 0, nil},
+	{"truncate", bind((*demo).stageFile, harness.KindTruncate), false, 0, "", 0, nil},
+	{"extend", bind((*demo).stageFile, harness.KindExtend), false, 0, "", 0, nil},
+	{"bitflip", bind((*demo).stageFile, harness.KindBitflip), false, 0, "", 0, func(o *Options, has func(string) bool) string {
 		if o.ScrubEvery <= 0 {
 			return ""
 		}
 		return o.spareFor(o.live(has, false), 1, "a copy the scrubber finds corrupt is replaced on a spare broker (with none the plugin reports it no_spare_broker)")
 	}},
-	{"latch", fileStage(harness.KindLatch), false, 1, "a latched copy is replaced on a spare broker", 0, nil},
+	{"latch", bind((*demo).stageFile, harness.KindLatch), false, 1, "a latched copy is replaced on a spare broker", 0, nil},
 	{"decommission", (*demo).stageDecommission, true, 1, "the drained broker's replicas move to a spare broker", 0, nil},
 	{"maintenance", (*demo).stageMaintenance, true, 0, "", 1, nil},
 	{"rebalance", (*demo).stageRebalance, true, 1, "emptying a broker (decommission) moves its replicas to a spare one", 0, nil},
-	{"leader", killStage(true), false, 1, "the killed leader's copies move to a spare broker", 1, nil},
+	{"leader", bind((*demo).stageKill, true), false, 1, "the killed leader's copies move to a spare broker", 1, nil},
 	{"pause", (*demo).stagePause, true, 1, "the paused broker's copies are replaced on a spare broker", 1, nil},
 	{"swap", (*demo).stageSwap, true, 0, "", 1, func(o *Options, _ func(string) bool) string {
 		return when(o.RF < 2, "the emptied broker's copies are backfilled from their other replicas: want --rf 2 or more")
 	}},
-	{"diskfull", (*demo).stageDiskFull, true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
-	{"readonly", (*demo).stageReadOnly, true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
+	{"diskfull", bind((*demo).stageDisk, harness.KindDiskFull), true, 1, "the full disk's copies are replaced on a spare broker", 1, nil},
+	{"readonly", bind((*demo).stageDisk, harness.KindReadOnly), true, 1, "the read-only disk's copies are replaced on a spare broker", 1, nil},
 	{"backfill-kill", (*demo).stageBackfillKill, true, 2, "two brokers die, one during the other's backfill", 2, nil},
 	{"nospare", (*demo).stageNoSpare, false, 0, "", 0, func(o *Options, _ func(string) bool) string {
 		if o.RF < 2 || o.Brokers < 3 {
@@ -70,12 +70,10 @@ var stageRows = []stageRow{
 	{"lost", (*demo).stageLost, true, 0, "", 0, nil},
 }
 
-func killStage(leader bool) func(*demo, context.Context, *FaultReport) error {
-	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageKill(ctx, leader, fr) }
-}
-
-func fileStage(k harness.Kind) func(*demo, context.Context, *FaultReport) error {
-	return func(d *demo, ctx context.Context, fr *FaultReport) error { return d.stageFile(ctx, k, fr) }
+// bind is a stage's run with its argument (the kind of fault, or which
+// broker) bound.
+func bind[K any](run func(*demo, context.Context, K, *FaultReport) error, k K) func(*demo, context.Context, *FaultReport) error {
+	return func(d *demo, ctx context.Context, fr *FaultReport) error { return run(d, ctx, k, fr) }
 }
 
 func when(cond bool, why string) string {
@@ -158,6 +156,7 @@ func (d *demo) stage(ctx context.Context, st string) (FaultReport, error) {
 			err = r.run(d, ctx, &fr)
 		}
 	}
+	d.watchDead = 0 // a stage's kill is watched until it ends
 	fr.Ended = time.Now()
 	return fr, err
 }
@@ -170,33 +169,39 @@ type measure struct {
 	before harness.BackfillMark
 }
 
-// measure notes the targets' copies, those on broker lost (0: none)
-// counted gone, and the catch-up counters.
-func (d *demo) measure(ctx context.Context, targets []meta.SegmentID, lost meta.BrokerID) measure {
-	m := measure{pre: d.last.Sizes(targets), before: d.c.MarkBackfill(ctx)}
-	for _, sizes := range m.pre {
-		if lost != 0 {
-			sizes[lost] = 0
+// measure notes the targets' copies and the catch-up counters.
+func (d *demo) measure(ctx context.Context, targets []meta.SegmentID) measure {
+	return measure{pre: d.last.Sizes(targets), before: d.c.MarkBackfill(ctx)}
+}
+
+// lose adds broker b's sealed segments to pre, their copies' sizes in
+// the last view with b's counted gone, and returns them.
+func (d *demo) lose(pre map[meta.SegmentID]map[meta.BrokerID]int64, b meta.BrokerID) []meta.SegmentID {
+	segs := d.sealedOn(b)
+	for id, sizes := range d.last.Sizes(segs) {
+		if pre[id] == nil {
+			pre[id] = sizes
 		}
+		pre[id][b] = 0
 	}
-	return m
+	return segs
 }
 
 // strikeBroker notes what to measure (targets, the struck broker's copies
-// counted gone), watches for the first pass listing it dead (the caller
-// resets d.watchDead), injects t and marks fr injected. The injection is
-// returned on an error too, which fr holds.
+// counted gone), watches for the first pass listing it dead (until the
+// stage ends: the runner resets d.watchDead), injects t and marks fr
+// injected. The injection is returned on an error too, which fr holds.
 func (d *demo) strikeBroker(ctx context.Context, fr *FaultReport, t harness.Target, targets []meta.SegmentID, what string) (measure, time.Time, *harness.Injection, error) {
 	b := t.Brokers[0]
 	fr.Broker, fr.What = b.ID, what
 	d.logf("stage %s: %s: broker %d (pid %d) holds %d sealed replicas", fr.Stage, what, b.ID, b.Pid(), len(targets))
-	m := d.measure(ctx, targets, b.ID)
+	m := d.measure(ctx, nil)
+	d.lose(m.pre, b.ID)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	at := time.Now()
 	in, err := d.c.Inject(ctx, t)
 	if err != nil {
-		fr.Error = err.Error()
-		return m, at, in, err
+		return m, at, in, fr.record(err)
 	}
 	fr.Injected = true
 	return m, at, in, nil
@@ -227,7 +232,6 @@ func (d *demo) stageKill(ctx context.Context, leader bool, fr *FaultReport) erro
 		return nil
 	}
 	targets := d.sealedOn(b.ID)
-	defer func() { d.watchDead = 0 }()
 	m, killAt, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("kill -9 %s %d (%d replicas)", role, b.ID, len(targets)))
 	if err != nil {
@@ -257,11 +261,10 @@ func (d *demo) awaitNewLeader(ctx context.Context, fr *FaultReport, old meta.Bro
 	}
 }
 
-// fail records err as fr's error and returns it when it stops the demo
+// fail adds err to fr's error and returns it when it stops the demo
 // (fatal).
 func (d *demo) fail(ctx context.Context, fr *FaultReport, err error) error {
-	fr.Error = err.Error()
-	return fatal(ctx, err, d)
+	return fatal(ctx, fr.record(err), d)
 }
 
 // fatal turns a stage's error into one that stops the demo only when it
@@ -349,7 +352,7 @@ func (d *demo) stageFile(ctx context.Context, kind harness.Kind, fr *FaultReport
 	for _, v := range vs {
 		targets = append(targets, v.seg.ID)
 	}
-	m := d.measure(ctx, targets, 0)
+	m := d.measure(ctx, targets)
 	start := time.Now()
 	for _, v := range vs {
 		in, err := d.c.Inject(ctx, harness.Target{Kind: kind, Brokers: []*harness.Broker{v.b}, Segments: []meta.Segment{v.seg}, Rand: d.rng})

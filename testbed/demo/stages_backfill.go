@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/testbed/harness"
@@ -24,20 +23,16 @@ func (d *demo) slowBackfills(ctx context.Context, fr *FaultReport) (restore func
 		return restore, nil
 	}
 	old := d.c.Config().HealExtra
-	key := fmt.Sprintf("backfill_bytes_per_second = %d", d.o.BackfillRate)
-	if !strings.Contains(old, key) {
-		return restore, fmt.Errorf("backfill-kill: the brokers' [heal] settings carry no %q to slow down", key)
-	}
-	rate := max(d.o.BackfillRate/backfillStageShare, 4096)
 	restore = func() {
 		d.c.SetHealExtra(old)
 		for _, b := range d.c.Brokers() {
 			_ = d.c.WriteConfig(b)
 		}
 	}
-	d.logf("  catch-up slowed to %d B/s per broker for this stage (a quarter of %d): restarting the brokers one at a time", rate, d.o.BackfillRate)
+	rate := max(d.o.BackfillRate/backfillStageShare, 4096)
+	key := func(r int64) string { return fmt.Sprintf("backfill_bytes_per_second = %d", r) }
 	leftovers := 0
-	err = d.c.RollingRestart(ctx, strings.Replace(old, key, fmt.Sprintf("backfill_bytes_per_second = %d", rate), 1), d.o.StageTimeout, func(b *harness.Broker) error {
+	err = d.restartWith(ctx, key(d.o.BackfillRate), key(rate), fmt.Sprintf("catch-up slowed to %d B/s per broker for this stage (a quarter of %d)", rate, d.o.BackfillRate), func(b *harness.Broker) error {
 		n, err := b.DropLeftovers(&d.last.Snap)
 		leftovers += n
 		return err
@@ -62,8 +57,12 @@ func (d *demo) freshestFollower() *harness.Broker {
 		if b.ID == d.last.Leader {
 			continue
 		}
+		sealed := d.sealedOn(b.ID)
+		if len(sealed) == 0 {
+			continue
+		}
 		fresh := 0
-		for _, id := range d.sealedOn(b.ID) {
+		for _, id := range sealed {
 			seg, ok := d.last.Snap.Segment(id)
 			if !ok {
 				continue
@@ -77,9 +76,6 @@ func (d *demo) freshestFollower() *harness.Broker {
 			if !left {
 				fresh++
 			}
-		}
-		if len(d.sealedOn(b.ID)) == 0 {
-			continue
 		}
 		switch {
 		case fresh > most:

@@ -43,12 +43,13 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 		fr.Skipped = "no loop-mounted copies disk: " + why
 		return nil, nil, nil
 	}
-	b := d.pickDiskBroker()
+	b, _ := d.busiestFollower(nil)
 	if b == nil {
 		fr.notInjected("no running follower to give a loop-mounted copies disk")
 		return nil, nil, nil
 	}
-	size := d.copiesDiskSize()
+	// Room for a copy of every segment and the stages' writes.
+	size := loopDiskSize(int64(max(d.o.Segments, d.lastEv.Sealed))+4*int64(d.o.Brokers), max(d.rep.SegmentBytes, 4096)+store.FooterSize)
 	d.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, under the running broker: mount aside, copy, mount --move onto %s",
 		b.ID, bytesize.Format(size), filepath.Join(b.Dir, "copies"))
 	files, n, err := d.c.MoveCopiesToDisk(b, size)
@@ -72,14 +73,15 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 	return b, l, nil
 }
 
-// pickDiskBroker chooses the running broker other than the leader that
-// holds the most sealed replicas (an earlier stage may have left one with
-// copies its sets no longer name, which would make the fault moot).
-func (d *demo) pickDiskBroker() *harness.Broker {
+// busiestFollower is the running broker other than the leader and skip
+// that holds the most sealed replicas, and how many (an earlier stage may
+// have left one with copies its sets no longer name, which would make a
+// fault there moot); nil when none.
+func (d *demo) busiestFollower(skip *harness.Broker) (*harness.Broker, int) {
 	var best *harness.Broker
 	most := -1
 	for _, b := range d.c.Running() {
-		if d.last != nil && b.ID == d.last.Leader {
+		if b == skip || d.last != nil && b.ID == d.last.Leader {
 			continue
 		}
 		n := 0
@@ -90,15 +92,7 @@ func (d *demo) pickDiskBroker() *harness.Broker {
 			best, most = b, n
 		}
 	}
-	return best
-}
-
-// copiesDiskSize is room for a copy of every segment and the stages'
-// writes, a quarter more, and ext4's own (sparse).
-func (d *demo) copiesDiskSize() int64 {
-	segs := int64(max(d.o.Segments, d.lastEv.Sealed)) + 4*int64(d.o.Brokers)
-	per := max(d.rep.SegmentBytes, 4096) + store.FooterSize
-	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
+	return best, most
 }
 
 // diskCopies chooses up to n healthy sealed segments with a copy on b.
@@ -200,6 +194,17 @@ func (d *demo) noteCause(fr *FaultReport, m harness.LogMarks, needle string) boo
 	return true
 }
 
+// diskFault is how a disk stage tells its fault: the disk's state while
+// faulted, the log text that names the cause, and the remedy (the
+// catalogue's undo: remove the filler; stop, umount, e2fsck -f -y, mount,
+// start).
+type diskFault struct{ state, needle, remedy string }
+
+var diskFaults = map[harness.Kind]diskFault{
+	harness.KindDiskFull: {"full", "no space left on device", "removing the filler"},
+	harness.KindReadOnly: {"read-only", "read-only file system", "recovering the disk"},
+}
+
 // diskRun is what a disk stage notes before its fault: the broker of the
 // copies disk, the copies it damages (targets), what it measures, the
 // log marks and how many replicas the broker holds.
@@ -227,27 +232,12 @@ func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error)
 		return nil, err
 	}
 	fr.Broker = b.ID
-	r := &diskRun{b: b, l: l, segs: d.diskCopies(b, d.o.Copies)}
+	r := &diskRun{b: b, l: l, segs: d.diskCopies(b, d.o.Copies), marks: d.c.MarkLogs(), kept: len(d.sealedOn(b.ID))}
 	for _, s := range r.segs {
 		r.targets = append(r.targets, s.ID)
 	}
-	r.m = d.measure(ctx, r.targets, 0)
-	r.marks = d.c.MarkLogs()
-	r.kept = len(d.sealedOn(b.ID))
+	r.m = d.measure(ctx, r.targets)
 	return r, nil
-}
-
-// diskStage begins a disk stage (beginDisk) and strikes kind
-// (strikeDisk) at start; a nil Injection when the stage cannot run or
-// failed (the error).
-func (d *demo) diskStage(ctx context.Context, fr *FaultReport, kind harness.Kind) (*diskRun, *harness.Injection, time.Time, error) {
-	r, err := d.beginDisk(ctx, fr)
-	if r == nil {
-		return nil, nil, time.Time{}, err
-	}
-	start := time.Now()
-	in, err := d.strikeDisk(ctx, fr, r, kind)
-	return r, in, start, err
 }
 
 // strikeDisk cuts the disk's copies and injects kind (diskfull, readonly)
@@ -268,57 +258,84 @@ func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind
 		return nil, fatal(ctx, err, d)
 	}
 	fr.Injected = true
+	if kind == harness.KindDiskFull {
+		free, _ := r.l.Free()
+		fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s, %s left free; %d of its copies truncated to under half",
+			r.b.ID, bytesize.Format(r.l.Size), in.How, bytesize.Format(free), len(fr.Copies))
+	} else {
+		fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
+			r.b.ID, in.How, len(fr.Copies))
+	}
+	d.logf("stage %s: %s", kind, fr.What)
 	return in, nil
 }
 
-// diskWhile writes while the disk is faulted (state), kills a second
-// broker beside it when one can be spared, waits for the heal, names the
-// cause in the logs (needle) and revives the second broker.
-func (d *demo) diskWhile(ctx context.Context, fr *FaultReport, r *diskRun, state, needle string, start time.Time) (herr, err error) {
-	w := d.writeSegments(ctx, fr.Stage, d.o.Brokers)
-	d.logf("  writes while %s: %s", state, w)
-	addNote(fr, "while %s: %s", state, w)
-	// Its replicas need new homes, and the faulted broker must fail as one.
-	dead, deadSegs := d.killBeside(fr, r.b, state, r.m.pre)
-	herr = d.heal(ctx, fr, "healing around the "+state+" disk", start, append(r.targets, deadSegs...), d.o.StageTimeout, r.m)
-	d.noteCause(fr, r.marks, needle)
-	if err := d.reviveBeside(ctx, fr, dead, r.b, state, r.marks); err != nil {
-		return herr, fatal(ctx, err, d)
+// stageDisk faults the copies disk (kind: diskfull, readonly), and while
+// it is faulted writes, kills a second broker beside it when one can be
+// spared, waits for the heal, names the cause in the logs and revives the
+// second broker; then applies the remedy and checks everything again.
+func (d *demo) stageDisk(ctx context.Context, kind harness.Kind, fr *FaultReport) error {
+	r, err := d.beginDisk(ctx, fr)
+	if r == nil {
+		return err
 	}
-	if herr == nil {
-		addNote(fr, "broker %d kept %d of its %d replicas while %s", r.b.ID, len(d.sealedOn(r.b.ID)), r.kept, state)
-	}
-	return herr, nil
-}
-
-func (d *demo) stageDiskFull(ctx context.Context, fr *FaultReport) error {
-	r, in, start, err := d.diskStage(ctx, fr, harness.KindDiskFull)
+	start := time.Now()
+	in, err := d.strikeDisk(ctx, fr, r, kind)
 	if in == nil {
 		return err
 	}
-	defer func() { _ = in.Undo(ctx) }()
-	free, _ := r.l.Free()
-	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4, %s) filled: %s, %s left free; %d of its copies truncated to under half",
-		r.b.ID, bytesize.Format(r.l.Size), in.How, bytesize.Format(free), len(fr.Copies))
-	d.logf("stage diskfull: %s", fr.What)
-	herr, err := d.diskWhile(ctx, fr, r, "full", "no space left on device", start)
-	if err != nil {
-		return err
+	if kind == harness.KindDiskFull {
+		defer func() { _ = in.Undo(ctx) }()
 	}
-	// The remedy: free the space; everything is checked again.
+	df := diskFaults[kind]
+	w := d.writeSegments(ctx, fr.Stage, d.o.Brokers)
+	d.logf("  writes while %s: %s", df.state, w)
+	addNote(fr, "while %s: %s", df.state, w)
+	// Its replicas need new homes, and the faulted broker must fail as one.
+	dead, deadSegs := d.killBeside(fr, r.b, df.state, r.m.pre)
+	herr := d.heal(ctx, fr, "healing around the "+df.state+" disk", start, append(r.targets, deadSegs...), d.o.StageTimeout, r.m)
+	d.noteCause(fr, r.marks, df.needle)
+	if err := d.reviveBeside(ctx, fr, dead, r.b, df.state, r.marks); err != nil {
+		return fatal(ctx, err, d)
+	}
+	if herr == nil {
+		addNote(fr, "broker %d kept %d of its %d replicas while %s", r.b.ID, len(d.sealedOn(r.b.ID)), r.kept, df.state)
+	} else if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return d.remedyDisk(ctx, fr, r, in, df, herr)
+}
+
+// remedyDisk undoes a disk stage's fault as an operator would and waits
+// for every segment healthy again; herr is the heal's error, which stops
+// the demo after the remedy.
+func (d *demo) remedyDisk(ctx context.Context, fr *FaultReport, r *diskRun, in *harness.Injection, df diskFault, herr error) error {
+	if in.Kind == harness.KindReadOnly {
+		d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", r.b.ID, r.l.Dir, r.l.Dev)
+	}
+	rstart := time.Now()
 	if err := in.Undo(ctx); err != nil {
-		return d.fail(ctx, fr, fmt.Errorf("removing the filler: %w", err))
+		fr.Healed = false
+		return d.fail(ctx, fr, fmt.Errorf("%s: %w", df.remedy, err))
 	}
-	freed, _ := r.l.Free()
+	d.aud.ForgetUnder(r.l.Dir)
 	if herr != nil {
 		return fatal(ctx, herr, d)
 	}
-	secs, err := d.settle(ctx, "after freeing the disk", time.Now())
+	secs, err := d.settle(ctx, "after "+df.remedy, rstart)
 	if err != nil {
 		fr.Healed = false
-		return d.fail(ctx, fr, fmt.Errorf("after the filler was removed: %w", err))
+		return d.fail(ctx, fr, fmt.Errorf("after %s: %w", df.remedy, err))
 	}
-	addNote(fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(secs))
+	if in.Kind == harness.KindDiskFull {
+		freed, _ := r.l.Free()
+		addNote(fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(secs))
+		return nil
+	}
+	addNote(fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(secs))
+	if n := orphans(d.last, r.b.ID); n > 0 {
+		addNote(fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", r.b.ID, n)
+	}
 	return nil
 }
 
@@ -331,26 +348,11 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 		addNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), d.o.RF, state)
 		return nil, nil
 	}
-	var victim *harness.Broker
-	most := -1
-	for _, b := range run {
-		if b == full || b.ID == d.last.Leader {
-			continue
-		}
-		if n := len(d.sealedOn(b.ID)); n > most {
-			victim, most = b, n
-		}
-	}
+	victim, most := d.busiestFollower(full)
 	if victim == nil {
 		return nil, nil
 	}
-	segs := d.sealedOn(victim.ID)
-	for id, m := range d.last.Sizes(segs) {
-		if _, ok := pre[id]; !ok {
-			pre[id] = m
-		}
-		pre[id][victim.ID] = 0
-	}
+	segs := d.lose(pre, victim.ID)
 	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
 	if err := d.c.Kill(victim); err != nil {
 		addNote(fr, "killing broker %d: %v", victim.ID, err)
@@ -372,47 +374,7 @@ func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *ha
 	}
 	addNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
 	if err := d.c.Revive(ctx, d.o.StageTimeout, dead); err != nil {
-		fr.Error = err.Error()
-		return err
-	}
-	return nil
-}
-
-func (d *demo) stageReadOnly(ctx context.Context, fr *FaultReport) error {
-	r, in, start, err := d.diskStage(ctx, fr, harness.KindReadOnly)
-	if in == nil {
-		return err
-	}
-	fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
-		r.b.ID, in.How, len(fr.Copies))
-	d.logf("stage readonly: %s", fr.What)
-	herr, err := d.diskWhile(ctx, fr, r, "read-only", "read-only file system", start)
-	if err != nil {
-		return err
-	}
-	if herr != nil && ctx.Err() != nil {
-		return ctx.Err()
-	}
-	// The operator's remedy (the catalogue's undo): stop the broker,
-	// unmount, e2fsck -y, mount, start it; everything is checked again.
-	d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", r.b.ID, r.l.Dir, r.l.Dev)
-	rstart := time.Now()
-	if err := in.Undo(ctx); err != nil {
-		fr.Healed = false
-		return d.fail(ctx, fr, fmt.Errorf("recovering the disk: %w", err))
-	}
-	d.aud.ForgetUnder(r.l.Dir)
-	if herr != nil {
-		return fatal(ctx, herr, d)
-	}
-	secs, err := d.settle(ctx, "after e2fsck and restart", rstart)
-	if err != nil {
-		fr.Healed = false
-		return d.fail(ctx, fr, fmt.Errorf("after the disk was recovered: %w", err))
-	}
-	addNote(fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(secs))
-	if n := orphans(d.last, r.b.ID); n > 0 {
-		addNote(fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", r.b.ID, n)
+		return fr.record(err)
 	}
 	return nil
 }

@@ -57,20 +57,15 @@ func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
 	} else {
 		lf.Rate = float64(lf.BytesMoved) / max(*lf.SecondsToDrain, 1e-3)
 	}
-	if gap := feed.Problem(); gap != "" {
-		fr.Error = joinErr(fr.Error, gap)
-	}
+	fr.Error = joinErr(fr.Error, feed.Problem())
 	// Active again, empty, so that the later stages have every broker.
 	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
-		fr.Error = joinErr(fr.Error, "making it active again: "+err.Error())
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("making it active again: %w", err))
 	}
 	if _, err := d.settle(ctx, "active again", time.Now()); err != nil {
-		fr.Error = joinErr(fr.Error, "after it was made active again: "+err.Error())
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after it was made active again: %w", err))
 	}
-	fr.Detected = lf.Drained
-	fr.Healed = lf.Drained && lf.BelowFactor == 0 && feed.Problem() == ""
+	fr.judge(lf.Drained, when(lf.BelowFactor > 0, fmt.Sprintf("%d passes or metadata reads below the replication factor", lf.BelowFactor)))
 	fr.SecondsToHeal = lf.SecondsToDrain
 	addNote(fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
 		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
@@ -127,9 +122,10 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 	return why, nil
 }
 
+// joinErr joins two errors' texts, either of them empty.
 func joinErr(a, b string) string {
-	if a == "" {
-		return b
+	if a == "" || b == "" {
+		return a + b
 	}
 	return a + "; " + b
 }
@@ -159,8 +155,7 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)
 	before := d.c.MarkBackfill(ctx)
 	if err := d.c.Terminate(b, 10*time.Second); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	stopAt := time.Now()
 	fr.Injected = true
@@ -169,31 +164,24 @@ func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
 	fr.BytesRereplicated = before.Since(ctx, d.c)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
+	stop := func(err error) error {
+		fr.Error = joinErr(short, j.why)
+		return d.fail(ctx, fr, err)
+	}
 	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
-		fr.Error = joinErr(joinErr(short, j.why), err.Error())
-		return fatal(ctx, err, d)
+		return stop(err)
 	}
 	if _, err := cl.EndMaintenance(ctx, b.ID); err != nil {
-		fr.Error = joinErr(joinErr(short, j.why), "ending the window: "+err.Error())
-		return fatal(ctx, err, d)
+		return stop(fmt.Errorf("ending the window: %w", err))
 	}
 	d.readWindowRest(ctx, fr, feed, j, time.Now())
 	secs, err := d.settle(ctx, "back from maintenance", time.Now())
 	if err != nil {
-		fr.Error = joinErr(joinErr(short, j.why), "after the window: "+err.Error())
-		return fatal(ctx, err, d)
+		return stop(fmt.Errorf("after the window: %w", err))
 	}
 	fr.SecondsToHeal = secs
-	why := joinErr(short, j.why)
-	if fr.BytesRereplicated != 0 {
-		why = joinErr(why, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID))
-	}
-	if gap := feed.Problem(); gap != "" {
-		why = joinErr(why, gap)
-	}
-	fr.Error = why
-	fr.Detected = why == ""
-	fr.Healed = why == ""
+	fr.judge(true, short, j.why, feed.Problem(), when(fr.BytesRereplicated != 0, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID)))
+	fr.Detected = fr.Healed // the window was kept
 	addNote(fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
 		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.Summary())
 	return nil

@@ -67,12 +67,7 @@ func (d *demo) timeFromDeath(fr *FaultReport, faultAt time.Time, passStart bool)
 
 // addNote appends a sentence to fr.Note, after a "; " when it has one.
 func addNote(fr *FaultReport, format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	if fr.Note == "" {
-		fr.Note = s
-	} else {
-		fr.Note += "; " + s
-	}
+	fr.Note = joinErr(fr.Note, fmt.Sprintf(format, args...))
 }
 
 // victimFollower picks a follower holding sealed replicas; nil when none
@@ -94,7 +89,6 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	if b == nil {
 		return nil
 	}
-	defer func() { d.watchDead = 0 }()
 	m, stopAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets)))
 	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
@@ -119,8 +113,7 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
 	contAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
 	secs, err := d.settle(ctx, "rejoining", contAt)
@@ -128,43 +121,34 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 		err = d.c.WaitNotDead(ctx, b.ID, d.o.StageTimeout, d.o.Poll)
 	}
 	if err != nil {
-		fr.Error = joinErr(fr.Error, "after SIGCONT: "+err.Error())
-		return fatal(ctx, err, d)
+		return d.fail(ctx, fr, fmt.Errorf("after SIGCONT: %w", err))
 	}
 	addNote(fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
 		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(secs))
-	if gap != "" {
-		fr.Error = joinErr(fr.Error, gap)
-	}
-	fr.Healed = !healedAt.IsZero() && gap == ""
+	fr.judge(fr.Detected, gap)
 	return nil
 }
 
 // healWithout waits, without b, until a pass lists b dead and every
 // target moved off it and healed; zero time and why when not by deadline.
 func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
-	sub := d.c.Without(b.ID)
-	live := func() map[meta.BrokerID]bool {
-		m := d.liveSet()
-		delete(m, b.ID)
-		return m
-	}
+	sub := d.c.Without(b.ID) // its Live leaves b out
 	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
 	seen := func(v *harness.View, e harness.Evaluation) {
 		_, _ = d.readPasses(ctx, sub, feed, fr)
-		p.Set(movedOff(v, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
+		p.Set(movedOff(v.Snap, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
 	}
 	pending := func(v *harness.View, e harness.Evaluation) string {
 		if d.deadSeen.IsZero() {
 			return fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
 		}
-		if moved := movedOff(v, targets, b.ID); moved < len(targets) {
+		if moved := movedOff(v.Snap, targets, b.ID); moved < len(targets) {
 			return fmt.Sprintf("%d of %d of its replicas moved", moved, len(targets))
 		}
 		_, why := v.PassClean()
 		return why
 	}
-	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Live: live, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
+	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
 	if err == nil {
 		p.Finish("re-replicated and verified")
 		return v.At, "", nil
@@ -178,12 +162,12 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 	return time.Time{}, err.Error(), nil
 }
 
-// movedOff counts the segments of targets whose set in v no longer names
-// broker id.
-func movedOff(v *harness.View, targets []meta.SegmentID, id meta.BrokerID) int {
+// movedOff counts the segments of targets whose set in snap no longer
+// names broker id.
+func movedOff(snap meta.Snapshot, targets []meta.SegmentID, id meta.BrokerID) int {
 	n := 0
 	for _, t := range targets {
-		if s, ok := v.Snap.Segment(t); ok && !s.HasReplica(id) {
+		if s, ok := snap.Segment(t); ok && !s.HasReplica(id) {
 			n++
 		}
 	}
@@ -198,7 +182,6 @@ func (d *demo) stageSwap(ctx context.Context, fr *FaultReport) error {
 		return nil
 	}
 	files, size := harness.DirUsage(b.Dir)
-	defer func() { d.watchDead = 0 }()
 	m, killAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
 		fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets)))
 	if err != nil {
@@ -249,8 +232,7 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 	restore, err := d.slowBackfills(ctx, fr)
 	defer restore()
 	if err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	a := d.freshestFollower()
 	if a == nil {
@@ -265,7 +247,6 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 		segs[id] = *s
 	}
 	baseline := d.c.CopySizes()
-	defer func() { d.watchDead = 0 }()
 	m, killA, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
 		fmt.Sprintf("kill -9 %d, then a target of its backfills", a.ID))
 	if err != nil {
@@ -283,18 +264,11 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 		return err
 	}
 	deadSeenA := d.deadSeen
-	targetsB := d.sealedOn(b.ID)
-	for id, sizes := range d.last.Sizes(targetsB) {
-		if m.pre[id] == nil {
-			m.pre[id] = sizes
-		}
-		m.pre[id][b.ID] = 0
-	}
+	targetsB := d.lose(m.pre, b.ID)
 	d.watchDead, d.deadSeen = b.ID, time.Time{}
 	killB := time.Now()
 	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
-		fr.Error = err.Error()
-		return err
+		return fr.record(err)
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
@@ -368,26 +342,18 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 				bytesize.Format(found[best].Bytes), bytesize.Format(found[best].Bytes-prev[best].Bytes)), "", nil
 		}
 		prev = found
-		if i%16 != 0 || lb == nil {
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		mctx, cancel := context.WithTimeout(ctx, time.Second)
-		snap, err := lb.Client.Metadata(mctx)
-		cancel()
-		pending := 0
-		for _, id := range targetsA {
-			if s, ok := snap.Segment(id); err == nil && ok && s.HasReplica(a.ID) {
-				pending++
+		if i%16 == 0 && lb != nil {
+			mctx, cancel := context.WithTimeout(ctx, time.Second)
+			snap, err := lb.Client.Metadata(mctx)
+			cancel()
+			if err == nil && movedOff(snap, targetsA, a.ID) == len(targetsA) {
+				// Every set recorded before a scan caught bytes moving:
+				// the fault this stage is about did not happen. It fails;
+				// it is never counted as survived.
+				missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, d.o.BackfillRate, backfillStageShare)
+				d.logf("  %s", missed)
+				return nil, seen, "", missed, nil
 			}
-		}
-		if err == nil && pending == 0 {
-			// Every set recorded before a scan caught bytes moving: the
-			// fault this stage is about did not happen. It fails; it is
-			// never counted as survived.
-			missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, d.o.BackfillRate, backfillStageShare)
-			d.logf("  %s", missed)
-			return nil, seen, "", missed, nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -430,8 +396,7 @@ func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
 	addNote(fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
 		killed, nospareReason, hits, hits+misses, misses, tally.Feed.Summary(), reads)
 	if len(problems) > 0 {
-		fr.Error = strings.Join(problems, "; ")
-		d.logf("  nospare: %s", fr.Error)
+		d.logf("  nospare: %s", strings.Join(problems, "; "))
 	}
 	fr.Detected = tally.Detected()
 	return d.sparesBack(ctx, fr, v, problems)
@@ -442,8 +407,7 @@ func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
 func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
 		if err := d.reviveAll(ctx); err != nil {
-			fr.Error = err.Error()
-			return -1, err
+			return -1, fr.record(err)
 		}
 	}
 	killed := 0
@@ -455,8 +419,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 		}
 		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
 		if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{k}}); err != nil {
-			fr.Error = err.Error()
-			return -1, err
+			return -1, fr.record(err)
 		}
 		killed++
 		if _, err := d.settle(ctx, "re-replicating", time.Now()); err != nil {
@@ -468,7 +431,7 @@ func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
 }
 
 // sparesBack revives the dead: the latched copy must then be replaced.
-func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems []string) error {
+func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems problems) error {
 	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
 	for _, b := range d.c.Brokers() {
@@ -482,7 +445,8 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 	}
 	restartAt := time.Now()
 	if _, err := d.reviveDead(ctx, ": a spare again"); err != nil {
-		return d.fail(ctx, fr, err)
+		fr.judge(fr.Detected, append(problems, err.Error())...)
+		return fatal(ctx, err, d)
 	}
 	before := d.c.MarkBackfill(ctx)
 	healed := FaultReport{Stage: "nospare-heal"}
@@ -496,21 +460,18 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 		}
 	}
 	if err != nil {
-		fr.Error = joinErr(fr.Error, "after the restarts: "+err.Error())
+		fr.judge(fr.Detected, append(problems, "after the restarts: "+err.Error())...)
 		return fatal(ctx, err, d)
 	}
 	if ok {
 		if lc, listed := d.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
-			problems = append(problems, fmt.Sprintf("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id))
+			problems.add("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id)
 		}
 		addNote(fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
 			id, s.Replicas, lb.ID, fmtSeconds(healed.SecondsToHeal))
 	}
 	fr.SecondsToHeal, fr.healedAt, fr.Affected = healed.SecondsToHeal, healed.healedAt, healed.Affected
-	fr.Healed = len(problems) == 0 && healed.Healed
-	if len(problems) > 0 {
-		fr.Error = strings.Join(problems, "; ")
-	}
+	fr.judge(fr.Detected, problems...)
 	return nil
 }
 
@@ -521,33 +482,31 @@ const noSparePasses = 10
 // watchNoSpare watches the latched segment reported no_spare_broker
 // (watchReported), checking on each poll that it keeps RF replicas with
 // the latched copy among them and its other copies readable.
-func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (problems []string, reads int) {
+func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (out problems, reads int) {
 	id := v.seg.ID
-	problems = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string)) {
+	out = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string, ...any)) {
 		s, ok := view.Snap.Segment(id)
 		switch {
 		case !ok:
-			add(fmt.Sprintf("%s left the metadata", id))
+			add("%s left the metadata", id)
 			return
 		case len(s.Replicas) != d.o.RF:
-			add(fmt.Sprintf("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF))
+			add("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF)
 		case !s.HasReplica(v.b.ID):
-			add(fmt.Sprintf("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas))
+			add("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas)
 		}
 		for _, r := range s.Replicas {
 			if br := d.c.Broker(r); br != nil && r != v.b.ID {
 				if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
-					add(fmt.Sprintf("intact copy of %s on broker %d not readable: %v", id, r, err))
+					add("intact copy of %s on broker %d not readable: %v", id, r, err)
 				} else {
 					reads++
 				}
 			}
 		}
 	})
-	if why := tally.Feed.Problem(); why != "" {
-		problems = append(problems, why)
-	}
-	return problems, reads
+	out.add("%s", tally.Feed.Problem())
+	return out, reads
 }
 
 // watchReported reads tally's passes until each of ids was reported (as
@@ -555,12 +514,7 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness
 // cluster: another segment turning unhealthy is a problem, and check, when
 // set, judges the view. It returns the problems, the tally's verdict
 // among them (never reported, too few, a pass that did not report).
-func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string))) (problems []string) {
-	add := func(s string) {
-		if !slices.Contains(problems, s) {
-			problems = append(problems, s)
-		}
-	}
+func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string, ...any))) (out problems) {
 	p := newProgress(d.out, d.tty, "watching "+what+" reported", noSparePasses)
 	var lastFull time.Time
 	d.watchPasses(ctx, fr, tally.Feed, deadline, func(recs []plugin.PassRecord, _ error) bool {
@@ -575,33 +529,25 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 			if view, err := harness.Poll(ctx, d.c, false); err == nil {
 				for other, why := range d.observe(view).Unhealthy {
 					if !slices.Contains(ids, other) {
-						add(fmt.Sprintf("%s became unhealthy: %s", other, why))
+						out.add("%s became unhealthy: %s", other, why)
 					}
 				}
 				if check != nil {
-					check(view, add)
+					check(view, out.add)
 				}
 			}
 		}
 		return tally.Detected() && tally.MinHits() >= noSparePasses
 	})
-	if tally.MinHits() >= noSparePasses && tally.MissCount() == 0 {
+	if tally.Held(noSparePasses) {
 		p.Finish(fmt.Sprintf("reported on every one of %d passes", tally.MinHits()))
 	} else {
 		p.Finish("not reported as required")
 	}
-	for _, id := range ids {
-		switch {
-		case tally.FirstPass[id] == 0:
-			add(fmt.Sprintf("%s never reported %s within %v", id, what, d.o.StageTimeout))
-		case tally.Hits[id] < noSparePasses:
-			add(fmt.Sprintf("%s reported %s on only %d passes within %v", id, what, tally.Hits[id], d.o.StageTimeout))
-		}
-		if m := tally.Misses[id]; m > 0 {
-			add(fmt.Sprintf("%s not reported %s on %d passes after its first report", id, what, m))
-		}
+	for _, why := range tally.Shortfall(what, noSparePasses, d.o.StageTimeout) {
+		out.add("%s", why)
 	}
-	return problems
+	return out
 }
 
 // lostReported: the pass lists seg lost, or failed for want of any intact
@@ -635,7 +581,7 @@ func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 		fr.notInjected("fewer than two healthy sealed segments")
 		return nil
 	}
-	r := &lostRun{d: d, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[string]int64{},
+	r := &lostRun{d: d, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[meta.BrokerID]harness.Fault{},
 		acked: map[meta.SegmentID]bool{}}
 	x, y := r.x, r.y
 	if !d.scrubberAdvertised() {
@@ -687,20 +633,14 @@ type lostRun struct {
 	// nx and ny are the copies of X and Y destroyed, extra those of them
 	// outside the segment's replica set.
 	nx, ny, extra int
-	// yFiles are Y's damaged files and their sizes after the fault; kept
-	// how many of them the cluster left as the fault left them.
-	yFiles map[string]int64
+	// yFiles are Y's damaged files by broker, as the fault left them;
+	// kept how many of them the cluster left so.
+	yFiles map[meta.BrokerID]harness.Fault
 	kept   int
 	// tally judges every heal pass that ended after the fault.
 	tally    *harness.PassTally
 	acked    map[meta.SegmentID]bool
-	problems []string
-}
-
-func (r *lostRun) add(s string) {
-	if !slices.Contains(r.problems, s) {
-		r.problems = append(r.problems, s)
-	}
+	problems problems
 }
 
 // hit destroys every copy file of seg on any broker, leftovers too.
@@ -716,9 +656,6 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 			}
 			continue
 		}
-		if !seg.HasReplica(b.ID) {
-			r.extra++
-		}
 		var df harness.Fault
 		var err error
 		if first == nil {
@@ -730,12 +667,18 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 			first = &df
 		}
 		d.aud.Forget(path)
-		if err != nil {
-			fr.Error = err.Error()
+		switch {
+		case err != nil && seg.HasReplica(b.ID):
+			fr.Error = err.Error() // an intact replica: the segment is not lost
 			continue
+		case err != nil:
+			addNote(fr, "%s's leftover copy on broker %d (outside its replica set) was not damaged: %v", seg.ID, b.ID, err)
+			continue
+		case !seg.HasReplica(b.ID):
+			r.extra++
 		}
 		if kind != harness.KindDelete {
-			r.yFiles[path] = df.SizeAfter
+			r.yFiles[b.ID] = df
 		}
 		fr.Copies = append(fr.Copies, df)
 		d.logf("  %s on broker %d: %s", seg.ID, b.ID, describeFault(df))
@@ -748,27 +691,16 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 // the fault left them; a leftover collected or cut back is noted.
 func (r *lostRun) checkKept() {
 	y := r.y
-	for path, size := range r.yFiles {
-		inSet := false
-		for _, id := range y.Replicas {
-			if b := r.d.c.Broker(id); b != nil && copyPath(b, y.ID) == path {
-				inSet = true
-			}
-		}
-		var owner meta.BrokerID
-		for _, b := range r.d.c.Brokers() {
-			if copyPath(b, y.ID) == path {
-				owner = b.ID
-			}
-		}
+	for owner, df := range r.yFiles {
+		path, size, inSet := df.Path, df.SizeAfter, y.HasReplica(owner)
 		fi, err := os.Stat(path)
 		switch {
 		case err != nil && !inSet && r.tally.Collected[heal.CopyRef{Segment: y.ID, Broker: owner}]:
 			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was collected by a pass that saw every replica intact (before the scrubber found them damaged)", y.ID, path)
 		case err != nil:
-			r.add(fmt.Sprintf("damaged copy %s of %s gone: %v", path, y.ID, err))
+			r.problems.add("damaged copy %s of %s gone: %v", path, y.ID, err)
 		case fi.Size() != size && inSet:
-			r.add(fmt.Sprintf("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size))
+			r.problems.add("damaged replica copy %s of %s changed size: %d, was %d after the fault", path, y.ID, fi.Size(), size)
 		case fi.Size() != size:
 			addNote(r.fr, "%s's leftover copy %s (outside its replica set) was a backfill target and cut back from %d to %d bytes, its valid frames; the file is kept", y.ID, path, size, fi.Size())
 			r.kept++
@@ -783,12 +715,12 @@ func (r *lostRun) checkKept() {
 func (r *lostRun) acknowledge(ctx context.Context) {
 	d, ids := r.d, r.ids
 	if lb := d.c.Leader(ctx); lb == nil {
-		r.add("no running broker names a leader to acknowledge through")
+		r.problems.add("no running broker names a leader to acknowledge through")
 	} else {
 		ab := d.pickAcknowledger(lb.ID)
 		for _, id := range ids {
 			if err := harness.Acknowledge(ctx, ab, id); err != nil {
-				r.add(fmt.Sprintf("acknowledging %s through broker %d: %v", id, ab.ID, err))
+				r.problems.add("acknowledging %s through broker %d: %v", id, ab.ID, err)
 			}
 		}
 		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
@@ -805,16 +737,14 @@ func (r *lostRun) acknowledge(ctx context.Context) {
 		})
 		for _, id := range ids {
 			if !r.acked[id] {
-				r.add(fmt.Sprintf("no heal report marks %s acknowledged", id))
+				r.problems.add("no heal report marks %s acknowledged", id)
 			}
 		}
 	}
 	if r.tally.MissCount() > 0 {
-		r.add(fmt.Sprintf("%d misses in all (counted through the acknowledgement)", r.tally.MissCount()))
+		r.problems.add("%d misses in all (counted through the acknowledgement)", r.tally.MissCount())
 	}
-	if why := r.tally.Feed.Problem(); why != "" {
-		r.add(why)
-	}
+	r.problems.add("%s", r.tally.Feed.Problem())
 }
 
 // finish records both destroyed segments and the stage's verdict.
@@ -842,27 +772,21 @@ func (r *lostRun) finish() {
 	}
 	addNote(fr, "seconds_to_heal is, for this stage, from the fault to the end of the first pass by which both were reported lost; destroyed on purpose: %s reported lost on %d passes, %s on %d (%d passes did not); %s; %d of %d damaged files of %s kept by the cluster; acknowledged %d of 2",
 		x.ID, tally.Hits[x.ID], y.ID, tally.Hits[y.ID], tally.MissCount(), tally.Feed.Summary(), r.kept, len(r.yFiles), y.ID, len(r.acked))
-	if len(r.problems) > 0 {
-		fr.Error = strings.Join(r.problems, "; ")
-		r.d.logf("  lost: %s", fr.Error)
-	}
 	// Healed, for this stage, means reported as required: the data is
 	// gone by design.
-	fr.Healed = len(r.problems) == 0
+	fr.judge(fr.Detected, r.problems...)
+	if fr.Error != "" {
+		r.d.logf("  lost: %s", fr.Error)
+	}
 	if fr.Healed {
 		last := r.start
 		for _, t := range tally.FirstAt {
-			last = later(last, t)
+			if t.After(last) {
+				last = t
+			}
 		}
 		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // pickAcknowledger is a running follower when there is one (its admin API

@@ -112,16 +112,20 @@ func (d *demo) lastBalanced(ctx context.Context) bool {
 // setHealKey restarts the brokers with from replaced by to in [heal];
 // the func returned puts it back.
 func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, error) {
-	swap := func(a, b string) error {
-		old := d.c.Config().HealExtra
-		if !strings.Contains(old, a) {
-			return fmt.Errorf("the brokers' [heal] settings carry no %q", a)
-		}
-		d.logf("  %s: restarting the brokers one at a time", b)
-		return d.c.RollingRestart(ctx, strings.Replace(old, a, b, 1), d.o.StageTimeout, nil)
-	}
-	if err := swap(from, to); err != nil {
+	if err := d.restartWith(ctx, from, to, to, nil); err != nil {
 		return func() error { return nil }, err
 	}
-	return func() error { return swap(to, from) }, nil
+	return func() error { return d.restartWith(ctx, to, from, from, nil) }, nil
+}
+
+// restartWith restarts the brokers one at a time with from replaced by to
+// in their [heal] settings (what says the change in words), calling down
+// on each while it is down (nil: nothing).
+func (d *demo) restartWith(ctx context.Context, from, to, what string, down func(*harness.Broker) error) error {
+	old := d.c.Config().HealExtra
+	if !strings.Contains(old, from) {
+		return fmt.Errorf("the brokers' [heal] settings carry no %q", from)
+	}
+	d.logf("  %s: restarting the brokers one at a time", what)
+	return d.c.RollingRestart(ctx, strings.Replace(old, from, to, 1), d.o.StageTimeout, down)
 }

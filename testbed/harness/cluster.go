@@ -248,6 +248,15 @@ func (c *Cluster) Running() []*Broker {
 	return out
 }
 
+// Live returns the set of the brokers whose process is up (Running).
+func (c *Cluster) Live() map[meta.BrokerID]bool {
+	live := map[meta.BrokerID]bool{}
+	for _, b := range c.Running() {
+		live[b.ID] = true
+	}
+	return live
+}
+
 // Without returns a view of the cluster without broker id (same
 // processes, same client) for polling the brokers that stay.
 func (c *Cluster) Without(id meta.BrokerID) *Cluster {

@@ -260,13 +260,7 @@ func WaitHealed(ctx context.Context, c *Cluster, w HealWait, timeout time.Durati
 		}
 	}
 	if live == nil {
-		live = func() map[meta.BrokerID]bool {
-			m := map[meta.BrokerID]bool{}
-			for _, b := range c.Running() {
-				m[b.ID] = true
-			}
-			return m
-		}
+		live = c.Live
 	}
 	if every <= 0 {
 		every = 100 * time.Millisecond

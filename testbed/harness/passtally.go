@@ -129,6 +129,30 @@ func (t *PassTally) MissCount() int {
 	return n
 }
 
+// Held: every watched segment was reported on want passes at least and
+// on every pass after its first report.
+func (t *PassTally) Held(want int) bool { return t.MinHits() >= want && t.MissCount() == 0 }
+
+// Shortfall says how the watched segments fell short of Held(want), a
+// line per segment and problem (never reported, reported on too few
+// passes, passes after its first report that did not report it), what
+// naming the report and within the time the watch had; nil when it held.
+func (t *PassTally) Shortfall(what string, want int, within time.Duration) []string {
+	var out []string
+	for _, id := range t.watch {
+		switch {
+		case t.FirstPass[id] == 0:
+			out = append(out, fmt.Sprintf("%s never reported %s within %v", id, what, within))
+		case t.Hits[id] < want:
+			out = append(out, fmt.Sprintf("%s reported %s on only %d passes within %v", id, what, t.Hits[id], within))
+		}
+		if m := t.Misses[id]; m > 0 {
+			out = append(out, fmt.Sprintf("%s not reported %s on %d passes after its first report", id, what, m))
+		}
+	}
+	return out
+}
+
 // leaderStatus reads the leader's heal status (Leader).
 func (c *Cluster) leaderStatus(ctx context.Context) (PassStatus, error) {
 	lb := c.Leader(ctx)

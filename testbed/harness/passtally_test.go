@@ -47,6 +47,12 @@ func TestPassTallyCountsEveryPass(t *testing.T) {
 	if !tl.Detected() || tl.MinHits() != 3 || tl.MissCount() != 1 {
 		t.Errorf("detected %v minHits %d misses %d", tl.Detected(), tl.MinHits(), tl.MissCount())
 	}
+	if tl.Held(3) {
+		t.Error("held with a miss")
+	}
+	if got := tl.Shortfall("lost", 4, time.Second); len(got) != 3 || got[0] != "x reported lost on only 3 passes within 1s" || got[1] != "x not reported lost on 1 passes after its first report" {
+		t.Errorf("shortfall %q", got)
+	}
 }
 
 func TestPassTallyUndetected(t *testing.T) {
