@@ -27,6 +27,11 @@ type Limits struct {
 	// chunk only, so there a chunk (1 MiB, or the throttle's) must move
 	// within IdleTimeout. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// Background moves each transfer's bytes on a thread at the lowest
+	// CPU and best-effort I/O priority (Linux), so that a broker's work
+	// for its clients (Produce, Fetch) runs first on a busy machine, and
+	// the transfer takes what the clients leave.
+	Background bool
 }
 
 // DefaultIdleTimeout is the idle timeout when Limits.IdleTimeout is 0.
@@ -181,6 +186,10 @@ func (t *Throttle) Limits() Limits {
 	l.BytesPerSecond = t.rate.Load()
 	return l
 }
+
+// backgroundOn says whether transfers through t run at background
+// priority.
+func (t *Throttle) backgroundOn() bool { return t != nil && t.limits.Background }
 
 func (t *Throttle) idle() time.Duration {
 	if t == nil || t.limits.IdleTimeout == 0 {

@@ -70,6 +70,11 @@ type Config struct {
 	BackfillBytesPerSecond        Rate  `toml:"backfill_bytes_per_second"`
 	BackfillFloorBytesPerSecond   int64 `toml:"backfill_floor_bytes_per_second"`
 	BackfillCeilingBytesPerSecond int64 `toml:"backfill_ceiling_bytes_per_second"`
+	// BackfillBackground moves catch-up bytes at background priority: on
+	// threads of the lowest CPU priority (nice 19) and the lowest
+	// best-effort I/O priority, so that on a busy machine the broker's
+	// work for its clients runs first (catchup.Limits.Background).
+	BackfillBackground bool `toml:"backfill_background"`
 	// HoldShare is the mass-failure brake: when more than this share of
 	// the brokers (and at least two) go missing within one grace delay of
 	// each other, placement of new replicas is held until they return or
@@ -119,6 +124,7 @@ func DefaultConfig() Config {
 		PassBackfills:               1024,
 		BackfillBytesPerSecond:      RateAuto,
 		BackfillFloorBytesPerSecond: 1 << 20,
+		BackfillBackground:          true,
 		BackfillTimeout:             2 * time.Minute,
 		MaxMaintenance:              1,
 		Rebalance:                   true,

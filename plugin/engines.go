@@ -50,6 +50,7 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 		MaxTransfers:   cfg.MaxBackfillsPerBroker,
 		QueueWait:      cfg.BackfillTimeout,
 		IdleTimeout:    10 * time.Second,
+		Background:     cfg.BackfillBackground,
 	})
 	if err != nil {
 		return e, fmt.Errorf("%w: catch-up limits: %v", ErrConfig, err)
