@@ -60,15 +60,21 @@ func pacingModes(rates string) ([]healrun.Mode, error) {
 	for _, r := range strings.Split(rates, ",") {
 		r = strings.TrimSpace(r)
 		m := healrun.Mode{Name: r}
+		r, keys, _ := strings.Cut(r, "+")
+		for kv := range strings.SplitSeq(keys, "+") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				m.Extra += k + " = " + v + "\n"
+			}
+		}
 		if rate, fg := strings.CutSuffix(r, "/foreground"); fg {
-			r, m.Extra = rate, "backfill_background = false\n"
+			r, m.Extra = rate, m.Extra+"backfill_background = false\n"
 		}
 		if r == "auto" {
 			m.Rate = `"auto"`
 		} else if n, err := strconv.ParseInt(r, 10, 64); err == nil && n >= 0 {
 			m.Rate = r
 		} else {
-			return nil, fmt.Errorf("MALACHI_BENCH_PACING_RATES: %q is not a rate in bytes per second (0 no cap) or auto, optionally with /foreground", r)
+			return nil, fmt.Errorf("MALACHI_BENCH_PACING_RATES: %q is not a rate in bytes per second (0 no cap) or auto, optionally with /foreground and +key=value", r)
 		}
 		modes = append(modes, m)
 	}

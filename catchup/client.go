@@ -144,12 +144,21 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 		return res, fmt.Errorf("%w: segment %s: ticket of %d bytes, at most %d", ErrMalformed, seg.ID, len(ticket), MaxTicketLen)
 	}
 	log := c.Logger.With().Str("segment", string(seg.ID)).Str("source", addr).Logger()
-	release, err := c.Throttle.acquire(ctx)
+	release, err := c.Throttle.acquireFetch(ctx)
 	res.Wait = time.Since(start)
 	if err != nil {
 		return res, fmt.Errorf("catchup: segment %s from %s: %w", seg.ID, addr, err)
 	}
-	defer release()
+	// The slot bounds the transfers moving bytes: it is freed once the
+	// bytes landed, and the commit's verify and fsync run beside the next.
+	held := true
+	free := func() {
+		if held {
+			held = false
+			release()
+		}
+	}
+	defer free()
 
 	t, err := sink.OpenTarget(seg)
 	if err != nil {
@@ -192,6 +201,7 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 			return res, err
 		}
 	}
+	free()
 	committed = true
 	t0 := time.Now()
 	err = t.Commit()

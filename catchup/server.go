@@ -393,7 +393,7 @@ func (s *Server) serve(conn net.Conn, req *request, tk *signedTicket, mode Mode,
 		s.refused(conn.RemoteAddr().String(), c, err.Error(), req.seg.ID, tk)
 		s.answerRefusal(conn, response{code: c, msg: err.Error()})
 	}
-	release, err := s.Throttle.acquire(ctx)
+	release, err := s.Throttle.acquireServe(ctx)
 	if err != nil {
 		refuseErr(err)
 		return

@@ -347,13 +347,13 @@ func TestSpliceChunkSize(t *testing.T) {
 
 func TestThrottleQueues(t *testing.T) {
 	th, _ := NewThrottle(Limits{MaxTransfers: 1, QueueWait: 5 * time.Second})
-	rel, err := th.acquire(context.Background())
+	rel, err := th.acquireFetch(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		r, err := th.acquire(context.Background())
+		r, err := th.acquireFetch(context.Background())
 		if err == nil {
 			r()
 		}
@@ -363,6 +363,76 @@ func TestThrottleQueues(t *testing.T) {
 	rel()
 	if err := <-got; err != nil {
 		t.Fatalf("queued transfer: %v", err)
+	}
+}
+
+// A broker's receiving and sending transfers hold separate slots: with one
+// slot and no queue, a broker fetching through its only receiving slot
+// still serves a fetch (here its own: the same Throttle at both ends), as
+// two brokers fetching from each other must; a second fetch at once is
+// refused as busy by the receiving side, before it connects.
+func TestThrottleDirectionsApart(t *testing.T) {
+	fx := newFixture(t, 1<<20, Limits{MaxTransfers: 1}, ModeDefault, ModeDefault)
+	fx.cl.Throttle = fx.srv.Throttle
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); err != nil {
+		t.Fatalf("fetch through the one receiving slot, served through the one sending slot: %v", err)
+	}
+	release, err := fx.cl.Throttle.acquireFetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	before := fx.srv.Stats().Refused
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); !errors.Is(err, ErrBusy) || fx.srv.Stats().Refused != before {
+		t.Fatalf("fetch with the receiving slot taken: %v (server refusals %d -> %d): want ErrBusy before connecting", err, before, fx.srv.Stats().Refused)
+	}
+}
+
+// heldCommit is a Sink whose targets' Commit says it began, then waits
+// for release.
+type heldCommit struct {
+	Sink
+	began, release chan struct{}
+}
+
+func (h heldCommit) OpenTarget(seg meta.Segment) (Target, error) {
+	t, err := h.Sink.OpenTarget(seg)
+	return heldTarget{t, h}, err
+}
+
+type heldTarget struct {
+	Target
+	h heldCommit
+}
+
+func (t heldTarget) Commit() error {
+	close(t.h.began)
+	<-t.h.release
+	return t.Target.Commit()
+}
+
+// A fetch frees its receiving slot once its bytes landed: the next
+// transfer takes the slot while the first one's commit (verify, fsync)
+// still runs.
+func TestFetchFreesItsSlotBeforeCommit(t *testing.T) {
+	fx := newFixture(t, 1<<20, Limits{}, ModeDefault, ModeDefault)
+	th, _ := NewThrottle(Limits{MaxTransfers: 1})
+	fx.cl.Throttle = th
+	h := heldCommit{Sink: fx.sink, began: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), h, nil)
+		done <- err
+	}()
+	<-h.began
+	release, err := th.acquireFetch(context.Background())
+	if err != nil {
+		t.Fatalf("slot during the first fetch's commit: %v", err)
+	}
+	release()
+	close(h.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
