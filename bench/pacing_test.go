@@ -27,6 +27,7 @@ func BenchmarkHealPacing(b *testing.B) {
 	cfg := healrun.DefaultPacing(kafkaBinary(b), benchRoot(b))
 	cfg.Segments = healrun.SegmentsFor(int64(envInt("MALACHI_BENCH_PACING_MB", 512))<<20, cfg.SegmentBytes, cfg.Brokers)
 	cfg.Logf = b.Logf
+	cfg.KeepLogs = os.Getenv("MALACHI_BENCH_PACING_LOGS")
 	rounds := envInt("MALACHI_BENCH_PACING_ROUNDS", 3)
 	modes, err := pacingModes(os.Getenv("MALACHI_BENCH_PACING_RATES"))
 	if err != nil {

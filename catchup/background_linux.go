@@ -19,27 +19,22 @@ const (
 	backgroundIOPrio = ioprioClassBE<<ioprioClassShift | 7
 )
 
-// inBackground runs move on a thread of its own at background priority
-// and returns what it returned. The thread is never given back: the
+// inBackground runs run on a thread of its own at background priority
+// and returns when it returned. The thread is never given back: the
 // goroutine stays locked to it, and Go ends a thread whose goroutine
 // exits locked, so no other goroutine ever runs at the lowered priority
 // (an unprivileged process could not raise it back). A priority the
-// kernel refuses leaves the transfer at the priority it had: background
-// priority is a courtesy to the clients, not a condition of the copy.
-func inBackground(move func() (int64, error)) (int64, error) {
-	type result struct {
-		n   int64
-		err error
-	}
-	done := make(chan result, 1)
+// kernel refuses leaves run at the priority it had: background priority
+// is a courtesy to the clients, not a condition of the copy.
+func inBackground(run func()) {
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 		tid := unix.Gettid()
 		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, backgroundNice)
 		_, _, _ = unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), backgroundIOPrio)
-		n, err := move()
-		done <- result{n, err}
+		run()
 	}()
-	r := <-done
-	return r.n, r.err
+	<-done
 }

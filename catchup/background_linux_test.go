@@ -2,12 +2,12 @@ package catchup
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
 )
 
@@ -26,7 +26,7 @@ func threadPriority(t testing.TB) (nice, ioprio int) {
 }
 
 // inBackground runs its function on another thread at nice 19 and
-// best-effort I/O priority 7, returns what it returned, and leaves the
+// best-effort I/O priority 7, returns when it returned, and leaves the
 // caller's thread as it was.
 func TestInBackgroundLowersItsOwnThreadOnly(t *testing.T) {
 	runtime.LockOSThread()
@@ -34,14 +34,14 @@ func TestInBackgroundLowersItsOwnThreadOnly(t *testing.T) {
 	caller := unix.Gettid()
 	niceBefore, ioBefore := threadPriority(t)
 	var tid, nice, io int
-	boom := errors.New("boom")
-	n, err := inBackground(func() (int64, error) {
+	ran := false
+	inBackground(func() {
 		tid = unix.Gettid()
 		nice, io = threadPriority(t)
-		return 42, boom
+		ran = true
 	})
-	if n != 42 || !errors.Is(err, boom) {
-		t.Fatalf("inBackground returned (%d, %v): want (42, boom)", n, err)
+	if !ran {
+		t.Fatal("inBackground returned before its function ran")
 	}
 	if tid == caller {
 		t.Fatalf("the background function ran on the caller's thread %d", caller)
@@ -54,13 +54,15 @@ func TestInBackgroundLowersItsOwnThreadOnly(t *testing.T) {
 	}
 }
 
-// A fetch through a Throttle with Limits.Background moves its bytes on a
-// background thread (the progress callback, called as bytes land, runs
-// there); without it, at the caller's priority. Both copies arrive whole.
+// A fetch through a Throttle with Limits.Background moves its bytes and
+// commits on a background thread (the progress callback, called as bytes
+// land, and the target's Commit run there); without it, at the caller's
+// priority. Both copies arrive whole.
 func TestFetchInBackground(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	callerNice, callerIO := threadPriority(t)
+	type prio struct{ nice, io int }
 	for _, background := range []bool{true, false} {
 		fx := newStoreFixture(t, store.Options{}, "")
 		seg, _ := sealed(t, fx.src, "seg-bg", 0, 200, 20000, 5)
@@ -69,21 +71,23 @@ func TestFetchInBackground(t *testing.T) {
 			t.Fatal(err)
 		}
 		fx.cl.Throttle = th
-		type prio struct{ nice, io int }
 		var seen []prio
-		progress := func(done, total int64) {
-			if done == 0 {
-				return // Fetch's report of where it starts, before any byte moves
-			}
+		note := func() {
 			n, i := threadPriority(t)
 			seen = append(seen, prio{n, i})
 		}
-		if _, err := fx.cl.Fetch(context.Background(), fx.addr, seg, storeTicket(t, seg, nil), StoreSink{DB: fx.dst}, progress); err != nil {
+		progress := func(done, total int64) {
+			if done > 0 { // not Fetch's report of where it starts, before any byte moves
+				note()
+			}
+		}
+		sink := noteCommit{Sink: StoreSink{DB: fx.dst}, note: note}
+		if _, err := fx.cl.Fetch(context.Background(), fx.addr, seg, storeTicket(t, seg, nil), sink, progress); err != nil {
 			t.Fatal(err)
 		}
 		fx.checkSame(t, seg)
-		if len(seen) == 0 {
-			t.Fatal("no progress reported")
+		if len(seen) < 2 {
+			t.Fatalf("%d progress reports and commits seen: want at least one of each", len(seen))
 		}
 		want := prio{backgroundNice, backgroundIOPrio}
 		if !background {
@@ -91,8 +95,26 @@ func TestFetchInBackground(t *testing.T) {
 		}
 		for _, p := range seen {
 			if p != want {
-				t.Fatalf("Background %v: bytes moved at nice %d, ioprio %#x: want nice %d, ioprio %#x", background, p.nice, p.io, want.nice, want.io)
+				t.Fatalf("Background %v: bytes moved or committed at nice %d, ioprio %#x: want nice %d, ioprio %#x", background, p.nice, p.io, want.nice, want.io)
 			}
 		}
 	}
 }
+
+// noteCommit is a Sink whose targets call note as their Commit begins.
+type noteCommit struct {
+	Sink
+	note func()
+}
+
+func (s noteCommit) OpenTarget(seg meta.Segment) (Target, error) {
+	t, err := s.Sink.OpenTarget(seg)
+	return noteTarget{t, s.note}, err
+}
+
+type noteTarget struct {
+	Target
+	note func()
+}
+
+func (t noteTarget) Commit() error { t.note(); return t.Target.Commit() }

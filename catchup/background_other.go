@@ -2,5 +2,5 @@
 
 package catchup
 
-// inBackground runs move as it is: thread priorities are Linux's here.
-func inBackground(move func() (int64, error)) (int64, error) { return move() }
+// inBackground runs run as it is: thread priorities are Linux's here.
+func inBackground(run func()) { run() }

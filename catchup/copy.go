@@ -170,18 +170,8 @@ func (a *keepAlive) touch() error {
 // throttle and pushes the socket's deadline one idle timeout ahead (step
 // may push it again as bytes move); after it, it reports progress.
 // Cancelling ctx interrupts a blocked step through the deadline. It
-// returns the bytes moved. With Limits.Background the chunks move on a
-// thread of their own at background priority (inBackground).
+// returns the bytes moved.
 func pump(ctx context.Context, conn net.Conn, n int64, chunk func() int, th *Throttle, progress func(int64),
-	step func(off int64, c int, alive *keepAlive) (int, error)) (int64, error) {
-	if th.backgroundOn() {
-		return inBackground(func() (int64, error) { return pumpChunks(ctx, conn, n, chunk, th, progress, step) })
-	}
-	return pumpChunks(ctx, conn, n, chunk, th, progress, step)
-}
-
-// pumpChunks is pump's loop, on the calling thread.
-func pumpChunks(ctx context.Context, conn net.Conn, n int64, chunk func() int, th *Throttle, progress func(int64),
 	step func(off int64, c int, alive *keepAlive) (int, error)) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()

@@ -114,7 +114,7 @@
 //     Throttle.SetRate from the transfers' next chunk on; in chunks of at
 //     most 1 MiB) and hold at most MaxTransfers slots in each direction
 //     (receiving, sending), which never wait on each other; a receiving
-//     transfer frees its slot once its bytes landed, before its commit. Throttle.Moved
+//     transfer holds its slot through its commit. Throttle.Moved
 //     counts every byte they moved.
 //  8. On Linux the target writes a transfer's bytes behind it
 //     (writebehind.go): each DefaultWriteBehind window that lands has its

@@ -415,7 +415,8 @@ func (s *Server) serve(conn net.Conn, req *request, tk *signedTicket, mode Mode,
 		return
 	}
 	start := time.Now()
-	sent, err := sendRange(ctx, conn, f, req.from, n, mode, s.Throttle, &s.stats, nil)
+	var sent int64
+	s.Throttle.atPriority(func() { sent, err = sendRange(ctx, conn, f, req.from, n, mode, s.Throttle, &s.stats, nil) })
 	s.stats.bytes.Add(uint64(sent))
 	if err != nil {
 		s.stats.failed.Add(1)

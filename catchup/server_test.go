@@ -388,54 +388,6 @@ func TestThrottleDirectionsApart(t *testing.T) {
 	}
 }
 
-// heldCommit is a Sink whose targets' Commit says it began, then waits
-// for release.
-type heldCommit struct {
-	Sink
-	began, release chan struct{}
-}
-
-func (h heldCommit) OpenTarget(seg meta.Segment) (Target, error) {
-	t, err := h.Sink.OpenTarget(seg)
-	return heldTarget{t, h}, err
-}
-
-type heldTarget struct {
-	Target
-	h heldCommit
-}
-
-func (t heldTarget) Commit() error {
-	close(t.h.began)
-	<-t.h.release
-	return t.Target.Commit()
-}
-
-// A fetch frees its receiving slot once its bytes landed: the next
-// transfer takes the slot while the first one's commit (verify, fsync)
-// still runs.
-func TestFetchFreesItsSlotBeforeCommit(t *testing.T) {
-	fx := newFixture(t, 1<<20, Limits{}, ModeDefault, ModeDefault)
-	th, _ := NewThrottle(Limits{MaxTransfers: 1})
-	fx.cl.Throttle = th
-	h := heldCommit{Sink: fx.sink, began: make(chan struct{}), release: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() {
-		_, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), h, nil)
-		done <- err
-	}()
-	<-h.began
-	release, err := th.acquireFetch(context.Background())
-	if err != nil {
-		t.Fatalf("slot during the first fetch's commit: %v", err)
-	}
-	release()
-	close(h.release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
 // The defaults are zero copy at both ends: the counters show it.
 func TestDefaultModesAreZeroCopy(t *testing.T) {
 	fx := newFixture(t, 1<<20, Limits{}, ModeDefault, ModeDefault)

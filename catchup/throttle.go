@@ -195,9 +195,16 @@ func (t *Throttle) Limits() Limits {
 	return l
 }
 
-// backgroundOn says whether transfers through t run at background
-// priority.
-func (t *Throttle) backgroundOn() bool { return t != nil && t.limits.Background }
+// atPriority runs a transfer's work (a Fetch's receive and commit, a
+// Server's send) and returns when it is done: on a background thread
+// with Limits.Background (inBackground), else on the caller's.
+func (t *Throttle) atPriority(run func()) {
+	if t != nil && t.limits.Background {
+		inBackground(run)
+		return
+	}
+	run()
+}
 
 func (t *Throttle) idle() time.Duration {
 	if t == nil || t.limits.IdleTimeout == 0 {

@@ -38,6 +38,9 @@ type PacingConfig struct {
 	Warmup, Idle time.Duration
 	// HealLimit bounds the wait for the heal.
 	HealLimit time.Duration
+	// KeepLogs, when set, keeps each run's broker logs there
+	// (ClusterConfig.KeepLogs).
+	KeepLogs string
 	// Logf says what the run does (nil: nothing).
 	Logf func(format string, args ...any)
 }
@@ -113,7 +116,8 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		return Result{}, err
 	}
 	hc, err := Start(ctx, ClusterConfig{Bin: cfg.Bin, Root: cfg.Root, Brokers: cfg.Brokers,
-		HealExtra: "backfill_bytes_per_second = " + m.Rate + "\n" + m.Extra, Kafka: true, KafkaTable: "segment_bytes = 4294967296\nsegment_ms = 0\n"})
+		HealExtra: "backfill_bytes_per_second = " + m.Rate + "\n" + m.Extra, Kafka: true, KafkaTable: "segment_bytes = 4294967296\nsegment_ms = 0\n",
+		KeepLogs: cfg.KeepLogs})
 	if err != nil {
 		return Result{}, err
 	}
