@@ -177,11 +177,15 @@ type State struct {
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
-	// Threshold is the rate the last cut left (0: no cut yet). Without a
-	// ceiling, active steps double the rate up to it and grow by Step
-	// above it, so a rate cut for the clients returns slowly to where it
-	// hurt them instead of doubling past it.
-	Threshold int64
+	// Hurt is the rate the last cut was made at (the rate, or what moved
+	// when that was lower; 0: no cut yet). Without a ceiling, active steps
+	// after a cut close half the gap to it each step (at least Step), then
+	// probe above it by a quarter of the rate each step (at least Step):
+	// the rate returns within a few steps to where the clients were hurt,
+	// slows down near it, and finds out whether that still hurts them
+	// (BIC's binary search and probing), instead of oscillating between
+	// half and double of it or crawling back a Step at a time.
+	Hurt int64
 	// AtFloor counts the consecutive active steps at the floor.
 	AtFloor int
 	// Reason is the last step's.
@@ -218,20 +222,19 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	}
 	switch {
 	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg, cfg.SevereFactor, s, in)):
-		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
-		s.Threshold, s.Slow = s.Rate, 0
+		s.Hurt, s.Rate = cut(cfg, s.Rate, in)
+		s.Reason, s.Slow = Latency, 0
 	case s.Slow > 0:
 		s.Reason = Latency // slow, not yet for long enough: held
 	case pressed(cfg, s.IdleIO, in.IO) || pressed(cfg, s.IdleCPU, in.CPU):
 		s.Reason = Pressure
 		if active {
-			s.Rate = halve(cfg, s.Rate, in)
-			s.Threshold = s.Rate
+			s.Hurt, s.Rate = cut(cfg, s.Rate, in)
 		}
 	case active:
 		s.Rate = grow(cfg, s)
 	case s.Idle >= cfg.IdleReset:
-		s.Rate, s.Threshold = cfg.start(), 0
+		s.Rate, s.Hurt = cfg.start(), 0
 	}
 	if !active && s.Idle >= cfg.IdleReset {
 		s.Gap = false
@@ -285,30 +288,31 @@ func settle(base, sig Signal) Signal {
 	return Signal{Avg10: base.Avg10 + (sig.Avg10-base.Avg10)/PressureSettle, Known: true}
 }
 
-// halve is half the lower of rate and what moved over the interval, at
-// least the floor.
-func halve(cfg Config, rate int64, in Input) int64 {
+// cut is where a cut was made, the lower of rate and what moved over the
+// interval, and the rate it leaves, half of that, at least the floor.
+func cut(cfg Config, rate int64, in Input) (hurt, next int64) {
 	if in.Elapsed > 0 {
 		if seen := float64(in.Moved) / in.Elapsed.Seconds(); seen < float64(rate) {
 			rate = int64(seen)
 		}
 	}
-	return max(cfg.Floor, rate/2)
+	return rate, max(cfg.Floor, rate/2)
 }
 
 // grow is an active step's increase: by Step under a ceiling; without
-// one, doubling, but after a cut only up to the threshold, and by Step
-// above it.
+// one, doubling until the first cut, then half the gap to the rate that
+// hurt (at least Step, at most up to it), and above it a quarter of the
+// rate (at least Step).
 func grow(cfg Config, s State) int64 {
 	switch {
 	case cfg.Ceiling > 0:
 		return min(cfg.Ceiling, s.Rate+cfg.Step)
-	case s.Threshold > 0 && s.Rate < s.Threshold:
-		return min(s.Threshold, s.Rate*2)
-	case s.Threshold > 0:
-		return min(Unbounded, s.Rate+cfg.Step)
+	case s.Hurt == 0:
+		return min(Unbounded, s.Rate*2)
+	case s.Rate < s.Hurt:
+		return min(s.Hurt, s.Rate+max(cfg.Step, (s.Hurt-s.Rate)/2))
 	}
-	return min(Unbounded, s.Rate*2)
+	return min(Unbounded, s.Rate+max(cfg.Step, s.Rate/4))
 }
 
 // learn folds an idle p99 into the baseline: the first sets it, later

@@ -45,7 +45,7 @@ func TestStep(t *testing.T) {
 		{"no signal: doubling reaches no cap", DefaultConfig(), at(Unbounded/2, known), calm, 0, None, 0},
 		{"no signal: adds a step under a ceiling", capped, at(16*mib, known), calm, 24 * mib, None, 0},
 		{"idle: held", DefaultConfig(), at(4*mib, known), idle, 4 * mib, None, 0},
-		{"idle for IdleReset steps: back to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Threshold = 9, 2*mib; return s }()), idle, 32 * mib, None, 0},
+		{"idle for IdleReset steps: back to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Hurt = 9, 2*mib; return s }()), idle, 32 * mib, None, 0},
 		{"no signal: stops at the ceiling", capped, at(60*mib, known), calm, 64 * mib, None, 0},
 		{"latency spike halves", capped, at(32*mib, primed), slow, 16 * mib, Latency, 0},
 		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * lu }), 40 * mib, None, 0},
@@ -84,9 +84,12 @@ func TestStep(t *testing.T) {
 		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
 			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
 		{"latency before pressure", capped, at(32*mib, primed), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
-		{"after a cut, active steps double up to the threshold", DefaultConfig(), at(4*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 6 * mib, None, 0},
-		{"after a cut, active steps add a step above the threshold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 14 * mib, None, 0},
-		{"after a cut, idle steps hold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 6 * mib, None, 0},
+		{"after a cut, a step closes half the gap to the rate that hurt", DefaultConfig(), at(100*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 150 * mib, None, 0},
+		{"after a cut, a step closes at least Step of the gap", DefaultConfig(), at(190*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 198 * mib, None, 0},
+		{"after a cut, a step stops at the rate that hurt", DefaultConfig(), at(196*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 200 * mib, None, 0},
+		{"after a cut, at the rate that hurt, a step probes a quarter above", DefaultConfig(), at(200*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 250 * mib, None, 0},
+		{"after a cut, probing adds at least Step", DefaultConfig(), at(6*mib, func() State { s := known; s.Hurt = 6 * mib; return s }()), calm, 14 * mib, None, 0},
+		{"after a cut, idle steps hold", DefaultConfig(), at(6*mib, func() State { s := known; s.Hurt = 6 * mib; return s }()), idle, 6 * mib, None, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -104,15 +107,46 @@ func TestStep(t *testing.T) {
 	}
 }
 
-// A cut sets the threshold to the rate it left.
-func TestCutSetsThreshold(t *testing.T) {
+// A cut remembers the rate it was made at, and leaves half of it; a rate
+// the transfers did not reach is cut from what they moved.
+func TestCutRemembersWhereItHurt(t *testing.T) {
 	_, s := Step(DefaultConfig(), at(32*mib, primed), slow)
-	if s.Rate != 16*mib || s.Threshold != 16*mib || s.Slow != 0 {
-		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, threshold %d; want both 16 MiB/s", s.Rate, s.Threshold)
+	if s.Rate != 16*mib || s.Hurt != 32*mib || s.Slow != 0 {
+		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, hurt at %d; want 16 MiB/s, 32 MiB/s", s.Rate, s.Hurt)
 	}
 	_, s = Step(DefaultConfig(), at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }))
-	if s.Threshold != 16*mib {
-		t.Fatalf("after a pressure cut: threshold %d, want 16 MiB/s", s.Threshold)
+	if s.Rate != 16*mib || s.Hurt != 32*mib {
+		t.Fatalf("after a pressure cut from 32 MiB/s: rate %d, hurt at %d; want 16 MiB/s, 32 MiB/s", s.Rate, s.Hurt)
+	}
+	_, s = Step(DefaultConfig(), at(256*mib, primed), with(slow, func(in *Input) { in.Moved, in.Elapsed = 52*mib, time.Second }))
+	if s.Rate != 26*mib || s.Hurt != 52*mib {
+		t.Fatalf("after a latency cut at 256 MiB/s that moved 52 MiB in a second: rate %d, hurt at %d; want 26 MiB/s, 52 MiB/s", s.Rate, s.Hurt)
+	}
+}
+
+// After a cut the rate is back at the rate that hurt within a few calm
+// steps, and probes above it, where one Step a second took far longer.
+func TestClimbsBackAfterACut(t *testing.T) {
+	cfg := DefaultConfig()
+	s := at(26*mib, known)
+	s.Hurt = 256 * mib
+	var rates []int64
+	for range 6 {
+		var d Decision
+		d, s = Step(cfg, s, calm)
+		rates = append(rates, d.Rate/mib)
+	}
+	want := []int64{141, 198, 227, 241, 249, 256}
+	for i := range want {
+		if rates[i] != want[i] {
+			t.Fatalf("rates (MiB/s) after a cut from 256 to 26 MiB/s: %v, want %v", rates, want)
+		}
+	}
+	for range 4 {
+		_, s = Step(cfg, s, calm)
+	}
+	if s.Rate <= 256*mib {
+		t.Fatalf("rate %d MiB/s after 10 calm steps: want it probing above the 256 MiB/s that hurt", s.Rate/mib)
 	}
 }
 
@@ -227,8 +261,8 @@ func TestLatencyStepsInARow(t *testing.T) {
 // A heal of three steps in slow start, the shape of the demo's quiet round
 // (a 64 MiB copy's commit stalls the clients for one second, then the heal
 // is over): with LatencySteps 2 alone the lone slow second never cut; the
-// severe factor cuts it on that second, and the rate then grows by Step
-// above the threshold instead of doubling.
+// severe factor cuts it on that second, and the rate then closes half the
+// gap to where it hurt instead of doubling.
 func TestShortHealSevereSpike(t *testing.T) {
 	cfg := DefaultConfig()
 	s := known
@@ -243,13 +277,13 @@ func TestShortHealSevereSpike(t *testing.T) {
 		d, s = Step(cfg, s, in)
 		if d.Reason == Latency && s.Rate < before {
 			cuts++
-			if i != 1 || d.Rate != 32*mib || s.Threshold != 32*mib {
-				t.Fatalf("step %d: cut to %d (threshold %d), want one cut on step 1 to half of 64 MiB/s", i, d.Rate, s.Threshold)
+			if i != 1 || d.Rate != 32*mib || s.Hurt != 64*mib {
+				t.Fatalf("step %d: cut to %d (hurt at %d), want one cut on step 1 to half of 64 MiB/s", i, d.Rate, s.Hurt)
 			}
 		}
 	}
-	if cuts != 1 || s.Rate != 40*mib {
-		t.Fatalf("%d cuts, rate %d after the heal: want 1 cut, then one Step above the threshold (40 MiB/s)", cuts, s.Rate)
+	if cuts != 1 || s.Rate != 48*mib {
+		t.Fatalf("%d cuts, rate %d after the heal: want 1 cut, then half the gap back to the 64 MiB/s that hurt (48 MiB/s)", cuts, s.Rate)
 	}
 }
 
