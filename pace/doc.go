@@ -46,13 +46,14 @@
 //   - Otherwise (Reason None), while catch-up moves bytes, the rate
 //     grows: by Config.Step up to Config.Ceiling, or, with no ceiling,
 //     doubles up to Unbounded, which is no cap at all (Decision.Rate 0).
-//     After a cut (State.Hurt, the rate it was made at), each step closes
-//     half the gap to that rate (at least Config.Step, never past it),
-//     then probes above it by a quarter of the rate (at least Step): the
-//     rate is back near where the clients felt it within a few steps,
-//     slows down there, and finds out whether it still hurts them (BIC's
-//     binary search and probing), instead of oscillating between half and
-//     double of it or crawling back one Step at a time. While catch-up is
+//     After a cut (State.Hurt, the rate it was made at, at least
+//     Config.Start), each step closes half the gap to that rate (at least
+//     Config.Step, never past it), then probes above it, a Step first and
+//     twice the distance each step after: the rate is back near where the
+//     clients felt it within a few steps, slows down there, and finds out
+//     whether it still hurts them (BIC's binary search and max probing),
+//     instead of oscillating between half and double of it or crawling
+//     back one Step at a time. While catch-up is
 //     idle the rate is held; after
 //     Config.IdleReset idle steps in a row it returns to Config.Start, so
 //     that the next heal starts there and doubles each second while the

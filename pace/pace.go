@@ -178,13 +178,14 @@ type State struct {
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
 	// Hurt is the rate the last cut was made at (the rate, or what moved
-	// when that was lower; 0: no cut yet). Without a ceiling, active steps
-	// after a cut close half the gap to it each step (at least Step), then
-	// probe above it by a quarter of the rate each step (at least Step):
-	// the rate returns within a few steps to where the clients were hurt,
-	// slows down near it, and finds out whether that still hurts them
-	// (BIC's binary search and probing), instead of oscillating between
-	// half and double of it or crawling back a Step at a time.
+	// when that was lower, at least Config.Start; 0: no cut yet). Without
+	// a ceiling, active steps after a cut close half the gap to it each
+	// step (at least Step), then probe above it, a Step first and twice
+	// the distance each step after: the rate returns within a few steps
+	// to where the clients were hurt, slows down near it, and finds out
+	// whether that still hurts them (BIC's binary search and max
+	// probing), instead of oscillating between half and double of it or
+	// crawling back a Step at a time.
 	Hurt int64
 	// AtFloor counts the consecutive active steps at the floor.
 	AtFloor int
@@ -288,21 +289,26 @@ func settle(base, sig Signal) Signal {
 	return Signal{Avg10: base.Avg10 + (sig.Avg10-base.Avg10)/PressureSettle, Known: true}
 }
 
-// cut is where a cut was made, the lower of rate and what moved over the
-// interval, and the rate it leaves, half of that, at least the floor.
+// cut is the rate a cut was made at and the rate it leaves. The cut
+// halves the lower of rate and what moved over the interval (at least the
+// floor). The rate remembered as hurting is that lower figure, but at
+// least the start rate: a heal's first seconds move little while the
+// clients may still be shaken by what started it (a broker's death, an
+// election), and a memory of a few MB/s would hold the whole heal down.
 func cut(cfg Config, rate int64, in Input) (hurt, next int64) {
 	if in.Elapsed > 0 {
 		if seen := float64(in.Moved) / in.Elapsed.Seconds(); seen < float64(rate) {
 			rate = int64(seen)
 		}
 	}
-	return rate, max(cfg.Floor, rate/2)
+	return max(rate, cfg.start()), max(cfg.Floor, rate/2)
 }
 
 // grow is an active step's increase: by Step under a ceiling; without
-// one, doubling until the first cut, then half the gap to the rate that
-// hurt (at least Step, at most up to it), and above it a quarter of the
-// rate (at least Step).
+// one, doubling until the first cut; then half the gap to the rate that
+// hurt (at least Step, never past it); above it, by as much as the rate
+// is already above it (at least Step), so the probe starts with a Step
+// and doubles its distance each step.
 func grow(cfg Config, s State) int64 {
 	switch {
 	case cfg.Ceiling > 0:
@@ -312,7 +318,7 @@ func grow(cfg Config, s State) int64 {
 	case s.Rate < s.Hurt:
 		return min(s.Hurt, s.Rate+max(cfg.Step, (s.Hurt-s.Rate)/2))
 	}
-	return min(Unbounded, s.Rate+max(cfg.Step, s.Rate/4))
+	return min(Unbounded, s.Rate+max(cfg.Step, s.Rate-s.Hurt))
 }
 
 // learn folds an idle p99 into the baseline: the first sets it, later

@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -87,9 +88,9 @@ func TestStep(t *testing.T) {
 		{"after a cut, a step closes half the gap to the rate that hurt", DefaultConfig(), at(100*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 150 * mib, None, 0},
 		{"after a cut, a step closes at least Step of the gap", DefaultConfig(), at(190*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 198 * mib, None, 0},
 		{"after a cut, a step stops at the rate that hurt", DefaultConfig(), at(196*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 200 * mib, None, 0},
-		{"after a cut, at the rate that hurt, a step probes a quarter above", DefaultConfig(), at(200*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 250 * mib, None, 0},
-		{"after a cut, probing adds at least Step", DefaultConfig(), at(6*mib, func() State { s := known; s.Hurt = 6 * mib; return s }()), calm, 14 * mib, None, 0},
-		{"after a cut, idle steps hold", DefaultConfig(), at(6*mib, func() State { s := known; s.Hurt = 6 * mib; return s }()), idle, 6 * mib, None, 0},
+		{"after a cut, at the rate that hurt, a step probes a Step above", DefaultConfig(), at(200*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 208 * mib, None, 0},
+		{"after a cut, above the rate that hurt, the probe doubles its distance", DefaultConfig(), at(216*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 232 * mib, None, 0},
+		{"after a cut, idle steps hold", DefaultConfig(), at(40*mib, func() State { s := known; s.Hurt = 32 * mib; return s }()), idle, 40 * mib, None, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,8 +108,9 @@ func TestStep(t *testing.T) {
 	}
 }
 
-// A cut remembers the rate it was made at, and leaves half of it; a rate
-// the transfers did not reach is cut from what they moved.
+// A cut remembers the rate it was made at (at least the start rate), and
+// leaves half of it; a rate the transfers did not reach is cut from what
+// they moved.
 func TestCutRemembersWhereItHurt(t *testing.T) {
 	_, s := Step(DefaultConfig(), at(32*mib, primed), slow)
 	if s.Rate != 16*mib || s.Hurt != 32*mib || s.Slow != 0 {
@@ -122,10 +124,15 @@ func TestCutRemembersWhereItHurt(t *testing.T) {
 	if s.Rate != 26*mib || s.Hurt != 52*mib {
 		t.Fatalf("after a latency cut at 256 MiB/s that moved 52 MiB in a second: rate %d, hurt at %d; want 26 MiB/s, 52 MiB/s", s.Rate, s.Hurt)
 	}
+	_, s = Step(DefaultConfig(), at(64*mib, primed), with(slow, func(in *Input) { in.Moved, in.Elapsed = 2*mib, time.Second }))
+	if s.Rate != 1*mib || s.Hurt != 32*mib {
+		t.Fatalf("after a latency cut on a second that moved 2 MiB: rate %d, hurt at %d; want the floor (1 MiB/s), and the start rate (32 MiB/s) remembered", s.Rate, s.Hurt)
+	}
 }
 
 // After a cut the rate is back at the rate that hurt within a few calm
-// steps, and probes above it, where one Step a second took far longer.
+// steps, and probes above it ever faster, where one Step a second took far
+// longer.
 func TestClimbsBackAfterACut(t *testing.T) {
 	cfg := DefaultConfig()
 	s := at(26*mib, known)
@@ -142,11 +149,14 @@ func TestClimbsBackAfterACut(t *testing.T) {
 			t.Fatalf("rates (MiB/s) after a cut from 256 to 26 MiB/s: %v, want %v", rates, want)
 		}
 	}
-	for range 4 {
-		_, s = Step(cfg, s, calm)
+	rates = rates[:0]
+	for range 6 {
+		var d Decision
+		d, s = Step(cfg, s, calm)
+		rates = append(rates, d.Rate/mib)
 	}
-	if s.Rate <= 256*mib {
-		t.Fatalf("rate %d MiB/s after 10 calm steps: want it probing above the 256 MiB/s that hurt", s.Rate/mib)
+	if want := []int64{264, 272, 288, 320, 384, 512}; !slices.Equal(rates, want) {
+		t.Fatalf("rates (MiB/s) probing above the 256 MiB/s that hurt: %v, want %v", rates, want)
 	}
 }
 

@@ -135,8 +135,9 @@ func TestPacerLatency(t *testing.T) {
 		t.Fatalf("floor seconds %v (status %v), rate gauge %v", held, f.p.status().FloorSeconds, testutil.ToFloat64(f.p.metrics.pace.rate))
 	}
 	f.lat.p99 = 20 * time.Millisecond
-	// Past the rate the last cut left, an active step adds a step.
-	want := floor + pace.DefaultConfig().Step
+	// Below the rate the last cut was made at (here the start rate, the
+	// least a cut remembers), an active step closes half the gap.
+	want := floor + (pace.DefaultConfig().Start-floor)/2
 	if r := f.step(1 << 20); r != want || f.reason(t) != "none" || testutil.ToFloat64(f.p.metrics.pace.floorSeconds) != 0 {
 		t.Fatalf("rate %d (%s) once clients are quiet, want %d (none) and floor seconds 0", r, f.reason(t), want)
 	}
