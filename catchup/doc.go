@@ -124,12 +124,12 @@
 //     sync_file_range is a failed write of the target (ErrTarget, the
 //     Sink's Failer latches the copy); it never makes bytes durable on its
 //     own, and invariant 5 holds as for any stopped transfer.
-//  9. With Limits.Background, on Linux, a transfer's chunks move on a
-//     thread of their own at nice 19 and best-effort I/O priority 7
-//     (background_linux.go); no other goroutine ever runs on that thread
-//     (it ends with the transfer), and the caller's thread keeps its
-//     priority. A priority the kernel refuses leaves the transfer at the
-//     caller's: it never fails a transfer.
+//  9. With Limits.Background, on Linux, a transfer's bytes (and a
+//     received copy's commit) move on a thread of its own at nice 19 and
+//     best-effort I/O priority 7 (background_linux.go); no other
+//     goroutine ever runs on that thread (it ends with the transfer), and
+//     the caller's thread keeps its priority. A priority the kernel
+//     refuses leaves the transfer at the caller's: it never fails one.
 //
 // # Concurrency and crashes
 //

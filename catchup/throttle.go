@@ -32,10 +32,11 @@ type Limits struct {
 	// chunk only, so there a chunk (1 MiB, or the throttle's) must move
 	// within IdleTimeout. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// Background moves each transfer's bytes on a thread at the lowest
-	// CPU and best-effort I/O priority (Linux), so that a broker's work
-	// for its clients (Produce, Fetch) runs first on a busy machine, and
-	// the transfer takes what the clients leave.
+	// Background runs each transfer (its bytes, and a received copy's
+	// commit: verify, fsync) on a thread at the lowest CPU and
+	// best-effort I/O priority (Linux), so that a broker's work for its
+	// clients (Produce, Fetch) runs first on a busy machine, and the
+	// transfer takes what the clients leave.
 	Background bool
 }
 
