@@ -27,9 +27,10 @@
 //     p99 over the interval is known, an idle baseline is known, the p99
 //     is above Config.LatencyFactor times the baseline, and so it was on
 //     Config.LatencySteps active steps in a row (State.Slow), or this one
-//     step's p99 is above Config.SevereFactor times the baseline (either
-//     only when the p99 is also more than Config.LatencyMargin above the
-//     baseline: a small baseline's relative rise is noise): the
+//     step's p99 is above Config.SevereFactor times the baseline (the
+//     first only when the p99 is also more than Config.LatencyMargin
+//     above the baseline, the second more than Config.SevereMargin: a
+//     small baseline's relative rise is noise): the
 //     rate is halved (Reason Latency) and the count starts again. A slow
 //     step short of both holds the rate (Reason Latency). The severe
 //     factor is for heals of a few seconds, over before two slow seconds

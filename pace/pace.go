@@ -76,6 +76,12 @@ type Config struct {
 	// seconds in a row can be seen, and a stall this far above the
 	// baseline is no noise.
 	SevereFactor float64
+	// SevereMargin: a p99 cuts at once (SevereFactor) only when it is also
+	// more than this above the baseline (at least LatencyMargin). A
+	// follower's append of 1.5 ms that takes 6.5 ms for a second is more
+	// than three times its baseline, and a slow second, but not a stall
+	// to cut for before a second one confirms it.
+	SevereMargin time.Duration
 	// PressureLimit is the PSI some avg10, in percent, above which the
 	// machine is under pressure (in (0, 100]).
 	PressureLimit float64
@@ -91,7 +97,7 @@ type Config struct {
 // limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
 	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, SevereFactor: 3,
-		LatencyMargin: 5 * time.Millisecond, PressureLimit: 40, PressureRise: 20}
+		LatencyMargin: 5 * time.Millisecond, SevereMargin: 20 * time.Millisecond, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -115,6 +121,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: LatencyMargin = %v: want at least 0", c.LatencyMargin)
 	case !(c.SevereFactor >= c.LatencyFactor):
 		return fmt.Errorf("pace: SevereFactor = %v: want at least LatencyFactor (%v)", c.SevereFactor, c.LatencyFactor)
+	case c.SevereMargin < c.LatencyMargin:
+		return fmt.Errorf("pace: SevereMargin = %v: want at least LatencyMargin (%v)", c.SevereMargin, c.LatencyMargin)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
 		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
 	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
@@ -216,13 +224,13 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	} else {
 		s.Idle++
 	}
-	if active && above(cfg, cfg.LatencyFactor, s, in) {
+	if active && above(cfg.LatencyFactor, cfg.LatencyMargin, s, in) {
 		s.Slow++
 	} else {
 		s.Slow = 0
 	}
 	switch {
-	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg, cfg.SevereFactor, s, in)):
+	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg.SevereFactor, cfg.SevereMargin, s, in)):
 		s.Hurt, s.Rate = cut(cfg, s.Rate, in)
 		s.Reason, s.Slow = Latency, 0
 	case s.Slow > 0:
@@ -260,9 +268,9 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 }
 
 // above: the p99 is known, above factor × a known baseline and more than
-// LatencyMargin above it.
-func above(cfg Config, factor float64, s State, in Input) bool {
-	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline) && in.P99-s.Baseline > cfg.LatencyMargin
+// margin above it.
+func above(factor float64, margin time.Duration, s State, in Input) bool {
+	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline) && in.P99-s.Baseline > margin
 }
 
 // pressed: a known PSI figure above the limit and, where an idle

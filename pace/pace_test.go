@@ -85,6 +85,8 @@ func TestStep(t *testing.T) {
 		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
 			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
 		{"latency before pressure", capped, at(32*mib, primed), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
+		{"a p99 four times a small baseline but within SevereMargin of it only holds", DefaultConfig(), at(64*mib, State{Baseline: 2 * time.Millisecond, BaselineKnown: true}), with(calm, func(in *Input) { in.P99 = 8 * time.Millisecond }), 64 * mib, Latency, 0},
+		{"a p99 more than SevereMargin above a small baseline cuts at once", DefaultConfig(), at(64*mib, State{Baseline: 2 * time.Millisecond, BaselineKnown: true}), with(calm, func(in *Input) { in.P99 = 30 * time.Millisecond }), 32 * mib, Latency, 0},
 		{"after a cut, a step closes half the gap to the rate that hurt", DefaultConfig(), at(100*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 150 * mib, None, 0},
 		{"after a cut, a step closes at least Step of the gap", DefaultConfig(), at(190*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 198 * mib, None, 0},
 		{"after a cut, a step stops at the rate that hurt", DefaultConfig(), at(196*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 200 * mib, None, 0},
@@ -334,6 +336,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.IdleReset = 0 },
 		func(c *Config) { c.LatencySteps = 0 },
 		func(c *Config) { c.SevereFactor = c.LatencyFactor - 0.1 },
+		func(c *Config) { c.SevereMargin = c.LatencyMargin - time.Millisecond },
 		func(c *Config) { c.LatencyMargin = -1 },
 	} {
 		c := DefaultConfig()
