@@ -25,7 +25,8 @@ import (
 // heal. Reported: heal-MB/s, floor-MB/s, x-floor (the heal over the
 // floor), disk-MB/s and loopback-MB/s, the window in seconds, and the
 // stages summed over the backfills (wait, transfer, commit) and the
-// leader's record of the new sets.
+// leader's record of the new sets. MALACHI_BENCH_HEAL_EXTRA adds TOML
+// lines to the brokers' [heal] tables (e.g. max_transfers_per_broker = 1).
 func BenchmarkHealAtScale(b *testing.B) {
 	mb, segMB := envInt("MALACHI_BENCH_HEAL_MB", 2048), envInt("MALACHI_BENCH_HEAL_SEGMENT_MB", 128)
 	perBroker := int64(mb) << 20
@@ -35,7 +36,7 @@ func BenchmarkHealAtScale(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-			hc, err := healrun.Start(ctx, healrun.ClusterConfig{Bin: kafkaBinary(b), Root: benchRoot(b), Brokers: 4, HealExtra: "backfill_bytes_per_second = 0\n"})
+			hc, err := healrun.Start(ctx, healrun.ClusterConfig{Bin: kafkaBinary(b), Root: benchRoot(b), Brokers: 4, HealExtra: "backfill_bytes_per_second = 0\n" + os.Getenv("MALACHI_BENCH_HEAL_EXTRA")})
 			if err != nil {
 				b.Fatal(err)
 			}

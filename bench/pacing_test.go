@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,10 +27,15 @@ func BenchmarkHealPacing(b *testing.B) {
 	cfg := healrun.DefaultPacing(kafkaBinary(b), benchRoot(b))
 	cfg.Segments = healrun.SegmentsFor(int64(envInt("MALACHI_BENCH_PACING_MB", 512))<<20, cfg.SegmentBytes, cfg.Brokers)
 	cfg.Logf = b.Logf
+	cfg.KeepLogs = os.Getenv("MALACHI_BENCH_PACING_LOGS")
 	rounds := envInt("MALACHI_BENCH_PACING_ROUNDS", 3)
+	modes, err := pacingModes(os.Getenv("MALACHI_BENCH_PACING_RATES"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	var results []healrun.Result
 	for round := 1; round <= rounds; round++ {
-		for _, m := range healrun.Modes {
+		for _, m := range modes {
 			b.Run(fmt.Sprintf("rate=%s", m.Name), func(b *testing.B) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 				defer cancel()
@@ -43,6 +50,36 @@ func BenchmarkHealPacing(b *testing.B) {
 		}
 	}
 	writePacing(b, results)
+}
+
+// pacingModes is the modes of a sweep (healrun.Modes when rates is empty).
+func pacingModes(rates string) ([]healrun.Mode, error) {
+	if rates == "" {
+		return healrun.Modes, nil
+	}
+	var modes []healrun.Mode
+	for _, r := range strings.Split(rates, ",") {
+		r = strings.TrimSpace(r)
+		m := healrun.Mode{Name: r}
+		r, keys, _ := strings.Cut(r, "+")
+		for kv := range strings.SplitSeq(keys, "+") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				m.Extra += k + " = " + v + "\n"
+			}
+		}
+		if rate, fg := strings.CutSuffix(r, "/foreground"); fg {
+			r, m.Extra = rate, m.Extra+"backfill_background = false\n"
+		}
+		if r == "auto" {
+			m.Rate = `"auto"`
+		} else if n, err := strconv.ParseInt(r, 10, 64); err == nil && n >= 0 {
+			m.Rate = r
+		} else {
+			return nil, fmt.Errorf("MALACHI_BENCH_PACING_RATES: %q is not a rate in bytes per second (0 no cap) or auto, optionally with /foreground and +key=value", r)
+		}
+		modes = append(modes, m)
+	}
+	return modes, nil
 }
 
 func reportPacing(b *testing.B, r healrun.Result) {

@@ -143,14 +143,20 @@ func (c *Client) Fetch(ctx context.Context, addr string, seg meta.Segment, ticke
 	if len(ticket) > MaxTicketLen {
 		return res, fmt.Errorf("%w: segment %s: ticket of %d bytes, at most %d", ErrMalformed, seg.ID, len(ticket), MaxTicketLen)
 	}
-	log := c.Logger.With().Str("segment", string(seg.ID)).Str("source", addr).Logger()
-	release, err := c.Throttle.acquire(ctx)
+	release, err := c.Throttle.acquireFetch(ctx)
 	res.Wait = time.Since(start)
 	if err != nil {
 		return res, fmt.Errorf("catchup: segment %s from %s: %w", seg.ID, addr, err)
 	}
 	defer release()
+	c.Throttle.atPriority(func() { res, err = c.fetchHeld(ctx, addr, seg, ticket, sink, progress, start, res) })
+	return res, err
+}
 
+// fetchHeld is Fetch once its slot is held: open the target, receive,
+// commit (at the Throttle's priority: Limits.Background).
+func (c *Client) fetchHeld(ctx context.Context, addr string, seg meta.Segment, ticket []byte, sink Sink, progress Progress, start time.Time, res Result) (_ Result, err error) {
+	log := c.Logger.With().Str("segment", string(seg.ID)).Str("source", addr).Logger()
 	t, err := sink.OpenTarget(seg)
 	if err != nil {
 		return res, fmt.Errorf("%w: segment %s: opening the target copy: %w", ErrTarget, seg.ID, err)

@@ -112,7 +112,9 @@
 //  7. All transfers sharing a Throttle together take at most its current
 //     rate in tokens per second (Limits.BytesPerSecond, then each
 //     Throttle.SetRate from the transfers' next chunk on; in chunks of at
-//     most 1 MiB) and hold at most MaxTransfers slots. Throttle.Moved
+//     most 1 MiB) and hold at most MaxTransfers slots in each direction
+//     (receiving, sending), which never wait on each other; a receiving
+//     transfer holds its slot through its commit. Throttle.Moved
 //     counts every byte they moved.
 //  8. On Linux the target writes a transfer's bytes behind it
 //     (writebehind.go): each DefaultWriteBehind window that lands has its
@@ -122,6 +124,12 @@
 //     sync_file_range is a failed write of the target (ErrTarget, the
 //     Sink's Failer latches the copy); it never makes bytes durable on its
 //     own, and invariant 5 holds as for any stopped transfer.
+//  9. With Limits.Background, on Linux, a transfer's bytes (and a
+//     received copy's commit) move on a thread of its own at nice 19 and
+//     best-effort I/O priority 7 (background_linux.go); no other
+//     goroutine ever runs on that thread (it ends with the transfer), and
+//     the caller's thread keeps its priority. A priority the kernel
+//     refuses leaves the transfer at the caller's: it never fails one.
 //
 // # Concurrency and crashes
 //

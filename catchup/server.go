@@ -393,7 +393,7 @@ func (s *Server) serve(conn net.Conn, req *request, tk *signedTicket, mode Mode,
 		s.refused(conn.RemoteAddr().String(), c, err.Error(), req.seg.ID, tk)
 		s.answerRefusal(conn, response{code: c, msg: err.Error()})
 	}
-	release, err := s.Throttle.acquire(ctx)
+	release, err := s.Throttle.acquireServe(ctx)
 	if err != nil {
 		refuseErr(err)
 		return
@@ -415,7 +415,8 @@ func (s *Server) serve(conn net.Conn, req *request, tk *signedTicket, mode Mode,
 		return
 	}
 	start := time.Now()
-	sent, err := sendRange(ctx, conn, f, req.from, n, mode, s.Throttle, &s.stats, nil)
+	var sent int64
+	s.Throttle.atPriority(func() { sent, err = sendRange(ctx, conn, f, req.from, n, mode, s.Throttle, &s.stats, nil) })
 	s.stats.bytes.Add(uint64(sent))
 	if err != nil {
 		s.stats.failed.Add(1)

@@ -347,13 +347,13 @@ func TestSpliceChunkSize(t *testing.T) {
 
 func TestThrottleQueues(t *testing.T) {
 	th, _ := NewThrottle(Limits{MaxTransfers: 1, QueueWait: 5 * time.Second})
-	rel, err := th.acquire(context.Background())
+	rel, err := th.acquireFetch(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		r, err := th.acquire(context.Background())
+		r, err := th.acquireFetch(context.Background())
 		if err == nil {
 			r()
 		}
@@ -363,6 +363,28 @@ func TestThrottleQueues(t *testing.T) {
 	rel()
 	if err := <-got; err != nil {
 		t.Fatalf("queued transfer: %v", err)
+	}
+}
+
+// A broker's receiving and sending transfers hold separate slots: with one
+// slot and no queue, a broker fetching through its only receiving slot
+// still serves a fetch (here its own: the same Throttle at both ends), as
+// two brokers fetching from each other must; a second fetch at once is
+// refused as busy by the receiving side, before it connects.
+func TestThrottleDirectionsApart(t *testing.T) {
+	fx := newFixture(t, 1<<20, Limits{MaxTransfers: 1}, ModeDefault, ModeDefault)
+	fx.cl.Throttle = fx.srv.Throttle
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); err != nil {
+		t.Fatalf("fetch through the one receiving slot, served through the one sending slot: %v", err)
+	}
+	release, err := fx.cl.Throttle.acquireFetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	before := fx.srv.Stats().Refused
+	if _, err := fx.cl.Fetch(context.Background(), fx.addr, fx.seg, fx.ticket(t, nil), fx.sink, nil); !errors.Is(err, ErrBusy) || fx.srv.Stats().Refused != before {
+		t.Fatalf("fetch with the receiving slot taken: %v (server refusals %d -> %d): want ErrBusy before connecting", err, before, fx.srv.Stats().Refused)
 	}
 }
 

@@ -16,7 +16,12 @@ type Limits struct {
 	// share one Throttle (one broker). 0 means no cap.
 	BytesPerSecond int64
 	// MaxTransfers caps the transfers running at once through one
-	// Throttle. 0 means no cap.
+	// Throttle in each direction: those it receives (Client.Fetch) and,
+	// apart, those it sends (Server). 0 means no cap. The two directions
+	// never wait on each other's slots: a broker whose fetches hold every
+	// receiving slot still serves the fetches of a broker fetching from
+	// it, so two brokers fetching from each other cannot wait on each
+	// other.
 	MaxTransfers int
 	// QueueWait is how long a transfer waits for a free slot before it is
 	// refused with ErrBusy. 0 refuses at once.
@@ -27,6 +32,12 @@ type Limits struct {
 	// chunk only, so there a chunk (1 MiB, or the throttle's) must move
 	// within IdleTimeout. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// Background runs each transfer (its bytes, and a received copy's
+	// commit: verify, fsync) on a thread at the lowest CPU and
+	// best-effort I/O priority (Linux), so that a broker's work for its
+	// clients (Produce, Fetch) runs first on a busy machine, and the
+	// transfer takes what the clients leave.
+	Background bool
 }
 
 // DefaultIdleTimeout is the idle timeout when Limits.IdleTimeout is 0.
@@ -84,11 +95,13 @@ type Throttle struct {
 	// within one clock reading would compute 0×Inf tokens (NaN) and stop
 	// limiting.
 	bucket *rate.Limiter
-	rate   atomic.Int64  // bytes per second; 0: no cap
-	chunk  atomic.Int64  // chunkFor(rate)
-	moved  atomic.Int64  // bytes moved by the transfers through t
-	slots  chan struct{} // nil: no cap
-	setMu  sync.Mutex    // orders SetRate calls
+	rate   atomic.Int64 // bytes per second; 0: no cap
+	chunk  atomic.Int64 // chunkFor(rate)
+	moved  atomic.Int64 // bytes moved by the transfers through t
+	// fetchSlots and serveSlots are the receiving and sending transfers'
+	// semaphores; nil: no cap.
+	fetchSlots, serveSlots chan struct{}
+	setMu                  sync.Mutex // orders SetRate calls
 }
 
 // NewThrottle returns a Throttle for l, or l's validation error.
@@ -102,7 +115,8 @@ func NewThrottle(l Limits) (*Throttle, error) {
 		t.setRate(l.BytesPerSecond)
 	}
 	if l.MaxTransfers > 0 {
-		t.slots = make(chan struct{}, l.MaxTransfers)
+		t.fetchSlots = make(chan struct{}, l.MaxTransfers)
+		t.serveSlots = make(chan struct{}, l.MaxTransfers)
 	}
 	return t, nil
 }
@@ -182,6 +196,17 @@ func (t *Throttle) Limits() Limits {
 	return l
 }
 
+// atPriority runs a transfer's work (a Fetch's receive and commit, a
+// Server's send) and returns when it is done: on a background thread
+// with Limits.Background (inBackground), else on the caller's.
+func (t *Throttle) atPriority(run func()) {
+	if t != nil && t.limits.Background {
+		inBackground(run)
+		return
+	}
+	run()
+}
+
 func (t *Throttle) idle() time.Duration {
 	if t == nil || t.limits.IdleTimeout == 0 {
 		return DefaultIdleTimeout
@@ -205,28 +230,44 @@ func (t *Throttle) spliceChunkSize() int {
 	return int(t.chunk.Load())
 }
 
-// acquire takes a transfer slot, waiting up to QueueWait. The error wraps
-// ErrBusy (or the context's error).
-func (t *Throttle) acquire(ctx context.Context) (release func(), err error) {
-	if t == nil || t.slots == nil {
+// acquireFetch takes a receiving transfer's slot, acquireServe a sending
+// one's, each waiting up to QueueWait. The error wraps ErrBusy (or the
+// context's error).
+func (t *Throttle) acquireFetch(ctx context.Context) (release func(), err error) {
+	if t == nil {
 		return func() {}, nil
 	}
-	release = func() { <-t.slots }
+	return t.take(ctx, t.fetchSlots)
+}
+
+func (t *Throttle) acquireServe(ctx context.Context) (release func(), err error) {
+	if t == nil {
+		return func() {}, nil
+	}
+	return t.take(ctx, t.serveSlots)
+}
+
+// take takes a slot of slots (nil: no cap), waiting up to QueueWait.
+func (t *Throttle) take(ctx context.Context, slots chan struct{}) (release func(), err error) {
+	if slots == nil {
+		return func() {}, nil
+	}
+	release = func() { <-slots }
 	select {
-	case t.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return release, nil
 	default:
 	}
 	if t.limits.QueueWait == 0 {
-		return nil, fmt.Errorf("%w: %d of %d running", ErrBusy, len(t.slots), cap(t.slots))
+		return nil, fmt.Errorf("%w: %d of %d running", ErrBusy, len(slots), cap(slots))
 	}
 	timer := time.NewTimer(t.limits.QueueWait)
 	defer timer.Stop()
 	select {
-	case t.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return release, nil
 	case <-timer.C:
-		return nil, fmt.Errorf("%w: %d of %d running, no slot freed in %v", ErrBusy, len(t.slots), cap(t.slots), t.limits.QueueWait)
+		return nil, fmt.Errorf("%w: %d of %d running, no slot freed in %v", ErrBusy, len(slots), cap(slots), t.limits.QueueWait)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -27,9 +27,10 @@
 //     p99 over the interval is known, an idle baseline is known, the p99
 //     is above Config.LatencyFactor times the baseline, and so it was on
 //     Config.LatencySteps active steps in a row (State.Slow), or this one
-//     step's p99 is above Config.SevereFactor times the baseline (either
-//     only when the p99 is also more than Config.LatencyMargin above the
-//     baseline: a small baseline's relative rise is noise): the
+//     step's p99 is above Config.SevereFactor times the baseline (the
+//     first only when the p99 is also more than Config.LatencyMargin
+//     above the baseline, the second more than Config.SevereMargin: a
+//     small baseline's relative rise is noise): the
 //     rate is halved (Reason Latency) and the count starts again. A slow
 //     step short of both holds the rate (Reason Latency). The severe
 //     factor is for heals of a few seconds, over before two slow seconds
@@ -46,11 +47,15 @@
 //   - Otherwise (Reason None), while catch-up moves bytes, the rate
 //     grows: by Config.Step up to Config.Ceiling, or, with no ceiling,
 //     doubles up to Unbounded, which is no cap at all (Decision.Rate 0).
-//     After a cut (State.Threshold, the rate the cut left), it doubles
-//     only up to the threshold and adds Config.Step above it: the rate
-//     comes back slowly to where the clients felt it (TCP's slow start
-//     and congestion avoidance), instead of oscillating between half and
-//     double of it. While catch-up is idle the rate is held; after
+//     After a cut (State.Hurt, the rate it was made at, at least
+//     Config.Start), each step closes half the gap to that rate (at least
+//     Config.Step, never past it), then probes above it, a Step first and
+//     twice the distance each step after: the rate is back near where the
+//     clients felt it within a few steps, slows down there, and finds out
+//     whether it still hurts them (BIC's binary search and max probing),
+//     instead of oscillating between half and double of it or crawling
+//     back one Step at a time. While catch-up is
+//     idle the rate is held; after
 //     Config.IdleReset idle steps in a row it returns to Config.Start, so
 //     that the next heal starts there and doubles each second while the
 //     clients are unharmed: a heal over before the controller could react

@@ -76,6 +76,12 @@ type Config struct {
 	// seconds in a row can be seen, and a stall this far above the
 	// baseline is no noise.
 	SevereFactor float64
+	// SevereMargin: a p99 cuts at once (SevereFactor) only when it is also
+	// more than this above the baseline (at least LatencyMargin). A
+	// follower's append of 1.5 ms that takes 6.5 ms for a second is more
+	// than three times its baseline, and a slow second, but not a stall
+	// to cut for before a second one confirms it.
+	SevereMargin time.Duration
 	// PressureLimit is the PSI some avg10, in percent, above which the
 	// machine is under pressure (in (0, 100]).
 	PressureLimit float64
@@ -91,7 +97,7 @@ type Config struct {
 // limit of 40% and a rise of 20 points.
 func DefaultConfig() Config {
 	return Config{Floor: 1 << 20, Step: 8 << 20, Start: 32 << 20, IdleReset: 10, LatencyFactor: 1.5, LatencySteps: 2, SevereFactor: 3,
-		LatencyMargin: 5 * time.Millisecond, PressureLimit: 40, PressureRise: 20}
+		LatencyMargin: 5 * time.Millisecond, SevereMargin: 20 * time.Millisecond, PressureLimit: 40, PressureRise: 20}
 }
 
 // Validate names the first field that makes no sense, with its value.
@@ -115,6 +121,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pace: LatencyMargin = %v: want at least 0", c.LatencyMargin)
 	case !(c.SevereFactor >= c.LatencyFactor):
 		return fmt.Errorf("pace: SevereFactor = %v: want at least LatencyFactor (%v)", c.SevereFactor, c.LatencyFactor)
+	case c.SevereMargin < c.LatencyMargin:
+		return fmt.Errorf("pace: SevereMargin = %v: want at least LatencyMargin (%v)", c.SevereMargin, c.LatencyMargin)
 	case !(c.PressureLimit > 0 && c.PressureLimit <= 100):
 		return fmt.Errorf("pace: PressureLimit = %v: want a percentage in (0, 100]", c.PressureLimit)
 	case !(c.PressureRise >= 0 && c.PressureRise <= 100):
@@ -177,11 +185,16 @@ type State struct {
 	// IdleIO and IdleCPU are the pressure baselines: an average of the
 	// PSI figures seen on idle steps (Known false until one was seen).
 	IdleIO, IdleCPU Signal
-	// Threshold is the rate the last cut left (0: no cut yet). Without a
-	// ceiling, active steps double the rate up to it and grow by Step
-	// above it, so a rate cut for the clients returns slowly to where it
-	// hurt them instead of doubling past it.
-	Threshold int64
+	// Hurt is the rate the last cut was made at (the rate, or what moved
+	// when that was lower, at least Config.Start; 0: no cut yet). Without
+	// a ceiling, active steps after a cut close half the gap to it each
+	// step (at least Step), then probe above it, a Step first and twice
+	// the distance each step after: the rate returns within a few steps
+	// to where the clients were hurt, slows down near it, and finds out
+	// whether that still hurts them (BIC's binary search and max
+	// probing), instead of oscillating between half and double of it or
+	// crawling back a Step at a time.
+	Hurt int64
 	// AtFloor counts the consecutive active steps at the floor.
 	AtFloor int
 	// Reason is the last step's.
@@ -211,27 +224,26 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 	} else {
 		s.Idle++
 	}
-	if active && above(cfg, cfg.LatencyFactor, s, in) {
+	if active && above(cfg.LatencyFactor, cfg.LatencyMargin, s, in) {
 		s.Slow++
 	} else {
 		s.Slow = 0
 	}
 	switch {
-	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg, cfg.SevereFactor, s, in)):
-		s.Reason, s.Rate = Latency, halve(cfg, s.Rate, in)
-		s.Threshold, s.Slow = s.Rate, 0
+	case s.Slow >= cfg.LatencySteps || (s.Slow > 0 && above(cfg.SevereFactor, cfg.SevereMargin, s, in)):
+		s.Hurt, s.Rate = cut(cfg, s.Rate, in)
+		s.Reason, s.Slow = Latency, 0
 	case s.Slow > 0:
 		s.Reason = Latency // slow, not yet for long enough: held
 	case pressed(cfg, s.IdleIO, in.IO) || pressed(cfg, s.IdleCPU, in.CPU):
 		s.Reason = Pressure
 		if active {
-			s.Rate = halve(cfg, s.Rate, in)
-			s.Threshold = s.Rate
+			s.Hurt, s.Rate = cut(cfg, s.Rate, in)
 		}
 	case active:
 		s.Rate = grow(cfg, s)
 	case s.Idle >= cfg.IdleReset:
-		s.Rate, s.Threshold = cfg.start(), 0
+		s.Rate, s.Hurt = cfg.start(), 0
 	}
 	if !active && s.Idle >= cfg.IdleReset {
 		s.Gap = false
@@ -256,9 +268,9 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 }
 
 // above: the p99 is known, above factor × a known baseline and more than
-// LatencyMargin above it.
-func above(cfg Config, factor float64, s State, in Input) bool {
-	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline) && in.P99-s.Baseline > cfg.LatencyMargin
+// margin above it.
+func above(factor float64, margin time.Duration, s State, in Input) bool {
+	return in.LatencyKnown && s.BaselineKnown && float64(in.P99) > factor*float64(s.Baseline) && in.P99-s.Baseline > margin
 }
 
 // pressed: a known PSI figure above the limit and, where an idle
@@ -285,30 +297,36 @@ func settle(base, sig Signal) Signal {
 	return Signal{Avg10: base.Avg10 + (sig.Avg10-base.Avg10)/PressureSettle, Known: true}
 }
 
-// halve is half the lower of rate and what moved over the interval, at
-// least the floor.
-func halve(cfg Config, rate int64, in Input) int64 {
+// cut is the rate a cut was made at and the rate it leaves. The cut
+// halves the lower of rate and what moved over the interval (at least the
+// floor). The rate remembered as hurting is that lower figure, but at
+// least the start rate: a heal's first seconds move little while the
+// clients may still be shaken by what started it (a broker's death, an
+// election), and a memory of a few MB/s would hold the whole heal down.
+func cut(cfg Config, rate int64, in Input) (hurt, next int64) {
 	if in.Elapsed > 0 {
 		if seen := float64(in.Moved) / in.Elapsed.Seconds(); seen < float64(rate) {
 			rate = int64(seen)
 		}
 	}
-	return max(cfg.Floor, rate/2)
+	return max(rate, cfg.start()), max(cfg.Floor, rate/2)
 }
 
 // grow is an active step's increase: by Step under a ceiling; without
-// one, doubling, but after a cut only up to the threshold, and by Step
-// above it.
+// one, doubling until the first cut; then half the gap to the rate that
+// hurt (at least Step, never past it); above it, by as much as the rate
+// is already above it (at least Step), so the probe starts with a Step
+// and doubles its distance each step.
 func grow(cfg Config, s State) int64 {
 	switch {
 	case cfg.Ceiling > 0:
 		return min(cfg.Ceiling, s.Rate+cfg.Step)
-	case s.Threshold > 0 && s.Rate < s.Threshold:
-		return min(s.Threshold, s.Rate*2)
-	case s.Threshold > 0:
-		return min(Unbounded, s.Rate+cfg.Step)
+	case s.Hurt == 0:
+		return min(Unbounded, s.Rate*2)
+	case s.Rate < s.Hurt:
+		return min(s.Hurt, s.Rate+max(cfg.Step, (s.Hurt-s.Rate)/2))
 	}
-	return min(Unbounded, s.Rate*2)
+	return min(Unbounded, s.Rate+max(cfg.Step, s.Rate-s.Hurt))
 }
 
 // learn folds an idle p99 into the baseline: the first sets it, later

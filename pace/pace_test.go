@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -45,7 +46,7 @@ func TestStep(t *testing.T) {
 		{"no signal: doubling reaches no cap", DefaultConfig(), at(Unbounded/2, known), calm, 0, None, 0},
 		{"no signal: adds a step under a ceiling", capped, at(16*mib, known), calm, 24 * mib, None, 0},
 		{"idle: held", DefaultConfig(), at(4*mib, known), idle, 4 * mib, None, 0},
-		{"idle for IdleReset steps: back to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Threshold = 9, 2*mib; return s }()), idle, 32 * mib, None, 0},
+		{"idle for IdleReset steps: back to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Hurt = 9, 2*mib; return s }()), idle, 32 * mib, None, 0},
 		{"no signal: stops at the ceiling", capped, at(60*mib, known), calm, 64 * mib, None, 0},
 		{"latency spike halves", capped, at(32*mib, primed), slow, 16 * mib, Latency, 0},
 		{"latency at exactly the factor is no spike", capped, at(32*mib, known), with(slow, func(in *Input) { in.P99 = 3 * lu }), 40 * mib, None, 0},
@@ -84,9 +85,14 @@ func TestStep(t *testing.T) {
 		{"a rise below the limit is none", capped, at(32*mib, func() State { s := known; s.IdleIO = cool; return s }()),
 			with(calm, func(in *Input) { in.IO = Signal{Avg10: 39, Known: true} }), 40 * mib, None, 0},
 		{"latency before pressure", capped, at(32*mib, primed), with(slow, func(in *Input) { in.IO = hot }), 16 * mib, Latency, 0},
-		{"after a cut, active steps double up to the threshold", DefaultConfig(), at(4*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 6 * mib, None, 0},
-		{"after a cut, active steps add a step above the threshold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), calm, 14 * mib, None, 0},
-		{"after a cut, idle steps hold", DefaultConfig(), at(6*mib, func() State { s := known; s.Threshold = 6 * mib; return s }()), idle, 6 * mib, None, 0},
+		{"a p99 four times a small baseline but within SevereMargin of it only holds", DefaultConfig(), at(64*mib, State{Baseline: 2 * time.Millisecond, BaselineKnown: true}), with(calm, func(in *Input) { in.P99 = 8 * time.Millisecond }), 64 * mib, Latency, 0},
+		{"a p99 more than SevereMargin above a small baseline cuts at once", DefaultConfig(), at(64*mib, State{Baseline: 2 * time.Millisecond, BaselineKnown: true}), with(calm, func(in *Input) { in.P99 = 30 * time.Millisecond }), 32 * mib, Latency, 0},
+		{"after a cut, a step closes half the gap to the rate that hurt", DefaultConfig(), at(100*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 150 * mib, None, 0},
+		{"after a cut, a step closes at least Step of the gap", DefaultConfig(), at(190*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 198 * mib, None, 0},
+		{"after a cut, a step stops at the rate that hurt", DefaultConfig(), at(196*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 200 * mib, None, 0},
+		{"after a cut, at the rate that hurt, a step probes a Step above", DefaultConfig(), at(200*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 208 * mib, None, 0},
+		{"after a cut, above the rate that hurt, the probe doubles its distance", DefaultConfig(), at(216*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 232 * mib, None, 0},
+		{"after a cut, idle steps hold", DefaultConfig(), at(40*mib, func() State { s := known; s.Hurt = 32 * mib; return s }()), idle, 40 * mib, None, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -104,15 +110,55 @@ func TestStep(t *testing.T) {
 	}
 }
 
-// A cut sets the threshold to the rate it left.
-func TestCutSetsThreshold(t *testing.T) {
+// A cut remembers the rate it was made at (at least the start rate), and
+// leaves half of it; a rate the transfers did not reach is cut from what
+// they moved.
+func TestCutRemembersWhereItHurt(t *testing.T) {
 	_, s := Step(DefaultConfig(), at(32*mib, primed), slow)
-	if s.Rate != 16*mib || s.Threshold != 16*mib || s.Slow != 0 {
-		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, threshold %d; want both 16 MiB/s", s.Rate, s.Threshold)
+	if s.Rate != 16*mib || s.Hurt != 32*mib || s.Slow != 0 {
+		t.Fatalf("after a latency cut from 32 MiB/s: rate %d, hurt at %d; want 16 MiB/s, 32 MiB/s", s.Rate, s.Hurt)
 	}
 	_, s = Step(DefaultConfig(), at(32*mib, known), with(calm, func(in *Input) { in.IO = hot }))
-	if s.Threshold != 16*mib {
-		t.Fatalf("after a pressure cut: threshold %d, want 16 MiB/s", s.Threshold)
+	if s.Rate != 16*mib || s.Hurt != 32*mib {
+		t.Fatalf("after a pressure cut from 32 MiB/s: rate %d, hurt at %d; want 16 MiB/s, 32 MiB/s", s.Rate, s.Hurt)
+	}
+	_, s = Step(DefaultConfig(), at(256*mib, primed), with(slow, func(in *Input) { in.Moved, in.Elapsed = 52*mib, time.Second }))
+	if s.Rate != 26*mib || s.Hurt != 52*mib {
+		t.Fatalf("after a latency cut at 256 MiB/s that moved 52 MiB in a second: rate %d, hurt at %d; want 26 MiB/s, 52 MiB/s", s.Rate, s.Hurt)
+	}
+	_, s = Step(DefaultConfig(), at(64*mib, primed), with(slow, func(in *Input) { in.Moved, in.Elapsed = 2*mib, time.Second }))
+	if s.Rate != 1*mib || s.Hurt != 32*mib {
+		t.Fatalf("after a latency cut on a second that moved 2 MiB: rate %d, hurt at %d; want the floor (1 MiB/s), and the start rate (32 MiB/s) remembered", s.Rate, s.Hurt)
+	}
+}
+
+// After a cut the rate is back at the rate that hurt within a few calm
+// steps, and probes above it ever faster, where one Step a second took far
+// longer.
+func TestClimbsBackAfterACut(t *testing.T) {
+	cfg := DefaultConfig()
+	s := at(26*mib, known)
+	s.Hurt = 256 * mib
+	var rates []int64
+	for range 6 {
+		var d Decision
+		d, s = Step(cfg, s, calm)
+		rates = append(rates, d.Rate/mib)
+	}
+	want := []int64{141, 198, 227, 241, 249, 256}
+	for i := range want {
+		if rates[i] != want[i] {
+			t.Fatalf("rates (MiB/s) after a cut from 256 to 26 MiB/s: %v, want %v", rates, want)
+		}
+	}
+	rates = rates[:0]
+	for range 6 {
+		var d Decision
+		d, s = Step(cfg, s, calm)
+		rates = append(rates, d.Rate/mib)
+	}
+	if want := []int64{264, 272, 288, 320, 384, 512}; !slices.Equal(rates, want) {
+		t.Fatalf("rates (MiB/s) probing above the 256 MiB/s that hurt: %v, want %v", rates, want)
 	}
 }
 
@@ -227,8 +273,8 @@ func TestLatencyStepsInARow(t *testing.T) {
 // A heal of three steps in slow start, the shape of the demo's quiet round
 // (a 64 MiB copy's commit stalls the clients for one second, then the heal
 // is over): with LatencySteps 2 alone the lone slow second never cut; the
-// severe factor cuts it on that second, and the rate then grows by Step
-// above the threshold instead of doubling.
+// severe factor cuts it on that second, and the rate then closes half the
+// gap to where it hurt instead of doubling.
 func TestShortHealSevereSpike(t *testing.T) {
 	cfg := DefaultConfig()
 	s := known
@@ -243,13 +289,13 @@ func TestShortHealSevereSpike(t *testing.T) {
 		d, s = Step(cfg, s, in)
 		if d.Reason == Latency && s.Rate < before {
 			cuts++
-			if i != 1 || d.Rate != 32*mib || s.Threshold != 32*mib {
-				t.Fatalf("step %d: cut to %d (threshold %d), want one cut on step 1 to half of 64 MiB/s", i, d.Rate, s.Threshold)
+			if i != 1 || d.Rate != 32*mib || s.Hurt != 64*mib {
+				t.Fatalf("step %d: cut to %d (hurt at %d), want one cut on step 1 to half of 64 MiB/s", i, d.Rate, s.Hurt)
 			}
 		}
 	}
-	if cuts != 1 || s.Rate != 40*mib {
-		t.Fatalf("%d cuts, rate %d after the heal: want 1 cut, then one Step above the threshold (40 MiB/s)", cuts, s.Rate)
+	if cuts != 1 || s.Rate != 48*mib {
+		t.Fatalf("%d cuts, rate %d after the heal: want 1 cut, then half the gap back to the 64 MiB/s that hurt (48 MiB/s)", cuts, s.Rate)
 	}
 }
 
@@ -290,6 +336,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.IdleReset = 0 },
 		func(c *Config) { c.LatencySteps = 0 },
 		func(c *Config) { c.SevereFactor = c.LatencyFactor - 0.1 },
+		func(c *Config) { c.SevereMargin = c.LatencyMargin - time.Millisecond },
 		func(c *Config) { c.LatencyMargin = -1 },
 	} {
 		c := DefaultConfig()

@@ -57,6 +57,12 @@ type Config struct {
 	// or target).
 	MaxBackfills          int `toml:"max_backfills"`
 	MaxBackfillsPerBroker int `toml:"max_backfills_per_broker"`
+	// MaxTransfersPerBroker bounds the catch-up transfers that move bytes
+	// at once on a broker in each direction (receiving, sending); a broker's
+	// other backfills queue for a slot, up to BackfillTimeout
+	// (catchup.Limits.MaxTransfers). A few streams reach the machine's
+	// floor; more only crowd the clients.
+	MaxTransfersPerBroker int `toml:"max_transfers_per_broker"`
 	// PassBackfills bounds the backfills one pass plans: the commands of a
 	// pass are applied once its backfills are done, so this bounds the
 	// time to the first recorded replica set when much is lost at once.
@@ -70,6 +76,11 @@ type Config struct {
 	BackfillBytesPerSecond        Rate  `toml:"backfill_bytes_per_second"`
 	BackfillFloorBytesPerSecond   int64 `toml:"backfill_floor_bytes_per_second"`
 	BackfillCeilingBytesPerSecond int64 `toml:"backfill_ceiling_bytes_per_second"`
+	// BackfillBackground moves catch-up bytes at background priority: on
+	// threads of the lowest CPU priority (nice 19) and the lowest
+	// best-effort I/O priority, so that on a busy machine the broker's
+	// work for its clients runs first (catchup.Limits.Background).
+	BackfillBackground bool `toml:"backfill_background"`
 	// HoldShare is the mass-failure brake: when more than this share of
 	// the brokers (and at least two) go missing within one grace delay of
 	// each other, placement of new replicas is held until they return or
@@ -116,9 +127,11 @@ func DefaultConfig() Config {
 		RPCTimeout:                  5 * time.Second,
 		MaxBackfills:                64,
 		MaxBackfillsPerBroker:       16,
+		MaxTransfersPerBroker:       2,
 		PassBackfills:               1024,
 		BackfillBytesPerSecond:      RateAuto,
 		BackfillFloorBytesPerSecond: 1 << 20,
+		BackfillBackground:          true,
 		BackfillTimeout:             2 * time.Minute,
 		MaxMaintenance:              1,
 		Rebalance:                   true,
@@ -171,7 +184,7 @@ func (c Config) Validate() error {
 	ints := []struct {
 		key string
 		v   int
-	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"pass_backfills", c.PassBackfills}, {"max_maintenance", c.MaxMaintenance}, {"rebalance_moves", c.RebalanceMoves}}
+	}{{"settle_batch", c.SettleBatch}, {"max_backfills", c.MaxBackfills}, {"max_backfills_per_broker", c.MaxBackfillsPerBroker}, {"max_transfers_per_broker", c.MaxTransfersPerBroker}, {"pass_backfills", c.PassBackfills}, {"max_maintenance", c.MaxMaintenance}, {"rebalance_moves", c.RebalanceMoves}}
 	for _, n := range ints {
 		if n.v < 1 {
 			return bad(n.key, n.v, "want at least 1")

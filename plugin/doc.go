@@ -71,7 +71,9 @@
 // heal.backfill_floor_bytes_per_second and
 // heal.backfill_ceiling_bytes_per_second. Its rate, reason and time at the
 // floor, and its cuts, are metrics (malachi_heal_backfill_rate_*) and
-// /status's backfill_rate.
+// /status's backfill_rate. heal.backfill_background (the default) moves
+// catch-up bytes at background CPU and I/O priority
+// (catchup.Limits.Background), so the broker's client work runs first.
 //
 // # Invariants
 //

@@ -47,9 +47,10 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 	e.fsyncName = deps.FsyncEngine
 	th, err := catchup.NewThrottle(catchup.Limits{
 		BytesPerSecond: cfg.pinnedBackfillRate(), // auto: no cap until the pacer's first step, at Start
-		MaxTransfers:   cfg.MaxBackfillsPerBroker,
+		MaxTransfers:   cfg.MaxTransfersPerBroker,
 		QueueWait:      cfg.BackfillTimeout,
 		IdleTimeout:    10 * time.Second,
+		Background:     cfg.BackfillBackground,
 	})
 	if err != nil {
 		return e, fmt.Errorf("%w: catch-up limits: %v", ErrConfig, err)

@@ -140,12 +140,12 @@ func (p *pacer) noteSignal(in pace.Input) {
 // logStep logs what a step saw and decided, for the steps that moved
 // bytes or changed the rate; p.mu is held.
 func (p *pacer) logStep(in pace.Input) {
-	ev := p.log.Info().Int64("moved", in.Moved).Dur("elapsed", in.Elapsed)
+	ev := p.log.Info().Int64("moved", in.Moved).Float64("elapsed_seconds", in.Elapsed.Seconds())
 	if in.LatencyKnown {
-		ev = ev.Dur("p99", in.P99)
+		ev = ev.Float64("p99_seconds", in.P99.Seconds())
 	}
 	if p.st.BaselineKnown {
-		ev = ev.Dur("baseline_p99", p.st.Baseline)
+		ev = ev.Float64("baseline_p99_seconds", p.st.Baseline.Seconds())
 	}
 	if in.IO.Known {
 		ev = ev.Float64("io_some_avg10", in.IO.Avg10)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -134,8 +135,9 @@ func TestPacerLatency(t *testing.T) {
 		t.Fatalf("floor seconds %v (status %v), rate gauge %v", held, f.p.status().FloorSeconds, testutil.ToFloat64(f.p.metrics.pace.rate))
 	}
 	f.lat.p99 = 20 * time.Millisecond
-	// Past the rate the last cut left, an active step adds a step.
-	want := floor + pace.DefaultConfig().Step
+	// Below the rate the last cut was made at (here the start rate, the
+	// least a cut remembers), an active step closes half the gap.
+	want := floor + (pace.DefaultConfig().Start-floor)/2
 	if r := f.step(1 << 20); r != want || f.reason(t) != "none" || testutil.ToFloat64(f.p.metrics.pace.floorSeconds) != 0 {
 		t.Fatalf("rate %d (%s) once clients are quiet, want %d (none) and floor seconds 0", r, f.reason(t), want)
 	}
@@ -210,5 +212,22 @@ func TestPacerSignalReported(t *testing.T) {
 	}
 	if !strings.Contains(f.logs.String(), `"message":"backfill pace"`) {
 		t.Fatalf("no pace step logged: %s", f.logs.String())
+	}
+}
+
+// heal.backfill_background reaches the catch-up throttle: on by default,
+// off when the config says false.
+func TestBackfillBackgroundConfig(t *testing.T) {
+	cp := newMemCP()
+	cp.makePKI(t)
+	on := startInstance(t, cp, 1, nil)
+	off := startInstance(t, cp, 2, func(c *Config) { c.BackfillBackground = false })
+	if !on.p.engines.throttle.Limits().Background || off.p.engines.throttle.Limits().Background {
+		t.Fatalf("throttle Background: default %v, with backfill_background = false %v: want true, false",
+			on.p.engines.throttle.Limits().Background, off.p.engines.throttle.Limits().Background)
+	}
+	var c Config
+	if _, err := toml.Decode("backfill_background = false\n", &c); err != nil || c.BackfillBackground {
+		t.Fatalf("decoding backfill_background = false: %v, %v", c.BackfillBackground, err)
 	}
 }

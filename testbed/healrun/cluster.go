@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,12 +27,16 @@ type ClusterConfig struct {
 	HealExtra  string
 	Kafka      bool
 	KafkaTable string
+	// KeepLogs, when set, is a directory Stop moves the brokers' logs into
+	// (KeepLogs/<cluster>-bN.log) before it removes the cluster.
+	KeepLogs string
 }
 
 // Cluster is a running heal cluster.
 type Cluster struct {
-	C   *harness.Cluster
-	Dir string // its directory (the floor is measured there too)
+	C        *harness.Cluster
+	Dir      string // its directory (the floor is measured there too)
+	keepLogs string
 }
 
 // Start starts the brokers (a 1 s tick, a 2 s grace) and waits until they
@@ -51,7 +56,7 @@ func Start(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	hc := &Cluster{C: c, Dir: dir}
+	hc := &Cluster{C: c, Dir: dir, keepLogs: cfg.KeepLogs}
 	if err := c.Start(); err != nil {
 		hc.Stop()
 		return nil, err
@@ -70,6 +75,11 @@ func Start(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 // Stop stops the brokers and removes the cluster's directory.
 func (hc *Cluster) Stop() {
 	hc.C.Stop()
+	if hc.keepLogs != "" && os.MkdirAll(hc.keepLogs, 0o755) == nil {
+		for _, b := range hc.C.Brokers() {
+			os.Rename(b.LogPath, filepath.Join(hc.keepLogs, fmt.Sprintf("%s-b%d.log", filepath.Base(hc.Dir), b.ID)))
+		}
+	}
 	os.RemoveAll(hc.Dir)
 }
 

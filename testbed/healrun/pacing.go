@@ -15,10 +15,12 @@ import (
 type Mode struct {
 	Name string
 	Rate string // heal.backfill_bytes_per_second, as TOML
+	// Extra is more of the [heal] table, as TOML lines (empty: defaults).
+	Extra string
 }
 
 // Modes: a low fixed rate (8 MiB/s), no cap, and the adaptive default.
-var Modes = []Mode{{"low", "8388608"}, {"unthrottled", "0"}, {"auto", `"auto"`}}
+var Modes = []Mode{{Name: "low", Rate: "8388608"}, {Name: "unthrottled", Rate: "0"}, {Name: "auto", Rate: `"auto"`}}
 
 // PacingConfig is the shape of one pacing run.
 type PacingConfig struct {
@@ -36,6 +38,9 @@ type PacingConfig struct {
 	Warmup, Idle time.Duration
 	// HealLimit bounds the wait for the heal.
 	HealLimit time.Duration
+	// KeepLogs, when set, keeps each run's broker logs there
+	// (ClusterConfig.KeepLogs).
+	KeepLogs string
 	// Logf says what the run does (nil: nothing).
 	Logf func(format string, args ...any)
 }
@@ -111,7 +116,8 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		return Result{}, err
 	}
 	hc, err := Start(ctx, ClusterConfig{Bin: cfg.Bin, Root: cfg.Root, Brokers: cfg.Brokers,
-		HealExtra: "backfill_bytes_per_second = " + m.Rate + "\n", Kafka: true, KafkaTable: "segment_bytes = 4294967296\nsegment_ms = 0\n"})
+		HealExtra: "backfill_bytes_per_second = " + m.Rate + "\n" + m.Extra, Kafka: true, KafkaTable: "segment_bytes = 4294967296\nsegment_ms = 0\n",
+		KeepLogs: cfg.KeepLogs})
 	if err != nil {
 		return Result{}, err
 	}
