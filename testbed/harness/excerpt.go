@@ -12,8 +12,10 @@ import (
 )
 
 // segmentName matches the segment ids the demo, the tests and the brokers
-// write (s-00011, r-00003, diskfull-00000, nem-00140).
-var segmentName = regexp.MustCompile(`\b[a-z]+-[0-9]{5}\b`)
+// write (s-00011, r-00003, diskfull-00000, nem-00140) and the Kafka
+// partitions' segments (k.<topic>.<partition>.<base offset>, meta's
+// PartitionSegmentID: k.demo-clients.00000.0000000002).
+var segmentName = regexp.MustCompile(`\b(?:[a-z]+-[0-9]{5}|k\.[A-Za-z0-9._-]+\.[0-9]{5}\.[0-9]{10})\b`)
 
 // SegmentsNamed returns the distinct segment ids named in texts, in order
 // of first appearance.
