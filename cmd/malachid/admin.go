@@ -311,16 +311,26 @@ func (b *broker) create(ctx context.Context, req CreateRequest) (meta.Segment, e
 	}
 	snap := b.node.Snapshot()
 	g, gctx := errgroup.WithContext(ctx)
-	for _, rb := range req.Replicas {
+	made := make([]bool, len(req.Replicas))
+	for i, rb := range req.Replicas {
 		br, ok := snap.Broker(rb)
 		if !ok || br.AdminAddr == "" {
 			return meta.Segment{}, fmt.Errorf("%w: replica %d is not registered", errBadRequest, rb)
 		}
 		g.Go(func() error {
-			return b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(req.ID)+"/create", copyCreate{StartOffset: req.StartOffset}, nil)
+			err := b.post(gctx, br.AdminAddr, "/v1/internal/copies/"+string(req.ID)+"/create", copyCreate{StartOffset: req.StartOffset}, nil)
+			made[i] = err == nil
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
+		var on []meta.BrokerID
+		for i, ok := range made {
+			if ok {
+				on = append(on, req.Replicas[i])
+			}
+		}
+		b.dropStraysOnceRecorded(req.ID, on)
 		return meta.Segment{}, fmt.Errorf("create %s on %v: %w", req.ID, req.Replicas, err)
 	}
 	seg := meta.Segment{ID: req.ID, StartOffset: req.StartOffset, Replicas: req.Replicas}

@@ -22,7 +22,9 @@ import (
 // blocks that broker from receiving the segment later (a backfill target
 // must not be an active copy) until heal collects it as a leftover, after
 // heal.leftover_delay. lockCreate keeps the creates of one id on one
-// broker apart; dropStrays deletes what a losing create made.
+// broker apart; dropStrays deletes what a losing create made, and
+// dropStraysOnceRecorded what a create that failed on one of its replicas
+// made on the others, once another create recorded the segment.
 
 // createLocks serializes the creates of one segment id on this broker.
 // An id's entry lives while a create holds or awaits it.
@@ -84,6 +86,45 @@ func (b *broker) dropStrays(ctx context.Context, id meta.SegmentID, made, record
 		ev.Str("segment", string(id)).Uint32("stray_on", uint32(r)).Any("recorded", recorded).
 			Msg("create lost to a concurrent create of the same segment: dropping its copy outside the recorded set")
 	}
+}
+
+// strayWait bounds how long a failed create waits for its segment to be
+// recorded by another (the keeper's next turn, a retried roll) before it
+// leaves its copies to heal's leftover collection.
+const strayWait = 2 * time.Minute
+
+// dropStraysOnceRecorded is dropStrays for a create that failed on some of
+// its replicas after making copies on others (made): nothing is recorded
+// yet, so it waits in the background, until strayWait or Close, for
+// another create to record the segment, then drops what it made outside
+// the recorded set. Left alone, such an empty active copy keeps its broker
+// from receiving the segment (a backfill target must not be an active
+// copy) until heal.leftover_delay: a roll whose create failed on a
+// read-only replica left two such copies, and the segment's latched copy
+// could be replaced on neither spare broker.
+func (b *broker) dropStraysOnceRecorded(id meta.SegmentID, made []meta.BrokerID) {
+	if len(made) == 0 || b.bgCtx == nil || b.bgCtx.Err() != nil {
+		return
+	}
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		ctx, cancel := context.WithTimeout(b.bgCtx, strayWait)
+		defer cancel()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if seg, ok := b.node.Segment(id); ok {
+				b.dropStrays(ctx, id, made, seg.Replicas)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 }
 
 // internalDrop deletes this broker's copy of a segment whose recorded set

@@ -76,6 +76,42 @@ func TestConcurrentCreatesLeaveNoStrayCopy(t *testing.T) {
 	}
 }
 
+// TestFailedCreateDropsItsCopiesOnceRecorded: the empty active copy a
+// failed create made (here made directly in the maker's store, as a create
+// that failed on another replica leaves it) is dropped once another create
+// records the segment on a set without that broker, as a roll whose create
+// failed on a read-only replica must not keep spare brokers from receiving
+// the segment until heal.leftover_delay.
+func TestFailedCreateDropsItsCopiesOnceRecorded(t *testing.T) {
+	c := newTestCluster(t, 3, 2, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader := c.leader()
+	var others []meta.BrokerID
+	for id := meta.BrokerID(1); id <= 3; id++ {
+		if id != leader.self {
+			others = append(others, id)
+		}
+	}
+	maker := others[0]
+	recorded := []meta.BrokerID{leader.self, others[1]}
+	const id = meta.SegmentID("failed-00001")
+	if err := c.b(maker).db.Create(id, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.b(maker).dropStraysOnceRecorded(id, []meta.BrokerID{maker})
+	if _, err := leader.create(ctx, CreateRequest{ID: id, Replicas: recorded}); err != nil {
+		t.Fatalf("create on %v: %v", recorded, err)
+	}
+	want := slices.Clone(recorded)
+	slices.Sort(want)
+	c.waitFor(30*time.Second, fmt.Sprintf("the failed create's copy on broker %d dropped, copies only on %v", maker, want), func() bool {
+		held := c.holders(id)
+		slices.Sort(held)
+		return slices.Equal(held, want)
+	})
+}
+
 // TestDropRefusesRecordedOrWrittenCopies: the internal drop route deletes
 // only an empty active copy of a segment whose recorded set does not name
 // the broker.
