@@ -3,6 +3,7 @@ package healrun
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -62,5 +63,23 @@ func TestMeasureFloor(t *testing.T) {
 	}
 	if _, err := MeasureFloor(t.TempDir(), 2, 3); err == nil {
 		t.Fatal("a floor of 2 bytes onto 3 targets was measured")
+	}
+}
+
+func TestSlowSeconds(t *testing.T) {
+	killed := time.Date(2026, 12, 7, 2, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	// Second 2: one of three slow; second 3: none; second 5: two slow.
+	lat := []time.Duration{10 * ms, 300 * ms, 12 * ms, 11 * ms, 90 * ms, 60 * ms}
+	ats := []time.Time{killed.Add(2100 * ms), killed.Add(2200 * ms), killed.Add(2900 * ms), killed.Add(3500 * ms), killed.Add(5100 * ms), killed.Add(5200 * ms)}
+	got := slowSeconds(lat, ats, killed, 50*ms)
+	if len(got) != 2 {
+		t.Fatalf("slow seconds %+v: want seconds 2 and 5", got)
+	}
+	if g := got[0]; g.SinceKill != 2 || g.Slow != 1 || g.Acks != 3 || g.MaxMs != 300 || !g.At.Equal(killed.Add(2*time.Second)) {
+		t.Errorf("first %+v: want second 2, 1 slow of 3, max 300 ms", g)
+	}
+	if g := got[1]; g.SinceKill != 5 || g.Slow != 2 || g.Acks != 2 || g.MaxMs != 90 {
+		t.Errorf("second %+v: want second 5, 2 slow of 2, max 90 ms", g)
 	}
 }

@@ -83,6 +83,11 @@ type Result struct {
 	PressureCuts             int     `json:"pressure_cuts"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	HealOverFloor            float64 `json:"heal_over_floor"`
+	// ClientSlowSeconds are the seconds of the heal window in which an
+	// acknowledgement took more than four times the idle p99: a few such
+	// seconds are what lifts a heal's p99 far above the idle one, and
+	// their times tie them to the brokers' logs.
+	ClientSlowSeconds []SlowSecond `json:"client_slow_seconds,omitempty"`
 }
 
 func (c PacingConfig) logf(format string, args ...any) {
@@ -164,7 +169,7 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		return Result{}, err
 	}
 	idle := l.AckLatenciesBetween(t.Killed.Add(-cfg.Idle), t.Killed)
-	healing := l.AckLatenciesBetween(t.FirstPlan, t.Healed)
+	healing, healingAt := l.AcksBetween(t.FirstPlan, t.Healed)
 	rep := l.Finish(ctx)
 	switch {
 	case rep.Error != "":
@@ -183,9 +188,55 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		LatencyCuts: t.LatencyCuts, PressureCuts: t.PressureCuts}
 	r.ClientP99HealingOverIdle = r.ClientP99HealingMs / r.ClientP99IdleMs
 	r.HealOverFloor = r.HealBytesPerSecond / r.HealFloorBytesPerSecond
+	r.ClientSlowSeconds = slowSeconds(healing, healingAt, t.Killed, 4*time.Duration(r.ClientP99IdleMs*float64(time.Millisecond)))
 	cfg.logf("%s: killed broker %d; healed %d MB in %.1f s (%.0f MB/s, %.2fx the floor); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
 		m.Name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverFloor, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
+	for _, s := range r.ClientSlowSeconds {
+		cfg.logf("%s: %d of %d acknowledgements slower than 4x the idle p99 in second %d after the kill (%s), the slowest %.0f ms",
+			m.Name, s.Slow, s.Acks, s.SinceKill, s.At.Format(time.RFC3339), s.MaxMs)
+	}
 	return r, nil
+}
+
+// SlowSecond is one second of a heal window in which an acknowledgement
+// was slow.
+type SlowSecond struct {
+	// At is the second's start (UTC) and SinceKill its offset from the
+	// kill, in whole seconds.
+	At        time.Time `json:"at"`
+	SinceKill int       `json:"since_kill_seconds"`
+	// Slow counts the second's acknowledgements above the limit, of Acks;
+	// MaxMs is its slowest.
+	Slow  int     `json:"slow"`
+	Acks  int     `json:"acks"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+// slowSeconds groups the acknowledgements (latencies lat, acknowledged at
+// ats, in order) by second since killed and returns the seconds with one
+// slower than limit.
+func slowSeconds(lat []time.Duration, ats []time.Time, killed time.Time, limit time.Duration) []SlowSecond {
+	var out []SlowSecond
+	cur := SlowSecond{SinceKill: -1}
+	flush := func() {
+		if cur.Slow > 0 {
+			out = append(out, cur)
+		}
+	}
+	for i, at := range ats {
+		s := int(at.Sub(killed) / time.Second)
+		if s != cur.SinceKill {
+			flush()
+			cur = SlowSecond{At: killed.Add(time.Duration(s) * time.Second).UTC(), SinceKill: s}
+		}
+		cur.Acks++
+		if lat[i] > limit {
+			cur.Slow++
+			cur.MaxMs = max(cur.MaxMs, float64(lat[i])/float64(time.Millisecond))
+		}
+	}
+	flush()
+	return out
 }
 
 // clients is the client load's configuration on hc: a topic of one
@@ -211,7 +262,12 @@ type Median struct {
 	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	HealOverFloor            float64 `json:"heal_over_floor"`
-	RecordsLost              int     `json:"records_lost"`
+	// ClientSlowSeconds are the seconds of the heal window in which an
+	// acknowledgement took more than four times the idle p99: a few such
+	// seconds are what lifts a heal's p99 far above the idle one, and
+	// their times tie them to the brokers' logs.
+	ClientSlowSeconds []SlowSecond `json:"client_slow_seconds,omitempty"`
+	RecordsLost       int          `json:"records_lost"`
 }
 
 // Medians are the medians per mode of results, in the order of Modes.

@@ -250,15 +250,23 @@ func (l *Load) Stop(ctx context.Context) History {
 // AckLatenciesBetween is the latencies of the records acknowledged at or
 // after from and before to, so far.
 func (l *Load) AckLatenciesBetween(from, to time.Time) []time.Duration {
+	lat, _ := l.AcksBetween(from, to)
+	return lat
+}
+
+// AcksBetween is the latencies of the records acknowledged at or after
+// from and before to, so far, and when each was acknowledged.
+func (l *Load) AcksBetween(from, to time.Time) ([]time.Duration, []time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []time.Duration
+	var lat []time.Duration
+	var ats []time.Time
 	for i, at := range l.hist.AckTimes {
 		if !at.Before(from) && at.Before(to) {
-			out = append(out, l.hist.AckLatencies[i])
+			lat, ats = append(lat, l.hist.AckLatencies[i]), append(ats, at)
 		}
 	}
-	return out
+	return lat, ats
 }
 
 func (l *Load) history() History {
