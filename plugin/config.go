@@ -60,8 +60,8 @@ type Config struct {
 	// MaxTransfersPerBroker bounds the catch-up transfers that move bytes
 	// at once on a broker in each direction (receiving, sending); a broker's
 	// other backfills queue for a slot, up to BackfillTimeout
-	// (catchup.Limits.MaxTransfers). A few streams reach the machine's
-	// floor; more only crowd the clients.
+	// (catchup.Limits.MaxTransfers). One stream per direction reaches the
+	// disk's floor; more only crowd the clients.
 	MaxTransfersPerBroker int `toml:"max_transfers_per_broker"`
 	// PassBackfills bounds the backfills one pass plans: the commands of a
 	// pass are applied once its backfills are done, so this bounds the
@@ -127,7 +127,7 @@ func DefaultConfig() Config {
 		RPCTimeout:                  5 * time.Second,
 		MaxBackfills:                64,
 		MaxBackfillsPerBroker:       16,
-		MaxTransfersPerBroker:       2,
+		MaxTransfersPerBroker:       1,
 		PassBackfills:               1024,
 		BackfillBytesPerSecond:      RateAuto,
 		BackfillFloorBytesPerSecond: 1 << 20,
