@@ -3,6 +3,7 @@ package catchup
 import (
 	"context"
 	"runtime"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,35 @@ func TestInBackgroundLowersItsOwnThreadOnly(t *testing.T) {
 	}
 	if n, i := threadPriority(t); n != niceBefore || i != ioBefore {
 		t.Fatalf("caller's thread now at nice %d, ioprio %#x: was nice %d, ioprio %#x", n, i, niceBefore, ioBefore)
+	}
+}
+
+// The process's main thread, whose nice value ps and top show as the
+// process's, is never the one lowered, however often a background run
+// starts.
+func TestInBackgroundNeverLowersTheMainThread(t *testing.T) {
+	pid := unix.Getpid()
+	mainNice := func() int {
+		raw, err := unix.Getpriority(unix.PRIO_PROCESS, pid)
+		if err != nil {
+			t.Fatalf("getpriority(%d): %v", pid, err)
+		}
+		return 20 - raw
+	}
+	before := mainNice()
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Go(func() {
+			inBackground(func() {
+				if tid := unix.Gettid(); tid == pid {
+					t.Errorf("a background run on the main thread %d", pid)
+				}
+			})
+		})
+	}
+	wg.Wait()
+	if n := mainNice(); n != before {
+		t.Fatalf("the main thread is at nice %d after the background runs: was %d", n, before)
 	}
 }
 

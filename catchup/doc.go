@@ -128,7 +128,8 @@
 //     received copy's commit) move on a thread of its own at nice 19 and
 //     best-effort I/O priority 7 (background_linux.go); no other
 //     goroutine ever runs on that thread (it ends with the transfer), and
-//     the caller's thread keeps its priority. A priority the kernel
+//     the caller's thread and the process's main thread keep their
+//     priority. A priority the kernel
 //     refuses leaves the transfer at the caller's: it never fails one.
 //
 // # Concurrency and crashes
