@@ -262,12 +262,7 @@ type Median struct {
 	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	HealOverFloor            float64 `json:"heal_over_floor"`
-	// ClientSlowSeconds are the seconds of the heal window in which an
-	// acknowledgement took more than four times the idle p99: a few such
-	// seconds are what lifts a heal's p99 far above the idle one, and
-	// their times tie them to the brokers' logs.
-	ClientSlowSeconds []SlowSecond `json:"client_slow_seconds,omitempty"`
-	RecordsLost       int          `json:"records_lost"`
+	RecordsLost              int     `json:"records_lost"`
 }
 
 // Medians are the medians per mode of results, in the order of Modes.
