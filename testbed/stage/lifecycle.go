@@ -1,4 +1,4 @@
-package demo
+package stage
 
 import (
 	"context"
@@ -19,73 +19,73 @@ import (
 
 // stageDecommission drains a follower, then makes it active again (empty:
 // the later stages keep every broker).
-func (d *demo) stageDecommission(ctx context.Context, fr *FaultReport) error {
+func (e *Env) stageDecommission(ctx context.Context, fr *Report) error {
 	// A decommission never moves an unsealed segment: b holds none.
-	b := d.follower(func(b *harness.Broker) bool {
-		return d.holdsSealed(b) && !slices.ContainsFunc(d.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
+	b := e.follower(func(b *harness.Broker) bool {
+		return e.holdsSealed(b) && !slices.ContainsFunc(e.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
 	})
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)")
 		return nil
 	}
 	fr.Broker = b.ID
-	targets := d.sealedOn(b.ID)
+	targets := e.sealedOn(b.ID)
 	lf := &Figures{Broker: b.ID, SegmentsMoved: len(targets)}
 	fr.Figures = lf
 	for _, id := range targets {
-		if s, ok := d.last.Snap.Segment(id); ok {
+		if s, ok := e.last.Snap.Segment(id); ok {
 			lf.BytesMoved += s.ByteSize
 		}
 	}
 	fr.What = fmt.Sprintf("decommission broker %d (%d replicas)", b.ID, len(targets))
-	d.logf("stage decommission: broker %d, which holds %d sealed replicas, drains to the others", b.ID, len(targets))
-	cl := d.c.LeaderClient(ctx)
-	before := d.c.MarkBackfill(ctx)
+	e.logf("stage decommission: broker %d, which holds %d sealed replicas, drains to the others", b.ID, len(targets))
+	cl := e.C.LeaderClient(ctx)
+	before := e.C.MarkBackfill(ctx)
 	start := time.Now()
 	if _, err := cl.Decommission(ctx, b.ID); err != nil {
-		return d.fail(ctx, fr, err)
+		return e.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	feed := harness.NewPassFeed(start)
-	why, err := d.watchDrain(ctx, fr, feed, cl, b.ID, len(targets), start)
+	why, err := e.watchDrain(ctx, fr, feed, cl, b.ID, len(targets), start)
 	if err != nil {
 		return err
 	}
-	fr.BytesRereplicated = before.Since(ctx, d.c)
+	fr.BytesRereplicated = before.Since(ctx, e.C)
 	if !lf.Drained {
-		fr.Error = fmt.Sprintf("broker %d not drained after %v: %s", b.ID, d.o.StageTimeout, why)
+		fr.Error = fmt.Sprintf("broker %d not drained after %v: %s", b.ID, e.StageTimeout, why)
 	} else {
 		lf.Rate = float64(lf.BytesMoved) / max(*lf.SecondsToDrain, 1e-3)
 	}
 	fr.Error = joinErr(fr.Error, feed.Problem())
 	// Active again, empty, so that the later stages have every broker.
-	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
-		return d.fail(ctx, fr, fmt.Errorf("making it active again: %w", err))
+	if _, err := e.C.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
+		return e.fail(ctx, fr, fmt.Errorf("making it active again: %w", err))
 	}
-	if _, err := d.settle(ctx, "active again", time.Now()); err != nil {
-		return d.fail(ctx, fr, fmt.Errorf("after it was made active again: %w", err))
+	if _, err := e.settle(ctx, "active again", time.Now()); err != nil {
+		return e.fail(ctx, fr, fmt.Errorf("after it was made active again: %w", err))
 	}
 	fr.judge(lf.Drained, when(lf.BelowFactor > 0, fmt.Sprintf("%d passes or metadata reads below the replication factor", lf.BelowFactor)))
 	fr.SecondsToHeal = lf.SecondsToDrain
 	addNote(fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
-		lf.SegmentsMoved, lf.BytesMoved, fmtSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
+		lf.SegmentsMoved, lf.BytesMoved, FormatSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
 	return nil
 }
 
 // watchDrain reads every pass until one reports broker id drained,
 // counting commands and metadata sets below RF; it returns where the
 // drain stood.
-func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
+func (e *Env) watchDrain(ctx context.Context, fr *Report, feed *harness.PassFeed, cl *admin.Client, id meta.BrokerID, held int, start time.Time) (string, error) {
 	lf := fr.Figures
-	p := newProgress(d.out, d.tty, "draining", max(held, 1))
+	p := e.progress("draining", max(held, 1))
 	why := "no heal pass read"
-	drained := d.watchPasses(ctx, fr, feed, start.Add(d.o.StageTimeout), func(recs []plugin.PassRecord, err error) bool {
+	drained := e.watchPasses(ctx, fr, feed, start.Add(e.StageTimeout), func(recs []plugin.PassRecord, err error) bool {
 		if err != nil && len(recs) == 0 {
 			why = err.Error()
 		}
 		for i := range recs {
 			r, seq, by := &recs[i].Report, recs[i].Seq, recs[i].Broker
-			if segs := harness.CommandsBelow(r, d.o.RF); len(segs) > 0 {
+			if segs := harness.CommandsBelow(r, e.RF); len(segs) > 0 {
 				lf.BelowFactor++
 				addNote(fr, "heal pass %d of broker %d: %d commands below the replication factor (%s)", seq, by, len(segs), segs[0])
 			}
@@ -98,13 +98,13 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 			why = fmt.Sprintf("heal pass %d of broker %d: %d segments left, blocked %v", seq, by, dr.Segments, dr.Blocked)
 			if dr.Drained && !lf.Drained {
 				lf.Drained = true
-				lf.SecondsToDrain = seconds(recs[i].Ended.Sub(start))
+				lf.SecondsToDrain = Seconds(recs[i].Ended.Sub(start))
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		snap, err := cl.Metadata(rctx)
 		cancel()
-		if n := harness.SetsBelow(snap, d.o.RF); err == nil && n > 0 {
+		if n := harness.SetsBelow(snap, e.RF); err == nil && n > 0 {
 			lf.BelowFactor++
 			addNote(fr, "metadata at index %d: %d sets below the replication factor", snap.Index, n)
 		}
@@ -115,7 +115,7 @@ func (d *demo) watchDrain(ctx context.Context, fr *FaultReport, feed *harness.Pa
 		p.Finish("interrupted")
 		return why, ctx.Err()
 	case drained:
-		p.Finish(fmt.Sprintf("drained in %s", fmtSeconds(lf.SecondsToDrain)))
+		p.Finish(fmt.Sprintf("drained in %s", FormatSeconds(lf.SecondsToDrain)))
 	default:
 		p.Finish("timed out")
 	}
@@ -138,44 +138,44 @@ const maintenancePastGrace = 3
 // maintenancePastGrace passes started past the grace delay, then starts
 // it and ends the window. No pass of the window may change a set or list
 // it dead or suspect, no byte may move, and every pass must be read.
-func (d *demo) stageMaintenance(ctx context.Context, fr *FaultReport) error {
-	b, targets := d.victimFollower(fr)
+func (e *Env) stageMaintenance(ctx context.Context, fr *Report) error {
+	b, targets := e.victimFollower(fr)
 	if b == nil {
 		return nil
 	}
 	lf := &Figures{Broker: b.ID}
 	fr.Figures = lf
-	cl := d.c.LeaderClient(ctx)
+	cl := e.C.LeaderClient(ctx)
 	feed := harness.NewPassFeed(time.Now())
-	mode, err := cl.Maintenance(ctx, b.ID, d.o.StageTimeout)
+	mode, err := cl.Maintenance(ctx, b.ID, e.StageTimeout)
 	if err != nil {
-		return d.fail(ctx, fr, err)
+		return e.fail(ctx, fr, err)
 	}
 	fr.What = fmt.Sprintf("maintenance broker %d (%d replicas)", b.ID, len(targets))
-	d.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), d.o.Grace)
-	before := d.c.MarkBackfill(ctx)
-	if err := d.c.Terminate(b, 10*time.Second); err != nil {
+	e.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), e.Grace)
+	before := e.C.MarkBackfill(ctx)
+	if err := e.C.Terminate(b, 10*time.Second); err != nil {
 		return fr.record(err)
 	}
 	stopAt := time.Now()
 	fr.Injected = true
-	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: d.o.Grace, lf: lf}
-	short := d.watchMaintenance(ctx, fr, feed, j, mode.Until)
-	fr.BytesRereplicated = before.Since(ctx, d.c)
+	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: e.Grace, lf: lf}
+	short := e.watchMaintenance(ctx, fr, feed, j, mode.Until)
+	fr.BytesRereplicated = before.Since(ctx, e.C)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
 	stop := func(err error) error {
 		fr.Error = joinErr(short, j.why)
-		return d.fail(ctx, fr, err)
+		return e.fail(ctx, fr, err)
 	}
-	if err := d.c.Revive(ctx, d.o.StageTimeout, b); err != nil {
+	if err := e.C.Revive(ctx, e.StageTimeout, b); err != nil {
 		return stop(err)
 	}
 	if _, err := cl.EndMaintenance(ctx, b.ID); err != nil {
 		return stop(fmt.Errorf("ending the window: %w", err))
 	}
-	d.readWindowRest(ctx, fr, feed, j, time.Now())
-	secs, err := d.settle(ctx, "back from maintenance", time.Now())
+	e.readWindowRest(ctx, fr, feed, j, time.Now())
+	secs, err := e.settle(ctx, "back from maintenance", time.Now())
 	if err != nil {
 		return stop(fmt.Errorf("after the window: %w", err))
 	}
@@ -223,11 +223,11 @@ func (j *maintenanceJudge) judge(p *plugin.PassRecord) {
 
 // watchMaintenance judges the passes while the broker is down in its
 // window; "" or why the window was not shown.
-func (d *demo) watchMaintenance(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
+func (e *Env) watchMaintenance(ctx context.Context, fr *Report, feed *harness.PassFeed, j *maintenanceJudge, until time.Time) string {
 	lf := j.lf
-	p := newProgress(d.out, d.tty, "absent in maintenance", maintenancePastGrace)
+	p := e.progress("absent in maintenance", maintenancePastGrace)
 	ranOut := false
-	done := d.watchPasses(ctx, fr, feed, j.stopAt.Add(d.o.StageTimeout), func(recs []plugin.PassRecord, _ error) bool {
+	done := e.watchPasses(ctx, fr, feed, j.stopAt.Add(e.StageTimeout), func(recs []plugin.PassRecord, _ error) bool {
 		for i := range recs {
 			j.judge(&recs[i])
 		}
@@ -246,15 +246,15 @@ func (d *demo) watchMaintenance(ctx context.Context, fr *FaultReport, feed *harn
 		return ""
 	}
 	p.Finish("timed out")
-	return fmt.Sprintf("only %d of %d passes past the grace delay read in %v", lf.PassesPastGrace, maintenancePastGrace, d.o.StageTimeout)
+	return fmt.Sprintf("only %d of %d passes past the grace delay read in %v", lf.PassesPastGrace, maintenancePastGrace, e.StageTimeout)
 }
 
 // readWindowRest reads and judges the heal passes that started before the
 // window ended (at end) and were not read yet, trying for up to
 // maintenanceRestRead while a history does not answer.
-func (d *demo) readWindowRest(ctx context.Context, fr *FaultReport, feed *harness.PassFeed, j *maintenanceJudge, end time.Time) {
+func (e *Env) readWindowRest(ctx context.Context, fr *Report, feed *harness.PassFeed, j *maintenanceJudge, end time.Time) {
 	var last error
-	d.watchPasses(ctx, fr, feed, time.Now().Add(maintenanceRestRead), func(recs []plugin.PassRecord, err error) bool {
+	e.watchPasses(ctx, fr, feed, time.Now().Add(maintenanceRestRead), func(recs []plugin.PassRecord, err error) bool {
 		for i := range recs {
 			if recs[i].Started.Before(end) {
 				j.judge(&recs[i])
