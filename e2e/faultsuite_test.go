@@ -23,7 +23,7 @@ type faultRow struct {
 	expect               func(f stage.Report) string
 }
 
-// faultRows are the stages of stage.Names, each once.
+// faultRows are the stages of stage.Names, each once, in order.
 var faultRows = []faultRow{
 	{"kill", "kill -9 of a follower", "any time", func(f stage.Report) string {
 		if f.GraceWaitSeconds == nil || *f.GraceWaitSeconds <= 0 || f.SecondsToHeal == nil || f.BytesRereplicated < 64<<10 {
@@ -58,19 +58,20 @@ var faultRows = []faultRow{
 		if lf := f.Figures; lf == nil || !lf.Drained || lf.BelowFactor != 0 || lf.SegmentsMoved == 0 {
 			return fmt.Sprintf("lifecycle figures %+v: want drained, segments moved, none below RF", lf)
 		}
-		return ""
+		return said(f, `malachi decommission printed "decommissioning"`, "it can be stopped", `malachi decommission printed "decommission cancelled"`)
 	}},
 	{"maintenance", "a follower stopped in its window", "3 passes past the grace delay", func(f stage.Report) string {
 		if lf := f.Figures; lf == nil || lf.SetsChanged != 0 || lf.PassesPastGrace < 3 || f.BytesRereplicated != 0 {
 			return fmt.Sprintf("lifecycle figures %+v, %d bytes re-replicated: want no set changed, no byte moved", lf, f.BytesRereplicated)
 		}
-		return ""
+		return said(f, `malachi maintenance printed "in maintenance until"`, "refused, naming max_maintenance",
+			`malachi status printed "not answering; its absence is not a failure"`, `malachi maintenance printed "maintenance ended"`)
 	}},
 	{"rebalance", "a follower emptied, then refilled", "rebalancer on", func(f stage.Report) string {
 		if r := f.Figures; r == nil || r.After == nil || !r.After.Within || r.Received == 0 {
 			return fmt.Sprintf("rebalance figures %+v: want the emptied broker refilled within 10%% of the mean", r)
 		}
-		return ""
+		return said(f, `malachi decommission printed "decommissioning"`, `malachi decommission printed "decommission cancelled"`)
 	}},
 	{"leader", "kill -9 of the leader", "any time", func(f stage.Report) string {
 		if f.NewLeader == 0 {
@@ -117,6 +118,18 @@ var faultRows = []faultRow{
 	}},
 }
 
+// said says which of wants f's note lacks ("" when none): the lifecycle
+// stages note each operator's command given through the malachi CLI, and
+// what it printed that the stage required.
+func said(f stage.Report, wants ...string) string {
+	for _, w := range wants {
+		if !strings.Contains(f.Note, w) {
+			return fmt.Sprintf("the note lacks %q (the stage gives the operator's commands through the malachi CLI): %s", w, f.Note)
+		}
+	}
+	return ""
+}
+
 // TestFaultSuite is the fault suite in CI: `malachi demo` with every stage
 // on 5 real brokers at RF 3 (the run of `make faults`, smaller), then a
 // row per stage. Each fault must be injected and survived: healed back to
@@ -141,6 +154,7 @@ func TestFaultSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.CLI = cli // the lifecycle stages give the operator's commands through it
 	var out, progress bytes.Buffer
 	code := demo.Run(context.Background(), o, &out, &progress)
 	defer func() {

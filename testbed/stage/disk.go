@@ -19,7 +19,7 @@ import (
 
 // The disk stages fault one broker's copies disk, a loop-mounted ext4:
 // diskfull fills it, readonly remounts it read-only. While faulted, the
-// demo cuts copies there and writes new segments: the unwritable copies
+// stage cuts copies there and writes new segments: the unwritable copies
 // must be replaced elsewhere, the intact ones keep serving, the logs name
 // the cause, nothing acknowledged is lost; then the remedy, checked again.
 
@@ -308,7 +308,7 @@ func (e *Env) stageDisk(ctx context.Context, kind harness.Kind, fr *Report) erro
 
 // remedyDisk undoes a disk stage's fault as an operator would and waits
 // for every segment healthy again; herr is the heal's error, which stops
-// the demo after the remedy.
+// the run after the remedy.
 func (e *Env) remedyDisk(ctx context.Context, fr *Report, r *diskRun, in *harness.Injection, df diskFault, herr error) error {
 	if in.Kind == harness.KindReadOnly {
 		e.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", r.b.ID, r.l.Dir, r.l.Dev)

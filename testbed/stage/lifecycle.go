@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
@@ -42,7 +43,7 @@ func (e *Env) stageDecommission(ctx context.Context, fr *Report) error {
 	cl := e.C.LeaderClient(ctx)
 	before := e.C.MarkBackfill(ctx)
 	start := time.Now()
-	if _, err := cl.Decommission(ctx, b.ID); err != nil {
+	if err := e.decommission(ctx, fr, b, false); err != nil {
 		return e.fail(ctx, fr, err)
 	}
 	fr.Injected = true
@@ -52,24 +53,49 @@ func (e *Env) stageDecommission(ctx context.Context, fr *Report) error {
 		return err
 	}
 	fr.BytesRereplicated = before.Since(ctx, e.C)
+	var gone string
 	if !lf.Drained {
 		fr.Error = fmt.Sprintf("broker %d not drained after %v: %s", b.ID, e.StageTimeout, why)
 	} else {
 		lf.Rate = float64(lf.BytesMoved) / max(*lf.SecondsToDrain, 1e-3)
+		gone = e.drainedAway(ctx, fr, b, targets)
 	}
 	fr.Error = joinErr(fr.Error, feed.Problem())
 	// Active again, empty, so that the later stages have every broker.
-	if _, err := e.C.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
+	if err := e.decommission(ctx, fr, b, true); err != nil {
 		return e.fail(ctx, fr, fmt.Errorf("making it active again: %w", err))
 	}
 	if _, err := e.settle(ctx, "active again", time.Now()); err != nil {
 		return e.fail(ctx, fr, fmt.Errorf("after it was made active again: %w", err))
 	}
-	fr.judge(lf.Drained, when(lf.BelowFactor > 0, fmt.Sprintf("%d passes or metadata reads below the replication factor", lf.BelowFactor)))
+	fr.judge(lf.Drained, gone, when(lf.BelowFactor > 0, fmt.Sprintf("%d passes or metadata reads below the replication factor", lf.BelowFactor)))
 	fr.SecondsToHeal = lf.SecondsToDrain
 	addNote(fr, "drained %d segments (%d bytes) in %s, %.0f B/s; %d passes or metadata reads below RF; %s; active again (empty)",
 		lf.SegmentsMoved, lf.BytesMoved, FormatSeconds(lf.SecondsToDrain), lf.Rate, lf.BelowFactor, feed.Summary())
 	return nil
+}
+
+// drainedAway checks a drained broker b: the copy files of the segments
+// it held (targets) go, and `malachi status` says it can be stopped. It
+// returns what went wrong, or "".
+func (e *Env) drainedAway(ctx context.Context, fr *Report, b *harness.Broker, targets []meta.SegmentID) string {
+	left := len(targets)
+	for deadline := time.Now().Add(e.StageTimeout); ctx.Err() == nil; time.Sleep(e.Poll) {
+		files, err := b.CopyFiles()
+		left = 0
+		for _, id := range targets {
+			if _, ok := files[id]; ok || err != nil {
+				left++
+			}
+		}
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if left > 0 {
+		return fmt.Sprintf("drained, but broker %d still holds %d of the %d copy files it held", b.ID, left, len(targets))
+	}
+	return e.statusSays(ctx, fr, fmt.Sprintf("decommission broker %d: drained: no replica set names it; it can be stopped", b.ID))
 }
 
 // watchDrain reads every pass until one reports broker id drained,
@@ -145,14 +171,13 @@ func (e *Env) stageMaintenance(ctx context.Context, fr *Report) error {
 	}
 	lf := &Figures{Broker: b.ID}
 	fr.Figures = lf
-	cl := e.C.LeaderClient(ctx)
 	feed := harness.NewPassFeed(time.Now())
-	mode, err := cl.Maintenance(ctx, b.ID, e.StageTimeout)
+	until, second, err := e.openWindow(ctx, fr, b)
 	if err != nil {
 		return e.fail(ctx, fr, err)
 	}
 	fr.What = fmt.Sprintf("maintenance broker %d (%d replicas)", b.ID, len(targets))
-	e.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), mode.Until.Format(time.RFC3339), e.Grace)
+	e.logf("stage maintenance: broker %d (%d sealed replicas) in maintenance until %s, stopped for passes past the grace delay (%v)", b.ID, len(targets), until.Format(time.RFC3339), e.Grace)
 	before := e.C.MarkBackfill(ctx)
 	if err := e.C.Terminate(b, 10*time.Second); err != nil {
 		return fr.record(err)
@@ -160,18 +185,24 @@ func (e *Env) stageMaintenance(ctx context.Context, fr *Report) error {
 	stopAt := time.Now()
 	fr.Injected = true
 	j := &maintenanceJudge{id: b.ID, stopAt: stopAt, grace: e.Grace, lf: lf}
-	short := e.watchMaintenance(ctx, fr, feed, j, mode.Until)
+	short := e.watchMaintenance(ctx, fr, feed, j, until)
+	if short == "" {
+		short = e.statusSays(ctx, fr, fmt.Sprintf("maintenance broker %d: until", b.ID), "not answering; its absence is not a failure")
+	}
 	fr.BytesRereplicated = before.Since(ctx, e.C)
 	// Start it again and end the window, whatever was seen.
 	restartAt := time.Now()
 	stop := func(err error) error {
-		fr.Error = joinErr(short, j.why)
+		fr.Error = joinErr(joinErr(short, second), j.why)
 		return e.fail(ctx, fr, err)
 	}
 	if err := e.C.Revive(ctx, e.StageTimeout, b); err != nil {
 		return stop(err)
 	}
-	if _, err := cl.EndMaintenance(ctx, b.ID); err != nil {
+	if err := e.command(ctx, fr, "maintenance ended", func(cl *admin.Client) error {
+		_, err := cl.EndMaintenance(ctx, b.ID)
+		return err
+	}, "maintenance", b.ID.String(), "--end"); err != nil {
 		return stop(fmt.Errorf("ending the window: %w", err))
 	}
 	e.readWindowRest(ctx, fr, feed, j, time.Now())
@@ -180,11 +211,63 @@ func (e *Env) stageMaintenance(ctx context.Context, fr *Report) error {
 		return stop(fmt.Errorf("after the window: %w", err))
 	}
 	fr.SecondsToHeal = secs
-	fr.judge(true, short, j.why, feed.Problem(), when(fr.BytesRereplicated != 0, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID)))
+	fr.judge(true, short, second, j.why, feed.Problem(), when(fr.BytesRereplicated != 0, fmt.Sprintf("%d bytes re-replicated while broker %d was in maintenance", fr.BytesRereplicated, b.ID)))
 	fr.Detected = fr.Healed // the window was kept
 	addNote(fr, "stopped %s in its window: %d passes with it absent (%d started past the grace delay), %d passes with a set changed, %d bytes re-replicated; %s; restarted and window ended",
 		restartAt.Sub(stopAt).Round(time.Millisecond), lf.PassesInWindow, lf.PassesPastGrace, lf.SetsChanged, fr.BytesRereplicated, feed.Summary())
 	return nil
+}
+
+// openWindow opens broker b's maintenance window for the stage timeout
+// and returns when it ends, as the metadata records it, and what went
+// wrong with a second window asked for beside it ("" when nothing).
+func (e *Env) openWindow(ctx context.Context, fr *Report, b *harness.Broker) (time.Time, string, error) {
+	err := e.command(ctx, fr, "in maintenance until", func(cl *admin.Client) error {
+		_, err := cl.Maintenance(ctx, b.ID, e.StageTimeout)
+		return err
+	}, "maintenance", b.ID.String(), "--for", e.StageTimeout.String())
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	snap, err := e.C.LeaderClient(ctx).Metadata(mctx)
+	cancel()
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("reading the window's end: %w", err)
+	}
+	mb, _ := snap.Broker(b.ID)
+	return mb.Until, e.secondWindow(ctx, fr, b), nil
+}
+
+// secondWindow asks for a window for another running follower while b's
+// is open: heal.max_maintenance (1, the plugin's default) must refuse it,
+// naming the bound. It returns what went wrong, or "".
+func (e *Env) secondWindow(ctx context.Context, fr *Report, b *harness.Broker) string {
+	var o *harness.Broker
+	for _, x := range e.C.Running() {
+		if x != b && x.ID != e.last.Leader {
+			o = x
+			break
+		}
+	}
+	if o == nil {
+		return ""
+	}
+	var err error
+	if e.CLI != "" {
+		_, err = e.cli(ctx, "maintenance", o.ID.String(), "--for", e.StageTimeout.String())
+	} else {
+		_, err = e.C.LeaderClient(ctx).Maintenance(ctx, o.ID, e.StageTimeout)
+	}
+	switch {
+	case err == nil:
+		_, _ = e.C.LeaderClient(ctx).EndMaintenance(ctx, o.ID)
+		return fmt.Sprintf("a second maintenance window (broker %d) was opened beside broker %d's", o.ID, b.ID)
+	case !strings.Contains(err.Error(), "max_maintenance is"):
+		return fmt.Sprintf("a second maintenance window (broker %d): %v; want it refused, naming max_maintenance", o.ID, err)
+	}
+	addNote(fr, "a second window (broker %d) refused, naming max_maintenance", o.ID)
+	return ""
 }
 
 // maintenanceJudge judges the heal passes of one maintenance window of

@@ -43,7 +43,7 @@ func (e *Env) stageRebalance(ctx context.Context, fr *Report) error {
 	fig := &Figures{Broker: b.ID}
 	e.logf("stage rebalance: decommission broker %d until drained, cancel it, and wait for the rebalancer to fill it", b.ID)
 	start := time.Now()
-	if _, err := cl.Decommission(ctx, b.ID); err != nil {
+	if err := e.decommission(ctx, fr, b, false); err != nil {
 		return e.fail(ctx, fr, err)
 	}
 	fr.Injected = true
@@ -54,7 +54,7 @@ func (e *Env) stageRebalance(ctx context.Context, fr *Report) error {
 		return fatal(ctx, err, e)
 	}
 	fig.SecondsToDrain = Seconds(time.Since(start))
-	if _, err := e.C.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
+	if err := e.decommission(ctx, fr, b, true); err != nil {
 		return e.fail(ctx, fr, err)
 	}
 	cancelled := time.Now()
@@ -77,8 +77,8 @@ func (e *Env) waitBalanced(ctx context.Context, fr *Report, fig *Figures, snap *
 	})
 	if err != nil {
 		fr.Error = "rebalance: " + err.Error()
-		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
-		return nil // not healed: the demo stops after it
+		addNote(fr, "broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
+		return nil // not healed: the run stops after it
 	}
 	balanced := Seconds(time.Since(cancelled))
 	after := harness.Spread(final, run)
@@ -90,7 +90,7 @@ func (e *Env) waitBalanced(ctx context.Context, fr *Report, fig *Figures, snap *
 	}
 	fr.Healed = true
 	fr.SecondsToHeal = balanced
-	fr.Note = fmt.Sprintf("drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
+	addNote(fr, "drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
 		*fig.SecondsToDrain, fig.Moves, fig.Received, fig.Broker, *balanced, before, after)
 	e.logf("stage rebalance: %s", fr.Note)
 	return nil

@@ -49,7 +49,7 @@ type Report struct {
 	NewLeader     meta.BrokerID `json:"new_leader,omitempty"`
 	LeaderSeconds *float64      `json:"leader_seconds,omitempty"`
 	// BytesRereplicated: backfill bytes the brokers received during the
-	// stage; BytesEstimated: the demo's estimate from copy sizes.
+	// stage; BytesEstimated: the stage's estimate from copy sizes.
 	BytesRereplicated int64 `json:"bytes_rereplicated"`
 	BytesEstimated    int64 `json:"bytes_estimated"`
 	// Passes counts the heal passes of the stage read from the leader's

@@ -236,13 +236,13 @@ func (e *Env) awaitNewLeader(ctx context.Context, fr *Report, old meta.BrokerID,
 	}
 }
 
-// fail adds err to fr's error and returns it when it stops the demo
+// fail adds err to fr's error and returns it when it stops the run
 // (fatal).
 func (e *Env) fail(ctx context.Context, fr *Report, err error) error {
 	return fatal(ctx, fr.record(err), e)
 }
 
-// fatal turns a stage's error into one that stops the demo only when it
+// fatal turns a stage's error into one that stops the run only when it
 // was interrupted or a broker died on its own.
 func fatal(ctx context.Context, err error, e *Env) error {
 	if err == nil {
@@ -260,7 +260,7 @@ func (e *Env) pickVictims(n int) []victim {
 	var segs []meta.Segment
 	for _, s := range e.last.Snap.Segments {
 		// A Kafka partition's segments hold the clients' records, which
-		// the clients' check judges: the file stages hit the demo's own.
+		// the clients' check judges: the file stages hit the loaded ones.
 		if _, bad := e.lastEv.Unhealthy[s.ID]; s.Sealed && !bad && !isPartitionSegment(s.ID) {
 			segs = append(segs, s)
 		}
