@@ -236,6 +236,9 @@ func (e *Env) openWindow(ctx context.Context, fr *Report, b *harness.Broker) (ti
 		return time.Time{}, "", fmt.Errorf("reading the window's end: %w", err)
 	}
 	mb, _ := snap.Broker(b.ID)
+	if !mb.Is(meta.ModeMaintenance) || mb.Until.IsZero() {
+		return time.Time{}, "", fmt.Errorf("the metadata at index %d records no window for broker %d: %+v", snap.Index, b.ID, mb)
+	}
 	return mb.Until, e.secondWindow(ctx, fr, b), nil
 }
 
