@@ -69,14 +69,18 @@ func (e *Env) statusSays(ctx context.Context, fr *Report, wants ...string) strin
 	return ""
 }
 
-// cli runs `malachi args...` against the leader's admin API as the
-// cluster's operator and returns what it printed, stdout then stderr; an
-// exit status other than 0 is an error naming the command and its
-// stderr.
+// cli runs `malachi args...` as the cluster's operator against the
+// leader's admin API (another running broker's while none is known: it
+// forwards to the leader) and returns what it printed, stdout then
+// stderr; an exit status other than 0 is an error naming the command and
+// its stderr.
 func (e *Env) cli(ctx context.Context, args ...string) (string, error) {
 	b := e.C.Leader(ctx)
+	if run := e.C.Running(); b == nil && len(run) > 0 {
+		b = run[0]
+	}
 	if b == nil {
-		return "", errors.New("no running broker names a leader to give the operator's command to")
+		return "", errors.New("no running broker to give the operator's command to")
 	}
 	cctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
