@@ -19,10 +19,12 @@
 //
 // What each test shows:
 //
-//   - TestFaultSuite: `malachi demo` with every stage of demo.AllStages
-//     on 5 brokers, then a table row per stage (its fault, the window it
-//     must strike in, what its report must show): each injected and
-//     healed, nothing lost but the two segments the lost stage destroys.
+//   - TestFaultSuite: `malachi demo` with every stage of testbed/stage
+//     (stage.Names) on 5 brokers, the lifecycle stages giving the
+//     operator's commands through the malachi CLI, then a table row per
+//     stage (its fault, the window it must strike in, what its report must
+//     show, what the CLI printed): each injected and healed, nothing lost
+//     but the two segments the lost stage destroys.
 //   - TestBrokerKilledIsHealed: a killed broker's sealed segments are
 //     re-replicated; every live broker's metadata shows exactly one
 //     SetSegmentReplicas per affected segment, and exact sealed copies on

@@ -12,6 +12,7 @@ import (
 
 	"github.com/malachi-log/malachi/testbed/demo"
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/stage"
 )
 
 // faultRow is one stage of the fault suite: the fault it injects, the
@@ -19,12 +20,12 @@ import (
 // injected and healed ("" when it does).
 type faultRow struct {
 	stage, fault, window string
-	expect               func(f demo.FaultReport) string
+	expect               func(f stage.Report) string
 }
 
-// faultRows are the stages of demo.AllStages, each once.
+// faultRows are the stages of stage.Names, each once, in order.
 var faultRows = []faultRow{
-	{"kill", "kill -9 of a follower", "any time", func(f demo.FaultReport) string {
+	{"kill", "kill -9 of a follower", "any time", func(f stage.Report) string {
 		if f.GraceWaitSeconds == nil || *f.GraceWaitSeconds <= 0 || f.SecondsToHeal == nil || f.BytesRereplicated < 64<<10 {
 			return fmt.Sprintf("grace %v, to heal %v, %d bytes re-replicated: want a grace wait, a heal time and one 64 KiB segment moved", f.GraceWaitSeconds, f.SecondsToHeal, f.BytesRereplicated)
 		}
@@ -32,7 +33,7 @@ var faultRows = []faultRow{
 	}},
 	{"restart", "the killed broker started on its data", "after kill", nil},
 	{"delete", "copy files removed", "any time", nil},
-	{"truncate", "copy files cut short", "any time", func(f demo.FaultReport) string {
+	{"truncate", "copy files cut short", "any time", func(f stage.Report) string {
 		for _, c := range f.Copies {
 			if c.SizeAfter >= c.SizeBefore {
 				return fmt.Sprintf("truncate did not shorten: %+v", c)
@@ -41,37 +42,38 @@ var faultRows = []faultRow{
 		return ""
 	}},
 	{"extend", "random bytes appended", "any time", nil},
-	{"bitflip", "one bit flipped in place", "scrubber on", func(f demo.FaultReport) string {
+	{"bitflip", "one bit flipped in place", "scrubber on", func(f stage.Report) string {
 		if !f.Detected || f.Note != "" {
 			return "not found and repaired by the scrubber: " + f.Note
 		}
 		return ""
 	}},
-	{"latch", "copies latched in their broker", "any time", func(f demo.FaultReport) string {
+	{"latch", "copies latched in their broker", "any time", func(f stage.Report) string {
 		if len(f.Latched) == 0 {
 			return "no copy latched"
 		}
 		return ""
 	}},
-	{"decommission", "a follower drained", "no unsealed segment on it", func(f demo.FaultReport) string {
+	{"decommission", "a follower drained", "no unsealed segment on it", func(f stage.Report) string {
 		if lf := f.Figures; lf == nil || !lf.Drained || lf.BelowFactor != 0 || lf.SegmentsMoved == 0 {
 			return fmt.Sprintf("lifecycle figures %+v: want drained, segments moved, none below RF", lf)
 		}
-		return ""
+		return said(f, `malachi decommission printed "decommissioning"`, "it can be stopped", `malachi decommission printed "decommission cancelled"`)
 	}},
-	{"maintenance", "a follower stopped in its window", "3 passes past the grace delay", func(f demo.FaultReport) string {
+	{"maintenance", "a follower stopped in its window", "3 passes past the grace delay", func(f stage.Report) string {
 		if lf := f.Figures; lf == nil || lf.SetsChanged != 0 || lf.PassesPastGrace < 3 || f.BytesRereplicated != 0 {
 			return fmt.Sprintf("lifecycle figures %+v, %d bytes re-replicated: want no set changed, no byte moved", lf, f.BytesRereplicated)
 		}
-		return ""
+		return said(f, `malachi maintenance printed "in maintenance until"`, "refused, naming max_maintenance",
+			`malachi status printed "not answering; its absence is not a failure"`, `malachi maintenance printed "maintenance ended"`)
 	}},
-	{"rebalance", "a follower emptied, then refilled", "rebalancer on", func(f demo.FaultReport) string {
+	{"rebalance", "a follower emptied, then refilled", "rebalancer on", func(f stage.Report) string {
 		if r := f.Figures; r == nil || r.After == nil || !r.After.Within || r.Received == 0 {
 			return fmt.Sprintf("rebalance figures %+v: want the emptied broker refilled within 10%% of the mean", r)
 		}
-		return ""
+		return said(f, `malachi decommission printed "decommissioning"`, `malachi decommission printed "decommission cancelled"`)
 	}},
-	{"leader", "kill -9 of the leader", "any time", func(f demo.FaultReport) string {
+	{"leader", "kill -9 of the leader", "any time", func(f stage.Report) string {
 		if f.NewLeader == 0 {
 			return "no new leader named"
 		}
@@ -79,31 +81,31 @@ var faultRows = []faultRow{
 	}},
 	{"pause", "SIGSTOP of a follower past the grace delay", "until its replicas moved", nil},
 	{"swap", "an empty data directory in place of a follower's", "any time", nil},
-	{"diskfull", "the copies disk filled, a second broker killed", "root", func(f demo.FaultReport) string {
+	{"diskfull", "the copies disk filled, a second broker killed", "root", func(f stage.Report) string {
 		if len(f.Copies) == 0 || !strings.Contains(f.Note, `"no space left on device" in the logs`) {
 			return "no copy cut, or ENOSPC not in the logs: " + f.Note
 		}
 		return ""
 	}},
-	{"readonly", "the copies disk read-only under its broker", "root", func(f demo.FaultReport) string {
+	{"readonly", "the copies disk read-only under its broker", "root", func(f stage.Report) string {
 		if len(f.Copies) == 0 || !strings.Contains(f.Note, `"read-only file system" in the logs`) {
 			return "no copy cut, or EROFS not in the logs: " + f.Note
 		}
 		return ""
 	}},
-	{"backfill-kill", "kill -9 of a backfill's target", "bytes seen moving to it", func(f demo.FaultReport) string {
+	{"backfill-kill", "kill -9 of a backfill's target", "bytes seen moving to it", func(f stage.Report) string {
 		if !strings.Contains(f.What, "mid-backfill") || !strings.Contains(f.Note, "bytes moving") {
 			return "the second kill did not strike a transfer in flight: " + f.Note
 		}
 		return ""
 	}},
-	{"nospare", "a copy latched with RF brokers running", "no spare broker", func(f demo.FaultReport) string {
+	{"nospare", "a copy latched with RF brokers running", "no spare broker", func(f stage.Report) string {
 		if len(f.Latched) != 1 || !strings.Contains(f.Note, "no_spare_broker") {
 			return "not reported no_spare_broker: " + f.Note
 		}
 		return ""
 	}},
-	{"lost", "every copy of two segments destroyed", "ten passes reported", func(f demo.FaultReport) string {
+	{"lost", "every copy of two segments destroyed", "ten passes reported", func(f stage.Report) string {
 		for _, ds := range f.Destroyed {
 			if !ds.Acknowledged || ds.PassesReported < 10 || ds.PassesNotReporting != 0 {
 				return fmt.Sprintf("destroyed %+v: want reported lost on ten passes or more, every one, and acknowledged", ds)
@@ -114,6 +116,18 @@ var faultRows = []faultRow{
 		}
 		return ""
 	}},
+}
+
+// said says which of wants f's note lacks ("" when none): the lifecycle
+// stages note each operator's command given through the malachi CLI, and
+// what it printed that the stage required.
+func said(f stage.Report, wants ...string) string {
+	for _, w := range wants {
+		if !strings.Contains(f.Note, w) {
+			return fmt.Sprintf("the note lacks %q (the stage gives the operator's commands through the malachi CLI): %s", w, f.Note)
+		}
+	}
+	return ""
 }
 
 // TestFaultSuite is the fault suite in CI: `malachi demo` with every stage
@@ -131,8 +145,8 @@ func TestFaultSuite(t *testing.T) {
 	for _, r := range faultRows {
 		rows = append(rows, r.stage)
 	}
-	if strings.Join(rows, ",") != strings.Join(demo.AllStages, ",") {
-		t.Fatalf("rows %v, want one per stage of demo.AllStages %v", rows, demo.AllStages)
+	if strings.Join(rows, ",") != strings.Join(stage.Names, ",") {
+		t.Fatalf("rows %v, want one per stage of stage.Names %v", rows, stage.Names)
 	}
 	dir := t.TempDir()
 	o, err := demo.ParseFlags([]string{"--malachid", binary, "--brokers", "5", "--rf", "3", "--segments", "40", "--segment-size", "64KiB",
@@ -140,6 +154,7 @@ func TestFaultSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.CLI = cli // the lifecycle stages give the operator's commands through it
 	var out, progress bytes.Buffer
 	code := demo.Run(context.Background(), o, &out, &progress)
 	defer func() {
@@ -154,7 +169,7 @@ func TestFaultSuite(t *testing.T) {
 	if code != 0 || !rep.OK {
 		t.Errorf("exit %d, ok %v: %s", code, rep.OK, rep.Error)
 	}
-	byStage := map[string]demo.FaultReport{}
+	byStage := map[string]stage.Report{}
 	for _, f := range rep.Faults {
 		byStage[f.Stage] = f
 		if f.Error != "" {
@@ -203,7 +218,7 @@ func checkSuiteSummary(t *testing.T, rep *demo.Report, skipped int) {
 		t.Errorf("seconds_to_heal %v, grace_wait_seconds %v: want the kill's", rep.SecondsToHeal, rep.GraceWaitSeconds)
 	}
 	s := rep.Summary
-	if want := len(demo.AllStages) - skipped; s.FaultsInjected != want || s.FaultsSurvived != want {
+	if want := len(stage.Names) - skipped; s.FaultsInjected != want || s.FaultsSurvived != want {
 		t.Errorf("summary: %d faults injected, %d survived, want %d and %d", s.FaultsInjected, s.FaultsSurvived, want, want)
 	}
 	if s.SegmentsLost != 0 || s.SegmentsDestroyed != 2 || s.SegmentsHealthy != s.SegmentsChecked-2 {

@@ -26,8 +26,10 @@
 // load numbers its segments on after the prefix's highest (a second load
 // makes new ids).
 //
-// demo is testbed/demo (its doc lists the stages and their invariants);
-// cmd/malachi only hands it the command line.
+// demo is testbed/demo (the stages are testbed/stage's, whose doc lists
+// them and their invariants); cmd/malachi hands it the command line and
+// its own binary, through which the lifecycle stages give the operator's
+// commands (decommission, maintenance, status) and judge what they print.
 //
 // Exit status: 0 success and -h/--help on every command, 1 failure or a demo that did not heal, 2 a bad
 // command line. Errors name the flag and value, or the broker and address,

@@ -246,6 +246,58 @@ func TestDecommissionUnderWriteLoadEndToEnd(t *testing.T) {
 	}
 }
 
+// TestDecommissionCancelledEndToEnd: 4 real brokers at RF 3, one move per
+// pass (pass_backfills = 1), no rebalancer refilling the broker. A
+// decommission cancelled once a replica has moved off the broker stops
+// moving them: from the first pass that no longer reports it, no pass
+// takes the broker out of a set over 3 passes, it keeps the replicas it
+// had, it is active, and every set keeps 3 members. The drain to the end
+// is the fault suite's decommission stage (testbed/stage).
+func TestDecommissionCancelledEndToEnd(t *testing.T) {
+	lc := startLifeCluster(t, harness.Config{Brokers: 4, RF: 3, Tick: 200 * time.Millisecond, Grace: 2 * time.Second, HealExtra: "pass_backfills = 1\nrebalance = false\n"})
+	lc.load("dc", 12)
+	d := lc.followers()[0]
+	held := func() int {
+		t.Helper()
+		snap := lc.metadata()
+		if bad := belowFactor(snap, 3); len(bad) > 0 {
+			t.Fatalf("sets below the factor: %v", bad)
+		}
+		return harness.HeldBy(&snap, d)
+	}
+	before, from := held(), lc.lastPass()
+	if out, errs, code := lc.cli("decommission", d.String()); code != 0 {
+		t.Fatalf("decommission %d: exit %d: %s%s", d, code, out, errs)
+	}
+	moved := lc.follow(from, 60*time.Second, func(p plugin.PassRecord) (bool, string) {
+		return held() < before, fmt.Sprintf("after pass %d no replica moved off the decommissioning broker", p.Seq)
+	})
+	if out, errs, code := lc.cli("decommission", d.String(), "--cancel"); code != 0 {
+		t.Fatalf("decommission --cancel %d: exit %d: %s%s", d, code, out, errs)
+	}
+	cancelled := lc.metadata().Index
+	clear := lc.follow(moved.Seq, 60*time.Second, func(p plugin.PassRecord) (bool, string) {
+		return p.Report.Index >= cancelled && p.Report.DrainOf(d) == nil, fmt.Sprintf("pass %d still reports the cancelled decommission", p.Seq)
+	})
+	left := held()
+	lc.follow(clear.Seq, 60*time.Second, func(p plugin.PassRecord) (bool, string) {
+		for _, c := range p.Report.Ready {
+			if slices.Contains(c.Expected, d) && !slices.Contains(c.Replicas, d) {
+				t.Fatalf("pass %d, after the cancel: %s %v -> %v takes broker %d out", p.Seq, c.ID, c.Expected, c.Replicas, d)
+			}
+		}
+		return p.Seq >= clear.Seq+3, fmt.Sprintf("pass %d of %d", p.Seq, clear.Seq+3)
+	})
+	snap := lc.metadata()
+	if n := harness.HeldBy(&snap, d); n != left {
+		t.Fatalf("broker %d went from %d to %d replicas after its decommission was cancelled", d, left, n)
+	}
+	if b, _ := snap.Broker(d); !b.Is(meta.ModeActive) {
+		t.Fatalf("broker %d after the cancel: %+v", d, b)
+	}
+	t.Logf("cancelled midway: broker %d kept %d of %d replicas", d, left, before)
+}
+
 // writer loads 2 new segments at a time until stopped (or n loads).
 type writer struct {
 	mu    sync.Mutex

@@ -35,12 +35,18 @@ Run "malachi <command> -h" for a command's flags.
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	self, _ := os.Executable()
+	os.Exit(runAs(self, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is main without os.Exit: 0 success, 1 failure (or a demo that did not
-// heal), 2 a bad command line.
-func run(args []string, stdout, stderr io.Writer) int {
+// run is main without os.Exit and with no binary of its own (the demo's
+// lifecycle stages then call the admin API): 0 success, 1 failure (or a
+// demo that did not heal), 2 a bad command line.
+func run(args []string, stdout, stderr io.Writer) int { return runAs("", args, stdout, stderr) }
+
+// runAs is run as the malachi binary self, through which the demo's
+// lifecycle stages give the operator's commands.
+func runAs(self string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	go func() {
@@ -61,6 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if perr != nil {
 			return reportErr(stderr, perr)
 		}
+		o.CLI = self
 		code := demo.Run(ctx, o, stdout, stderr)
 		if ctx.Err() != nil && code == 0 {
 			code = 1

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -128,48 +127,21 @@ func rebalanceCluster(t *testing.T, extra string) (*harness.Cluster, meta.Broker
 	return c, newcomer, read
 }
 
-// withinTenth reports whether every broker's load is within 10% of the
-// mean (and one replica / one mean replica's bytes), as the rebalancer
-// counts, and says how far each is.
-func withinTenth(cnt map[meta.BrokerID]int, byt map[meta.BrokerID]int64) (bool, string) {
-	var tc, tb float64
-	for id := range cnt {
-		tc += float64(cnt[id])
-		tb += float64(byt[id])
-	}
-	k := float64(len(cnt))
-	mc, mb := tc/k, tb/k
-	bc, bb := max(0.1*mc, 1), max(0.1*mb, tb/tc)
-	ok := true
-	for id := range cnt {
-		ok = ok && math.Abs(float64(cnt[id])-mc) <= bc && math.Abs(float64(byt[id])-mb) <= bb
-	}
-	return ok, fmt.Sprintf("counts %v bytes %v (means %.1f, %.0f)", cnt, byt, mc, mb)
-}
-
-// TestRebalanceEndToEnd: real brokers, 4 loaded with 24 segments at RF 3,
-// then a 5th joins empty: rebalancing fills it until every broker's
-// replica count and bytes are within 10% of the mean, every segment stays
-// sealed at 3 replicas with the heal pass finding nothing under-replicated,
-// failed or lost, and the newcomer holds its share. Generous deadlines;
-// no timed assertion.
-func TestRebalanceEndToEnd(t *testing.T) {
-	_, newcomer, read := rebalanceCluster(t, "")
-	var last string
-	waitFor(t, 180*time.Second, func() (bool, string) {
-		cnt, byt, rep, _ := read()
-		ok, saw := withinTenth(cnt, byt)
-		last = saw
-		if rep == nil || rep.Rebalance == nil || !rep.Rebalance.Balanced || rep.UnderReplicated != 0 || len(rep.Failed) != 0 || len(rep.Lost) != 0 {
-			return false, fmt.Sprintf("%s; last pass %+v", saw, rep)
+// waitFor polls cond until it holds or within has passed; then it fails with
+// cond's last account of what it saw.
+func waitFor(t *testing.T, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
 		}
-		return ok, saw
-	})
-	cnt, _, _, _ := read()
-	if cnt[newcomer] < 13 {
-		t.Fatalf("the newcomer %d holds %d of 72 replicas, want at least 13: %s", newcomer, cnt[newcomer], last)
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", within, saw)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("balanced: %s", last)
 }
 
 // TestRebalanceOffEndToEnd: with heal.rebalance = false the empty 5th

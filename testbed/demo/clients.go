@@ -7,13 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
-// The --clients load (testbed/kafkaload): when it starts and stops, how
-// its partition segments are counted, what --keep prints. Every judgement
+// The --clients load (testbed/kafkaload): when it starts and stops, and
+// what --keep prints (stage.Env counts its partition segments). Every judgement
 // is kafkaload's.
 
 const (
@@ -37,8 +36,8 @@ func (d *demo) startClients(ctx context.Context) error {
 		return nil
 	}
 	cfg := kafkaload.DefaultConfig()
-	cfg.Seeds, cfg.Topic, cfg.Partitions, cfg.Producers = d.c.KafkaSeeds(), clientsTopic, clientsPartitions, d.o.Clients
-	tlsCfg, err := d.c.KafkaTLS()
+	cfg.Seeds, cfg.Topic, cfg.Partitions, cfg.Producers = d.env.C.KafkaSeeds(), clientsTopic, clientsPartitions, d.o.Clients
+	tlsCfg, err := d.env.C.KafkaTLS()
 	if err != nil {
 		return err
 	}
@@ -77,39 +76,17 @@ func (d *demo) finishClients(ctx context.Context) {
 	}
 }
 
-// notePartitionSegments counts the partition segments sealed since the
-// last call in the report's segments (the listener seals one when a
-// replica fails): the final check wants every sealed segment counted.
-func (d *demo) notePartitionSegments(snap meta.Snapshot) {
-	n := 0
-	for _, s := range snap.Segments {
-		if _, _, _, ok := meta.ParsePartitionSegment(s.ID); ok && s.Sealed {
-			n++
-		}
-	}
-	if n > d.partitionSealed {
-		d.rep.Segments += n - d.partitionSealed
-		d.partitionSealed = n
-	}
-}
-
-// isPartitionSegment says id is a segment of a Kafka partition's chain.
-func isPartitionSegment(id meta.SegmentID) bool {
-	_, _, _, ok := meta.ParsePartitionSegment(id)
-	return ok
-}
-
 // kafkaManual is what --keep prints for producing by hand: the Kafka
 // bootstrap list, the client certificate (role client) and a kcat line.
 func (d *demo) kafkaManual() []string {
-	seeds := d.c.KafkaSeeds()
+	seeds := d.env.C.KafkaSeeds()
 	if len(seeds) == 0 {
 		return nil
 	}
 	m := kafkaload.Manual{Seeds: seeds, Topic: manualTopic}
 	out := []string{"  Kafka bootstrap: " + strings.Join(seeds, ",")}
 	if !d.o.Insecure {
-		dir := d.c.Certs().ClientDir()
+		dir := d.env.C.Certs().ClientDir()
 		name := string(pki.RoleClient)
 		m.CA, m.Cert, m.Key = filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientCert(name)), filepath.Join(dir, pki.ClientKey(name))
 		out = append(out, fmt.Sprintf("  Kafka client certificate (role %s): ca %s  cert %s  key %s", name, m.CA, m.Cert, m.Key))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/stage"
+
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
@@ -132,7 +134,7 @@ func TestClientsLongestGapNamesItsStage(t *testing.T) {
 		{t0.Add(-time.Second), ""},
 	} {
 		r := &Report{Brokers: 3, ReplicationFactor: 3, Segments: 2, Clients: &kafkaload.Report{Producers: 1, Topic: clientsTopic, LongestStallFrom: tc.from},
-			Faults: []FaultReport{{Stage: "kill", Began: t0, Ended: t0.Add(time.Minute)}, {Stage: "pause", Began: t0.Add(time.Minute), Ended: t0.Add(2 * time.Minute)}}}
+			Faults: []stage.Report{{Stage: "kill", Began: t0, Ended: t0.Add(time.Minute)}, {Stage: "pause", Began: t0.Add(time.Minute), Ended: t0.Add(2 * time.Minute)}}}
 		r.finish(healthy, 0, nil)
 		var text bytes.Buffer
 		r.writeText(&text)

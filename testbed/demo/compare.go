@@ -17,7 +17,7 @@ func (o *Options) validateCompare() error {
 	switch {
 	case o.Nemesis != "":
 		return usageErr("--backfill-rate compare runs the kill stage, not --nemesis")
-	case o.stagesSet && (len(o.Stages) != 1 || o.Stages[0] != "kill"):
+	case o.Chosen && (len(o.Stages) != 1 || o.Stages[0] != "kill"):
 		return usageErr("--backfill-rate compare runs the kill stage only: --faults kill, not %v", o.Stages)
 	case o.Clients < 1 || o.Clients > 64:
 		return usageErr("--backfill-rate compare needs --clients 1 to 64 (what a heal costs the clients is what it compares), not %d", o.Clients)

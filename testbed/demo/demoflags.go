@@ -16,40 +16,28 @@ import (
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/nemesis"
+	"github.com/malachi-log/malachi/testbed/stage"
 )
 
-// Options are the flags of `malachi demo`.
+// Options are the flags of `malachi demo`; the stages read the
+// embedded stage.Options.
 type Options struct {
-	Brokers     int
-	RF          int
-	Segments    int
-	SegmentSize int64
+	stage.Options
 	JSON        bool
 	Keep        bool
 	Malachid    string
 	Dir         string
 	Stages      []string
-	stagesSet   bool // --faults given explicitly
 	sizeSet     bool // --segments or --segment-size given explicitly
-	Copies      int
-	Tick        time.Duration
-	Grace       time.Duration
 	RaftTimeout time.Duration
-	Poll        time.Duration
 	SettleBatch int
-	ScrubEvery  time.Duration
 	ScrubRate   int64
-	// BackfillRate is heal.backfill_bytes_per_second; -1 (the default)
-	// means 8 segments a second, so that a copy takes about 125 ms and the
-	// backfill-kill stage can strike while bytes are in flight.
-	BackfillRate int64
 	// Compare (--backfill-rate compare) runs, instead of the stages, the
 	// kill once per catch-up rate (low, unthrottled, auto) under the
 	// --clients load, and reports what each cost the clients
 	// (testbed/healrun).
-	Compare      bool
-	StageTimeout time.Duration
-	Seed         uint64
+	Compare bool
+	Seed    uint64
 	// Insecure runs the cluster in plaintext without certificates
 	// (insecure = true in every broker's config).
 	Insecure bool
@@ -98,7 +86,7 @@ func usageErr(format string, args ...any) error {
 }
 
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
-	o := Options{SegmentSize: 1 << 20}
+	o := Options{Options: stage.Options{SegmentSize: 1 << 20}}
 	fs := flag.NewFlagSet("malachi demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.Brokers, "brokers", 5, "number of malachid processes")
@@ -110,7 +98,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.Keep, "keep", false, "leave the cluster running and its directory in place on exit")
 	fs.StringVar(&o.Malachid, "malachid", "", "malachid binary to run (default: go build ./cmd/malachid from the module root)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for configs, data and logs (default: a new temporary directory)")
-	faults := fs.String("faults", strings.Join(AllStages, ","), "stages to run, comma-separated, from "+strings.Join(AllStages, ","))
+	faults := fs.String("faults", strings.Join(stage.Names, ","), "stages to run, comma-separated, from "+strings.Join(stage.Names, ","))
 	fs.IntVar(&o.Copies, "copies", 3, "copies hit by each disk fault and by the latch stage")
 	fs.DurationVar(&o.Tick, "tick", 200*time.Millisecond, "heal pass period (heal.tick)")
 	fs.DurationVar(&o.Grace, "grace", time.Second, "grace delay before a silent broker counts as dead (heal.grace)")
@@ -152,13 +140,13 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	o.stagesSet, o.sizeSet = set["faults"], set["segments"] || set["segment-size"]
-	// The stages run in the fixed order of AllStages, whatever the order given.
-	given, err := names("--faults", "stage", *faults, AllStages)
+	o.Chosen, o.sizeSet = set["faults"], set["segments"] || set["segment-size"]
+	// The stages run in the fixed order of stage.Names, whatever the order given.
+	given, err := names("--faults", "stage", *faults, stage.Names)
 	if err != nil {
 		return o, err
 	}
-	o.Stages = slices.DeleteFunc(slices.Clone(AllStages), func(st string) bool { return !slices.Contains(given, st) })
+	o.Stages = slices.DeleteFunc(slices.Clone(stage.Names), func(st string) bool { return !slices.Contains(given, st) })
 	if o.Nemesis != "" {
 		if err := o.validateNemesis(); err != nil {
 			return o, err
@@ -228,8 +216,8 @@ func (o *Options) validate() error {
 	}
 	kept := o.Stages[:0:0]
 	for _, st := range o.Stages {
-		if why := o.infeasible(st, kept); why != "" {
-			if o.stagesSet {
+		if why := o.Infeasible(st, kept); why != "" {
+			if o.Chosen {
 				return usageErr("--faults %s: %s", st, why)
 			}
 			continue // dropped from the default list; Run notes it
@@ -243,29 +231,18 @@ func (o *Options) validate() error {
 // skippedStages lists the default stages validate dropped, with why.
 func (o *Options) skippedStages() map[string]string {
 	out := map[string]string{}
-	if o.stagesSet || o.Nemesis != "" {
+	if o.Chosen || o.Nemesis != "" {
 		return out
 	}
 	var before []string
-	for _, st := range AllStages {
+	for _, st := range stage.Names {
 		if !slices.Contains(o.Stages, st) {
-			out[st] = o.infeasible(st, before)
+			out[st] = o.Infeasible(st, before)
 			continue
 		}
 		before = append(before, st)
 	}
 	return out
-}
-
-// recordShape splits a segment of size bytes of frames into records of at
-// most 4 KiB frames: n records of recordSize payload bytes, n×(16+recordSize)
-// as close to size as whole records allow.
-func recordShape(size int64) (n, recordSize int) {
-	const frame = 4096
-	if size <= frame {
-		return 1, int(max(size-store.FrameHeaderSize, 1))
-	}
-	return int(size / frame), frame - store.FrameHeaderSize
 }
 
 // clusterConfig is the harness's configuration of the demo's cluster.
@@ -293,7 +270,7 @@ func (o *Options) clusterConfig(bin string) harness.Config {
 	if o.Nemesis != "" && !o.NemesisNoDisk && o.draws(harness.DiskKinds) {
 		// Room for every segment the baseline and the writer may put on it.
 		segs := int64(o.Segments) + int64(o.NemesisDuration/nemesis.WriteEvery) + 4*int64(o.Brokers)
-		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, loopDiskSize(segs, o.SegmentSize+store.FooterSize)
+		cfg.LoopBroker, cfg.LoopBytes = nemesisDiskBroker, stage.LoopDiskSize(segs, o.SegmentSize+store.FooterSize)
 	}
 	return cfg
 }
@@ -309,19 +286,13 @@ func (o *Options) draws(kinds []harness.Kind) bool {
 // loop-mounted disk (the disk faults' target).
 const nemesisDiskBroker meta.BrokerID = 1
 
-// loopDiskSize is room for segs copies of per bytes each, a quarter
-// more, and ext4's own (the image is sparse).
-func loopDiskSize(segs, per int64) int64 {
-	return max(64<<20, (segs*per*5/4+48<<20)&^(1<<20-1))
-}
-
 // validateNemesis checks the nemesis flags; the nemesis replaces the
 // stages, so --faults may not be given with it.
 func (o *Options) validateNemesis() error {
 	switch {
 	case o.Nemesis != "random":
 		return usageErr("--nemesis %q: want random", o.Nemesis)
-	case o.stagesSet:
+	case o.Chosen:
 		return usageErr("--nemesis and --faults: the nemesis replaces the stages; give one")
 	case o.NemesisDuration < 10*time.Second || o.NemesisDuration > 24*time.Hour:
 		return usageErr("--duration %v: want 10s to 24h", o.NemesisDuration)

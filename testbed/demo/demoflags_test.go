@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/stage"
+
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 
@@ -19,7 +21,7 @@ func TestParseDemoFlagsDefaults(t *testing.T) {
 	if o.Brokers != 5 || o.RF != 3 || o.Segments != 300 || o.SegmentSize != 1<<20 || o.JSON || o.Keep {
 		t.Fatalf("defaults: %+v", o)
 	}
-	if !slices.Equal(o.Stages, AllStages) {
+	if !slices.Equal(o.Stages, stage.Names) {
 		t.Fatalf("5 brokers at RF 3 run every stage, got %v", o.Stages)
 	}
 	if o.Insecure {
@@ -29,7 +31,7 @@ func TestParseDemoFlagsDefaults(t *testing.T) {
 	if err != nil || o.Brokers != 4 || o.SegmentSize != 64<<10 || !o.JSON || !o.Keep || o.Grace != 500*time.Millisecond || !o.Insecure {
 		t.Fatalf("%+v, %v", o, err)
 	}
-	if want := slices.DeleteFunc(slices.Clone(AllStages), func(s string) bool { return s == "backfill-kill" }); !slices.Equal(o.Stages, want) {
+	if want := slices.DeleteFunc(slices.Clone(stage.Names), func(s string) bool { return s == "backfill-kill" }); !slices.Equal(o.Stages, want) {
 		t.Fatalf("4 brokers at RF 3 (the kill is restarted) run every stage but backfill-kill (two brokers down), got %v", o.Stages)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/malachi-log/malachi/testbed/stage"
+
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/internal/bytesize"
@@ -21,7 +23,7 @@ func TestReportPrintsOneRereplicatedFigure(t *testing.T) {
 	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
 	kill := healedStage("kill", 1, 765<<20)
 	kill.BytesEstimated = 1740 << 20
-	r.Faults = []FaultReport{kill}
+	r.Faults = []stage.Report{kill}
 	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2}, 0, nil)
 	var text bytes.Buffer
 	r.writeText(&text)

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/testbed/stage"
+
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
@@ -51,10 +51,10 @@ type Report struct {
 	Summary Summary `json:"summary"`
 	// Destroyed lists what the lost stage destroyed, when it held: not
 	// counted in Failed or DataLossSegments.
-	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
+	Destroyed []stage.Destroyed `json:"destroyed,omitempty"`
 	// Verification says what "verified" meant in this run.
-	Verification []string      `json:"verification"`
-	Faults       []FaultReport `json:"faults"`
+	Verification []string       `json:"verification"`
+	Faults       []stage.Report `json:"faults"`
 	// Unhealthy names up to 20 segments not healthy at the end, with why.
 	Unhealthy map[meta.SegmentID]string `json:"unhealthy,omitempty"`
 	Notes     []string                  `json:"notes,omitempty"`
@@ -68,125 +68,6 @@ type Report struct {
 	// acknowledged record lost, a record duplicated or out of order, or a
 	// check that could not read everything back fails the run.
 	Clients *kafkaload.Report `json:"clients,omitempty"`
-}
-
-// FaultReport is one stage of the demo.
-type FaultReport struct {
-	Stage string `json:"stage"` // kill, delete, truncate, extend, bitflip, latch, restart, leader
-	// Began and Ended bound the stage, its fault and its heal.
-	Began time.Time `json:"began"`
-	Ended time.Time `json:"ended"`
-	// What names the target: "broker 3", "5 copies".
-	What     string `json:"what"`
-	Injected bool   `json:"injected"`
-	// Skipped says why the stage did not run (left out, or a facility
-	// missing); a fault that did not happen is an Error (notInjected).
-	Skipped string `json:"skipped,omitempty"`
-	// Broker is the broker killed or restarted.
-	Broker meta.BrokerID `json:"broker,omitempty"`
-	// Copies are the files changed on disk; Latched the copies latched.
-	Copies  []harness.Fault `json:"copies,omitempty"`
-	Latched []heal.CopyRef  `json:"latched,omitempty"`
-	// Affected counts the segments seen unhealthy during the stage.
-	Affected int `json:"affected_segments"`
-	// Detected says the cluster noticed: for a disk fault, the copy was
-	// repaired, replaced or latched; false with Healed false means nothing
-	// reacted before the stage's timeout.
-	Detected bool `json:"detected"`
-	Healed   bool `json:"healed"`
-	// GraceWaitSeconds: from the kill to the broker counting as dead
-	// (kill and leader stages).
-	GraceWaitSeconds *float64 `json:"grace_wait_seconds,omitempty"`
-	// DeadSeenSeconds: from the kill to the start of the first heal pass
-	// of the leader's history listing the broker dead (kill and leader
-	// stages).
-	DeadSeenSeconds *float64 `json:"dead_seen_seconds,omitempty"`
-	// SecondsToHeal: from the fault (or the death, for a kill) to every
-	// segment healthy again.
-	SecondsToHeal *float64 `json:"seconds_to_heal"`
-	// NewLeader and LeaderSeconds: leader stage only.
-	NewLeader     meta.BrokerID `json:"new_leader,omitempty"`
-	LeaderSeconds *float64      `json:"leader_seconds,omitempty"`
-	// BytesRereplicated: backfill bytes the brokers received during the
-	// stage; BytesEstimated: the demo's estimate from copy sizes.
-	BytesRereplicated int64 `json:"bytes_rereplicated"`
-	BytesEstimated    int64 `json:"bytes_estimated"`
-	// Passes counts the heal passes of the stage read from the leader's
-	// pass history: every one that ended while the stage watched them.
-	Passes int `json:"passes_read"`
-	// PassesUnread counts the passes the histories numbered in the stage
-	// that no read returned (dropped by the history's bound or skipped):
-	// one fails the stage.
-	PassesUnread uint64 `json:"passes_unread"`
-	// MaxPassSeconds is the longest of them, and BackfillPassSeconds the
-	// summed duration of those that ran backfills: where the healing time
-	// went.
-	MaxPassSeconds      float64 `json:"max_pass_seconds"`
-	BackfillPassSeconds float64 `json:"backfill_pass_seconds"`
-	// Destroyed: the lost stage's segments, with how they were reported.
-	// For that stage Healed means reported as required, not repaired.
-	Destroyed []destroyedSegment `json:"destroyed,omitempty"`
-	// Figures: the stage's own measurements (decommission, maintenance,
-	// rebalance), nil for the others.
-	Figures *Figures `json:"figures,omitempty"`
-	Note    string   `json:"note,omitempty"`
-	Error   string   `json:"error,omitempty"`
-
-	healedAt time.Time // when the view that found it healed was taken
-}
-
-// Figures are what a stage measures beyond the record's common fields;
-// each stage fills its own and leaves the rest empty.
-type Figures struct {
-	// Broker is the broker drained, stopped in its window, or emptied and
-	// refilled.
-	Broker meta.BrokerID `json:"broker"`
-	// SegmentsMoved and BytesMoved: the sealed replicas (and their bytes)
-	// the decommissioned broker held when it started; all of them moved
-	// when Drained.
-	SegmentsMoved int   `json:"segments_moved,omitempty"`
-	BytesMoved    int64 `json:"bytes_moved,omitempty"`
-	Drained       bool  `json:"drained,omitempty"`
-	// SecondsToDrain: from the decommission command to the broker drained
-	// (the end of the first pass reporting it; for rebalance the metadata
-	// read naming it nowhere); Rate is BytesMoved over it.
-	SecondsToDrain *float64 `json:"seconds_to_drain,omitempty"`
-	Rate           float64  `json:"rate_bytes_per_sec,omitempty"`
-	// BelowFactor counts the heal passes with a command whose replica set
-	// has fewer members than the replication factor, and the metadata
-	// reads that found such a set (must be 0).
-	BelowFactor int `json:"below_factor"`
-	// Maintenance: the passes with the broker absent in its window, those
-	// past the grace delay, and those that changed a replica set.
-	PassesInWindow  int `json:"passes_in_window,omitempty"`
-	PassesPastGrace int `json:"passes_past_grace,omitempty"`
-	SetsChanged     int `json:"sets_changed"`
-	// Rebalance: the spreads over the running brokers when the emptied
-	// broker came back and once balanced; the replicas added to a set
-	// (each a move) while balancing, and those the emptied broker got.
-	Before   *harness.LoadSpread `json:"before,omitempty"`
-	After    *harness.LoadSpread `json:"after,omitempty"`
-	Moves    int                 `json:"moves,omitempty"`
-	Received int                 `json:"received,omitempty"`
-}
-
-// destroyedSegment is a segment whose every copy the lost stage destroyed.
-type destroyedSegment struct {
-	Segment meta.SegmentID `json:"segment"`
-	How     string         `json:"how"`
-	// Copies counts the copy files destroyed: every replica's, and any
-	// left outside the replica set by earlier stages.
-	Copies int `json:"copies"`
-	// PassesReported counts the heal passes read that list it lost;
-	// PassesNotReporting those after its first report that did not.
-	PassesReported     int `json:"passes_reported"`
-	PassesNotReporting int `json:"passes_not_reporting"`
-	// ReportedAfterSeconds: from the fault to the first pass reporting it.
-	ReportedAfterSeconds *float64 `json:"reported_after_seconds"`
-	Acknowledged         bool     `json:"acknowledged"`
-	// FilesKept counts the damaged copies still on disk, unchanged, at the
-	// end of the stage (damaged in place only).
-	FilesKept int `json:"files_kept,omitempty"`
 }
 
 // Summary is the run's headline figures.
@@ -222,8 +103,8 @@ type stageSeconds struct {
 // heldDestroyed is what the lost stage destroyed when it held (every
 // segment reported lost on every pass, none of Y's files deleted,
 // acknowledged): only then is it set apart from real loss.
-func (r *Report) heldDestroyed() []destroyedSegment {
-	var out []destroyedSegment
+func (r *Report) heldDestroyed() []stage.Destroyed {
+	var out []stage.Destroyed
 	for _, f := range r.Faults {
 		if f.Stage == "lost" && f.Injected && f.Healed {
 			out = append(out, f.Destroyed...)
@@ -233,20 +114,8 @@ func (r *Report) heldDestroyed() []destroyedSegment {
 }
 
 // destroyed says id is one of ds.
-func destroyed(ds []destroyedSegment, id meta.SegmentID) bool {
-	return slices.ContainsFunc(ds, func(d destroyedSegment) bool { return d.Segment == id })
-}
-
-func seconds(d time.Duration) *float64 {
-	s := math.Round(d.Seconds()*1000) / 1000
-	return &s
-}
-
-func fmtSeconds(p *float64) string {
-	if p == nil {
-		return "never"
-	}
-	return fmt.Sprintf("%.3fs", *p)
+func destroyed(ds []stage.Destroyed, id meta.SegmentID) bool {
+	return slices.ContainsFunc(ds, func(d stage.Destroyed) bool { return d.Segment == id })
 }
 
 // finish fills the end-of-run fields from e (destroyed segments left
@@ -300,43 +169,6 @@ func (r *Report) stageAt(t time.Time) string {
 	}
 	return ""
 }
-
-// Missed says the stage's fault did not happen, for a reason other than
-// the operator's choice or a missing facility (Skipped): the run fails,
-// whether or not the stage recorded why.
-func (f *FaultReport) Missed() bool { return !f.Injected && f.Skipped == "" }
-
-// judge is a stage's verdict: detected says the cluster noticed the
-// fault, problems (empty ones left out) what went wrong, joined to
-// f.Error. The stage healed when it was detected and its record holds no
-// error.
-func (f *FaultReport) judge(detected bool, problems ...string) {
-	for _, p := range problems {
-		f.Error = joinErr(f.Error, p)
-	}
-	f.Detected = detected
-	f.Healed = detected && f.Error == ""
-}
-
-// problems are what a stage found wrong, each once.
-type problems []string
-
-// add notes a problem (an empty one is none).
-func (p *problems) add(format string, args ...any) {
-	if s := fmt.Sprintf(format, args...); s != "" && !slices.Contains(*p, s) {
-		*p = append(*p, s)
-	}
-}
-
-// record adds err to f's error and returns it.
-func (f *FaultReport) record(err error) error {
-	f.Error = joinErr(f.Error, err.Error())
-	return err
-}
-
-// notInjected records that the cluster's state kept f's fault from
-// happening: the stage fails, never counted survived.
-func (f *FaultReport) notInjected(why string) { f.Error = "not injected: " + why }
 
 // summarize fills Summary from the stages and the final harness.Evaluation;
 // CopiesVerified and CopiesVerifiedAtEnd are the caller's, kept.
@@ -437,9 +269,9 @@ func (r *Report) writeOverview(w io.Writer) {
 // writeHealTime prints the seconds to heal a staged broker kill and its
 // grace wait, or why there is no such figure.
 func (r *Report) writeHealTime(w io.Writer) {
-	if slices.ContainsFunc(r.Faults, func(f FaultReport) bool { return f.Stage == "kill" && f.Injected }) {
-		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", fmtSeconds(r.SecondsToHeal))
-		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", fmtSeconds(r.GraceWaitSeconds))
+	if slices.ContainsFunc(r.Faults, func(f stage.Report) bool { return f.Stage == "kill" && f.Injected }) {
+		fmt.Fprintf(w, "seconds_to_heal    %s (broker kill: from dead to every segment at RF, every copy verified)\n", stage.FormatSeconds(r.SecondsToHeal))
+		fmt.Fprintf(w, "grace_wait         %s (from kill -9 to counted dead)\n", stage.FormatSeconds(r.GraceWaitSeconds))
 	} else if r.Nemesis != nil {
 		fmt.Fprintf(w, "seconds_to_heal    - (no staged kill: the nemesis's faults and heals are below)\n")
 	} else {
@@ -458,7 +290,7 @@ func (r *Report) writeSummary(w io.Writer) {
 	if len(sm.SecondsToHeal) > 0 {
 		var parts []string
 		for _, st := range sm.SecondsToHeal {
-			parts = append(parts, st.Stage+" "+fmtSeconds(st.Seconds))
+			parts = append(parts, st.Stage+" "+stage.FormatSeconds(st.Seconds))
 		}
 		fmt.Fprintf(w, "                   seconds to heal: %s\n", strings.Join(parts, ", "))
 	}
@@ -473,7 +305,7 @@ func (r *Report) writeFaults(w io.Writer) {
 	fmt.Fprintf(w, "\n%-13s %-30s %-9s %-9s %-10s %-10s %s\n", "stage", "fault", "detected", "healed", "grace", "to heal", "re-replicated")
 	read, unread := 0, uint64(0)
 	for _, f := range r.Faults {
-		f.writeRow(w)
+		writeRow(w, &f)
 		read, unread = read+f.Passes, unread+f.PassesUnread
 	}
 	fmt.Fprintf(w, "\nheal passes observed: %d of %d (every stage's, from the leader's pass history)\n", read, uint64(read)+unread)
@@ -481,7 +313,7 @@ func (r *Report) writeFaults(w io.Writer) {
 
 // writeRow prints f's row of the fault table, with its passes, note and
 // error on lines of their own, or why it was not injected.
-func (f *FaultReport) writeRow(w io.Writer) {
+func writeRow(w io.Writer, f *stage.Report) {
 	if f.Missed() {
 		why := f.Error
 		if why == "" {
@@ -496,9 +328,9 @@ func (f *FaultReport) writeRow(w io.Writer) {
 	}
 	grace := "-"
 	if f.GraceWaitSeconds != nil {
-		grace = fmtSeconds(f.GraceWaitSeconds)
+		grace = stage.FormatSeconds(f.GraceWaitSeconds)
 	}
-	fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, fmtSeconds(f.SecondsToHeal), bytesize.Format(f.BytesRereplicated))
+	fmt.Fprintf(w, "%-13s %-30s %-9v %-9v %-10s %-10s %s\n", f.Stage, truncate(f.What, 30), f.Detected, f.Healed, grace, stage.FormatSeconds(f.SecondsToHeal), bytesize.Format(f.BytesRereplicated))
 	if f.BackfillPassSeconds > 0 {
 		fmt.Fprintf(w, "              heal passes read: %d, longest %.3fs, backfilling %.3fs\n", f.Passes, f.MaxPassSeconds, f.BackfillPassSeconds)
 	}

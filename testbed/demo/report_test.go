@@ -7,14 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/testbed/stage"
+
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/nemesis"
 
 	"github.com/malachi-log/malachi/meta"
 )
 
-func healedStage(name string, secs float64, bytes int64) FaultReport {
-	return FaultReport{Stage: name, Injected: true, Detected: true, Healed: true, SecondsToHeal: &secs, BytesRereplicated: bytes, BytesEstimated: bytes}
+func healedStage(name string, secs float64, bytes int64) stage.Report {
+	return stage.Report{Stage: name, Injected: true, Detected: true, Healed: true, SecondsToHeal: &secs, BytesRereplicated: bytes, BytesEstimated: bytes}
 }
 
 // reportJSON is r as written by writeJSON, decoded, and its text for
@@ -35,11 +37,11 @@ func reportJSON(t *testing.T, r *Report) (map[string]any, string) {
 func TestReportJSONShape(t *testing.T) {
 	r := &Report{Brokers: 5, ReplicationFactor: 3, Segments: 2}
 	kill := healedStage("kill", 1.25, 3<<20)
-	kill.GraceWaitSeconds = seconds(time.Second)
+	kill.GraceWaitSeconds = stage.Seconds(time.Second)
 	kill.Passes = 7
 	del := healedStage("delete", 0.2, 1<<20)
 	del.Passes, del.PassesUnread = 3, 2
-	r.Faults = []FaultReport{kill, del, {Stage: "bitflip", Skipped: "no scrubber"}}
+	r.Faults = []stage.Report{kill, del, {Stage: "bitflip", Skipped: "no scrubber"}}
 	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if !r.OK {
 		t.Fatalf("all healed, not OK: %+v", r)
@@ -72,7 +74,7 @@ func TestReportJSONShape(t *testing.T) {
 func TestReportNotHealed(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		faults  []FaultReport
+		faults  []stage.Report
 		ev      harness.Evaluation
 		failed  int
 		err     error
@@ -81,7 +83,7 @@ func TestReportNotHealed(t *testing.T) {
 	}{
 		{
 			name:   "stage never healed",
-			faults: []FaultReport{{Stage: "kill", Injected: true}},
+			faults: []stage.Report{{Stage: "kill", Injected: true}},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 1, UnderReplicated: 1, Unhealthy: map[meta.SegmentID]string{"s-1": "2 replicas"}},
 			check: func(t *testing.T, r *Report) {
 				if r.SecondsToHeal != nil || r.UnderReplicated != 1 || r.Unhealthy["s-1"] != "2 replicas" {
@@ -95,7 +97,7 @@ func TestReportNotHealed(t *testing.T) {
 		},
 		{
 			name:   "data loss",
-			faults: []FaultReport{healedStage("kill", 1, 0)},
+			faults: []stage.Report{healedStage("kill", 1, 0)},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 1, Damaged: 1, DataLoss: 1, Unhealthy: map[meta.SegmentID]string{"s-2": "missing"}},
 			check: func(t *testing.T, r *Report) {
 				if r.DataLossSegments != 1 || r.Failed != 1 {
@@ -105,7 +107,7 @@ func TestReportNotHealed(t *testing.T) {
 		},
 		{
 			name:   "failed by the heal pass",
-			faults: []FaultReport{healedStage("kill", 1, 0)},
+			faults: []stage.Report{healedStage("kill", 1, 0)},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			failed: 3,
 			check: func(t *testing.T, r *Report) {
@@ -120,12 +122,8 @@ func TestReportNotHealed(t *testing.T) {
 			// run fails, the stage is neither injected nor survived, and
 			// the text says NOT INJECTED.
 			name: "in-flight window missed",
-			faults: []FaultReport{healedStage("kill", 1, 0),
-				func() FaultReport {
-					f := FaultReport{Stage: "backfill-kill"}
-					f.notInjected("MISSED the in-flight window: every set of broker 3's segments was recorded before a scan saw bytes moving")
-					return f
-				}()},
+			faults: []stage.Report{healedStage("kill", 1, 0),
+				{Stage: "backfill-kill", Error: "not injected: MISSED the in-flight window: every set of broker 3's segments was recorded before a scan saw bytes moving"}},
 			ev: harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			check: func(t *testing.T, r *Report) {
 				if r.Summary.FaultsInjected != 1 || r.Summary.FaultsSurvived != 1 {
@@ -143,12 +141,8 @@ func TestReportNotHealed(t *testing.T) {
 			// (not the operator's choice, not a missing facility): the run
 			// fails, and the stage is neither injected nor survived.
 			name: "fault not injected",
-			faults: []FaultReport{healedStage("kill", 1, 0),
-				func() FaultReport {
-					f := FaultReport{Stage: "pause"}
-					f.notInjected("no running follower holds sealed replicas")
-					return f
-				}()},
+			faults: []stage.Report{healedStage("kill", 1, 0),
+				{Stage: "pause", Error: "not injected: no running follower holds sealed replicas"}},
 			ev: harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			check: func(t *testing.T, r *Report) {
 				if r.Summary.FaultsInjected != 1 || r.Summary.FaultsSurvived != 1 {
@@ -166,7 +160,7 @@ func TestReportNotHealed(t *testing.T) {
 			// reason recorded, still fails the run: a fault that did not
 			// happen is never passed over.
 			name:   "fault not injected, no reason recorded",
-			faults: []FaultReport{healedStage("kill", 1, 0), {Stage: "lost"}},
+			faults: []stage.Report{healedStage("kill", 1, 0), {Stage: "lost"}},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			check: func(t *testing.T, r *Report) {
 				var text bytes.Buffer
@@ -179,7 +173,7 @@ func TestReportNotHealed(t *testing.T) {
 		{
 			// A nemesis fault that could not be injected fails the run.
 			name:   "nemesis fault not injected",
-			faults: []FaultReport{healedStage("kill", 1, 0)},
+			faults: []stage.Report{healedStage("kill", 1, 0)},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			nemesis: &nemesis.Report{ChecksRun: 2, ChecksPassed: 2, FaultsInjected: map[harness.Kind]int{harness.KindPause: 1},
 				NotInjected: []string{"+36.413s swap on [4] for 6.038s: swap: reading broker 4's pass history: no such file"}},
@@ -191,7 +185,7 @@ func TestReportNotHealed(t *testing.T) {
 		},
 		{
 			name:   "interrupted",
-			faults: []FaultReport{healedStage("kill", 1, 0)},
+			faults: []stage.Report{healedStage("kill", 1, 0)},
 			ev:     harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}},
 			err:    ErrUsage,
 			check: func(t *testing.T, r *Report) {

@@ -19,8 +19,8 @@ import (
 	"github.com/malachi-log/malachi/testbed/netns"
 )
 
-// The fault catalogue: every fault the demo's staged suite and its
-// nemesis inject, each once. Cluster.Inject makes one and returns an
+// The fault catalogue: every fault the staged suite (testbed/stage) and
+// the nemesis inject, each once. Cluster.Inject makes one and returns an
 // Injection: what it did, its undo, and what it leaves for a checker to
 // expect (Kind.Down, Kind.CutOff, Injection.Lost).
 

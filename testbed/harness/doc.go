@@ -1,22 +1,22 @@
-// Package harness runs clusters of real malachid processes for the demo
-// (testbed/demo), the e2e tests and the fault suite: it locates or builds
-// the binary, makes the cluster's certificates (pki.CreateLocal; insecure
-// only when asked), writes each broker's config, starts, stops, kills,
-// pauses and restarts brokers, waits for a leader and for registration,
-// calls every broker through the typed admin client (internal/admin),
-// polls them for the one health check (health.go: Poll, Evaluate,
-// CheckCopy, WaitHealed), and holds the fault catalogue (catalogue.go):
-// every fault the demo's staged suite and its nemesis inject, each once,
-// with its undo and what it leaves for a checker to expect (Kind.Down,
-// Kind.CutOff, Injection.Lost). The faults done to a copy's file (delete,
-// truncate, extend, bit flip) are faults.go's; the one fault a broker
-// injects itself is the latch (admin.Client.Latch): it needs the broker's
-// store to see an I/O error. What the stages and tests measure with is
-// here too, once: the copy auditor's cache (auditor.go), the backfill byte
-// counters (metrics.go: MarkBackfill), the leader's pass status, PassTally
-// and the hold releaser (passtally.go), log marks (logs.go), the metadata
-// and pass judgements (judge.go) and the waits and scans the stages share
-// (mechanics.go).
+// Package harness runs clusters of real malachid processes for the staged
+// fault suite (testbed/stage), the demo, the nemesis and the e2e tests: it
+// locates or builds the binary, makes the cluster's certificates
+// (pki.CreateLocal; insecure only when asked), writes each broker's
+// config, starts, stops, kills, pauses and restarts brokers, waits for a
+// leader and for registration, calls every broker through the typed admin
+// client (internal/admin), polls them for the one health check (health.go:
+// Poll, Evaluate, CheckCopy, WaitHealed), and holds the fault catalogue
+// (catalogue.go): every fault the staged suite and the nemesis inject,
+// each once, with its undo and what it leaves for a checker to expect
+// (Kind.Down, Kind.CutOff, Injection.Lost). The faults done to a copy's
+// file (delete, truncate, extend, bit flip) are faults.go's; the one fault
+// a broker injects itself is the latch (admin.Client.Latch): it needs the
+// broker's store to see an I/O error. What the stages and tests measure
+// with is here too, once: the copy auditor's cache (auditor.go), the
+// backfill byte counters (metrics.go: MarkBackfill), the leader's pass
+// status, PassTally and the hold releaser (passtally.go), log marks
+// (logs.go), the metadata and pass judgements (judge.go) and the waits and
+// scans the stages share (mechanics.go).
 //
 // Usage:
 //

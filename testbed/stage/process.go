@@ -1,4 +1,4 @@
-package demo
+package stage
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 )
 
 // sealedOn lists the sealed segments of the last view with a replica on b.
-func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
+func (e *Env) sealedOn(b meta.BrokerID) []meta.SegmentID {
 	var out []meta.SegmentID
-	for _, s := range d.last.Snap.Segments {
+	for _, s := range e.last.Snap.Segments {
 		if s.Sealed && s.HasReplica(b) {
 			out = append(out, s.ID)
 		}
@@ -30,84 +30,84 @@ func (d *demo) sealedOn(b meta.BrokerID) []meta.SegmentID {
 
 // follower is a running broker other than the leader for which ok holds
 // (nil: any), drawn by the run's seed, or nil.
-func (d *demo) follower(ok func(*harness.Broker) bool) *harness.Broker {
+func (e *Env) follower(ok func(*harness.Broker) bool) *harness.Broker {
 	var cands []*harness.Broker
-	for _, b := range d.c.Running() {
-		if b.ID != d.last.Leader && (ok == nil || ok(b)) {
+	for _, b := range e.C.Running() {
+		if b.ID != e.last.Leader && (ok == nil || ok(b)) {
 			cands = append(cands, b)
 		}
 	}
 	if len(cands) == 0 {
 		return nil
 	}
-	return cands[d.rng.IntN(len(cands))]
+	return cands[e.Rand.IntN(len(cands))]
 }
 
 // holdsSealed: b holds sealed replicas.
-func (d *demo) holdsSealed(b *harness.Broker) bool { return len(d.sealedOn(b.ID)) > 0 }
+func (e *Env) holdsSealed(b *harness.Broker) bool { return len(e.sealedOn(b.ID)) > 0 }
 
 // timeFromDeath sets fr's grace fields and, once healed (fr.healedAt),
 // its seconds to heal from when the broker faulted at faultAt counts as
 // dead: faultAt + grace, or, for a kill (passStart), the start of an
 // earlier pass that listed it dead. A stopped broker's probe hangs, so
 // for it that start is only reported.
-func (d *demo) timeFromDeath(fr *FaultReport, faultAt time.Time, passStart bool) {
-	deadAt := faultAt.Add(d.o.Grace)
-	if !d.deadSeen.IsZero() {
-		fr.DeadSeenSeconds = seconds(d.deadSeen.Sub(faultAt))
-		if passStart && d.deadSeen.Before(deadAt) {
-			deadAt = d.deadSeen
+func (e *Env) timeFromDeath(fr *Report, faultAt time.Time, passStart bool) {
+	deadAt := faultAt.Add(e.Grace)
+	if !e.deadSeen.IsZero() {
+		fr.DeadSeenSeconds = Seconds(e.deadSeen.Sub(faultAt))
+		if passStart && e.deadSeen.Before(deadAt) {
+			deadAt = e.deadSeen
 		}
 	}
-	fr.GraceWaitSeconds = seconds(deadAt.Sub(faultAt))
+	fr.GraceWaitSeconds = Seconds(deadAt.Sub(faultAt))
 	if !fr.healedAt.IsZero() {
-		fr.SecondsToHeal = seconds(fr.healedAt.Sub(deadAt))
+		fr.SecondsToHeal = Seconds(fr.healedAt.Sub(deadAt))
 	}
 }
 
 // addNote appends a sentence to fr.Note, after a "; " when it has one.
-func addNote(fr *FaultReport, format string, args ...any) {
+func addNote(fr *Report, format string, args ...any) {
 	fr.Note = joinErr(fr.Note, fmt.Sprintf(format, args...))
 }
 
 // victimFollower picks a follower holding sealed replicas; nil when none
 // (fr says not injected).
-func (d *demo) victimFollower(fr *FaultReport) (*harness.Broker, []meta.SegmentID) {
-	b := d.follower(d.holdsSealed)
+func (e *Env) victimFollower(fr *Report) (*harness.Broker, []meta.SegmentID) {
+	b := e.follower(e.holdsSealed)
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas")
 		return nil, nil
 	}
 	fr.Broker = b.ID
-	return b, d.sealedOn(b.ID)
+	return b, e.sealedOn(b.ID)
 }
 
 // stagePause stops a follower (SIGSTOP) until its replicas moved and
 // verified, then continues it: it must rejoin.
-func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
-	b, targets := d.victimFollower(fr)
+func (e *Env) stagePause(ctx context.Context, fr *Report) error {
+	b, targets := e.victimFollower(fr)
 	if b == nil {
 		return nil
 	}
-	m, stopAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
+	m, stopAt, in, err := e.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindPause, Brokers: []*harness.Broker{b}}, targets,
 		fmt.Sprintf("SIGSTOP follower %d (%d replicas)", b.ID, len(targets)))
 	defer func() { _ = in.Undo(ctx) }() // never leave a broker stopped
 	if err != nil {
 		return err
 	}
 	feed := harness.NewPassFeed(stopAt)
-	healedAt, why, err := d.healWithout(ctx, fr, b, targets, feed, stopAt.Add(d.o.StageTimeout))
+	healedAt, why, err := e.healWithout(ctx, fr, b, targets, feed, stopAt.Add(e.StageTimeout))
 	if err != nil {
 		return err
 	}
 	fr.healedAt = healedAt
-	d.timeFromDeath(fr, stopAt, false)
+	e.timeFromDeath(fr, stopAt, false)
 	gap := feed.Problem()
-	fr.BytesEstimated = d.last.MissingBytes(m.pre)
-	fr.BytesRereplicated = m.before.Since(ctx, d.c)
+	fr.BytesEstimated = e.last.MissingBytes(m.pre)
+	fr.BytesRereplicated = m.before.Since(ctx, e.C)
 	fr.Detected = !healedAt.IsZero()
 	if !fr.Detected {
-		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, d.o.StageTimeout, why)
+		fr.Error = fmt.Sprintf("broker %d stopped: not re-replicated after %v: %s", b.ID, e.StageTimeout, why)
 	}
 
 	// SIGCONT, bounded by the stage timeout either way: it must rejoin.
@@ -115,31 +115,31 @@ func (d *demo) stagePause(ctx context.Context, fr *FaultReport) error {
 	if err := in.Undo(ctx); err != nil {
 		return fr.record(err)
 	}
-	d.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
-	secs, err := d.settle(ctx, "rejoining", contAt)
+	e.logf("  SIGCONT broker %d after %s stopped", b.ID, time.Since(stopAt).Round(time.Millisecond))
+	secs, err := e.settle(ctx, "rejoining", contAt)
 	if err == nil {
-		err = d.c.WaitNotDead(ctx, b.ID, d.o.StageTimeout, d.o.Poll)
+		err = e.C.WaitNotDead(ctx, b.ID, e.StageTimeout, e.Poll)
 	}
 	if err != nil {
-		return d.fail(ctx, fr, fmt.Errorf("after SIGCONT: %w", err))
+		return e.fail(ctx, fr, fmt.Errorf("after SIGCONT: %w", err))
 	}
 	addNote(fr, "stopped %s; after SIGCONT it rejoined and every segment was healthy and verified in %s",
-		contAt.Sub(stopAt).Round(time.Millisecond), fmtSeconds(secs))
+		contAt.Sub(stopAt).Round(time.Millisecond), FormatSeconds(secs))
 	fr.judge(fr.Detected, gap)
 	return nil
 }
 
 // healWithout waits, without b, until a pass lists b dead and every
 // target moved off it and healed; zero time and why when not by deadline.
-func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
-	sub := d.c.Without(b.ID) // its Live leaves b out
-	p := newProgress(d.out, d.tty, "re-replicating off the paused broker", len(targets))
-	seen := func(v *harness.View, e harness.Evaluation) {
-		_, _ = d.readPasses(ctx, sub, feed, fr)
-		p.Set(movedOff(v.Snap, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(e.Unhealthy)))
+func (e *Env) healWithout(ctx context.Context, fr *Report, b *harness.Broker, targets []meta.SegmentID, feed *harness.PassFeed, deadline time.Time) (time.Time, string, error) {
+	sub := e.C.Without(b.ID) // its Live leaves b out
+	p := e.progress("re-replicating off the paused broker", len(targets))
+	seen := func(v *harness.View, ev harness.Evaluation) {
+		_, _ = e.readPasses(ctx, sub, feed, fr)
+		p.Set(movedOff(v.Snap, targets, b.ID), len(targets), fmt.Sprintf("%d unhealthy", len(ev.Unhealthy)))
 	}
-	pending := func(v *harness.View, e harness.Evaluation) string {
-		if d.deadSeen.IsZero() {
+	pending := func(v *harness.View, _ harness.Evaluation) string {
+		if e.deadSeen.IsZero() {
 			return fmt.Sprintf("no heal pass lists broker %d dead yet", b.ID)
 		}
 		if moved := movedOff(v.Snap, targets, b.ID); moved < len(targets) {
@@ -148,15 +148,15 @@ func (d *demo) healWithout(ctx context.Context, fr *FaultReport, b *harness.Brok
 		_, why := v.PassClean()
 		return why
 	}
-	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: d.o.RF, Check: d.checkCopy, Every: d.o.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
+	v, err := harness.WaitHealed(ctx, sub, harness.HealWait{RF: e.RF, Check: e.CheckCopy, Every: e.Poll, Seen: seen, Pending: pending}, time.Until(deadline))
 	if err == nil {
 		p.Finish("re-replicated and verified")
 		return v.At, "", nil
 	}
-	if e := fatal(ctx, err, d); e != nil {
+	if ferr := fatal(ctx, err, e); ferr != nil {
 		p.Finish("interrupted, or a broker died")
-		fr.Error = e.Error()
-		return time.Time{}, "", e
+		fr.Error = ferr.Error()
+		return time.Time{}, "", ferr
 	}
 	p.Finish("timed out")
 	return time.Time{}, err.Error(), nil
@@ -176,83 +176,83 @@ func movedOff(snap meta.Snapshot, targets []meta.SegmentID, id meta.BrokerID) in
 
 // stageSwap kills a follower and starts it on an empty data directory;
 // the old one is kept beside it.
-func (d *demo) stageSwap(ctx context.Context, fr *FaultReport) error {
-	b, targets := d.victimFollower(fr)
+func (e *Env) stageSwap(ctx context.Context, fr *Report) error {
+	b, targets := e.victimFollower(fr)
 	if b == nil {
 		return nil
 	}
 	files, size := harness.DirUsage(b.Dir)
-	m, killAt, in, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: d.o.StageTimeout}, targets,
+	m, killAt, in, err := e.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindSwap, Brokers: []*harness.Broker{b}, Timeout: e.StageTimeout}, targets,
 		fmt.Sprintf("empty data dir on %d (%d replicas)", b.ID, len(targets)))
 	if err != nil {
 		fr.Injected = in.Aside != ""
 		return fmt.Errorf("stage swap: %w", err)
 	}
-	d.aud.ForgetUnder(in.Aside)
-	d.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
+	e.Aud.ForgetUnder(in.Aside)
+	e.logf("  old data directory (%d files, %s) kept at %s; broker %d starts on an empty one", files, bytesize.Format(size), in.Aside, b.ID)
 	startAt := time.Now()
 	if err := in.Undo(ctx); err != nil {
-		return d.fail(ctx, fr, err)
+		return e.fail(ctx, fr, err)
 	}
-	if _, err := d.c.AgreedLeader(ctx, true); err != nil {
-		d.logf("  brokers not yet agreed on a leader: %v", err)
+	if _, err := e.C.AgreedLeader(ctx, true); err != nil {
+		e.logf("  brokers not yet agreed on a leader: %v", err)
 	}
 	upAt := time.Now()
-	err = d.heal(ctx, fr, "refilling the emptied broker", startAt, targets, d.o.StageTimeout, m)
+	err = e.heal(ctx, fr, "refilling the emptied broker", startAt, targets, e.StageTimeout, m)
 	addNote(fr, "seconds_to_heal from the restart on the empty directory (killed %s before; it answered with a leader after %s); it holds %d copies again; old directory kept at %s",
-		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), len(d.last.Copies[b.ID]), in.Aside)
-	return fatal(ctx, err, d)
+		startAt.Sub(killAt).Round(time.Millisecond), upAt.Sub(startAt).Round(time.Millisecond), len(e.last.Copies[b.ID]), in.Aside)
+	return fatal(ctx, err, e)
 }
 
 // throttledTimeout is the stage timeout plus twice the time the lost
 // copies take at the stage's catch-up rate over the running brokers.
-func (d *demo) throttledTimeout(fr *FaultReport, lost []meta.SegmentID) time.Duration {
-	live := int64(len(d.c.Running()))
-	if d.o.BackfillRate <= 0 || live == 0 {
-		return d.o.StageTimeout
+func (e *Env) throttledTimeout(fr *Report, lost []meta.SegmentID) time.Duration {
+	live := int64(len(e.C.Running()))
+	if e.BackfillRate <= 0 || live == 0 {
+		return e.StageTimeout
 	}
 	var bytes int64
 	for _, id := range lost {
-		if s, ok := d.last.Snap.Segment(id); ok {
+		if s, ok := e.last.Snap.Segment(id); ok {
 			bytes += s.ByteSize
 		}
 	}
-	rate := max(d.o.BackfillRate/backfillStageShare, 4096)
+	rate := max(e.BackfillRate/backfillStageShare, 4096)
 	copyTime := time.Duration(bytes/(rate*live)) * time.Second
 	addNote(fr, "waits up to %s for the heal: the stage timeout plus twice the %s the %d lost copies (%s) take at %s/s per broker over %d brokers",
-		(d.o.StageTimeout + 2*copyTime).Round(time.Second), copyTime, len(lost), bytesize.Format(bytes), bytesize.Format(rate), live)
-	return d.o.StageTimeout + 2*copyTime
+		(e.StageTimeout + 2*copyTime).Round(time.Second), copyTime, len(lost), bytesize.Format(bytes), bytesize.Format(rate), live)
+	return e.StageTimeout + 2*copyTime
 }
 
 // stageBackfillKill kills a follower A and, while bytes of its backfills
 // are seen moving, a target B of them: everything must come back at RF on
 // the survivors (A and B are left dead). A hold of the mass-failure brake,
 // should one appear, is released as an operator would.
-func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
-	restore, err := d.slowBackfills(ctx, fr)
+func (e *Env) stageBackfillKill(ctx context.Context, fr *Report) error {
+	restore, err := e.slowBackfills(ctx, fr)
 	defer restore()
 	if err != nil {
 		return fr.record(err)
 	}
-	a := d.freshestFollower()
+	a := e.freshestFollower()
 	if a == nil {
 		fr.notInjected("no running follower holds sealed replicas")
 		return nil
 	}
-	leader := d.last.Leader
-	targetsA := d.sealedOn(a.ID)
+	leader := e.last.Leader
+	targetsA := e.sealedOn(a.ID)
 	segs := map[meta.SegmentID]meta.Segment{}
 	for _, id := range targetsA {
-		s, _ := d.last.Snap.Segment(id)
+		s, _ := e.last.Snap.Segment(id)
 		segs[id] = *s
 	}
-	baseline := d.c.CopySizes()
-	m, killA, _, err := d.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
+	baseline := e.C.CopySizes()
+	m, killA, _, err := e.strikeBroker(ctx, fr, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{a}}, targetsA,
 		fmt.Sprintf("kill -9 %d, then a target of its backfills", a.ID))
 	if err != nil {
 		return err
 	}
-	b, seen, how, failure, err := d.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
+	b, seen, how, failure, err := e.strikeTarget(ctx, a, leader, targetsA, segs, baseline, killA)
 	if err != nil || failure != "" {
 		// With a failure broker a died, but the stage's fault (a target
 		// killed while bytes move to it) did not happen: not injected,
@@ -263,26 +263,26 @@ func (d *demo) stageBackfillKill(ctx context.Context, fr *FaultReport) error {
 		}
 		return err
 	}
-	deadSeenA := d.deadSeen
-	targetsB := d.lose(m.pre, b.ID)
-	d.watchDead, d.deadSeen = b.ID, time.Time{}
+	deadSeenA := e.deadSeen
+	targetsB := e.lose(m.pre, b.ID)
+	e.watchDead, e.deadSeen = b.ID, time.Time{}
 	killB := time.Now()
-	if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
+	if _, err := e.C.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{b}}); err != nil {
 		return fr.record(err)
 	}
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("kill -9 %d, then %d mid-backfill", a.ID, b.ID)
-	d.noteStrike(fr, a, b, killB.Sub(killA), seen, how, deadSeenA.Sub(killA), !deadSeenA.IsZero())
-	err = d.healTwoKills(ctx, fr, append(slices.Clone(targetsA), targetsB...), killB, m)
-	return fatal(ctx, err, d)
+	e.noteStrike(fr, a, b, killB.Sub(killA), seen, how, deadSeenA.Sub(killA), !deadSeenA.IsZero())
+	err = e.healTwoKills(ctx, fr, append(slices.Clone(targetsA), targetsB...), killB, m)
+	return fatal(ctx, err, e)
 }
 
 // noteStrike logs and notes the second kill of the backfill-kill stage:
 // broker b killed after a (by after), the target of the transfers seen;
 // seenA is when a was first listed dead, if it was (listed).
-func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Duration, seen harness.Transfers, how string, seenA time.Duration, listed bool) {
+func (e *Env) noteStrike(fr *Report, a, b *harness.Broker, after time.Duration, seen harness.Transfers, how string, seenA time.Duration, listed bool) {
 	after = after.Round(time.Millisecond)
-	d.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies complete",
+	e.logf("  kill -9 broker %d %s after broker %d: a target of %d transfers in flight (%d partial copies, %s of %s on disk), %d copies complete",
 		b.ID, after, a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete)
 	addNote(fr, "broker %d killed %s after broker %d, while it was the target of %d of its backfills (%d partial: %s of %s on disk; %d full-size; chosen for: %s)",
 		b.ID, after, a.ID, seen.Partial+seen.Complete, seen.Partial, bytesize.Format(seen.Bytes), bytesize.Format(seen.BytesTotal), seen.Complete, how)
@@ -294,22 +294,22 @@ func (d *demo) noteStrike(fr *FaultReport, a, b *harness.Broker, after time.Dura
 // healTwoKills waits for the heal after the backfill-kill stage's second
 // kill (at killB), releasing a hold of the mass-failure brake as an
 // operator would, and judges it: no segment may be lost or missing.
-func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.SegmentID, killB time.Time, m measure) error {
-	timeout := d.throttledTimeout(fr, all)
-	rel := d.c.ReleaseHolds(ctx, d.o.Tick)
-	err := d.heal(ctx, fr, "healing after two kills", killB, all, timeout, m)
+func (e *Env) healTwoKills(ctx context.Context, fr *Report, all []meta.SegmentID, killB time.Time, m measure) error {
+	timeout := e.throttledTimeout(fr, all)
+	rel := e.C.ReleaseHolds(ctx, e.Tick)
+	err := e.heal(ctx, fr, "healing after two kills", killB, all, timeout, m)
 	rel.Stop()
 	if n := rel.Note(); n != "" {
 		addNote(fr, "%s", n)
-		d.logf("  %s", n)
+		e.logf("  %s", n)
 	} else {
 		addNote(fr, "the mass-failure brake did not hold")
 	}
-	d.timeFromDeath(fr, killB, true)
+	e.timeFromDeath(fr, killB, true)
 	if fr.Healed {
-		if d.lastEv.DataLoss != 0 || d.lastEv.Sealed != d.rep.Segments {
+		if e.lastEv.DataLoss != 0 || e.lastEv.Sealed != e.Sealed {
 			fr.Healed = false
-			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", d.lastEv.DataLoss, d.lastEv.Sealed, d.rep.Segments)
+			fr.Error = fmt.Sprintf("after healing: %d segments with no intact copy, %d of %d sealed segments in the metadata", e.lastEv.DataLoss, e.lastEv.Sealed, e.Sealed)
 		}
 	}
 	return err
@@ -319,18 +319,18 @@ func (d *demo) healTwoKills(ctx context.Context, fr *FaultReport, all []meta.Seg
 // (a short copy of a's segments that grew since the scan before). When
 // every set is recorded first, or no backfill shows in time, failure says
 // the window was missed: the stage is not injected, never survived.
-func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen harness.Transfers, how, failure string, err error) {
-	lb := d.c.Broker(leader)
-	deadline := killA.Add(d.o.StageTimeout)
+func (e *Env) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.BrokerID, targetsA []meta.SegmentID, segs map[meta.SegmentID]meta.Segment, baseline map[meta.BrokerID]map[meta.SegmentID]int64, killA time.Time) (b *harness.Broker, seen harness.Transfers, how, failure string, err error) {
+	lb := e.C.Broker(leader)
+	deadline := killA.Add(e.StageTimeout)
 	prev := map[meta.BrokerID]harness.Transfers{}
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, seen, "", "", err
 		}
 		if time.Now().After(deadline) {
-			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, d.o.StageTimeout), nil
+			return nil, seen, "", fmt.Sprintf("no backfill of broker %d's segments seen within %v", a.ID, e.StageTimeout), nil
 		}
-		found := d.c.ScanTransfers(segs, baseline, a.ID, leader)
+		found := e.C.ScanTransfers(segs, baseline, a.ID, leader)
 		best := meta.BrokerID(0)
 		for id, t := range found {
 			if t.Partial > 0 && t.Bytes > prev[id].Bytes && prev[id].Partial > 0 && (best == 0 || t.Bytes > found[best].Bytes) {
@@ -338,7 +338,7 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 			}
 		}
 		if best != 0 {
-			return d.c.Broker(best), found[best], fmt.Sprintf("bytes moving: %s on disk short of the sealed size, %s more than the scan before",
+			return e.C.Broker(best), found[best], fmt.Sprintf("bytes moving: %s on disk short of the sealed size, %s more than the scan before",
 				bytesize.Format(found[best].Bytes), bytesize.Format(found[best].Bytes-prev[best].Bytes)), "", nil
 		}
 		prev = found
@@ -350,8 +350,8 @@ func (d *demo) strikeTarget(ctx context.Context, a *harness.Broker, leader meta.
 				// Every set recorded before a scan caught bytes moving:
 				// the fault this stage is about did not happen. It fails;
 				// it is never counted as survived.
-				missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, d.o.BackfillRate, backfillStageShare)
-				d.logf("  %s", missed)
+				missed := fmt.Sprintf("MISSED the in-flight window: every set of broker %d's segments was recorded before a scan saw bytes moving to a target (heal.backfill_bytes_per_second = %d for the run, a %dth of it for this stage)", a.ID, e.BackfillRate, backfillStageShare)
+				e.logf("  %s", missed)
 				return nil, seen, "", missed, nil
 			}
 		}
@@ -365,12 +365,12 @@ const nospareReason = "no_spare_broker"
 // stageNoSpare latches a copy while exactly RF brokers run: it must stay
 // in its set, be reported no_spare_broker on every pass and stay readable
 // elsewhere; once the dead return it is replaced.
-func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
-	killed, err := d.killToFactor(ctx, fr)
+func (e *Env) stageNoSpare(ctx context.Context, fr *Report) error {
+	killed, err := e.killToFactor(ctx, fr)
 	if killed < 0 || err != nil {
 		return err
 	}
-	vs := d.pickVictims(1)
+	vs := e.pickVictims(1)
 	if len(vs) == 0 {
 		fr.notInjected("no healthy sealed copy to latch")
 		return nil
@@ -378,82 +378,82 @@ func (d *demo) stageNoSpare(ctx context.Context, fr *FaultReport) error {
 	v := vs[0]
 	id, lb := v.seg.ID, v.b
 	fr.Broker = lb.ID
-	fr.What = fmt.Sprintf("latch %s on %d, %d running", id, lb.ID, len(d.c.Running()))
-	d.logf("stage nospare: %d brokers run (replication factor %d: no spare); latch %s on broker %d", len(d.c.Running()), d.o.RF, id, lb.ID)
+	fr.What = fmt.Sprintf("latch %s on %d, %d running", id, lb.ID, len(e.C.Running()))
+	e.logf("stage nospare: %d brokers run (replication factor %d: no spare); latch %s on broker %d", len(e.C.Running()), e.RF, id, lb.ID)
 	latchAt := time.Now()
-	in, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindLatch, Brokers: []*harness.Broker{lb}, Segments: []meta.Segment{v.seg}})
+	in, err := e.C.Inject(ctx, harness.Target{Kind: harness.KindLatch, Brokers: []*harness.Broker{lb}, Segments: []meta.Segment{v.seg}})
 	if err != nil {
-		return d.fail(ctx, fr, err)
+		return e.fail(ctx, fr, err)
 	}
 	fr.Injected = true
 	fr.Latched = in.Lost
-	d.aud.Forget(copyPath(lb, id))
+	e.Aud.Forget(copyPath(lb, id))
 	tally := harness.NewPassTally([]meta.SegmentID{id}, func(r *heal.Report, seg meta.SegmentID) bool {
 		return r.FailedReason(seg) == heal.NoSpareBroker
 	}, harness.NewPassFeed(latchAt))
-	problems, reads := d.watchNoSpare(ctx, fr, tally, v)
+	problems, reads := e.watchNoSpare(ctx, fr, tally, v)
 	hits, misses := tally.Hits[id], tally.Misses[id]
 	addNote(fr, "%d broker(s) killed first; reported %s on %d of the %d passes from its first report on (%d did not); %s; %d intact copies audited readable while latched",
 		killed, nospareReason, hits, hits+misses, misses, tally.Feed.Summary(), reads)
 	if len(problems) > 0 {
-		d.logf("  nospare: %s", strings.Join(problems, "; "))
+		e.logf("  nospare: %s", strings.Join(problems, "; "))
 	}
 	fr.Detected = tally.Detected()
-	return d.sparesBack(ctx, fr, v, problems)
+	return e.sparesBack(ctx, fr, v, problems)
 }
 
 // killToFactor kills followers, each after the last healed (no brake),
 // until RF run; -1 when the stage cannot go on.
-func (d *demo) killToFactor(ctx context.Context, fr *FaultReport) (int, error) {
-	if len(d.c.Running()) < d.o.RF || !d.lastEv.OK() {
-		if err := d.reviveAll(ctx); err != nil {
+func (e *Env) killToFactor(ctx context.Context, fr *Report) (int, error) {
+	if len(e.C.Running()) < e.RF || !e.lastEv.OK() {
+		if err := e.reviveAll(ctx); err != nil {
 			return -1, fr.record(err)
 		}
 	}
 	killed := 0
-	for len(d.c.Running()) > d.o.RF {
-		k := d.follower(d.holdsSealed)
+	for len(e.C.Running()) > e.RF {
+		k := e.follower(e.holdsSealed)
 		if k == nil {
 			fr.notInjected("no follower to kill down to the replication factor")
 			return -1, nil
 		}
-		d.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(d.c.Running()), d.o.RF)
-		if _, err := d.c.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{k}}); err != nil {
+		e.logf("stage nospare: kill -9 broker %d (%d running, want %d = replication factor)", k.ID, len(e.C.Running()), e.RF)
+		if _, err := e.C.Inject(ctx, harness.Target{Kind: harness.KindKill, Brokers: []*harness.Broker{k}}); err != nil {
 			return -1, fr.record(err)
 		}
 		killed++
-		if _, err := d.settle(ctx, "re-replicating", time.Now()); err != nil {
+		if _, err := e.settle(ctx, "re-replicating", time.Now()); err != nil {
 			fr.Error = fmt.Sprintf("after killing broker %d to leave no spare: %v", k.ID, err)
-			return -1, fatal(ctx, err, d)
+			return -1, fatal(ctx, err, e)
 		}
 	}
 	return killed, nil
 }
 
 // sparesBack revives the dead: the latched copy must then be replaced.
-func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, problems problems) error {
+func (e *Env) sparesBack(ctx context.Context, fr *Report, v victim, problems problems) error {
 	id, lb := v.seg.ID, v.b
 	sizeBefore := map[meta.BrokerID]int64{}
-	for _, b := range d.c.Brokers() {
+	for _, b := range e.C.Brokers() {
 		if fi, err := os.Stat(copyPath(b, id)); err == nil && b.ID != lb.ID {
 			sizeBefore[b.ID] = fi.Size()
 		}
 	}
 	setBefore := []meta.BrokerID{}
-	if s, ok := d.last.Snap.Segment(id); ok {
+	if s, ok := e.last.Snap.Segment(id); ok {
 		setBefore = slices.Clone(s.Replicas)
 	}
 	restartAt := time.Now()
-	if _, err := d.reviveDead(ctx, ": a spare again"); err != nil {
+	if _, err := e.reviveDead(ctx, ": a spare again"); err != nil {
 		fr.judge(fr.Detected, append(problems, err.Error())...)
-		return fatal(ctx, err, d)
+		return fatal(ctx, err, e)
 	}
-	before := d.c.MarkBackfill(ctx)
-	healed := FaultReport{Stage: "nospare-heal"}
-	err := d.waitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, d.o.StageTimeout)
+	before := e.C.MarkBackfill(ctx)
+	healed := Report{Stage: "nospare-heal"}
+	err := e.WaitHealed(ctx, &healed, "replacing the latched copy", restartAt, []meta.SegmentID{id}, e.StageTimeout)
 	fr.Passes += healed.Passes
-	fr.BytesRereplicated = before.Since(ctx, d.c)
-	s, ok := d.last.Snap.Segment(id)
+	fr.BytesRereplicated = before.Since(ctx, e.C)
+	s, ok := e.last.Snap.Segment(id)
 	for i := 0; ok && i < len(s.Replicas); i++ {
 		if r := s.Replicas[i]; !slices.Contains(setBefore, r) {
 			fr.BytesEstimated += max(v.seg.ByteSize+store.FooterSize-sizeBefore[r], 0)
@@ -461,14 +461,14 @@ func (d *demo) sparesBack(ctx context.Context, fr *FaultReport, v victim, proble
 	}
 	if err != nil {
 		fr.judge(fr.Detected, append(problems, "after the restarts: "+err.Error())...)
-		return fatal(ctx, err, d)
+		return fatal(ctx, err, e)
 	}
 	if ok {
-		if lc, listed := d.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
+		if lc, listed := e.last.Copies[lb.ID][id]; s.HasReplica(lb.ID) && listed && lc.Latched {
 			problems.add("the latched copy on broker %d is still in %s's set after the restarts", lb.ID, id)
 		}
 		addNote(fr, "after the restarts %s's set is %v (latched copy was on %d); healthy %s after the first restart",
-			id, s.Replicas, lb.ID, fmtSeconds(healed.SecondsToHeal))
+			id, s.Replicas, lb.ID, FormatSeconds(healed.SecondsToHeal))
 	}
 	fr.SecondsToHeal, fr.healedAt, fr.Affected = healed.SecondsToHeal, healed.healedAt, healed.Affected
 	fr.judge(fr.Detected, problems...)
@@ -482,21 +482,21 @@ const noSparePasses = 10
 // watchNoSpare watches the latched segment reported no_spare_broker
 // (watchReported), checking on each poll that it keeps RF replicas with
 // the latched copy among them and its other copies readable.
-func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness.PassTally, v victim) (out problems, reads int) {
+func (e *Env) watchNoSpare(ctx context.Context, fr *Report, tally *harness.PassTally, v victim) (out problems, reads int) {
 	id := v.seg.ID
-	out = d.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(d.o.StageTimeout), func(view *harness.View, add func(string, ...any)) {
+	out = e.watchReported(ctx, fr, tally, []meta.SegmentID{id}, nospareReason, time.Now().Add(e.StageTimeout), func(view *harness.View, add func(string, ...any)) {
 		s, ok := view.Snap.Segment(id)
 		switch {
 		case !ok:
 			add("%s left the metadata", id)
 			return
-		case len(s.Replicas) != d.o.RF:
-			add("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, d.o.RF)
+		case len(s.Replicas) != e.RF:
+			add("%s has %d replicas %v, want %d", id, len(s.Replicas), s.Replicas, e.RF)
 		case !s.HasReplica(v.b.ID):
 			add("the latched copy on broker %d left %s's set %v with no spare", v.b.ID, id, s.Replicas)
 		}
 		for _, r := range s.Replicas {
-			if br := d.c.Broker(r); br != nil && r != v.b.ID {
+			if br := e.C.Broker(r); br != nil && r != v.b.ID {
 				if err := harness.AuditCopy(copyPath(br, id), *s); err != nil {
 					add("intact copy of %s on broker %d not readable: %v", id, r, err)
 				} else {
@@ -514,10 +514,10 @@ func (d *demo) watchNoSpare(ctx context.Context, fr *FaultReport, tally *harness
 // cluster: another segment turning unhealthy is a problem, and check, when
 // set, judges the view. It returns the problems, the tally's verdict
 // among them (never reported, too few, a pass that did not report).
-func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string, ...any))) (out problems) {
-	p := newProgress(d.out, d.tty, "watching "+what+" reported", noSparePasses)
+func (e *Env) watchReported(ctx context.Context, fr *Report, tally *harness.PassTally, ids []meta.SegmentID, what string, deadline time.Time, check func(*harness.View, func(string, ...any))) (out problems) {
+	p := e.progress("watching "+what+" reported", noSparePasses)
 	var lastFull time.Time
-	d.watchPasses(ctx, fr, tally.Feed, deadline, func(recs []plugin.PassRecord, _ error) bool {
+	e.watchPasses(ctx, fr, tally.Feed, deadline, func(recs []plugin.PassRecord, _ error) bool {
 		for i := range recs {
 			tally.Observe(&recs[i])
 		}
@@ -526,8 +526,8 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 		}
 		if time.Since(lastFull) > time.Second {
 			lastFull = time.Now()
-			if view, err := harness.Poll(ctx, d.c, false); err == nil {
-				for other, why := range d.observe(view).Unhealthy {
+			if view, err := harness.Poll(ctx, e.C, false); err == nil {
+				for other, why := range e.Observe(view).Unhealthy {
 					if !slices.Contains(ids, other) {
 						out.add("%s became unhealthy: %s", other, why)
 					}
@@ -544,7 +544,7 @@ func (d *demo) watchReported(ctx context.Context, fr *FaultReport, tally *harnes
 	} else {
 		p.Finish("not reported as required")
 	}
-	for _, why := range tally.Shortfall(what, noSparePasses, d.o.StageTimeout) {
+	for _, why := range tally.Shortfall(what, noSparePasses, e.StageTimeout) {
 		out.add("%s", why)
 	}
 	return out
@@ -563,7 +563,7 @@ func lostReported(r *heal.Report, seg meta.SegmentID) bool {
 // stageLost destroys every copy of X (deleted) and Y (damaged in place):
 // both must be reported lost on every pass (ten at least), nothing else
 // turn unhealthy, no file of Y go; then both are acknowledged.
-func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
+func (e *Env) stageLost(ctx context.Context, fr *Report) error {
 	// The damage must land as one event. Made file after file under a
 	// running cluster, a heal pass between two steps may rightly replace a
 	// damaged copy from one not yet damaged (or resume a leftover from it),
@@ -571,32 +571,32 @@ func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 	// heal. So the stage waits for a pass that planned nothing, picks its
 	// victims from that view, and damages every copy with every broker
 	// stopped.
-	v, err := d.c.WaitSettled(ctx, time.Now(), d.o.StageTimeout, d.o.Poll)
+	v, err := e.C.WaitSettled(ctx, time.Now(), e.StageTimeout, e.Poll)
 	if err != nil {
-		return d.fail(ctx, fr, fmt.Errorf("before the fault: %w", err))
+		return e.fail(ctx, fr, fmt.Errorf("before the fault: %w", err))
 	}
-	d.observe(v)
-	vs := d.pickVictims(2)
+	e.Observe(v)
+	vs := e.pickVictims(2)
 	if len(vs) < 2 {
 		fr.notInjected("fewer than two healthy sealed segments")
 		return nil
 	}
-	r := &lostRun{d: d, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[meta.BrokerID]harness.Fault{},
+	r := &lostRun{e: e, fr: fr, x: vs[0].seg, y: vs[1].seg, damage: harness.KindBitflip, yFiles: map[meta.BrokerID]harness.Fault{},
 		acked: map[meta.SegmentID]bool{}}
 	x, y := r.x, r.y
-	if !d.scrubberAdvertised() {
+	if !e.scrubberAdvertised() {
 		r.damage = harness.KindTruncate
 	}
 	fr.What = fmt.Sprintf("delete all of %s, %s all of %s", x.ID, r.damage, y.ID)
-	d.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, r.damage, y.ID)
+	e.logf("stage lost: delete every copy of %s; %s every copy of %s", x.ID, r.damage, y.ID)
 	r.start = time.Now()
-	if err := d.c.Frozen(func() error {
+	if err := e.C.Frozen(func() error {
 		r.nx, r.ny = r.hit(x, harness.KindDelete), r.hit(y, r.damage)
 		return nil
 	}); err != nil {
-		return d.fail(ctx, fr, fmt.Errorf("damaging %s and %s with every broker stopped: %w", x.ID, y.ID, err))
+		return e.fail(ctx, fr, fmt.Errorf("damaging %s and %s with every broker stopped: %w", x.ID, y.ID, err))
 	}
-	d.logf("  every copy damaged with every broker stopped (SIGSTOP, then SIGCONT): the fault lands as one event")
+	e.logf("  every copy damaged with every broker stopped (SIGSTOP, then SIGCONT): the fault lands as one event")
 	if r.nx == 0 && r.ny == 0 {
 		fr.notInjected(fmt.Sprintf("no copy file of %s or %s found to destroy", x.ID, y.ID))
 		return nil
@@ -611,7 +611,7 @@ func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 	}
 	r.ids = []meta.SegmentID{x.ID, y.ID}
 	r.tally = harness.NewPassTally(r.ids, lostReported, harness.NewPassFeed(r.start))
-	r.problems = d.watchReported(ctx, fr, r.tally, r.ids, "lost", r.start.Add(d.o.StageTimeout), nil)
+	r.problems = e.watchReported(ctx, fr, r.tally, r.ids, "lost", r.start.Add(e.StageTimeout), nil)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -624,8 +624,8 @@ func (d *demo) stageLost(ctx context.Context, fr *FaultReport) error {
 
 // lostRun is one run of the lost stage: X is deleted, Y damaged in place.
 type lostRun struct {
-	d      *demo
-	fr     *FaultReport
+	e      *Env
+	fr     *Report
 	x, y   meta.Segment
 	damage harness.Kind // what is done to Y's copies: bitflip, or truncate
 	ids    []meta.SegmentID
@@ -645,10 +645,10 @@ type lostRun struct {
 
 // hit destroys every copy file of seg on any broker, leftovers too.
 func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
-	d, fr := r.d, r.fr
+	e, fr := r.e, r.fr
 	n := 0
 	var first *harness.Fault
-	for _, b := range d.c.Brokers() {
+	for _, b := range e.C.Brokers() {
 		path := copyPath(b, seg.ID)
 		if _, err := os.Stat(path); err != nil {
 			if seg.HasReplica(b.ID) {
@@ -659,14 +659,14 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 		var df harness.Fault
 		var err error
 		if first == nil {
-			df, err = harness.DamageCopy(kind, path, seg.ByteSize, d.rng)
+			df, err = harness.DamageCopy(kind, path, seg.ByteSize, e.Rand)
 		} else {
 			df, err = harness.RepeatFault(*first, path)
 		}
 		if err == nil && first == nil {
 			first = &df
 		}
-		d.aud.Forget(path)
+		e.Aud.Forget(path)
 		switch {
 		case err != nil && seg.HasReplica(b.ID):
 			fr.Error = err.Error() // an intact replica: the segment is not lost
@@ -681,7 +681,7 @@ func (r *lostRun) hit(seg meta.Segment, kind harness.Kind) int {
 			r.yFiles[b.ID] = df
 		}
 		fr.Copies = append(fr.Copies, df)
-		d.logf("  %s on broker %d: %s", seg.ID, b.ID, describeFault(df))
+		e.logf("  %s on broker %d: %s", seg.ID, b.ID, describeFault(df))
 		n++
 	}
 	return n
@@ -713,18 +713,18 @@ func (r *lostRun) checkKept() {
 // acknowledge has an operator acknowledge both segments; the report must
 // mark them.
 func (r *lostRun) acknowledge(ctx context.Context) {
-	d, ids := r.d, r.ids
-	if lb := d.c.Leader(ctx); lb == nil {
+	e, ids := r.e, r.ids
+	if lb := e.C.Leader(ctx); lb == nil {
 		r.problems.add("no running broker names a leader to acknowledge through")
 	} else {
-		ab := d.pickAcknowledger(lb.ID)
+		ab := e.pickAcknowledger(lb.ID)
 		for _, id := range ids {
 			if err := harness.Acknowledge(ctx, ab, id); err != nil {
 				r.problems.add("acknowledging %s through broker %d: %v", id, ab.ID, err)
 			}
 		}
-		d.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
-		d.watchPasses(ctx, r.fr, r.tally.Feed, time.Now().Add(max(20*d.o.Tick, 5*time.Second)), func(recs []plugin.PassRecord, _ error) bool {
+		e.logf("  acknowledged %s and %s through broker %d's POST /v1/heal/acknowledge/{id}", r.x.ID, r.y.ID, ab.ID)
+		e.watchPasses(ctx, r.fr, r.tally.Feed, time.Now().Add(max(20*e.Tick, 5*time.Second)), func(recs []plugin.PassRecord, _ error) bool {
 			for _, p := range recs {
 				r.tally.Observe(&p)
 				for _, l := range p.Report.Lost {
@@ -755,7 +755,7 @@ func (r *lostRun) finish() {
 		if seg.ID == y.ID {
 			copies = r.ny
 		}
-		ds := destroyedSegment{
+		ds := Destroyed{
 			Segment: seg.ID, Copies: copies, PassesReported: tally.Hits[seg.ID],
 			PassesNotReporting: tally.Misses[seg.ID], Acknowledged: r.acked[seg.ID],
 		}
@@ -766,7 +766,7 @@ func (r *lostRun) finish() {
 			ds.FilesKept = r.kept
 		}
 		if at := tally.FirstAt[seg.ID]; !at.IsZero() {
-			ds.ReportedAfterSeconds = seconds(at.Sub(r.start))
+			ds.ReportedAfterSeconds = Seconds(at.Sub(r.start))
 		}
 		fr.Destroyed = append(fr.Destroyed, ds)
 	}
@@ -776,7 +776,7 @@ func (r *lostRun) finish() {
 	// gone by design.
 	fr.judge(fr.Detected, r.problems...)
 	if fr.Error != "" {
-		r.d.logf("  lost: %s", fr.Error)
+		r.e.logf("  lost: %s", fr.Error)
 	}
 	if fr.Healed {
 		last := r.start
@@ -785,16 +785,16 @@ func (r *lostRun) finish() {
 				last = t
 			}
 		}
-		fr.SecondsToHeal = seconds(last.Sub(r.start)) // to both reported lost
+		fr.SecondsToHeal = Seconds(last.Sub(r.start)) // to both reported lost
 	}
 }
 
 // pickAcknowledger is a running follower when there is one (its admin API
 // forwards to the leader, as an operator's call to any broker would be),
 // else the leader.
-func (d *demo) pickAcknowledger(leader meta.BrokerID) *harness.Broker {
+func (e *Env) pickAcknowledger(leader meta.BrokerID) *harness.Broker {
 	var lb *harness.Broker
-	for _, b := range d.c.Running() {
+	for _, b := range e.C.Running() {
 		if b.ID != leader {
 			return b
 		}

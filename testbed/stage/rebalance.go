@@ -1,4 +1,4 @@
-package demo
+package stage
 
 import (
 	"context"
@@ -16,20 +16,20 @@ import (
 
 // stageRebalance empties a follower through decommission-then-cancel and
 // measures the rebalancer filling it.
-func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
-	off, err := d.setHealKey(ctx, "rebalance = false", "rebalance = true")
+func (e *Env) stageRebalance(ctx context.Context, fr *Report) error {
+	off, err := e.setHealKey(ctx, "rebalance = false", "rebalance = true")
 	if err != nil {
-		return d.fail(ctx, fr, err)
+		return e.fail(ctx, fr, err)
 	}
 	defer func() {
 		if err := off(); err != nil && fr.Error == "" {
 			fr.Error = "turning the rebalancer off again: " + err.Error()
 		}
 	}()
-	cl := d.c.LeaderClient(ctx)
-	leader, _ := d.c.AgreedLeader(ctx, false)
+	cl := e.C.LeaderClient(ctx)
+	leader, _ := e.C.AgreedLeader(ctx, false)
 	var b *harness.Broker
-	for _, x := range d.c.Running() {
+	for _, x := range e.C.Running() {
 		if x.ID != leader {
 			b = x
 		}
@@ -41,67 +41,67 @@ func (d *demo) stageRebalance(ctx context.Context, fr *FaultReport) error {
 	fr.Broker = b.ID
 	fr.What = fmt.Sprintf("empty broker %d, refill", b.ID)
 	fig := &Figures{Broker: b.ID}
-	d.logf("stage rebalance: decommission broker %d until drained, cancel it, and wait for the rebalancer to fill it", b.ID)
+	e.logf("stage rebalance: decommission broker %d until drained, cancel it, and wait for the rebalancer to fill it", b.ID)
 	start := time.Now()
-	if _, err := cl.Decommission(ctx, b.ID); err != nil {
-		return d.fail(ctx, fr, err)
+	if err := e.decommission(ctx, fr, b, false); err != nil {
+		return e.fail(ctx, fr, err)
 	}
 	fr.Injected = true
-	snap, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
+	snap, err := e.C.WaitMetadata(ctx, e.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
 	if err != nil {
 		fr.Error = "decommission: " + err.Error()
 		_, _ = cl.CancelDecommission(ctx, b.ID)
-		return fatal(ctx, err, d)
+		return fatal(ctx, err, e)
 	}
-	fig.SecondsToDrain = seconds(time.Since(start))
-	if _, err := d.c.LeaderClient(ctx).CancelDecommission(ctx, b.ID); err != nil {
-		return d.fail(ctx, fr, err)
+	fig.SecondsToDrain = Seconds(time.Since(start))
+	if err := e.decommission(ctx, fr, b, true); err != nil {
+		return e.fail(ctx, fr, err)
 	}
 	cancelled := time.Now()
-	err = d.waitBalanced(ctx, fr, fig, snap, cancelled)
+	err = e.waitBalanced(ctx, fr, fig, snap, cancelled)
 	fr.Figures = fig
 	return err
 }
 
 // waitBalanced waits until every broker is within 10% of the mean and
 // the cluster healthy, and fills in fig and fr.
-func (d *demo) waitBalanced(ctx context.Context, fr *FaultReport, fig *Figures, snap *meta.Snapshot, cancelled time.Time) error {
-	run := d.c.Running()
+func (e *Env) waitBalanced(ctx context.Context, fr *Report, fig *Figures, snap *meta.Snapshot, cancelled time.Time) error {
+	run := e.C.Running()
 	before := harness.Spread(snap, run)
 	fig.Before = &before
 	prev := snap
-	final, err := d.c.WaitMetadata(ctx, d.o.StageTimeout, func(s *meta.Snapshot) bool {
+	final, err := e.C.WaitMetadata(ctx, e.StageTimeout, func(s *meta.Snapshot) bool {
 		fig.Moves += harness.AddedReplicas(prev, s)
 		prev = s
-		return harness.Spread(s, run).Within && d.lastBalanced(ctx)
+		return harness.Spread(s, run).Within && e.lastBalanced(ctx)
 	})
 	if err != nil {
 		fr.Error = "rebalance: " + err.Error()
-		fr.Note = fmt.Sprintf("broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
-		return nil // not healed: the demo stops after it
+		addNote(fr, "broker %d holds %d replicas; %s", fig.Broker, harness.HeldBy(prev, fig.Broker), harness.Spread(prev, run))
+		return nil // not healed: the run stops after it
 	}
-	balanced := seconds(time.Since(cancelled))
+	balanced := Seconds(time.Since(cancelled))
 	after := harness.Spread(final, run)
 	fig.After = &after
 	fig.Received = harness.HeldBy(final, fig.Broker)
 	fr.Detected = true
-	if _, err := d.settle(ctx, "balanced", cancelled); err != nil {
-		return d.fail(ctx, fr, err)
+	if _, err := e.settle(ctx, "balanced", cancelled); err != nil {
+		return e.fail(ctx, fr, err)
 	}
 	fr.Healed = true
 	fr.SecondsToHeal = balanced
-	fr.Note = fmt.Sprintf("drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
+	addNote(fr, "drained in %.1fs; %d moves (%d onto broker %d) balanced in %.1fs; before %s; after %s",
 		*fig.SecondsToDrain, fig.Moves, fig.Received, fig.Broker, *balanced, before, after)
-	d.logf("stage rebalance: %s", fr.Note)
+	e.logf("stage rebalance: %s", fr.Note)
 	return nil
 }
 
 // lastBalanced reports whether the leader's last heal pass found the
 // brokers balanced (or reported no rebalance: it is off).
-func (d *demo) lastBalanced(ctx context.Context) bool {
+func (e *Env) lastBalanced(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	raw, err := d.c.LeaderClient(ctx).Status(pctx)
+	raw, err := e.C.LeaderClient(ctx).Status(pctx)
 	if err != nil {
 		return false
 	}
@@ -111,21 +111,21 @@ func (d *demo) lastBalanced(ctx context.Context) bool {
 
 // setHealKey restarts the brokers with from replaced by to in [heal];
 // the func returned puts it back.
-func (d *demo) setHealKey(ctx context.Context, from, to string) (func() error, error) {
-	if err := d.restartWith(ctx, from, to, to, nil); err != nil {
+func (e *Env) setHealKey(ctx context.Context, from, to string) (func() error, error) {
+	if err := e.restartWith(ctx, from, to, to, nil); err != nil {
 		return func() error { return nil }, err
 	}
-	return func() error { return d.restartWith(ctx, to, from, from, nil) }, nil
+	return func() error { return e.restartWith(ctx, to, from, from, nil) }, nil
 }
 
 // restartWith restarts the brokers one at a time with from replaced by to
 // in their [heal] settings (what says the change in words), calling down
 // on each while it is down (nil: nothing).
-func (d *demo) restartWith(ctx context.Context, from, to, what string, down func(*harness.Broker) error) error {
-	old := d.c.Config().HealExtra
+func (e *Env) restartWith(ctx context.Context, from, to, what string, down func(*harness.Broker) error) error {
+	old := e.C.Config().HealExtra
 	if !strings.Contains(old, from) {
 		return fmt.Errorf("the brokers' [heal] settings carry no %q", from)
 	}
-	d.logf("  %s: restarting the brokers one at a time", what)
-	return d.c.RollingRestart(ctx, strings.Replace(old, from, to, 1), d.o.StageTimeout, down)
+	e.logf("  %s: restarting the brokers one at a time", what)
+	return e.C.RollingRestart(ctx, strings.Replace(old, from, to, 1), e.StageTimeout, down)
 }

@@ -1,4 +1,4 @@
-package demo
+package stage
 
 import (
 	"context"
@@ -19,57 +19,57 @@ import (
 
 // The disk stages fault one broker's copies disk, a loop-mounted ext4:
 // diskfull fills it, readonly remounts it read-only. While faulted, the
-// demo cuts copies there and writes new segments: the unwritable copies
+// stage cuts copies there and writes new segments: the unwritable copies
 // must be replaced elsewhere, the intact ones keep serving, the logs name
 // the cause, nothing acknowledged is lost; then the remedy, checked again.
 
 // copiesDisk returns the loop-mounted copies disk and its broker, moving a
 // follower's copies onto a new one first when the cluster has none. It
 // sets fr.Skipped when no loop disk can be had.
-func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker, *loopdisk.Disk, error) {
-	if l, lb := d.c.Loop(); l != nil && lb != nil {
+func (e *Env) copiesDisk(ctx context.Context, fr *Report) (*harness.Broker, *loopdisk.Disk, error) {
+	if l, lb := e.C.Loop(); l != nil && lb != nil {
 		if !lb.Alive() {
-			if err := d.c.Revive(ctx, d.o.StageTimeout, lb); err != nil {
+			if err := e.C.Revive(ctx, e.StageTimeout, lb); err != nil {
 				return nil, nil, err
 			}
 		}
 		return lb, l, nil
 	}
-	if d.c.LoopSkip() != "" {
-		fr.Skipped = "no loop-mounted copies disk: " + d.c.LoopSkip()
+	if e.C.LoopSkip() != "" {
+		fr.Skipped = "no loop-mounted copies disk: " + e.C.LoopSkip()
 		return nil, nil, nil
 	}
 	if why := loopdisk.Unavailable(); why != "" {
 		fr.Skipped = "no loop-mounted copies disk: " + why
 		return nil, nil, nil
 	}
-	b, _ := d.busiestFollower(nil)
+	b, _ := e.busiestFollower(nil)
 	if b == nil {
 		fr.notInjected("no running follower to give a loop-mounted copies disk")
 		return nil, nil, nil
 	}
 	// Room for a copy of every segment and the stages' writes.
-	size := loopDiskSize(int64(max(d.o.Segments, d.lastEv.Sealed))+4*int64(d.o.Brokers), max(d.rep.SegmentBytes, 4096)+store.FooterSize)
-	d.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, under the running broker: mount aside, copy, mount --move onto %s",
+	size := LoopDiskSize(int64(max(e.Segments, e.lastEv.Sealed))+4*int64(e.Brokers), max(e.SegmentBytes, 4096)+store.FooterSize)
+	e.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, under the running broker: mount aside, copy, mount --move onto %s",
 		b.ID, bytesize.Format(size), filepath.Join(b.Dir, "copies"))
-	files, n, err := d.c.MoveCopiesToDisk(b, size)
+	files, n, err := e.C.MoveCopiesToDisk(b, size)
 	if err != nil {
 		fr.Skipped = "no loop-mounted copies disk: " + err.Error()
 		return nil, nil, nil
 	}
 	// After the move: a pass that began before it saw the old files.
 	movedAt := time.Now()
-	d.aud.ForgetUnder(filepath.Join(b.Dir, "copies"))
+	e.Aud.ForgetUnder(filepath.Join(b.Dir, "copies"))
 	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
-	if _, err := d.settle(ctx, "copies on the loop disk", movedAt); err != nil {
+	if _, err := e.settle(ctx, "copies on the loop disk", movedAt); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
-	v, err := d.c.WaitSettled(ctx, movedAt, d.o.StageTimeout, d.o.Poll)
+	v, err := e.C.WaitSettled(ctx, movedAt, e.StageTimeout, e.Poll)
 	if err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
-	d.observe(v)
-	l, _ := d.c.Loop()
+	e.Observe(v)
+	l, _ := e.C.Loop()
 	return b, l, nil
 }
 
@@ -77,16 +77,16 @@ func (d *demo) copiesDisk(ctx context.Context, fr *FaultReport) (*harness.Broker
 // that holds the most sealed replicas, and how many (an earlier stage may
 // have left one with copies its sets no longer name, which would make a
 // fault there moot); nil when none.
-func (d *demo) busiestFollower(skip *harness.Broker) (*harness.Broker, int) {
+func (e *Env) busiestFollower(skip *harness.Broker) (*harness.Broker, int) {
 	var best *harness.Broker
 	most := -1
-	for _, b := range d.c.Running() {
-		if b == skip || d.last != nil && b.ID == d.last.Leader {
+	for _, b := range e.C.Running() {
+		if b == skip || e.last != nil && b.ID == e.last.Leader {
 			continue
 		}
 		n := 0
-		if d.last != nil {
-			n = len(d.sealedOn(b.ID))
+		if e.last != nil {
+			n = len(e.sealedOn(b.ID))
 		}
 		if n > most {
 			best, most = b, n
@@ -96,24 +96,24 @@ func (d *demo) busiestFollower(skip *harness.Broker) (*harness.Broker, int) {
 }
 
 // diskCopies chooses up to n healthy sealed segments with a copy on b.
-func (d *demo) diskCopies(b *harness.Broker, n int) []meta.Segment {
+func (e *Env) diskCopies(b *harness.Broker, n int) []meta.Segment {
 	var segs []meta.Segment
-	for _, s := range d.last.Snap.Segments {
-		if _, bad := d.lastEv.Unhealthy[s.ID]; !s.Sealed || bad || !s.HasReplica(b.ID) {
+	for _, s := range e.last.Snap.Segments {
+		if _, bad := e.lastEv.Unhealthy[s.ID]; !s.Sealed || bad || !s.HasReplica(b.ID) {
 			continue
 		}
-		if _, ok := d.last.Copies[b.ID][s.ID]; ok {
+		if _, ok := e.last.Copies[b.ID][s.ID]; ok {
 			segs = append(segs, s)
 		}
 	}
-	d.rng.Shuffle(len(segs), func(i, j int) { segs[i], segs[j] = segs[j], segs[i] })
+	e.Rand.Shuffle(len(segs), func(i, j int) { segs[i], segs[j] = segs[j], segs[i] })
 	return segs[:min(n, len(segs))]
 }
 
 // cutCopies truncates each copy's file on b to a random length in its
 // first half, so that an in-place backfill must write at least half a
 // segment.
-func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment, pre map[meta.SegmentID]map[meta.BrokerID]int64) {
+func (e *Env) cutCopies(fr *Report, b *harness.Broker, segs []meta.Segment, pre map[meta.SegmentID]map[meta.BrokerID]int64) {
 	for _, s := range segs {
 		path := copyPath(b, s.ID)
 		fi, err := os.Stat(path)
@@ -122,12 +122,12 @@ func (d *demo) cutCopies(fr *FaultReport, b *harness.Broker, segs []meta.Segment
 		}
 		if err == nil {
 			var f harness.Fault
-			if f, err = harness.TruncateCopyAt(path, d.rng.Int64N(fi.Size()/2)); err == nil {
+			if f, err = harness.TruncateCopyAt(path, e.Rand.Int64N(fi.Size()/2)); err == nil {
 				fr.Copies = append(fr.Copies, f)
 				pre[s.ID][b.ID] = f.SizeAfter
 			}
 		}
-		d.aud.Forget(path)
+		e.Aud.Forget(path)
 		if err != nil {
 			fr.Error = fmt.Sprintf("truncating %s on broker %d: %v", s.ID, b.ID, err)
 		}
@@ -144,21 +144,21 @@ type diskWrites struct {
 
 // writeSegments writes n new sealed segments, one load each, counted in
 // the report's segments.
-func (d *demo) writeSegments(ctx context.Context, prefix string, n int) diskWrites {
-	recs, rsize := recordShape(d.o.SegmentSize)
+func (e *Env) writeSegments(ctx context.Context, prefix string, n int) diskWrites {
+	recs, rsize := RecordShape(e.SegmentSize)
 	var w diskWrites
-	sealedBefore, berr := d.sealedCount(ctx)
+	sealedBefore, berr := e.SealedCount(ctx)
 	defer func() {
-		if after, err := d.sealedCount(ctx); err == nil && berr == nil && after > sealedBefore {
-			d.rep.Segments += after - sealedBefore
+		if after, err := e.SealedCount(ctx); err == nil && berr == nil && after > sealedBefore {
+			e.Sealed += after - sealedBefore
 		} else {
-			d.rep.Segments += w.acked
+			e.Sealed += w.acked
 		}
 	}()
 	for i := 0; i < n; i++ {
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		req := admin.LoadRequest{Segments: 1, RecordsPerSegment: recs, RecordSize: rsize, Prefix: prefix, First: i, Concurrency: 1}
-		_, err := d.c.LeaderClient(ctx).Load(lctx, req)
+		_, err := e.C.LeaderClient(ctx).Load(lctx, req)
 		cancel()
 		w.tried++
 		if err != nil {
@@ -178,14 +178,14 @@ func (w diskWrites) String() string {
 	return s
 }
 
-func (d *demo) noteCause(fr *FaultReport, m harness.LogMarks, needle string) bool {
-	counts, first := m.Grep(d.c.Brokers(), needle)
+func (e *Env) noteCause(fr *Report, m harness.LogMarks, needle string) bool {
+	counts, first := m.Grep(e.C.Brokers(), needle)
 	if len(counts) == 0 {
 		addNote(fr, "no broker's log names %q", needle)
 		return false
 	}
 	var parts []string
-	for _, b := range d.c.Brokers() {
+	for _, b := range e.C.Brokers() {
 		if n := counts[b.ID]; n > 0 {
 			parts = append(parts, fmt.Sprintf("broker %d: %d", b.ID, n))
 		}
@@ -220,34 +220,34 @@ type diskRun struct {
 
 // beginDisk readies the copies disk (copiesDisk) and notes the diskRun; nil
 // when the stage cannot run (fr.Skipped, logged) or failed (the error).
-func (d *demo) beginDisk(ctx context.Context, fr *FaultReport) (*diskRun, error) {
-	b, l, err := d.copiesDisk(ctx, fr)
+func (e *Env) beginDisk(ctx context.Context, fr *Report) (*diskRun, error) {
+	b, l, err := e.copiesDisk(ctx, fr)
 	if err != nil || b == nil {
 		switch {
 		case fr.Skipped != "":
-			d.logf("stage %s: skipped: %s", fr.Stage, fr.Skipped)
+			e.logf("stage %s: skipped: %s", fr.Stage, fr.Skipped)
 		case fr.Missed():
-			d.logf("stage %s: %s", fr.Stage, fr.Error)
+			e.logf("stage %s: %s", fr.Stage, fr.Error)
 		}
 		return nil, err
 	}
 	fr.Broker = b.ID
-	r := &diskRun{b: b, l: l, segs: d.diskCopies(b, d.o.Copies), marks: d.c.MarkLogs(), kept: len(d.sealedOn(b.ID))}
+	r := &diskRun{b: b, l: l, segs: e.diskCopies(b, e.Copies), marks: e.C.MarkLogs(), kept: len(e.sealedOn(b.ID))}
 	for _, s := range r.segs {
 		r.targets = append(r.targets, s.ID)
 	}
-	r.m = d.measure(ctx, r.targets)
+	r.m = e.measure(ctx, r.targets)
 	return r, nil
 }
 
 // strikeDisk cuts the disk's copies and injects kind (diskfull, readonly)
 // with the broker frozen, so that no heal pass sees a half-made fault.
-func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind harness.Kind) (*harness.Injection, error) {
+func (e *Env) strikeDisk(ctx context.Context, fr *Report, r *diskRun, kind harness.Kind) (*harness.Injection, error) {
 	var in *harness.Injection
 	err := r.b.Frozen(func() error {
-		d.cutCopies(fr, r.b, r.segs, r.m.pre)
+		e.cutCopies(fr, r.b, r.segs, r.m.pre)
 		var err error
-		in, err = d.c.Inject(ctx, harness.Target{Kind: kind, Timeout: d.o.StageTimeout})
+		in, err = e.C.Inject(ctx, harness.Target{Kind: kind, Timeout: e.StageTimeout})
 		return err
 	})
 	if err != nil {
@@ -255,7 +255,7 @@ func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind
 		if in != nil && kind == harness.KindDiskFull {
 			_ = in.Undo(ctx)
 		}
-		return nil, fatal(ctx, err, d)
+		return nil, fatal(ctx, err, e)
 	}
 	fr.Injected = true
 	if kind == harness.KindDiskFull {
@@ -266,7 +266,7 @@ func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind
 		fr.What = fmt.Sprintf("broker %d's copies disk (loop ext4) read-only under the live broker by %s; %d of its copies truncated to under half just before",
 			r.b.ID, in.How, len(fr.Copies))
 	}
-	d.logf("stage %s: %s", kind, fr.What)
+	e.logf("stage %s: %s", kind, fr.What)
 	return in, nil
 }
 
@@ -274,13 +274,13 @@ func (d *demo) strikeDisk(ctx context.Context, fr *FaultReport, r *diskRun, kind
 // it is faulted writes, kills a second broker beside it when one can be
 // spared, waits for the heal, names the cause in the logs and revives the
 // second broker; then applies the remedy and checks everything again.
-func (d *demo) stageDisk(ctx context.Context, kind harness.Kind, fr *FaultReport) error {
-	r, err := d.beginDisk(ctx, fr)
+func (e *Env) stageDisk(ctx context.Context, kind harness.Kind, fr *Report) error {
+	r, err := e.beginDisk(ctx, fr)
 	if r == nil {
 		return err
 	}
 	start := time.Now()
-	in, err := d.strikeDisk(ctx, fr, r, kind)
+	in, err := e.strikeDisk(ctx, fr, r, kind)
 	if in == nil {
 		return err
 	}
@@ -288,52 +288,52 @@ func (d *demo) stageDisk(ctx context.Context, kind harness.Kind, fr *FaultReport
 		defer func() { _ = in.Undo(ctx) }()
 	}
 	df := diskFaults[kind]
-	w := d.writeSegments(ctx, fr.Stage, d.o.Brokers)
-	d.logf("  writes while %s: %s", df.state, w)
+	w := e.writeSegments(ctx, fr.Stage, e.Brokers)
+	e.logf("  writes while %s: %s", df.state, w)
 	addNote(fr, "while %s: %s", df.state, w)
 	// Its replicas need new homes, and the faulted broker must fail as one.
-	dead, deadSegs := d.killBeside(fr, r.b, df.state, r.m.pre)
-	herr := d.heal(ctx, fr, "healing around the "+df.state+" disk", start, append(r.targets, deadSegs...), d.o.StageTimeout, r.m)
-	d.noteCause(fr, r.marks, df.needle)
-	if err := d.reviveBeside(ctx, fr, dead, r.b, df.state, r.marks); err != nil {
-		return fatal(ctx, err, d)
+	dead, deadSegs := e.killBeside(fr, r.b, df.state, r.m.pre)
+	herr := e.heal(ctx, fr, "healing around the "+df.state+" disk", start, append(r.targets, deadSegs...), e.StageTimeout, r.m)
+	e.noteCause(fr, r.marks, df.needle)
+	if err := e.reviveBeside(ctx, fr, dead, r.b, df.state, r.marks); err != nil {
+		return fatal(ctx, err, e)
 	}
 	if herr == nil {
-		addNote(fr, "broker %d kept %d of its %d replicas while %s", r.b.ID, len(d.sealedOn(r.b.ID)), r.kept, df.state)
+		addNote(fr, "broker %d kept %d of its %d replicas while %s", r.b.ID, len(e.sealedOn(r.b.ID)), r.kept, df.state)
 	} else if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return d.remedyDisk(ctx, fr, r, in, df, herr)
+	return e.remedyDisk(ctx, fr, r, in, df, herr)
 }
 
 // remedyDisk undoes a disk stage's fault as an operator would and waits
 // for every segment healthy again; herr is the heal's error, which stops
-// the demo after the remedy.
-func (d *demo) remedyDisk(ctx context.Context, fr *FaultReport, r *diskRun, in *harness.Injection, df diskFault, herr error) error {
+// the run after the remedy.
+func (e *Env) remedyDisk(ctx context.Context, fr *Report, r *diskRun, in *harness.Injection, df diskFault, herr error) error {
 	if in.Kind == harness.KindReadOnly {
-		d.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", r.b.ID, r.l.Dir, r.l.Dev)
+		e.logf("  recovering: stop broker %d, umount %s, e2fsck -f -y %s, mount, start", r.b.ID, r.l.Dir, r.l.Dev)
 	}
 	rstart := time.Now()
 	if err := in.Undo(ctx); err != nil {
 		fr.Healed = false
-		return d.fail(ctx, fr, fmt.Errorf("%s: %w", df.remedy, err))
+		return e.fail(ctx, fr, fmt.Errorf("%s: %w", df.remedy, err))
 	}
-	d.aud.ForgetUnder(r.l.Dir)
+	e.Aud.ForgetUnder(r.l.Dir)
 	if herr != nil {
-		return fatal(ctx, herr, d)
+		return fatal(ctx, herr, e)
 	}
-	secs, err := d.settle(ctx, "after "+df.remedy, rstart)
+	secs, err := e.settle(ctx, "after "+df.remedy, rstart)
 	if err != nil {
 		fr.Healed = false
-		return d.fail(ctx, fr, fmt.Errorf("after %s: %w", df.remedy, err))
+		return e.fail(ctx, fr, fmt.Errorf("after %s: %w", df.remedy, err))
 	}
 	if in.Kind == harness.KindDiskFull {
 		freed, _ := r.l.Free()
-		addNote(fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), fmtSeconds(secs))
+		addNote(fr, "filler removed (%s free): healthy again %s later", bytesize.Format(freed), FormatSeconds(secs))
 		return nil
 	}
-	addNote(fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, fmtSeconds(secs))
-	if n := orphans(d.last, r.b.ID); n > 0 {
+	addNote(fr, "recovered by stop, umount, %s, mount, start: healthy again %s after the stop", in.Fsck, FormatSeconds(secs))
+	if n := orphans(e.last, r.b.ID); n > 0 {
 		addNote(fr, "broker %d still holds %d copies of segments whose replica sets no longer name it (replaced while its disk was read-only, so not deleted)", r.b.ID, n)
 	}
 	return nil
@@ -342,19 +342,19 @@ func (d *demo) remedyDisk(ctx context.Context, fr *FaultReport, r *diskRun, in *
 // killBeside kills a running follower other than the faulted broker full
 // (its disk "full" or "read-only") when the cluster keeps a spare target
 // and its quorum without both, and returns it (nil when not).
-func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, pre map[meta.SegmentID]map[meta.BrokerID]int64) (*harness.Broker, []meta.SegmentID) {
-	run := d.c.Running()
-	if len(run)-2 < d.o.RF || len(run)-1 <= len(d.c.Brokers())/2 {
-		addNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), d.o.RF, state)
+func (e *Env) killBeside(fr *Report, full *harness.Broker, state string, pre map[meta.SegmentID]map[meta.BrokerID]int64) (*harness.Broker, []meta.SegmentID) {
+	run := e.C.Running()
+	if len(run)-2 < e.RF || len(run)-1 <= len(e.C.Brokers())/2 {
+		addNote(fr, "no second broker killed: %d running brokers for replication factor %d leave no spare beside the %s one", len(run), e.RF, state)
 		return nil, nil
 	}
-	victim, most := d.busiestFollower(full)
+	victim, most := e.busiestFollower(full)
 	if victim == nil {
 		return nil, nil
 	}
-	segs := d.lose(pre, victim.ID)
-	d.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
-	if err := d.c.Kill(victim); err != nil {
+	segs := e.lose(pre, victim.ID)
+	e.logf("  kill -9 broker %d (%d replicas) while broker %d's disk is %s", victim.ID, most, full.ID, state)
+	if err := e.C.Kill(victim); err != nil {
 		addNote(fr, "killing broker %d: %v", victim.ID, err)
 		return nil, nil
 	}
@@ -363,17 +363,17 @@ func (d *demo) killBeside(fr *FaultReport, full *harness.Broker, state string, p
 
 // reviveBeside notes what the heal did with dead's replicas while full's
 // disk was faulted, and starts dead again. Nil dead does nothing.
-func (d *demo) reviveBeside(ctx context.Context, fr *FaultReport, dead, full *harness.Broker, state string, marks harness.LogMarks) error {
+func (e *Env) reviveBeside(ctx context.Context, fr *Report, dead, full *harness.Broker, state string, marks harness.LogMarks) error {
 	if dead == nil {
 		return nil
 	}
-	counts, _ := marks.Grep(d.c.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
+	counts, _ := marks.Grep(e.C.Brokers(), fmt.Sprintf(" to %d from ", full.ID))
 	tried := 0
 	for _, n := range counts {
 		tried += n
 	}
 	addNote(fr, "broker %d was killed while the disk was %s: %d log lines of heal steps that targeted broker %d failing; its replicas re-placed on the others; restarted after", dead.ID, state, tried, full.ID)
-	if err := d.c.Revive(ctx, d.o.StageTimeout, dead); err != nil {
+	if err := e.C.Revive(ctx, e.StageTimeout, dead); err != nil {
 		return fr.record(err)
 	}
 	return nil

@@ -5,39 +5,23 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/malachi-log/malachi/testbed/stage"
+
 	"github.com/malachi-log/malachi/testbed/harness"
 
-	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
-
-func TestLostReported(t *testing.T) {
-	for _, tc := range []struct {
-		r    heal.Report
-		want bool
-	}{
-		{heal.Report{Lost: []heal.LostSegment{{Segment: "x"}}}, true},
-		{heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.NoIntactSource}}}, true},
-		{heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.AllReplicasDead}}}, true},
-		{heal.Report{Failed: []heal.Failure{{Segment: "x", Reason: heal.BackfillFailed}}}, false},
-		{heal.Report{Lost: []heal.LostSegment{{Segment: "y"}}}, false},
-	} {
-		if got := lostReported(&tc.r, "x"); got != tc.want {
-			t.Errorf("lostReported(%+v) = %v, want %v", tc.r, got, tc.want)
-		}
-	}
-}
 
 // Segments the lost stage destroyed and reported as required are set
 // apart: listed, not failed, not lost, and the run is OK; when the stage
 // did not hold they are not set apart.
 func TestReportDestroyedSetApart(t *testing.T) {
 	lost := healedStage("lost", 1.5, 0)
-	lost.Destroyed = []destroyedSegment{
+	lost.Destroyed = []stage.Destroyed{
 		{Segment: "x", How: "every copy's file deleted", Copies: 3, PassesReported: 12, Acknowledged: true},
 		{Segment: "y", How: "every copy damaged in place (bitflip)", Copies: 3, PassesReported: 11, Acknowledged: true, FilesKept: 3},
 	}
-	r := &Report{Segments: 10, Faults: []FaultReport{healedStage("pause", 2, 100), lost}}
+	r := &Report{Segments: 10, Faults: []stage.Report{healedStage("pause", 2, 100), lost}}
 	r.Summary.CopiesVerified, r.Summary.CopiesVerifiedAtEnd = 40, 24
 	if got := r.heldDestroyed(); len(got) != 2 || got[0].Segment != "x" || got[1].Segment != "y" {
 		t.Fatalf("heldDestroyed = %v", got)
@@ -72,7 +56,7 @@ func TestReportDestroyedSetApart(t *testing.T) {
 
 	// The stage did not hold (a miss): nothing is set apart, the loss counts.
 	lost.Healed = false
-	r = &Report{Segments: 10, Faults: []FaultReport{lost}}
+	r = &Report{Segments: 10, Faults: []stage.Report{lost}}
 	if got := r.heldDestroyed(); len(got) != 0 {
 		t.Fatalf("heldDestroyed of a failed lost stage = %v", got)
 	}
