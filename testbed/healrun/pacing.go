@@ -191,11 +191,16 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	r.ClientSlowSeconds = slowSeconds(healing, healingAt, t.Killed, 4*time.Duration(r.ClientP99IdleMs*float64(time.Millisecond)))
 	cfg.logf("%s: killed broker %d; healed %d MB in %.1f s (%.0f MB/s, %.2fx the floor); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
 		m.Name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverFloor, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
-	for _, s := range r.ClientSlowSeconds {
-		cfg.logf("%s: %d of %d acknowledgements slower than 4x the idle p99 in second %d after the kill (%s), the slowest %.0f ms",
-			m.Name, s.Slow, s.Acks, s.SinceKill, s.At.Format(time.RFC3339), s.MaxMs)
-	}
+	cfg.logSlow(m.Name, r.ClientSlowSeconds)
 	return r, nil
+}
+
+// logSlow logs a mode's slow seconds, one line each.
+func (cfg PacingConfig) logSlow(mode string, slow []SlowSecond) {
+	for _, s := range slow {
+		cfg.logf("%s: %d of %d acknowledgements slower than 4x the idle p99 in second %d after the kill (%s), the slowest %.0f ms",
+			mode, s.Slow, s.Acks, s.SinceKill, s.At.Format(time.RFC3339), s.MaxMs)
+	}
 }
 
 // SlowSecond is one second of a heal window in which an acknowledgement
