@@ -13,7 +13,7 @@
 // harness as the demo's and the fault suite's); it writes a CA, a certificate per
 // broker (its certs_dir, outside its data_dir) and the operator and viewer
 // clients under the test's directory (pki.CreateLocal), and calls every
-// API over mutual TLS as the operator (internal/admin). Faults on a
+// API over mutual TLS as the operator (admin). Faults on a
 // copy's file (delete, truncate, extend, bit flip) are testbed/harness's;
 // only the latch goes through malachid's POST /v1/faults/latch/{id}.
 //

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/demo"

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -35,13 +36,13 @@ func TestConcurrentCreatesLeaveNoStrayCopy(t *testing.T) {
 		}
 		calls := []struct {
 			who string
-			b   *broker
-			req CreateRequest
+			b   *Server
+			req admin.CreateRequest
 		}{
-			{"broker 1 on [1 2]", c.b(1), CreateRequest{ID: id, Replicas: []meta.BrokerID{1, 2}}},
-			{"broker 3 on [2 3]", c.b(3), CreateRequest{ID: id, Replicas: []meta.BrokerID{2, 3}}},
-			{"leader placed (a)", leader, CreateRequest{ID: id}},
-			{"leader placed (b)", leader, CreateRequest{ID: id}},
+			{"broker 1 on [1 2]", c.b(1), admin.CreateRequest{ID: id, Replicas: []meta.BrokerID{1, 2}}},
+			{"broker 3 on [2 3]", c.b(3), admin.CreateRequest{ID: id, Replicas: []meta.BrokerID{2, 3}}},
+			{"leader placed (a)", leader, admin.CreateRequest{ID: id}},
+			{"leader placed (b)", leader, admin.CreateRequest{ID: id}},
 		}
 		res := make([]result, len(calls))
 		var wg sync.WaitGroup
@@ -100,7 +101,7 @@ func TestFailedCreateDropsItsCopiesOnceRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.b(maker).dropStraysOnceRecorded(id, []meta.BrokerID{maker})
-	if _, err := leader.create(ctx, CreateRequest{ID: id, Replicas: recorded}); err != nil {
+	if _, err := leader.create(ctx, admin.CreateRequest{ID: id, Replicas: recorded}); err != nil {
 		t.Fatalf("create on %v: %v", recorded, err)
 	}
 	want := slices.Clone(recorded)
@@ -120,7 +121,7 @@ func TestDropRefusesRecordedOrWrittenCopies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b1 := c.b(1)
-	seg, err := b1.create(ctx, CreateRequest{ID: "kept", Replicas: []meta.BrokerID{1, 2}})
+	seg, err := b1.create(ctx, admin.CreateRequest{ID: "kept", Replicas: []meta.BrokerID{1, 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type createLock struct {
 }
 
 // lockCreate holds the create lock of id until the returned func runs.
-func (b *broker) lockCreate(id meta.SegmentID) func() {
+func (b *Server) lockCreate(id meta.SegmentID) func() {
 	cl := &b.creates
 	cl.mu.Lock()
 	if cl.m == nil {
@@ -66,7 +66,7 @@ func (b *broker) lockCreate(id meta.SegmentID) func() {
 // dropStrays deletes the copies of id that a create made on the brokers
 // of made that the recorded set does not name. A failure is logged: the
 // copy is then a leftover for heal to collect.
-func (b *broker) dropStrays(ctx context.Context, id meta.SegmentID, made, recorded []meta.BrokerID) {
+func (b *Server) dropStrays(ctx context.Context, id meta.SegmentID, made, recorded []meta.BrokerID) {
 	snap := b.node.Snapshot()
 	for _, r := range made {
 		if slices.Contains(recorded, r) {
@@ -102,7 +102,7 @@ const strayWait = 2 * time.Minute
 // copy) until heal.leftover_delay: a roll whose create failed on a
 // read-only replica left two such copies, and the segment's latched copy
 // could be replaced on neither spare broker.
-func (b *broker) dropStraysOnceRecorded(id meta.SegmentID, made []meta.BrokerID) {
+func (b *Server) dropStraysOnceRecorded(id meta.SegmentID, made []meta.BrokerID) {
 	if len(made) == 0 || b.bgCtx == nil || b.bgCtx.Err() != nil {
 		return
 	}
@@ -132,7 +132,7 @@ func (b *broker) dropStraysOnceRecorded(id meta.SegmentID, made []meta.BrokerID)
 // create leaves). It waits briefly for the segment to reach this broker's
 // metadata; a copy of a segment not recorded, or recorded here, is
 // refused. A missing copy is not an error.
-func (b *broker) internalDrop(r *http.Request, body []byte) (any, error) {
+func (b *Server) internalDrop(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
