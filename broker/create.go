@@ -43,7 +43,7 @@ func (b *Server) createSegment(r *http.Request, body []byte) (any, error) {
 // callers that place the same segment (the Kafka keeper and a topic's
 // creation) agree on one set; a create that loses to a segment recorded
 // by another broker deletes the empty copies it made outside the recorded
-// set (dropStrays), so that no broker keeps an active copy the metadata
+// set (dropLeftovers), so that no broker keeps an active copy the metadata
 // does not assign to it. A placed create that loses answers the recorded
 // segment; one with its own replicas answers it only when the sets match.
 func (b *Server) create(ctx context.Context, req admin.CreateRequest) (meta.Segment, error) {
@@ -103,7 +103,7 @@ func (b *Server) create(ctx context.Context, req admin.CreateRequest) (meta.Segm
 				on = append(on, req.Replicas[i])
 			}
 		}
-		b.dropStraysOnceRecorded(req.ID, on)
+		b.dropLeftoversOnceRecorded(req.ID, on)
 		return meta.Segment{}, fmt.Errorf("create %s on %v: %w", req.ID, req.Replicas, err)
 	}
 	seg := meta.Segment{ID: req.ID, StartOffset: req.StartOffset, Replicas: req.Replicas}
@@ -119,7 +119,7 @@ func (b *Server) create(ctx context.Context, req admin.CreateRequest) (meta.Segm
 			return meta.Segment{}, fmt.Errorf("%w (and reading it back: %w)", err, serr)
 		}
 		if !meta.SameReplicas(cur.Replicas, seg.Replicas) {
-			b.dropStrays(ctx, req.ID, seg.Replicas, cur.Replicas)
+			b.dropLeftovers(ctx, req.ID, seg.Replicas, cur.Replicas)
 		}
 		if cur.Sealed || cur.StartOffset != seg.StartOffset || (!placed && !meta.SameReplicas(cur.Replicas, seg.Replicas)) {
 			return meta.Segment{}, err

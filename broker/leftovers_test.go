@@ -13,7 +13,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// TestConcurrentCreatesLeaveNoStrayCopy races creates of one segment id
+// TestConcurrentCreatesLeaveNoLeftoverCopy races creates of one segment id
 // on a three-broker cluster of rf 2, as the Kafka keeper races a topic's
 // creation and a partition leader's roll: one create on the set [1 2]
 // from broker 1, one on [2 3] from broker 3, and two placed by the
@@ -22,7 +22,7 @@ import (
 // recorded set holds a copy of it (an empty active copy there would keep
 // that broker from receiving the segment when heal wants it as a
 // replacement).
-func TestConcurrentCreatesLeaveNoStrayCopy(t *testing.T) {
+func TestConcurrentCreatesLeaveNoLeftoverCopy(t *testing.T) {
 	c := newTestCluster(t, 3, 2, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -100,7 +100,7 @@ func TestFailedCreateDropsItsCopiesOnceRecorded(t *testing.T) {
 	if err := c.b(maker).db.Create(id, 0); err != nil {
 		t.Fatal(err)
 	}
-	c.b(maker).dropStraysOnceRecorded(id, []meta.BrokerID{maker})
+	c.b(maker).dropLeftoversOnceRecorded(id, []meta.BrokerID{maker})
 	if _, err := leader.create(ctx, admin.CreateRequest{ID: id, Replicas: recorded}); err != nil {
 		t.Fatalf("create on %v: %v", recorded, err)
 	}
@@ -154,7 +154,7 @@ func TestDropRefusesRecordedOrWrittenCopies(t *testing.T) {
 	}
 	for range 2 {
 		if err := drop(3, seg.ID); err != nil {
-			t.Fatalf("drop of an empty stray copy: %v", err)
+			t.Fatalf("drop of an empty leftover copy: %v", err)
 		}
 	}
 	if got := c.holders(seg.ID); slices.Contains(got, 3) {

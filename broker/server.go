@@ -49,7 +49,7 @@ type Server struct {
 	segLock map[meta.SegmentID]*sync.Mutex
 	placeMu sync.Mutex
 	cursor  int
-	creates createLocks // one create of a segment id at a time (strays.go)
+	creates createLocks // one create of a segment id at a time (leftovers.go)
 
 	closeOnce sync.Once
 	closeErr  error

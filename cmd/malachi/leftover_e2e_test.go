@@ -164,15 +164,15 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 	if _, err := harness.TruncateCopyAt(partialPath, 100); err != nil {
 		t.Fatal(err)
 	}
-	const stray = meta.SegmentID("lo-stray-00001")
-	if err := os.WriteFile(store.CopyPath(victim.Dir, stray), make([]byte, 300), 0o644); err != nil {
+	const leftover = meta.SegmentID("lo-leftover-00001")
+	if err := os.WriteFile(store.CopyPath(victim.Dir, leftover), make([]byte, 300), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lc.feed = harness.NewPassFeed(time.Now())
 	if err := c.Restart(victim); err != nil {
 		t.Fatal(err)
 	}
-	held = append(held, stray)
+	held = append(held, leftover)
 	sawReturned := false
 	gone := func(id meta.SegmentID) bool {
 		p, err := victim.CopyPath(id)
@@ -203,7 +203,7 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 			gp, foundP := group(&p.Report, victim.ID, heal.PartialBackfill)
 			gl, foundL := group(&p.Report, victim.ID, heal.FailedLoad)
 			if found && foundP && foundL && g.Copies == len(held)-2 && gp.Copies == 1 && gp.Segments[0] == partial &&
-				gl.Copies == 1 && gl.Segments[0] == stray {
+				gl.Copies == 1 && gl.Segments[0] == leftover {
 				sawReturned = true
 			}
 		}
