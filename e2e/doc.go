@@ -19,7 +19,7 @@
 //
 // What each test shows:
 //
-//   - TestFaultSuite: `malachi demo` with every stage of testbed/stage
+//   - TestFaultSuite: `malachi-demo` with every stage of testbed/stage
 //     (stage.Names) on 5 brokers, the lifecycle stages giving the
 //     operator's commands through the malachi CLI, then a table row per
 //     stage (its fault, the window it must strike in, what its report must

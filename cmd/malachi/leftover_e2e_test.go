@@ -84,7 +84,7 @@ func group(r *heal.Report, b meta.BrokerID, cause heal.Cause) (heal.LeftoverGrou
 // whose delete fails (chattr +i: EPERM) is reported failed_delete with the
 // errno text on every pass, and deleted once the attribute is removed.
 func TestLeftoverCopiesCollected(t *testing.T) {
-	malachid, _ := binaries(t)
+	malachid := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 4, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second,
 		Raft: harness.DemoRaft(time.Second), HealExtra: "leftover_delay = \"3s\"\nrebalance = false"}) // the returned broker's replica count is asserted
 	if err != nil {

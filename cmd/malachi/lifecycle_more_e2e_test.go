@@ -29,7 +29,7 @@ type lifeCluster struct {
 
 func startLifeCluster(t *testing.T, cfg harness.Config) *lifeCluster {
 	t.Helper()
-	malachid, _ := binaries(t)
+	malachid := binaries(t)
 	cfg.Bin, cfg.Root, cfg.Raft = malachid, t.TempDir(), harness.DemoRaft(time.Second)
 	c, err := harness.New(cfg)
 	if err != nil {
