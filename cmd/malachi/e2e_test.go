@@ -31,16 +31,7 @@ func binaries(t *testing.T) (malachid string) {
 		t.Skip("-short: skipping the end-to-end tests with real processes")
 	}
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "malachi-e2e-bin-")
-		if buildErr != nil {
-			return
-		}
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildErr = harness.Build(context.Background(), root, "./cmd/malachid", filepath.Join(buildDir, "malachid"))
+		buildDir, buildErr = harness.BuildTemp(context.Background(), "malachi-e2e-bin-", "./cmd/malachid")
 	})
 	if buildErr != nil {
 		if strings.Contains(buildErr.Error(), "./cmd/malachid") {

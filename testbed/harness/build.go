@@ -105,3 +105,25 @@ func TailFile(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// BuildTemp builds each of the module's packages pkgs (such as
+// "./cmd/malachid") into a new temporary directory named after prefix,
+// each binary named after its package's last element, and returns the
+// directory (the caller removes it; it is returned with a failed build
+// too, when it was made). The working directory must be inside the module.
+func BuildTemp(ctx context.Context, prefix string, pkgs ...string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return dir, err
+	}
+	for _, pkg := range pkgs {
+		if err := Build(ctx, root, pkg, filepath.Join(dir, filepath.Base(pkg))); err != nil {
+			return dir, err
+		}
+	}
+	return dir, nil
+}

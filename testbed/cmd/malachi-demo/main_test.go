@@ -71,21 +71,7 @@ func binaries(t *testing.T) (malachid, malachi, malachiDemo string) {
 		t.Skip("-short: skipping the end-to-end tests with real processes")
 	}
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "malachi-demo-e2e-bin-")
-		if buildErr != nil {
-			return
-		}
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		for _, pkg := range []string{"./cmd/malachid", "./cmd/malachi", "./testbed/cmd/malachi-demo"} {
-			if err := harness.Build(context.Background(), root, pkg, filepath.Join(buildDir, filepath.Base(pkg))); err != nil {
-				buildErr = err
-				return
-			}
-		}
+		buildDir, buildErr = harness.BuildTemp(context.Background(), "malachi-demo-e2e-bin-", "./cmd/malachid", "./cmd/malachi", "./testbed/cmd/malachi-demo")
 	})
 	if buildErr != nil {
 		if strings.Contains(buildErr.Error(), "./cmd/malachid") {
