@@ -9,6 +9,9 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// Metadata writes: a command committed through raft here when this broker
+// leads, else through the leader's /v1/internal/apply (onLeader).
+
 type applyRequest struct {
 	Command json.RawMessage `json:"command"`
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/malachi-log/malachi/plugin"
 )
 
-// ErrConfig marks a bad configuration: main exits with status 2.
+// ErrConfig marks a bad configuration (malachid exits with status 2).
 var ErrConfig = errors.New("malachid: bad config")
 
 // Config is the broker's configuration: a TOML file, then flags. Every key

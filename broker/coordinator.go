@@ -12,6 +12,10 @@ import (
 	"github.com/malachi-log/malachi/plugin"
 )
 
+// The routes the heal coordinator serves (release, acknowledge, the dry
+// run of the next pass): on this broker when it runs the coordinator,
+// else on the leader.
+
 // release lifts a mass-failure hold on the coordinator: here when this
 // broker runs it, else on the leader.
 func (b *Server) release(r *http.Request, _ []byte) (any, error) {

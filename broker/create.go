@@ -14,6 +14,11 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// The write path's first step, on the broker that coordinates it: placing
+// a new segment (heal.PlaceNew), creating its copies on every replica,
+// then committing CreateSegment. A create that loses to another leaves
+// its copies to leftovers.go.
+
 // parseCreate decodes and checks the body of POST /v1/segments.
 func parseCreate(body []byte) (admin.CreateRequest, error) {
 	var req admin.CreateRequest

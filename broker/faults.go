@@ -12,6 +12,11 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
+// Fault injection (fault_injection = true only): POST /v1/faults/latch/{id}
+// latches a copy through faultFS, the store's FS with an armed path that
+// fails its next open with EIO. Every other fault is done to a copy's file
+// by testbed/harness.
+
 // faultKinds are the faults POST /v1/faults/{kind}/{id} injects: only
 // the latch, which needs the store to see an I/O error. Every fault done
 // to a copy's file (delete, truncate, extend, bit flip) is done by the

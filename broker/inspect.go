@@ -9,6 +9,9 @@ import (
 	"github.com/malachi-log/malachi/plugin"
 )
 
+// The read-only routes: health, this broker's copies, the plugin's status
+// and pass history.
+
 func quorumHealth(q cluster.Quorum) admin.Quorum {
 	h := admin.Quorum{Voters: q.Voters, Reachable: q.Reachable}
 	if err := q.Err(); err != nil {

@@ -8,6 +8,10 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// The keeper of the Kafka partitions: a missing next segment created on
+// the control plane's leader, a dead partition leader's segment sealed by
+// a live follower.
+
 // keepInterval is how often the keeper looks at the partitions.
 const keepInterval = 500 * time.Millisecond
 

@@ -12,6 +12,9 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// A partition's roll: seal its active segment at the last acknowledged
+// frame on the replicas that answer, then create the next segment.
+
 // maybeRoll rolls the active segment once it holds segment_bytes, or
 // segment_ms after its first batch.
 func (l *partLog) maybeRoll(ctx context.Context) error {

@@ -15,6 +15,9 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// The load generator (POST /v1/load): create, write and seal many
+// segments of generated records, numbered after the prefix's highest.
+
 // parseLoad decodes and checks the body of POST /v1/load, filling in the
 // defaults; every segment id it names is valid.
 func parseLoad(body []byte) (admin.LoadRequest, error) {

@@ -12,6 +12,10 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// The write path's appends, on the broker that coordinates them: a
+// RecordsRequest checked, its records generated deterministically (or
+// given), written and synced on every replica (replica.go).
+
 func checkRecords(rr *admin.RecordsRequest) error {
 	if len(rr.Records) > 0 && rr.Count > 0 {
 		return fmt.Errorf("%w: records: give count/size/seed or records, not both", errBadRequest)

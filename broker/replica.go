@@ -9,6 +9,9 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
+// The write path's replica side (role brokers): create, append to and
+// seal this broker's copy of a segment, as the coordinating broker asks.
+
 type copyCreate struct {
 	StartOffset uint64 `json:"start_offset"`
 }

@@ -12,6 +12,10 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
+// The admin API's routes (who may call each: rpc.Viewers, Operators,
+// Brokers), its error codes on the wire, and the strict decoding every
+// request body and path id goes through before anything is touched.
+
 // Errors of the admin API, by HTTP status and code.
 var (
 	errBadRequest = errors.New("malachid: bad request")

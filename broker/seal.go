@@ -9,6 +9,9 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// The write path's last step: seal every replica, check that they agree,
+// commit SealSegment.
+
 func (b *Server) sealSegment(r *http.Request, _ []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {

@@ -12,6 +12,10 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
+// What the write path shares: one writer per segment on a broker
+// (lockSegment), a segment read from the metadata as it arrives, and a
+// request sent to every replica at once.
+
 func (b *Server) lockSegment(id meta.SegmentID) func() {
 	b.segMu.Lock()
 	m := b.segLock[id]

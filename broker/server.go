@@ -23,8 +23,9 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
-// broker is one running malachid: store, control plane, admin API and,
-// when enabled, the heal plugin.
+// Server is one running broker: store, control plane, admin API and,
+// when enabled, the heal plugin and the Kafka listener. Open starts it,
+// Close stops it; it is safe for concurrent use.
 type Server struct {
 	cfg       Config
 	self      meta.BrokerID
@@ -59,8 +60,14 @@ type Server struct {
 	closers   []func() error
 }
 
-// openBroker starts everything; on error nothing is left running.
+// Open starts a broker with cfg, logging to log; a cfg that Validate or
+// LoadCerts refuses is refused before anything is created under data_dir.
+// On error nothing is left running. ctx is handed to the
+// heal plugin's Start (plugin.Plugin.Start).
 func Open(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	b := &Server{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
 	if cfg.KafkaListen != "" {
 		b.clientLatency = new(kafka.Latency)
