@@ -27,7 +27,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger, reload <-chan os.S
 	if cfg.Insecure {
 		log.Warn().Msg("INSECURE MODE: every listener is plaintext and accepts anyone who can reach it (insecure = true); loopback only")
 	}
-	log.Info().Str("admin", b.adminAddr).Bool("heal", cfg.Heal.Enabled).Bool("insecure", cfg.Insecure).Msg("broker ready")
+	log.Info().Str("admin", b.AdminAddr()).Bool("heal", cfg.Heal.Enabled).Bool("insecure", cfg.Insecure).Msg("broker ready")
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():

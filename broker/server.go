@@ -252,7 +252,15 @@ func (b *Server) Close() error {
 	return b.closeErr
 }
 
-// reloadCerts reads the certificates again (SIGHUP): new connections of
+// AdminAddr is the address the admin API listens on: admin_listen with
+// its port resolved (admin_listen = "127.0.0.1:0" picks a free one).
+func (b *Server) AdminAddr() string { return b.adminAddr }
+
+// KafkaAddr is the address the Kafka listener listens on, "" without
+// kafka_listen.
+func (b *Server) KafkaAddr() string { return b.kafkaAddr }
+
+// ReloadCerts reads the certificates again (SIGHUP): new connections of
 // every listener and dialer use them; a failed reload keeps the old ones.
 func (b *Server) ReloadCerts() {
 	if b.certs == nil {
