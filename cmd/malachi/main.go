@@ -40,8 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	go func() {
-		// After the first signal, a second one kills the CLI at once (the
-		// brokers die with it through their parent-death signal).
+		// After the first signal, a second one kills the CLI at once.
 		<-ctx.Done()
 		stop()
 	}()
