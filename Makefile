@@ -24,7 +24,7 @@ help:
 
 build:
 	$(GO) build ./...
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -o bin/ ./cmd/... ./testbed/cmd/...
 
 deps:
 	.ci/deps
@@ -45,26 +45,33 @@ lint:
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN)/staticcheck ./...
 
-# The binaries are built first, saying so: a first build compiles raft,
-# Pebble and Prometheus for a minute or more, silent under `go run`.
+# The showcase is the scaffolding's command malachi-demo
+# (testbed/cmd/malachi-demo), run with the broker and the operator CLI it
+# drives. The binaries are built first, saying so: a first build compiles
+# raft, Pebble and Prometheus for a minute or more, silent under `go run`.
+DEMO_BINS = ./cmd/malachi ./cmd/malachid ./testbed/cmd/malachi-demo
+DEMO = ./bin/malachi-demo --malachid bin/malachid --malachi bin/malachi
+
 demo:
-	@echo "demo: compiling malachi and malachid into bin/ (the first build takes a minute or more)..."
-	@$(GO) build -o bin/ ./cmd/malachi ./cmd/malachid
-	@echo "demo: starting: bin/malachi demo --malachid bin/malachid"
-	@./bin/malachi demo --malachid bin/malachid
+	@echo "demo: compiling malachi, malachid and malachi-demo into bin/ (the first build takes a minute or more)..."
+	@$(GO) build -o bin/ $(DEMO_BINS)
+	@echo "demo: starting: $(DEMO)"
+	@$(DEMO)
 
 # The network stages are e2e's TestNet* (brokers in network namespaces of
 # their own; skipped, saying why, without root, ip, nft and tc); then the
 # nemesis of `make nemesis` (NEMESIS_DURATION, 12m: over ten minutes on 5
 # brokers).
 faults:
-	$(GO) run ./cmd/malachi demo --json > $(FAULTS_OUT)
+	$(GO) build -o bin/ $(DEMO_BINS)
+	$(DEMO) --json > $(FAULTS_OUT)
 	$(GO) test -race -count=1 -timeout 60m -run 'Fault' ./...
 	$(GO) test -race -count=1 -timeout 30m -v -run '^TestNet' ./e2e/
 	$(MAKE) nemesis
 
 nemesis:
-	$(GO) run ./cmd/malachi demo --nemesis random --seed $(NEMESIS_SEED) --duration $(NEMESIS_DURATION) --brokers 5 --rf 3 --segments 100 --segment-size 256KiB --json > $(NEMESIS_OUT)
+	$(GO) build -o bin/ $(DEMO_BINS)
+	$(DEMO) --nemesis random --seed $(NEMESIS_SEED) --duration $(NEMESIS_DURATION) --brokers 5 --rf 3 --segments 100 --segment-size 256KiB --json > $(NEMESIS_OUT)
 
 # Every func FuzzXxx in a _test.go file, one at a time, package by package.
 fuzz:

@@ -13,13 +13,13 @@
 // harness as the demo's and the fault suite's); it writes a CA, a certificate per
 // broker (its certs_dir, outside its data_dir) and the operator and viewer
 // clients under the test's directory (pki.CreateLocal), and calls every
-// API over mutual TLS as the operator (internal/admin). Faults on a
+// API over mutual TLS as the operator (admin). Faults on a
 // copy's file (delete, truncate, extend, bit flip) are testbed/harness's;
 // only the latch goes through malachid's POST /v1/faults/latch/{id}.
 //
 // What each test shows:
 //
-//   - TestFaultSuite: `malachi demo` with every stage of testbed/stage
+//   - TestFaultSuite: `malachi-demo` with every stage of testbed/stage
 //     (stage.Names) on 5 brokers, the lifecycle stages giving the
 //     operator's commands through the malachi CLI, then a table row per
 //     stage (its fault, the window it must strike in, what its report must

@@ -130,7 +130,7 @@ func said(f stage.Report, wants ...string) string {
 	return ""
 }
 
-// TestFaultSuite is the fault suite in CI: `malachi demo` with every stage
+// TestFaultSuite is the fault suite in CI: `malachi-demo` with every stage
 // on 5 real brokers at RF 3 (the run of `make faults`, smaller), then a
 // row per stage. Each fault must be injected and survived: healed back to
 // RF with every copy verified, or, for the lost stage, both destroyed
@@ -149,12 +149,12 @@ func TestFaultSuite(t *testing.T) {
 		t.Fatalf("rows %v, want one per stage of stage.Names %v", rows, stage.Names)
 	}
 	dir := t.TempDir()
-	o, err := demo.ParseFlags([]string{"--malachid", binary, "--brokers", "5", "--rf", "3", "--segments", "40", "--segment-size", "64KiB",
+	// The lifecycle stages give the operator's commands through cli.
+	o, err := demo.ParseFlags([]string{"--malachid", binary, "--malachi", cli, "--brokers", "5", "--rf", "3", "--segments", "40", "--segment-size", "64KiB",
 		"--copies", "2", "--json", "--dir", dir, "--seed", "11", "--stage-timeout", "60s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.CLI = cli // the lifecycle stages give the operator's commands through it
 	var out, progress bytes.Buffer
 	code := demo.Run(context.Background(), o, &out, &progress)
 	defer func() {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/testbed/harness"
 
 	"github.com/malachi-log/malachi/internal/rpc"

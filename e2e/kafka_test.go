@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"

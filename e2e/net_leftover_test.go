@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/harness"

@@ -58,7 +58,7 @@ func TestInvariantsFire(t *testing.T) {
 		{"sealed checksum", func(tab *Table) { seg(tab, "a").Checksum = CRC32C(8) }, []string{"segment a", "sealed with", "checksum"}},
 		{"unsealed", func(tab *Table) { seg(tab, "a").Sealed = false }, []string{"segment a", "unsealed"}},
 		{"held index", func(tab *Table) { tab.release(2, 1) }, []string{"broker 2", "segments name it"}},
-		{"held stray", func(tab *Table) { tab.hold(3, 0) }, []string{"segment a", "broker 3's index"}},
+		{"held leftover", func(tab *Table) { tab.hold(3, 0) }, []string{"segment a", "broker 3's index"}},
 		{"chunk order", func(tab *Table) { c := tab.ids.c[0]; c[0], c[1] = c[1], c[0] }, []string{"segment a", "chunk order not sorted"}},
 		{"view changed", func(tab *Table) {
 			v := tab.View()

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/pki"
 )

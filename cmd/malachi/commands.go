@@ -10,21 +10,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/store"
-	"github.com/malachi-log/malachi/testbed/demo"
 
 	"github.com/malachi-log/malachi/meta"
 )
 
 // errUsage marks a bad command line (exit status 2) and errHelp a -h
-// (exit 0, the flag package printed the usage): the demo's sentinels, so
-// `malachi demo` and the other commands exit alike.
+// (exit 0, the flag package printed the usage).
 var (
-	errUsage = demo.ErrUsage
-	errHelp  = demo.ErrHelp
+	errUsage = errors.New("malachi: usage")
+	errHelp  = errors.New("malachi: help")
 )
 
 func usageErr(format string, args ...any) error {

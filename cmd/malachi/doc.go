@@ -1,6 +1,5 @@
 // Command malachi is the operator CLI of Malachi heal.
 //
-//	malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--insecure]
 //	malachi status --admin host:port [--json]
 //	malachi plan   --admin host:port [--json]
 //	malachi load   --admin host:port --segments N --records R --size B [--prefix p]
@@ -12,11 +11,7 @@
 // status, plan, load, release, decommission and maintenance call the admin API through internal/rpc
 // over mutual TLS with a client certificate (--certs-dir, --user), or in
 // plaintext with --insecure; a refusal says what was missing (no client
-// certificate, the role the route needs). The demo makes its own CA,
-// broker and client certificates under its directory (certs/, outside
-// every data_dir, so restarted and swapped brokers keep them), gives each
-// broker its certs_dir and calls every broker as "operator"; --insecure
-// runs it the old plaintext way (insecure = true).
+// certificate, the role the route needs).
 //
 // status prints one section per function (statusSections in status.go):
 // every health count is the leader's last pass report, shown with its
@@ -26,12 +21,11 @@
 // load numbers its segments on after the prefix's highest (a second load
 // makes new ids).
 //
-// demo is testbed/demo (the stages are testbed/stage's, whose doc lists
-// them and their invariants); cmd/malachi hands it the command line and
-// its own binary, through which the lifecycle stages give the operator's
-// commands (decommission, maintenance, status) and judge what they print.
+// The CLI imports nothing from testbed/: the showcase is the scaffolding's
+// command malachi-demo (testbed/cmd/malachi-demo), whose lifecycle stages
+// run this binary as an operator would.
 //
-// Exit status: 0 success and -h/--help on every command, 1 failure or a demo that did not heal, 2 a bad
+// Exit status: 0 success and -h/--help on every command, 1 failure, 2 a bad
 // command line. Errors name the flag and value, or the broker and address,
 // and carry the "malachi:" prefix once.
 package main

@@ -84,7 +84,7 @@ func group(r *heal.Report, b meta.BrokerID, cause heal.Cause) (heal.LeftoverGrou
 // whose delete fails (chattr +i: EPERM) is reported failed_delete with the
 // errno text on every pass, and deleted once the attribute is removed.
 func TestLeftoverCopiesCollected(t *testing.T) {
-	malachid, _ := binaries(t)
+	malachid := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 4, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second,
 		Raft: harness.DemoRaft(time.Second), HealExtra: "leftover_delay = \"3s\"\nrebalance = false"}) // the returned broker's replica count is asserted
 	if err != nil {
@@ -164,15 +164,15 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 	if _, err := harness.TruncateCopyAt(partialPath, 100); err != nil {
 		t.Fatal(err)
 	}
-	const stray = meta.SegmentID("lo-stray-00001")
-	if err := os.WriteFile(store.CopyPath(victim.Dir, stray), make([]byte, 300), 0o644); err != nil {
+	const leftover = meta.SegmentID("lo-leftover-00001")
+	if err := os.WriteFile(store.CopyPath(victim.Dir, leftover), make([]byte, 300), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lc.feed = harness.NewPassFeed(time.Now())
 	if err := c.Restart(victim); err != nil {
 		t.Fatal(err)
 	}
-	held = append(held, stray)
+	held = append(held, leftover)
 	sawReturned := false
 	gone := func(id meta.SegmentID) bool {
 		p, err := victim.CopyPath(id)
@@ -203,7 +203,7 @@ func TestLeftoverCopiesCollected(t *testing.T) {
 			gp, foundP := group(&p.Report, victim.ID, heal.PartialBackfill)
 			gl, foundL := group(&p.Report, victim.ID, heal.FailedLoad)
 			if found && foundP && foundL && g.Copies == len(held)-2 && gp.Copies == 1 && gp.Segments[0] == partial &&
-				gl.Copies == 1 && gl.Segments[0] == stray {
+				gl.Copies == 1 && gl.Segments[0] == leftover {
 				sawReturned = true
 			}
 		}

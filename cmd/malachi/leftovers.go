@@ -5,8 +5,8 @@ import (
 	"io"
 	"slices"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/meta"
 )

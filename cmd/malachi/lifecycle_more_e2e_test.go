@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/harness"
@@ -29,7 +29,7 @@ type lifeCluster struct {
 
 func startLifeCluster(t *testing.T, cfg harness.Config) *lifeCluster {
 	t.Helper()
-	malachid, _ := binaries(t)
+	malachid := binaries(t)
 	cfg.Bin, cfg.Root, cfg.Raft = malachid, t.TempDir(), harness.DemoRaft(time.Second)
 	c, err := harness.New(cfg)
 	if err != nil {

@@ -9,14 +9,11 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/malachi-log/malachi/testbed/demo"
 )
 
 const usage = `malachi: the operator CLI of Malachi heal
 
 usage:
-  malachi demo   [--brokers 5] [--rf 3] [--segments 300] [--segment-size 1MiB] [--json] [--keep] [--malachid path] [--faults list] [--insecure]
   malachi status --admin host:port [--json]
   malachi plan   --admin host:port [--json]
   malachi load   --admin host:port --segments N --records R --size B [--prefix p]
@@ -35,23 +32,15 @@ Run "malachi <command> -h" for a command's flags.
 `
 
 func main() {
-	self, _ := os.Executable()
-	os.Exit(runAs(self, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is main without os.Exit and with no binary of its own (the demo's
-// lifecycle stages then call the admin API): 0 success, 1 failure (or a
-// demo that did not heal), 2 a bad command line.
-func run(args []string, stdout, stderr io.Writer) int { return runAs("", args, stdout, stderr) }
-
-// runAs is run as the malachi binary self, through which the demo's
-// lifecycle stages give the operator's commands.
-func runAs(self string, args []string, stdout, stderr io.Writer) int {
+// run is main without os.Exit: 0 success, 1 failure, 2 a bad command line.
+func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	go func() {
-		// After the first signal, a second one kills the CLI at once (the
-		// brokers die with it through their parent-death signal).
+		// After the first signal, a second one kills the CLI at once.
 		<-ctx.Done()
 		stop()
 	}()
@@ -62,17 +51,6 @@ func runAs(self string, args []string, stdout, stderr io.Writer) int {
 	cmd, rest := args[0], args[1:]
 	var err error
 	switch cmd {
-	case "demo":
-		o, perr := demo.ParseFlags(rest, stderr)
-		if perr != nil {
-			return reportErr(stderr, perr)
-		}
-		o.CLI = self
-		code := demo.Run(ctx, o, stdout, stderr)
-		if ctx.Err() != nil && code == 0 {
-			code = 1
-		}
-		return code
 	case "status":
 		err = runStatus(ctx, rest, stdout, stderr)
 	case "plan":

@@ -9,7 +9,7 @@ import (
 // TestEveryCommandHelpExitsZero: -h and --help print the usage and exit 0
 // on every command and subcommand.
 func TestEveryCommandHelpExitsZero(t *testing.T) {
-	cmds := [][]string{{"demo"}, {"status"}, {"plan"}, {"load"}, {"release"}, {"cert"},
+	cmds := [][]string{{"status"}, {"plan"}, {"load"}, {"release"}, {"cert"},
 		{"cert", "create-ca"}, {"cert", "create-broker"}, {"cert", "create-client"}, {"cert", "list"}}
 	for _, cmd := range cmds {
 		for _, h := range []string{"-h", "--help"} {

@@ -15,7 +15,7 @@ import (
 // "context canceled"), and `malachi status` says NO QUORUM with the last
 // pass marked stale.
 func TestLoadFailsFastWithoutQuorum(t *testing.T) {
-	malachid, _ := binaries(t)
+	malachid := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 3, RF: 3, Tick: 200 * time.Millisecond, Grace: time.Second, Raft: harness.DemoRaft(time.Second)})
 	if err != nil {
 		t.Fatal(err)

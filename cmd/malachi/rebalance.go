@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 )
 

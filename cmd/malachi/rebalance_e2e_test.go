@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/harness"
 )
@@ -23,7 +23,7 @@ import (
 // sealed at 3 replicas) and the leader's last pass.
 func rebalanceCluster(t *testing.T, extra string) (*harness.Cluster, meta.BrokerID, func() (map[meta.BrokerID]int, map[meta.BrokerID]int64, *heal.Report, uint64)) {
 	t.Helper()
-	malachid, _ := binaries(t)
+	malachid := binaries(t)
 	c, err := harness.New(harness.Config{Bin: malachid, Root: t.TempDir(), Brokers: 5, RF: 3, Tick: 200 * time.Millisecond,
 		Grace: 2 * time.Second, Raft: harness.DemoRaft(time.Second), HealExtra: extra})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/broker"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -65,7 +66,7 @@ func TestCertificatesNameThisBroker(t *testing.T) {
 	}
 	p := writeTOML(t, goodTOML)
 	_, err = loadConfig([]string{"--config", p, "--insecure=false", "--certs_dir", l.BrokerDir(1)}, io.Discard)
-	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), "names broker 1, but this is broker 2") {
+	if !errors.Is(err, broker.ErrConfig) || !strings.Contains(err.Error(), "names broker 1, but this is broker 2") {
 		t.Fatalf("broker 2 with broker 1's certificate: %v", err)
 	}
 	if _, err := loadConfig([]string{"--config", p, "--insecure=false", "--certs_dir", l.BrokerDir(2)}, io.Discard); err != nil {
@@ -96,8 +97,8 @@ func TestLoadConfigErrorsNameKeyAndValue(t *testing.T) {
 	} {
 		p := writeTOML(t, tc.toml)
 		_, err := loadConfig(append([]string{"--config", p}, tc.args...), io.Discard)
-		if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want errConfig containing %q", tc.args, err, tc.want)
+		if !errors.Is(err, broker.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want broker.ErrConfig containing %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -1,119 +1,20 @@
 // Command malachid is the reference broker of Malachi heal: one process
-// per broker, holding
-//
-//   - its store (store.DB under data_dir: copies/ and confirm/),
-//   - a member of the control plane (cluster.Node, raft under data_dir/raft),
-//   - the admin API on admin_listen (always on), and
-//   - the heal plugin, only when [heal] enabled = true (or --heal.enabled):
-//     disabled, it starts no goroutine, opens no listener, creates no file.
+// per broker, running package broker (its doc lists what a broker holds,
+// its admin API and its invariants). This command reads the
+// configuration, builds the logger and calls broker.Run.
 //
 // # Configuration
 //
-// A TOML file (--config) and flags: every key is also a flag named by its
-// dotted path (--heal.enabled, --heal.grace=1s, --raft.heartbeat_timeout=300ms,
-// --peers=1=127.0.0.1:7101,2=...); a flag wins over the file. Defaults
-// (DefaultConfig): id 1, admin 127.0.0.1:7001, raft 127.0.0.1:7101,
-// replication_factor 3, raft heartbeat/election 400ms, lease 300ms, and
-// plugin.DefaultConfig() under [heal], certs_dir data_dir/certs.
-// malachid.example.toml sets every key, commented (TestExampleConfigSetsEveryKey
-// fails when a key of Config is not in it). A bad
-// configuration (unknown key, bad value, missing or foreign certificates,
-// insecure = true off loopback) prints an error naming the key and the
-// value and exits with status 2 (-h, --help and help print the flags and
-// exit 0; an error names the command once). SIGINT/SIGTERM shut down cleanly (exit 0);
-// SIGHUP reloads the certificates (a failed reload keeps the old ones).
-//
-// # Security
-//
-// Every listener speaks mutual TLS 1.3 with the broker's certificate
-// (certs_dir: ca.crt, broker.crt naming this id, broker.key): raft
-// (cluster), the admin API, the plugin's RPC. Admin routes check the
-// caller's role (internal/rpc): viewer for reads, operator for writes and
-// faults, brokers only for /v1/internal/*; role client (a Kafka
-// application) has no admin route. On kafka_listen, operator and client
-// produce and consume, viewer consumes (kafka.RoleAccess). insecure = true runs them all in
-// plaintext and is refused off loopback.
-//
-// # Admin API (HTTP/JSON)
-//
-//	GET  /v1/health                         {"id","leader","is_leader","heal","index","quorum":{"voters","reachable","error"}}
-//	GET  /v1/metadata                       meta.Snapshot of this broker's view
-//	POST /v1/segments {"id","start_offset"} create on a replica set placed by the leader
-//	POST /v1/segments/{id}/records {"count","size","seed"} | {"records":[base64...]}
-//	POST /v1/segments/{id}/seal             seal every replica, then SealSegment through raft
-//	POST /v1/load {"segments","records_per_segment","record_size","prefix","concurrency","first"}
-//	                                        ids prefix-NNNNN (one "-"), from first or, without it,
-//	                                        one past the prefix's highest: a second load makes new ids
-//	GET  /v1/copies                         [{"id","size","latched","sealed","latch_error"}] of this broker
-//	GET  /v1/status                         the plugin's /status, or {"heal":"disabled"}
-//	GET  /v1/plan                           dry run of the next pass (heal.Plan), from the leader
-//	POST /v1/heal/release                   lift a mass-failure hold (on the leader)
-//	POST /v1/heal/acknowledge/{id}          acknowledge a lost segment (on the leader)
-//	POST|DELETE /v1/brokers/{id}/decommission         drain broker id | cancel
-//	POST /v1/brokers/{id}/maintenance?for=30m         a maintenance window (until = the
-//	DELETE /v1/brokers/{id}/maintenance               leader's now + for) | end it
-//	POST /v1/faults/latch/{id}  fault_injection only (file faults: testbed/harness)
-//	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
-//
-// Errors answer {"code","message"} with a status that fits the code
-// (unauthenticated 401, forbidden 403, bad_request, not_found,
-// segment_exists, stale_replicas, unknown_broker, maintenance_full,
-// not_leader, ...). The lifecycle routes (lifecycle.go) apply a
-// meta.SetBrokerMode on the leader, which fills until, issued_at and
-// heal.max_maintenance from its own clock and config; a follower forwards
-// them to the leader's /v1/internal/brokers/... routes.
-//
-// Metadata writes go through raft. Every request that only the leader
-// serves (a metadata write, placing a new segment, a broker's mode, and
-// the coordinator's dry run, release and acknowledgement) goes through one
-// helper, onLeader (forward.go): served here when this broker leads, else
-// sent to the leader's /v1/internal/ route with this broker's certificate,
-// retried across an election (10 ms doubling to 200 ms, internal/retry)
-// but not past a lost quorum: a request that has waited for a leader while
-// its node lacked a quorum for three election timeouts
-// (cluster.Node.Quorum) fails with "cluster: no quorum: 2 of 5 voters
-// reachable ..." (code no_quorum, 503). An error of the leader's names it
-// and its address ("apply seal_segment: leader 3 at 10.0.0.3:7001: ...").
-// The write path: the leader places a new segment by heal's rule
-// (heal.PlaceNew: min(RF, candidates) brokers, round-robin over those the
-// control plane heard from recently, decommissioning ones last),
-// creates the copy on each, then commits CreateSegment; records are
-// appended on every replica and synced before the call returns; seal seals
-// every replica, checks that they agree (length, byte size, checksum) and
-// commits SealSegment. One writer per segment at a time (a per-segment lock
-// on the broker that coordinates the write). Generated records are
-// deterministic in (seed, index), so every replica generates the same
-// bytes locally instead of receiving them.
-//
-// # Invariants
-//
-//  1. A segment is in the metadata only once every replica of its set holds
-//     an (empty, active) copy of it.
-//  2. A SealSegment is committed only when every replica sealed the same
-//     length, byte size and checksum.
-//  3. Every command the broker proposes is safe to retry after a leader
-//     change: register and seal are idempotent, a create that landed is
-//     found and answered as is.
-//  4. A configuration is refused (exit 2) before anything is created under
-//     data_dir: syntax, unknown keys, types, values, raft timings, dialable
-//     addresses, plaintext only on loopback, and the certificates (they
-//     load, chain to ca.crt and name this broker) are all checked by
-//     loadConfig.
-//  5. Creates of one segment id run one at a time on a broker; a create
-//     refused because another recorded the segment on a different set
-//     deletes the empty copies it made outside that set (strays.go,
-//     internal route copies/{id}/drop, which deletes only an empty active
-//     copy of a segment whose recorded set does not name its broker).
-//  6. Admin request bodies and path ids are decoded and checked (parse*
-//     in admin.go) before any copy or metadata is touched: strict JSON, no
-//     unknown field, valid segment ids (FuzzAdminRequest); before that,
-//     the caller's certificate and role (TestAdminRoleMatrix): a refusal
-//     says what was missing and changes nothing.
-//
-// # Crashes
-//
-// kill -9 at any point leaves the store's copies (framed, durable-end
-// scanned on reopen), the confirmations (Pebble) and the raft state; the
-// restarted broker re-registers its addresses, its latches are cleared, and
-// its intact copies serve again.
+// A TOML file (--config) and flags: every key of broker.Config is also a
+// flag named by its dotted path (--heal.enabled, --heal.grace=1s,
+// --raft.heartbeat_timeout=300ms, --peers=1=127.0.0.1:7101,2=...); a flag
+// wins over the file (flags.go). malachid.example.toml sets every key,
+// commented (TestExampleConfigSetsEveryKey fails when a key of Config is
+// not in it). A bad configuration (syntax, unknown key, bad value,
+// missing or foreign certificates, insecure = true off loopback) prints an
+// error naming the key and the value and exits with status 2, before
+// anything is created under data_dir (-h, --help and help print the flags
+// and exit 0; an error names the command once). SIGINT/SIGTERM shut down
+// cleanly (exit 0; 1 when the shutdown fails); SIGHUP reloads the
+// certificates (a failed reload keeps the old ones).
 package main

@@ -10,6 +10,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/malachi-log/malachi/broker"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 )
@@ -39,17 +40,17 @@ func leafKeys(t reflect.Type, prefix string) []string {
 }
 
 // TestExampleConfigSetsEveryKey: the example configuration sets every key
-// of Config (a key added without an example fails here), and only those.
+// of broker.Config (a key added without an example fails here), and only those.
 func TestExampleConfigSetsEveryKey(t *testing.T) {
-	var cfg Config
+	var cfg broker.Config
 	md, err := toml.DecodeFile(exampleConfig, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		t.Fatalf("%s: keys Config does not have: %v", exampleConfig, und)
+		t.Fatalf("%s: keys broker.Config does not have: %v", exampleConfig, und)
 	}
-	keys := leafKeys(reflect.TypeOf(Config{}), "")
+	keys := leafKeys(reflect.TypeOf(broker.Config{}), "")
 	if len(keys) < 30 {
 		t.Fatalf("only %d keys found in Config: %v", len(keys), keys)
 	}
@@ -81,10 +82,10 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("malachid --config %s: %v", exampleConfig, err)
 	}
-	if cfg.ID != 1 || !cfg.Heal.Enabled || len(cfg.Peers) != 3 || cfg.Heal.SettleBatch != DefaultConfig().Heal.SettleBatch {
+	if cfg.ID != 1 || !cfg.Heal.Enabled || len(cfg.Peers) != 3 || cfg.Heal.SettleBatch != broker.DefaultConfig().Heal.SettleBatch {
 		t.Fatalf("loaded %+v", cfg)
 	}
-	def := DefaultConfig()
+	def := broker.DefaultConfig()
 	if cfg.Raft != def.Raft {
 		t.Errorf("the example's [raft] %+v differs from the defaults %+v it documents", cfg.Raft, def.Raft)
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/malachi-log/malachi/testbed/harness"
 )
 
 // TestHelpEveryWayExitsZero: -h, --help and help print the flags and exit 0.
@@ -22,6 +24,10 @@ func TestHelpEveryWayExitsZero(t *testing.T) {
 // failures carry one "malachid:" each.
 func TestEveryRefusalNamesTheCommandOnce(t *testing.T) {
 	dir := t.TempDir()
+	raft, err := harness.FreeLoopbackPorts(1) // a port nothing listens on, claimed for this process
+	if err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -31,7 +37,7 @@ func TestEveryRefusalNamesTheCommandOnce(t *testing.T) {
 		{"--config", filepath.Join(dir, "missing.toml")},
 		{"--id", "0"},
 		{"--insecure", "--data_dir", dir, "--heal.enabled", "--heal.tick", "0s"},
-		{"--insecure", "--data_dir", filepath.Join(file, "sub"), "--raft_listen", freeAddr(t), "--admin_listen", "127.0.0.1:0"},
+		{"--insecure", "--data_dir", filepath.Join(file, "sub"), "--raft_listen", raft[0], "--admin_listen", "127.0.0.1:0"},
 		{"--data_dir", dir},
 	} {
 		var stderr bytes.Buffer

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
@@ -22,7 +22,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// demo is one run of `malachi demo`: the stages' environment (env), the
+// demo is one run of `malachi-demo`: the stages' environment (env), the
 // report it fills, and what the showcase adds around them.
 type demo struct {
 	o       Options
@@ -172,6 +172,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	bin, err := harness.LocateMalachid(ctx, d.o.Malachid, d.o.Dir, d.out)
 	if err != nil {
+		return err
+	}
+	if d.o.CLI, err = harness.Locate(ctx, "malachi", d.o.CLI, d.o.Dir, d.out); err != nil {
 		return err
 	}
 	c, err := harness.New(d.o.clusterConfig(bin))

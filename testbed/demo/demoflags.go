@@ -19,7 +19,7 @@ import (
 	"github.com/malachi-log/malachi/testbed/stage"
 )
 
-// Options are the flags of `malachi demo`; the stages read the
+// Options are the flags of malachi-demo (testbed/cmd/malachi-demo); the stages read the
 // embedded stage.Options.
 type Options struct {
 	stage.Options
@@ -61,11 +61,11 @@ type Options struct {
 	Clients int
 }
 
-// ErrUsage marks a bad command line: the CLI exits with status 2.
-var ErrUsage = errors.New("malachi: usage")
+// ErrUsage marks a bad command line: malachi-demo exits with status 2.
+var ErrUsage = errors.New("malachi-demo: usage")
 
 // ErrHelp: -h was asked for; the flag package printed the usage.
-var ErrHelp = errors.New("malachi: help")
+var ErrHelp = errors.New("malachi-demo: help")
 
 // parseFlags parses a command's flags with usage errors wrapped.
 func parseFlags(fs *flag.FlagSet, args []string) error {
@@ -76,7 +76,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if fs.NArg() > 0 {
-		return usageErr("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+		return usageErr("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func usageErr(format string, args ...any) error {
 
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	o := Options{Options: stage.Options{SegmentSize: 1 << 20}}
-	fs := flag.NewFlagSet("malachi demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("malachi-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.Brokers, "brokers", 5, "number of malachid processes")
 	fs.IntVar(&o.RF, "rf", 3, "replication factor")
@@ -97,6 +97,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON on stdout (progress goes to stderr)")
 	fs.BoolVar(&o.Keep, "keep", false, "leave the cluster running and its directory in place on exit")
 	fs.StringVar(&o.Malachid, "malachid", "", "malachid binary to run (default: go build ./cmd/malachid from the module root)")
+	fs.StringVar(&o.CLI, "malachi", "", "malachi CLI binary through which the lifecycle stages give the operator's commands (default: go build ./cmd/malachi from the module root)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for configs, data and logs (default: a new temporary directory)")
 	faults := fs.String("faults", strings.Join(stage.Names, ","), "stages to run, comma-separated, from "+strings.Join(stage.Names, ","))
 	fs.IntVar(&o.Copies, "copies", 3, "copies hit by each disk fault and by the latch stage")

@@ -1,7 +1,7 @@
-// Package demo is `malachi demo`: it starts a cluster of real malachid
+// Package demo is `malachi-demo`: it starts a cluster of real malachid
 // processes (testbed/harness), loads sealed segments through POST
 // /v1/load, breaks the cluster stage by stage and reports how it healed.
-// cmd/malachi uses ParseFlags and Run alone.
+// testbed/cmd/malachi-demo uses ParseFlags and Run alone.
 //
 // The stages are testbed/stage's, run in the order of stage.Names on a
 // stage.Env the demo builds: its flags fill the embedded stage.Options,
@@ -33,12 +33,12 @@
 //     was read back at its offset, once, in order; with --nemesis only
 //     when the nemesis lost nothing, found no violation and undid every
 //     fault.
-//  4. The report's JSON keys are what cmd/malachi's and e2e's tests decode
+//  4. The report's JSON keys are what malachi-demo's and e2e's tests decode
 //     (Report, stage.Report).
 //
 // Concurrency and crash contract: the brokers are the demo's children, each
 // in its own process group, stopped on every exit path (SIGINT, SIGTERM,
-// SIGHUP included) unless --keep, and killed by the kernel if the CLI dies.
+// SIGHUP included) unless --keep, and killed by the kernel if malachi-demo dies.
 // The cluster's directory is removed after a healthy run the demo created,
 // kept and named in the report otherwise. A bad command line wraps
 // ErrUsage, -h ErrHelp.

@@ -41,7 +41,7 @@ func TestReportPrintsOneRereplicatedFigure(t *testing.T) {
 	}
 }
 
-// TestDemoHelpStatesThePluginDefault: `malachi demo -h` gives the settle
+// TestDemoHelpStatesThePluginDefault: `malachi-demo -h` gives the settle
 // batch default the plugin has (it said 64 when it was 512).
 func TestDemoHelpStatesThePluginDefault(t *testing.T) {
 	var out bytes.Buffer

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/nemesis"

@@ -108,7 +108,7 @@ func TestNemesisShort(t *testing.T) {
 			if run.clients > 0 {
 				args = append(args, "--clients", fmt.Sprint(run.clients))
 			}
-			t.Logf("nemesis seed %d for %s (replay: malachi demo %s)", run.seed, run.duration, strings.Join(args, " "))
+			t.Logf("nemesis seed %d for %s (replay: malachi-demo %s)", run.seed, run.duration, strings.Join(args, " "))
 			dir := t.TempDir()
 			rep, code := runJSON(t, append(args, "--malachid", bin, "--json", "--dir", dir))
 			defer func() {

@@ -19,7 +19,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Report is what `malachi demo` ends with, printed as text or, with
+// Report is what `malachi-demo` ends with, printed as text or, with
 // --json, as this JSON document. Durations are seconds; a duration that
 // was never reached (a stage that did not heal) is null.
 type Report struct {

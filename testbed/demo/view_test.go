@@ -9,7 +9,7 @@ import (
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/meta"
 )
 

@@ -18,23 +18,30 @@ import (
 // dir/bin (the working directory must be inside the module); what it
 // does is said on out.
 func LocateMalachid(ctx context.Context, flagPath, dir string, out io.Writer) (string, error) {
+	return Locate(ctx, "malachid", flagPath, dir, out)
+}
+
+// Locate returns the binary of the module's command ./cmd/name, as
+// LocateMalachid does for malachid: flagPath (the flag --name) when given,
+// else one built into dir/bin.
+func Locate(ctx context.Context, name, flagPath, dir string, out io.Writer) (string, error) {
 	if flagPath != "" {
 		fi, err := os.Stat(flagPath)
 		if err != nil {
-			return "", fmt.Errorf("--malachid %s: %w", flagPath, err)
+			return "", fmt.Errorf("--%s %s: %w", name, flagPath, err)
 		}
 		if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("--malachid %s: not an executable file", flagPath)
+			return "", fmt.Errorf("--%s %s: not an executable file", name, flagPath)
 		}
 		return filepath.Abs(flagPath)
 	}
 	root, err := ModuleRoot()
 	if err != nil {
-		return "", fmt.Errorf("no --malachid given and %w", err)
+		return "", fmt.Errorf("no --%s given and %w", name, err)
 	}
-	bin := filepath.Join(dir, "bin", "malachid")
-	fmt.Fprintf(out, "building malachid: go build -o %s ./cmd/malachid (in %s)\n", bin, root)
-	if err := Build(ctx, root, "./cmd/malachid", bin); err != nil {
+	bin := filepath.Join(dir, "bin", name)
+	fmt.Fprintf(out, "building %s: go build -o %s ./cmd/%s (in %s)\n", name, bin, name, root)
+	if err := Build(ctx, root, "./cmd/"+name, bin); err != nil {
 		return "", err
 	}
 	return bin, nil
@@ -97,4 +104,26 @@ func TailFile(path string, n int) string {
 		lines[i] = "  " + lines[i]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// BuildTemp builds each of the module's packages pkgs (such as
+// "./cmd/malachid") into a new temporary directory named after prefix,
+// each binary named after its package's last element, and returns the
+// directory (the caller removes it; it is returned with a failed build
+// too, when it was made). The working directory must be inside the module.
+func BuildTemp(ctx context.Context, prefix string, pkgs ...string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return dir, err
+	}
+	for _, pkg := range pkgs {
+		if err := Build(ctx, root, pkg, filepath.Join(dir, filepath.Base(pkg))); err != nil {
+			return dir, err
+		}
+	}
+	return dir, nil
 }

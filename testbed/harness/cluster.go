@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"

@@ -4,7 +4,7 @@
 // (pki.CreateLocal; insecure only when asked), writes each broker's
 // config, starts, stops, kills, pauses and restarts brokers, waits for a
 // leader and for registration, calls every broker through the typed admin
-// client (internal/admin), polls them for the one health check (health.go:
+// client (admin), polls them for the one health check (health.go:
 // Poll, Evaluate, CheckCopy, WaitHealed), and holds the fault catalogue
 // (catalogue.go): every fault the staged suite and the nemesis inject,
 // each once, with its undo and what it leaves for a checker to expect

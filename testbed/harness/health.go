@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/meta"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 )
 
 // TestProcessLifecycle runs three real brokers (mutual TLS, the default):

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/harness"

@@ -5,7 +5,7 @@
 // the same kill under an open-loop Kafka client load (testbed/kafkaload)
 // once per catch-up rate (Modes: fixed low, unthrottled, auto) and
 // reports the clients' latency idle and while healing. The benchmarks in
-// bench/ and `malachi demo --backfill-rate compare` both run it.
+// bench/ and `malachi-demo --backfill-rate compare` both run it.
 //
 // Invariants:
 //   - A heal's window runs from the start of the first pass that planned

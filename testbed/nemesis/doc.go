@@ -1,7 +1,7 @@
 // Package nemesis is the randomized nemesis: random schedules of
 // overlapping faults, drawn from a seed, run against a cluster of real
 // malachid processes (testbed/harness) while a writer loads segments, and
-// a Jepsen-style checker that judges what was observed. `malachi demo
+// a Jepsen-style checker that judges what was observed. `malachi-demo
 // --nemesis random` (testbed/demo) is its runner: Run is given the
 // cluster, healthy and loaded, through Env, the few things it asks of
 // its runner (a wait for a healthy cluster, the leader, the live brokers,

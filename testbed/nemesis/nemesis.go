@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/loopdisk"

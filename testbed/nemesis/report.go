@@ -66,7 +66,7 @@ type Report struct {
 	Schedule         string   `json:"schedule"`
 }
 
-// Replay is the flags of `malachi demo` that draw the same schedule
+// Replay is the flags of `malachi-demo` that draw the same schedule
 // again.
 func (r *Report) Replay() string {
 	s := fmt.Sprintf("--nemesis random --seed %d --duration %s", r.Seed, r.Duration)

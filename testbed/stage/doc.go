@@ -1,6 +1,6 @@
 // Package stage is the staged fault suite: each stage breaks a running
 // cluster of real malachid processes (testbed/harness) one way, waits for
-// it to heal and records what it saw. `malachi demo` (testbed/demo) runs
+// it to heal and records what it saw. `malachi-demo` (testbed/demo) runs
 // the stages as its showcase, and e2e's TestFaultSuite judges them, a
 // table row per stage.
 //

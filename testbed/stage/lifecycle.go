@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/admin"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/harness"

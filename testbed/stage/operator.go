@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/testbed/harness"
 )
 

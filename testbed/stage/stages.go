@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/admin"
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/harness"
 

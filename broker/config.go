@@ -1,18 +1,12 @@
-package main
+package broker
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
-	"reflect"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/meta"
@@ -20,8 +14,8 @@ import (
 	"github.com/malachi-log/malachi/plugin"
 )
 
-// errConfig marks a bad configuration: main exits with status 2.
-var errConfig = errors.New("malachid: bad config")
+// ErrConfig marks a bad configuration (malachid exits with status 2).
+var ErrConfig = errors.New("malachid: bad config")
 
 // Config is the broker's configuration: a TOML file, then flags. Every key
 // is also a flag named by its dotted path (--heal.enabled=true).
@@ -69,11 +63,11 @@ type KafkaConfig struct {
 func (k KafkaConfig) validate() error {
 	switch {
 	case k.NumPartitions < 1 || k.NumPartitions > meta.MaxPartitions:
-		return fmt.Errorf("%w: kafka.num_partitions = %d: want 1 to %d", errConfig, k.NumPartitions, meta.MaxPartitions)
+		return fmt.Errorf("%w: kafka.num_partitions = %d: want 1 to %d", ErrConfig, k.NumPartitions, meta.MaxPartitions)
 	case k.SegmentBytes < 4096:
-		return fmt.Errorf("%w: kafka.segment_bytes = %d: want at least 4096", errConfig, k.SegmentBytes)
+		return fmt.Errorf("%w: kafka.segment_bytes = %d: want at least 4096", ErrConfig, k.SegmentBytes)
 	case k.SegmentMS < 0:
-		return fmt.Errorf("%w: kafka.segment_ms = %d: want 0 (off) or more milliseconds", errConfig, k.SegmentMS)
+		return fmt.Errorf("%w: kafka.segment_ms = %d: want 0 (off) or more milliseconds", ErrConfig, k.SegmentMS)
 	}
 	return nil
 }
@@ -131,13 +125,13 @@ func (c *Config) parsePeers() ([]peer, error) {
 		ids, addr, ok := strings.Cut(s, "=")
 		id, err := meta.ParseBrokerID(ids)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("%w: peers[%d] = %q: want id=host:port", errConfig, i, s)
+			return nil, fmt.Errorf("%w: peers[%d] = %q: want id=host:port", ErrConfig, i, s)
 		}
 		if err := cluster.CheckAddr(addr); err != nil {
-			return nil, fmt.Errorf("%w: peers[%d] = %q: address: %v", errConfig, i, s, err)
+			return nil, fmt.Errorf("%w: peers[%d] = %q: address: %v", ErrConfig, i, s, err)
 		}
 		if seen[id] {
-			return nil, fmt.Errorf("%w: peers[%d] = %q: broker %d listed twice", errConfig, i, s, id)
+			return nil, fmt.Errorf("%w: peers[%d] = %q: broker %d listed twice", ErrConfig, i, s, id)
 		}
 		seen[id] = true
 		ps = append(ps, peer{id, addr})
@@ -150,7 +144,7 @@ func (c *Config) parsePeers() ([]peer, error) {
 // is created under data_dir.
 func (r RaftConfig) validate() error {
 	bad := func(key string, v time.Duration, why string) error {
-		return fmt.Errorf("%w: raft.%s = %q: %s", errConfig, key, v, why)
+		return fmt.Errorf("%w: raft.%s = %q: %s", ErrConfig, key, v, why)
 	}
 	switch {
 	case r.HeartbeatTimeout < 5*time.Millisecond:
@@ -172,27 +166,27 @@ func (r RaftConfig) validate() error {
 // Validate checks c; the error names the key and value.
 func (c *Config) Validate() error {
 	if c.ID == 0 {
-		return fmt.Errorf("%w: id = 0: want a broker id of at least 1", errConfig)
+		return fmt.Errorf("%w: id = 0: want a broker id of at least 1", ErrConfig)
 	}
 	if c.DataDir == "" {
-		return fmt.Errorf("%w: data_dir = \"\": required", errConfig)
+		return fmt.Errorf("%w: data_dir = \"\": required", ErrConfig)
 	}
 	for _, a := range []struct{ k, v string }{{"admin_listen", c.AdminListen}, {"raft_listen", c.RaftListen}} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			return fmt.Errorf("%w: %s = %q: want host:port", errConfig, a.k, a.v)
+			return fmt.Errorf("%w: %s = %q: want host:port", ErrConfig, a.k, a.v)
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.KafkaListen); c.KafkaListen != "" && err != nil {
-		return fmt.Errorf("%w: kafka_listen = %q: want host:port, or \"\" for no Kafka listener", errConfig, c.KafkaListen)
+		return fmt.Errorf("%w: kafka_listen = %q: want host:port, or \"\" for no Kafka listener", ErrConfig, c.KafkaListen)
 	}
 	if err := c.Kafka.validate(); err != nil {
 		return err
 	}
 	if err := cluster.CheckAddr(c.RaftListen); err != nil {
-		return fmt.Errorf("%w: raft_listen = %q: %v", errConfig, c.RaftListen, err)
+		return fmt.Errorf("%w: raft_listen = %q: %v", ErrConfig, c.RaftListen, err)
 	}
 	if c.ReplicationFactor < 1 {
-		return fmt.Errorf("%w: replication_factor = %d: want at least 1", errConfig, c.ReplicationFactor)
+		return fmt.Errorf("%w: replication_factor = %d: want at least 1", ErrConfig, c.ReplicationFactor)
 	}
 	if err := c.Raft.validate(); err != nil {
 		return err
@@ -206,83 +200,30 @@ func (c *Config) Validate() error {
 		if uint32(p.ID) == c.ID {
 			self = true
 			if p.Addr != c.RaftListen {
-				return fmt.Errorf("%w: peers = %q: own entry %s differs from raft_listen %q", errConfig, c.Peers, p.Addr, c.RaftListen)
+				return fmt.Errorf("%w: peers = %q: own entry %s differs from raft_listen %q", ErrConfig, c.Peers, p.Addr, c.RaftListen)
 			}
 		}
 	}
 	if len(ps) > 0 && !self {
-		return fmt.Errorf("%w: peers = %q: does not list this broker (id %d)", errConfig, c.Peers, c.ID)
+		return fmt.Errorf("%w: peers = %q: does not list this broker (id %d)", ErrConfig, c.Peers, c.ID)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("%w: log_level = %q: want debug, info, warn or error", errConfig, c.LogLevel)
+		return fmt.Errorf("%w: log_level = %q: want debug, info, warn or error", ErrConfig, c.LogLevel)
 	}
 	switch c.LogFormat {
 	case "json", "console":
 	default:
-		return fmt.Errorf("%w: log_format = %q: want json or console", errConfig, c.LogFormat)
+		return fmt.Errorf("%w: log_format = %q: want json or console", ErrConfig, c.LogFormat)
 	}
 	if c.Preallocate < 0 {
-		return fmt.Errorf("%w: preallocate = %d: want 0 or more bytes", errConfig, c.Preallocate)
+		return fmt.Errorf("%w: preallocate = %d: want 0 or more bytes", ErrConfig, c.Preallocate)
 	}
 	if err := c.Heal.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c.checkInsecure()
-}
-
-// loadConfig builds the configuration from defaults, the file named by
-// --config (if any), then the other flags, and validates it. Every error
-// wraps errConfig and names the key and value.
-func loadConfig(args []string, stderr io.Writer) (Config, error) {
-	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("malachid", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "TOML configuration file")
-	set := map[string]string{}
-	var order []string
-	bindFlags(fs, reflect.ValueOf(&cfg).Elem(), "", set, &order)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, err
-		}
-		return cfg, fmt.Errorf("%w: %v", errConfig, err)
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("%w: unexpected argument %q", errConfig, fs.Arg(0))
-	}
-	if *path != "" {
-		md, err := toml.DecodeFile(*path, &cfg)
-		if err != nil {
-			return cfg, fmt.Errorf("%w: %s: %v", errConfig, *path, err)
-		}
-		if und := md.Undecoded(); len(und) > 0 {
-			return cfg, fmt.Errorf("%w: %s: unknown key %q", errConfig, *path, und[0].String())
-		}
-	}
-	for _, key := range order {
-		if err := setKey(reflect.ValueOf(&cfg).Elem(), key, set[key]); err != nil {
-			return cfg, err
-		}
-	}
-	if cfg.Heal.DataDir == "" {
-		cfg.Heal.DataDir = cfg.DataDir
-	}
-	if cfg.DataDir != "" {
-		cfg.DataDir = filepath.Clean(cfg.DataDir)
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	// The certificates are read here, before anything is created under
-	// data_dir: missing, unreadable or foreign ones are a bad configuration.
-	if !cfg.Insecure {
-		if _, err := cfg.loadCerts(); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
 }
 
 // certsDir is certs_dir, or data_dir/certs.
@@ -294,14 +235,14 @@ func (c *Config) certsDir() string {
 }
 
 // loadCerts loads this broker's certificates and checks that they name it.
-func (c *Config) loadCerts() (*pki.Certs, error) {
+func (c *Config) LoadCerts() (*pki.Certs, error) {
 	dir := c.certsDir()
 	certs, err := pki.LoadBroker(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: certs_dir = %q: %w (make them with `malachi cert`, or set insecure = true for a plaintext cluster on loopback)", errConfig, dir, err)
+		return nil, fmt.Errorf("%w: certs_dir = %q: %w (make them with `malachi cert`, or set insecure = true for a plaintext cluster on loopback)", ErrConfig, dir, err)
 	}
 	if id := certs.Identity(); uint32(id.Broker) != c.ID {
-		return nil, fmt.Errorf("%w: certs_dir = %q: %s names %s, but this is broker %d", errConfig, dir, pki.BrokerCert, id, c.ID)
+		return nil, fmt.Errorf("%w: certs_dir = %q: %s names %s, but this is broker %d", ErrConfig, dir, pki.BrokerCert, id, c.ID)
 	}
 	return certs, nil
 }
@@ -320,7 +261,7 @@ func (c *Config) checkInsecure() error {
 	}
 	for _, a := range addrs {
 		if !isLoopback(a.v) {
-			return fmt.Errorf("%w: insecure = true with %s = %q: plaintext listeners only on loopback addresses; give the broker certificates (certs_dir) instead", errConfig, a.k, a.v)
+			return fmt.Errorf("%w: insecure = true with %s = %q: plaintext listeners only on loopback addresses; give the broker certificates (certs_dir) instead", ErrConfig, a.k, a.v)
 		}
 	}
 	return nil
@@ -337,104 +278,4 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// pending records a flag's raw value; it is applied after the file.
-type pending struct {
-	key    string
-	isBool bool
-	set    map[string]string
-	order  *[]string
-}
-
-func (p pending) String() string { return "" }
-func (p pending) Set(s string) error {
-	if _, ok := p.set[p.key]; !ok {
-		*p.order = append(*p.order, p.key)
-	}
-	p.set[p.key] = s
-	return nil
-}
-func (p pending) IsBoolFlag() bool { return p.isBool }
-
-// bindFlags registers a flag for every leaf key of the struct v.
-func bindFlags(fs *flag.FlagSet, v reflect.Value, prefix string, set map[string]string, order *[]string) {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		key := f.Tag.Get("toml")
-		if key == "" {
-			continue
-		}
-		if prefix != "" {
-			key = prefix + "." + key
-		}
-		fv := v.Field(i)
-		if fv.Kind() == reflect.Struct {
-			bindFlags(fs, fv, key, set, order)
-			continue
-		}
-		usage := fmt.Sprintf("config key %s (default %v)", key, fv.Interface())
-		fs.Var(pending{key: key, isBool: fv.Kind() == reflect.Bool, set: set, order: order}, key, usage)
-	}
-}
-
-// setKey parses s into the field named by the dotted key.
-func setKey(v reflect.Value, key, s string) error {
-	bad := func(why string) error { return fmt.Errorf("%w: --%s = %q: %s", errConfig, key, s, why) }
-	parts := strings.Split(key, ".")
-	for _, p := range parts {
-		found := false
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			if t.Field(i).Tag.Get("toml") == p {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
-			return bad("unknown key")
-		}
-	}
-	if v.Type() == reflect.TypeOf(time.Duration(0)) {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return bad("want a duration such as 500ms or 2s")
-		}
-		v.SetInt(int64(d))
-		return nil
-	}
-	switch v.Kind() {
-	case reflect.Bool:
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return bad("want true or false")
-		}
-		v.SetBool(b)
-	case reflect.String:
-		v.SetString(s)
-	case reflect.Int, reflect.Int64, reflect.Int32:
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v.OverflowInt(n) {
-			return bad("want an integer")
-		}
-		v.SetInt(n)
-	case reflect.Uint32, reflect.Uint64, reflect.Uint:
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || v.OverflowUint(n) {
-			return bad("want a non-negative integer")
-		}
-		v.SetUint(n)
-	case reflect.Slice:
-		var out []string
-		for _, e := range strings.Split(s, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				out = append(out, e)
-			}
-		}
-		v.Set(reflect.ValueOf(out))
-	default:
-		return bad("unsupported key type")
-	}
-	return nil
 }

@@ -1,5 +1,5 @@
 // Package admin is the typed client of a broker's admin API
-// (the routes cmd/malachid's doc.go lists) and of a plugin's rpc_listen (/metrics),
+// (the routes package broker's doc.go lists) and of a plugin's rpc_listen (/metrics),
 // over the one RPC layer (internal/rpc). The operator CLI, the process
 // harness (testbed/harness), the demo and the e2e tests all call brokers
 // through it.

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/meta"
 )
 
-// TestConcurrentCreatesLeaveNoStrayCopy races creates of one segment id
+// TestConcurrentCreatesLeaveNoLeftoverCopy races creates of one segment id
 // on a three-broker cluster of rf 2, as the Kafka keeper races a topic's
 // creation and a partition leader's roll: one create on the set [1 2]
 // from broker 1, one on [2 3] from broker 3, and two placed by the
@@ -21,7 +22,7 @@ import (
 // recorded set holds a copy of it (an empty active copy there would keep
 // that broker from receiving the segment when heal wants it as a
 // replacement).
-func TestConcurrentCreatesLeaveNoStrayCopy(t *testing.T) {
+func TestConcurrentCreatesLeaveNoLeftoverCopy(t *testing.T) {
 	c := newTestCluster(t, 3, 2, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -35,13 +36,13 @@ func TestConcurrentCreatesLeaveNoStrayCopy(t *testing.T) {
 		}
 		calls := []struct {
 			who string
-			b   *broker
-			req CreateRequest
+			b   *Server
+			req admin.CreateRequest
 		}{
-			{"broker 1 on [1 2]", c.b(1), CreateRequest{ID: id, Replicas: []meta.BrokerID{1, 2}}},
-			{"broker 3 on [2 3]", c.b(3), CreateRequest{ID: id, Replicas: []meta.BrokerID{2, 3}}},
-			{"leader placed (a)", leader, CreateRequest{ID: id}},
-			{"leader placed (b)", leader, CreateRequest{ID: id}},
+			{"broker 1 on [1 2]", c.b(1), admin.CreateRequest{ID: id, Replicas: []meta.BrokerID{1, 2}}},
+			{"broker 3 on [2 3]", c.b(3), admin.CreateRequest{ID: id, Replicas: []meta.BrokerID{2, 3}}},
+			{"leader placed (a)", leader, admin.CreateRequest{ID: id}},
+			{"leader placed (b)", leader, admin.CreateRequest{ID: id}},
 		}
 		res := make([]result, len(calls))
 		var wg sync.WaitGroup
@@ -99,8 +100,8 @@ func TestFailedCreateDropsItsCopiesOnceRecorded(t *testing.T) {
 	if err := c.b(maker).db.Create(id, 0); err != nil {
 		t.Fatal(err)
 	}
-	c.b(maker).dropStraysOnceRecorded(id, []meta.BrokerID{maker})
-	if _, err := leader.create(ctx, CreateRequest{ID: id, Replicas: recorded}); err != nil {
+	c.b(maker).dropLeftoversOnceRecorded(id, []meta.BrokerID{maker})
+	if _, err := leader.create(ctx, admin.CreateRequest{ID: id, Replicas: recorded}); err != nil {
 		t.Fatalf("create on %v: %v", recorded, err)
 	}
 	want := slices.Clone(recorded)
@@ -120,7 +121,7 @@ func TestDropRefusesRecordedOrWrittenCopies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b1 := c.b(1)
-	seg, err := b1.create(ctx, CreateRequest{ID: "kept", Replicas: []meta.BrokerID{1, 2}})
+	seg, err := b1.create(ctx, admin.CreateRequest{ID: "kept", Replicas: []meta.BrokerID{1, 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestDropRefusesRecordedOrWrittenCopies(t *testing.T) {
 	}
 	for range 2 {
 		if err := drop(3, seg.ID); err != nil {
-			t.Fatalf("drop of an empty stray copy: %v", err)
+			t.Fatalf("drop of an empty leftover copy: %v", err)
 		}
 	}
 	if got := c.holders(seg.ID); slices.Contains(got, 3) {

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/store"
@@ -57,7 +58,7 @@ func kafkaLogCluster(t *testing.T, n int, segmentBytes int64) *testCluster {
 	if errors.Is(err, kafka.ErrTopicExists) {
 		// A retried CreateTopic whose first attempt landed across a
 		// leader change: its first segment is the keeper's to create.
-		_, err = leader.create(ctx, CreateRequest{ID: meta.PartitionSegmentID("t", 0, 0)})
+		_, err = leader.create(ctx, admin.CreateRequest{ID: meta.PartitionSegmentID("t", 0, 0)})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -65,13 +66,13 @@ func kafkaLogCluster(t *testing.T, n int, segmentBytes int64) *testCluster {
 	return c
 }
 
-func newKafkaCluster(b *broker) *kafkaCluster {
+func newKafkaCluster(b *Server) *kafkaCluster {
 	return &kafkaCluster{b: b, logs: map[partKey]*partLog{}}
 }
 
 // partitionLog opens the Log of t/0 on the broker its active segment
 // names first, waiting for that segment to exist.
-func (c *testCluster) partitionLog(t *testing.T) (*partLog, *broker) {
+func (c *testCluster) partitionLog(t *testing.T) (*partLog, *Server) {
 	t.Helper()
 	var last *meta.Segment
 	c.waitFor(20*time.Second, "an active segment of t/0", func() bool {

@@ -34,7 +34,7 @@ var (
 )
 
 // Codes decodes the admin API's error codes the CLI acts on
-// (cmd/malachid's table); other codes decode to rpc.ErrRemote with their
+// (package broker's table, routes.go); other codes decode to rpc.ErrRemote with their
 // name. They come before rpc's own, so a remote deadline is a retryable
 // ErrUnavailable here, not the caller's context.DeadlineExceeded.
 var Codes = rpc.Codes{
@@ -46,7 +46,7 @@ var Codes = rpc.Codes{
 	{Name: "canceled", Status: http.StatusServiceUnavailable, Err: ErrUnavailable},
 }
 
-// Client talks to one broker's admin API (the routes cmd/malachid's doc.go lists), or to a
+// Client talks to one broker's admin API (the routes package broker's doc.go lists), or to a
 // plugin's rpc_listen for GetRaw, through the one RPC layer (internal/rpc).
 type Client struct {
 	addr string // host:port
@@ -59,49 +59,6 @@ type Client struct {
 // made without certificates (it only shapes error messages).
 func New(addr string, rc *rpc.Client, insecure bool) *Client {
 	return &Client{addr: addr, rpc: rc, insecure: insecure}
-}
-
-// Health is GET /v1/health.
-type Health struct {
-	ID       meta.BrokerID `json:"id"`
-	Leader   meta.BrokerID `json:"leader"`
-	IsLeader bool          `json:"is_leader"`
-	Index    uint64        `json:"index,omitempty"`
-	// Quorum is the broker's view of the voters it reaches.
-	Quorum Quorum `json:"quorum"`
-}
-
-// Quorum mirrors malachid's QuorumHealth: Error ("cluster: no quorum: 2
-// of 5 voters reachable ...") is empty while the broker hears a quorum.
-type Quorum struct {
-	Voters    int             `json:"voters"`
-	Reachable []meta.BrokerID `json:"reachable"`
-	Error     string          `json:"error,omitempty"`
-}
-
-// Copy is one row of GET /v1/copies: {id, size, latched, sealed}, and
-// confirmed when the broker says whether it confirmed the copy (nil when
-// the broker does not say).
-type Copy struct {
-	ID        meta.SegmentID `json:"id"`
-	Size      int64          `json:"size"`
-	Latched   bool           `json:"latched"`
-	Sealed    bool           `json:"sealed"`
-	Confirmed *bool          `json:"confirmed,omitempty"`
-	// LatchError is the error that latched the copy, when it is.
-	LatchError string `json:"latch_error,omitempty"`
-}
-
-// LoadRequest is POST /v1/load.
-type LoadRequest struct {
-	Segments          int    `json:"segments"`
-	RecordsPerSegment int    `json:"records_per_segment"`
-	RecordSize        int    `json:"record_size"`
-	Prefix            string `json:"prefix,omitempty"`
-	// First numbers the first segment: ids are Prefix-NNNNN from First.
-	First int `json:"first,omitempty"`
-	// Concurrency bounds the segments loaded at once (broker default 16).
-	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // do sends method path with body (nil: none) and decodes the answer into

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 )
@@ -22,15 +23,6 @@ import (
 //	DELETE /v1/brokers/{id}/decommission          cancel: back to active
 //	POST   /v1/brokers/{id}/maintenance?for=30m   a maintenance window
 //	DELETE /v1/brokers/{id}/maintenance           end it: back to active
-
-// ModeResponse is the answer of the lifecycle routes: the broker's mode as
-// recorded at Index.
-type ModeResponse struct {
-	Broker meta.BrokerID   `json:"broker"`
-	Mode   meta.BrokerMode `json:"mode"`
-	Until  time.Time       `json:"until,omitzero"`
-	Index  uint64          `json:"index"`
-}
 
 // maxMaintenanceWindow bounds ?for=: a longer absence is a decommission.
 const maxMaintenanceWindow = 7 * 24 * time.Hour
@@ -82,7 +74,7 @@ func (m modeRequest) path(internal bool) string {
 }
 
 // modeCommand is the SetBrokerMode the leader applies for m at now.
-func (b *broker) modeCommand(m modeRequest, now time.Time) meta.SetBrokerMode {
+func (b *Server) modeCommand(m modeRequest, now time.Time) meta.SetBrokerMode {
 	c := meta.SetBrokerMode{Broker: m.broker, Mode: m.mode, IssuedAt: now.UTC(), MaxMaintenance: b.cfg.Heal.MaxMaintenance}
 	if m.mode == meta.ModeMaintenance {
 		c.Until = now.Add(m.dur).UTC()
@@ -92,8 +84,8 @@ func (b *broker) modeCommand(m modeRequest, now time.Time) meta.SetBrokerMode {
 
 // setMode applies m here when this broker leads, else on the leader
 // (onLeader), through its internal route.
-func (b *broker) setMode(r *http.Request, m modeRequest) (any, error) {
-	var resp ModeResponse // the internal routes are all POST: the path names the mode
+func (b *Server) setMode(r *http.Request, m modeRequest) (any, error) {
+	var resp admin.Mode // the internal routes are all POST: the path names the mode
 	err := b.onLeader(r.Context(), leaderRequest{
 		what: fmt.Sprintf("%s of broker %d", m.mode, m.broker), method: http.MethodPost, path: m.path(true), req: struct{}{}, resp: &resp,
 		here: func() (bool, error) {
@@ -116,13 +108,13 @@ func (b *broker) setMode(r *http.Request, m modeRequest) (any, error) {
 
 // applyMode commits m's SetBrokerMode through this broker's node and
 // answers the mode the metadata then records.
-func (b *broker) applyMode(ctx context.Context, m modeRequest) (ModeResponse, error) {
+func (b *Server) applyMode(ctx context.Context, m modeRequest) (admin.Mode, error) {
 	c := b.modeCommand(m, time.Now())
 	idx, err := b.node.Apply(ctx, c)
 	if err != nil {
-		return ModeResponse{}, err
+		return admin.Mode{}, err
 	}
-	resp := ModeResponse{Broker: c.Broker, Mode: c.Mode, Until: c.Until, Index: idx}
+	resp := admin.Mode{Broker: c.Broker, Mode: c.Mode, Until: c.Until, Index: idx}
 	if br, ok := b.node.View().Broker(c.Broker); ok && br.Mode != "" {
 		resp.Mode, resp.Until = br.Mode, br.Until
 	}
@@ -147,7 +139,7 @@ var lifecycleRoutes = []struct {
 }
 
 // handleLifecycle registers lifecycleRoutes on mux through srv.
-func (b *broker) handleLifecycle(srv *rpc.Server, mux *http.ServeMux) {
+func (b *Server) handleLifecycle(srv *rpc.Server, mux *http.ServeMux) {
 	for _, rt := range lifecycleRoutes {
 		roles := rpc.Operators
 		if rt.internal {
@@ -158,7 +150,7 @@ func (b *broker) handleLifecycle(srv *rpc.Server, mux *http.ServeMux) {
 }
 
 // modeHandler is the handler of one lifecycle route.
-func (b *broker) modeHandler(mode meta.BrokerMode) adminHandler {
+func (b *Server) modeHandler(mode meta.BrokerMode) adminHandler {
 	return func(r *http.Request, _ []byte) (any, error) {
 		m, err := parseModeRequest(r, mode)
 		if err != nil {

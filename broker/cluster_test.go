@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 type testCluster struct {
 	t       *testing.T
 	certs   pki.Local
-	brokers []*broker // brokers[i] is broker i+1; nil once stopped
+	brokers []*Server // brokers[i] is broker i+1; nil once stopped
 	cfgs    []Config  // cfgs[i] opened broker i+1
 }
 
@@ -44,7 +44,7 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 		raft[i] = freeAddr(t)
 		peers = append(peers, fmt.Sprintf("%d=%s", i+1, raft[i]))
 	}
-	c := &testCluster{t: t, certs: l, brokers: make([]*broker, n), cfgs: make([]Config, n)}
+	c := &testCluster{t: t, certs: l, brokers: make([]*Server, n), cfgs: make([]Config, n)}
 	t.Cleanup(func() {
 		for i := range c.brokers {
 			c.stop(meta.BrokerID(i + 1))
@@ -86,11 +86,11 @@ func newTestCluster(t *testing.T, n, rf int, edit func(*Config)) *testCluster {
 }
 
 // b returns broker id, nil once stopped.
-func (c *testCluster) b(id meta.BrokerID) *broker { return c.brokers[id-1] }
+func (c *testCluster) b(id meta.BrokerID) *Server { return c.brokers[id-1] }
 
 // currentLeader returns the running broker that leads the control plane,
 // or nil.
-func (c *testCluster) currentLeader() *broker {
+func (c *testCluster) currentLeader() *Server {
 	for _, b := range c.brokers {
 		if b != nil && b.node.IsLeader() {
 			return b
@@ -101,9 +101,9 @@ func (c *testCluster) currentLeader() *broker {
 
 // leader returns the running broker that leads the control plane, waiting
 // out an election.
-func (c *testCluster) leader() *broker {
+func (c *testCluster) leader() *Server {
 	c.t.Helper()
-	var l *broker
+	var l *Server
 	c.waitFor(20*time.Second, "a control plane leader", func() bool {
 		l = c.currentLeader()
 		return l != nil
@@ -121,11 +121,11 @@ func (c *testCluster) stop(id meta.BrokerID) {
 
 // start opens broker id on its config and data directory (again, after
 // stop: a restarted broker).
-func (c *testCluster) start(id meta.BrokerID) *broker {
+func (c *testCluster) start(id meta.BrokerID) *Server {
 	c.t.Helper()
 	cfg := c.cfgs[id-1]
 	log := zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint32("broker", cfg.ID).Logger()
-	b, err := openBroker(context.Background(), cfg, log)
+	b, err := Open(context.Background(), cfg, log)
 	if err != nil {
 		c.t.Fatalf("open broker %d: %v", id, err)
 	}

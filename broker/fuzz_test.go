@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
@@ -49,11 +50,11 @@ func parseAdmin(route int, pathID, kind string, body []byte) (string, error) {
 		v, err = parseCreate(body)
 	case 1:
 		var id meta.SegmentID
-		var req RecordsRequest
+		var req admin.RecordsRequest
 		id, req, err = parseRecords(pathID, body)
 		v = struct {
 			ID  meta.SegmentID
-			Req RecordsRequest
+			Req admin.RecordsRequest
 		}{id, req}
 	case 2, 6:
 		v, err = parseSegmentID(pathID)
@@ -221,7 +222,7 @@ func freeAddr(t *testing.T) string {
 
 // adminState is what an admin request could change: the copies directory,
 // each copy's durable end, and the replicated metadata.
-func adminState(t *testing.T, b *broker) string {
+func adminState(t *testing.T, b *Server) string {
 	t.Helper()
 	var s strings.Builder
 	// Every file under copies/, each shard directory included.
@@ -259,7 +260,7 @@ func adminState(t *testing.T, b *broker) string {
 // real, fault injection on) with its certificates, and HTTPS clients of
 // every kind of caller.
 type adminFixture struct {
-	b       *broker
+	b       *Server
 	clients map[string]*http.Client // "none", "viewer", "operator", "client", "broker", "other-ca"
 }
 
@@ -282,7 +283,7 @@ func newAdminFixture(t *testing.T) *adminFixture {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := openBroker(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	b, err := Open(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

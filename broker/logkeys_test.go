@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"bytes"
@@ -79,7 +79,7 @@ func TestLogLinesNameEachKeyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out lockedBuffer
-	b, err := openBroker(context.Background(), cfg, newLogger(cfg, &out))
+	b, err := Open(context.Background(), cfg, NewLogger(cfg, &out))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -13,17 +13,19 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
-// Stray copies: two creates of one segment id can race (the Kafka keeper
+// Leftover copies of a lost create (a leftover is a copy on a broker its
+// segment's recorded replica set does not name): two creates of one
+// segment id can race (the Kafka keeper
 // on the control plane's leader and a topic's creation, or the keeper and
 // a partition leader's roll). Both make copies on their sets and propose
 // CreateSegment; one is recorded, the other is refused with
 // meta.ErrSegmentExists and would leave an empty, active copy on every
 // broker of its set that the recorded set does not name. Such a copy
 // blocks that broker from receiving the segment later (a backfill target
-// must not be an active copy) until heal collects it as a leftover, after
+// must not be an active copy) until heal collects it, after
 // heal.leftover_delay. lockCreate keeps the creates of one id on one
-// broker apart; dropStrays deletes what a losing create made, and
-// dropStraysOnceRecorded what a create that failed on one of its replicas
+// broker apart; dropLeftovers deletes what a losing create made, and
+// dropLeftoversOnceRecorded what a create that failed on one of its replicas
 // made on the others, once another create recorded the segment.
 
 // createLocks serializes the creates of one segment id on this broker.
@@ -39,7 +41,7 @@ type createLock struct {
 }
 
 // lockCreate holds the create lock of id until the returned func runs.
-func (b *broker) lockCreate(id meta.SegmentID) func() {
+func (b *Server) lockCreate(id meta.SegmentID) func() {
 	cl := &b.creates
 	cl.mu.Lock()
 	if cl.m == nil {
@@ -63,10 +65,10 @@ func (b *broker) lockCreate(id meta.SegmentID) func() {
 	}
 }
 
-// dropStrays deletes the copies of id that a create made on the brokers
+// dropLeftovers deletes the copies of id that a create made on the brokers
 // of made that the recorded set does not name. A failure is logged: the
 // copy is then a leftover for heal to collect.
-func (b *broker) dropStrays(ctx context.Context, id meta.SegmentID, made, recorded []meta.BrokerID) {
+func (b *Server) dropLeftovers(ctx context.Context, id meta.SegmentID, made, recorded []meta.BrokerID) {
 	snap := b.node.Snapshot()
 	for _, r := range made {
 		if slices.Contains(recorded, r) {
@@ -83,39 +85,39 @@ func (b *broker) dropStrays(ctx context.Context, id meta.SegmentID, made, record
 		if err != nil {
 			ev = b.log.Warn().Err(err)
 		}
-		ev.Str("segment", string(id)).Uint32("stray_on", uint32(r)).Any("recorded", recorded).
+		ev.Str("segment", string(id)).Uint32("leftover_on", uint32(r)).Any("recorded", recorded).
 			Msg("create lost to a concurrent create of the same segment: dropping its copy outside the recorded set")
 	}
 }
 
-// strayWait bounds how long a failed create waits for its segment to be
+// leftoverWait bounds how long a failed create waits for its segment to be
 // recorded by another (the keeper's next turn, a retried roll) before it
 // leaves its copies to heal's leftover collection.
-const strayWait = 2 * time.Minute
+const leftoverWait = 2 * time.Minute
 
-// dropStraysOnceRecorded is dropStrays for a create that failed on some of
+// dropLeftoversOnceRecorded is dropLeftovers for a create that failed on some of
 // its replicas after making copies on others (made): nothing is recorded
-// yet, so it waits in the background, until strayWait or Close, for
+// yet, so it waits in the background, until leftoverWait or Close, for
 // another create to record the segment, then drops what it made outside
 // the recorded set. Left alone, such an empty active copy keeps its broker
 // from receiving the segment (a backfill target must not be an active
 // copy) until heal.leftover_delay: a roll whose create failed on a
 // read-only replica left two such copies, and the segment's latched copy
 // could be replaced on neither spare broker.
-func (b *broker) dropStraysOnceRecorded(id meta.SegmentID, made []meta.BrokerID) {
+func (b *Server) dropLeftoversOnceRecorded(id meta.SegmentID, made []meta.BrokerID) {
 	if len(made) == 0 || b.bgCtx == nil || b.bgCtx.Err() != nil {
 		return
 	}
 	b.bg.Add(1)
 	go func() {
 		defer b.bg.Done()
-		ctx, cancel := context.WithTimeout(b.bgCtx, strayWait)
+		ctx, cancel := context.WithTimeout(b.bgCtx, leftoverWait)
 		defer cancel()
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
 			if seg, ok := b.node.Segment(id); ok {
-				b.dropStrays(ctx, id, made, seg.Replicas)
+				b.dropLeftovers(ctx, id, made, seg.Replicas)
 				return
 			}
 			select {
@@ -132,7 +134,7 @@ func (b *broker) dropStraysOnceRecorded(id meta.SegmentID, made []meta.BrokerID)
 // create leaves). It waits briefly for the segment to reach this broker's
 // metadata; a copy of a segment not recorded, or recorded here, is
 // refused. A missing copy is not an error.
-func (b *broker) internalDrop(r *http.Request, body []byte) (any, error) {
+func (b *Server) internalDrop(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,9 +23,10 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
-// broker is one running malachid: store, control plane, admin API and,
-// when enabled, the heal plugin.
-type broker struct {
+// Server is one running broker: store, control plane, admin API and,
+// when enabled, the heal plugin and the Kafka listener. Open starts it,
+// Close stops it; it is safe for concurrent use.
+type Server struct {
 	cfg       Config
 	self      meta.BrokerID
 	log       zerolog.Logger
@@ -50,7 +50,7 @@ type broker struct {
 	segLock map[meta.SegmentID]*sync.Mutex
 	placeMu sync.Mutex
 	cursor  int
-	creates createLocks // one create of a segment id at a time (strays.go)
+	creates createLocks // one create of a segment id at a time (leftovers.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -60,9 +60,15 @@ type broker struct {
 	closers   []func() error
 }
 
-// openBroker starts everything; on error nothing is left running.
-func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker, err error) {
-	b := &broker{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
+// Open starts a broker with cfg, logging to log; a cfg that Validate or
+// LoadCerts refuses is refused before anything is created under data_dir.
+// On error nothing is left running. ctx is handed to the
+// heal plugin's Start (plugin.Plugin.Start).
+func Open(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Server{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
 	if cfg.KafkaListen != "" {
 		b.clientLatency = new(kafka.Latency)
 	}
@@ -74,7 +80,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 		}
 	}()
 	if !cfg.Insecure {
-		if b.certs, err = cfg.loadCerts(); err != nil {
+		if b.certs, err = cfg.LoadCerts(); err != nil {
 			return nil, err
 		}
 	}
@@ -88,7 +94,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 	// The control plane.
 	if b.node, err = cluster.Open(b.clusterConfig()); err != nil {
 		if errors.Is(err, cluster.ErrConfig) {
-			return nil, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		return nil, err
 	}
@@ -123,7 +129,7 @@ func openBroker(ctx context.Context, cfg Config, log zerolog.Logger) (_ *broker,
 // the fault-injecting FS when asked, with the plugin's fsync engine as its
 // directory syncer when heal is enabled; it returns that engine's name.
 // What it opens is added to b.closers.
-func (b *broker) openStore() (fsyncEngine string, err error) {
+func (b *Server) openStore() (fsyncEngine string, err error) {
 	cfg := &b.cfg
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return "", fmt.Errorf("malachid: data_dir = %q: %w", cfg.DataDir, err)
@@ -150,7 +156,7 @@ func (b *broker) openStore() (fsyncEngine string, err error) {
 
 // clusterConfig is the control plane's configuration: b's peers (b alone
 // when none are configured), raft timings and TLS.
-func (b *broker) clusterConfig() cluster.Config {
+func (b *Server) clusterConfig() cluster.Config {
 	cfg := &b.cfg
 	peers, _ := cfg.parsePeers()
 	cc := cluster.DefaultConfig()
@@ -175,7 +181,7 @@ func (b *broker) clusterConfig() cluster.Config {
 // startHeal creates the heal plugin over the store and the control plane
 // and starts it; fsyncEngine names the store's directory syncer. Once it
 // has started, its Stop is added to b.closers.
-func (b *broker) startHeal(ctx context.Context, fsyncEngine string) error {
+func (b *Server) startHeal(ctx context.Context, fsyncEngine string) error {
 	var err error
 	deps := plugin.Deps{
 		Self: b.self, Store: b.db, Control: b.node, LastContact: b.lastContact,
@@ -188,7 +194,7 @@ func (b *broker) startHeal(ctx context.Context, fsyncEngine string) error {
 	b.heal, err = plugin.New(b.cfg.Heal, deps)
 	if err != nil {
 		if errors.Is(err, plugin.ErrConfig) {
-			return fmt.Errorf("%w: %w", errConfig, err)
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		return err
 	}
@@ -201,7 +207,7 @@ func (b *broker) startHeal(ctx context.Context, fsyncEngine string) error {
 
 // serveAdmin listens on admin_listen and serves the admin API until Close
 // shuts b.admin down (b.adminDone is closed when it has stopped).
-func (b *broker) serveAdmin() error {
+func (b *Server) serveAdmin() error {
 	l, err := rpc.Listen(b.cfg.AdminListen, b.certs)
 	if err != nil {
 		return fmt.Errorf("malachid: admin_listen = %q: %w", b.cfg.AdminListen, err)
@@ -221,7 +227,7 @@ func (b *broker) serveAdmin() error {
 
 // Close stops the admin API, the plugin, the control plane and the store,
 // in that order.
-func (b *broker) Close() error {
+func (b *Server) Close() error {
 	b.closeOnce.Do(func() {
 		var errs []error
 		if b.bgCancel != nil {
@@ -246,9 +252,17 @@ func (b *broker) Close() error {
 	return b.closeErr
 }
 
-// reloadCerts reads the certificates again (SIGHUP): new connections of
+// AdminAddr is the address the admin API listens on: admin_listen with
+// its port resolved (admin_listen = "127.0.0.1:0" picks a free one).
+func (b *Server) AdminAddr() string { return b.adminAddr }
+
+// KafkaAddr is the address the Kafka listener listens on, "" without
+// kafka_listen.
+func (b *Server) KafkaAddr() string { return b.kafkaAddr }
+
+// ReloadCerts reads the certificates again (SIGHUP): new connections of
 // every listener and dialer use them; a failed reload keeps the old ones.
-func (b *broker) reloadCerts() {
+func (b *Server) ReloadCerts() {
 	if b.certs == nil {
 		b.log.Warn().Msg("SIGHUP: insecure mode has no certificates to reload")
 		return
@@ -265,7 +279,7 @@ func (b *broker) reloadCerts() {
 }
 
 // lastContact reports the control plane's last contact with each voter.
-func (b *broker) lastContact() map[meta.BrokerID]time.Time {
+func (b *Server) lastContact() map[meta.BrokerID]time.Time {
 	ms := b.node.Members()
 	out := make(map[meta.BrokerID]time.Time, len(ms))
 	for _, m := range ms {
@@ -276,7 +290,7 @@ func (b *broker) lastContact() map[meta.BrokerID]time.Time {
 
 // register records this broker and its addresses in the metadata, retrying
 // until it is committed (through the leader, wherever it is).
-func (b *broker) register(ctx context.Context) {
+func (b *Server) register(ctx context.Context) {
 	br := meta.Broker{ID: b.self, Rack: b.cfg.Rack, AdminAddr: b.adminAddr, RaftAddr: b.cfg.RaftListen, KafkaAddr: b.kafkaAddr}
 	if b.heal != nil {
 		st := b.heal.Status()
@@ -300,31 +314,4 @@ func (b *broker) register(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// faultFS wraps the store's FS: an armed path fails its next OpenFile with
-// EIO, which latches the copy (fault_injection only).
-type faultFS struct {
-	store.FS
-	mu    sync.Mutex
-	armed map[string]bool
-}
-
-func newFaultFS(fs store.FS) *faultFS { return &faultFS{FS: fs, armed: map[string]bool{}} }
-
-func (f *faultFS) arm(path string) {
-	f.mu.Lock()
-	f.armed[path] = true
-	f.mu.Unlock()
-}
-
-func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
-	f.mu.Lock()
-	hit := f.armed[name]
-	delete(f.armed, name)
-	f.mu.Unlock()
-	if hit {
-		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EIO}
-	}
-	return f.FS.OpenFile(name, flag, perm)
 }

@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // copy's durable end, a read of a copy's bytes; and /v1/health for brokers. Frame and seal_at take the
 // segment's lock on the replica, so a seal never interleaves with an
 // append there.
-func (b *broker) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
+func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	for _, rt := range []struct {
 		pattern string
 		h       adminHandler
@@ -70,7 +70,7 @@ type readResponse struct {
 // syncs it. A copy whose next frame is not want refuses with errDisagree
 // (the frame it wrote is cut again by the seal that follows a failed
 // append).
-func appendFrame(b *broker, id meta.SegmentID, start, want uint64, payload []byte) error {
+func appendFrame(b *Server, id meta.SegmentID, start, want uint64, payload []byte) error {
 	unlock := b.lockSegment(id)
 	defer unlock()
 	if err := b.db.RestoreStart(id, start); err != nil {
@@ -86,7 +86,7 @@ func appendFrame(b *broker, id meta.SegmentID, start, want uint64, payload []byt
 	return b.db.Sync(id)
 }
 
-func (b *broker) internalFrame(r *http.Request, body []byte) (any, error) {
+func (b *Server) internalFrame(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (b *broker) internalFrame(r *http.Request, body []byte) (any, error) {
 // internalSealAt cuts the copy to byte req.Bytes (dropping frames past
 // it) and seals it there. A copy sealed already answers its seal when it
 // ends there; one shorter than req.Bytes is refused (errDisagree).
-func (b *broker) internalSealAt(r *http.Request, body []byte) (any, error) {
+func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (b *broker) internalSealAt(r *http.Request, body []byte) (any, error) {
 	return sealResult{StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}, nil
 }
 
-func (b *broker) internalEnd(r *http.Request, body []byte) (any, error) {
+func (b *Server) internalEnd(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func (b *broker) internalEnd(r *http.Request, body []byte) (any, error) {
 // maxRead bounds one read of a copy's bytes.
 const maxRead = 64 << 20
 
-func (b *broker) internalRead(r *http.Request, body []byte) (any, error) {
+func (b *Server) internalRead(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err

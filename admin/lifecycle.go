@@ -9,15 +9,6 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Mode is the answer of the lifecycle routes: broker's mode as recorded
-// at Index (an empty Mode is active).
-type Mode struct {
-	Broker meta.BrokerID   `json:"broker"`
-	Mode   meta.BrokerMode `json:"mode"`
-	Until  time.Time       `json:"until,omitzero"`
-	Index  uint64          `json:"index"`
-}
-
 // Decommission starts draining broker id: its replicas move to other
 // brokers and it is never a target again. Refused (ErrRefused, code
 // unknown_broker) for a broker not registered.

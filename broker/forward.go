@@ -1,4 +1,4 @@
-package main
+package broker
 
 import (
 	"context"
@@ -28,7 +28,7 @@ type leaderRequest struct {
 
 // onLeader serves r here when this broker can, else on the leader (see
 // forwarder.do), waiting 10 ms doubling to 200 ms between tries.
-func (b *broker) onLeader(ctx context.Context, r leaderRequest) error {
+func (b *Server) onLeader(ctx context.Context, r leaderRequest) error {
 	var qw quorumWatch
 	f := forwarder{
 		leader:  b.leaderAdmin,
@@ -109,13 +109,13 @@ func notLeader(err error) bool {
 // post sends a JSON request to another broker's admin API with this
 // broker's certificate and decodes the answer; an error answer comes back
 // as the sentinel its code names.
-func (b *broker) post(ctx context.Context, addr, path string, req, resp any) error {
+func (b *Server) post(ctx context.Context, addr, path string, req, resp any) error {
 	return b.call(ctx, http.MethodPost, addr, path, req, resp)
 }
 
 // call sends method path with req (nil: no body) to another broker's
 // admin API and decodes the answer into resp (nil: discarded).
-func (b *broker) call(ctx context.Context, method, addr, path string, req, resp any) error {
+func (b *Server) call(ctx context.Context, method, addr, path string, req, resp any) error {
 	if err := b.rpc.Call(ctx, method, addr, path, req, resp); err != nil {
 		return fmt.Errorf("%s %s: %w", addr, path, err)
 	}
@@ -123,7 +123,7 @@ func (b *broker) call(ctx context.Context, method, addr, path string, req, resp 
 }
 
 // leaderAdmin returns the leader's admin address from the metadata.
-func (b *broker) leaderAdmin() (meta.BrokerID, string, error) {
+func (b *Server) leaderAdmin() (meta.BrokerID, string, error) {
 	id, _ := b.node.Leader()
 	if id == 0 {
 		return 0, "", fmt.Errorf("%w: no leader known", errNoLeader)
