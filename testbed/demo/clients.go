@@ -75,6 +75,7 @@ func (d *demo) finishClients(ctx context.Context) {
 		n.Violations = append(n.Violations, rep.AllViolations()...)
 		n.AttributeStalls(hist)
 	}
+	d.rep.attributeStalls(hist)
 }
 
 // kafkaManual is what --keep prints for producing by hand: the Kafka
