@@ -62,7 +62,7 @@ func (d *demo) finishClients(ctx context.Context) {
 		return
 	}
 	fctx, cancel := context.WithTimeout(ctx, clientsFlush)
-	d.clients.Stop(fctx)
+	hist := d.clients.Stop(fctx)
 	cancel()
 	cctx, cancel := context.WithTimeout(ctx, clientsCheck)
 	defer cancel()
@@ -73,7 +73,9 @@ func (d *demo) finishClients(ctx context.Context) {
 		rep.Acknowledged, rep.ReadBack, rep.Lost, rep.Duplicated, rep.OutOfOrder, rep.ProduceFailures)
 	if n := d.rep.Nemesis; n != nil {
 		n.Violations = append(n.Violations, rep.AllViolations()...)
+		n.AttributeStalls(hist)
 	}
+	d.rep.attributeStalls(hist)
 }
 
 // kafkaManual is what --keep prints for producing by hand: the Kafka

@@ -68,6 +68,29 @@ type Report struct {
 	// acknowledged record lost, a record duplicated or out of order, or a
 	// check that could not read everything back fails the run.
 	Clients *kafkaload.Report `json:"clients,omitempty"`
+	// LongestClientStallByStage is, with clients and stages, the longest
+	// client stall over nemesis.StallThreshold that began during each
+	// stage, in seconds ("none": between stages); a stage without one is
+	// absent.
+	LongestClientStallByStage map[string]float64 `json:"longest_client_stall_by_stage,omitempty"`
+}
+
+// attributeStalls ties the clients' stalls in h to the stage during
+// which each began (LongestClientStallByStage).
+func (r *Report) attributeStalls(h kafkaload.History) {
+	var windows []kafkaload.Window
+	for _, f := range r.Faults {
+		if f.Injected {
+			windows = append(windows, kafkaload.Window{Kind: f.Stage, Start: f.Began, End: f.Ended})
+		}
+	}
+	if len(windows) == 0 {
+		return
+	}
+	r.LongestClientStallByStage = map[string]float64{}
+	for k, d := range kafkaload.Attribute(kafkaload.Stalls(h, nemesis.StallThreshold), windows, 0) {
+		r.LongestClientStallByStage[k] = d.Round(time.Millisecond).Seconds()
+	}
 }
 
 // Summary is the run's headline figures.
@@ -255,6 +278,13 @@ func (r *Report) writeOverview(w io.Writer) {
 		r.Clients.WriteText(w)
 		if st := r.stageAt(r.Clients.LongestStallFrom); st != "" {
 			fmt.Fprintf(w, "                   the longest time without an acknowledgement began during stage %s\n", st)
+		}
+		if len(r.LongestClientStallByStage) > 0 {
+			var by []string
+			for _, k := range slices.Sorted(maps.Keys(r.LongestClientStallByStage)) {
+				by = append(by, fmt.Sprintf("%s %.1fs", k, r.LongestClientStallByStage[k]))
+			}
+			fmt.Fprintf(w, "                   longest client stall over %v by the stage it began in: %s\n", nemesis.StallThreshold, strings.Join(by, ", "))
 		}
 	}
 	for _, ds := range r.Destroyed {

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/malachi-log/malachi/testbed/stage"
 
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
 	"github.com/malachi-log/malachi/testbed/nemesis"
 
 	"github.com/malachi-log/malachi/meta"
@@ -238,5 +240,27 @@ func TestReportNemesisSummary(t *testing.T) {
 	r.finish(harness.Evaluation{Sealed: 2, Healthy: 2, Unhealthy: map[meta.SegmentID]string{}}, 0, nil)
 	if s := r.Summary; s.FaultsInjected != 3 || s.FaultsSurvived != 0 || r.OK {
 		t.Fatalf("with a violation: summary %+v OK %v: want 3 injected, none survived, not OK", s, r.OK)
+	}
+}
+
+// TestReportClientStallsByStage: each client stall is put in the stage
+// it began in, one stage at a time, and a stall between stages is "none".
+func TestReportClientStallsByStage(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 15, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	r := &Report{Faults: []stage.Report{
+		{Stage: "kill", Injected: true, Began: at(0), Ended: at(60)},
+		{Stage: "pause", Injected: true, Began: at(60), Ended: at(120)},
+		{Stage: "diskfull", Injected: false, Began: at(120), Ended: at(180)},
+	}}
+	var h kafkaload.History
+	for _, w := range [][2]int{{5, 9}, {20, 21}, {70, 73}, {130, 135}, {200, 202}} {
+		h.AckTimes = append(h.AckTimes, at(w[1]))
+		h.AckLatencies = append(h.AckLatencies, at(w[1]).Sub(at(w[0])))
+	}
+	r.attributeStalls(h)
+	want := map[string]float64{"kill": 4, "pause": 3, "none": 5}
+	if !maps.Equal(r.LongestClientStallByStage, want) {
+		t.Fatalf("by stage %v, want %v (a stage that injected nothing is no window)", r.LongestClientStallByStage, want)
 	}
 }

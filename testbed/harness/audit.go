@@ -43,7 +43,7 @@ func AuditCopy(path string, seg meta.Segment) error {
 	if err != nil {
 		return err
 	}
-	want := seg.ByteSize + footerSize
+	want := SealedSize(seg)
 	if fi.Size() != want {
 		return fmt.Errorf("%w: %s: %d bytes, sealed copy measures %d", ErrAudit, path, fi.Size(), want)
 	}

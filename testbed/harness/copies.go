@@ -64,6 +64,10 @@ func (b *Broker) CopyPath(id meta.SegmentID) (string, error) {
 	return p, nil
 }
 
+// SealedSize is the size of a whole sealed copy of seg on disk: its
+// frames and the footer.
+func SealedSize(seg meta.Segment) int64 { return seg.ByteSize + footerSize }
+
 // CopySizes returns the size of every copy file of broker b, by segment.
 func (b *Broker) CopySizes() (map[meta.SegmentID]int64, error) {
 	files, err := b.CopyFiles()

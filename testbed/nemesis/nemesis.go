@@ -287,10 +287,18 @@ func (n *runner) event(ctx context.Context, e Event) {
 			return
 		}
 	}
+	var files fileDraw
+	if slices.Contains(harness.FileKinds, e.Kind) {
+		var why string
+		if e, files, why = n.drawFiles(ctx, e); why != "" {
+			n.notInjected(e, why)
+			return
+		}
+	}
 	n.mark(e, true)
 	defer n.mark(e, false)
 	f := Injected{Kind: e.Kind, Brokers: e.Brokers, Start: time.Now()}
-	in, err := n.inject(ctx, e, &f)
+	in, err := n.inject(ctx, e, files, &f)
 	if err != nil {
 		n.notInjected(e, err.Error())
 		_ = in.Undo(ctx)
@@ -344,9 +352,9 @@ func copiesNote(cs []heal.CopyRef) string {
 }
 
 // inject makes e's fault from the harness's catalogue. A kill waits for
-// a write in flight first; a file fault picks its copies (fileTargets).
-// f.Copies gets the copies a file fault hit.
-func (n *runner) inject(ctx context.Context, e Event, f *Injected) (*harness.Injection, error) {
+// a write in flight first; a file fault hits the copies drawn for it
+// (drawFiles). f.Copies gets the copies a file fault hit.
+func (n *runner) inject(ctx context.Context, e Event, files fileDraw, f *Injected) (*harness.Injection, error) {
 	c := n.c
 	t := harness.Target{Kind: e.Kind, Length: e.Length, Seed: e.Seed, Timeout: n.o.Timeout}
 	for _, id := range e.Brokers {
@@ -356,7 +364,7 @@ func (n *runner) inject(ctx context.Context, e Event, f *Injected) (*harness.Inj
 	case e.Kind == harness.KindKill:
 		n.awaitWrite(ctx, f)
 	case slices.Contains(harness.FileKinds, e.Kind):
-		t.Segments, t.Rand = n.fileTargets(ctx, e, t.Brokers[0])
+		t.Segments, t.Rand = files.segments, files.rng
 	}
 	in, err := c.Inject(ctx, t)
 	f.Copies = in.Lost
@@ -404,20 +412,72 @@ func (n *runner) awaitWrite(ctx context.Context, f *Injected) {
 	n.mu.Unlock()
 }
 
-// fileTargets chooses e.Copies copies on b (by e.Seed) among the sealed
-// segments b holds whose replica set is full and names no other broker
-// under a fault and none hit this epoch: the RF-1 bound holds whatever
-// the heal's timing. It returns them with the draw of their damage.
-func (n *runner) fileTargets(ctx context.Context, e Event, b *harness.Broker) ([]meta.Segment, *rand.Rand) {
-	rng := rand.New(rand.NewPCG(e.Seed, e.Seed^0xbb67ae8584caa73b))
+// fileDraw is what a file fault hits: copies of one broker and the draw
+// of their damage.
+type fileDraw struct {
+	segments []meta.Segment
+	rng      *rand.Rand
+}
+
+// drawFiles picks the copies e's file fault hits, from what a broker
+// holds on disk now: e's broker first, else the first other broker, in
+// an order drawn from e.Seed, that runs, is under no fault and holds a
+// candidate (fileTargets). A broker swapped to an empty directory holds
+// no file of the copies the metadata still names on it, so the fault
+// moves to a broker that does, rather than missing. It returns e with
+// the broker it chose, or why no broker can take the fault.
+func (n *runner) drawFiles(ctx context.Context, e Event) (Event, fileDraw, string) {
 	snap, err := n.env.LeaderClient(ctx).Metadata(ctx)
 	if err != nil {
-		return nil, rng
+		return e, fileDraw{}, fmt.Sprintf("no metadata to draw copies from: %v", err)
+	}
+	order := []meta.BrokerID{e.Brokers[0]}
+	others := n.c.Brokers()
+	rng := rand.New(rand.NewPCG(e.Seed, e.Seed^0x3c6ef372fe94f82b))
+	for _, k := range rng.Perm(len(others)) {
+		if id := others[k].ID; id != e.Brokers[0] {
+			order = append(order, id)
+		}
+	}
+	var whys []string
+	for _, id := range order {
+		b := n.c.Broker(id)
+		n.mu.Lock()
+		_, busy := n.active[id]
+		n.mu.Unlock()
+		if !b.Alive() || (busy && id != e.Brokers[0]) {
+			continue
+		}
+		d, why := n.fileTargets(e, b, snap)
+		if len(d.segments) > 0 {
+			e.Brokers = []meta.BrokerID{id}
+			return e, d, ""
+		}
+		whys = append(whys, fmt.Sprintf("broker %d: %s", id, why))
+	}
+	return e, fileDraw{}, "no broker holds a copy the fault may hit: " + strings.Join(whys, "; ")
+}
+
+// fileTargets chooses e.Copies copies on b (by e.Seed) among the sealed
+// segments whose whole copy b holds on disk now (a file of the sealed
+// size: not one still being backfilled, nor one the metadata names on a
+// broker that lost its directory), whose replica set is full and names
+// no other broker under a fault and none hit this epoch: the RF-1 bound
+// holds whatever the heal's timing. It returns them with the draw of
+// their damage, or why there is none.
+func (n *runner) fileTargets(e Event, b *harness.Broker, snap meta.Snapshot) (fileDraw, string) {
+	rng := rand.New(rand.NewPCG(e.Seed, e.Seed^0xbb67ae8584caa73b))
+	sizes, err := b.CopySizes()
+	if err != nil {
+		return fileDraw{rng: rng}, err.Error()
 	}
 	n.mu.Lock()
 	var cands []meta.Segment
 	for _, s := range snap.Segments {
 		if !s.Sealed || !s.HasReplica(b.ID) || len(s.Replicas) != n.o.RF || n.damaged[s.ID] {
+			continue
+		}
+		if size, ok := sizes[s.ID]; !ok || size != harness.SealedSize(s) {
 			continue
 		}
 		ok := true
@@ -431,9 +491,12 @@ func (n *runner) fileTargets(ctx context.Context, e Event, b *harness.Broker) ([
 		}
 	}
 	n.mu.Unlock()
+	if len(cands) == 0 {
+		return fileDraw{rng: rng}, fmt.Sprintf("none of its %d copy files is a whole sealed copy of a full replica set free of other faults", len(sizes))
+	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].ID < cands[j].ID })
 	rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	return cands[:min(e.Copies, len(cands))], rng
+	return fileDraw{segments: cands[:min(e.Copies, len(cands))], rng: rng}, ""
 }
 
 // dumpObservations writes what the checker was given to the run's

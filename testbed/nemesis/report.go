@@ -6,8 +6,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
 // Report is a run's figures, its violations and its schedule; a runner
@@ -64,6 +66,32 @@ type Report struct {
 	SetChangesSeen   int      `json:"replica_set_changes_seen"`
 	Violations       []string `json:"violations,omitempty"`
 	Schedule         string   `json:"schedule"`
+	// ClientStalls are the Kafka clients' waits over StallThreshold, each
+	// with the kinds of the faults active at its start, and
+	// LongestStallByKind the longest by kind, in seconds ("none": a stall
+	// that began under no fault). Empty without clients (AttributeStalls).
+	ClientStalls       []kafkaload.Stall  `json:"client_stalls,omitempty"`
+	LongestStallByKind map[string]float64 `json:"longest_client_stall_by_kind,omitempty"`
+	// windows are the faults' times on the cluster, for AttributeStalls.
+	windows []kafkaload.Window
+}
+
+// StallThreshold is the wait above which a client's acknowledgement is a
+// stall the report ties to the faults of its time.
+const StallThreshold = time.Second
+
+// stallLead is how long before a fault's injection a stall's start still
+// counts as the fault's: a record sent just before a kill waits on it.
+const stallLead = 250 * time.Millisecond
+
+// AttributeStalls puts the clients' stalls of h on the run's timeline of
+// faults: ClientStalls and LongestStallByKind.
+func (r *Report) AttributeStalls(h kafkaload.History) {
+	r.ClientStalls = kafkaload.Stalls(h, StallThreshold)
+	r.LongestStallByKind = map[string]float64{}
+	for k, d := range kafkaload.Attribute(r.ClientStalls, r.windows, stallLead) {
+		r.LongestStallByKind[k] = d.Round(time.Millisecond).Seconds()
+	}
 }
 
 // Replay is the flags of `malachi-demo` that draw the same schedule
@@ -94,6 +122,14 @@ func (r *Report) WriteText(w io.Writer) {
 		r.SegmentsLost, r.CopiesVerified, r.ChecksPassed, r.ChecksRun)
 	fmt.Fprintf(w, "  heal passes observed: %d of %d (from every broker's pass history), %d on hold; replica-set changes seen: %d\n",
 		r.PassesObserved, r.PassesObserved+r.PassesUnseen, r.HoldsSeen, r.SetChangesSeen)
+	if len(r.ClientStalls) > 0 {
+		var by []string
+		for _, k := range slices.Sorted(maps.Keys(r.LongestStallByKind)) {
+			by = append(by, fmt.Sprintf("%s %.1fs", k, r.LongestStallByKind[k]))
+		}
+		fmt.Fprintf(w, "  client stalls over %v: %d; longest by the faults active at their start: %s\n",
+			StallThreshold, len(r.ClientStalls), strings.Join(by, ", "))
+	}
 	for _, s := range r.NotInjected {
 		fmt.Fprintf(w, "  NOT injected: %s\n", s)
 	}

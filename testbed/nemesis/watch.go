@@ -13,6 +13,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
 	"github.com/malachi-log/malachi/testbed/harness"
+	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
 // The nemesis's observers: the writer (one segment per WriteEvery through
@@ -313,6 +314,9 @@ func (n *runner) verifyCopy(b meta.BrokerID, seg meta.Segment) string {
 func (n *runner) finish() {
 	o := n.snapshot()
 	n.rep.PassesObserved = len(o.Passes)
+	for _, f := range o.Faults {
+		n.rep.windows = append(n.rep.windows, kafkaload.Window{Kind: string(f.Kind), Start: f.Start, End: f.End})
+	}
 	for _, p := range o.Passes {
 		n.rep.PassesUnseen += int(p.Unseen)
 		if p.Report.HoldReason != "" {
