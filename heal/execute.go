@@ -77,31 +77,41 @@ func (o *Outcomes) returned(seg meta.SegmentID) bool {
 	return ok
 }
 
-// ready reports whether the SetReplicas at i may run: every backfill of
-// its segment Succeeded (one not run, cancelled or interrupted is no copy
-// on its target), and no replica it replaces came back.
-func (o *Outcomes) ready(i int) bool {
-	a := &o.Plan.Actions[i]
-	if a.Op != SetReplicas || o.returned(a.Segment.ID) {
-		return false
-	}
+// unready returns the segments with a backfill that did not Succeed (one
+// not run, cancelled or interrupted is no copy on its target): their
+// SetReplicas may not run. One pass over the plan; nil when every
+// backfill succeeded.
+func (o *Outcomes) unready() map[meta.SegmentID]bool {
+	var out map[meta.SegmentID]bool
 	for k := range o.Plan.Actions {
 		b := &o.Plan.Actions[k]
-		if b.Segment.ID == a.Segment.ID && b.Op.IsBackfill() && o.of(k).Result != Succeeded {
-			return false
+		if b.Op.IsBackfill() && o.of(k).Result != Succeeded {
+			if out == nil {
+				out = map[meta.SegmentID]bool{}
+			}
+			out[b.Segment.ID] = true
 		}
 	}
-	return true
+	return out
+}
+
+// ready reports whether the SetReplicas at i may run: no backfill of its
+// segment is in unready (o.unready()), and no replica it replaces came
+// back.
+func (o *Outcomes) ready(i int, unready map[meta.SegmentID]bool) bool {
+	a := &o.Plan.Actions[i]
+	return a.Op == SetReplicas && !unready[a.Segment.ID] && !o.returned(a.Segment.ID)
 }
 
 // Ready returns the commands whose backfills all Succeeded, in plan
 // order: what the seed's heal returns "for the caller to apply through
 // the control plane" (Healing.Commands, Report.Ready). On an aborted pass
-// it holds only those whose backfills had all succeeded.
+// it holds only those whose backfills had all succeeded. O(actions).
 func (o *Outcomes) Ready() []meta.SetSegmentReplicas {
 	var out []meta.SetSegmentReplicas
+	unready := o.unready()
 	for i := range o.Plan.Actions {
-		if o.ready(i) {
+		if o.ready(i, unready) {
 			out = append(out, o.Plan.Actions[i].Command)
 		}
 	}
@@ -175,6 +185,7 @@ func (c *Coordinator) apply(ctx context.Context, h *Healing) {
 	x := c.executor(ctx, h.out)
 	plan := &h.out.Plan
 	x.commands()
+	recorded := x.recorded()
 	settled := make(map[CopyRef]bool, len(h.Settled))
 	for _, r := range h.Settled {
 		settled[r] = true
@@ -188,7 +199,7 @@ func (c *Coordinator) apply(ctx context.Context, h *Healing) {
 			break
 		}
 		switch {
-		case a.Op == DeleteDroppedCopy && x.succeeded(SetReplicas, a.Segment.ID, 0):
+		case a.Op == DeleteDroppedCopy && recorded[a.Segment.ID]:
 			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
 				return 0, c.cfg.Deleter.Delete(ctx, a.Target, a.Segment.ID)
 			})
@@ -202,17 +213,18 @@ func (c *Coordinator) apply(ctx context.Context, h *Healing) {
 	h.out.Aborted = h.out.Aborted || ctx.Err() != nil
 }
 
-// succeeded reports whether the action op on seg (and target, unless 0)
-// succeeded in this plan.
-func (x *executor) succeeded(op Op, seg meta.SegmentID, target meta.BrokerID) bool {
+// recorded returns the segments whose SetReplicas succeeded in this plan
+// (one pass over it; the commands have all ended).
+func (x *executor) recorded() map[meta.SegmentID]bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for i, a := range x.out.Plan.Actions {
-		if a.Op == op && a.Segment.ID == seg && (target == 0 || a.Target == target) && x.out.Of[i].Result == Succeeded {
-			return true
+	out := map[meta.SegmentID]bool{}
+	for i := range x.out.Plan.Actions {
+		if a := &x.out.Plan.Actions[i]; a.Op == SetReplicas && x.out.Of[i].Result == Succeeded {
+			out[a.Segment.ID] = true
 		}
 	}
-	return false
+	return out
 }
 
 // batchStep is a Settler method: one request for a broker's copies.
@@ -288,14 +300,16 @@ func (x *executor) backfill(ctx context.Context, a *Action) (int64, error) {
 func (x *executor) commands() {
 	sem := make(chan struct{}, x.c.cfg.Concurrency)
 	var wg sync.WaitGroup
+	// The backfills have all ended: only the commands' outcomes change
+	// from here, and no command's outcome makes another ready or not.
+	x.mu.Lock()
+	unready := x.out.unready()
+	x.mu.Unlock()
 	for i := range x.out.Plan.Actions {
 		if x.ctx.Err() != nil {
 			break
 		}
-		x.mu.Lock()
-		ok := x.out.ready(i)
-		x.mu.Unlock()
-		if !ok {
+		if !x.out.ready(i, unready) {
 			continue
 		}
 		sem <- struct{}{}
