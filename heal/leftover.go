@@ -2,7 +2,6 @@ package heal
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -169,15 +168,6 @@ type LeftoverMemo struct {
 	Since    time.Time `json:"since"`
 	Failures int       `json:"failures,omitempty"`
 	Retry    int       `json:"retry,omitempty"`
-}
-
-// LeftoverDeleter is what a Deleter also implements to delete leftovers.
-type LeftoverDeleter interface {
-	// DeleteLeftover removes broker's copy of seg only if, in broker's
-	// metadata at index or later, the segment's set does not name broker;
-	// otherwise it refuses with an error naming why. A missing copy is not
-	// an error.
-	DeleteLeftover(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID, index uint64) error
 }
 
 func (p Policy) leftoverDelay() time.Duration {
@@ -459,14 +449,4 @@ func leftoverOutcome(rep *Report, ref CopyRef, out Outcome) {
 		rep.LeftoverErrors = append(rep.LeftoverErrors, Failure{Segment: ref.Segment, Copies: []meta.BrokerID{ref.Broker},
 			Err: fmt.Sprintf("delete leftover copy on %d: %s", ref.Broker, out.Err)})
 	}
-}
-
-// deleteLeftover runs a DeleteLeftoverCopy through d, which must also be
-// a LeftoverDeleter.
-func deleteLeftover(ctx context.Context, d Deleter, a *Action, index uint64) error {
-	ld, ok := d.(LeftoverDeleter)
-	if !ok {
-		return fmt.Errorf("%w: delete leftover %s on %d: the Deleter (%T) cannot delete leftovers", ErrInvalid, a.Segment.ID, a.Target, d)
-	}
-	return ld.DeleteLeftover(ctx, a.Target, a.Segment.ID, index)
 }

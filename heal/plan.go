@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
@@ -549,3 +550,5 @@ type Input struct {
 	// timed-out probe, a broker within its grace delay).
 	Lost []meta.SegmentID
 }
+
+func sortRefs(rs []CopyRef) { slices.SortFunc(rs, cmpRefs) }

@@ -114,7 +114,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		for i := range obs.Reports {
 			answered[obs.Reports[i].Broker] = true
 		}
-		next, events = next.fold(obs.Executed, pol, answered)
+		next, events = next.Fold(obs.Executed, pol, answered)
 	}
 	for _, b := range obs.View.Brokers() {
 		next.Seen = seenAt(next.Seen, b.ID, obs.Start, false)
@@ -202,7 +202,7 @@ func seenAt(seen []Seen, b meta.BrokerID, t time.Time, always bool) []Seen {
 	return seen
 }
 
-// fold applies the outcomes of the previous pass's execution to st: the
+// Fold applies the outcomes of the previous pass's execution to st: the
 // decisions about what a failure means are made here, not by the
 // executor. A source that refused (or failed RefuseAfter times in a row
 // with the segment unchanged) is refused; the target of another failed
@@ -211,8 +211,10 @@ func seenAt(seen []Seen, b meta.BrokerID, t time.Time, always bool) []Seen {
 // source's: a source killed mid-transfer must not take the only spare
 // broker out of placement for AvoidPasses passes); a copy that answered
 // ErrSealConflict is in conflict; a copy settled and not confirmed is
-// unconfirmed. st's slices are not modified.
-func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool) (State, []Event) {
+// unconfirmed. st's slices are not modified. answered are the brokers
+// that answered this pass's probe. Step calls it first; a simulation calls
+// it to read what a pass's outcomes mean for the next.
+func (st State) Fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool) (State, []Event) {
 	var events []Event
 	refuseAfter, avoidPasses := pol.refuseAfter(), pol.avoidPasses()
 	st.Refused = slices.Clone(st.Refused)

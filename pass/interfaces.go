@@ -3,6 +3,8 @@ package pass
 import (
 	"context"
 
+	"github.com/malachi-log/malachi/heal"
+
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -13,10 +15,10 @@ import (
 // nothing half-applied on the broker (a cancelled backfill is aborted back to
 // the target's durable end, never committed).
 
-// ControlPlane is the replicated metadata as the heal leader sees it.
-type ControlPlane interface {
+// Metadata is the replicated metadata as the heal leader sees it.
+type Metadata interface {
 	// View returns the metadata at one applied index, at least as recent
-	// as every SetReplicas this ControlPlane has already acknowledged: an
+	// as every SetReplicas this Metadata has already acknowledged: an
 	// immutable view (meta.Table.View), not a copy.
 	View(ctx context.Context) (*meta.View, error)
 
@@ -42,7 +44,7 @@ type Prober interface {
 	// planner then treats the broker as not up (it is neither a source nor
 	// a target, and its segments' latch state is unknown) and the grace
 	// delay decides when it counts as dead.
-	Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (ProbeReport, error)
+	Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (heal.ProbeReport, error)
 }
 
 // Backfiller copies a sealed segment's bytes between brokers.
@@ -94,9 +96,18 @@ type Settler interface {
 type Deleter interface {
 	// Delete removes broker's copy of seg, latched or not. The
 	// Coordinator calls it only after a replica set that leaves broker out
-	// has been recorded by the ControlPlane. Deleting a copy that does not
+	// has been recorded by the Metadata. Deleting a copy that does not
 	// exist is not an error.
 	Delete(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID) error
+}
+
+// LeftoverDeleter is what a Deleter also implements to delete leftovers.
+type LeftoverDeleter interface {
+	// DeleteLeftover removes broker's copy of seg only if, in broker's
+	// metadata at index or later, the segment's set does not name broker;
+	// otherwise it refuses with an error naming why. A missing copy is not
+	// an error.
+	DeleteLeftover(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID, index uint64) error
 }
 
 // Brokers is everything the Coordinator asks of brokers; one value (the

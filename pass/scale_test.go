@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
+
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/benchenv"
 )
@@ -37,7 +39,7 @@ const (
 
 // scaleCopy is a broker's copy that is not intact and confirmed.
 type scaleCopy struct {
-	kind Kind // Missing, Short, Overrun (settled or not), Latched, Corrupt
+	kind heal.Kind // Missing, Short, Overrun (settled or not), Latched, Corrupt
 	size int64
 }
 
@@ -46,7 +48,7 @@ type scaleWorld struct {
 	table  *meta.Table // the real state machine; ids "s%010d" of their position
 	up     []bool      // by broker id
 	exc    []map[meta.SegmentID]scaleCopy
-	filled map[CopyRef]bool // backfilled, not yet recorded
+	filled map[heal.CopyRef]bool // backfilled, not yet recorded
 	now    time.Time
 
 	wire, facts atomic.Int64 // probe answers' JSON bytes and facts, this pass
@@ -57,7 +59,7 @@ type scaleWorld struct {
 // restore does), nSeg sealed segments on nb brokers in 10 racks, the
 // replicas of segment i spread by i.
 func newScaleWorld(tb testing.TB, nb, nSeg int) *scaleWorld {
-	w := &scaleWorld{up: make([]bool, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1), filled: map[CopyRef]bool{}, now: t0}
+	w := &scaleWorld{up: make([]bool, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1), filled: map[heal.CopyRef]bool{}, now: t0}
 	var brokers []meta.Broker
 	for i := 1; i <= nb; i++ {
 		brokers = append(brokers, meta.Broker{ID: meta.BrokerID(i), Rack: "r" + strconv.Itoa(i%10)})
@@ -97,14 +99,14 @@ func (w *scaleWorld) find(id meta.SegmentID) *meta.Segment {
 // intact reports whether b's copy of seg holds the whole, valid bytes.
 func (w *scaleWorld) intact(b meta.BrokerID, seg *meta.Segment) bool {
 	c, ok := w.exc[b][seg.ID]
-	return !ok || c.kind == Overrun
+	return !ok || c.kind == heal.Overrun
 }
 
 func (w *scaleWorld) violate(format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf(format, args...))
 }
 
-// ---- ControlPlane ----
+// ---- Metadata ----
 
 type scaleControl struct{ w *scaleWorld }
 
@@ -129,10 +131,10 @@ func (c scaleControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplic
 	if meta.SameReplicas(seg.Replicas, cmd.Expected) {
 		for _, r := range cmd.Replicas {
 			if !seg.HasReplica(r) {
-				if !w.filled[CopyRef{cmd.ID, r}] || !w.intact(r, seg) {
+				if !w.filled[heal.CopyRef{Segment: cmd.ID, Broker: r}] || !w.intact(r, seg) {
 					w.violate("command %s adds broker %d without a complete copy", cmd.ID, r)
 				}
-				delete(w.filled, CopyRef{cmd.ID, r})
+				delete(w.filled, heal.CopyRef{Segment: cmd.ID, Broker: r})
 			}
 		}
 	}
@@ -147,35 +149,35 @@ var errScaleDown = errors.New("scale: broker down")
 
 // Probe answers from the broker's exceptions only: every other copy the
 // metadata assigns it is intact and confirmed (Intact), so Add would drop it.
-func (p scaleBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (p scaleBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if int(id) >= len(w.up) || !w.up[id] {
-		return ProbeReport{}, errScaleDown
+		return heal.ProbeReport{}, errScaleDown
 	}
 	view := w.table.View()
-	r := ProbeReport{Broker: id, Index: view.Index(), Copies: view.Held(id)}
+	r := heal.ProbeReport{Broker: id, Index: view.Index(), Copies: view.Held(id)}
 	for sid, c := range w.exc[id] {
 		seg := w.find(sid)
 		if seg == nil || !seg.HasReplica(id) {
 			continue
 		}
-		f := Fact{Size: c.size, Dev: 1, Ino: uint64(seg.StartOffset) + 1}
+		f := heal.Fact{Size: c.size, Dev: 1, Ino: uint64(seg.StartOffset) + 1}
 		switch c.kind {
-		case Missing:
-			f = Fact{Flags: FactMissing}
-		case Latched:
-			f = Fact{Flags: FactLatched, Why: "store: copy latched: input/output error"}
-		case Corrupt:
-			f.Flags = FactCorrupt
+		case heal.Missing:
+			f = heal.Fact{Flags: heal.FactMissing}
+		case heal.Latched:
+			f = heal.Fact{Flags: heal.FactLatched, Why: "store: copy latched: input/output error"}
+		case heal.Corrupt:
+			f.Flags = heal.FactCorrupt
 		}
 		r.Add(seg, f)
 	}
-	slices.SortFunc(r.Facts, func(a, b Fact) int { return strings.Compare(string(a.Segment), string(b.Segment)) })
+	slices.SortFunc(r.Facts, func(a, b heal.Fact) int { return strings.Compare(string(a.Segment), string(b.Segment)) })
 	b, err := json.Marshal(r)
 	if err != nil {
-		return ProbeReport{}, err
+		return heal.ProbeReport{}, err
 	}
 	w.wire.Add(int64(len(b)))
 	w.facts.Add(int64(len(r.Facts)))
@@ -191,11 +193,11 @@ func (p scaleBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta
 	}
 	c, ok := w.exc[id][seg.ID]
 	switch {
-	case !ok || c.kind == Overrun:
+	case !ok || c.kind == heal.Overrun:
 		return seg.ByteSize, nil
-	case c.kind == Short:
+	case c.kind == heal.Short:
 		return c.size, nil
-	case c.kind == Latched:
+	case c.kind == heal.Latched:
 		return 0, errors.New("scale: copy latched")
 	}
 	return 0, nil
@@ -212,13 +214,13 @@ func (p scaleBrokers) Backfill(ctx context.Context, target, source meta.BrokerID
 		return 0, errScaleDown
 	}
 	if !w.intact(source, &seg) {
-		return 0, fmt.Errorf("scale: source %d of %s: %w", source, seg.ID, ErrSourceRefused)
+		return 0, fmt.Errorf("scale: source %d of %s: %w", source, seg.ID, heal.ErrSourceRefused)
 	}
-	if c, ok := w.exc[target][seg.ID]; ok && c.kind == Latched {
+	if c, ok := w.exc[target][seg.ID]; ok && c.kind == heal.Latched {
 		return 0, errors.New("scale: target copy latched")
 	}
 	delete(w.exc[target], seg.ID) // intact, confirmed by the backfill
-	w.filled[CopyRef{seg.ID, target}] = true
+	w.filled[heal.CopyRef{Segment: seg.ID, Broker: target}] = true
 	return seg.ByteSize + scaleFooter - from, nil
 }
 
@@ -227,10 +229,10 @@ func (p scaleBrokers) settleOne(ctx context.Context, id meta.BrokerID, seg meta.
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c, ok := w.exc[id][seg.ID]
-	if !w.up[id] || !ok || c.kind != Overrun {
+	if !w.up[id] || !ok || c.kind != heal.Overrun {
 		return errors.New("scale: cannot settle")
 	}
-	w.exc[id][seg.ID] = scaleCopy{kind: Overrun, size: seg.ByteSize + scaleFooter}
+	w.exc[id][seg.ID] = scaleCopy{kind: heal.Overrun, size: seg.ByteSize + scaleFooter}
 	return nil
 }
 
@@ -239,7 +241,7 @@ func (p scaleBrokers) confirmOne(ctx context.Context, id meta.BrokerID, seg meta
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c, ok := w.exc[id][seg.ID]
-	if !w.up[id] || !ok || c.kind != Overrun || c.size != seg.ByteSize+scaleFooter {
+	if !w.up[id] || !ok || c.kind != heal.Overrun || c.size != seg.ByteSize+scaleFooter {
 		w.violate("confirm %s@%d of a copy not settled: %+v", seg.ID, id, c)
 		return errors.New("scale: not settled")
 	}
@@ -267,7 +269,7 @@ func (p scaleBrokers) Delete(ctx context.Context, id meta.BrokerID, sid meta.Seg
 // its other copies intact; kinds in turn: latched, short, overrun,
 // missing, corrupt.
 func (w *scaleWorld) scaleFault(rng *rand.Rand, n int) {
-	kinds := []Kind{Latched, Short, Overrun, Missing, Corrupt}
+	kinds := []heal.Kind{heal.Latched, heal.Short, heal.Overrun, heal.Missing, heal.Corrupt}
 	view := w.table.View()
 	for k := 0; k < n; {
 		seg := view.At(rng.IntN(view.Len()))
@@ -283,11 +285,11 @@ func (w *scaleWorld) scaleFault(rng *rand.Rand, n int) {
 		b := seg.Replicas[rng.IntN(len(seg.Replicas))]
 		c := scaleCopy{kind: kinds[k%len(kinds)]}
 		switch c.kind {
-		case Short:
+		case heal.Short:
 			c.size = seg.ByteSize / 2
-		case Overrun:
+		case heal.Overrun:
 			c.size = seg.ByteSize + scaleFooter + 4096
-		case Corrupt:
+		case heal.Corrupt:
 			c.size = seg.ByteSize + scaleFooter
 		}
 		w.exc[b][seg.ID] = c
@@ -304,7 +306,7 @@ type scalePass struct {
 	wire, facts       int64
 	actions, commands int
 	backfills         int
-	report            Report
+	report            heal.Report
 }
 
 func (p scalePass) String() string {
@@ -326,9 +328,9 @@ type scaleCluster struct {
 func newScaleCluster(tb testing.TB, nb, nSeg int) *scaleCluster {
 	w := newScaleWorld(tb, nb, nSeg)
 	c := &scaleCluster{w: w, rng: rand.New(rand.NewPCG(17, 17))}
-	coord, err := NewCoordinator(Config{
-		Control: scaleControl{w}, Prober: scaleBrokers{w}, Backfiller: scaleBrokers{w}, Settler: scaleBrokers{w}, Deleter: scaleBrokers{w},
-		Policy:      Policy{Grace: 5 * time.Second, SettleBatch: 256, MaxBackfillsPerBroker: 64, MaxBackfills: 20_000},
+	coord, err := New(Config{
+		Metadata: scaleControl{w}, Prober: scaleBrokers{w}, Backfiller: scaleBrokers{w}, Settler: scaleBrokers{w}, Deleter: scaleBrokers{w},
+		Policy:      heal.Policy{Grace: 5 * time.Second, SettleBatch: 256, MaxBackfillsPerBroker: 64, MaxBackfills: 20_000},
 		Now:         func() time.Time { w.mu.Lock(); defer w.mu.Unlock(); return w.now },
 		Concurrency: 8, PerBroker: 8, ReturnCheck: -1,
 	})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
+
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -16,8 +18,8 @@ import (
 // this tick; the grace delay (Policy.Grace) decides whether it is dead.
 // Coordinator.Pass fills it by probing every broker of the view.
 type Live struct {
-	Reports    []ProbeReport
-	AuthFailed []AuthFailure
+	Reports    []heal.ProbeReport
+	AuthFailed []heal.AuthFailure
 	// Behind are the brokers that answered with metadata behind the
 	// pass's index (ErrBehind): seen, but with no report.
 	Behind []meta.BrokerID
@@ -40,18 +42,26 @@ type Healing struct {
 	// Failed are the segments it could not heal and why: the plan's
 	// failures, then the backfills' and settles' (BackfillFailed,
 	// SealConflict).
-	Failed []Failure
+	Failed []heal.Failure
 	// Unsettled is the seed's unsettled list (Report.Unsettled). Settled
 	// are those of its copies this pass settled: the caller confirms them
 	// (Settler.Confirm), and no other copy.
-	Unsettled []CopyRef
-	Settled   []CopyRef
+	Unsettled []heal.CopyRef
+	Settled   []heal.CopyRef
 	// Dropped are the latched or corrupt copies that a command of
 	// Commands leaves out of its set: the caller deletes each once that
 	// command is recorded, never before (invariant 6).
-	Dropped []CopyRef
+	Dropped []heal.CopyRef
+	// Leftovers are the copies outside their segment's set that the plan
+	// deletes (DeleteLeftoverCopy): the caller deletes each through a
+	// LeftoverDeleter, which refuses if the broker's set names it.
+	Leftovers []heal.CopyRef
 
-	out *Outcomes // what ran; apply adds what it runs
+	// commandAt, droppedAt and leftoverAt give the index in out.Plan.Actions
+	// of each entry of Commands, Dropped and Leftovers: where apply
+	// records its outcome.
+	commandAt, droppedAt, leftoverAt []int
+	out                              *heal.Outcomes // what ran; apply adds what it runs
 }
 
 // HealSealed is the seed's heal_sealed/4: "Given the current
@@ -71,7 +81,7 @@ type Healing struct {
 // the settled and dropped copies the caller confirms and deletes. It
 // applies no command, confirms nothing and deletes nothing. The
 // Coordinator is its caller: Pass probes (live), calls it, then applies
-// the returned commands through Config.Control, deletes the dropped
+// the returned commands through Config.Metadata, deletes the dropped
 // copies whose command was recorded and confirms the settled ones.
 //
 // rf must be the replication factor the metadata records
@@ -83,7 +93,7 @@ type Healing struct {
 // a caller that applies the commands itself should not also Run.
 func (c *Coordinator) HealSealed(ctx context.Context, view *meta.View, live Live, rf int) (Healing, error) {
 	if view == nil {
-		return Healing{}, fmt.Errorf("%w: heal sealed: no metadata view", ErrInvalid)
+		return Healing{}, fmt.Errorf("%w: heal sealed: no metadata view", heal.ErrInvalid)
 	}
 	for i := range live.Reports {
 		if err := live.Reports[i].Validate(); err != nil {
@@ -99,7 +109,7 @@ func (c *Coordinator) HealSealed(ctx context.Context, view *meta.View, live Live
 // passMu.
 func (c *Coordinator) healSealed(ctx context.Context, view *meta.View, live Live, rf int) (Healing, error) {
 	if got := view.ReplicationFactor(); rf != got {
-		return Healing{}, fmt.Errorf("%w: heal sealed: replication factor %d, the metadata at index %d records %d", ErrInvalid, rf, view.Index(), got)
+		return Healing{}, fmt.Errorf("%w: heal sealed: replication factor %d, the metadata at index %d records %d", heal.ErrInvalid, rf, view.Index(), got)
 	}
 	plan, next, err := c.planner.Step(c.state, c.observation(view, live, true))
 	if err != nil {
@@ -113,21 +123,25 @@ func (c *Coordinator) healSealed(ctx context.Context, view *meta.View, live Live
 
 // healing is what a plan's backfills and settles came to, as HealSealed
 // returns it.
-func healing(out *Outcomes) Healing {
+func healing(out *heal.Outcomes) Healing {
 	plan := &out.Plan
-	h := Healing{Index: plan.Index, Commands: out.Ready(), Failed: out.Report().Failed, Unsettled: plan.Report.Unsettled, out: out}
+	h := Healing{Index: plan.Index, Failed: out.Report().Failed, Unsettled: plan.Report.Unsettled, out: out}
 	ready := map[meta.SegmentID]bool{}
-	for _, cmd := range h.Commands {
-		ready[cmd.ID] = true
+	for _, i := range out.ReadyAt() {
+		h.Commands = append(h.Commands, plan.Actions[i].Command)
+		h.commandAt = append(h.commandAt, i)
+		ready[plan.Actions[i].Segment.ID] = true
 	}
 	for i := range plan.Actions {
 		a := &plan.Actions[i]
-		ref := CopyRef{a.Segment.ID, a.Target}
+		ref := heal.CopyRef{Segment: a.Segment.ID, Broker: a.Target}
 		switch {
-		case a.Op == SettleOverrun && out.of(i).Result == Succeeded:
+		case a.Op == heal.SettleOverrun && out.Of[i].Result == heal.Succeeded:
 			h.Settled = append(h.Settled, ref)
-		case a.Op == DeleteDroppedCopy && ready[a.Segment.ID]:
-			h.Dropped = append(h.Dropped, ref)
+		case a.Op == heal.DeleteDroppedCopy && ready[a.Segment.ID]:
+			h.Dropped, h.droppedAt = append(h.Dropped, ref), append(h.droppedAt, i)
+		case a.Op == heal.DeleteLeftoverCopy:
+			h.Leftovers, h.leftoverAt = append(h.Leftovers, ref), append(h.leftoverAt, i)
 		}
 	}
 	return h

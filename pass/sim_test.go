@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
+
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -236,42 +238,42 @@ func (s *sim) step(ctx context.Context) error {
 
 type simBrokers struct{ s *sim }
 
-func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	br := s.brokers[id]
 	if br == nil || !br.up {
-		return ProbeReport{}, errors.New("sim: broker down")
+		return heal.ProbeReport{}, errors.New("sim: broker down")
 	}
 	snap := s.snap()
 	if s.chance(0.03, "latchunknown", id) {
 		// A broker that cannot read its latch state cannot answer: the
 		// seed's "latch state readable" is "the broker answered".
-		return ProbeReport{}, errors.New("sim: latch state unreadable")
+		return heal.ProbeReport{}, errors.New("sim: latch state unreadable")
 	}
-	r := ProbeReport{Broker: id, Index: snap.Index}
+	r := heal.ProbeReport{Broker: id, Index: snap.Index}
 	for _, seg := range snap.Segments {
 		if !seg.Sealed || !seg.HasReplica(id) {
 			continue
 		}
 		r.Copies++
 		c := br.copies[seg.ID]
-		var f Fact
+		var f heal.Fact
 		switch {
 		case s.chance(0.02, "timeout", id, seg.ID):
-			f.Flags = FactTimedOut
+			f.Flags = heal.FactTimedOut
 		case c == nil:
-			f.Flags = FactMissing
+			f.Flags = heal.FactMissing
 		case c.latched:
-			f.Flags = FactLatched
+			f.Flags = heal.FactLatched
 		default:
 			f.Size = c.size
 			if c.corrupt {
-				f.Flags |= FactCorrupt
+				f.Flags |= heal.FactCorrupt
 			}
 			if c.confirmed {
-				f.Flags |= FactConfirmed
+				f.Flags |= heal.FactConfirmed
 			}
 		}
 		r.Add(&seg, f)
@@ -329,7 +331,7 @@ func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, 
 	}
 	sc := sb.copies[seg.ID]
 	if !sc.intact(seg) {
-		return 0, fmt.Errorf("sim: source %d has no intact copy of %s: %w", source, seg.ID, ErrSourceRefused)
+		return 0, fmt.Errorf("sim: source %d has no intact copy of %s: %w", source, seg.ID, heal.ErrSourceRefused)
 	}
 	tc := tb.copies[seg.ID]
 	if tc != nil && tc.latched {
@@ -531,7 +533,7 @@ func (s *sim) converged() (bool, string) {
 }
 
 // checkActive: active segments keep their initial set and copies.
-func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) {
+func (s *sim) checkTick(rep heal.Report, initial map[meta.SegmentID][]meta.BrokerID) {
 	snap := s.snap()
 	for _, sg := range snap.Segments {
 		if err := sg.Validate(); err != nil {
@@ -546,10 +548,10 @@ func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) 
 	}
 	var lostBytes int64
 	for _, f := range rep.Failed {
-		if f.Reason == ReasonNone {
+		if f.Reason == heal.ReasonNone {
 			s.violate("failure without a reason: %+v", f)
 		}
-		if (f.Reason == AllReplicasDead || f.Reason == NoIntactSource) && !rep.IsLost(f.Segment) {
+		if (f.Reason == heal.AllReplicasDead || f.Reason == heal.NoIntactSource) && !rep.IsLost(f.Segment) {
 			s.violate("%s failed %s but is not reported lost: %+v", f.Segment, f.Reason, rep.Lost)
 		}
 	}
@@ -558,7 +560,7 @@ func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) 
 		if r := rep.FailedReason(l.Segment); r != l.Reason {
 			s.violate("lost %s (%s) failed %s", l.Segment, l.Reason, r)
 		}
-		if slices.ContainsFunc(rep.Lost[:i], func(m LostSegment) bool { return m.Segment == l.Segment }) {
+		if slices.ContainsFunc(rep.Lost[:i], func(m heal.LostSegment) bool { return m.Segment == l.Segment }) {
 			s.violate("lost %s reported twice in one pass", l.Segment)
 		}
 	}
@@ -594,7 +596,7 @@ func (s *sim) scrub() {
 	}
 }
 
-func (s *sim) count(rep Report) {
+func (s *sim) count(rep heal.Report) {
 	if s.stats == nil {
 		s.stats = map[string]int{}
 	}
@@ -640,9 +642,9 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 		initial[sg.ID] = sg.Replicas
 	}
 	newCoord := func() *Coordinator {
-		c, err := NewCoordinator(Config{
-			Control: simControl{s}, Prober: simBrokers{s}, Backfiller: simBrokers{s}, Settler: simBrokers{s}, Deleter: simBrokers{s},
-			Policy:      Policy{Grace: 3 * time.Second, SettleBatch: 16, MaxBackfillsPerBroker: 4, MaxBackfills: 12},
+		c, err := New(Config{
+			Metadata: simControl{s}, Prober: simBrokers{s}, Backfiller: simBrokers{s}, Settler: simBrokers{s}, Deleter: simBrokers{s},
+			Policy:      heal.Policy{Grace: 3 * time.Second, SettleBatch: 16, MaxBackfillsPerBroker: 4, MaxBackfills: 12},
 			Now:         func() time.Time { s.mu.Lock(); defer s.mu.Unlock(); return s.now },
 			Concurrency: 1, // deterministic: steps run one at a time in plan order
 		})

@@ -2,7 +2,7 @@
 // the Config a broker's configuration file carries under [heal], the
 // replication server every enabled instance runs, the RPC client the
 // leader's coordinator uses to reach the other instances, the
-// leadership-driven coordinator itself (heal.Coordinator over that client),
+// leadership-driven coordinator itself (pass.Coordinator over that client),
 // Prometheus metrics on a per-instance registry, /metrics and /status.
 //
 // # Usage
