@@ -380,9 +380,7 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]heal.ProbeR
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
-			defer cancel()
-			r, err := c.probeHedged(pctx, b.ID, view.Index())
+			r, err := c.probeHedged(ctx, b.ID, view.Index())
 			if err == nil {
 				r.Broker, r.At = b.ID, c.cfg.Now()
 				err = r.Validate()
@@ -427,13 +425,16 @@ const ProbeAttempts = 4
 
 // probeHedged is one broker's probe: the first attempt's answer, or that
 // of another started every ProbeHedge while none has answered (at most
-// ProbeAttempts), all bounded by ctx. The attempts left are cancelled.
+// ProbeAttempts), all within one ProbeTimeout of ctx. The attempts left
+// are cancelled. (One context bounds the probe and cancels what is left
+// of it: a context per probe costs four allocations, and a healthy pass
+// at 1,000 brokers made 5,000 for a second one.)
 func (c *Coordinator) probeHedged(ctx context.Context, b meta.BrokerID, index uint64) (heal.ProbeReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
+	defer cancel()
 	if c.cfg.ProbeHedge < 0 {
 		return c.cfg.Prober.Probe(ctx, b, index)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	type answer struct {
 		r   heal.ProbeReport
 		err error

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +37,7 @@ const (
 	scaleRF     = 3
 	scaleFooter = 40
 	scaleTick   = 2 * time.Second
+	scaleDead   = 13 // the broker the schedule kills for good
 )
 
 // scaleCopy is a broker's copy that is not intact and confirmed.
@@ -49,6 +52,7 @@ type scaleWorld struct {
 	up     []bool      // by broker id
 	exc    []map[meta.SegmentID]scaleCopy
 	filled map[heal.CopyRef]bool // backfilled, not yet recorded
+	held   []int                 // by broker id: the segments whose recorded set names it
 	now    time.Time
 
 	wire, facts atomic.Int64 // probe answers' JSON bytes and facts, this pass
@@ -59,7 +63,7 @@ type scaleWorld struct {
 // restore does), nSeg sealed segments on nb brokers in 10 racks, the
 // replicas of segment i spread by i.
 func newScaleWorld(tb testing.TB, nb, nSeg int) *scaleWorld {
-	w := &scaleWorld{up: make([]bool, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1), filled: map[heal.CopyRef]bool{}, now: t0}
+	w := &scaleWorld{up: make([]bool, nb+1), exc: make([]map[meta.SegmentID]scaleCopy, nb+1), filled: map[heal.CopyRef]bool{}, held: make([]int, nb+1), now: t0}
 	var brokers []meta.Broker
 	for i := 1; i <= nb; i++ {
 		brokers = append(brokers, meta.Broker{ID: meta.BrokerID(i), Rack: "r" + strconv.Itoa(i%10)})
@@ -74,6 +78,9 @@ func newScaleWorld(tb testing.TB, nb, nSeg int) *scaleWorld {
 		r1 := (r0 + 1 + k%(nb-1)) % nb
 		r2 := (r0 + 1 + (k+nb/2)%(nb-1)) % nb
 		r[0], r[1], r[2] = meta.BrokerID(r0+1), meta.BrokerID(r1+1), meta.BrokerID(r2+1)
+		for _, b := range r {
+			w.held[b]++
+		}
 		seg := meta.Segment{ID: meta.SegmentID(fmt.Sprintf("s%010d", i)), StartOffset: uint64(i) * 1000,
 			Length: 1000, ByteSize: 1 << 20, Sealed: true, Checksum: meta.CRC32C(uint32(i)), Replicas: r, Version: 2}
 		if err := bld.Add(&seg); err != nil {
@@ -138,7 +145,20 @@ func (c scaleControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplic
 			}
 		}
 	}
-	return w.table.Apply(w.table.Index()+1, cmd)
+	if err := w.table.Apply(w.table.Index()+1, cmd); err != nil {
+		return err
+	}
+	for _, r := range seg.Replicas {
+		if !slices.Contains(cmd.Replicas, r) {
+			w.held[r]--
+		}
+	}
+	for _, r := range cmd.Replicas {
+		if !seg.HasReplica(r) {
+			w.held[r]++
+		}
+	}
+	return nil
 }
 
 // ---- Brokers ----
@@ -306,6 +326,7 @@ type scalePass struct {
 	wire, facts       int64
 	actions, commands int
 	backfills         int
+	deadHeld          int // the copies the recorded sets gave scaleDead before the pass
 	report            heal.Report
 }
 
@@ -323,6 +344,10 @@ type scaleCluster struct {
 	coord *Coordinator
 	pass  int
 	rng   *rand.Rand
+	// beforePass and onPass, when set, are called before and after each
+	// pass the schedule runs (BenchmarkScale measures through them).
+	beforePass func(pass int)
+	onPass     func(scalePass)
 }
 
 func newScaleCluster(tb testing.TB, nb, nSeg int) *scaleCluster {
@@ -347,6 +372,7 @@ func (c *scaleCluster) run(tb testing.TB, phase string) scalePass {
 	w := c.w
 	w.mu.Lock()
 	w.now = w.now.Add(scaleTick)
+	deadHeld := w.held[scaleDead]
 	w.mu.Unlock()
 	w.wire.Store(0)
 	w.facts.Store(0)
@@ -364,7 +390,7 @@ func (c *scaleCluster) run(tb testing.TB, phase string) scalePass {
 	}
 	c.pass++
 	return scalePass{pass: c.pass, phase: phase, wall: wall, cpu: cpu, allocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc,
-		wire: w.wire.Load(), facts: w.facts.Load(), commands: rep.Commands, backfills: rep.Backfills, report: rep}
+		wire: w.wire.Load(), facts: w.facts.Load(), commands: rep.Commands, backfills: rep.Backfills, deadHeld: deadHeld, report: rep}
 }
 
 // healthy reports whether the last pass found nothing to do.
@@ -381,20 +407,30 @@ func (p scalePass) healthy() bool {
 func (c *scaleCluster) schedule(tb testing.TB, copies, maxPasses int) []scalePass {
 	w := c.w
 	var out []scalePass
+	run := func(phase string) scalePass {
+		if c.beforePass != nil {
+			c.beforePass(c.pass + 1)
+		}
+		p := c.run(tb, phase)
+		if c.onPass != nil {
+			c.onPass(p)
+		}
+		return p
+	}
 	log := func(p scalePass) { out = append(out, p); tb.Log(p) }
 	for i := 0; i < 2; i++ {
-		log(c.run(tb, "healthy"))
+		log(run("healthy"))
 	}
 	w.mu.Lock()
 	w.up[7] = false // back before its grace delay runs out
 	w.mu.Unlock()
-	log(c.run(tb, "suspect"))
+	log(run("suspect"))
 	w.mu.Lock()
-	w.up[7], w.up[13] = true, false
+	w.up[7], w.up[scaleDead] = true, false
 	w.scaleFault(c.rng, copies)
 	w.mu.Unlock()
 	for i := 0; i < maxPasses; i++ {
-		p := c.run(tb, "faulty")
+		p := run("faulty")
 		log(p)
 		if p.actions == 0 && p.commands == 0 && p.backfills == 0 && len(p.report.Failed) == 0 && len(p.report.Unsettled) == 0 &&
 			p.report.UnderReplicated == 0 && p.report.Anomalies == 0 {
@@ -417,16 +453,16 @@ func TestScaleSimulation(t *testing.T) {
 	if p := passes[0]; p.facts != 0 || !p.healthy() {
 		t.Errorf("healthy pass: %d facts, report %s", p.facts, p.report.String())
 	}
-	if w := c.w; w.up[13] {
-		t.Fatal("broker 13 came back")
+	if w := c.w; w.up[scaleDead] {
+		t.Fatalf("broker %d came back", scaleDead)
 	}
 	for _, seg := range c.w.table.View().All() {
-		if seg.HasReplica(13) || len(seg.Replicas) != scaleRF {
+		if seg.HasReplica(scaleDead) || len(seg.Replicas) != scaleRF {
 			t.Fatalf("%s: replicas %v", seg.ID, seg.Replicas)
 		}
 	}
 	c.w.mu.Lock()
-	c.w.up[13] = true
+	c.w.up[scaleDead] = true
 	c.w.mu.Unlock()
 	after := c.run(t, "healthy")
 	if after.facts != 0 || !after.healthy() || after.backfills != 0 {
@@ -434,48 +470,146 @@ func TestScaleSimulation(t *testing.T) {
 	}
 }
 
-var scaleBench struct {
-	once    sync.Once
-	c       *scaleCluster
-	perSeg  float64 // live heap of the world per segment
-	withPl  float64 // and with the leader's planner scratch, after the schedule
-	nSeg    int
-	schedOK bool
+// scaleRow is one size of BenchmarkScale: the same 1,000 brokers, RF,
+// fault schedule and policy at 10^6 and 10^7 segments, so that the dead
+// broker holds 3,000 and 30,000 copies and its pass plans 3,000 and
+// 20,000 (the MaxBackfills cap) commands. A pass linear in what it
+// handles costs at most ~10x more at 10^7; a quadratic in the commands
+// ~44x (worst-x1e6).
+type scaleRow struct {
+	name string
+	nSeg int
 }
 
-// BenchmarkScale: the leader's healthy pass over 10^7 sealed segments
-// (-scale.segments overrides) on 1,000 brokers at RF 3, after the fault
-// schedule (logged pass by pass with -v). Reported per healthy pass:
-// leader CPU (getrusage, the in-memory brokers' O(exceptions) work
-// included), allocations, probe answers' JSON bytes, and live heap per
-// segment. Compare ns/segment with BenchmarkPass in the same run.
-func BenchmarkScale(b *testing.B) {
-	s := &scaleBench
-	s.once.Do(func() {
-		s.nSeg = 10_000_000
-		if *scaleSegments > 0 {
-			s.nSeg = *scaleSegments
+var scaleRows = []scaleRow{{"segments=1e6", 1_000_000}, {"segments=1e7", 10_000_000}}
+
+var scaleWorstProfile = flag.String("scale.worstprofile", "", "write a CPU profile of each BenchmarkScale round's worst pass to this path suffixed with .<segments> (not with -cpuprofile)")
+
+// scaleRound is one round of a BenchmarkScale row: a fresh world, its fault
+// schedule, then healthy passes.
+type scaleRound struct {
+	c            *scaleCluster
+	perSeg       float64 // live heap of the world per segment
+	withPl       float64 // and with the leader's planner scratch, after the schedule
+	worst, next  scalePass
+	load1        float64 // at the end of the worst pass
+	drainPasses  int     // passes from finding the dead broker to its last copy recorded away
+	drainCPU     time.Duration
+	maxBackfills int
+}
+
+var scaleBench struct {
+	round  map[string]*scaleRound
+	worsts map[string][]float64 // each round's worst-pass CPU seconds, by row
+}
+
+// newScaleRound builds a world of nSeg segments, runs the fault schedule
+// and one warm healthy pass, and measures them. The last round's world is
+// dropped first: two worlds of 10^7 segments would not fit side by side.
+func newScaleRound(b *testing.B, nSeg int) *scaleRound {
+	scaleBench.round = nil
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	r := &scaleRound{c: newScaleCluster(b, 1000, nSeg)}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	r.perSeg = float64(m1.HeapAlloc-m0.HeapAlloc) / float64(nSeg)
+	w := r.c.w
+	profiling := false
+	if *scaleWorstProfile != "" {
+		// Every pass until the worst is profiled, each into the same file:
+		// the worst pass's profile is the one left.
+		r.c.beforePass = func(int) {
+			if r.worst.pass != 0 {
+				return
+			}
+			f, err := os.Create(fmt.Sprintf("%s.%d", *scaleWorstProfile, nSeg))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				b.Fatal(err)
+			}
+			profiling = true
 		}
-		runtime.GC()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		s.c = newScaleCluster(b, 1000, s.nSeg)
-		runtime.GC()
-		runtime.ReadMemStats(&m1)
-		s.perSeg = float64(m1.HeapAlloc-m0.HeapAlloc) / float64(s.nSeg)
-		s.c.schedule(b, 1000, 60)
-		s.c.w.mu.Lock()
-		s.c.w.up[13] = true // back, empty: every broker answers
-		s.c.w.mu.Unlock()
-		s.c.run(b, "healthy") // warm
-		runtime.GC()
-		var m2 runtime.MemStats
-		runtime.ReadMemStats(&m2)
-		s.withPl = float64(m2.HeapAlloc-m0.HeapAlloc) / float64(s.nSeg)
-		s.schedOK = true
-	})
-	if !s.schedOK {
-		b.Fatal("the schedule failed in an earlier run")
+	}
+	r.c.onPass = func(p scalePass) {
+		if profiling {
+			pprof.StopCPUProfile()
+			profiling = false
+		}
+		switch {
+		case r.worst.pass == 0 && slices.Contains(p.report.Dead, scaleDead):
+			r.worst, r.load1 = p, -1
+			if l, err := benchenv.ReadLoad(); err == nil {
+				r.load1 = l.One
+			}
+		case r.worst.pass != 0 && p.pass == r.worst.pass+1:
+			r.next = p
+		}
+		if r.worst.pass != 0 && r.drainPasses == 0 {
+			r.drainCPU += p.cpu
+			if w.held[scaleDead] == 0 {
+				r.drainPasses = p.pass - r.worst.pass + 1
+			}
+		}
+	}
+	r.c.schedule(b, 1000, 60)
+	r.c.onPass, r.c.beforePass = nil, nil
+	if r.worst.pass == 0 || r.next.pass == 0 || r.drainPasses == 0 {
+		b.Fatalf("the schedule never found broker %d dead and drained it (worst pass %d, next %d, %d copies left)", scaleDead, r.worst.pass, r.next.pass, w.held[scaleDead])
+	}
+	r.maxBackfills = r.c.coord.cfg.Policy.MaxBackfills
+	b.Logf("worst %v", r.worst)
+	b.Logf("next  %v", r.next)
+	b.Logf("drain: %d passes (floor %d: %d copies, MaxBackfills %d), %.2f s CPU; load1 at the worst pass %.2f",
+		r.drainPasses, ceilDiv(r.worst.deadHeld, r.maxBackfills), r.worst.deadHeld, r.maxBackfills, r.drainCPU.Seconds(), r.load1)
+	w.mu.Lock()
+	w.up[scaleDead] = true // back, empty: every broker answers
+	w.mu.Unlock()
+	r.c.run(b, "healthy") // warm
+	runtime.GC()
+	var m2 runtime.MemStats
+	runtime.ReadMemStats(&m2)
+	r.withPl = float64(m2.HeapAlloc-m0.HeapAlloc) / float64(nSeg)
+	return r
+}
+
+// BenchmarkScale: the leader's passes over 10^6 and 10^7 sealed segments
+// (-scale.segments: one row of that size) on 1,000 brokers at RF 3. Each
+// round (each -count; the call with b.N == 1 that starts it) builds a
+// fresh world and runs the fault schedule (logged pass by pass with -v);
+// the pass that finds a broker dead is the worst pass. Reported: that pass
+// and the next (process CPU by getrusage, the in-memory brokers'
+// O(exceptions) work included; wall; allocations per planned command),
+// the passes the dead broker's copies took to be recorded away against
+// the floor its copies over MaxBackfills set, the load1 at the worst pass;
+// then per healthy pass (b.N of them) CPU, allocations, probe answers'
+// JSON bytes, and live heap per segment. The 10^7 row reports worst-x1e6,
+// its worst pass's CPU over the median of the 10^6 rounds': ~10 or less
+// when the pass is linear in what it handles, ~44 for a quadratic in the
+// commands. Compare ns/segment with BenchmarkPass in the same run.
+func BenchmarkScale(b *testing.B) {
+	rows := scaleRows
+	if *scaleSegments > 0 {
+		rows = []scaleRow{{fmt.Sprintf("segments=%d", *scaleSegments), *scaleSegments}}
+	}
+	for _, row := range rows {
+		b.Run(row.name, func(b *testing.B) { benchScale(b, row) })
+	}
+}
+
+func benchScale(b *testing.B, row scaleRow) {
+	s := &scaleBench
+	r := s.round[row.name]
+	if b.N == 1 || r == nil { // a new round: each -count iteration starts with b.N == 1
+		r = newScaleRound(b, row.nSeg)
+		s.round = map[string]*scaleRound{row.name: r}
+		if s.worsts == nil {
+			s.worsts = map[string][]float64{}
+		}
+		s.worsts[row.name] = append(s.worsts[row.name], r.worst.cpu.Seconds())
 	}
 	runtime.GC()
 	b.ResetTimer()
@@ -483,7 +617,7 @@ func BenchmarkScale(b *testing.B) {
 	var allocs uint64
 	var wire, facts int64
 	for i := 0; i < b.N; i++ {
-		p := s.c.run(b, "healthy")
+		p := r.c.run(b, "healthy")
 		if !p.healthy() || p.backfills != 0 {
 			b.Fatalf("healthy pass is not: %s", p.report.String())
 		}
@@ -495,13 +629,52 @@ func BenchmarkScale(b *testing.B) {
 	b.StopTimer()
 	n := float64(b.N)
 	b.ReportMetric(float64(cpu.Milliseconds())/n, "cpu-ms/pass")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n/float64(s.nSeg), "ns/segment")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n/float64(row.nSeg), "ns/segment")
 	b.ReportMetric(float64(allocs)/n, "allocs/pass")
 	b.ReportMetric(float64(wire)/n, "wire-B/pass")
 	b.ReportMetric(float64(facts)/n, "facts/pass")
-	b.ReportMetric(s.perSeg, "heap-B/segment")
-	b.ReportMetric(s.withPl, "heap+leader-B/segment")
-	b.Logf("load %s", loadString())
+	b.ReportMetric(r.perSeg, "heap-B/segment")
+	b.ReportMetric(r.withPl, "heap+leader-B/segment")
+	r.reportWorst(b)
+	if small := s.worsts["segments=1e6"]; row.nSeg == 10_000_000 && len(small) > 0 {
+		b.ReportMetric(r.worst.cpu.Seconds()/median(small), "worst-x1e6")
+	}
+}
+
+// reportWorst reports the round's worst pass, the next, and the drain.
+func (r *scaleRound) reportWorst(b *testing.B) {
+	b.ReportMetric(r.worst.cpu.Seconds(), "worst-cpu-s")
+	b.ReportMetric(r.worst.wall.Seconds(), "worst-wall-s")
+	b.ReportMetric(float64(r.worst.commands), "worst-cmds")
+	b.ReportMetric(float64(r.worst.allocs)/float64(max(r.worst.commands, 1)), "worst-allocs/cmd")
+	b.ReportMetric(r.next.cpu.Seconds(), "next-cpu-s")
+	b.ReportMetric(r.next.wall.Seconds(), "next-wall-s")
+	b.ReportMetric(float64(r.next.commands), "next-cmds")
+	if r.next.commands > 0 {
+		b.ReportMetric(float64(r.next.allocs)/float64(r.next.commands), "next-allocs/cmd")
+	}
+	b.ReportMetric(float64(r.drainPasses), "drain-passes")
+	b.ReportMetric(float64(ceilDiv(r.worst.deadHeld, r.maxBackfills)), "drain-floor-passes")
+	b.ReportMetric(r.drainCPU.Seconds(), "drain-cpu-s")
+	b.ReportMetric(r.load1, "load1")
+}
+
+// ceilDiv is a/b rounded up; 1 when b is not positive (no cap: one pass).
+func ceilDiv(a, b int) int {
+	if b <= 0 {
+		return 1
+	}
+	return (a + b - 1) / b
+}
+
+func median(xs []float64) float64 {
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	n := len(ys)
+	if n%2 == 1 {
+		return ys[n/2]
+	}
+	return (ys[n/2-1] + ys[n/2]) / 2
 }
 
 // loadString is the load averages, or why they are unknown.
