@@ -21,8 +21,9 @@ const (
 	Failed
 	// SourceRefused: a backfill whose error wraps ErrSourceRefused.
 	SourceRefused
-	// NoDurableEnd: a backfill whose target could not say where its copy
-	// ends (the source was not read).
+	// NoDurableEnd: a backfill whose target could not open its copy at
+	// its durable end (an error wrapping ErrNoDurableEnd): the source was
+	// not read.
 	NoDurableEnd
 	// SealConflicted: the target answered ErrSealConflict.
 	SealConflicted

@@ -22,6 +22,13 @@ var ErrInvalid = errors.New("heal: invalid")
 // segment changes.
 var ErrSourceRefused = errors.New("heal: backfill source refused")
 
+// ErrNoDurableEnd is what a Backfiller wraps when the target could not
+// open its copy where the backfill resumes (its durable end: the copy is
+// latched or unreadable), before the source was read. The failure is the
+// target's: Step avoids the target for the segment and counts nothing
+// against the source.
+var ErrNoDurableEnd = errors.New("heal: backfill target has no durable end")
+
 // ErrSealConflict is what a Settler or Backfiller wraps when the broker
 // refused because its copy carries its own valid seal that disagrees with
 // the segment metadata (the plugin maps store.ErrSealConflict to it). The

@@ -312,11 +312,11 @@ func (b *blockingFake) Probe(ctx context.Context, id meta.BrokerID, index uint64
 	return b.fakeBrokers.Probe(ctx, id, index)
 }
 
-func (b *blockingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+func (b *blockingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
 	if s.ID != b.block {
-		return b.fakeBrokers.Backfill(ctx, target, source, s, from)
+		return b.fakeBrokers.Backfill(ctx, target, source, s)
 	}
-	b.fakeBrokers.log("backfill %s %d<-%d from %d (blocks)", s.ID, target, source, from)
+	b.fakeBrokers.log("backfill %s %d<-%d (blocks)", s.ID, target, source)
 	b.started()
 	<-ctx.Done()
 	return 0, ctx.Err()

@@ -170,13 +170,10 @@ func (x *executor) runBatch(b meta.BrokerID, idx []int, step batchStep) {
 	}
 }
 
-// backfill asks the target for its durable end and copies the rest.
+// backfill asks the target to copy what its copy lacks from the source:
+// one request, the target resuming at its own durable end.
 func (x *executor) backfill(ctx context.Context, a *heal.Action) (int64, error) {
-	from, err := x.c.cfg.Backfiller.DurableEnd(ctx, a.Target, a.Segment)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errDurableEnd, err)
-	}
-	return x.c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment, from)
+	return x.c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment)
 }
 
 // commands applies h's Commands concurrently, bounded by Concurrency (a
@@ -293,7 +290,7 @@ func (x *executor) classify(a *heal.Action, err error) heal.Outcome {
 		return heal.Outcome{Result: heal.SealConflicted, Err: err.Error()}
 	case a.Op.IsBackfill() && errors.Is(err, heal.ErrSourceRefused):
 		return heal.Outcome{Result: heal.SourceRefused, Err: err.Error()}
-	case a.Op.IsBackfill() && errors.Is(err, errDurableEnd):
+	case a.Op.IsBackfill() && errors.Is(err, heal.ErrNoDurableEnd):
 		return heal.Outcome{Result: heal.NoDurableEnd, Err: err.Error()}
 	}
 	return heal.Outcome{Result: heal.Failed, Err: err.Error()}
@@ -309,9 +306,6 @@ func deleteLeftover(ctx context.Context, d Deleter, a *heal.Action, index uint64
 	return ld.DeleteLeftover(ctx, a.Target, a.Segment.ID, index)
 }
 
-// errDurableEnd marks a backfill that failed asking the target for its
-// durable end, before the source was read.
-var errDurableEnd = errors.New("durable end")
 
 // limiter bounds concurrent steps overall and per broker. Per-broker slots
 // are taken in broker id order, so two steps never wait on each other.

@@ -49,14 +49,13 @@ type Prober interface {
 
 // Backfiller copies a sealed segment's bytes between brokers.
 type Backfiller interface {
-	// DurableEnd returns the byte length of the whole, valid frames of
-	// broker's copy of seg (the truncation point a resumed backfill starts
-	// from). A copy that does not exist has durable end 0 and no error.
-	DurableEnd(ctx context.Context, broker meta.BrokerID, seg meta.Segment) (int64, error)
-
-	// Backfill makes target's copy of seg whole by copying bytes
-	// [from, end) from source's copy, where end covers the frames and the
-	// seal footer. The target creates the copy if it has none and must
+	// Backfill makes target's copy of seg whole in one request: the
+	// target resumes at its own durable end (the end of its copy's whole,
+	// valid frames; 0 for no copy) and copies the bytes from there to the
+	// end of the frames and the seal footer from source's copy. (The
+	// plan's Action.From is what the probe saw; the target's copy may have
+	// changed since, so the target, not the caller, says where to resume.)
+	// The target creates the copy if it has none and must
 	// never commit a copy that does not verify against seg (frames,
 	// offsets, checksum); on any error it rolls back to its durable end.
 	// It returns the number of bytes transferred. A target that latched
@@ -65,8 +64,10 @@ type Backfiller interface {
 	// never records a replica set that names target on their account. A
 	// target whose existing copy carries its own valid seal disagreeing
 	// with seg refuses, changing nothing, with an error wrapping
-	// ErrSealConflict.
-	Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error)
+	// heal.ErrSealConflict. A target that cannot open its copy at its
+	// durable end (before reading the source) answers an error wrapping
+	// heal.ErrNoDurableEnd: the failure is the target's, not the source's.
+	Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error)
 }
 
 // Settler brings overrun copies back to their sealed size and records that

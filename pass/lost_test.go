@@ -70,7 +70,7 @@ type refusingFake struct {
 	reads map[meta.BrokerID]int // backfills per source
 }
 
-func (r *refusingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+func (r *refusingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
 	r.mu.Lock()
 	r.reads[source]++
 	bad := r.from[source]
@@ -79,7 +79,7 @@ func (r *refusingFake) Backfill(ctx context.Context, target, source meta.BrokerI
 		r.fakeBrokers.log("backfill %s %d<-%d refused", s.ID, target, source)
 		return 0, r.err
 	}
-	return r.fakeBrokers.Backfill(ctx, target, source, s, from)
+	return r.fakeBrokers.Backfill(ctx, target, source, s)
 }
 
 // a source whose backfill fails with ErrSourceRefused is read at
@@ -139,12 +139,13 @@ func TestCoordinatorRefusedSourceNotReadAgain(t *testing.T) {
 	}
 }
 
-// durableFailFake cannot tell any target's durable end.
+// durableFailFake's targets cannot open their copies at their durable
+// ends: every backfill fails before its source is read.
 type durableFailFake struct{ *fakeBrokers }
 
-func (d durableFailFake) DurableEnd(ctx context.Context, b meta.BrokerID, s meta.Segment) (int64, error) {
-	d.fakeBrokers.log("durable %s@%d", s.ID, b)
-	return 0, errors.New("disk: EIO")
+func (d durableFailFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
+	d.fakeBrokers.log("backfill %s %d<-%d: no durable end", s.ID, target, source)
+	return 0, fmt.Errorf("%w: disk: EIO", heal.ErrNoDurableEnd)
 }
 
 // A target that cannot say where its copy ends is the target's problem:

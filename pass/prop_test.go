@@ -278,14 +278,11 @@ func (f *fakeBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) 
 	}
 	return r, nil
 }
-func (f *fakeBrokers) DurableEnd(ctx context.Context, b meta.BrokerID, s meta.Segment) (int64, error) {
-	f.log("durable %s@%d", s.ID, b)
-	return f.durable[heal.CopyRef{Segment: s.ID, Broker: b}], nil
-}
-func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	from := f.durable[heal.CopyRef{Segment: s.ID, Broker: target}] // the target resumes at its durable end
 	f.log("backfill %s %d<-%d from %d", s.ID, target, source, from)
 	if f.failFill != nil && f.failFill(target, s.ID) {
 		if f.fillErr != nil {

@@ -204,26 +204,9 @@ func (p scaleBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64)
 	return r, nil
 }
 
-func (p scaleBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta.Segment) (int64, error) {
-	w := p.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.up[id] {
-		return 0, errScaleDown
-	}
-	c, ok := w.exc[id][seg.ID]
-	switch {
-	case !ok || c.kind == heal.Overrun:
-		return seg.ByteSize, nil
-	case c.kind == heal.Short:
-		return c.size, nil
-	case c.kind == heal.Latched:
-		return 0, errors.New("scale: copy latched")
-	}
-	return 0, nil
-}
-
-func (p scaleBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+// Backfill resumes at the target's durable end; a latched target copy
+// answers ErrNoDurableEnd.
+func (p scaleBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error) {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -233,11 +216,17 @@ func (p scaleBrokers) Backfill(ctx context.Context, target, source meta.BrokerID
 	if !w.up[target] || !w.up[source] {
 		return 0, errScaleDown
 	}
+	var from int64 // the target's durable end
+	switch c, ok := w.exc[target][seg.ID]; {
+	case !ok || c.kind == heal.Overrun:
+		from = seg.ByteSize
+	case c.kind == heal.Short:
+		from = c.size
+	case c.kind == heal.Latched:
+		return 0, fmt.Errorf("scale: target %d copy of %s latched: %w", target, seg.ID, heal.ErrNoDurableEnd)
+	}
 	if !w.intact(source, &seg) {
 		return 0, fmt.Errorf("scale: source %d of %s: %w", source, seg.ID, heal.ErrSourceRefused)
-	}
-	if c, ok := w.exc[target][seg.ID]; ok && c.kind == heal.Latched {
-		return 0, errors.New("scale: target copy latched")
 	}
 	delete(w.exc[target], seg.ID) // intact, confirmed by the backfill
 	w.filled[heal.CopyRef{Segment: seg.ID, Broker: target}] = true

@@ -208,8 +208,8 @@ func (f *scriptBrokers) eachLogged(ctx context.Context, verb string, fail map[he
 
 // Backfill rolls back a backfill whose pass was cancelled while it ran,
 // as the Backfiller's contract says.
-func (f *scriptBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
-	n, err := f.fakeBrokers.Backfill(ctx, target, source, s, from)
+func (f *scriptBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
+	n, err := f.fakeBrokers.Backfill(ctx, target, source, s)
 	if err == nil && ctx.Err() != nil {
 		return 0, fmt.Errorf("backfill %s to %d rolled back: %w", s.ID, target, ctx.Err())
 	}

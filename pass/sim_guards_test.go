@@ -176,7 +176,7 @@ func TestSimReturningBrokerCancelsBackfillsNoSetChange(t *testing.T) {
 
 // a lost segment is reported on every pass, and after the first
 // failed attempt from each source no read names its replicas again (the
-// in-memory brokers count DurableEnd and Backfill calls). A
+// in-memory brokers count Backfill calls). A
 // segment whose every copy is corrupt is lost from the first pass, costs
 // no read, and no copy of it is deleted.
 func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
@@ -241,10 +241,10 @@ func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
 			}
 		}
 	}
-	// One attempt per source: DurableEnd of the missing copy plus one
-	// Backfill from each of the two rotten replicas.
-	if lostFrom != 2 || readsAtLost != 4 {
-		t.Errorf("%s lost from pass %d after %d reads; want pass 2 after 4", x.ID, lostFrom, readsAtLost)
+	// One attempt per source: one Backfill of the missing copy from each
+	// of the two rotten replicas.
+	if lostFrom != 2 || readsAtLost != 2 {
+		t.Errorf("%s lost from pass %d after %d reads; want pass 2 after 2", x.ID, lostFrom, readsAtLost)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -69,7 +69,7 @@ type sim struct {
 	violations []string
 	stats      map[string]int
 
-	// Traffic, per segment: DurableEnd and Backfill calls (reads), and
+	// Traffic, per segment: Backfill calls (reads), and
 	// SetReplicas commands (sets).
 	reads map[meta.SegmentID]int
 	sets  map[meta.SegmentID]int
@@ -281,26 +281,10 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 	return r, nil
 }
 
-func (b simBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta.Segment) (int64, error) {
-	s := b.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reads[seg.ID]++
-	br := s.brokers[id]
-	if br == nil || !br.up {
-		return 0, errors.New("sim: broker down")
-	}
-	c := br.copies[seg.ID]
-	if c == nil {
-		return 0, nil
-	}
-	if c.latched {
-		return 0, errors.New("sim: copy latched")
-	}
-	return min(c.size, seg.ByteSize), nil
-}
-
-func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+// Backfill resumes at the target's durable end, as the plugin's target
+// does: it opens its copy first (a latched one answers ErrNoDurableEnd),
+// then reads the source.
+func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error) {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,23 +310,23 @@ func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, 
 		return 0, ctx.Err()
 	}
 	tb, sb := s.brokers[target], s.brokers[source]
-	if !tb.up || !sb.up {
-		return 0, errors.New("sim: broker down")
+	if !tb.up {
+		return 0, errors.New("sim: target down")
+	}
+	tc := tb.copies[seg.ID]
+	if tc != nil && tc.latched {
+		return 0, fmt.Errorf("sim: target %d copy of %s latched: %w", target, seg.ID, heal.ErrNoDurableEnd)
+	}
+	from := int64(0) // the target's durable end
+	if tc != nil {
+		from = min(tc.size, seg.ByteSize)
+	}
+	if !sb.up {
+		return 0, errors.New("sim: source down")
 	}
 	sc := sb.copies[seg.ID]
 	if !sc.intact(seg) {
 		return 0, fmt.Errorf("sim: source %d has no intact copy of %s: %w", source, seg.ID, heal.ErrSourceRefused)
-	}
-	tc := tb.copies[seg.ID]
-	if tc != nil && tc.latched {
-		return 0, fmt.Errorf("sim: target %d copy of %s latched", target, seg.ID)
-	}
-	end := int64(0)
-	if tc != nil {
-		end = min(tc.size, seg.ByteSize)
-	}
-	if from != end {
-		s.violate("backfill %s to %d from %d starts at %d, durable end %d", seg.ID, target, source, from, end)
 	}
 	if s.chance(0.05, "backfillfail", seg.ID, target) {
 		tb.copies[seg.ID] = &simCopy{size: from + (seg.ByteSize-from)/2} // partial, whole frames

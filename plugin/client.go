@@ -105,24 +105,14 @@ func (c *Client) Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex 
 	return rep, nil
 }
 
-// DurableEnd implements pass.Backfiller.
-func (c *Client) DurableEnd(ctx context.Context, broker meta.BrokerID, seg meta.Segment) (int64, error) {
-	var resp DurableEndResponse
-	if err := c.do(ctx, broker, pathDurableEnd, SegmentRequest{Segment: seg}, &resp, true); err != nil {
-		return 0, err
-	}
-	return resp.Bytes, nil
-}
-
 // Backfill implements pass.Backfiller: it asks the target to pull from the
-// source's data listener. The target resumes at its own durable end, which
-// is from unless the copy changed since the caller looked.
-func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+// source's data listener, resuming at its own durable end (one request).
+func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error) {
 	src, ok := c.resolve(source)
 	if !ok || src.DataAddr == "" {
 		return 0, fmt.Errorf("%w: broker %d has no catch-up data address in the metadata", ErrUnknownBroker, source)
 	}
-	req := BackfillRequest{Segment: seg, Source: source, SourceAddr: src.DataAddr, From: from}
+	req := BackfillRequest{Segment: seg, Source: source, SourceAddr: src.DataAddr}
 	if c.certs != nil {
 		t := catchup.Ticket{Segment: seg, From: 0, To: seg.ByteSize + store.FooterSize, Source: source, Target: target,
 			Issuer: c.self, Expires: c.now().Add(TicketLife)}

@@ -24,8 +24,8 @@
 // One control listener (heal.rpc_listen) serves, as HTTP/JSON:
 //
 //	POST /rpc/v1/probe        {"index"}        -> heal.ProbeReport (anomalies and counts only)
-//	POST /rpc/v1/durable_end  {"segment"}      -> {"bytes",...}  (0 when there is no copy)
-//	POST /rpc/v1/backfill     {"segment","source","source_addr","from","ticket"} -> {"bytes"}: this broker pulls
+//	POST /rpc/v1/backfill     {"segment","source","source_addr","ticket"} -> {"bytes"}: this broker pulls,
+//	                                              resuming at its own copy's durable end
 //	POST /rpc/v1/settle       {"segments"}     -> {"items"}: each copy's error or what its settle did;
 //	                                              the batch's shard directories synced together
 //	POST /rpc/v1/confirm      {"segments"}     -> {"items"}: durable (one write), keyed by file identity
