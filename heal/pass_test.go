@@ -211,9 +211,9 @@ func TestPlanInvalidInput(t *testing.T) {
 	}
 }
 
-// Anomalies for copies the snapshot does not assign, unknown brokers and
-// duplicate anomalies do not confuse the pass.
-func TestStrayAnomalies(t *testing.T) {
+// Anomalies for leftover copies (a broker outside the set), unknown
+// segments, unknown brokers and duplicates do not confuse the pass.
+func TestLeftoverAndUnknownAnomalies(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3))
 	w.anomaly(4, "a", Short, 1, false)    // 4 holds no replica of a
 	w.anomaly(1, "zz", Missing, 0, false) // no such segment

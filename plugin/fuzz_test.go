@@ -282,18 +282,19 @@ func (fx *rpcFixture) check(t *testing.T, c rpcCall) {
 		return
 	}
 	if after := fx.state(t); after != before {
-		if path == pathBackfill && res.StatusCode != http.StatusBadRequest && fx.dropStrayTarget(t, c.body, before) {
+		if path == pathBackfill && res.StatusCode != http.StatusBadRequest && fx.dropLeftoverTarget(t, c.body, before) {
 			return
 		}
 		t.Fatalf("%s: refused request (HTTP %d %+v) changed the state:\nbefore:\n%s\nafter:\n%s", path, res.StatusCode, we, before, after)
 	}
 }
 
-// dropStrayTarget handles the one change a well-formed but failed backfill
+// dropLeftoverTarget handles the one change a well-formed but failed backfill
 // makes: the store's OpenTarget creates the copy it pulls into, and an
-// abort cuts it back to its durable end, 0, leaving an empty copy behind.
+// abort cuts it back to its durable end, 0, leaving an empty copy behind
+// (a leftover: partial_backfill).
 // If that is the only change, the copy is deleted and it reports true.
-func (fx *rpcFixture) dropStrayTarget(t *testing.T, body []byte, before string) bool {
+func (fx *rpcFixture) dropLeftoverTarget(t *testing.T, body []byte, before string) bool {
 	var req BackfillRequest
 	if json.Unmarshal(body, &req) != nil || strings.Contains(before, "copy "+string(req.Segment.ID)+" ") {
 		return false
