@@ -93,7 +93,7 @@ const denseIDs = 1 << 16
 // Plan runs one pass over in. It returns an error wrapping ErrInvalid, and
 // no plan, when the policy or the replication factor is invalid. The
 // reports must be valid (ProbeReport.Validate): they are validated once,
-// where they cross the network (the Coordinator leaves out a report that
+// where they cross the network (the executor leaves out a report that
 // is not, as if its broker had not answered), and not again here; under
 // the invariants build tag an invalid report panics.
 func (p *Planner) Plan(in Input) (Plan, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Report is what one pass found and, once the Coordinator has executed the
+// Report is what one pass found and, once the executor has executed the
 // plan, what it did. It is a value for metrics, logs and the CLI.
 type Report struct {
 	// Index is the snapshot index of the pass.
@@ -84,7 +84,7 @@ type Report struct {
 	// brokers that return a little later keep their replicas).
 	GraceRestarted []meta.BrokerID `json:"grace_restarted,omitempty"`
 
-	// Execution results, filled by the Coordinator.
+	// Execution results, filled by the executor.
 
 	// Healed lists the segments whose new replica set was recorded, or
 	// whose short copies were all resumed, and that the plan did not also
@@ -109,8 +109,8 @@ type Report struct {
 	Returned   []meta.SegmentID `json:"returned,omitempty"`
 	BytesSaved int64            `json:"bytes_saved,omitempty"`
 	// Ready are the commands whose backfills all Succeeded, in plan
-	// order (on an aborted pass, only those): what HealSealed returned
-	// for the caller's control plane to apply (Healing.Commands, the
+	// order (on an aborted pass, only those): what pass.Coordinator.HealSealed
+	// returned for the caller to apply (pass.Healing.Commands, the
 	// seed's :set_segment_replicas commands). Healed, Stale and Failed say
 	// what the control plane made of them.
 	Ready []meta.SetSegmentReplicas `json:"ready,omitempty"`
@@ -140,7 +140,7 @@ type Report struct {
 	LeftoverBytes    int64           `json:"leftover_bytes,omitempty"`
 	LeftoversDeleted []CopyRef       `json:"leftovers_deleted,omitempty"`
 	LeftoverErrors   []Failure       `json:"leftover_errors,omitempty"`
-	// Took is how long the pass took, on the Coordinator's clock.
+	// Took is how long the pass took, on the executor's clock.
 	Took time.Duration `json:"took,omitempty"`
 	// Aborted says the pass stopped early (leadership lost): what it
 	// lists was done, the rest was not started.

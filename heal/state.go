@@ -10,7 +10,7 @@ import (
 
 // State is every piece of the heal core's memory that outlives a pass. It
 // is a value: Planner.Step takes one and returns the next, the way a
-// consensus core keeps all its protocol state to itself. The Coordinator
+// consensus core keeps all its protocol state to itself. The executor
 // holds the current State and nothing else that decides anything.
 type State struct {
 	// Pass counts the passes of this State (Step increments it).
@@ -92,7 +92,7 @@ type Observation struct {
 	// it into the State before planning.
 	Executed *Outcomes
 	// Release and Acknowledge are what operators asked since the last
-	// pass (Coordinator.Release, Coordinator.Acknowledge).
+	// pass (pass.Coordinator.Release, pass.Coordinator.Acknowledge).
 	Release     bool
 	Acknowledge []meta.SegmentID
 }

@@ -8,10 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
-
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -305,7 +304,6 @@ func deleteLeftover(ctx context.Context, d Deleter, a *heal.Action, index uint64
 	}
 	return ld.DeleteLeftover(ctx, a.Target, a.Segment.ID, index)
 }
-
 
 // limiter bounds concurrent steps overall and per broker. Per-broker slots
 // are taken in broker id order, so two steps never wait on each other.

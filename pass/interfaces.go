@@ -4,18 +4,20 @@ import (
 	"context"
 
 	"github.com/malachi-log/malachi/heal"
-
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The interfaces below are what the Coordinator needs from the world. heal
-// declares them; the plugin implements them over its RPC, the simulation
+// The interfaces below are what the Coordinator needs from the world, each
+// declared here by its consumer; the plugin implements them over its RPC, the simulation
 // tests implement them in memory. Every method must honour ctx: when ctx is
 // done it returns promptly with an error wrapping ctx.Err() and leaves
 // nothing half-applied on the broker (a cancelled backfill is aborted back to
 // the target's durable end, never committed).
 
-// Metadata is the replicated metadata as the heal leader sees it.
+// Metadata is the replicated metadata as the heal leader reads and
+// changes it: a view, and a compare-and-set of one segment's replica set.
+// It is narrower than the broker's control plane (plugin.ControlPlane:
+// any command, barriers, leadership), which the plugin adapts to it.
 type Metadata interface {
 	// View returns the metadata at one applied index, at least as recent
 	// as every SetReplicas this Metadata has already acknowledged: an

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-
 	"github.com/malachi-log/malachi/meta"
 )
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-
 	"github.com/malachi-log/malachi/meta"
 )
 

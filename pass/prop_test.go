@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
-
-	"github.com/malachi-log/malachi/meta"
 	"pgregory.net/rapid"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
 )
 
 type brokerFate uint8

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/heal"
-
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/testbed/benchenv"
 )

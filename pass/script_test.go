@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/heal"
-
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/malachi-log/malachi/heal"
-
 	"github.com/malachi-log/malachi/meta"
 )
 
