@@ -214,8 +214,12 @@ func (c *Coordinator) apply(ctx context.Context, h *Healing) {
 }
 
 // recorded returns the segments whose SetReplicas succeeded in this plan
-// (one pass over it; the commands have all ended).
+// (one pass over it; the commands have all ended), or nil when the plan
+// drops no copy (nothing asks then).
 func (x *executor) recorded() map[meta.SegmentID]bool {
+	if !slices.ContainsFunc(x.out.Plan.Actions, func(a Action) bool { return a.Op == DeleteDroppedCopy }) {
+		return nil
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := map[meta.SegmentID]bool{}
