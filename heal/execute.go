@@ -217,7 +217,11 @@ func (c *Coordinator) apply(ctx context.Context, h *Healing) {
 // (one pass over it; the commands have all ended), or nil when the plan
 // drops no copy (nothing asks then).
 func (x *executor) recorded() map[meta.SegmentID]bool {
-	if !slices.ContainsFunc(x.out.Plan.Actions, func(a Action) bool { return a.Op == DeleteDroppedCopy }) {
+	drops := false
+	for i := range x.out.Plan.Actions {
+		drops = drops || x.out.Plan.Actions[i].Op == DeleteDroppedCopy
+	}
+	if !drops {
 		return nil
 	}
 	x.mu.Lock()
