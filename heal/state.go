@@ -225,6 +225,16 @@ func (st State) Fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 		fills[f.Refusal] = f.Count
 	}
 	executed := st.Pass - 1 // the pass whose outcomes these are
+	// Sets of what st lists (and below, of what the plan backfilled),
+	// built once: a scan per action was O(actions^2) when a pass's
+	// 20,000 backfills all failed.
+	conflicts, refused := map[Conflict]bool{}, map[Refusal]bool{}
+	for _, cf := range st.Conflicts {
+		conflicts[cf] = true
+	}
+	for _, rf := range st.Refused {
+		refused[rf] = true
+	}
 	avoid := func(a *Action) {
 		if a.Op.IsBackfill() && a.Op != ResumeShortCopy {
 			st.Avoid = append(st.Avoid, Avoidance{Copy: CopyRef{a.Segment.ID, a.Target}, Until: executed + avoidPasses})
@@ -237,7 +247,8 @@ func (st State) Fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 		switch {
 		case o.Result == SealConflicted:
 			cf := Conflict{Segment: a.Segment.ID, Broker: a.Target, Version: a.Segment.Version, Seal: sealPrint(&a.Segment), State: a.TargetState}
-			if !slices.Contains(st.Conflicts, cf) {
+			if !conflicts[cf] {
+				conflicts[cf] = true
 				st.Conflicts = append(st.Conflicts, cf)
 				events = append(events, Event{Kind: EventSealConflict, Segment: a.Segment.ID, Broker: a.Target, Detail: a.Op.String() + ": " + o.Err})
 			}
@@ -247,7 +258,8 @@ func (st State) Fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 			delete(fills, rf)
 		case o.Result == SourceRefused || o.Result == Failed && refuseAfter > 0 && fills[rf]+1 >= refuseAfter:
 			delete(fills, rf)
-			if !slices.Contains(st.Refused, rf) {
+			if !refused[rf] {
+				refused[rf] = true
 				st.Refused = append(st.Refused, rf)
 				events = append(events, Event{Kind: EventSourceRefused, Segment: a.Segment.ID, Broker: a.Source, Detail: o.Err})
 			}
@@ -265,8 +277,16 @@ func (st State) Fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 	// Forget the counts of segments the plan did not backfill (healed,
 	// lost, or changed).
 	st.Fills = st.Fills[:0:0]
+	backfilled := map[Refusal]bool{}
+	if len(fills) > 0 {
+		for i := range out.Plan.Actions {
+			if a := &out.Plan.Actions[i]; a.Op.IsBackfill() {
+				backfilled[refusal(*a)] = true
+			}
+		}
+	}
 	for rf, n := range fills {
-		if slices.ContainsFunc(out.Plan.Actions, func(a Action) bool { return a.Op.IsBackfill() && refusal(a) == rf }) {
+		if backfilled[rf] {
 			st.Fills = append(st.Fills, Fill{Refusal: rf, Count: n})
 		}
 	}

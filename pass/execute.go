@@ -178,7 +178,9 @@ func (x *executor) backfill(ctx context.Context, a *heal.Action) (int64, error) 
 // commands applies h's Commands concurrently, bounded by Concurrency (a
 // consensus engine batches concurrent proposals), records each one's
 // outcome at its SetReplicas action, and returns the segments whose
-// command was recorded.
+// command was recorded, or nil when h drops no copy (nothing asks then:
+// the pass that finds a broker dead would build a set of 20,000 for
+// nothing).
 func (x *executor) commands(h *Healing) map[meta.SegmentID]bool {
 	sem := make(chan struct{}, x.c.cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -210,6 +212,9 @@ func (x *executor) commands(h *Healing) map[meta.SegmentID]bool {
 		}()
 	}
 	wg.Wait()
+	if len(h.Dropped) == 0 {
+		return nil
+	}
 	recorded := map[meta.SegmentID]bool{}
 	for k, cmd := range h.Commands {
 		if x.out.Of[h.commandAt[k]].Result == heal.Succeeded {

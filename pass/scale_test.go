@@ -334,7 +334,7 @@ type scaleCluster struct {
 	rng   *rand.Rand
 	// beforePass and onPass, when set, are called before and after each
 	// pass the schedule runs (BenchmarkScale measures through them).
-	beforePass func(pass int)
+	beforePass func()
 	onPass     func(scalePass)
 }
 
@@ -397,7 +397,7 @@ func (c *scaleCluster) schedule(tb testing.TB, copies, maxPasses int) []scalePas
 	var out []scalePass
 	run := func(phase string) scalePass {
 		if c.beforePass != nil {
-			c.beforePass(c.pass + 1)
+			c.beforePass()
 		}
 		p := c.run(tb, phase)
 		if c.onPass != nil {
@@ -431,13 +431,30 @@ func (c *scaleCluster) schedule(tb testing.TB, copies, maxPasses int) []scalePas
 
 // TestScaleSimulation runs the schedule over -scale.segments segments on
 // 1,000 brokers (skipped without the flag): the cluster heals, healthy
-// passes answer with no facts, and probe answers grow with the damage.
+// passes answer with no facts, probe answers grow with the damage, and the
+// dead broker's copies are all recorded away within ceil(copies /
+// MaxBackfills) passes of the one that finds it dead (the cap bounds the
+// drain, not the leader).
 func TestScaleSimulation(t *testing.T) {
 	if *scaleSegments == 0 {
 		t.Skip("run with -scale.segments=N (10000000 for the full size)")
 	}
 	c := newScaleCluster(t, 1000, *scaleSegments)
+	var found scalePass // the pass that found scaleDead dead
+	drained := 0        // the passes from it to the last of its copies recorded away
+	c.onPass = func(p scalePass) {
+		if found.pass == 0 && slices.Contains(p.report.Dead, scaleDead) {
+			found = p
+		}
+		if found.pass != 0 && drained == 0 && c.w.held[scaleDead] == 0 {
+			drained = p.pass - found.pass + 1
+		}
+	}
 	passes := c.schedule(t, 1000, 60)
+	if floor := ceilDiv(found.deadHeld, c.coord.cfg.Policy.MaxBackfills); found.pass == 0 || drained == 0 || drained > floor {
+		t.Errorf("broker %d found dead at pass %d with %d copies, drained in %d passes, want 1 to ceil(copies/MaxBackfills) = %d",
+			scaleDead, found.pass, found.deadHeld, drained, floor)
+	}
 	if p := passes[0]; p.facts != 0 || !p.healthy() {
 		t.Errorf("healthy pass: %d facts, report %s", p.facts, p.report.String())
 	}
@@ -508,7 +525,7 @@ func newScaleRound(b *testing.B, nSeg int) *scaleRound {
 	if *scaleWorstProfile != "" {
 		// Every pass until the worst is profiled, each into the same file:
 		// the worst pass's profile is the one left.
-		r.c.beforePass = func(int) {
+		r.c.beforePass = func() {
 			if r.worst.pass != 0 {
 				return
 			}
