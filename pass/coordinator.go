@@ -22,7 +22,7 @@ type Config struct {
 	Backfiller Backfiller
 	Settler    Settler
 	Deleter    Deleter
-	// Policy bounds each pass (DefaultPolicy when zero).
+	// Policy bounds each pass (heal.DefaultPolicy when zero).
 	Policy heal.Policy
 	// Now is the clock; time.Now when nil. The planner never reads it:
 	// the Coordinator stamps each pass and each probe answer with it.
@@ -70,7 +70,7 @@ type Config struct {
 	// whose dead replicas they replace are probed again (default 1s;
 	// negative disables). When one answers with an intact copy of a
 	// segment, that segment's backfills are cancelled and its replica set
-	// is left as it was (Report.Returned, BytesSaved): the next pass
+	// is left as it was (heal.Report.Returned, BytesSaved): the next pass
 	// counts the returning copy again.
 	ReturnCheck time.Duration
 	// OnReport, when set, is called with every pass's Report (metrics,
@@ -79,10 +79,10 @@ type Config struct {
 	// RefuseAfter is how many failed backfills of one segment from one
 	// source, in a row and with the segment unchanged, count as that
 	// source refusing when the errors do not say so (default 3; negative:
-	// only errors wrapping ErrSourceRefused count). An error wrapping
-	// ErrSourceRefused counts at once. A refused source is not read for the
+	// only errors wrapping heal.ErrSourceRefused count). An error wrapping
+	// heal.ErrSourceRefused counts at once. A refused source is not read for the
 	// segment again until the segment changes (see Refusal). It sets
-	// Policy.RefuseAfter when that is zero; AvoidPasses likewise.
+	// heal.Policy.RefuseAfter when that is zero; AvoidPasses likewise.
 	RefuseAfter int
 }
 
@@ -107,7 +107,7 @@ type Coordinator struct {
 }
 
 // New checks cfg and returns a Coordinator. The error wraps
-// ErrInvalid and names the missing or bad field.
+// heal.ErrInvalid and names the missing or bad field.
 func New(cfg Config) (*Coordinator, error) {
 	switch {
 	case cfg.Metadata == nil:
@@ -170,7 +170,7 @@ func cmpOr[T comparable](v, def T) T {
 // Run is the pass loop of one leadership term: a pass now, then one per
 // Tick, or sooner when the last pass asks for it (NextPass), until ctx is
 // done (the caller cancels it when leadership is lost); it returns
-// ctx.Err(). The term starts with State.NewTerm: the settle cursor, the
+// ctx.Err(). The term starts with heal.State.NewTerm: the settle cursor, the
 // refusals, the conflicts and the lost segments are forgotten; the
 // brokers' last-seen times are kept, so a Coordinator kept across a
 // leadership flap gives no broker a fresh grace delay (a new leader makes
@@ -246,7 +246,7 @@ func (c *Coordinator) Release() {
 // id: later Reports keep listing it in Lost, marked Acknowledged (and
 // count it in LostAcknowledged), until the segment is healthy again or
 // leaves the metadata; a later loss is then reported unacknowledged. It
-// returns an error wrapping ErrInvalid for a bad id, or ErrNotLost when the
+// returns an error wrapping heal.ErrInvalid for a bad id, or heal.ErrNotLost when the
 // last pass did not report id lost; nothing changes then. Safe at any
 // time. The acknowledgement lives in this Coordinator's State: a new
 // leader's reports show the segment unacknowledged.
@@ -330,10 +330,10 @@ func (c *Coordinator) Pass(ctx context.Context) (heal.Report, error) {
 func (c *Coordinator) observe(ctx context.Context) (*meta.View, Live, error) {
 	view, err := c.cfg.Metadata.View(ctx)
 	if err != nil {
-		return nil, Live{}, fmt.Errorf("heal: metadata view: %w", err)
+		return nil, Live{}, fmt.Errorf("pass: metadata view: %w", err)
 	}
 	if view == nil {
-		return nil, Live{}, fmt.Errorf("%w: heal: the control plane returned no metadata view", heal.ErrInvalid)
+		return nil, Live{}, fmt.Errorf("%w: pass: the metadata returned no view", heal.ErrInvalid)
 	}
 	live := Live{Start: c.cfg.Now()}
 	live.Reports, live.AuthFailed, live.Behind = c.probe(ctx, view)
@@ -361,7 +361,7 @@ func (c *Coordinator) observation(view *meta.View, live Live, consume bool) heal
 
 // probe asks every broker of view for its report; it returns the reports,
 // the brokers that answered but could not be authenticated, and those that
-// answered with metadata behind view (ErrBehind).
+// answered with metadata behind view (heal.ErrBehind).
 func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]heal.ProbeReport, []heal.AuthFailure, []meta.BrokerID) {
 	brokers := view.Brokers()
 	reports := make([]heal.ProbeReport, len(brokers))

@@ -54,7 +54,7 @@ func (c *Coordinator) backfillAndSettle(ctx context.Context, plan heal.Plan) *he
 			x.run(i, []meta.BrokerID{a.Target, a.Source}, x.backfill)
 		case heal.SetReplicas, heal.SettleOverrun, heal.ConfirmCopy, heal.DeleteDroppedCopy, heal.ReportFailed, heal.DeleteLeftoverCopy:
 		default:
-			panic(fmt.Sprintf("heal: Coordinator: action with unknown op %d", a.Op))
+			panic(fmt.Sprintf("pass: Coordinator: action with unknown op %d", a.Op))
 		}
 	}
 	x.wg.Wait()

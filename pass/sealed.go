@@ -14,13 +14,13 @@ import (
 // brokers that answered its probe, the brokers that answered but could
 // not be authenticated (seen, but with no report), and when the probing
 // started and ended. A broker of the view in neither list did not answer
-// this tick; the grace delay (Policy.Grace) decides whether it is dead.
+// this tick; the grace delay (heal.Policy.Grace) decides whether it is dead.
 // Coordinator.Pass fills it by probing every broker of the view.
 type Live struct {
 	Reports    []heal.ProbeReport
 	AuthFailed []heal.AuthFailure
 	// Behind are the brokers that answered with metadata behind the
-	// pass's index (ErrBehind): seen, but with no report.
+	// pass's index (heal.ErrBehind): seen, but with no report.
 	Behind []meta.BrokerID
 	// Start is when probing started (a broker first watched is seen
 	// then), Now when it ended (the time of the pass).
@@ -33,8 +33,8 @@ type Healing struct {
 	// Index is the metadata index the pass planned at.
 	Index uint64
 	// Commands are the plan's SetReplicas commands every backfill of
-	// whose segment Succeeded, in plan order (Outcomes.Ready; the pass's
-	// Report.Ready is the same list): for the caller to apply through its
+	// whose segment Succeeded, in plan order (heal.Outcomes.ReadyAt; the pass's
+	// heal.Report.Ready is the same list): for the caller to apply through its
 	// control plane. On an aborted pass they are only those whose
 	// backfills had all succeeded before it stopped.
 	Commands []meta.SetSegmentReplicas
@@ -42,14 +42,14 @@ type Healing struct {
 	// failures, then the backfills' and settles' (BackfillFailed,
 	// SealConflict).
 	Failed []heal.Failure
-	// Unsettled is the seed's unsettled list (Report.Unsettled). Settled
+	// Unsettled is the seed's unsettled list (heal.Report.Unsettled). Settled
 	// are those of its copies this pass settled: the caller confirms them
 	// (Settler.Confirm), and no other copy.
 	Unsettled []heal.CopyRef
 	Settled   []heal.CopyRef
 	// Dropped are the latched or corrupt copies that a command of
 	// Commands leaves out of its set: the caller deletes each once that
-	// command is recorded, never before (invariant 6).
+	// command is recorded, never before (heal's invariant 6).
 	Dropped []heal.CopyRef
 	// Leftovers are the copies outside their segment's set that the plan
 	// deletes (DeleteLeftoverCopy): the caller deletes each through a
@@ -60,7 +60,8 @@ type Healing struct {
 	// of each entry of Commands, Dropped and Leftovers: where apply
 	// records its outcome.
 	commandAt, droppedAt, leftoverAt []int
-	out                              *heal.Outcomes // what ran; apply adds what it runs
+
+	out *heal.Outcomes // what ran; apply adds what it runs
 }
 
 // HealSealed is the seed's heal_sealed/4: "Given the current
@@ -73,20 +74,22 @@ type Healing struct {
 // to apply through the control plane (Malachi.Metadata / the replicated
 // DS-RSM), plus any segments it could not heal."
 //
-// Given view, live and rf it steps the core (Planner.Step over the
+// Given view, live and rf it steps the core (heal.Planner.Step over the
 // Coordinator's State), runs the plan's backfills (Backfiller) and
 // settles (Settler.Settle), and returns the commands whose backfills all
 // Succeeded, the segments it could not heal, the unsettled copies, and
-// the settled and dropped copies the caller confirms and deletes. It
-// applies no command, confirms nothing and deletes nothing. The
-// Coordinator is its caller: Pass probes (live), calls it, then applies
-// the returned commands through Config.Metadata, deletes the dropped
-// copies whose command was recorded and confirms the settled ones.
+// the settled, dropped and leftover copies the caller confirms and
+// deletes. It applies no command, confirms nothing and deletes nothing.
+// The Coordinator is its caller: Pass probes (live), calls it, then
+// applies exactly what it returned: the commands through
+// Config.Metadata, the confirmations of the settled copies, the
+// deletions of the dropped copies whose command was recorded and of the
+// leftovers.
 //
 // rf must be the replication factor the metadata records
 // (view.ReplicationFactor()), and every report of live valid
-// (ProbeReport.Validate); otherwise it returns an error wrapping
-// ErrInvalid and nothing runs. When ctx is cancelled mid-way it stops
+// (heal.ProbeReport.Validate); otherwise it returns an error wrapping
+// heal.ErrInvalid and nothing runs. When ctx is cancelled mid-way it stops
 // starting backfills and settles, waits for those in flight, and returns
 // what succeeded before. HealSealed serialises with Pass, Run and DryRun;
 // a caller that applies the commands itself should not also Run.
