@@ -639,7 +639,7 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 	coord := newCoord()
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("seed %d (rerun: go test ./heal -run TestSimulation -sim.seed=%d): %s", seed, seed, fmt.Sprintf(format, args...))
+		t.Fatalf("seed %d (rerun: go test ./pass -run TestSimulation -sim.seed=%d): %s", seed, seed, fmt.Sprintf(format, args...))
 	}
 	s.faulty = true
 	done := -1
