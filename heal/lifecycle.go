@@ -278,9 +278,10 @@ func (p *Planner) move(view *meta.View, seg *meta.Segment, d meta.BrokerID, in I
 		p.lost = append(p.lost, r == d)
 	}
 	capHit := false
+	avoided := p.avoided(seg.ID)
 	p.pl.place(seg.Replicas, p.lost, rf, func(n *node) bool {
-		for _, a := range in.Avoid {
-			if a.Broker == n.id && a.Segment == seg.ID {
+		for _, a := range avoided {
+			if a.Broker == n.id {
 				return false
 			}
 		}
