@@ -41,7 +41,9 @@
 // {"code","message"}; the client turns the code back into the sentinel
 // (store.ErrLatched, store.ErrShort, meta.ErrStaleReplicas, ErrLagging,
 // ...) so errors.Is works across the wire; store.ErrSealConflict (409) also
-// comes back wrapping heal.ErrSealConflict, and a refusal of credentials
+// comes back wrapping heal.ErrSealConflict, a backfill target that cannot
+// open its copy at its durable end answers heal.ErrNoDurableEnd
+// (no_durable_end, 409: the source was not read), and a refusal of credentials
 // (either side's) wrapping heal.ErrUnauthenticated, which the coordinator
 // reports as auth_failed instead of counting the broker dead. The data
 // listener (heal.data_listen) is the catchup package's server: sendfile
