@@ -1,7 +1,6 @@
 package heal
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -173,36 +172,4 @@ func ops(p Plan) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-// folded is c's State with the last pass's outcomes folded in, as the
-// next Step will see it.
-func folded(c *Coordinator) State {
-	st := c.state
-	if c.pending == nil {
-		return st
-	}
-	st.Pass++
-	answered := map[meta.BrokerID]bool{} // every source answers the next probe
-	for _, a := range c.pending.Plan.Actions {
-		answered[a.Source] = true
-	}
-	st, _ = st.fold(c.pending, c.cfg.Policy, answered)
-	return st
-}
-
-// seeAll makes c's last-seen times those of seen.
-func seeAll(c *Coordinator, seen []Seen) {
-	c.state.Seen = nil
-	for _, s := range seen {
-		c.state.Seen = seenAt(c.state.Seen, s.Broker, s.At, true)
-	}
-}
-
-// eachCopy answers a Settler batch one copy at a time with one.
-func eachCopy(ctx context.Context, b meta.BrokerID, segs []meta.Segment, errs []error, one func(context.Context, meta.BrokerID, meta.Segment) error) error {
-	for i := range segs {
-		errs[i] = one(ctx, b, segs[i])
-	}
-	return nil
 }

@@ -24,7 +24,7 @@ func checkStep(_ *State, obs *Observation, plan *Plan, next *State) {
 	}
 }
 
-// checkReports panics on a report that is not valid: the Coordinator
+// checkReports panics on a report that is not valid: the executor
 // validates each where it crosses the network, so Plan never sees one.
 func checkReports(reports []ProbeReport) {
 	for i := range reports {

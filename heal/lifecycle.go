@@ -177,6 +177,7 @@ func (p *Planner) maintenanceFloor(view *meta.View, seg *meta.Segment, states []
 // healing, with the budgets healing left, and reports each one's progress.
 func (p *Planner) decommission(view *meta.View, in Input, hold bool, plan *Plan, backfills *int) {
 	var troubled map[*meta.Segment]*trouble
+	var failed map[meta.SegmentID]Reason // plan.Report.FailedReason of each, built once
 	for _, b := range view.Brokers() {
 		if !b.Is(meta.ModeDecommissioning) {
 			continue
@@ -186,6 +187,7 @@ func (p *Planner) decommission(view *meta.View, in Input, hold bool, plan *Plan,
 			for i := range p.troubled {
 				troubled[p.troubled[i].s] = &p.troubled[i]
 			}
+			failed = failedReasons(plan.Report.Failed)
 		}
 		d := Drain{Broker: b.ID}
 		if j := p.find(b.ID); j >= 0 {
@@ -199,7 +201,7 @@ func (p *Planner) decommission(view *meta.View, in Input, hold bool, plan *Plan,
 			case !seg.Sealed:
 				reason = DrainActive
 			case t != nil:
-				reason = p.troubledReason(t, &plan.Report)
+				reason = p.troubledReason(t, failed[t.s.ID])
 			case hold:
 				reason = DrainHeld
 			default:
@@ -222,9 +224,10 @@ func (p *Planner) decommission(view *meta.View, in Input, hold bool, plan *Plan,
 	}
 }
 
-// troubledReason says why a troubled segment of a decommission waits.
-func (p *Planner) troubledReason(t *trouble, rep *Report) string {
-	switch rep.FailedReason(t.s.ID) {
+// troubledReason says why a troubled segment of a decommission waits;
+// failed is the reason it failed this pass, or ReasonNone.
+func (p *Planner) troubledReason(t *trouble, failed Reason) string {
+	switch failed {
 	case NoIntactSource, AllReplicasDead:
 		return DrainNoIntactSource
 	case NoSpareBroker:
@@ -275,9 +278,10 @@ func (p *Planner) move(view *meta.View, seg *meta.Segment, d meta.BrokerID, in I
 		p.lost = append(p.lost, r == d)
 	}
 	capHit := false
+	avoided := p.avoided(seg.ID)
 	p.pl.place(seg.Replicas, p.lost, rf, func(n *node) bool {
-		for _, a := range in.Avoid {
-			if a.Broker == n.id && a.Segment == seg.ID {
+		for _, a := range avoided {
+			if a.Broker == n.id {
 				return false
 			}
 		}

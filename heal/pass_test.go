@@ -103,10 +103,11 @@ func TestBackfillCaps(t *testing.T) {
 	}
 }
 
-// Beyond the seed: a target whose backfill failed recently is avoided.
+// Beyond the seed: a target whose backfill failed recently is avoided for
+// its segment only (Avoid in any order; broker 5 is avoided for others).
 func TestAvoid(t *testing.T) {
 	w := newWorld(5, 3, seg("a", 1, 2, 3)).dead(1)
-	w.in.Avoid = []CopyRef{{"a", 4}}
+	w.in.Avoid = []CopyRef{{"b", 5}, {"a", 4}, {"0", 5}}
 	if got := ops(w.plan()); got != "replace_dead_replica a 5<-2\nset_replicas a [1 2 3]->[2 3 5]\n" {
 		t.Errorf("plan:\n%s", got)
 	}
@@ -211,9 +212,9 @@ func TestPlanInvalidInput(t *testing.T) {
 	}
 }
 
-// Anomalies for copies the snapshot does not assign, unknown brokers and
-// duplicate anomalies do not confuse the pass.
-func TestStrayAnomalies(t *testing.T) {
+// Anomalies for leftover copies (a broker outside the set), unknown
+// segments, unknown brokers and duplicates do not confuse the pass.
+func TestLeftoverAndUnknownAnomalies(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3))
 	w.anomaly(4, "a", Short, 1, false)    // 4 holds no replica of a
 	w.anomaly(1, "zz", Missing, 0, false) // no such segment

@@ -4,48 +4,56 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/malachi-log/malachi/meta"
 )
 
-// ErrInvalid marks bad input to the planner or the Coordinator; nothing is
+// ErrInvalid marks bad input to the planner or the executor; nothing is
 // changed on its account.
 var ErrInvalid = errors.New("heal: invalid")
 
-// ErrSourceRefused is what a Backfiller wraps when the source's copy
+// ErrSourceRefused is what a pass.Backfiller wraps when the source's copy
 // refused the transfer (latched, missing, short, unsealed, or failing its
 // checksum or verification at the source), as opposed to a failure of the
-// target or of the network. The Coordinator then records a Refusal: the
+// target or of the network. The next Step then records a Refusal: the
 // source is not read for that segment again until something about the
 // segment changes.
 var ErrSourceRefused = errors.New("heal: backfill source refused")
 
-// ErrSealConflict is what a Settler or Backfiller wraps when the broker
+// ErrNoDurableEnd is what a pass.Backfiller wraps when the target could not
+// open its copy where the backfill resumes (its durable end: the copy is
+// latched or unreadable), before the source was read. The failure is the
+// target's: Step avoids the target for the segment and counts nothing
+// against the source.
+var ErrNoDurableEnd = errors.New("heal: backfill target has no durable end")
+
+// ErrSealConflict is what a pass.Settler or pass.Backfiller wraps when the broker
 // refused because its copy carries its own valid seal that disagrees with
 // the segment metadata (the plugin maps store.ErrSealConflict to it). The
-// broker changed nothing. The Coordinator records a Conflict: the segment
+// broker changed nothing. The next Step records a Conflict: the segment
 // is reported SealConflict and left alone (no settle, backfill, replacement
 // or deletion) on every pass until the metadata or the copy changes.
 var ErrSealConflict = errors.New("heal: seal conflict")
 
-// ErrUnauthenticated is what a Prober (or any of the Brokers methods)
+// ErrUnauthenticated is what a pass.Prober (or any of the pass.Brokers methods)
 // wraps when the broker answered but one side could not authenticate the
 // other (another CA, a certificate naming another broker, an expired
-// one): the broker is up but unusable. The Coordinator reports it
-// (Report.AuthFailed) and never counts it dead for that, so its replicas
+// one): the broker is up but unusable. The executor passes it to Step
+// (Observation.AuthFailed), which reports it (Report.AuthFailed) and never counts it dead for that, so its replicas
 // stay where they are while an operator fixes the certificates; it is
 // neither a source nor a target meanwhile.
 var ErrUnauthenticated = errors.New("heal: broker not authenticated")
 
-// ErrBehind is what a Prober wraps when the broker answered but its
+// ErrBehind is what a pass.Prober wraps when the broker answered but its
 // metadata had not reached the pass's index in time (its raft log lags,
 // e.g. while its link flaps and the leader backs off replicating to it):
-// the broker is up, its copies unknown this pass. The Coordinator reports
-// it (Report.Behind) and counts it seen, never dead for it.
+// the broker is up, its copies unknown this pass. Step reports it
+// (Report.Behind) and counts it seen, never dead for it.
 var ErrBehind = errors.New("heal: broker's metadata behind the pass")
 
-// ErrNotLost is returned by Coordinator.Acknowledge for a segment that the
+// ErrNotLost is returned by pass.Coordinator.Acknowledge for a segment that the
 // last pass did not report lost.
 var ErrNotLost = errors.New("heal: segment not lost")
 
@@ -92,7 +100,7 @@ const (
 	ReplaceCorruptCopy
 	// DeleteLeftoverCopy deletes Target's copy of a segment whose set does
 	// not name Target (a leftover, see Leftover), through a
-	// LeftoverDeleter that refuses if the set names Target at the plan's
+	// pass.LeftoverDeleter that refuses if the set names Target at the plan's
 	// index. Planned only after Policy.LeftoverDelay and only while the
 	// segment is safe (see doc.go); Segment carries only the id when the
 	// metadata does not know the segment.
@@ -156,10 +164,10 @@ const (
 	// (Report.Lost).
 	NoIntactSource
 	// BackfillFailed: a backfill of this pass returned an error
-	// (Coordinator only); no command was applied for the segment.
+	// (the executor); no command was applied for the segment.
 	BackfillFailed
 	// CommandFailed: SetReplicas failed for a reason other than a stale
-	// expected set (Coordinator only).
+	// expected set (the executor).
 	CommandFailed
 	// SealConflict: a replica's copy refused a settle or a backfill
 	// because its own valid seal disagrees with the metadata (see
@@ -213,7 +221,7 @@ type Action struct {
 	// place of.
 	Replaces meta.BrokerID `json:"replaces,omitempty"`
 	// From is, for ResumeShortCopy, the stored size the probe reported (a
-	// hint; the Coordinator asks for the exact durable end), 0 otherwise.
+	// hint; the target resumes at its exact durable end), 0 otherwise.
 	From int64 `json:"from,omitempty"`
 	// Command is the compare-and-set for SetReplicas. A SetReplicas of a
 	// decommission's move names in Replaces the decommissioning replica
@@ -235,7 +243,7 @@ type Action struct {
 // Plan is the outcome of one pass: what to do, in risk order (the segments
 // with the fewest healthy copies first), and what was found.
 //
-// Execution contract (the Coordinator implements it; any other executor
+// Execution contract (pass.Coordinator implements it; any other executor
 // must too):
 //  1. Backfills (Op.IsBackfill) and SettleOverrun may run concurrently.
 //  2. A SetReplicas runs only after every backfill of the same segment in
@@ -260,7 +268,7 @@ type Plan struct {
 	Report Report `json:"report"`
 	// Commands are the plan's SetReplicas commands, in plan order: each is
 	// handed to the control plane only if every backfill of its segment
-	// succeeds (Healing.Commands, Outcomes.Ready, Report.Ready).
+	// succeeds (Outcomes.ReadyAt, Report.Ready).
 	Commands []meta.SetSegmentReplicas `json:"commands,omitempty"`
 	// SettleCursor is where the next pass's round-robin over unsettled
 	// copies starts; feed it back as Input.SettleCursor (the Planner does).
@@ -334,7 +342,7 @@ type LostSegment struct {
 	// Reason is AllReplicasDead or NoIntactSource.
 	Reason Reason `json:"reason"`
 	// Acknowledged says an operator acknowledged the loss
-	// (Coordinator.Acknowledge); it is still reported.
+	// (pass.Coordinator.Acknowledge); it is still reported.
 	Acknowledged bool `json:"acknowledged,omitempty"`
 }
 
@@ -521,7 +529,7 @@ type Input struct {
 	// segment meets the seed's conditions.
 	Unconfirmed []CopyRef
 	// Avoid lists copies not to create this pass: a segment's broker that
-	// is not to be chosen as a new replica (the Coordinator fills it with
+	// is not to be chosen as a new replica (the executor fills it with
 	// targets whose backfill failed recently, e.g. because a leftover copy
 	// there is latched). Placement picks another broker.
 	Avoid []CopyRef
@@ -549,3 +557,5 @@ type Input struct {
 	// timed-out probe, a broker within its grace delay).
 	Lost []meta.SegmentID
 }
+
+func sortRefs(rs []CopyRef) { slices.SortFunc(rs, cmpRefs) }

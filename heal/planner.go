@@ -23,6 +23,7 @@ type Planner struct {
 	lost     []bool
 	unset    []unsettledCopy
 	unconf   []CopyRef // Input.Unconfirmed, sorted
+	avoid    []CopyRef // Input.Avoid, sorted
 	state    []copyState
 	refused  []Refusal        // Input.Refused, sorted by segment then source
 	acked    []meta.SegmentID // Input.Acknowledged, sorted
@@ -93,7 +94,7 @@ const denseIDs = 1 << 16
 // Plan runs one pass over in. It returns an error wrapping ErrInvalid, and
 // no plan, when the policy or the replication factor is invalid. The
 // reports must be valid (ProbeReport.Validate): they are validated once,
-// where they cross the network (the Coordinator leaves out a report that
+// where they cross the network (the executor leaves out a report that
 // is not, as if its broker had not answered), and not again here; under
 // the invariants build tag an invalid report panics.
 func (p *Planner) Plan(in Input) (Plan, error) {
@@ -189,8 +190,22 @@ func (p *Planner) memory(in Input) {
 	slices.Sort(p.wasLost)
 	p.unconf = append(p.unconf[:0], in.Unconfirmed...)
 	sortRefs(p.unconf)
+	p.avoid = append(p.avoid[:0], in.Avoid...)
+	sortRefs(p.avoid)
 	p.conflict = append(p.conflict[:0], in.Conflicts...)
 	slices.SortFunc(p.conflict, func(a, b Conflict) int { return cmp.Compare(a.Segment, b.Segment) })
+}
+
+// avoided returns the copies of Input.Avoid on segment id (a sub-slice of
+// p.avoid): placement checks a candidate against these, not against every
+// avoided copy (20,000 after a pass whose backfills all failed).
+func (p *Planner) avoided(id meta.SegmentID) []CopyRef {
+	i, _ := slices.BinarySearchFunc(p.avoid, CopyRef{Segment: id}, cmpRefs)
+	j := i
+	for j < len(p.avoid) && p.avoid[j].Segment == id {
+		j++
+	}
+	return p.avoid[i:j]
 }
 
 func cmpRefusal(a, b Refusal) int {
@@ -691,9 +706,10 @@ func (p *Planner) replace(t *trouble, states []copyState, src, lost, rf int, in 
 	}
 	s := &p.pl.nodes[src]
 	capHit := false
+	avoided := p.avoided(seg.ID)
 	eligible := func(n *node) bool {
-		for _, a := range in.Avoid {
-			if a.Broker == n.id && a.Segment == seg.ID {
+		for _, a := range avoided {
+			if a.Broker == n.id {
 				return false
 			}
 		}

@@ -204,12 +204,12 @@ func (f *Fact) Validate() error {
 	return nil
 }
 
-// ProbeReport is one broker's answer to Prober.Probe for one tick. It
+// ProbeReport is one broker's answer to pass.Prober.Probe for one tick. It
 // carries facts and counts only: a copy that is not listed is Intact.
 // Network cost therefore grows with what is wrong, not with what is stored.
 type ProbeReport struct {
 	Broker meta.BrokerID `json:"broker"`
-	// At is when the Coordinator received the report (zero: at the
+	// At is when the executor received the report (zero: at the
 	// pass's Now): the broker's last-seen time. Not on the wire.
 	At time.Time `json:"-"`
 	// Index is the metadata index whose assignment the broker probed;

@@ -9,7 +9,7 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Report is what one pass found and, once the Coordinator has executed the
+// Report is what one pass found and, once the executor has executed the
 // plan, what it did. It is a value for metrics, logs and the CLI.
 type Report struct {
 	// Index is the snapshot index of the pass.
@@ -84,7 +84,7 @@ type Report struct {
 	// brokers that return a little later keep their replicas).
 	GraceRestarted []meta.BrokerID `json:"grace_restarted,omitempty"`
 
-	// Execution results, filled by the Coordinator.
+	// Execution results, filled by the executor.
 
 	// Healed lists the segments whose new replica set was recorded, or
 	// whose short copies were all resumed, and that the plan did not also
@@ -109,8 +109,8 @@ type Report struct {
 	Returned   []meta.SegmentID `json:"returned,omitempty"`
 	BytesSaved int64            `json:"bytes_saved,omitempty"`
 	// Ready are the commands whose backfills all Succeeded, in plan
-	// order (on an aborted pass, only those): what HealSealed returned
-	// for the caller's control plane to apply (Healing.Commands, the
+	// order (on an aborted pass, only those): what pass.Coordinator.HealSealed
+	// returned for the caller to apply (pass.Healing.Commands, the
 	// seed's :set_segment_replicas commands). Healed, Stale and Failed say
 	// what the control plane made of them.
 	Ready []meta.SetSegmentReplicas `json:"ready,omitempty"`
@@ -140,7 +140,7 @@ type Report struct {
 	LeftoverBytes    int64           `json:"leftover_bytes,omitempty"`
 	LeftoversDeleted []CopyRef       `json:"leftovers_deleted,omitempty"`
 	LeftoverErrors   []Failure       `json:"leftover_errors,omitempty"`
-	// Took is how long the pass took, on the Coordinator's clock.
+	// Took is how long the pass took, on the executor's clock.
 	Took time.Duration `json:"took,omitempty"`
 	// Aborted says the pass stopped early (leadership lost): what it
 	// lists was done, the rest was not started.
@@ -286,9 +286,11 @@ func (o *Outcomes) Report() Report {
 			failed[a.Segment.ID] = fmt.Sprintf("%s to %d from %d: %s", a.Op, a.Target, a.Source, out.Err)
 		}
 	}
+	listed := idSet(rep.Returned)
 	for i := range plan.Actions {
 		if a := &plan.Actions[i]; a.Op.IsBackfill() && o.returned(a.Segment.ID) {
-			if !slices.Contains(rep.Returned, a.Segment.ID) {
+			if !listed[a.Segment.ID] {
+				listed[a.Segment.ID] = true
 				rep.Returned = append(rep.Returned, a.Segment.ID)
 			}
 			rep.BytesSaved += a.Segment.ByteSize
@@ -296,6 +298,12 @@ func (o *Outcomes) Report() Report {
 	}
 	rep.BytesSaved = max(0, rep.BytesSaved-returnedBytes)
 	commanded := map[meta.SegmentID]bool{}
+	backfillFailed := map[meta.SegmentID]bool{} // listed in rep.Failed as BackfillFailed
+	for _, f := range rep.Failed {
+		if f.Reason == BackfillFailed {
+			backfillFailed[f.Segment] = true
+		}
+	}
 	for i := range plan.Actions {
 		a := &plan.Actions[i]
 		if a.Op == SetReplicas {
@@ -308,9 +316,8 @@ func (o *Outcomes) Report() Report {
 			}
 			continue
 		}
-		if msg, ok := failed[a.Segment.ID]; ok && a.Op.IsBackfill() && !slices.ContainsFunc(rep.Failed, func(f Failure) bool {
-			return f.Segment == a.Segment.ID && f.Reason == BackfillFailed
-		}) {
+		if msg, ok := failed[a.Segment.ID]; ok && a.Op.IsBackfill() && !backfillFailed[a.Segment.ID] {
+			backfillFailed[a.Segment.ID] = true
 			rep.Failed = append(rep.Failed, Failure{Segment: a.Segment.ID, Reason: BackfillFailed, Err: msg})
 		}
 	}
@@ -323,6 +330,7 @@ func (o *Outcomes) Report() Report {
 func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, commanded map[meta.SegmentID]bool) {
 	plan := &o.Plan
 	rep.Ready = o.Ready()
+	planFailed := failedReasons(plan.Report.Failed)
 	for i := range plan.Actions {
 		a, out := &plan.Actions[i], o.of(i)
 		ref := CopyRef{a.Segment.ID, a.Target}
@@ -332,7 +340,7 @@ func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, comma
 		case a.Op == SetReplicas && out.Result == Succeeded && a.Replaces != 0: // a decommission's or the rebalancer's move
 			rep.Moved = append(rep.Moved, a.Segment.ID)
 		case a.Op == SetReplicas && out.Result == Succeeded:
-			if plan.Report.FailedReason(a.Segment.ID) == ReasonNone {
+			if planFailed[a.Segment.ID] == ReasonNone {
 				// A set that only moved kept lost replicas behind is
 				// recorded but not healed.
 				rep.Healed = append(rep.Healed, a.Segment.ID)
@@ -360,11 +368,43 @@ func (o *Outcomes) executed(rep *Report, failed map[meta.SegmentID]string, comma
 		return
 	}
 	// Segments healed by in-place resumes alone.
+	var healed map[meta.SegmentID]bool
 	for _, r := range rep.Resumed {
-		if _, bad := failed[r.Segment]; !bad && !commanded[r.Segment] && !slices.Contains(rep.Healed, r.Segment) {
+		if _, bad := failed[r.Segment]; bad || commanded[r.Segment] {
+			continue
+		}
+		if healed == nil {
+			healed = idSet(rep.Healed)
+		}
+		if !healed[r.Segment] {
+			healed[r.Segment] = true
 			rep.Healed = append(rep.Healed, r.Segment)
 		}
 	}
+}
+
+// idSet returns the set of ids (never nil).
+func idSet(ids []meta.SegmentID) map[meta.SegmentID]bool {
+	out := make(map[meta.SegmentID]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out
+}
+
+// failedReasons maps each segment of fs to the reason of its first
+// failure, as Report.FailedReason answers for one (nil when fs is empty).
+func failedReasons(fs []Failure) map[meta.SegmentID]Reason {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make(map[meta.SegmentID]Reason, len(fs))
+	for _, f := range fs {
+		if _, ok := out[f.Segment]; !ok {
+			out[f.Segment] = f.Reason
+		}
+	}
+	return out
 }
 
 // conflictFailure adds a's target to its segment's SealConflict failure.

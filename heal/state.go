@@ -10,7 +10,7 @@ import (
 
 // State is every piece of the heal core's memory that outlives a pass. It
 // is a value: Planner.Step takes one and returns the next, the way a
-// consensus core keeps all its protocol state to itself. The Coordinator
+// consensus core keeps all its protocol state to itself. The executor
 // holds the current State and nothing else that decides anything.
 type State struct {
 	// Pass counts the passes of this State (Step increments it).
@@ -92,7 +92,7 @@ type Observation struct {
 	// it into the State before planning.
 	Executed *Outcomes
 	// Release and Acknowledge are what operators asked since the last
-	// pass (Coordinator.Release, Coordinator.Acknowledge).
+	// pass (pass.Coordinator.Release, pass.Coordinator.Acknowledge).
 	Release     bool
 	Acknowledge []meta.SegmentID
 }
@@ -114,7 +114,7 @@ func (p *Planner) Step(st State, obs Observation) (Plan, State, error) {
 		for i := range obs.Reports {
 			answered[obs.Reports[i].Broker] = true
 		}
-		next, events = next.fold(obs.Executed, pol, answered)
+		next, events = next.Fold(obs.Executed, pol, answered)
 	}
 	for _, b := range obs.View.Brokers() {
 		next.Seen = seenAt(next.Seen, b.ID, obs.Start, false)
@@ -202,7 +202,7 @@ func seenAt(seen []Seen, b meta.BrokerID, t time.Time, always bool) []Seen {
 	return seen
 }
 
-// fold applies the outcomes of the previous pass's execution to st: the
+// Fold applies the outcomes of the previous pass's execution to st: the
 // decisions about what a failure means are made here, not by the
 // executor. A source that refused (or failed RefuseAfter times in a row
 // with the segment unchanged) is refused; the target of another failed
@@ -211,8 +211,10 @@ func seenAt(seen []Seen, b meta.BrokerID, t time.Time, always bool) []Seen {
 // source's: a source killed mid-transfer must not take the only spare
 // broker out of placement for AvoidPasses passes); a copy that answered
 // ErrSealConflict is in conflict; a copy settled and not confirmed is
-// unconfirmed. st's slices are not modified.
-func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool) (State, []Event) {
+// unconfirmed. st's slices are not modified. answered are the brokers
+// that answered this pass's probe. Step calls it first; a simulation calls
+// it to read what a pass's outcomes mean for the next.
+func (st State) Fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool) (State, []Event) {
 	var events []Event
 	refuseAfter, avoidPasses := pol.refuseAfter(), pol.avoidPasses()
 	st.Refused = slices.Clone(st.Refused)
@@ -223,6 +225,16 @@ func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 		fills[f.Refusal] = f.Count
 	}
 	executed := st.Pass - 1 // the pass whose outcomes these are
+	// Sets of what st lists (and below, of what the plan backfilled),
+	// built once: a scan per action was O(actions^2) when a pass's
+	// 20,000 backfills all failed.
+	conflicts, refused := map[Conflict]bool{}, map[Refusal]bool{}
+	for _, cf := range st.Conflicts {
+		conflicts[cf] = true
+	}
+	for _, rf := range st.Refused {
+		refused[rf] = true
+	}
 	avoid := func(a *Action) {
 		if a.Op.IsBackfill() && a.Op != ResumeShortCopy {
 			st.Avoid = append(st.Avoid, Avoidance{Copy: CopyRef{a.Segment.ID, a.Target}, Until: executed + avoidPasses})
@@ -235,7 +247,8 @@ func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 		switch {
 		case o.Result == SealConflicted:
 			cf := Conflict{Segment: a.Segment.ID, Broker: a.Target, Version: a.Segment.Version, Seal: sealPrint(&a.Segment), State: a.TargetState}
-			if !slices.Contains(st.Conflicts, cf) {
+			if !conflicts[cf] {
+				conflicts[cf] = true
 				st.Conflicts = append(st.Conflicts, cf)
 				events = append(events, Event{Kind: EventSealConflict, Segment: a.Segment.ID, Broker: a.Target, Detail: a.Op.String() + ": " + o.Err})
 			}
@@ -245,7 +258,8 @@ func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 			delete(fills, rf)
 		case o.Result == SourceRefused || o.Result == Failed && refuseAfter > 0 && fills[rf]+1 >= refuseAfter:
 			delete(fills, rf)
-			if !slices.Contains(st.Refused, rf) {
+			if !refused[rf] {
+				refused[rf] = true
 				st.Refused = append(st.Refused, rf)
 				events = append(events, Event{Kind: EventSourceRefused, Segment: a.Segment.ID, Broker: a.Source, Detail: o.Err})
 			}
@@ -263,8 +277,16 @@ func (st State) fold(out *Outcomes, pol Policy, answered map[meta.BrokerID]bool)
 	// Forget the counts of segments the plan did not backfill (healed,
 	// lost, or changed).
 	st.Fills = st.Fills[:0:0]
+	backfilled := map[Refusal]bool{}
+	if len(fills) > 0 {
+		for i := range out.Plan.Actions {
+			if a := &out.Plan.Actions[i]; a.Op.IsBackfill() {
+				backfilled[refusal(*a)] = true
+			}
+		}
+	}
 	for rf, n := range fills {
-		if slices.ContainsFunc(out.Plan.Actions, func(a Action) bool { return a.Op.IsBackfill() && refusal(a) == rf }) {
+		if backfilled[rf] {
 			st.Fills = append(st.Fills, Fill{Refusal: rf, Count: n})
 		}
 	}

@@ -291,7 +291,7 @@ func (t *Table) lookup(id SegmentID) (uint32, bool) {
 // where it is or would be inserted (chunk len(ids) only when ids is empty;
 // past the last chunk's end when id follows every id).
 func findID(segs [][]Segment, ids [][]uint32, id SegmentID) (k, i int, ok bool) {
-	idOf := func(s uint32) SegmentID { return segs[s>>segShift][s&segMask].ID }
+	idOf := func(s uint32) SegmentID { k, i := segAt(s); return segs[k][i].ID }
 	k, _ = slices.BinarySearchFunc(ids, id, func(c []uint32, id SegmentID) int {
 		if idOf(c[len(c)-1]) < id {
 			return -1

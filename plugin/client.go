@@ -11,12 +11,13 @@ import (
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pass"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/store"
 )
 
 // Client calls other instances' replication servers. It implements
-// heal.Brokers for the coordinator, resolving a broker's control and data
+// pass.Brokers for the coordinator, resolving a broker's control and data
 // addresses from the metadata. It is safe for concurrent use.
 type Client struct {
 	rpc     *rpc.Client
@@ -27,7 +28,7 @@ type Client struct {
 	now     func() time.Time
 }
 
-var _ heal.Brokers = (*Client)(nil)
+var _ pass.Brokers = (*Client)(nil)
 
 // TicketLife is how long a catch-up ticket a Backfill hands its target
 // stays valid: the target presents it at once, so a minute is ample.
@@ -84,7 +85,7 @@ func (c *Client) classify(path string, b meta.BrokerID, err error) error {
 	return fmt.Errorf("plugin: %s to broker %d: %w", path, b, err)
 }
 
-// Probe implements heal.Prober.
+// Probe implements pass.Prober.
 func (c *Client) Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (heal.ProbeReport, error) {
 	req := ProbeRequest{Index: snapshotIndex}
 	if dl, ok := ctx.Deadline(); ok {
@@ -104,24 +105,14 @@ func (c *Client) Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex 
 	return rep, nil
 }
 
-// DurableEnd implements heal.Backfiller.
-func (c *Client) DurableEnd(ctx context.Context, broker meta.BrokerID, seg meta.Segment) (int64, error) {
-	var resp DurableEndResponse
-	if err := c.do(ctx, broker, pathDurableEnd, SegmentRequest{Segment: seg}, &resp, true); err != nil {
-		return 0, err
-	}
-	return resp.Bytes, nil
-}
-
-// Backfill implements heal.Backfiller: it asks the target to pull from the
-// source's data listener. The target resumes at its own durable end, which
-// is from unless the copy changed since the caller looked.
-func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+// Backfill implements pass.Backfiller: it asks the target to pull from the
+// source's data listener, resuming at its own durable end (one request).
+func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error) {
 	src, ok := c.resolve(source)
 	if !ok || src.DataAddr == "" {
 		return 0, fmt.Errorf("%w: broker %d has no catch-up data address in the metadata", ErrUnknownBroker, source)
 	}
-	req := BackfillRequest{Segment: seg, Source: source, SourceAddr: src.DataAddr, From: from}
+	req := BackfillRequest{Segment: seg, Source: source, SourceAddr: src.DataAddr}
 	if c.certs != nil {
 		t := catchup.Ticket{Segment: seg, From: 0, To: seg.ByteSize + store.FooterSize, Source: source, Target: target,
 			Issuer: c.self, Expires: c.now().Add(TicketLife)}
@@ -138,7 +129,7 @@ func (c *Client) Backfill(ctx context.Context, target, source meta.BrokerID, seg
 	return resp.Bytes, nil
 }
 
-// Delete implements heal.Deleter.
+// Delete implements pass.Deleter.
 func (c *Client) Delete(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID) error {
 	return c.do(ctx, broker, pathDelete, DeleteRequest{Segment: seg}, nil, true)
 }

@@ -11,14 +11,15 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pass"
 )
 
 // ErrNotCoordinator is returned by DryRun and Release on an instance that
 // is not running the coordinator (not the leader, or disabled).
 var ErrNotCoordinator = errors.New("plugin: not the heal coordinator (not the raft leader)")
 
-// healControl adapts the ControlPlane to heal.ControlPlane.
-type healControl struct {
+// passMetadata adapts the ControlPlane to pass.Metadata.
+type passMetadata struct {
 	cp ControlPlane
 	m  *metrics
 	// barriered is set once a barrier succeeded in this leadership term.
@@ -28,12 +29,12 @@ type healControl struct {
 	applied *atomic.Uint64
 }
 
-// View implements heal.ControlPlane. The first pass of a term starts
+// View implements pass.Metadata. The first pass of a term starts
 // with a barrier, so the view holds everything earlier leaders committed;
 // after that the leader's own view already holds every command it
 // acknowledged (Apply returns once its state machine applied it), and the
 // barrier's log write would only slow every pass down.
-func (h healControl) View(ctx context.Context) (*meta.View, error) {
+func (h passMetadata) View(ctx context.Context) (*meta.View, error) {
 	if !h.barriered.Load() {
 		start := time.Now()
 		if err := h.cp.Barrier(ctx); err != nil {
@@ -45,8 +46,8 @@ func (h healControl) View(ctx context.Context) (*meta.View, error) {
 	return h.cp.View(), nil
 }
 
-// SetReplicas implements heal.ControlPlane.
-func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
+// SetReplicas implements pass.Metadata.
+func (h passMetadata) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplicas) error {
 	start := time.Now()
 	idx, err := h.cp.Apply(ctx, cmd)
 	h.m.commandSeconds.Observe(time.Since(start).Seconds())
@@ -58,9 +59,9 @@ func (h healControl) SetReplicas(ctx context.Context, cmd meta.SetSegmentReplica
 
 // term is one leadership term's coordinator.
 type term struct {
-	barriered atomic.Bool // see healControl; reset at every term start
+	barriered atomic.Bool // see passMetadata; reset at every term start
 	applied   atomic.Uint64
-	c         *heal.Coordinator
+	c         *pass.Coordinator
 }
 
 // watchLeadership runs the coordinator while this node leads: started on
@@ -149,15 +150,15 @@ func (p *Plugin) startTerm(parent context.Context) func() {
 }
 
 // newTerm builds a coordinator over the plugin's client and control plane.
-// heal runs the pass loop (Coordinator.Run) on the plugin's clock; the
+// pass runs the pass loop (Coordinator.Run) on the plugin's clock; the
 // plugin reacts to each pass's Report (metrics, status, log).
 func (p *Plugin) newTerm() (*term, error) {
 	t := &term{}
 	pol := heal.Policy{Grace: p.cfg.Grace, SettleBatch: p.cfg.SettleBatch,
 		MaxBackfillsPerBroker: p.cfg.PassBackfills, MaxBackfills: p.cfg.PassBackfills, HoldShare: p.cfg.HoldShare, LeftoverDelay: p.cfg.LeftoverDelay, MaxMaintenance: p.cfg.MaxMaintenance,
 		Rebalance: p.cfg.Rebalance, RebalanceMoves: p.cfg.RebalanceMoves}
-	c, err := heal.NewCoordinator(heal.Config{
-		Control: healControl{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered, applied: &t.applied}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
+	c, err := pass.New(pass.Config{
+		Metadata: passMetadata{cp: p.deps.Control, m: p.metrics, barriered: &t.barriered, applied: &t.applied}, Prober: p.client, Backfiller: p.client, Settler: p.client, Deleter: p.client,
 		Policy: pol, Now: p.now, Tick: p.cfg.Tick, Concurrency: p.cfg.MaxBackfills, PerBroker: p.cfg.MaxBackfillsPerBroker,
 		ProbeTimeout: p.cfg.ProbeDeadline, Logger: p.log,
 		OnReport: func(r heal.Report) { p.recordPass(&r, r.Took, t.applied.Swap(0)) },

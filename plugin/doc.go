@@ -2,7 +2,7 @@
 // the Config a broker's configuration file carries under [heal], the
 // replication server every enabled instance runs, the RPC client the
 // leader's coordinator uses to reach the other instances, the
-// leadership-driven coordinator itself (heal.Coordinator over that client),
+// leadership-driven coordinator itself (pass.Coordinator over that client),
 // Prometheus metrics on a per-instance registry, /metrics and /status.
 //
 // # Usage
@@ -24,8 +24,8 @@
 // One control listener (heal.rpc_listen) serves, as HTTP/JSON:
 //
 //	POST /rpc/v1/probe        {"index"}        -> heal.ProbeReport (anomalies and counts only)
-//	POST /rpc/v1/durable_end  {"segment"}      -> {"bytes",...}  (0 when there is no copy)
-//	POST /rpc/v1/backfill     {"segment","source","source_addr","from","ticket"} -> {"bytes"}: this broker pulls
+//	POST /rpc/v1/backfill     {"segment","source","source_addr","ticket"} -> {"bytes"}: this broker pulls,
+//	                                              resuming at its own copy's durable end
 //	POST /rpc/v1/settle       {"segments"}     -> {"items"}: each copy's error or what its settle did;
 //	                                              the batch's shard directories synced together
 //	POST /rpc/v1/confirm      {"segments"}     -> {"items"}: durable (one write), keyed by file identity
@@ -41,7 +41,9 @@
 // {"code","message"}; the client turns the code back into the sentinel
 // (store.ErrLatched, store.ErrShort, meta.ErrStaleReplicas, ErrLagging,
 // ...) so errors.Is works across the wire; store.ErrSealConflict (409) also
-// comes back wrapping heal.ErrSealConflict, and a refusal of credentials
+// comes back wrapping heal.ErrSealConflict, a backfill target that cannot
+// open its copy at its durable end answers heal.ErrNoDurableEnd
+// (no_durable_end, 409: the source was not read), and a refusal of credentials
 // (either side's) wrapping heal.ErrUnauthenticated, which the coordinator
 // reports as auth_failed instead of counting the broker dead. The data
 // listener (heal.data_listen) is the catchup package's server: sendfile

@@ -12,6 +12,7 @@ import (
 
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/fsync"
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/probe"
@@ -118,7 +119,22 @@ type catchupFetcher struct {
 }
 
 func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (catchup.Result, error) {
-	return f.cl.Fetch(ctx, addr, seg, ticket, catchup.StoreSink{DB: f.db}, nil)
+	return f.cl.Fetch(ctx, addr, seg, ticket, resumeSink{catchup.StoreSink{DB: f.db}}, nil)
+}
+
+// resumeSink is the store's sink with its failure to open the target copy
+// at its durable end (latched, unreadable) marked heal.ErrNoDurableEnd: the
+// source was not read, so the coordinator holds it against the target, not
+// the source. A copy whose own seal disagrees stays a seal conflict (its
+// wire code comes first).
+type resumeSink struct{ catchup.StoreSink }
+
+func (s resumeSink) OpenTarget(seg meta.Segment) (catchup.Target, error) {
+	t, err := s.StoreSink.OpenTarget(seg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", heal.ErrNoDurableEnd, err)
+	}
+	return t, nil
 }
 
 func isClosed(err error) bool {

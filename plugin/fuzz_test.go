@@ -23,6 +23,12 @@ import (
 	"github.com/malachi-log/malachi/store"
 )
 
+// segmentRequest names one segment by its full metadata (seeds and
+// malformed bodies).
+type segmentRequest struct {
+	Segment meta.Segment `json:"segment"`
+}
+
 // rpcPaths are the RPCs the fuzzer picks from, each with the top-level
 // keys of its request (any other key must be refused).
 var rpcPaths = []struct {
@@ -30,8 +36,7 @@ var rpcPaths = []struct {
 	keys []string
 }{
 	{pathProbe, []string{"index", "deadline_ms"}},
-	{pathDurableEnd, []string{"segment"}},
-	{pathBackfill, []string{"segment", "source", "source_addr", "from"}},
+	{pathBackfill, []string{"segment", "source", "source_addr"}},
 	{pathSettle, []string{"segments"}},
 	{pathConfirm, []string{"segments"}},
 	{pathDelete, []string{"segment"}},
@@ -286,7 +291,8 @@ func (fx *rpcFixture) check(t *testing.T, c rpcCall) {
 
 // dropLeftoverTarget handles the one change a well-formed but failed backfill
 // makes: the store's OpenTarget creates the copy it pulls into, and an
-// abort cuts it back to its durable end, 0, leaving an empty copy behind.
+// abort cuts it back to its durable end, 0, leaving an empty copy behind
+// (a leftover: partial_backfill).
 // If that is the only change, the copy is deleted and it reports true.
 func (fx *rpcFixture) dropLeftoverTarget(t *testing.T, body []byte, before string) bool {
 	var req BackfillRequest
@@ -309,22 +315,20 @@ func (fx *rpcFixture) dropLeftoverTarget(t *testing.T, body []byte, before strin
 // nor the metadata.
 func FuzzRPCDecode(f *testing.F) {
 	fx := newRPCFixture(f)
-	a, _ := json.Marshal(SegmentRequest{Segment: fx.segs["a"]})
-	b, _ := json.Marshal(SegmentRequest{Segment: fx.segs["b"]})
-	bf, _ := json.Marshal(BackfillRequest{Segment: fx.segs["b"], Source: 2, SourceAddr: "127.0.0.1:1", From: 0})
+	b, _ := json.Marshal(segmentRequest{Segment: fx.segs["b"]})
+	bf, _ := json.Marshal(BackfillRequest{Segment: fx.segs["b"], Source: 2, SourceAddr: "127.0.0.1:1"})
 	for route := range rpcPaths {
 		for auth := range numAuth {
 			f.Add(uint8(route), uint8(auth), "", []byte(`{}`))
 		}
 	}
 	f.Add(uint8(0), uint8(authBroker), "", []byte(`{"index":1}`))
-	f.Add(uint8(1), uint8(authBroker), "", a)
-	f.Add(uint8(2), uint8(authBroker), "", bf)
+	f.Add(uint8(1), uint8(authBroker), "", bf)
+	f.Add(uint8(2), uint8(authBroker), "", b)
 	f.Add(uint8(3), uint8(authBroker), "", b)
-	f.Add(uint8(4), uint8(authBroker), "", b)
-	f.Add(uint8(5), uint8(authBroker), "", []byte(`{"segment":"../x"}`))
-	f.Add(uint8(1), uint8(authPlain), "", a)
-	f.Add(uint8(1), uint8(authViewer), "", a)
+	f.Add(uint8(4), uint8(authBroker), "", []byte(`{"segment":"../x"}`))
+	f.Add(uint8(4), uint8(authPlain), "", []byte(`{"segment":"a"}`))
+	f.Add(uint8(4), uint8(authViewer), "", []byte(`{"segment":"a"}`))
 	f.Fuzz(func(t *testing.T, route, auth uint8, header string, body []byte) {
 		fx.check(t, rpcCall{route: route, auth: auth, header: header, body: body})
 	})
@@ -334,7 +338,7 @@ func FuzzRPCDecode(f *testing.F) {
 // refused request names what was wrong, and none changes the store.
 func TestRPCRefusesMalformedRequests(t *testing.T) {
 	fx := newRPCFixture(t)
-	a, _ := json.Marshal(SegmentRequest{Segment: fx.segs["a"]})
+	a, _ := json.Marshal(segmentRequest{Segment: fx.segs["a"]})
 	for _, tc := range []struct {
 		name  string
 		route int
@@ -345,23 +349,23 @@ func TestRPCRefusesMalformedRequests(t *testing.T) {
 	}{
 		{"empty body", 1, authBroker, ``, 400, "empty body"},
 		{"truncated", 1, authBroker, string(a[:len(a)/2]), 400, "unexpected EOF"},
-		{"trailing data", 5, authBroker, `{"segment":"b"} {"segment":"a"}`, 400, "data after the JSON object"},
+		{"trailing data", 4, authBroker, `{"segment":"b"} {"segment":"a"}`, 400, "data after the JSON object"},
 		{"unknown field", 0, authBroker, `{"index":1,"indexx":2}`, 400, `unknown field "indexx"`},
 		{"wrong type", 0, authBroker, `{"index":"one"}`, 400, "cannot unmarshal string"},
 		{"huge number", 0, authBroker, `{"index":1e400}`, 400, "cannot unmarshal number"},
-		{"negative size", 3, authBroker, `{"segments":[{"id":"a","length":1,"byte_size":-1,"replicas":[1]}]}`, 400, "byte_size -1 is negative"},
-		{"too many segments", 3, authBroker, tooManySegments(), 400, "at most 4096"},
-		{"path escape", 5, authBroker, `{"segment":"../a"}`, 400, `segment id "../a" starts with a dot`},
-		{"slash in id", 5, authBroker, `{"segment":"x/../a"}`, 400, `byte '/' at 1`},
-		{"latched with garbage", 6, authBroker, `garbage`, 400, "invalid character"},
-		{"backfill without source_addr", 2, authBroker, backfill(fx.segs["b"], 2, "", 0), 400, `source_addr "": want host:port`},
-		{"backfill from broker 0", 2, authBroker, backfill(fx.segs["b"], 0, "127.0.0.1:1", 0), 400, "source broker id 0"},
-		{"backfill from a negative byte", 2, authBroker, backfill(fx.segs["b"], 2, "127.0.0.1:1", -1), 400, "from -1 outside"},
-		{"backfill of an active segment", 2, authBroker, backfill(fx.segs["c"], 2, "127.0.0.1:1", 0), 400, "segment not sealed"},
-		{"plaintext", 5, authPlain, `{"segment":"a"}`, 401, "plaintext request"},
-		{"no certificate", 5, authNone, `{"segment":"a"}`, 401, "no client certificate presented"},
-		{"another CA", 5, authOtherCA, `{"segment":"a"}`, 401, "signed by another CA"},
-		{"a viewer", 5, authViewer, `{"segment":"a"}`, 403, "needs a certificate of role broker"},
+		{"negative size", 2, authBroker, `{"segments":[{"id":"a","length":1,"byte_size":-1,"replicas":[1]}]}`, 400, "byte_size -1 is negative"},
+		{"too many segments", 2, authBroker, tooManySegments(), 400, "at most 4096"},
+		{"path escape", 4, authBroker, `{"segment":"../a"}`, 400, `segment id "../a" starts with a dot`},
+		{"slash in id", 4, authBroker, `{"segment":"x/../a"}`, 400, `byte '/' at 1`},
+		{"latched with garbage", 5, authBroker, `garbage`, 400, "invalid character"},
+		{"backfill without source_addr", 1, authBroker, backfill(fx.segs["b"], 2, ""), 400, `source_addr "": want host:port`},
+		{"backfill from broker 0", 1, authBroker, backfill(fx.segs["b"], 0, "127.0.0.1:1"), 400, "source broker id 0"},
+		{"backfill naming where to resume", 1, authBroker, `{"segment":{"id":"b"},"source":2,"source_addr":"127.0.0.1:1","from":0}`, 400, `unknown field "from"`},
+		{"backfill of an active segment", 1, authBroker, backfill(fx.segs["c"], 2, "127.0.0.1:1"), 400, "segment not sealed"},
+		{"plaintext", 4, authPlain, `{"segment":"a"}`, 401, "plaintext request"},
+		{"no certificate", 4, authNone, `{"segment":"a"}`, 401, "no client certificate presented"},
+		{"another CA", 4, authOtherCA, `{"segment":"a"}`, 401, "signed by another CA"},
+		{"a viewer", 4, authViewer, `{"segment":"a"}`, 403, "needs a certificate of role broker"},
 	} {
 		before := fx.state(t)
 		r, path, _ := fx.request(rpcCall{route: uint8(tc.route), auth: uint8(tc.auth), body: []byte(tc.body)})
@@ -382,8 +386,8 @@ func TestRPCRefusesMalformedRequests(t *testing.T) {
 	}
 }
 
-func backfill(seg meta.Segment, source meta.BrokerID, addr string, from int64) string {
-	b, _ := json.Marshal(BackfillRequest{Segment: seg, Source: source, SourceAddr: addr, From: from})
+func backfill(seg meta.Segment, source meta.BrokerID, addr string) string {
+	b, _ := json.Marshal(BackfillRequest{Segment: seg, Source: source, SourceAddr: addr})
 	return string(b)
 }
 
@@ -463,7 +467,7 @@ func FuzzClientDecode(f *testing.F) {
 				}
 			}
 		case 1:
-			_, err = cl.DurableEnd(ctx, 1, seg)
+			_, err = cl.Backfill(ctx, 1, 2, seg)
 		case 2:
 			_, err = cl.Latched(ctx, 1)
 		case 3:

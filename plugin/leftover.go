@@ -134,7 +134,7 @@ func (s *server) deleteLeftover(ctx context.Context, body []byte) (any, error) {
 	return empty{}, nil
 }
 
-// DeleteLeftover implements heal.LeftoverDeleter.
+// DeleteLeftover implements pass.LeftoverDeleter.
 func (c *Client) DeleteLeftover(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID, index uint64) error {
 	return c.do(ctx, broker, pathDeleteLeftover, DeleteLeftoverRequest{Segment: seg, Index: index}, nil, true)
 }

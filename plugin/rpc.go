@@ -40,6 +40,7 @@ var (
 var errCodes = rpc.Codes{
 	{Name: "source_refused", Status: http.StatusConflict, Err: heal.ErrSourceRefused},
 	{Name: "seal_conflict", Status: http.StatusConflict, Err: store.ErrSealConflict},
+	{Name: "no_durable_end", Status: http.StatusConflict, Err: heal.ErrNoDurableEnd},
 	{Name: "lagging", Status: http.StatusServiceUnavailable, Err: ErrLagging},
 	{Name: "latched", Status: http.StatusConflict, Err: store.ErrLatched},
 	{Name: "unknown_copy", Status: http.StatusNotFound, Err: store.ErrUnknownCopy},

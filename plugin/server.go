@@ -61,7 +61,6 @@ type server struct {
 func (s *server) routes(mux *http.ServeMux, rpcs *rpc.Server) {
 	for path, h := range map[string]handler{
 		pathProbe:          s.probe,
-		pathDurableEnd:     s.durableEnd,
 		pathBackfill:       s.backfill,
 		pathSettle:         s.settle,
 		pathConfirm:        s.confirm,
@@ -258,35 +257,10 @@ func (s *server) fact(seg *meta.Segment, r *probe.Result, c confirmation) heal.F
 	return f
 }
 
-func (s *server) segmentReq(body []byte) (meta.Segment, error) {
-	var req SegmentRequest
-	if err := decode(body, &req); err != nil {
-		return meta.Segment{}, err
-	}
-	if err := req.Segment.Validate(); err != nil {
-		return meta.Segment{}, err
-	}
-	return req.Segment, nil
-}
-
-// durableEnd answers the durable end of the local copy; no copy is 0.
-func (s *server) durableEnd(ctx context.Context, body []byte) (any, error) {
-	seg, err := s.segmentReq(body)
-	if err != nil {
-		return nil, err
-	}
-	end, err := s.db.DurableEnd(seg.ID)
-	if errors.Is(err, store.ErrUnknownCopy) {
-		return DurableEndResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return DurableEndResponse{Bytes: end.Bytes, NextOffset: end.NextOffset, FileSize: end.FileSize, Footer: end.Footer, Exists: true}, nil
-}
-
-// backfill pulls the segment's bytes from the source into the local copy
-// and commits it only once it verifies.
+// backfill pulls the segment's bytes from the source into the local copy,
+// resuming at the copy's durable end, and commits it only once it
+// verifies. A copy that cannot be opened there fails before the source is
+// read, wrapping heal.ErrNoDurableEnd (resumeSink).
 func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	var req BackfillRequest
 	if err := decode(body, &req); err != nil {
@@ -306,9 +280,6 @@ func (s *server) backfill(ctx context.Context, body []byte) (any, error) {
 	}
 	if host, port, err := net.SplitHostPort(req.SourceAddr); err != nil || host == "" || port == "" {
 		return nil, fmt.Errorf("%w: backfill %s: source_addr %q: want host:port", store.ErrInvalid, req.Segment.ID, req.SourceAddr)
-	}
-	if req.From < 0 || req.From > req.Segment.ByteSize+store.FooterSize {
-		return nil, fmt.Errorf("%w: backfill %s: from %d outside the copy's %d bytes", store.ErrInvalid, req.Segment.ID, req.From, req.Segment.ByteSize+store.FooterSize)
 	}
 	if s.cfg.BackfillTimeout > 0 {
 		var cancel context.CancelFunc

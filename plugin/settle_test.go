@@ -15,6 +15,7 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/pass"
 	"github.com/malachi-log/malachi/store"
 )
 
@@ -43,7 +44,7 @@ func (d *dirSyncCounter) count(dir string) int {
 	return d.n[dir]
 }
 
-// failingConfirms is the plugin's client as a heal.Settler whose first
+// failingConfirms is the plugin's client as a pass.Settler whose first
 // fail confirmation requests fail without reaching the broker.
 type failingConfirms struct {
 	*Client
@@ -78,9 +79,9 @@ func TestSettleSyncsDirectoryEveryPassUntilConfirmed(t *testing.T) {
 	settler.fail.Store(2)
 	var barriered atomic.Bool
 	var applied atomic.Uint64
-	c, err := heal.NewCoordinator(heal.Config{
-		Control: healControl{cp: cp, m: newMetrics(prometheus.NewRegistry()), barriered: &barriered, applied: &applied},
-		Prober:  cl, Backfiller: cl, Settler: settler, Deleter: cl,
+	c, err := pass.New(pass.Config{
+		Metadata: passMetadata{cp: cp, m: newMetrics(prometheus.NewRegistry()), barriered: &barriered, applied: &applied},
+		Prober:   cl, Backfiller: cl, Settler: settler, Deleter: cl,
 		Policy: heal.Policy{Grace: time.Hour, SettleBatch: 8, HoldShare: -1}})
 	if err != nil {
 		t.Fatal(err)

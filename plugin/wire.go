@@ -6,13 +6,12 @@ import "github.com/malachi-log/malachi/meta"
 // from a broker authenticated by mutual TLS, answered with JSON or an
 // error {"code","message"} (package internal/rpc).
 const (
-	pathProbe      = "/rpc/v1/probe"
-	pathDurableEnd = "/rpc/v1/durable_end"
-	pathBackfill   = "/rpc/v1/backfill"
-	pathSettle     = "/rpc/v1/settle"
-	pathConfirm    = "/rpc/v1/confirm"
-	pathDelete     = "/rpc/v1/delete"
-	pathLatched    = "/rpc/v1/latched"
+	pathProbe    = "/rpc/v1/probe"
+	pathBackfill = "/rpc/v1/backfill"
+	pathSettle   = "/rpc/v1/settle"
+	pathConfirm  = "/rpc/v1/confirm"
+	pathDelete   = "/rpc/v1/delete"
+	pathLatched  = "/rpc/v1/latched"
 )
 
 // ProbeRequest asks a broker to probe every sealed copy the metadata at
@@ -24,29 +23,17 @@ type ProbeRequest struct {
 	DeadlineMillis int64 `json:"deadline_ms,omitempty"`
 }
 
-// SegmentRequest names one segment by its full metadata (the caller's
-// view), so the broker needs no metadata of its own to act on it.
-type SegmentRequest struct {
-	Segment meta.Segment `json:"segment"`
-}
-
-// DurableEndResponse is the durable end of a copy.
-type DurableEndResponse struct {
-	// Bytes is the end of the last whole, valid frame (0 for no copy).
-	Bytes      int64  `json:"bytes"`
-	NextOffset uint64 `json:"next_offset"`
-	FileSize   int64  `json:"file_size"`
-	Footer     bool   `json:"footer"`
-	Exists     bool   `json:"exists"`
-}
-
 // BackfillRequest asks the target broker (the receiver of the RPC) to pull
-// Segment's bytes [From, end) from Source's catch-up data listener.
+// Segment's bytes from Source's catch-up data listener, from its own
+// copy's durable end to the end of the frames and footer: one request.
+// (It had a "from" field, which the target validated and ignored, and a
+// durable_end RPC the coordinator asked first; both are gone. Strict
+// decoding refuses "from" from an older coordinator: a cluster is upgraded
+// whole.)
 type BackfillRequest struct {
 	Segment    meta.Segment  `json:"segment"`
 	Source     meta.BrokerID `json:"source"`
 	SourceAddr string        `json:"source_addr"`
-	From       int64         `json:"from"`
 	// Ticket authorizes the transfer at the source's data listener
 	// (catchup.IssueTicket); absent only in insecure mode.
 	Ticket []byte `json:"ticket,omitempty"`

@@ -1,22 +1,26 @@
-package heal
+package pass
 
 import (
 	"context"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The interfaces below are what the Coordinator needs from the world. heal
-// declares them; the plugin implements them over its RPC, the simulation
+// The interfaces below are what the Coordinator needs from the world, each
+// declared here by its consumer; the plugin implements them over its RPC, the simulation
 // tests implement them in memory. Every method must honour ctx: when ctx is
 // done it returns promptly with an error wrapping ctx.Err() and leaves
 // nothing half-applied on the broker (a cancelled backfill is aborted back to
 // the target's durable end, never committed).
 
-// ControlPlane is the replicated metadata as the heal leader sees it.
-type ControlPlane interface {
+// Metadata is the replicated metadata as the heal leader reads and
+// changes it: a view, and a compare-and-set of one segment's replica set.
+// It is narrower than the broker's control plane (plugin.ControlPlane:
+// any command, barriers, leadership), which the plugin adapts to it.
+type Metadata interface {
 	// View returns the metadata at one applied index, at least as recent
-	// as every SetReplicas this ControlPlane has already acknowledged: an
+	// as every SetReplicas this Metadata has already acknowledged: an
 	// immutable view (meta.Table.View), not a copy.
 	View(ctx context.Context) (*meta.View, error)
 
@@ -42,19 +46,18 @@ type Prober interface {
 	// planner then treats the broker as not up (it is neither a source nor
 	// a target, and its segments' latch state is unknown) and the grace
 	// delay decides when it counts as dead.
-	Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (ProbeReport, error)
+	Probe(ctx context.Context, broker meta.BrokerID, snapshotIndex uint64) (heal.ProbeReport, error)
 }
 
 // Backfiller copies a sealed segment's bytes between brokers.
 type Backfiller interface {
-	// DurableEnd returns the byte length of the whole, valid frames of
-	// broker's copy of seg (the truncation point a resumed backfill starts
-	// from). A copy that does not exist has durable end 0 and no error.
-	DurableEnd(ctx context.Context, broker meta.BrokerID, seg meta.Segment) (int64, error)
-
-	// Backfill makes target's copy of seg whole by copying bytes
-	// [from, end) from source's copy, where end covers the frames and the
-	// seal footer. The target creates the copy if it has none and must
+	// Backfill makes target's copy of seg whole in one request: the
+	// target resumes at its own durable end (the end of its copy's whole,
+	// valid frames; 0 for no copy) and copies the bytes from there to the
+	// end of the frames and the seal footer from source's copy. (The
+	// plan's Action.From is what the probe saw; the target's copy may have
+	// changed since, so the target, not the caller, says where to resume.)
+	// The target creates the copy if it has none and must
 	// never commit a copy that does not verify against seg (frames,
 	// offsets, checksum); on any error it rolls back to its durable end.
 	// It returns the number of bytes transferred. A target that latched
@@ -63,8 +66,10 @@ type Backfiller interface {
 	// never records a replica set that names target on their account. A
 	// target whose existing copy carries its own valid seal disagreeing
 	// with seg refuses, changing nothing, with an error wrapping
-	// ErrSealConflict.
-	Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error)
+	// heal.ErrSealConflict. A target that cannot open its copy at its
+	// durable end (before reading the source) answers an error wrapping
+	// heal.ErrNoDurableEnd: the failure is the target's, not the source's.
+	Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error)
 }
 
 // Settler brings overrun copies back to their sealed size and records that
@@ -94,9 +99,18 @@ type Settler interface {
 type Deleter interface {
 	// Delete removes broker's copy of seg, latched or not. The
 	// Coordinator calls it only after a replica set that leaves broker out
-	// has been recorded by the ControlPlane. Deleting a copy that does not
+	// has been recorded by the Metadata. Deleting a copy that does not
 	// exist is not an error.
 	Delete(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID) error
+}
+
+// LeftoverDeleter is what a Deleter also implements to delete leftovers.
+type LeftoverDeleter interface {
+	// DeleteLeftover removes broker's copy of seg only if, in broker's
+	// metadata at index or later, the segment's set does not name broker;
+	// otherwise it refuses with an error naming why. A missing copy is not
+	// an error.
+	DeleteLeftover(ctx context.Context, broker meta.BrokerID, seg meta.SegmentID, index uint64) error
 }
 
 // Brokers is everything the Coordinator asks of brokers; one value (the

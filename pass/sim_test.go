@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -67,7 +68,7 @@ type sim struct {
 	violations []string
 	stats      map[string]int
 
-	// Traffic, per segment: DurableEnd and Backfill calls (reads), and
+	// Traffic, per segment: Backfill calls (reads), and
 	// SetReplicas commands (sets).
 	reads map[meta.SegmentID]int
 	sets  map[meta.SegmentID]int
@@ -236,42 +237,42 @@ func (s *sim) step(ctx context.Context) error {
 
 type simBrokers struct{ s *sim }
 
-func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	br := s.brokers[id]
 	if br == nil || !br.up {
-		return ProbeReport{}, errors.New("sim: broker down")
+		return heal.ProbeReport{}, errors.New("sim: broker down")
 	}
 	snap := s.snap()
 	if s.chance(0.03, "latchunknown", id) {
 		// A broker that cannot read its latch state cannot answer: the
 		// seed's "latch state readable" is "the broker answered".
-		return ProbeReport{}, errors.New("sim: latch state unreadable")
+		return heal.ProbeReport{}, errors.New("sim: latch state unreadable")
 	}
-	r := ProbeReport{Broker: id, Index: snap.Index}
+	r := heal.ProbeReport{Broker: id, Index: snap.Index}
 	for _, seg := range snap.Segments {
 		if !seg.Sealed || !seg.HasReplica(id) {
 			continue
 		}
 		r.Copies++
 		c := br.copies[seg.ID]
-		var f Fact
+		var f heal.Fact
 		switch {
 		case s.chance(0.02, "timeout", id, seg.ID):
-			f.Flags = FactTimedOut
+			f.Flags = heal.FactTimedOut
 		case c == nil:
-			f.Flags = FactMissing
+			f.Flags = heal.FactMissing
 		case c.latched:
-			f.Flags = FactLatched
+			f.Flags = heal.FactLatched
 		default:
 			f.Size = c.size
 			if c.corrupt {
-				f.Flags |= FactCorrupt
+				f.Flags |= heal.FactCorrupt
 			}
 			if c.confirmed {
-				f.Flags |= FactConfirmed
+				f.Flags |= heal.FactConfirmed
 			}
 		}
 		r.Add(&seg, f)
@@ -279,26 +280,10 @@ func (b simBrokers) Probe(ctx context.Context, id meta.BrokerID, index uint64) (
 	return r, nil
 }
 
-func (b simBrokers) DurableEnd(ctx context.Context, id meta.BrokerID, seg meta.Segment) (int64, error) {
-	s := b.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reads[seg.ID]++
-	br := s.brokers[id]
-	if br == nil || !br.up {
-		return 0, errors.New("sim: broker down")
-	}
-	c := br.copies[seg.ID]
-	if c == nil {
-		return 0, nil
-	}
-	if c.latched {
-		return 0, errors.New("sim: copy latched")
-	}
-	return min(c.size, seg.ByteSize), nil
-}
-
-func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment, from int64) (int64, error) {
+// Backfill resumes at the target's durable end, as the plugin's target
+// does: it opens its copy first (a latched one answers ErrNoDurableEnd),
+// then reads the source.
+func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, seg meta.Segment) (int64, error) {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -324,23 +309,23 @@ func (b simBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, 
 		return 0, ctx.Err()
 	}
 	tb, sb := s.brokers[target], s.brokers[source]
-	if !tb.up || !sb.up {
-		return 0, errors.New("sim: broker down")
-	}
-	sc := sb.copies[seg.ID]
-	if !sc.intact(seg) {
-		return 0, fmt.Errorf("sim: source %d has no intact copy of %s: %w", source, seg.ID, ErrSourceRefused)
+	if !tb.up {
+		return 0, errors.New("sim: target down")
 	}
 	tc := tb.copies[seg.ID]
 	if tc != nil && tc.latched {
-		return 0, fmt.Errorf("sim: target %d copy of %s latched", target, seg.ID)
+		return 0, fmt.Errorf("sim: target %d copy of %s latched: %w", target, seg.ID, heal.ErrNoDurableEnd)
 	}
-	end := int64(0)
+	from := int64(0) // the target's durable end
 	if tc != nil {
-		end = min(tc.size, seg.ByteSize)
+		from = min(tc.size, seg.ByteSize)
 	}
-	if from != end {
-		s.violate("backfill %s to %d from %d starts at %d, durable end %d", seg.ID, target, source, from, end)
+	if !sb.up {
+		return 0, errors.New("sim: source down")
+	}
+	sc := sb.copies[seg.ID]
+	if !sc.intact(seg) {
+		return 0, fmt.Errorf("sim: source %d has no intact copy of %s: %w", source, seg.ID, heal.ErrSourceRefused)
 	}
 	if s.chance(0.05, "backfillfail", seg.ID, target) {
 		tb.copies[seg.ID] = &simCopy{size: from + (seg.ByteSize-from)/2} // partial, whole frames
@@ -531,7 +516,7 @@ func (s *sim) converged() (bool, string) {
 }
 
 // checkActive: active segments keep their initial set and copies.
-func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) {
+func (s *sim) checkTick(rep heal.Report, initial map[meta.SegmentID][]meta.BrokerID) {
 	snap := s.snap()
 	for _, sg := range snap.Segments {
 		if err := sg.Validate(); err != nil {
@@ -546,10 +531,10 @@ func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) 
 	}
 	var lostBytes int64
 	for _, f := range rep.Failed {
-		if f.Reason == ReasonNone {
+		if f.Reason == heal.ReasonNone {
 			s.violate("failure without a reason: %+v", f)
 		}
-		if (f.Reason == AllReplicasDead || f.Reason == NoIntactSource) && !rep.IsLost(f.Segment) {
+		if (f.Reason == heal.AllReplicasDead || f.Reason == heal.NoIntactSource) && !rep.IsLost(f.Segment) {
 			s.violate("%s failed %s but is not reported lost: %+v", f.Segment, f.Reason, rep.Lost)
 		}
 	}
@@ -558,7 +543,7 @@ func (s *sim) checkTick(rep Report, initial map[meta.SegmentID][]meta.BrokerID) 
 		if r := rep.FailedReason(l.Segment); r != l.Reason {
 			s.violate("lost %s (%s) failed %s", l.Segment, l.Reason, r)
 		}
-		if slices.ContainsFunc(rep.Lost[:i], func(m LostSegment) bool { return m.Segment == l.Segment }) {
+		if slices.ContainsFunc(rep.Lost[:i], func(m heal.LostSegment) bool { return m.Segment == l.Segment }) {
 			s.violate("lost %s reported twice in one pass", l.Segment)
 		}
 	}
@@ -594,7 +579,7 @@ func (s *sim) scrub() {
 	}
 }
 
-func (s *sim) count(rep Report) {
+func (s *sim) count(rep heal.Report) {
 	if s.stats == nil {
 		s.stats = map[string]int{}
 	}
@@ -640,9 +625,9 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 		initial[sg.ID] = sg.Replicas
 	}
 	newCoord := func() *Coordinator {
-		c, err := NewCoordinator(Config{
-			Control: simControl{s}, Prober: simBrokers{s}, Backfiller: simBrokers{s}, Settler: simBrokers{s}, Deleter: simBrokers{s},
-			Policy:      Policy{Grace: 3 * time.Second, SettleBatch: 16, MaxBackfillsPerBroker: 4, MaxBackfills: 12},
+		c, err := New(Config{
+			Metadata: simControl{s}, Prober: simBrokers{s}, Backfiller: simBrokers{s}, Settler: simBrokers{s}, Deleter: simBrokers{s},
+			Policy:      heal.Policy{Grace: 3 * time.Second, SettleBatch: 16, MaxBackfillsPerBroker: 4, MaxBackfills: 12},
 			Now:         func() time.Time { s.mu.Lock(); defer s.mu.Unlock(); return s.now },
 			Concurrency: 1, // deterministic: steps run one at a time in plan order
 		})
@@ -654,7 +639,7 @@ func runSim(t testing.TB, seed uint64) map[string]int {
 	coord := newCoord()
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("seed %d (rerun: go test ./heal -run TestSimulation -sim.seed=%d): %s", seed, seed, fmt.Sprintf(format, args...))
+		t.Fatalf("seed %d (rerun: go test ./pass -run TestSimulation -sim.seed=%d): %s", seed, seed, fmt.Sprintf(format, args...))
 	}
 	s.faulty = true
 	done := -1

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -18,7 +19,7 @@ type batchBrokers struct {
 	mu       sync.Mutex
 	settles  map[meta.BrokerID]int
 	confirms map[meta.BrokerID]int
-	fail     map[CopyRef]bool
+	fail     map[heal.CopyRef]bool
 }
 
 func (b *batchBrokers) Settle(ctx context.Context, id meta.BrokerID, segs []meta.Segment, errs []error) error {
@@ -29,7 +30,7 @@ func (b *batchBrokers) Settle(ctx context.Context, id meta.BrokerID, segs []meta
 		return err
 	}
 	for i, s := range segs {
-		if b.fail[CopyRef{s.ID, id}] {
+		if b.fail[heal.CopyRef{Segment: s.ID, Broker: id}] {
 			errs[i] = errors.New("injected: settle failed")
 		}
 	}
@@ -48,13 +49,13 @@ func (b *batchBrokers) Confirm(ctx context.Context, id meta.BrokerID, segs []met
 // batch is not confirmed, the others are.
 func TestCoordinatorSettlesABrokersCopiesInOneRequest(t *testing.T) {
 	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 1, 2, 3)).
-		anomaly(1, "a", Overrun, 1040, false).anomaly(1, "b", Overrun, 1040, false).anomaly(1, "c", Overrun, 1040, false).
-		anomaly(2, "a", Overrun, 1040, false).anomaly(2, "c", Overrun, 1040, false)
+		anomaly(1, "a", heal.Overrun, 1040, false).anomaly(1, "b", heal.Overrun, 1040, false).anomaly(1, "c", heal.Overrun, 1040, false).
+		anomaly(2, "a", heal.Overrun, 1040, false).anomaly(2, "c", heal.Overrun, 1040, false)
 	f := &batchBrokers{fakeBrokers: newFake(w), settles: map[meta.BrokerID]int{}, confirms: map[meta.BrokerID]int{},
-		fail: map[CopyRef]bool{{"b", 1}: true}}
+		fail: map[heal.CopyRef]bool{{Segment: "b", Broker: 1}: true}}
 	now := w.in.Now
-	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
+	c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}

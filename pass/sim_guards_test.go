@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -17,8 +18,8 @@ import (
 func simCoordinator(t *testing.T, s *sim, mod func(*Config)) *Coordinator {
 	t.Helper()
 	cfg := Config{
-		Control: simControl{s}, Prober: simBrokers{s}, Backfiller: simBrokers{s}, Settler: simBrokers{s}, Deleter: simBrokers{s},
-		Policy:      Policy{Grace: 3 * time.Second, SettleBatch: 16, MaxBackfillsPerBroker: 4, MaxBackfills: 12},
+		Metadata: simControl{s}, Prober: simBrokers{s}, Backfiller: simBrokers{s}, Settler: simBrokers{s}, Deleter: simBrokers{s},
+		Policy:      heal.Policy{Grace: 3 * time.Second, SettleBatch: 16, MaxBackfillsPerBroker: 4, MaxBackfills: 12},
 		Now:         func() time.Time { s.mu.Lock(); defer s.mu.Unlock(); return s.now },
 		Concurrency: 1,
 		ReturnCheck: -1,
@@ -26,7 +27,7 @@ func simCoordinator(t *testing.T, s *sim, mod func(*Config)) *Coordinator {
 	if mod != nil {
 		mod(&cfg)
 	}
-	c, err := NewCoordinator(cfg)
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func simCoordinator(t *testing.T, s *sim, mod func(*Config)) *Coordinator {
 }
 
 // pass advances the simulated clock by a second and runs one pass.
-func (s *sim) pass(t *testing.T, c *Coordinator) Report {
+func (s *sim) pass(t *testing.T, c *Coordinator) heal.Report {
 	t.Helper()
 	s.mu.Lock()
 	s.tick++
@@ -137,7 +138,7 @@ func TestSimReturningBrokerCancelsBackfillsNoSetChange(t *testing.T) {
 		}
 	}
 	s.mu.Unlock()
-	var rep Report
+	var rep heal.Report
 	for pass := 0; pass < 6 && rep.Backfills == 0; pass++ {
 		rep = s.pass(t, c)
 	}
@@ -174,7 +175,7 @@ func TestSimReturningBrokerCancelsBackfillsNoSetChange(t *testing.T) {
 
 // a lost segment is reported on every pass, and after the first
 // failed attempt from each source no read names its replicas again (the
-// in-memory brokers count DurableEnd and Backfill calls). A
+// in-memory brokers count Backfill calls). A
 // segment whose every copy is corrupt is lost from the first pass, costs
 // no read, and no copy of it is deleted.
 func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
@@ -208,7 +209,7 @@ func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
 	lostFrom, readsAtLost := -1, 0
 	for pass := 0; pass < 12; pass++ {
 		rep := s.pass(t, c)
-		if !rep.IsLost(y.ID) || rep.FailedReason(y.ID) != NoIntactSource {
+		if !rep.IsLost(y.ID) || rep.FailedReason(y.ID) != heal.NoIntactSource {
 			t.Fatalf("pass %d: %s not reported lost: %+v", pass, y.ID, rep.Lost)
 		}
 		if n, _ := fills(y.ID); n != 0 {
@@ -230,7 +231,7 @@ func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
 			}
 		}
 		if pass == 11 {
-			l := rep.Lost[slices.IndexFunc(rep.Lost, func(l LostSegment) bool { return l.Segment == x.ID })]
+			l := rep.Lost[slices.IndexFunc(rep.Lost, func(l heal.LostSegment) bool { return l.Segment == x.ID })]
 			if l.StartOffset != x.StartOffset || l.EndOffset != x.EndOffset() || l.ByteSize != x.ByteSize || !slices.Equal(l.Replicas, x.Replicas) {
 				t.Errorf("lost entry %+v for %+v", l, x)
 			}
@@ -239,10 +240,10 @@ func TestSimLostSegmentReportedEveryPassNoReadsAfterFirstAttempt(t *testing.T) {
 			}
 		}
 	}
-	// One attempt per source: DurableEnd of the missing copy plus one
-	// Backfill from each of the two rotten replicas.
-	if lostFrom != 2 || readsAtLost != 4 {
-		t.Errorf("%s lost from pass %d after %d reads; want pass 2 after 4", x.ID, lostFrom, readsAtLost)
+	// One attempt per source: one Backfill of the missing copy from each
+	// of the two rotten replicas.
+	if lostFrom != 2 || readsAtLost != 2 {
+		t.Errorf("%s lost from pass %d after %d reads; want pass 2 after 2", x.ID, lostFrom, readsAtLost)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,6 +1,7 @@
-package heal
+package pass
 
 import (
+	"math"
 	"testing"
 
 	"github.com/malachi-log/malachi/meta"
@@ -100,4 +101,45 @@ func runRebalance(t *testing.T, s *sim, c *Coordinator, seed uint64, all []meta.
 		t.Fatalf("seed %d: not within 10%% after %d moves (Phi %.2f): counts %v bytes %v", seed, moves, phi, cnt, byt)
 	}
 	return moves, cnt
+}
+
+// loads returns each listed broker's replica count and bytes over the
+// sealed segments of snap.
+func loads(snap *meta.Snapshot, bs []meta.BrokerID) (map[meta.BrokerID]int, map[meta.BrokerID]int64) {
+	c, b := map[meta.BrokerID]int{}, map[meta.BrokerID]int64{}
+	for _, id := range bs {
+		c[id], b[id] = 0, 0
+	}
+	for _, sg := range snap.Segments {
+		if !sg.Sealed {
+			continue
+		}
+		for _, r := range sg.Replicas {
+			if _, ok := c[r]; ok {
+				c[r]++
+				b[r] += sg.ByteSize
+			}
+		}
+	}
+	return c, b
+}
+
+// within reports whether every load is within max(10% of the mean, floor)
+// of the mean, and the potential Phi.
+func within(c map[meta.BrokerID]int, b map[meta.BrokerID]int64) (bool, float64) {
+	var tc, tb float64
+	for id := range c {
+		tc += float64(c[id])
+		tb += float64(b[id])
+	}
+	k := float64(len(c))
+	mc, mb := tc/k, tb/k
+	bc, bb := max(0.1*mc, 1), max(0.1*mb, tb/tc, 1)
+	ok, phi := true, 0.0
+	for id := range c {
+		x, y := (float64(c[id])-mc)/bc, (float64(b[id])-mb)/bb
+		ok = ok && math.Abs(x) <= 1 && math.Abs(y) <= 1
+		phi += x*x + y*y
+	}
+	return ok, phi
 }

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
-// Config configures a Coordinator. Control and the four broker interfaces
-// are required; the rest has defaults (see NewCoordinator).
+// Config configures a Coordinator. Metadata and the four broker interfaces
+// are required; the rest has defaults (see New).
 type Config struct {
-	Control    ControlPlane
+	Metadata   Metadata
 	Prober     Prober
 	Backfiller Backfiller
 	Settler    Settler
 	Deleter    Deleter
-	// Policy bounds each pass (DefaultPolicy when zero).
-	Policy Policy
+	// Policy bounds each pass (heal.DefaultPolicy when zero).
+	Policy heal.Policy
 	// Now is the clock; time.Now when nil. The planner never reads it:
 	// the Coordinator stamps each pass and each probe answer with it.
 	Now func() time.Time
@@ -69,19 +70,19 @@ type Config struct {
 	// whose dead replicas they replace are probed again (default 1s;
 	// negative disables). When one answers with an intact copy of a
 	// segment, that segment's backfills are cancelled and its replica set
-	// is left as it was (Report.Returned, BytesSaved): the next pass
+	// is left as it was (heal.Report.Returned, BytesSaved): the next pass
 	// counts the returning copy again.
 	ReturnCheck time.Duration
 	// OnReport, when set, is called with every pass's Report (metrics,
 	// status). It must not block for long.
-	OnReport func(Report)
+	OnReport func(heal.Report)
 	// RefuseAfter is how many failed backfills of one segment from one
 	// source, in a row and with the segment unchanged, count as that
 	// source refusing when the errors do not say so (default 3; negative:
-	// only errors wrapping ErrSourceRefused count). An error wrapping
-	// ErrSourceRefused counts at once. A refused source is not read for the
+	// only errors wrapping heal.ErrSourceRefused count). An error wrapping
+	// heal.ErrSourceRefused counts at once. A refused source is not read for the
 	// segment again until the segment changes (see Refusal). It sets
-	// Policy.RefuseAfter when that is zero; AvoidPasses likewise.
+	// heal.Policy.RefuseAfter when that is zero; AvoidPasses likewise.
 	RefuseAfter int
 }
 
@@ -94,44 +95,44 @@ type Config struct {
 type Coordinator struct {
 	cfg     Config
 	passMu  sync.Mutex // serialises Pass, HealSealed and DryRun
-	planner Planner
-	state   State
-	pending *Outcomes // the last pass's execution, for the next Step
+	planner heal.Planner
+	state   heal.State
+	pending *heal.Outcomes // the last pass's execution, for the next Step
 
 	mu       sync.Mutex
-	last     Report
+	last     heal.Report
 	release  bool             // an operator's release not yet stepped
 	acks     []meta.SegmentID // operators' acknowledgements not yet stepped
-	seenBack []Seen           // brokers that answered while a plan ran
+	seenBack []heal.Seen      // brokers that answered while a plan ran
 }
 
-// NewCoordinator checks cfg and returns a Coordinator. The error wraps
-// ErrInvalid and names the missing or bad field.
-func NewCoordinator(cfg Config) (*Coordinator, error) {
+// New checks cfg and returns a Coordinator. The error wraps
+// heal.ErrInvalid and names the missing or bad field.
+func New(cfg Config) (*Coordinator, error) {
 	switch {
-	case cfg.Control == nil:
-		return nil, fmt.Errorf("%w: coordinator config: Control is nil", ErrInvalid)
+	case cfg.Metadata == nil:
+		return nil, fmt.Errorf("%w: coordinator config: Metadata is nil", heal.ErrInvalid)
 	case cfg.Prober == nil:
-		return nil, fmt.Errorf("%w: coordinator config: Prober is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: coordinator config: Prober is nil", heal.ErrInvalid)
 	case cfg.Backfiller == nil:
-		return nil, fmt.Errorf("%w: coordinator config: Backfiller is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: coordinator config: Backfiller is nil", heal.ErrInvalid)
 	case cfg.Settler == nil:
-		return nil, fmt.Errorf("%w: coordinator config: Settler is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: coordinator config: Settler is nil", heal.ErrInvalid)
 	case cfg.Deleter == nil:
-		return nil, fmt.Errorf("%w: coordinator config: Deleter is nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: coordinator config: Deleter is nil", heal.ErrInvalid)
 	case cfg.Concurrency < 0:
-		return nil, fmt.Errorf("%w: coordinator config: Concurrency %d is negative", ErrInvalid, cfg.Concurrency)
+		return nil, fmt.Errorf("%w: coordinator config: Concurrency %d is negative", heal.ErrInvalid, cfg.Concurrency)
 	case cfg.PerBroker < 0:
-		return nil, fmt.Errorf("%w: coordinator config: PerBroker %d is negative", ErrInvalid, cfg.PerBroker)
+		return nil, fmt.Errorf("%w: coordinator config: PerBroker %d is negative", heal.ErrInvalid, cfg.PerBroker)
 	case cfg.ProbeTimeout < 0:
-		return nil, fmt.Errorf("%w: coordinator config: ProbeTimeout %v is negative", ErrInvalid, cfg.ProbeTimeout)
+		return nil, fmt.Errorf("%w: coordinator config: ProbeTimeout %v is negative", heal.ErrInvalid, cfg.ProbeTimeout)
 	case cfg.AvoidPasses < 0:
-		return nil, fmt.Errorf("%w: coordinator config: AvoidPasses %d is negative", ErrInvalid, cfg.AvoidPasses)
+		return nil, fmt.Errorf("%w: coordinator config: AvoidPasses %d is negative", heal.ErrInvalid, cfg.AvoidPasses)
 	case cfg.Tick < 0 || cfg.FastTick < 0:
-		return nil, fmt.Errorf("%w: coordinator config: Tick %v or FastTick %v is negative", ErrInvalid, cfg.Tick, cfg.FastTick)
+		return nil, fmt.Errorf("%w: coordinator config: Tick %v or FastTick %v is negative", heal.ErrInvalid, cfg.Tick, cfg.FastTick)
 	}
-	if cfg.Policy == (Policy{}) {
-		cfg.Policy = DefaultPolicy()
+	if cfg.Policy == (heal.Policy{}) {
+		cfg.Policy = heal.DefaultPolicy()
 	}
 	if cfg.Policy.RefuseAfter == 0 {
 		cfg.Policy.RefuseAfter = cfg.RefuseAfter
@@ -169,7 +170,7 @@ func cmpOr[T comparable](v, def T) T {
 // Run is the pass loop of one leadership term: a pass now, then one per
 // Tick, or sooner when the last pass asks for it (NextPass), until ctx is
 // done (the caller cancels it when leadership is lost); it returns
-// ctx.Err(). The term starts with State.NewTerm: the settle cursor, the
+// ctx.Err(). The term starts with heal.State.NewTerm: the settle cursor, the
 // refusals, the conflicts and the lost segments are forgotten; the
 // brokers' last-seen times are kept, so a Coordinator kept across a
 // leadership flap gives no broker a fresh grace delay (a new leader makes
@@ -204,12 +205,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 // polling it at once would spin.) A broker that answered but could not be
 // authenticated stays suspect until an operator fixes its certificates:
 // that is no reason to hurry, and every hurried pass probes every broker.
-func NextPass(r *Report, fast time.Duration) (time.Duration, bool) {
+func NextPass(r *heal.Report, fast time.Duration) (time.Duration, bool) {
 	if r.Backfills > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0 {
 		return 0, true
 	}
 	authFailed := func(b meta.BrokerID) bool {
-		return slices.ContainsFunc(r.AuthFailed, func(a AuthFailure) bool { return a.Broker == b })
+		return slices.ContainsFunc(r.AuthFailed, func(a heal.AuthFailure) bool { return a.Broker == b })
 	}
 	waiting := slices.ContainsFunc(r.Suspect, func(b meta.BrokerID) bool { return !authFailed(b) })
 	if waiting || r.Deferred > 0 && len(r.AuthFailed) == 0 {
@@ -219,14 +220,14 @@ func NextPass(r *Report, fast time.Duration) (time.Duration, bool) {
 }
 
 // Last returns the Report of the last pass (zero before the first).
-func (c *Coordinator) Last() Report {
+func (c *Coordinator) Last() heal.Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last
 }
 
 // State returns a copy of the core's memory after the last pass.
-func (c *Coordinator) State() State {
+func (c *Coordinator) State() heal.State {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
 	return c.state
@@ -245,19 +246,19 @@ func (c *Coordinator) Release() {
 // id: later Reports keep listing it in Lost, marked Acknowledged (and
 // count it in LostAcknowledged), until the segment is healthy again or
 // leaves the metadata; a later loss is then reported unacknowledged. It
-// returns an error wrapping ErrInvalid for a bad id, or ErrNotLost when the
+// returns an error wrapping heal.ErrInvalid for a bad id, or heal.ErrNotLost when the
 // last pass did not report id lost; nothing changes then. Safe at any
 // time. The acknowledgement lives in this Coordinator's State: a new
 // leader's reports show the segment unacknowledged.
 func (c *Coordinator) Acknowledge(id meta.SegmentID) error {
 	if err := id.Validate(); err != nil {
-		return fmt.Errorf("%w: acknowledge: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: acknowledge: %w", heal.ErrInvalid, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.last.Lost, func(l LostSegment) bool { return l.Segment == id })
+	i := slices.IndexFunc(c.last.Lost, func(l heal.LostSegment) bool { return l.Segment == id })
 	if i < 0 {
-		return fmt.Errorf("%w: acknowledge %s: the last pass (index %d) does not report it lost", ErrNotLost, id, c.last.Index)
+		return fmt.Errorf("%w: acknowledge %s: the last pass (index %d) does not report it lost", heal.ErrNotLost, id, c.last.Index)
 	}
 	if !slices.Contains(c.acks, id) {
 		c.acks = append(c.acks, id)
@@ -276,37 +277,37 @@ func (c *Coordinator) Acknowledge(id meta.SegmentID) error {
 // DryRun observes and steps like a pass and returns the Plan it would
 // execute, with its Commands; nothing is executed and the State does not
 // change.
-func (c *Coordinator) DryRun(ctx context.Context) (Plan, error) {
+func (c *Coordinator) DryRun(ctx context.Context) (heal.Plan, error) {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
 	view, live, err := c.observe(ctx)
 	if err != nil {
-		return Plan{}, err
+		return heal.Plan{}, err
 	}
-	var p Planner
+	var p heal.Planner
 	plan, _, err := p.Step(c.state, c.observation(view, live, false))
 	return plan, err
 }
 
 // Pass runs one heal pass: observe (the view and the live brokers),
 // HealSealed (step, backfills, settles), then apply what it returned: its
-// commands through Config.Control, the confirmations of the copies it
+// commands through Config.Metadata, the confirmations of the copies it
 // settled, the deletions of the copies its recorded commands dropped. It
 // returns the pass's Report (also passed to OnReport and kept for Last).
 // When ctx is cancelled mid-pass it stops starting steps, waits for those
 // in flight (which the interfaces roll back on cancellation), and returns
 // the Report so far with Aborted set and an error wrapping ctx.Err().
-func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
+func (c *Coordinator) Pass(ctx context.Context) (heal.Report, error) {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
 	start := c.cfg.Now()
 	view, live, err := c.observe(ctx)
 	if err != nil {
-		return Report{Aborted: ctx.Err() != nil}, err
+		return heal.Report{Aborted: ctx.Err() != nil}, err
 	}
 	h, err := c.healSealed(ctx, view, live, view.ReplicationFactor())
 	if err != nil {
-		return Report{}, err
+		return heal.Report{}, err
 	}
 	c.apply(ctx, &h)
 	rep := h.out.Report()
@@ -327,12 +328,12 @@ func (c *Coordinator) Pass(ctx context.Context) (Report, error) {
 // (MaxProbes at most), each within its own ProbeTimeout: the live
 // brokers of this tick.
 func (c *Coordinator) observe(ctx context.Context) (*meta.View, Live, error) {
-	view, err := c.cfg.Control.View(ctx)
+	view, err := c.cfg.Metadata.View(ctx)
 	if err != nil {
-		return nil, Live{}, fmt.Errorf("heal: metadata view: %w", err)
+		return nil, Live{}, fmt.Errorf("pass: metadata view: %w", err)
 	}
 	if view == nil {
-		return nil, Live{}, fmt.Errorf("%w: heal: the control plane returned no metadata view", ErrInvalid)
+		return nil, Live{}, fmt.Errorf("%w: pass: the metadata returned no view", heal.ErrInvalid)
 	}
 	live := Live{Start: c.cfg.Now()}
 	live.Reports, live.AuthFailed, live.Behind = c.probe(ctx, view)
@@ -346,8 +347,8 @@ func (c *Coordinator) observe(ctx context.Context) (*meta.View, Live, error) {
 // observation is what Step decides from besides the State: view, live,
 // the last execution's outcomes and the operators' requests. With
 // consume, the operators' requests are taken (a dry run only reads them).
-func (c *Coordinator) observation(view *meta.View, live Live, consume bool) Observation {
-	obs := Observation{View: view, Reports: live.Reports, AuthFailed: live.AuthFailed, Behind: live.Behind, Start: live.Start, Now: live.Now,
+func (c *Coordinator) observation(view *meta.View, live Live, consume bool) heal.Observation {
+	obs := heal.Observation{View: view, Reports: live.Reports, AuthFailed: live.AuthFailed, Behind: live.Behind, Start: live.Start, Now: live.Now,
 		Policy: c.cfg.Policy, Executed: c.pending}
 	c.mu.Lock()
 	obs.Release, obs.Acknowledge = c.release, slices.Clone(c.acks)
@@ -360,10 +361,10 @@ func (c *Coordinator) observation(view *meta.View, live Live, consume bool) Obse
 
 // probe asks every broker of view for its report; it returns the reports,
 // the brokers that answered but could not be authenticated, and those that
-// answered with metadata behind view (ErrBehind).
-func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport, []AuthFailure, []meta.BrokerID) {
+// answered with metadata behind view (heal.ErrBehind).
+func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]heal.ProbeReport, []heal.AuthFailure, []meta.BrokerID) {
 	brokers := view.Brokers()
-	reports := make([]ProbeReport, len(brokers))
+	reports := make([]heal.ProbeReport, len(brokers))
 	ok := make([]bool, len(brokers))
 	authFailed := make([]string, len(brokers))
 	behind := make([]bool, len(brokers))
@@ -378,18 +379,16 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
-			defer cancel()
-			r, err := c.probeHedged(pctx, b.ID, view.Index())
+			r, err := c.probeHedged(ctx, b.ID, view.Index())
 			if err == nil {
 				r.Broker, r.At = b.ID, c.cfg.Now()
 				err = r.Validate()
 			}
-			if errors.Is(err, ErrUnauthenticated) {
+			if errors.Is(err, heal.ErrUnauthenticated) {
 				authFailed[i] = err.Error()
 				return
 			}
-			if errors.Is(err, ErrBehind) {
+			if errors.Is(err, heal.ErrBehind) {
 				behind[i] = true
 				c.cfg.Logger.Debug().Uint32("peer", uint32(b.ID)).Err(err).Msg("heal: probe answered behind")
 				return
@@ -402,8 +401,8 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 		}()
 	}
 	wg.Wait()
-	var out []ProbeReport
-	var auth []AuthFailure
+	var out []heal.ProbeReport
+	var auth []heal.AuthFailure
 	var late []meta.BrokerID
 	for i := range reports {
 		if ok[i] {
@@ -414,7 +413,7 @@ func (c *Coordinator) probe(ctx context.Context, view *meta.View) ([]ProbeReport
 		}
 		if authFailed[i] != "" {
 			// It answered: not dead, but not usable either (no report).
-			auth = append(auth, AuthFailure{Broker: brokers[i].ID, Reason: authFailed[i]})
+			auth = append(auth, heal.AuthFailure{Broker: brokers[i].ID, Reason: authFailed[i]})
 		}
 	}
 	return out, auth, late
@@ -425,15 +424,18 @@ const ProbeAttempts = 4
 
 // probeHedged is one broker's probe: the first attempt's answer, or that
 // of another started every ProbeHedge while none has answered (at most
-// ProbeAttempts), all bounded by ctx. The attempts left are cancelled.
-func (c *Coordinator) probeHedged(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+// ProbeAttempts), all within one ProbeTimeout of ctx. The attempts left
+// are cancelled. (One context bounds the probe and cancels what is left
+// of it: a context per probe costs four allocations, and a healthy pass
+// at 1,000 brokers made 5,000 for a second one.)
+func (c *Coordinator) probeHedged(ctx context.Context, b meta.BrokerID, index uint64) (heal.ProbeReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
+	defer cancel()
 	if c.cfg.ProbeHedge < 0 {
 		return c.cfg.Prober.Probe(ctx, b, index)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	type answer struct {
-		r   ProbeReport
+		r   heal.ProbeReport
 		err error
 	}
 	answers := make(chan answer, ProbeAttempts) // no attempt blocks once the probe returned
@@ -458,19 +460,17 @@ func (c *Coordinator) probeHedged(ctx context.Context, b meta.BrokerID, index ui
 }
 
 // returnSeen records a broker that answered while a plan ran.
-func (c *Coordinator) returnSeen(s Seen) {
+func (c *Coordinator) returnSeen(s heal.Seen) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seenBack = append(c.seenBack, s)
 }
 
 // takeSeen returns and forgets the brokers recorded by returnSeen.
-func (c *Coordinator) takeSeen() []Seen {
+func (c *Coordinator) takeSeen() []heal.Seen {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.seenBack
 	c.seenBack = nil
 	return s
 }
-
-func sortRefs(rs []CopyRef) { slices.SortFunc(rs, cmpRefs) }

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"bufio"
@@ -17,13 +17,14 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
 // TestScripts runs the seed, read literally, as datadriven scripts: one
 // file per paragraph, testdata/seed/P<n>, whose rows are each headed by
 // the sentence they test, quoted (# P<n>.<m> "..."), and named (# row:
-// ...). `go test -run TestScripts ./heal/ -rewrite` rewrites the expected
+// ...). `go test -run TestScripts ./pass/ -rewrite` rewrites the expected
 // output.
 //
 // Directives:
@@ -86,7 +87,7 @@ func (w *scriptWorld) run(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "seg", &s)
 		d.ScanArgs(t, "kind", &kind)
 		d.MaybeScanArgs(t, "size", &size)
-		var k Kind
+		var k heal.Kind
 		if err := k.UnmarshalText([]byte(kind)); err != nil || k == 0 {
 			t.Fatalf("anomaly kind %q: %v", kind, err)
 		}
@@ -125,7 +126,7 @@ func (w *scriptWorld) run(t *testing.T, d *datadriven.TestData) string {
 // intact drops b's facts of its copy of s.
 func (w *scriptWorld) intact(b meta.BrokerID, s string) {
 	r := w.report(b)
-	r.Facts = slices.DeleteFunc(r.Facts, func(f Fact) bool { return f.Segment == meta.SegmentID(s) })
+	r.Facts = slices.DeleteFunc(r.Facts, func(f heal.Fact) bool { return f.Segment == meta.SegmentID(s) })
 }
 
 func scriptSeg(t *testing.T, line string) meta.Segment {
@@ -148,7 +149,7 @@ func scriptSeg(t *testing.T, line string) meta.Segment {
 	return s
 }
 
-func scriptPlan(p Plan) string {
+func scriptPlan(p heal.Plan) string {
 	var b strings.Builder
 	b.WriteString(ops(p))
 	r := &p.Report
@@ -163,7 +164,7 @@ func scriptPlan(p Plan) string {
 }
 
 // scriptCounts is what plan and execute both print of a Report.
-func scriptCounts(r *Report) string {
+func scriptCounts(r *heal.Report) string {
 	return fmt.Sprintf("unsettled: %v\nsettling: %v\nsealed=%d active=%d under_replicated=%d deferred=%d suspect=%v dead=%v\n",
 		r.Unsettled, r.Settling, r.Sealed, r.Active, r.UnderReplicated, r.Deferred, r.Suspect, r.Dead)
 }
@@ -175,12 +176,12 @@ func scriptCounts(r *Report) string {
 type scriptBrokers struct {
 	*fakeBrokers
 	auth                 map[meta.BrokerID]bool
-	failSettle, failConf map[CopyRef]bool
+	failSettle, failConf map[heal.CopyRef]bool
 }
 
-func (f *scriptBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+func (f *scriptBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	if f.auth[b] {
-		return ProbeReport{}, fmt.Errorf("broker %d: %w", b, ErrUnauthenticated)
+		return heal.ProbeReport{}, fmt.Errorf("broker %d: %w", b, heal.ErrUnauthenticated)
 	}
 	return f.fakeBrokers.Probe(ctx, b, index)
 }
@@ -194,10 +195,10 @@ func (f *scriptBrokers) Confirm(ctx context.Context, b meta.BrokerID, segs []met
 }
 
 // eachLogged logs verb on every copy of segs on b, failing those in fail.
-func (f *scriptBrokers) eachLogged(ctx context.Context, verb string, fail map[CopyRef]bool, b meta.BrokerID, segs []meta.Segment, errs []error) error {
+func (f *scriptBrokers) eachLogged(ctx context.Context, verb string, fail map[heal.CopyRef]bool, b meta.BrokerID, segs []meta.Segment, errs []error) error {
 	return eachCopy(ctx, b, segs, errs, func(ctx context.Context, b meta.BrokerID, s meta.Segment) error {
 		f.log("%s %s@%d", verb, s.ID, b)
-		if fail[CopyRef{s.ID, b}] {
+		if fail[heal.CopyRef{Segment: s.ID, Broker: b}] {
 			return fmt.Errorf("injected: %s failed", verb)
 		}
 		return nil
@@ -206,8 +207,8 @@ func (f *scriptBrokers) eachLogged(ctx context.Context, verb string, fail map[Co
 
 // Backfill rolls back a backfill whose pass was cancelled while it ran,
 // as the Backfiller's contract says.
-func (f *scriptBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
-	n, err := f.fakeBrokers.Backfill(ctx, target, source, s, from)
+func (f *scriptBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
+	n, err := f.fakeBrokers.Backfill(ctx, target, source, s)
 	if err == nil && ctx.Err() != nil {
 		return 0, fmt.Errorf("backfill %s to %d rolled back: %w", s.ID, target, ctx.Err())
 	}
@@ -215,8 +216,8 @@ func (f *scriptBrokers) Backfill(ctx context.Context, target, source meta.Broker
 }
 
 // copies parses the copies "S@B,..." of argument key, if given.
-func copies(t *testing.T, d *datadriven.TestData, key string) map[CopyRef]bool {
-	out := map[CopyRef]bool{}
+func copies(t *testing.T, d *datadriven.TestData, key string) map[heal.CopyRef]bool {
+	out := map[heal.CopyRef]bool{}
 	if !d.HasArg(key) {
 		return out
 	}
@@ -228,7 +229,7 @@ func copies(t *testing.T, d *datadriven.TestData, key string) map[CopyRef]bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[CopyRef{meta.SegmentID(s), meta.BrokerID(id)}] = true
+		out[heal.CopyRef{Segment: meta.SegmentID(s), Broker: meta.BrokerID(id)}] = true
 	}
 	return out
 }
@@ -238,7 +239,7 @@ func copies(t *testing.T, d *datadriven.TestData, key string) map[CopyRef]bool {
 func (w *scriptWorld) execute(t *testing.T, d *datadriven.TestData) string {
 	if w.c == nil {
 		w.f = &scriptBrokers{fakeBrokers: newFake(w.world), auth: w.auth}
-		c, err := NewCoordinator(Config{Control: w.f, Prober: w.f, Backfiller: w.f, Settler: w.f, Deleter: w.f,
+		c, err := New(Config{Metadata: w.f, Prober: w.f, Backfiller: w.f, Settler: w.f, Deleter: w.f,
 			Policy: w.in.Policy, Now: func() time.Time { return w.in.Now }})
 		if err != nil {
 			t.Fatal(err)
@@ -247,13 +248,13 @@ func (w *scriptWorld) execute(t *testing.T, d *datadriven.TestData) string {
 		w.c = c
 	}
 	f := w.f
-	f.snap, f.calls, f.reports = w.snap, nil, map[meta.BrokerID]ProbeReport{}
+	f.snap, f.calls, f.reports = w.snap, nil, map[meta.BrokerID]heal.ProbeReport{}
 	for _, r := range w.in.Reports {
 		f.reports[r.Broker] = r
 	}
 	seeAll(w.c, w.in.Seen)
 	fill := copies(t, d, "fail-fill")
-	f.failFill = func(b meta.BrokerID, s meta.SegmentID) bool { return fill[CopyRef{s, b}] }
+	f.failFill = func(b meta.BrokerID, s meta.SegmentID) bool { return fill[heal.CopyRef{Segment: s, Broker: b}] }
 	f.failSettle, f.failConf = copies(t, d, "fail-settle"), copies(t, d, "fail-confirm")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -300,7 +301,7 @@ func (w *scriptWorld) record(ready []meta.SetSegmentReplicas, recorded []meta.Se
 	}
 }
 
-func scriptExecuted(f *fakeBrokers, rep *Report) string {
+func scriptExecuted(f *fakeBrokers, rep *heal.Report) string {
 	var b strings.Builder
 	if got := calls(f); got == "" {
 		b.WriteString("calls: none\n")

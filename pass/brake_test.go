@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -16,14 +17,14 @@ import (
 // lets placement go ahead.
 func TestCoordinatorHoldsOnMassFailure(t *testing.T) {
 	w := newWorld(6, 3, seg("a", 1, 2, 3), seg("b", 3, 4, 5), seg("c", 1, 4, 5))
-	w.anomaly(4, "b", Short, 10, false)
+	w.anomaly(4, "b", heal.Short, 10, false)
 	f := newFake(w)
 	delete(f.reports, 1)
 	delete(f.reports, 2)
 	delete(f.reports, 3)
 	now := t0
-	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
+	c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +67,12 @@ func TestHoldLiftRestartsGrace(t *testing.T) {
 		delete(f.reports, 5)
 		delete(f.reports, 6)
 		now := t0
-		c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-			Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
+		c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+			Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pass := func(step time.Duration) Report {
+		pass := func(step time.Duration) heal.Report {
 			t.Helper()
 			now = now.Add(step)
 			f.calls = nil
@@ -91,7 +92,7 @@ func TestHoldLiftRestartsGrace(t *testing.T) {
 		if rep.HoldReason != "" || !slices.Equal(rep.GraceRestarted, []meta.BrokerID{6}) || len(rep.Dead) != 0 || len(f.calls) != 0 {
 			t.Fatalf("the hold lifts: %s, grace restarted %v, dead %v, calls %v", rep, rep.GraceRestarted, rep.Dead, f.calls)
 		}
-		if !slices.ContainsFunc(rep.Events, func(e Event) bool { return e.Kind == EventHoldLifted }) {
+		if !slices.ContainsFunc(rep.Events, func(e heal.Event) bool { return e.Kind == heal.EventHoldLifted }) {
 			t.Errorf("no hold_lifted event: %v", rep.Events)
 		}
 		if rep = pass(9 * time.Second); !slices.Equal(rep.Suspect, []meta.BrokerID{6}) || len(rep.GraceRestarted) != 0 || len(f.calls) != 0 {
@@ -120,8 +121,8 @@ func TestBehindBrokerNeverDead(t *testing.T) {
 	f.behind = map[meta.BrokerID]bool{4: true}
 	delete(f.reports, 5)
 	now := t0
-	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
+	c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ type timedProber struct {
 
 func (p *timedProber) clock() time.Time { p.mu.Lock(); defer p.mu.Unlock(); return p.now }
 
-func (p *timedProber) Probe(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+func (p *timedProber) Probe(ctx context.Context, b meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	p.mu.Lock()
 	slow := p.slow[b]
 	if slow {
@@ -163,7 +164,7 @@ func (p *timedProber) Probe(ctx context.Context, b meta.BrokerID, index uint64) 
 	}
 	p.mu.Unlock()
 	if slow {
-		return ProbeReport{}, context.DeadlineExceeded
+		return heal.ProbeReport{}, context.DeadlineExceeded
 	}
 	return p.fakeBrokers.Probe(ctx, b, index)
 }
@@ -177,12 +178,12 @@ func (p *timedProber) Probe(ctx context.Context, b meta.BrokerID, index uint64) 
 func TestSplitBetweenProbesHolds(t *testing.T) {
 	w := newWorld(6, 3, seg("a", 4, 5, 1), seg("b", 5, 1, 2), seg("c", 3, 4, 5))
 	p := &timedProber{fakeBrokers: newFake(w), now: t0}
-	c, err := NewCoordinator(Config{Control: p, Prober: p, Backfiller: p, Settler: p, Deleter: p, MaxProbes: 1,
-		Policy: Policy{Grace: time.Second, SettleBatch: 8}, Now: p.clock})
+	c, err := New(Config{Metadata: p, Prober: p, Backfiller: p, Settler: p, Deleter: p, MaxProbes: 1,
+		Policy: heal.Policy{Grace: time.Second, SettleBatch: 8}, Now: p.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pass := func(what string) Report {
+	pass := func(what string) heal.Report {
 		t.Helper()
 		p.calls = nil
 		rep, err := c.Pass(context.Background())
@@ -210,7 +211,7 @@ func TestSplitBetweenProbesHolds(t *testing.T) {
 // a segment with no intact copy is reported on every pass and
 // costs its replicas no reads.
 func TestLostSegmentCostsNoReads(t *testing.T) {
-	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", Missing, 0, false).anomaly(2, "a", Short, 5, false).anomaly(3, "a", Latched, 0, false)
+	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(1, "a", heal.Missing, 0, false).anomaly(2, "a", heal.Short, 5, false).anomaly(3, "a", heal.Latched, 0, false)
 	f := newFake(w)
 	c := coordinator(t, f, w.in.Now)
 	for pass := 0; pass < 3; pass++ {
@@ -218,7 +219,7 @@ func TestLostSegmentCostsNoReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.FailedReason("a") != NoIntactSource || len(rep.Failed[0].Copies) != 1 {
+		if rep.FailedReason("a") != heal.NoIntactSource || len(rep.Failed[0].Copies) != 1 {
 			t.Fatalf("pass %d: failed %+v", pass, rep.Failed)
 		}
 	}
@@ -231,13 +232,13 @@ func TestLostSegmentCostsNoReads(t *testing.T) {
 // plan the same.
 func TestSparseBrokerIDs(t *testing.T) {
 	const off = 1 << 20
-	mk := func(base meta.BrokerID) Plan {
+	mk := func(base meta.BrokerID) heal.Plan {
 		w := newWorld(0, 3, seg("a", base+1, base+2, base+3), seg("b", base+2, base+3, base+4))
 		for i := meta.BrokerID(1); i <= 5; i++ {
 			w.snap.Brokers = append(w.snap.Brokers, meta.Broker{ID: base + i})
 			w.up(base + i)
 		}
-		return w.dead(base+1).anomaly(base+4, "b", Latched, 0, false).plan()
+		return w.dead(base+1).anomaly(base+4, "b", heal.Latched, 0, false).plan()
 	}
 	dense, sparse := mk(0), mk(off)
 	if len(dense.Actions) == 0 || len(dense.Actions) != len(sparse.Actions) {
@@ -261,8 +262,8 @@ func TestCoordinatorReturningBroker(t *testing.T) {
 	back := make(chan struct{})
 	var once sync.Once
 	blocked := &blockingFake{fakeBrokers: f, block: "a", started: func() { once.Do(func() { close(back) }) }}
-	c, err := NewCoordinator(Config{Control: f, Prober: blocked, Backfiller: blocked, Settler: f, Deleter: f,
-		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return w.in.Now },
+	c, err := New(Config{Metadata: f, Prober: blocked, Backfiller: blocked, Settler: f, Deleter: f,
+		Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return w.in.Now },
 		ReturnCheck: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -300,21 +301,21 @@ type blockingFake struct {
 	returned bool
 }
 
-func (b *blockingFake) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (b *blockingFake) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	b.mu.Lock()
 	ret := b.returned
 	b.mu.Unlock()
 	if id == 1 && ret {
-		return ProbeReport{Broker: 1, Index: index}, nil
+		return heal.ProbeReport{Broker: 1, Index: index}, nil
 	}
 	return b.fakeBrokers.Probe(ctx, id, index)
 }
 
-func (b *blockingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+func (b *blockingFake) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
 	if s.ID != b.block {
-		return b.fakeBrokers.Backfill(ctx, target, source, s, from)
+		return b.fakeBrokers.Backfill(ctx, target, source, s)
 	}
-	b.fakeBrokers.log("backfill %s %d<-%d from %d (blocks)", s.ID, target, source, from)
+	b.fakeBrokers.log("backfill %s %d<-%d (blocks)", s.ID, target, source)
 	b.started()
 	<-ctx.Done()
 	return 0, ctx.Err()

@@ -1,6 +1,6 @@
 //go:build race
 
-package heal
+package pass
 
 // raceEnabled: under the race detector the simulation runs fewer seeds by
 // default (-sim.seeds overrides), to keep `go test -race` near a minute.

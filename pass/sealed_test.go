@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -24,22 +25,22 @@ func commandIDs(cmds []meta.SetSegmentReplicas) []meta.SegmentID {
 // copy on its target. (Catches ready treating NotRun or Cancelled as
 // success.)
 func TestOutcomesReadyOnlySucceeded(t *testing.T) {
-	results := map[meta.SegmentID]Result{"a": Succeeded, "b": NotRun, "c": Cancelled, "d": Interrupted, "e": Failed, "f": Succeeded}
-	var plan Plan
+	results := map[meta.SegmentID]heal.Result{"a": heal.Succeeded, "b": heal.NotRun, "c": heal.Cancelled, "d": heal.Interrupted, "e": heal.Failed, "f": heal.Succeeded}
+	var plan heal.Plan
 	for _, id := range []meta.SegmentID{"a", "b", "c", "d", "e", "f"} {
 		s := seg(string(id), 1, 2, 3)
 		cmd := meta.SetSegmentReplicas{ID: id, Expected: []meta.BrokerID{1, 2, 3}, Replicas: []meta.BrokerID{2, 3, 4}}
 		plan.Actions = append(plan.Actions,
-			Action{Op: ReplaceDeadReplica, Segment: s, Target: 4, Source: 2, Replaces: 1},
-			Action{Op: SetReplicas, Segment: s, Command: cmd})
+			heal.Action{Op: heal.ReplaceDeadReplica, Segment: s, Target: 4, Source: 2, Replaces: 1},
+			heal.Action{Op: heal.SetReplicas, Segment: s, Command: cmd})
 	}
 	// f has a second backfill, not run: f's command is not ready either.
 	f := seg("f", 1, 2, 3)
-	plan.Actions = slices.Insert(plan.Actions, len(plan.Actions)-1, Action{Op: ResumeShortCopy, Segment: f, Target: 3, Source: 2})
-	out := &Outcomes{Plan: plan, Of: make([]Outcome, len(plan.Actions)), Aborted: true}
+	plan.Actions = slices.Insert(plan.Actions, len(plan.Actions)-1, heal.Action{Op: heal.ResumeShortCopy, Segment: f, Target: 3, Source: 2})
+	out := &heal.Outcomes{Plan: plan, Of: make([]heal.Outcome, len(plan.Actions)), Aborted: true}
 	for i, a := range plan.Actions {
-		if a.Op == ReplaceDeadReplica {
-			out.Of[i] = Outcome{Result: results[a.Segment.ID]}
+		if a.Op == heal.ReplaceDeadReplica {
+			out.Of[i] = heal.Outcome{Result: results[a.Segment.ID]}
 		}
 	}
 	want := []meta.SegmentID{"a"}
@@ -57,7 +58,7 @@ func TestOutcomesReadyOnlySucceeded(t *testing.T) {
 // copies, the settled copies to confirm and the dropped copies to delete.
 func TestHealSealedAppliesNothing(t *testing.T) {
 	w := newWorld(5, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 2, 3, 4)).dead(1)
-	w.anomaly(2, "b", Latched, 0, false).anomaly(4, "c", Overrun, 1040, false)
+	w.anomaly(2, "b", heal.Latched, 0, false).anomaly(4, "c", heal.Overrun, 1040, false)
 	f := newFake(w)
 	f.failFill = func(target meta.BrokerID, s meta.SegmentID) bool { return s == "a" }
 	c := coordinator(t, f, w.in.Now)
@@ -83,13 +84,13 @@ func TestHealSealedAppliesNothing(t *testing.T) {
 	if ids := commandIDs(h.Commands); !slices.Equal(ids, []meta.SegmentID{"b"}) {
 		t.Errorf("commands %v, want b's only (a's backfill failed)", ids)
 	}
-	if len(h.Failed) != 1 || h.Failed[0].Segment != "a" || h.Failed[0].Reason != BackfillFailed {
+	if len(h.Failed) != 1 || h.Failed[0].Segment != "a" || h.Failed[0].Reason != heal.BackfillFailed {
 		t.Errorf("failed %+v, want a backfill_failed", h.Failed)
 	}
-	if !slices.Equal(h.Unsettled, []CopyRef{{"c", 4}}) || !slices.Equal(h.Settled, []CopyRef{{"c", 4}}) {
+	if !slices.Equal(h.Unsettled, []heal.CopyRef{{Segment: "c", Broker: 4}}) || !slices.Equal(h.Settled, []heal.CopyRef{{Segment: "c", Broker: 4}}) {
 		t.Errorf("unsettled %v settled %v, want c@4 in both", h.Unsettled, h.Settled)
 	}
-	if !slices.Equal(h.Dropped, []CopyRef{{"b", 2}}) {
+	if !slices.Equal(h.Dropped, []heal.CopyRef{{Segment: "b", Broker: 2}}) {
 		t.Errorf("dropped %v, want b@2 (latched, left out of b's command)", h.Dropped)
 	}
 }
@@ -105,12 +106,12 @@ func TestHealSealedChecksItsInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.HealSealed(ctx, view, live, 2); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "replication factor 2") {
+	if _, err := c.HealSealed(ctx, view, live, 2); !errors.Is(err, heal.ErrInvalid) || !strings.Contains(err.Error(), "replication factor 2") {
 		t.Errorf("rf 2 against a view recording 3: %v, want ErrInvalid naming both", err)
 	}
 	bad := live
-	bad.Reports = append(slices.Clone(live.Reports), ProbeReport{Broker: 2, Facts: []Fact{{Segment: "a", Flags: 99}}})
-	if _, err := c.HealSealed(ctx, view, bad, 3); !errors.Is(err, ErrInvalid) {
+	bad.Reports = append(slices.Clone(live.Reports), heal.ProbeReport{Broker: 2, Facts: []heal.Fact{{Segment: "a", Flags: 99}}})
+	if _, err := c.HealSealed(ctx, view, bad, 3); !errors.Is(err, heal.ErrInvalid) {
 		t.Errorf("an invalid report: %v, want ErrInvalid", err)
 	}
 	if len(f.calls) != 0 || c.State().Pass != 0 {

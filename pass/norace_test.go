@@ -1,5 +1,5 @@
 //go:build !race
 
-package heal
+package pass
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -8,112 +8,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
-
-// Result is what executing one action came to. The executor only
-// classifies errors; what a failure means for later passes (a refusal,
-// an avoided target, a conflict) is decided by Step.
-type Result uint8
-
-const (
-	// NotRun: not started (gated by the plan's contract, or the pass was
-	// cancelled first).
-	NotRun Result = iota
-	// Succeeded: the step returned nil.
-	Succeeded
-	// Failed: any error not classified below.
-	Failed
-	// SourceRefused: a backfill whose error wraps ErrSourceRefused.
-	SourceRefused
-	// NoDurableEnd: a backfill whose target could not say where its copy
-	// ends (the source was not read).
-	NoDurableEnd
-	// SealConflicted: the target answered ErrSealConflict.
-	SealConflicted
-	// Cancelled: a backfill cancelled because a dead replica it replaces
-	// came back (Outcomes.Returned).
-	Cancelled
-	// Interrupted: the step failed because the pass was cancelled.
-	Interrupted
-	// StaleSet: a SetReplicas found another replica set
-	// (meta.ErrStaleReplicas).
-	StaleSet
-)
-
-// Outcome is the result of one action.
-type Outcome struct {
-	Result Result `json:"result"`
-	// Err is the error text of a failed step.
-	Err string `json:"err,omitempty"`
-	// Bytes is what a backfill transferred.
-	Bytes int64 `json:"bytes,omitempty"`
-}
-
-// Outcomes is what executing a Plan did: a value the next Step folds into
-// the State and Report turns into the pass's Report.
-type Outcomes struct {
-	Plan Plan `json:"plan"`
-	// Of is parallel to Plan.Actions.
-	Of []Outcome `json:"of"`
-	// Returned are the segments, sorted, whose backfills were cancelled
-	// because a dead replica they replace answered with an intact copy.
-	Returned []meta.SegmentID `json:"returned,omitempty"`
-	// Seen are brokers that answered while the plan ran.
-	Seen []Seen `json:"seen,omitempty"`
-	// Aborted says the pass was cancelled (leadership lost).
-	Aborted bool `json:"aborted,omitempty"`
-}
-
-func (o *Outcomes) of(i int) Outcome {
-	if i < len(o.Of) {
-		return o.Of[i]
-	}
-	return Outcome{}
-}
-
-func (o *Outcomes) returned(seg meta.SegmentID) bool {
-	_, ok := slices.BinarySearch(o.Returned, seg)
-	return ok
-}
-
-// ready reports whether the SetReplicas at i may run: every backfill of
-// its segment Succeeded (one not run, cancelled or interrupted is no copy
-// on its target), and no replica it replaces came back.
-func (o *Outcomes) ready(i int) bool {
-	a := &o.Plan.Actions[i]
-	if a.Op != SetReplicas || o.returned(a.Segment.ID) {
-		return false
-	}
-	for k := range o.Plan.Actions {
-		b := &o.Plan.Actions[k]
-		if b.Segment.ID == a.Segment.ID && b.Op.IsBackfill() && o.of(k).Result != Succeeded {
-			return false
-		}
-	}
-	return true
-}
-
-// Ready returns the commands whose backfills all Succeeded, in plan
-// order: what the seed's heal returns "for the caller to apply through
-// the control plane" (Healing.Commands, Report.Ready). On an aborted pass
-// it holds only those whose backfills had all succeeded.
-func (o *Outcomes) Ready() []meta.SetSegmentReplicas {
-	var out []meta.SetSegmentReplicas
-	for i := range o.Plan.Actions {
-		if o.ready(i) {
-			out = append(out, o.Plan.Actions[i].Command)
-		}
-	}
-	return out
-}
 
 // executor runs one plan by the contract documented on Plan and records
 // each action's Outcome; it decides nothing beyond that contract.
 type executor struct {
 	c        *Coordinator
 	ctx      context.Context
-	out      *Outcomes
+	out      *heal.Outcomes
 	lim      *limiter
 	mu       sync.Mutex
 	wg       sync.WaitGroup
@@ -123,7 +27,7 @@ type executor struct {
 }
 
 // executor returns an executor of out's plan within ctx.
-func (c *Coordinator) executor(ctx context.Context, out *Outcomes) *executor {
+func (c *Coordinator) executor(ctx context.Context, out *heal.Outcomes) *executor {
 	return &executor{c: c, ctx: ctx, out: out,
 		lim:    &limiter{all: make(chan struct{}, c.cfg.Concurrency), per: c.cfg.PerBroker, by: map[meta.BrokerID]chan struct{}{}},
 		segCtx: map[meta.SegmentID]context.Context{}, cancels: map[meta.SegmentID]context.CancelFunc{}, returned: map[meta.SegmentID]bool{}}
@@ -132,25 +36,25 @@ func (c *Coordinator) executor(ctx context.Context, out *Outcomes) *executor {
 // backfillAndSettle runs plan's backfills in risk order and each broker's
 // settles in one batch, and returns their outcomes; it applies no command
 // and confirms or deletes nothing (apply does, after it).
-func (c *Coordinator) backfillAndSettle(ctx context.Context, plan Plan) *Outcomes {
-	x := c.executor(ctx, &Outcomes{Plan: plan, Of: make([]Outcome, len(plan.Actions))})
+func (c *Coordinator) backfillAndSettle(ctx context.Context, plan heal.Plan) *heal.Outcomes {
+	x := c.executor(ctx, &heal.Outcomes{Plan: plan, Of: make([]heal.Outcome, len(plan.Actions))})
 	defer func() {
 		for _, cancel := range x.cancels {
 			cancel()
 		}
 	}()
 	stop := c.watchReturns(ctx, plan, x.comeBack)
-	x.batches(SettleOverrun, func(int) bool { return true }, c.cfg.Settler.Settle)
+	x.batches(heal.SettleOverrun, func(int) bool { return true }, c.cfg.Settler.Settle)
 	for i, a := range plan.Actions {
 		if ctx.Err() != nil {
 			break
 		}
 		switch a.Op {
-		case ReplaceDeadReplica, ReplaceLatchedCopy, ReplaceCorruptCopy, AddMissingReplica, ResumeShortCopy, MoveReplica, RebalanceReplica:
+		case heal.ReplaceDeadReplica, heal.ReplaceLatchedCopy, heal.ReplaceCorruptCopy, heal.AddMissingReplica, heal.ResumeShortCopy, heal.MoveReplica, heal.RebalanceReplica:
 			x.run(i, []meta.BrokerID{a.Target, a.Source}, x.backfill)
-		case SetReplicas, SettleOverrun, ConfirmCopy, DeleteDroppedCopy, ReportFailed, DeleteLeftoverCopy:
+		case heal.SetReplicas, heal.SettleOverrun, heal.ConfirmCopy, heal.DeleteDroppedCopy, heal.ReportFailed, heal.DeleteLeftoverCopy:
 		default:
-			panic(fmt.Sprintf("heal: Coordinator: action with unknown op %d", a.Op))
+			panic(fmt.Sprintf("pass: Coordinator: action with unknown op %d", a.Op))
 		}
 	}
 	x.wg.Wait()
@@ -167,52 +71,43 @@ func (c *Coordinator) backfillAndSettle(ctx context.Context, plan Plan) *Outcome
 }
 
 // apply is the caller's half of a pass (the seed's HealCoordinator): it
-// applies h's commands through the ControlPlane, confirms the copies h
-// settled (a batch per broker), then deletes each dropped copy whose
-// command was recorded and the leftovers the plan names. It records their
-// outcomes in h's Outcomes.
+// applies what HealSealed returned and nothing else: h's Commands through
+// the Metadata, the confirmations of h's Settled copies (a batch per
+// broker), then the deletions of h's Dropped copies whose command was
+// recorded and of h's Leftovers. It records their outcomes in h's
+// Outcomes, at the actions they came from.
 func (c *Coordinator) apply(ctx context.Context, h *Healing) {
 	x := c.executor(ctx, h.out)
 	plan := &h.out.Plan
-	x.commands()
-	settled := make(map[CopyRef]bool, len(h.Settled))
+	recorded := x.commands(h)
+	settled := make(map[heal.CopyRef]bool, len(h.Settled))
 	for _, r := range h.Settled {
 		settled[r] = true
 	}
-	x.batches(ConfirmCopy, func(i int) bool {
+	x.batches(heal.ConfirmCopy, func(i int) bool {
 		a := &plan.Actions[i]
-		return settled[CopyRef{a.Segment.ID, a.Target}]
+		return settled[heal.CopyRef{Segment: a.Segment.ID, Broker: a.Target}]
 	}, c.cfg.Settler.Confirm)
-	for i, a := range plan.Actions {
+	for k, ref := range h.Dropped {
 		if ctx.Err() != nil {
 			break
 		}
-		switch {
-		case a.Op == DeleteDroppedCopy && x.succeeded(SetReplicas, a.Segment.ID, 0):
-			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
+		if recorded[ref.Segment] {
+			x.run(h.droppedAt[k], []meta.BrokerID{ref.Broker}, func(ctx context.Context, a *heal.Action) (int64, error) {
 				return 0, c.cfg.Deleter.Delete(ctx, a.Target, a.Segment.ID)
 			})
-		case a.Op == DeleteLeftoverCopy:
-			x.run(i, []meta.BrokerID{a.Target}, func(ctx context.Context, a *Action) (int64, error) {
-				return 0, deleteLeftover(ctx, c.cfg.Deleter, a, plan.Index)
-			})
 		}
+	}
+	for k, ref := range h.Leftovers {
+		if ctx.Err() != nil {
+			break
+		}
+		x.run(h.leftoverAt[k], []meta.BrokerID{ref.Broker}, func(ctx context.Context, a *heal.Action) (int64, error) {
+			return 0, deleteLeftover(ctx, c.cfg.Deleter, a, plan.Index)
+		})
 	}
 	x.wg.Wait()
 	h.out.Aborted = h.out.Aborted || ctx.Err() != nil
-}
-
-// succeeded reports whether the action op on seg (and target, unless 0)
-// succeeded in this plan.
-func (x *executor) succeeded(op Op, seg meta.SegmentID, target meta.BrokerID) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for i, a := range x.out.Plan.Actions {
-		if a.Op == op && a.Segment.ID == seg && (target == 0 || a.Target == target) && x.out.Of[i].Result == Succeeded {
-			return true
-		}
-	}
-	return false
 }
 
 // batchStep is a Settler method: one request for a broker's copies.
@@ -221,7 +116,7 @@ type batchStep func(ctx context.Context, broker meta.BrokerID, segs []meta.Segme
 // batches starts, for each broker, one step over the plan's op actions
 // on it that ok admits (in plan order), within the limits, and records
 // each action's outcome.
-func (x *executor) batches(op Op, ok func(i int) bool, step batchStep) {
+func (x *executor) batches(op heal.Op, ok func(i int) bool, step batchStep) {
 	by := map[meta.BrokerID][]int{}
 	var order []meta.BrokerID
 	for i := range x.out.Plan.Actions {
@@ -268,35 +163,30 @@ func (x *executor) runBatch(b meta.BrokerID, idx []int, step batchStep) {
 	for k, i := range idx {
 		a := &x.out.Plan.Actions[i]
 		x.out.Of[i] = x.classify(a, errs[k])
-		if x.out.Of[i].Result == Failed {
-			x.c.cfg.Logger.Warn().Str("op", a.Op.String()).Str("copy", CopyRef{a.Segment.ID, a.Target}.String()).Err(errs[k]).Msg("heal: step failed")
+		if x.out.Of[i].Result == heal.Failed {
+			x.c.cfg.Logger.Warn().Str("op", a.Op.String()).Str("copy", heal.CopyRef{Segment: a.Segment.ID, Broker: a.Target}.String()).Err(errs[k]).Msg("heal: step failed")
 		}
 	}
 }
 
-// backfill asks the target for its durable end and copies the rest.
-func (x *executor) backfill(ctx context.Context, a *Action) (int64, error) {
-	from, err := x.c.cfg.Backfiller.DurableEnd(ctx, a.Target, a.Segment)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errDurableEnd, err)
-	}
-	return x.c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment, from)
+// backfill asks the target to copy what its copy lacks from the source:
+// one request, the target resuming at its own durable end.
+func (x *executor) backfill(ctx context.Context, a *heal.Action) (int64, error) {
+	return x.c.cfg.Backfiller.Backfill(ctx, a.Target, a.Source, a.Segment)
 }
 
-// commands runs the ready SetReplicas concurrently, bounded by
-// Concurrency (a consensus engine batches concurrent proposals).
-func (x *executor) commands() {
+// commands applies h's Commands concurrently, bounded by Concurrency (a
+// consensus engine batches concurrent proposals), records each one's
+// outcome at its SetReplicas action, and returns the segments whose
+// command was recorded, or nil when h drops no copy (nothing asks then:
+// the pass that finds a broker dead would build a set of 20,000 for
+// nothing).
+func (x *executor) commands(h *Healing) map[meta.SegmentID]bool {
 	sem := make(chan struct{}, x.c.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for i := range x.out.Plan.Actions {
+	for k, cmd := range h.Commands {
 		if x.ctx.Err() != nil {
 			break
-		}
-		x.mu.Lock()
-		ok := x.out.ready(i)
-		x.mu.Unlock()
-		if !ok {
-			continue
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -305,28 +195,38 @@ func (x *executor) commands() {
 			if x.ctx.Err() != nil {
 				return
 			}
-			err := x.c.cfg.Control.SetReplicas(x.ctx, x.out.Plan.Actions[i].Command)
-			o := Outcome{Result: Succeeded}
+			err := x.c.cfg.Metadata.SetReplicas(x.ctx, cmd)
+			o := heal.Outcome{Result: heal.Succeeded}
 			switch {
 			case err == nil:
 			case errors.Is(err, meta.ErrStaleReplicas):
-				o = Outcome{Result: StaleSet, Err: err.Error()}
+				o = heal.Outcome{Result: heal.StaleSet, Err: err.Error()}
 			case x.ctx.Err() != nil:
-				o = Outcome{Result: Interrupted, Err: err.Error()}
+				o = heal.Outcome{Result: heal.Interrupted, Err: err.Error()}
 			default:
-				o = Outcome{Result: Failed, Err: err.Error()}
+				o = heal.Outcome{Result: heal.Failed, Err: err.Error()}
 			}
 			x.mu.Lock()
-			x.out.Of[i] = o
+			x.out.Of[h.commandAt[k]] = o
 			x.mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	if len(h.Dropped) == 0 {
+		return nil
+	}
+	recorded := map[meta.SegmentID]bool{}
+	for k, cmd := range h.Commands {
+		if x.out.Of[h.commandAt[k]].Result == heal.Succeeded {
+			recorded[cmd.ID] = true
+		}
+	}
+	return recorded
 }
 
 // stepCtx is the context of action a: a backfill's is its segment's,
 // cancelled when a replica it replaces comes back.
-func (x *executor) stepCtx(a *Action) context.Context {
+func (x *executor) stepCtx(a *heal.Action) context.Context {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if !a.Op.IsBackfill() {
@@ -355,7 +255,7 @@ func (x *executor) comeBack(seg meta.SegmentID) {
 }
 
 // run starts action i's step within the limits and records its outcome.
-func (x *executor) run(i int, bs []meta.BrokerID, step func(context.Context, *Action) (int64, error)) {
+func (x *executor) run(i int, bs []meta.BrokerID, step func(context.Context, *heal.Action) (int64, error)) {
 	a := &x.out.Plan.Actions[i]
 	release, err := x.lim.acquire(x.ctx, bs...)
 	if err != nil {
@@ -375,34 +275,40 @@ func (x *executor) run(i int, bs []meta.BrokerID, step func(context.Context, *Ac
 		o := x.classify(a, err)
 		o.Bytes = n
 		x.out.Of[i] = o
-		if o.Result == Failed && !a.Op.IsBackfill() {
-			x.c.cfg.Logger.Warn().Str("op", a.Op.String()).Str("copy", CopyRef{a.Segment.ID, a.Target}.String()).Err(err).Msg("heal: step failed")
+		if o.Result == heal.Failed && !a.Op.IsBackfill() {
+			x.c.cfg.Logger.Warn().Str("op", a.Op.String()).Str("copy", heal.CopyRef{Segment: a.Segment.ID, Broker: a.Target}.String()).Err(err).Msg("heal: step failed")
 		}
 	}()
 }
 
 // classify turns a step's error into a Result. The caller holds x.mu.
-func (x *executor) classify(a *Action, err error) Outcome {
+func (x *executor) classify(a *heal.Action, err error) heal.Outcome {
 	switch {
 	case err == nil:
-		return Outcome{Result: Succeeded}
+		return heal.Outcome{Result: heal.Succeeded}
 	case a.Op.IsBackfill() && x.returned[a.Segment.ID]:
-		return Outcome{Result: Cancelled, Err: err.Error()}
+		return heal.Outcome{Result: heal.Cancelled, Err: err.Error()}
 	case x.ctx.Err() != nil:
-		return Outcome{Result: Interrupted, Err: err.Error()}
-	case errors.Is(err, ErrSealConflict):
-		return Outcome{Result: SealConflicted, Err: err.Error()}
-	case a.Op.IsBackfill() && errors.Is(err, ErrSourceRefused):
-		return Outcome{Result: SourceRefused, Err: err.Error()}
-	case a.Op.IsBackfill() && errors.Is(err, errDurableEnd):
-		return Outcome{Result: NoDurableEnd, Err: err.Error()}
+		return heal.Outcome{Result: heal.Interrupted, Err: err.Error()}
+	case errors.Is(err, heal.ErrSealConflict):
+		return heal.Outcome{Result: heal.SealConflicted, Err: err.Error()}
+	case a.Op.IsBackfill() && errors.Is(err, heal.ErrSourceRefused):
+		return heal.Outcome{Result: heal.SourceRefused, Err: err.Error()}
+	case a.Op.IsBackfill() && errors.Is(err, heal.ErrNoDurableEnd):
+		return heal.Outcome{Result: heal.NoDurableEnd, Err: err.Error()}
 	}
-	return Outcome{Result: Failed, Err: err.Error()}
+	return heal.Outcome{Result: heal.Failed, Err: err.Error()}
 }
 
-// errDurableEnd marks a backfill that failed asking the target for its
-// durable end, before the source was read.
-var errDurableEnd = errors.New("durable end")
+// deleteLeftover runs a DeleteLeftoverCopy through d, which must also be
+// a LeftoverDeleter.
+func deleteLeftover(ctx context.Context, d Deleter, a *heal.Action, index uint64) error {
+	ld, ok := d.(LeftoverDeleter)
+	if !ok {
+		return fmt.Errorf("%w: delete leftover %s on %d: the Deleter (%T) cannot delete leftovers", heal.ErrInvalid, a.Segment.ID, a.Target, d)
+	}
+	return ld.DeleteLeftover(ctx, a.Target, a.Segment.ID, index)
+}
 
 // limiter bounds concurrent steps overall and per broker. Per-broker slots
 // are taken in broker id order, so two steps never wait on each other.
@@ -458,12 +364,12 @@ func (l *limiter) acquire(ctx context.Context, bs ...meta.BrokerID) (func(), err
 // ReplaceDeadReplica actions replace. For each that answers, back is
 // called for every segment it was replaced in whose copy it reports
 // intact, and the broker is recorded seen in x's outcomes.
-func (c *Coordinator) watchReturns(ctx context.Context, plan Plan, back func(meta.SegmentID)) (stop func()) {
+func (c *Coordinator) watchReturns(ctx context.Context, plan heal.Plan, back func(meta.SegmentID)) (stop func()) {
 	watch := map[meta.BrokerID][]*meta.Segment{}
 	var order []meta.BrokerID
 	for i := range plan.Actions {
 		a := &plan.Actions[i]
-		if a.Op == ReplaceDeadReplica && a.Replaces != 0 {
+		if a.Op == heal.ReplaceDeadReplica && a.Replaces != 0 {
 			if _, ok := watch[a.Replaces]; !ok {
 				order = append(order, a.Replaces)
 			}
@@ -506,9 +412,9 @@ func (c *Coordinator) probeReturns(ctx context.Context, index uint64, order []me
 			continue
 		}
 		c.cfg.Logger.Info().Uint32("peer", uint32(b)).Msg("heal: a replaced broker came back; its segments' backfills are cancelled")
-		c.returnSeen(Seen{Broker: b, At: c.cfg.Now()})
+		c.returnSeen(heal.Seen{Broker: b, At: c.cfg.Now()})
 		for _, seg := range watch[b] {
-			if !slices.ContainsFunc(r.Facts, func(f Fact) bool { return f.Segment == seg.ID && !Intact(seg, &f) }) {
+			if !slices.ContainsFunc(r.Facts, func(f heal.Fact) bool { return f.Segment == seg.ID && !heal.Intact(seg, &f) }) {
 				back(seg.ID)
 			}
 		}

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/malachi-log/malachi/meta"
 	"pgregory.net/rapid"
+
+	"github.com/malachi-log/malachi/heal"
+	"github.com/malachi-log/malachi/meta"
 )
 
 type brokerFate uint8
@@ -59,24 +61,24 @@ func drawWorld(t *rapid.T) (*world, map[meta.BrokerID]brokerFate) {
 			}
 		}
 	}
-	kinds := []Kind{KindUnknown, KindUnknown, KindUnknown, Missing, Short, Overrun, Latched, TimedOut, Corrupt}
+	kinds := []heal.Kind{heal.KindUnknown, heal.KindUnknown, heal.KindUnknown, heal.Missing, heal.Short, heal.Overrun, heal.Latched, heal.TimedOut, heal.Corrupt}
 	for _, s := range segs {
 		for _, r := range s.Replicas {
 			if fate[r] != fateUp {
 				continue
 			}
 			k := rapid.SampledFrom(kinds).Draw(t, "kind")
-			if k == KindUnknown {
+			if k == heal.KindUnknown {
 				continue
 			}
 			size := int64(0)
-			if k == Short {
+			if k == heal.Short {
 				size = rapid.Int64Range(0, 999).Draw(t, "size")
 			}
-			if k == Overrun {
+			if k == heal.Overrun {
 				size = 1040
 			}
-			w.anomaly(r, string(s.ID), k, size, k == Overrun && rapid.Bool().Draw(t, "confirmed"))
+			w.anomaly(r, string(s.ID), k, size, k == heal.Overrun && rapid.Bool().Draw(t, "confirmed"))
 		}
 	}
 	return w, fate
@@ -88,25 +90,25 @@ func TestPlanProperties(t *testing.T) {
 		w, fate := drawWorld(t)
 		p := w.plan()
 		snap := &w.snap
-		kind := func(s meta.SegmentID, b meta.BrokerID) Kind {
+		kind := func(s meta.SegmentID, b meta.BrokerID) heal.Kind {
 			for _, r := range w.in.Reports {
 				if r.Broker == b {
 					for _, f := range r.Facts {
 						if f.Segment == s {
 							sg, _ := w.snap.Segment(s)
-							return Classify(sg, &f).Kind
+							return heal.Classify(sg, &f).Kind
 						}
 					}
 				}
 			}
-			return KindUnknown
+			return heal.KindUnknown
 		}
 		for _, a := range p.Actions {
-			if a.Op == OpUnknown {
+			if a.Op == heal.OpUnknown {
 				t.Fatalf("action with the reserved op: %+v", a)
 			}
 			cur, _ := snap.Segment(a.Segment.ID)
-			if !cur.Sealed && a.Op != ReportFailed {
+			if !cur.Sealed && a.Op != heal.ReportFailed {
 				t.Fatalf("%s on active segment %s", a.Op, cur.ID)
 			}
 			switch {
@@ -117,17 +119,17 @@ func TestPlanProperties(t *testing.T) {
 				if !cur.HasReplica(a.Source) {
 					t.Fatalf("%s: source not a replica", a)
 				}
-				if k := kind(cur.ID, a.Source); k != KindUnknown && k != Overrun {
+				if k := kind(cur.ID, a.Source); k != heal.KindUnknown && k != heal.Overrun {
 					t.Fatalf("%s: source copy is %s", a, k)
 				}
-				if (a.Op == ResumeShortCopy) != cur.HasReplica(a.Target) {
+				if (a.Op == heal.ResumeShortCopy) != cur.HasReplica(a.Target) {
 					t.Fatalf("%s: target membership wrong", a)
 				}
-				if a.Op == ReplaceDeadReplica && fate[a.Replaces] != fateDead || a.Op == ReplaceLatchedCopy && kind(cur.ID, a.Replaces) != Latched ||
-					a.Op == ReplaceCorruptCopy && kind(cur.ID, a.Replaces) != Corrupt {
+				if a.Op == heal.ReplaceDeadReplica && fate[a.Replaces] != fateDead || a.Op == heal.ReplaceLatchedCopy && kind(cur.ID, a.Replaces) != heal.Latched ||
+					a.Op == heal.ReplaceCorruptCopy && kind(cur.ID, a.Replaces) != heal.Corrupt {
 					t.Fatalf("%s: replaces a replica that is not lost that way", a)
 				}
-			case a.Op == SetReplicas:
+			case a.Op == heal.SetReplicas:
 				c := a.Command
 				if err := c.Validate(); err != nil {
 					t.Fatalf("%s: %v", a, err)
@@ -146,7 +148,7 @@ func TestPlanProperties(t *testing.T) {
 						if fate[r] != fateUp {
 							t.Fatalf("%s names %d, which is not up", a, r)
 						}
-						if !slices.ContainsFunc(p.Actions, func(b Action) bool {
+						if !slices.ContainsFunc(p.Actions, func(b heal.Action) bool {
 							return b.Op.IsBackfill() && b.Segment.ID == a.Segment.ID && b.Target == r
 						}) {
 							t.Fatalf("%s adds %d without a backfill", a, r)
@@ -154,17 +156,17 @@ func TestPlanProperties(t *testing.T) {
 					}
 				}
 				for _, r := range c.Expected {
-					if k := kind(cur.ID, r); !slices.Contains(c.Replicas, r) && fate[r] != fateDead && k != Latched && k != Corrupt {
+					if k := kind(cur.ID, r); !slices.Contains(c.Replicas, r) && fate[r] != fateDead && k != heal.Latched && k != heal.Corrupt {
 						t.Fatalf("%s drops %d, which is neither dead, latched nor corrupt", a, r)
 					}
 				}
-			case a.Op == DeleteDroppedCopy:
-				if k := kind(cur.ID, a.Target); k != Latched && k != Corrupt {
+			case a.Op == heal.DeleteDroppedCopy:
+				if k := kind(cur.ID, a.Target); k != heal.Latched && k != heal.Corrupt {
 					t.Fatalf("%s: deletes a copy that is neither latched nor corrupt", a)
 				}
 				// Invariant 6: only behind a backfill from an intact source.
-				if !slices.ContainsFunc(p.Actions, func(b Action) bool {
-					return b.Op.IsBackfill() && b.Op != ResumeShortCopy && b.Segment.ID == a.Segment.ID && b.Replaces == a.Target
+				if !slices.ContainsFunc(p.Actions, func(b heal.Action) bool {
+					return b.Op.IsBackfill() && b.Op != heal.ResumeShortCopy && b.Segment.ID == a.Segment.ID && b.Replaces == a.Target
 				}) {
 					t.Fatalf("%s: no backfill replaces it", a)
 				}
@@ -173,7 +175,7 @@ func TestPlanProperties(t *testing.T) {
 		// Lost is exactly the failures with no readable intact copy, once
 		// each; and none of them has a backfill planned.
 		for _, f := range p.Report.Failed {
-			if lost := f.Reason == AllReplicasDead || f.Reason == NoIntactSource; lost != p.Report.IsLost(f.Segment) {
+			if lost := f.Reason == heal.AllReplicasDead || f.Reason == heal.NoIntactSource; lost != p.Report.IsLost(f.Segment) {
 				t.Fatalf("%s failed %s, lost %v: %+v", f.Segment, f.Reason, p.Report.IsLost(f.Segment), p.Report.Lost)
 			}
 		}
@@ -181,13 +183,13 @@ func TestPlanProperties(t *testing.T) {
 			t.Fatalf("plan lost %v, report %+v", p.Lost, p.Report.Lost)
 		}
 		for _, l := range p.Report.Lost {
-			if slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Segment.ID == l.Segment && a.Op != ReportFailed }) {
+			if slices.ContainsFunc(p.Actions, func(a heal.Action) bool { return a.Segment.ID == l.Segment && a.Op != heal.ReportFailed }) {
 				t.Fatalf("lost %s has actions:\n%s", l.Segment, ops(p))
 			}
 		}
 		// A failure is reported on every pass until it is healed: the same
 		// input gives the same failures, and so does a second Planner.
-		var again Planner
+		var again heal.Planner
 		q, err := again.Plan(w.input())
 		if err != nil {
 			t.Fatal(err)
@@ -204,7 +206,7 @@ func TestPlanProperties(t *testing.T) {
 func TestFailureReportedUntilHealed(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w, _ := drawWorld(t)
-		var p Planner
+		var p heal.Planner
 		prev, err := p.Plan(w.input())
 		if err != nil {
 			t.Fatal(err)
@@ -234,9 +236,9 @@ type fakeBrokers struct {
 	failFill  func(target meta.BrokerID, seg meta.SegmentID) bool
 	behind    map[meta.BrokerID]bool // Probe answers ErrBehind
 	failSet   func(meta.SegmentID) error
-	durable   map[CopyRef]int64
+	durable   map[heal.CopyRef]int64
 	snap      meta.Snapshot
-	reports   map[meta.BrokerID]ProbeReport
+	reports   map[meta.BrokerID]heal.ProbeReport
 	onCall    func(string)
 	settleErr error
 	fillErr   error // what a failing fill returns; "transfer broke" when nil
@@ -266,24 +268,21 @@ func (f *fakeBrokers) SetReplicas(ctx context.Context, c meta.SetSegmentReplicas
 	}
 	return nil
 }
-func (f *fakeBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) (ProbeReport, error) {
+func (f *fakeBrokers) Probe(ctx context.Context, b meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	r, ok := f.reports[b]
 	if f.behind[b] {
-		return ProbeReport{}, fmt.Errorf("broker %d at index 1, asked for %d: %w", b, index, ErrBehind)
+		return heal.ProbeReport{}, fmt.Errorf("broker %d at index 1, asked for %d: %w", b, index, heal.ErrBehind)
 	}
 	if !ok {
-		return ProbeReport{}, errors.New("down")
+		return heal.ProbeReport{}, errors.New("down")
 	}
 	return r, nil
 }
-func (f *fakeBrokers) DurableEnd(ctx context.Context, b meta.BrokerID, s meta.Segment) (int64, error) {
-	f.log("durable %s@%d", s.ID, b)
-	return f.durable[CopyRef{s.ID, b}], nil
-}
-func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment, from int64) (int64, error) {
+func (f *fakeBrokers) Backfill(ctx context.Context, target, source meta.BrokerID, s meta.Segment) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	from := f.durable[heal.CopyRef{Segment: s.ID, Broker: target}] // the target resumes at its durable end
 	f.log("backfill %s %d<-%d from %d", s.ID, target, source, from)
 	if f.failFill != nil && f.failFill(target, s.ID) {
 		if f.fillErr != nil {
@@ -307,7 +306,7 @@ func (f *fakeBrokers) Delete(ctx context.Context, b meta.BrokerID, s meta.Segmen
 }
 
 func newFake(w *world) *fakeBrokers {
-	f := &fakeBrokers{snap: w.snap, reports: map[meta.BrokerID]ProbeReport{}, durable: map[CopyRef]int64{}}
+	f := &fakeBrokers{snap: w.snap, reports: map[meta.BrokerID]heal.ProbeReport{}, durable: map[heal.CopyRef]int64{}}
 	for _, r := range w.in.Reports {
 		f.reports[r.Broker] = r
 	}
@@ -315,8 +314,8 @@ func newFake(w *world) *fakeBrokers {
 }
 
 func coordinator(t interface{ Fatal(...any) }, f *fakeBrokers, now time.Time) *Coordinator {
-	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
+	c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8, HoldShare: -1}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,15 +328,15 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w, _ := drawWorld(t)
 		f := newFake(w)
-		failing := map[CopyRef]bool{}
+		failing := map[heal.CopyRef]bool{}
 		f.failFill = func(b meta.BrokerID, s meta.SegmentID) bool {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			return failing[CopyRef{s, b}]
+			return failing[heal.CopyRef{Segment: s, Broker: b}]
 		}
 		for _, s := range w.snap.Segments {
 			for b := meta.BrokerID(1); b <= 9; b++ {
-				failing[CopyRef{s.ID, b}] = rapid.IntRange(0, 3).Draw(t, "fail") == 0
+				failing[heal.CopyRef{Segment: s.ID, Broker: b}] = rapid.IntRange(0, 3).Draw(t, "fail") == 0
 			}
 		}
 		// Every broker already counts as seen long ago: the dead are dead.
@@ -353,7 +352,7 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 			var s string
 			var tg, src meta.BrokerID
 			var from int64
-			if n, _ := fmt.Sscanf(call, "backfill %s %d<-%d from %d", &s, &tg, &src, &from); n == 4 && failing[CopyRef{meta.SegmentID(s), tg}] {
+			if n, _ := fmt.Sscanf(call, "backfill %s %d<-%d from %d", &s, &tg, &src, &from); n == 4 && failing[heal.CopyRef{Segment: meta.SegmentID(s), Broker: tg}] {
 				bad[meta.SegmentID(s)] = true
 			}
 			if n, _ := fmt.Sscanf(call, "set %s", &s); n == 1 {
@@ -364,7 +363,7 @@ func TestCommandNeverAfterFailedBackfill(t *testing.T) {
 			if set[s] {
 				t.Fatalf("command for %s after a failed backfill: %v", s, f.calls)
 			}
-			if !slices.ContainsFunc(rep.Failed, func(f Failure) bool { return f.Segment == s && f.Reason == BackfillFailed }) {
+			if !slices.ContainsFunc(rep.Failed, func(f heal.Failure) bool { return f.Segment == s && f.Reason == heal.BackfillFailed }) {
 				t.Fatalf("%s backfill failed but not reported: %+v", s, rep.Failed)
 			}
 		}

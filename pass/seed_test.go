@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
@@ -25,10 +26,10 @@ func TestCoordinatorSealConflictFromSettle(t *testing.T) {
 	bad.Length, bad.ByteSize, bad.Checksum = 0, 0, meta.CRC32C(0)
 	w := newWorld(4, 3, bad, seg("b", 1, 2, 3))
 	for b := meta.BrokerID(1); b <= 3; b++ {
-		w.anomaly(b, "a", Overrun, real.ByteSize+40, false)
+		w.anomaly(b, "a", heal.Overrun, real.ByteSize+40, false)
 	}
 	f := newFake(w)
-	f.settleErr = fmt.Errorf("plugin: /settle to broker: store: seal conflict: settle a: ...: %w", ErrSealConflict)
+	f.settleErr = fmt.Errorf("plugin: /settle to broker: store: seal conflict: settle a: ...: %w", heal.ErrSealConflict)
 	c := coordinator(t, f, w.in.Now)
 
 	rep, err := c.Pass(context.Background())
@@ -81,15 +82,15 @@ func TestCoordinatorSealConflictFromSettle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.FailedReason("a") != ReasonNone || len(rep.Confirmed) != 3 {
+	if rep.FailedReason("a") != heal.ReasonNone || len(rep.Confirmed) != 3 {
 		t.Fatalf("after the metadata was corrected: calls\n%s\nreport %+v", calls(f), rep)
 	}
 }
 
-func checkConflictReport(t *testing.T, pass int, rep Report, errPrefix string) {
+func checkConflictReport(t *testing.T, pass int, rep heal.Report, errPrefix string) {
 	t.Helper()
-	i := slices.IndexFunc(rep.Failed, func(f Failure) bool { return f.Segment == "a" })
-	if i < 0 || rep.Failed[i].Reason != SealConflict || !slices.Equal(rep.Failed[i].Copies, []meta.BrokerID{1, 2, 3}) {
+	i := slices.IndexFunc(rep.Failed, func(f heal.Failure) bool { return f.Segment == "a" })
+	if i < 0 || rep.Failed[i].Reason != heal.SealConflict || !slices.Equal(rep.Failed[i].Copies, []meta.BrokerID{1, 2, 3}) {
 		t.Fatalf("pass %d: failed %+v, want a seal_conflict on copies [1 2 3]", pass, rep.Failed)
 	}
 	if !strings.HasPrefix(rep.Failed[i].Err, errPrefix) {
@@ -108,10 +109,10 @@ func checkConflictReport(t *testing.T, pass int, rep Report, errPrefix string) {
 // command, no refusal held against the source, and no backfill again on
 // the following passes.
 func TestCoordinatorSealConflictFromBackfill(t *testing.T) {
-	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(2, "a", Short, 512, false)
+	w := newWorld(4, 3, seg("a", 1, 2, 3)).anomaly(2, "a", heal.Short, 512, false)
 	f := newFake(w)
 	f.failFill = func(target meta.BrokerID, s meta.SegmentID) bool { return target == 2 }
-	f.fillErr = fmt.Errorf("plugin: /backfill to broker 2: %w", ErrSealConflict)
+	f.fillErr = fmt.Errorf("plugin: /backfill to broker 2: %w", heal.ErrSealConflict)
 	c := coordinator(t, f, w.in.Now)
 	for pass := 1; pass <= 3; pass++ {
 		f.calls = nil
@@ -126,7 +127,7 @@ func TestCoordinatorSealConflictFromBackfill(t *testing.T) {
 		if got != want {
 			t.Fatalf("pass %d calls:\n%s\nwant:\n%s", pass, got, want)
 		}
-		if rep.FailedReason("a") != SealConflict || len(rep.Failed) != 1 || !slices.Equal(rep.Failed[0].Copies, []meta.BrokerID{2}) {
+		if rep.FailedReason("a") != heal.SealConflict || len(rep.Failed) != 1 || !slices.Equal(rep.Failed[0].Copies, []meta.BrokerID{2}) {
 			t.Fatalf("pass %d: failed %+v, want a seal_conflict on copy 2", pass, rep.Failed)
 		}
 		if len(rep.Healed) != 0 || len(rep.Resumed) != 0 || rep.Refused != 0 || len(folded(c).Refused) != 0 {
@@ -136,12 +137,12 @@ func TestCoordinatorSealConflictFromBackfill(t *testing.T) {
 }
 
 func TestReasonSealConflictText(t *testing.T) {
-	b, err := json.Marshal(Failure{Segment: "a", Reason: SealConflict})
+	b, err := json.Marshal(heal.Failure{Segment: "a", Reason: heal.SealConflict})
 	if err != nil || !strings.Contains(string(b), `"reason":"seal_conflict"`) {
 		t.Fatalf("Marshal = %s, %v", b, err)
 	}
-	var f Failure
-	if err := json.Unmarshal(b, &f); err != nil || f.Reason != SealConflict {
+	var f heal.Failure
+	if err := json.Unmarshal(b, &f); err != nil || f.Reason != heal.SealConflict {
 		t.Fatalf("Unmarshal(%s) = %+v, %v", b, f, err)
 	}
 }

@@ -1,4 +1,4 @@
-package heal
+package pass
 
 import (
 	"context"
@@ -10,19 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/meta"
 )
 
 func calls(f *fakeBrokers) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []string
-	for _, c := range f.calls {
-		if !strings.HasPrefix(c, "durable") {
-			out = append(out, c)
-		}
-	}
-	return strings.Join(out, "\n")
+	return strings.Join(f.calls, "\n")
 }
 
 // seenLongAgo makes the coordinator's grace clock start an hour ago, so
@@ -46,7 +41,7 @@ func TestCoordinatorBackfillGatesCommand(t *testing.T) {
 	if strings.Contains(got, "set a") || !strings.Contains(got, "set b [3 6 7]") {
 		t.Errorf("calls:\n%s", got)
 	}
-	if rep.FailedReason("a") != BackfillFailed || !slices.Equal(rep.Healed, []meta.SegmentID{"b"}) {
+	if rep.FailedReason("a") != heal.BackfillFailed || !slices.Equal(rep.Healed, []meta.SegmentID{"b"}) {
 		t.Errorf("report %+v", rep)
 	}
 	if !strings.Contains(rep.Failed[0].Err, "replace_dead_replica to 5 from 3: transfer broke") {
@@ -58,7 +53,7 @@ func TestCoordinatorBackfillGatesCommand(t *testing.T) {
 // recorded; a stale command deletes nothing and the segment is re-planned.
 func TestCoordinatorDeleteAfterRecorded(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3))
-	w.anomaly(2, "a", Latched, 0, false).anomaly(2, "b", Latched, 0, false)
+	w.anomaly(2, "a", heal.Latched, 0, false).anomaly(2, "b", heal.Latched, 0, false)
 	f := newFake(w)
 	f.failSet = func(s meta.SegmentID) error {
 		if s == "b" {
@@ -83,30 +78,31 @@ func TestCoordinatorDeleteAfterRecorded(t *testing.T) {
 	f.calls = nil
 	f.failSet = func(meta.SegmentID) error { return errors.New("raft: timeout") }
 	rep, _ = c.Pass(context.Background())
-	if strings.Contains(calls(f), "delete") || rep.FailedReason("a") != CommandFailed {
+	if strings.Contains(calls(f), "delete") || rep.FailedReason("a") != heal.CommandFailed {
 		t.Errorf("calls:\n%s\nreport %+v", calls(f), rep)
 	}
 }
 
-// P5.2: a short copy is resumed at its exact durable end, asked of the
-// target; a healthy cluster costs no durable-end call at all.
+// P5.2: a short copy is resumed at its exact durable end, which the
+// target finds itself within the one backfill request; a healthy cluster
+// costs no call at all.
 func TestCoordinatorResumeAtDurableEnd(t *testing.T) {
-	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(2, "a", Short, 512, false)
+	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(2, "a", heal.Short, 512, false)
 	f := newFake(w)
-	f.durable[CopyRef{"a", 2}] = 496 // the last whole frame ends before the stored size
+	f.durable[heal.CopyRef{Segment: "a", Broker: 2}] = 496 // the last whole frame ends before the stored size
 	c := coordinator(t, f, w.in.Now)
 	rep, err := c.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(f.calls, "\n"); got != "durable a@2\nbackfill a 2<-1 from 496" {
+	if got := strings.Join(f.calls, "\n"); got != "backfill a 2<-1 from 496" {
 		t.Errorf("calls:\n%s", got)
 	}
-	if rep.BytesCopied != 1000-496 || !slices.Equal(rep.Resumed, []CopyRef{{"a", 2}}) || !slices.Equal(rep.Healed, []meta.SegmentID{"a"}) {
+	if rep.BytesCopied != 1000-496 || !slices.Equal(rep.Resumed, []heal.CopyRef{{Segment: "a", Broker: 2}}) || !slices.Equal(rep.Healed, []meta.SegmentID{"a"}) {
 		t.Errorf("report %+v", rep)
 	}
 	f.calls = nil
-	f.reports[2] = ProbeReport{Broker: 2}
+	f.reports[2] = heal.ProbeReport{Broker: 2}
 	if _, err := c.Pass(context.Background()); err != nil || len(f.calls) != 0 {
 		t.Errorf("healthy pass made calls %v (err %v)", f.calls, err)
 	}
@@ -114,7 +110,7 @@ func TestCoordinatorResumeAtDurableEnd(t *testing.T) {
 
 // P6.5/P6.6: confirm only after a successful settle of the same copy.
 func TestCoordinatorConfirmAfterSettle(t *testing.T) {
-	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(1, "a", Overrun, 1040, false).anomaly(1, "b", Overrun, 1040, false)
+	w := newWorld(3, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3)).anomaly(1, "a", heal.Overrun, 1040, false).anomaly(1, "b", heal.Overrun, 1040, false)
 	f := newFake(w)
 	c := coordinator(t, f, w.in.Now)
 	rep, _ := c.Pass(context.Background())
@@ -143,7 +139,7 @@ func TestCoordinatorConfirmAfterSettle(t *testing.T) {
 // completes as the cancellation lands; d's and e's never ran).
 func TestCoordinatorStopsWhenLeadershipLost(t *testing.T) {
 	w := newWorld(12, 3, seg("a", 1, 2, 3), seg("b", 1, 2, 3), seg("c", 1, 2, 3), seg("d", 1, 2, 3), seg("e", 1, 2, 3)).dead(1)
-	w.anomaly(2, "c", Latched, 0, false)
+	w.anomaly(2, "c", heal.Latched, 0, false)
 	f := newFake(w)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.onCall = func(s string) {
@@ -180,8 +176,8 @@ func TestCoordinatorGraceFromTermStart(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3)).dead(1)
 	f := newFake(w)
 	now := w.in.Now
-	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Policy: Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
+	c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Policy: heal.Policy{Grace: 10 * time.Second, SettleBatch: 8}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +199,9 @@ func TestCoordinatorRun(t *testing.T) {
 	w := newWorld(3, 3, seg("a", 1, 2, 3))
 	f := newFake(w)
 	tick := make(chan time.Time)
-	var reports []Report
-	c, err := NewCoordinator(Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
-		Now: func() time.Time { return t0 }, OnReport: func(r Report) { reports = append(reports, r) },
+	var reports []heal.Report
+	c, err := New(Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f,
+		Now: func() time.Time { return t0 }, OnReport: func(r heal.Report) { reports = append(reports, r) },
 		After: func(time.Duration) <-chan time.Time { return tick }})
 	if err != nil {
 		t.Fatal(err)
@@ -230,13 +226,13 @@ func TestNewCoordinatorValidates(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{}, "Control is nil"},
-		{Config{Control: f}, "Prober is nil"},
-		{Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f, Concurrency: -1}, "Concurrency -1"},
-		{Config{Control: f, Prober: f, Backfiller: f, Settler: f, Deleter: f, Policy: Policy{SettleBatch: -1}}, "settle_batch -1"},
+		{Config{}, "Metadata is nil"},
+		{Config{Metadata: f}, "Prober is nil"},
+		{Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f, Concurrency: -1}, "Concurrency -1"},
+		{Config{Metadata: f, Prober: f, Backfiller: f, Settler: f, Deleter: f, Policy: heal.Policy{SettleBatch: -1}}, "settle_batch -1"},
 	} {
-		if _, err := NewCoordinator(tc.cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewCoordinator: %v, want %q", err, tc.want)
+		if _, err := New(tc.cfg); !errors.Is(err, heal.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New: %v, want %q", err, tc.want)
 		}
 	}
 }
@@ -251,7 +247,7 @@ type barrierProber struct {
 	need    int
 }
 
-func (b *barrierProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (b *barrierProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	b.mu.Lock()
 	b.waiting++
 	if b.waiting == b.need {
@@ -262,7 +258,7 @@ func (b *barrierProber) Probe(ctx context.Context, id meta.BrokerID, index uint6
 	case <-b.all:
 		return b.fakeBrokers.Probe(ctx, id, index)
 	case <-ctx.Done():
-		return ProbeReport{}, ctx.Err()
+		return heal.ProbeReport{}, ctx.Err()
 	}
 }
 
@@ -276,7 +272,7 @@ func TestCoordinatorProbesEveryBrokerAtOnce(t *testing.T) {
 	w := newWorld(n, 3, seg("a", 1, 2, 3))
 	f := newFake(w)
 	bp := &barrierProber{fakeBrokers: f, all: make(chan struct{}), need: n}
-	c, err := NewCoordinator(Config{Control: f, Prober: bp, Backfiller: f, Settler: f, Deleter: f,
+	c, err := New(Config{Metadata: f, Prober: bp, Backfiller: f, Settler: f, Deleter: f,
 		ProbeTimeout: time.Minute, Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
@@ -300,16 +296,16 @@ const fastTick = 25 * time.Millisecond
 func TestNextPassIgnoresAuthFailed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		r    Report
+		r    heal.Report
 		want time.Duration
 		ok   bool
 	}{
-		{"work done", Report{Backfills: 1, Suspect: []meta.BrokerID{5}}, 0, true},
-		{"in grace", Report{Suspect: []meta.BrokerID{4}}, fastTick, true},
-		{"deferred", Report{Deferred: 2}, fastTick, true},
-		{"quiet", Report{}, 0, false},
-		{"auth failed only", Report{Suspect: []meta.BrokerID{5}, Deferred: 3, AuthFailed: []AuthFailure{{Broker: 5, Reason: "x"}}}, 0, false},
-		{"auth failed and in grace", Report{Suspect: []meta.BrokerID{4, 5}, AuthFailed: []AuthFailure{{Broker: 5}}}, fastTick, true},
+		{"work done", heal.Report{Backfills: 1, Suspect: []meta.BrokerID{5}}, 0, true},
+		{"in grace", heal.Report{Suspect: []meta.BrokerID{4}}, fastTick, true},
+		{"deferred", heal.Report{Deferred: 2}, fastTick, true},
+		{"quiet", heal.Report{}, 0, false},
+		{"auth failed only", heal.Report{Suspect: []meta.BrokerID{5}, Deferred: 3, AuthFailed: []heal.AuthFailure{{Broker: 5, Reason: "x"}}}, 0, false},
+		{"auth failed and in grace", heal.Report{Suspect: []meta.BrokerID{4, 5}, AuthFailed: []heal.AuthFailure{{Broker: 5}}}, fastTick, true},
 	} {
 		d, ok := NextPass(&tc.r, fastTick)
 		if d != tc.want || ok != tc.ok {
@@ -322,10 +318,10 @@ func TestNextPassIgnoresAuthFailed(t *testing.T) {
 // (a fact of an unknown flag); the others as the fake does.
 type invalidProber struct{ *fakeBrokers }
 
-func (p invalidProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (p invalidProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	r, err := p.fakeBrokers.Probe(ctx, id, index)
 	if id == 2 {
-		r.Facts = append(r.Facts, Fact{Segment: "a", Flags: 99})
+		r.Facts = append(r.Facts, heal.Fact{Segment: "a", Flags: 99})
 	}
 	return r, err
 }
@@ -337,7 +333,7 @@ func (p invalidProber) Probe(ctx context.Context, id meta.BrokerID, index uint64
 func TestCoordinatorLeavesOutInvalidReports(t *testing.T) {
 	w := newWorld(4, 3, seg("a", 1, 2, 3))
 	f := newFake(w)
-	c, err := NewCoordinator(Config{Control: f, Prober: invalidProber{f}, Backfiller: f, Settler: f, Deleter: f,
+	c, err := New(Config{Metadata: f, Prober: invalidProber{f}, Backfiller: f, Settler: f, Deleter: f,
 		Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +355,7 @@ type droppingProber struct {
 	attempts int
 }
 
-func (p *droppingProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (ProbeReport, error) {
+func (p *droppingProber) Probe(ctx context.Context, id meta.BrokerID, index uint64) (heal.ProbeReport, error) {
 	if id == 2 {
 		p.mu.Lock()
 		p.attempts++
@@ -367,7 +363,7 @@ func (p *droppingProber) Probe(ctx context.Context, id meta.BrokerID, index uint
 		p.mu.Unlock()
 		if first {
 			<-ctx.Done()
-			return ProbeReport{}, ctx.Err()
+			return heal.ProbeReport{}, ctx.Err()
 		}
 	}
 	return p.fakeBrokers.Probe(ctx, id, index)
@@ -387,7 +383,7 @@ func TestProbeHedgeReachesAFlappingBroker(t *testing.T) {
 			w := newWorld(3, 3, seg("a", 1, 2, 3))
 			f := newFake(w)
 			p := &droppingProber{fakeBrokers: f}
-			c, err := NewCoordinator(Config{Control: f, Prober: p, Backfiller: f, Settler: f, Deleter: f,
+			c, err := New(Config{Metadata: f, Prober: p, Backfiller: f, Settler: f, Deleter: f,
 				ProbeTimeout: 200 * time.Millisecond, ProbeHedge: tc.hedge, Now: func() time.Time { return t0 }})
 			if err != nil {
 				t.Fatal(err)
