@@ -2,7 +2,6 @@ package catchup
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -23,10 +22,10 @@ func TestCommitSurvivesPowerLossAtEveryStep(t *testing.T) {
 	total := int64(-1)
 	for n := int64(0); total < 0 || n <= total; n++ {
 		dir := filepath.Join(t.TempDir(), "dst")
-		if err := os.MkdirAll(dir, 0o755); err != nil { // the store's LOCK is on the OS
+		fsys, err := crashfs.ForStore(dir)
+		if err != nil {
 			t.Fatal(err)
 		}
-		fsys := crashfs.New(dir)
 		opts := store.Options{FS: fsys, ConfirmMinFree: 1}
 		db, err := store.Open(dir, opts)
 		if err != nil {

@@ -23,10 +23,10 @@ import (
 // already-settled branch without its fsync).
 func TestSettleAndConfirmRPCsSurvivePowerLoss(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	if err := os.MkdirAll(dir, 0o755); err != nil { // the store's LOCK is on the OS
+	fsys, err := crashfs.ForStore(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	fsys := crashfs.New(dir)
 	opts := store.Options{FS: fsys, ConfirmMinFree: 1}
 	db, err := store.Open(dir, opts)
 	if err != nil {

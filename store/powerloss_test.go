@@ -12,16 +12,15 @@ import (
 	"github.com/malachi-log/malachi/store/crashfs"
 )
 
-// crashDir is a store directory for a crash FS: the path exists on the
-// operating system too, for the store's LOCK (flock stays outside the
-// seam), and durably in a new crash FS.
+// crashDir is a store directory on a new crash FS (crashfs.ForStore).
 func crashDir(t testing.TB) (string, *crashfs.FS) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	fsys, err := crashfs.ForStore(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return dir, crashfs.New(dir)
+	return dir, fsys
 }
 
 // crashOpts are the options of a store on fsys: no free-space check unless
@@ -88,20 +87,28 @@ func TestPowerLossRestartThenCrash(t *testing.T) {
 					t.Fatal(err, errs[0])
 				}
 			}
-			fi, err := db.Identity(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := db.Confirm(id, fi); err != nil {
-				t.Fatal(err)
-			}
-			db = reopen(t, db, dir, fsys.Crash(nil))
-			if err := db.Verify(id, seg); err != nil {
-				t.Fatalf("%s reported the copy sealed and it was confirmed; after a power loss: %v", op, err)
-			}
-			checkConfirmations(t, db, map[meta.SegmentID]meta.Segment{id: seg})
+			confirmCrashVerify(t, db, dir, fsys, seg, op+" reported the copy sealed and it was confirmed")
 		})
 	}
+}
+
+// confirmCrashVerify confirms the copy of seg as it is, loses the power,
+// reopens the store and checks that the copy (what) is whole and its
+// confirmation true.
+func confirmCrashVerify(t *testing.T, db *store.DB, dir string, fsys *crashfs.FS, seg meta.Segment, what string) {
+	t.Helper()
+	fi, err := db.Identity(seg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Confirm(seg.ID, fi); err != nil {
+		t.Fatal(err)
+	}
+	db = reopen(t, db, dir, fsys.Crash(nil))
+	if err := db.Verify(seg.ID, seg); err != nil {
+		t.Fatalf("%s; after a power loss: %v", what, err)
+	}
+	checkConfirmations(t, db, map[meta.SegmentID]meta.Segment{seg.ID: seg})
 }
 
 // checkConfirmations checks that every confirmation names a copy that is
@@ -158,18 +165,7 @@ func TestPowerLossSyncEIOThenReopen(t *testing.T) {
 	if _, err := db.Settle(id, seg); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := db.Identity(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Confirm(id, fi); err != nil {
-		t.Fatal(err)
-	}
-	db = reopen(t, db, dir, fsys.Crash(nil))
-	if err := db.Verify(id, seg); err != nil {
-		t.Fatalf("settled and confirmed after a fsync EIO and a reopen; after a power loss: %v", err)
-	}
-	checkConfirmations(t, db, map[meta.SegmentID]meta.Segment{id: seg})
+	confirmCrashVerify(t, db, dir, fsys, seg, "settled and confirmed after a fsync EIO and a reopen")
 }
 
 // Delete removes the confirmation before the file: on a disk too full for

@@ -81,6 +81,16 @@ func New(root string) *FS {
 	return f
 }
 
+// ForStore is New(dir) for a store.DB in dir: it also creates dir on the
+// operating system, where the store takes its LOCK (flock, outside the
+// seam); nothing else of the store's goes there.
+func ForStore(dir string) (*FS, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("crashfs: the store directory's LOCK: %w", err)
+	}
+	return New(dir), nil
+}
+
 // PebbleFS is Pebble's crashable in-memory file system that Crash crashes
 // with this one: the store opens its confirmation DB on it
 // (store.PebbleFSer).

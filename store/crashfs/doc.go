@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	fsys := crashfs.New(dir)                   // dir and its parents exist, durably
+//	fsys, _ := crashfs.ForStore(dir)           // dir and its parents exist, durably
 //	db, _ := store.Open(dir, store.Options{FS: fsys})
 //	... // create, append, seal, settle, confirm
 //	after := fsys.Crash(rng)                   // the power is lost now
