@@ -1,9 +1,12 @@
 package store_test
 
 import (
+	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -228,4 +231,100 @@ func TestOpenSyncsNewDirectoryParents(t *testing.T) {
 	if err := db.Verify("kept", segment("kept", 0, 3)); err != nil {
 		t.Fatalf("a sealed copy of a store Open created, after a power loss: %v", err)
 	}
+}
+
+// The migration from the single-directory layout loses no copy at a power
+// loss at any of its changes: for every n, the power goes at the n-th
+// change of Open's migration, and the Open after it finds every copy once,
+// byte for byte, in its shard and not under its old name (the renames lost with their unsynced
+// directories are done again). Over store/crashfs, where a rename synced
+// in one directory only leaves the file under both names.
+func TestPowerLossDuringMigration(t *testing.T) {
+	for n := int64(0); ; n++ {
+		dir, fsys := crashDir(t)
+		want := makeV1Crash(t, fsys, dir)
+		fsys.ArmCrash(n, nil)
+		db, err := store.Open(dir, crashOpts(fsys))
+		if err != nil {
+			t.Fatalf("power lost at change %d: the migration itself: %v", n, err)
+		}
+		db.Close()
+		after := fsys.Crashed()
+		if after == nil {
+			t.Logf("a migration of %d copies makes %d changes; power lost at each", len(v1Copies), n)
+			return
+		}
+		db = open(t, dir, crashOpts(after))
+		var ids []meta.SegmentID
+		for _, c := range v1Copies {
+			ids = append(ids, c.id)
+			got := readCrashFile(t, after, db.Path(c.id))
+			if !bytes.Equal(got, want[c.id]) {
+				t.Fatalf("power lost at change %d: copy %s: %d bytes, want its %d", n, c.id, len(got), len(want[c.id]))
+			}
+			if _, err := after.Stat(filepath.Join(dir, "copies", string(c.id)+".seg")); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("power lost at change %d: copy %s keeps its old name: %v", n, c.id, err)
+			}
+		}
+		slices.Sort(ids)
+		if got := db.List(); !slices.Equal(got, ids) {
+			t.Fatalf("power lost at change %d: List = %v, want %v", n, got, ids)
+		}
+		db.Close()
+	}
+}
+
+// makeV1Crash is makeV1 on a crash FS, every file and directory synced.
+func makeV1Crash(t *testing.T, fsys *crashfs.FS, dir string) map[meta.SegmentID][]byte {
+	t.Helper()
+	copies := filepath.Join(dir, "copies")
+	if err := fsys.MkdirAll(copies, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := map[meta.SegmentID][]byte{}
+	for _, c := range v1Copies {
+		b, pos := frames(0, c.frames)
+		switch {
+		case c.sealed:
+			b = store.AppendFooter(b, store.Footer{Length: uint64(c.frames), ByteSize: int64(len(b)), FramesCRC: crc32c(b)})
+		case c.torn:
+			b = b[:pos[c.frames-1]+5]
+		}
+		f, err := fsys.OpenFile(filepath.Join(copies, string(c.id)+".seg"), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		out[c.id] = b
+	}
+	for _, d := range []string{copies, dir} {
+		if err := fsys.SyncDir(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func readCrashFile(t *testing.T, fsys store.FS, path string) []byte {
+	t.Helper()
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && len(b) > 0 {
+		t.Fatal(err)
+	}
+	return b
 }
