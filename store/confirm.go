@@ -215,10 +215,9 @@ func parseConfirmKey(k []byte) (meta.SegmentID, FileIdentity, bool) {
 }
 
 // openConfirm opens the confirmation DB, on fsys's PebbleFS when it has
-// one. Pebble reports an error it cannot
-// unwind (a failed MANIFEST or WAL write) through Fatalf, which must not
-// return (when it does, Pebble retries the failed flush in a tight loop):
-// pebblelog logs it and panics, and first marks the DB failed here, so
+// one. Pebble reports an error it cannot unwind (a failed MANIFEST or WAL
+// write) through Fatalf, which must not return (when it does, Pebble
+// retries the failed flush in a tight loop): pebblelog logs it and panics, and first marks the DB failed here, so
 // every later use answers ErrConfirmState. The store makes this unlikely
 // on a full disk: it opens Pebble only when confirmations are first used
 // and refuses to write to it with less than Options.ConfirmMinFree bytes
