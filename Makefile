@@ -18,7 +18,7 @@ help:
 	@echo "bench   run every benchmark with -benchmem and write $(BENCH_OUT)"
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
-	@echo "faults  the fault suite: every demo stage on 5 real brokers (report in $(FAULTS_OUT)), every TestFault* test, the network tests (e2e TestNet*: isolate a follower, the leader, a 3|2 split, one-way loss, a capped link, a cut backfill, a flapping link), then make nemesis (root for loop disks and network namespaces)"
+	@echo "faults  the fault suite: every demo stage on 5 real brokers (report in $(FAULTS_OUT)), every TestFault* test, the store's power-loss test over 5000 seeds (STORE_CRASH_SEEDS), the network tests (e2e TestNet*: isolate a follower, the leader, a 3|2 split, one-way loss, a capped link, a cut backfill, a flapping link), then make nemesis (root for loop disks and network namespaces)"
 	@echo "nemesis the randomized nemesis on 5 brokers for NEMESIS_DURATION (12m: twelve epochs of about 52 s each, over ten minutes), seed NEMESIS_SEED (0: from the clock, printed); report in $(NEMESIS_OUT) (root for disk and network faults)"
 	@echo "fuzz    every fuzz target for FUZZTIME (30s) each; plain go test runs their seed corpora"
 
@@ -66,6 +66,7 @@ faults:
 	$(GO) build -o bin/ $(DEMO_BINS)
 	$(DEMO) --json > $(FAULTS_OUT)
 	$(GO) test -race -count=1 -timeout 60m -run 'Fault' ./...
+	STORE_CRASH_SEEDS=5000 $(GO) test -race -count=1 -timeout 30m -run '^TestPowerLoss' ./store/
 	$(GO) test -race -count=1 -timeout 30m -v -run '^TestNet' ./e2e/
 	$(MAKE) nemesis
 

@@ -262,13 +262,12 @@ func TestClientIdleTimeout(t *testing.T) {
 	sink := &fileSink{dir: t.TempDir(), want: map[meta.SegmentID][]byte{"s": make([]byte, 1000)}}
 	cl := &Client{Throttle: th}
 	seg := meta.Segment{ID: "s", Length: 1, ByteSize: 960, Sealed: true, Checksum: meta.CRC32C(1)}
-	start := time.Now()
+	// Only the idle timeout's read deadline ends the transfer with
+	// os.ErrDeadlineExceeded: the server closing after its sleep would be
+	// an EOF. The error, not the time taken, is the proof.
 	_, err = cl.Fetch(context.Background(), l.Addr().String(), seg, issue(t, testTicket(seg, 1000), nil), sink, nil)
 	if !errors.Is(err, ErrCut) || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("got %v, want %v wrapping %v", err, ErrCut, os.ErrDeadlineExceeded)
-	}
-	if time.Since(start) > 4*time.Second {
-		t.Fatal("the idle timeout did not end the transfer")
+		t.Fatalf("got %v, want %v wrapping %v (the idle timeout)", err, ErrCut, os.ErrDeadlineExceeded)
 	}
 }
 

@@ -12,7 +12,9 @@
 // Choice and in a log event ("fsync: engine chosen").
 //
 // Filesystem sync: a batch holding at least Config.FilesystemSyncMin
-// distinct directories on one ext4 or XFS filesystem (Linux 5.8 or later,
+// distinct directories on one XFS filesystem or one ext4 with a journal
+// (listed in /proc/fs/jbd2; ext2 and journal-less ext4 share ext4's magic
+// and are synced directory by directory) (Linux 5.8 or later,
 // where syncfs reports writeback errors) answers them with one syncfs(2) of
 // that filesystem, while the machine's dirty page cache is at most
 // Config.FilesystemSyncMaxDirty: one journal commit carries every entry,

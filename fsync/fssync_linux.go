@@ -6,13 +6,15 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
 )
 
 // Filesystems whose syncfs(2) commits the journal that holds every
-// directory entry made before it (sync_fs forces and waits for a commit).
+// directory entry made before it (sync_fs forces and waits for a commit),
+// ext4 only with a journal (see journaled).
 const (
 	ext4Magic = 0xEF53
 	xfsMagic  = 0x58465342
@@ -62,13 +64,38 @@ func dirDevice(path string) (dev uint64, ok bool) {
 	}
 }
 
-// journaled says whether the filesystem holding path is ext4 or XFS.
+// journaled says whether the filesystem holding the directory path is one
+// where a syncfs persists directory entries: XFS, or ext4 (ext3) with a
+// journal. ext2, ext3 and ext4 share one superblock magic, and ext4
+// without a journal (mkfs -O ^has_journal, or an ext2 mounted by the ext4
+// driver) commits no directory entry on syncfs that a directory fsync
+// would: there the Syncer syncs each directory.
 func journaled(path string) bool {
 	var fs unix.Statfs_t
 	if err := unix.Statfs(path, &fs); err != nil {
 		return false
 	}
-	return fs.Type == ext4Magic || fs.Type == xfsMagic
+	switch fs.Type {
+	case xfsMagic:
+		return true
+	case ext4Magic:
+		dev, ok := dirDevice(path)
+		return ok && hasJBD2(dev)
+	}
+	return false
+}
+
+// hasJBD2 says whether the block device dev runs a jbd2 journal: the
+// kernel lists each journal in /proc/fs/jbd2 as <device name>-<journal
+// inode> (8 for an internal one). The name is that of /sys/dev/block's
+// link for the device's major:minor.
+func hasJBD2(dev uint64) bool {
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(dev), unix.Minor(dev)))
+	if err != nil {
+		return false
+	}
+	m, _ := filepath.Glob(filepath.Join("/proc/fs/jbd2", filepath.Base(link)+"-*"))
+	return len(m) > 0
 }
 
 // syncFilesystem commits the filesystem holding dir with one syncfs(2).

@@ -47,6 +47,8 @@ type Config struct {
 	// Fetch (the broker hands it to its adaptive backfill rate as the
 	// client-facing latency); nil records nothing.
 	Latency *Latency
+	// Now is the clock Latency's times are read from; nil means time.Now.
+	Now func() time.Time
 }
 
 // DefaultConfig is an insecure-off config with Kafka's defaults; set TLS

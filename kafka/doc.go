@@ -26,7 +26,8 @@
 // that table. With Config.Latency set, every Produce's time from its size
 // prefix read to its response written (weighing its records) and every
 // Fetch's handling time (without its wait for data) are recorded there:
-// the broker's adaptive catch-up rate reads their p99 (latency.go).
+// the broker's adaptive catch-up rate reads their p99 (latency.go). The
+// times are read from Config.Now (time.Now when nil), which a test moves.
 //
 // # Invariants
 //

@@ -23,11 +23,11 @@ func (c *conn) fetch(ctx context.Context, req *kmsg.FetchRequest) kmsg.Response 
 	timer := time.NewTimer(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)
 	defer timer.Stop()
 	var work time.Duration // handling time, without the waits for data
-	defer func() { c.s.cfg.Latency.Observe(time.Now(), work) }()
+	defer func() { c.s.cfg.Latency.Observe(c.s.now(), work) }()
 	for {
-		start := time.Now()
+		start := c.s.now()
 		resp, got, wait := c.fetchOnce(req)
-		work += time.Since(start)
+		work += c.s.now().Sub(start)
 		if got >= int64(req.MinBytes) || wait == nil {
 			return resp
 		}

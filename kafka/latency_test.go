@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,14 +72,42 @@ func TestLatencyWeighsRecords(t *testing.T) {
 	}
 }
 
+// testClock is a clock the test moves by hand; the server's first reading
+// of it is reported on first.
+type testClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	reads int
+	first chan struct{}
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reads++; c.reads == 1 {
+		close(c.first)
+	}
+	return c.now
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
 // A Produce counts from its size prefix to its response written: a body
 // that arrives slowly is time the producer waits, and the request weighs
-// its records. Only a lower bound on time is asserted (a slow machine
-// only makes it slower).
+// its records. The clock is the test's: it reads t0 until the server has
+// read it once (on the size prefix) and t0+late after, and the body is
+// sent only after the move, so a Produce timed from its first byte takes
+// exactly late and one timed from its last byte would take 0.
 func TestLatencyProduceFromFirstByte(t *testing.T) {
 	tc := newTestCluster(t)
+	clock := &testClock{now: time.Unix(1000, 0), first: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Latency = new(Latency)
+	cfg.Now = clock.Now
 	addr := startServer(t, tc, cfg)
 	if err := tc.CreateTopic(context.Background(), "slow", 1); err != nil {
 		t.Fatal(err)
@@ -89,11 +118,16 @@ func TestLatencyProduceFromFirstByte(t *testing.T) {
 	}
 	rc := dialRaw(t, addr)
 	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("raw")).AppendRequest(nil, req, 1)
-	const pause = 300 * time.Millisecond
+	const late = 5 * time.Second
 	if _, err := rc.c.Write(frame[:16]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(pause) // the body is late: the producer is waiting
+	select {
+	case <-clock.first: // the server read the size prefix and the clock
+	case <-time.After(time.Minute): // a bound on a hang, not a measurement
+		t.Fatal("the server has not read its clock on a request's size prefix: does it time the Produce from its last byte?")
+	}
+	clock.advance(late)
 	if _, err := rc.c.Write(frame[16:]); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +145,8 @@ func TestLatencyProduceFromFirstByte(t *testing.T) {
 	// request (one the latency does not count) is the event to wait on.
 	rc.corr = 1
 	rc.do(kmsg.NewPtrApiVersionsRequest())
-	if got, ok := cfg.Latency.P99(time.Time{}); !ok || got < pause {
-		t.Fatalf("p99 %v (%v): want at least the %v the body took to arrive", got, ok, pause)
+	if got, ok := cfg.Latency.P99(time.Time{}); !ok || got != late {
+		t.Fatalf("p99 %v (%v): want the %v from the size prefix to the response (0 would be timed from the last byte)", got, ok, late)
 	}
 	bad := produceRequest("slow", 0, []byte("not a batch"))
 	if got := produceRecords(bad); got != 1 {

@@ -197,12 +197,20 @@ func (s *Server) serveConn(nc net.Conn) {
 			}
 		}
 		if c.records > 0 {
-			end := time.Now()
+			end := s.now()
 			s.cfg.Latency.ObserveN(end, end.Sub(start), c.records)
 			c.records = 0
 		}
 		c.arena, c.out = keep(c.arena), keep(c.out)
 	}
+}
+
+// now reads the configured clock.
+func (s *Server) now() time.Time {
+	if s.cfg.Now != nil {
+		return s.cfg.Now()
+	}
+	return time.Now()
 }
 
 // authenticate runs the TLS handshake, when configured, and names the peer.
@@ -236,7 +244,7 @@ func (c *conn) readFrame() ([]byte, time.Time, error) {
 		}
 		return nil, time.Time{}, err
 	}
-	start := time.Now()
+	start := c.s.now()
 	n := int32(binary.BigEndian.Uint32(size[:]))
 	if n < 0 || n > c.s.cfg.MaxFrameBytes {
 		return nil, start, fmt.Errorf("kafka: frame of %d bytes, over the limit of %d (MaxFrameBytes)", n, c.s.cfg.MaxFrameBytes)

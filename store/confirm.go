@@ -72,6 +72,10 @@ func (db *DB) Confirm(id meta.SegmentID, fi FileIdentity) error {
 	if fi.Size < 0 {
 		return fmt.Errorf("%w: confirm %s: negative size %d", ErrInvalid, id, fi.Size)
 	}
+	serr := []error{nil}
+	if db.syncCopies("confirm", []*copyState{c}, serr); serr[0] != nil {
+		return serr[0]
+	}
 	conf, err := db.confirmDB("confirm", id, true)
 	if err != nil {
 		return err
@@ -113,15 +117,19 @@ func (db *DB) Confirmed(id meta.SegmentID, fi FileIdentity) (bool, error) {
 	return ok && got == fi, nil
 }
 
-// unconfirm forgets the confirmation of id, durably.
+// unconfirm forgets the confirmation of id, durably. A copy without one
+// needs no write, so no free space (once the DB is open).
 func (db *DB) unconfirm(id meta.SegmentID) error {
-	conf, err := db.confirmDB("delete", id, true)
-	if err != nil {
+	if _, err := db.confirmDB("delete", id, false); err != nil {
 		return err
 	}
 	old, had := db.confirmedOf(id)
 	if !had {
 		return nil
+	}
+	conf, err := db.confirmDB("delete", id, true)
+	if err != nil {
+		return err
 	}
 	if err := conf.Delete(confirmKey(id, old), pebble.Sync); err != nil {
 		return err
@@ -206,17 +214,21 @@ func parseConfirmKey(k []byte) (meta.SegmentID, FileIdentity, bool) {
 	return meta.SegmentID(k[1:sep]), fi, true
 }
 
-// openConfirm opens the confirmation DB. Pebble reports an error it cannot
-// unwind (a failed MANIFEST or WAL write) through Fatalf, which must not
-// return (when it does, Pebble retries the failed flush in a tight loop):
-// pebblelog logs it and panics, and first marks the DB failed here, so
+// openConfirm opens the confirmation DB, on fsys's PebbleFS when it has
+// one. Pebble reports an error it cannot unwind (a failed MANIFEST or WAL
+// write) through Fatalf, which must not return (when it does, Pebble
+// retries the failed flush in a tight loop): pebblelog logs it and panics, and first marks the DB failed here, so
 // every later use answers ErrConfirmState. The store makes this unlikely
 // on a full disk: it opens Pebble only when confirmations are first used
 // and refuses to write to it with less than Options.ConfirmMinFree bytes
 // free.
-func openConfirm(dir string, log zerolog.Logger, failed *atomic.Pointer[failure]) (*pebble.DB, error) {
+func openConfirm(dir string, fsys FS, log zerolog.Logger, failed *atomic.Pointer[failure]) (*pebble.DB, error) {
 	onFatal := func(msg string) { failed.CompareAndSwap(nil, &failure{msg: msg}) }
-	return pebble.Open(dir, &pebble.Options{Logger: pebblelog.New(log, "confirm").OnFatal(onFatal)})
+	opts := &pebble.Options{Logger: pebblelog.New(log, "confirm").OnFatal(onFatal)}
+	if p, ok := fsys.(PebbleFSer); ok && p.PebbleFS() != nil {
+		opts.FS = p.PebbleFS()
+	}
+	return pebble.Open(dir, opts)
 }
 
 // confirmDB returns the confirmation DB, opening it on first use. Before a
@@ -229,13 +241,13 @@ func (db *DB) confirmDB(op string, id meta.SegmentID, write bool) (*pebble.DB, e
 		return nil, fmt.Errorf("%w: %s %s: %s", ErrConfirmState, op, id, f.msg)
 	}
 	if db.conf == nil || write {
-		if free, ok := freeBytes(db.dir); ok && free < db.minFree {
+		if free, ok := db.freeBytes(); ok && free < db.minFree {
 			return nil, fmt.Errorf("%w: %s %s: %d bytes free under %s, fewer than Options.ConfirmMinFree %d",
 				ErrConfirmState, op, id, free, db.dir, db.minFree)
 		}
 	}
 	if db.conf == nil {
-		conf, err := openConfirm(filepath.Join(db.dir, "confirm"), db.host, &db.confFailed)
+		conf, err := openConfirm(filepath.Join(db.dir, "confirm"), db.fs, db.host, &db.confFailed)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s %s: open: %w", ErrConfirmState, op, id, err)
 		}

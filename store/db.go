@@ -125,6 +125,12 @@ type copyState struct {
 	// settled remembers the file as this process last settled it (see
 	// settledMark); cleared whenever the process opens the file to write.
 	settled settledMark
+	// synced: this process has made the file's bytes and its directory
+	// entry durable since Open and not written to the file since
+	// (invariant 10). A copy read from the page cache after a restart is
+	// not: a process that died before its fsync, or an fsync that failed,
+	// may have left bytes there that no disk holds.
+	synced bool
 }
 
 // Open opens the store in dir, creating dir/copies, its shard directories
@@ -164,7 +170,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		db.shards[i] = filepath.Join(db.copies, shardNames[i])
 	}
 	db.bufs.New = func() any { b := make([]byte, scanBufSize); return &b }
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirDurable(fsys, dir); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	lock, err := lockDir(dir)
@@ -499,6 +505,7 @@ func (db *DB) resume(c *copyState, op string) error {
 		f.Close()
 		return fmt.Errorf("%w: %s %s: sealed copy refuses appends", ErrSealed, op, c.id)
 	}
+	c.synced = false
 	if r.FileSize != r.Bytes {
 		if err := f.Truncate(r.Bytes); err != nil {
 			f.Close()
@@ -612,6 +619,9 @@ func (db *DB) Seal(id meta.SegmentID) (Seal, error) {
 		return Seal{}, err
 	}
 	if c.sealed {
+		if err := db.syncSealed(c, "seal"); err != nil {
+			return Seal{}, err
+		}
 		f := c.footer
 		return Seal{StartOffset: f.StartOffset, Length: f.Length, ByteSize: f.ByteSize, Checksum: meta.CRC32C(f.FramesCRC)}, nil
 	}
@@ -634,6 +644,7 @@ func (db *DB) Seal(id meta.SegmentID) (Seal, error) {
 	if err := db.syncDir(c, "seal"); err != nil {
 		return Seal{}, err
 	}
+	c.synced = true
 	db.mark(c, ft)
 	return Seal{StartOffset: ft.StartOffset, Length: ft.Length, ByteSize: ft.ByteSize, Checksum: meta.CRC32C(ft.FramesCRC)}, nil
 }
@@ -722,6 +733,7 @@ func (db *DB) Truncate(id meta.SegmentID, bytes int64) error {
 		return fmt.Errorf("%w: truncate %s: byte %d is past the durable end %d (file size %d)", ErrInvalid, id, bytes, full.Bytes, full.FileSize)
 	}
 	if full.FileSize != bytes {
+		c.synced = false
 		if err := f.Truncate(bytes); err != nil {
 			return db.fail(c, "truncate", err)
 		}
@@ -736,8 +748,12 @@ func (db *DB) Truncate(id meta.SegmentID, bytes int64) error {
 	return nil
 }
 
-// Delete removes the copy of id and its confirmations. It works on a latched
-// copy (that is how a failed copy is dropped) but not on a held one.
+// Delete removes the copy of id and its confirmations: the confirmation
+// first (durably), then the file, then the directory entry is synced. It
+// works on a latched copy (that is how a failed copy is dropped) but not on
+// a held one. When the confirmation cannot be removed (ErrConfirmState: a
+// disk with less than Options.ConfirmMinFree free) the file stays and the
+// copy is still known: a retry deletes it.
 func (db *DB) Delete(id meta.SegmentID) error {
 	if err := id.Validate(); err != nil {
 		return fmt.Errorf("%w: delete: %w", ErrInvalid, err)
@@ -759,20 +775,22 @@ func (db *DB) Delete(id meta.SegmentID) error {
 	if c.held {
 		return fmt.Errorf("%w: delete %s: held by a catch-up target", ErrBusy, id)
 	}
+	// The confirmation goes first, durably: a failure or a power loss
+	// after it leaves a file without a confirmation (the pass confirms it
+	// again or deletes it again), never a confirmation of a file that is
+	// gone. When it fails (a full disk refuses Pebble writes) the copy is
+	// left as it was, so a retry deletes it.
+	if err := db.unconfirm(id); err != nil {
+		return fmt.Errorf("store: delete %s: confirmations: %w", id, err)
+	}
 	if err := db.fs.Remove(c.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return db.fail(c, "delete", err)
 	}
 	db.forget(c)
-	// The file is gone: make its removal durable even when forgetting its
-	// confirmation fails (a full disk refuses Pebble writes), and report both.
-	var uerr, serr error
-	if err := db.unconfirm(id); err != nil {
-		uerr = fmt.Errorf("store: delete %s: confirmations: %w", id, err)
+	if err := db.syncShard(id); err != nil {
+		return fmt.Errorf("store: delete %s: directory sync: %w", id, err)
 	}
-	if serr = db.syncShard(id); serr != nil {
-		serr = fmt.Errorf("store: delete %s: directory sync: %w", id, serr)
-	}
-	return errors.Join(uerr, serr)
+	return nil
 }
 
 // ReadAt reads len(p) bytes of the copy of id from byte off, counted as

@@ -109,9 +109,11 @@
 //     most one confirmation key; Confirmed answers from a mirror of them in
 //     memory that changes only after a durable write to Pebble.
 //  7. All file access goes through Options.FS (the seam store/errorfs
-//     wraps), except the O_PATH shard descriptors of OpenStatDirs, through
-//     which the store itself never reads or writes; Pebble logs only
-//     through Options.Logger.
+//     wraps and store/crashfs implements), except the O_PATH shard
+//     descriptors of OpenStatDirs, through which the store itself never
+//     reads or writes, and the flock of LOCK; Pebble runs on the FS's
+//     PebbleFS when it has one (PebbleFSer), else on the operating
+//     system's, and logs only through Options.Logger.
 //  8. The store never cuts the frames that a copy's own valid seal footer
 //     covers on the word of the caller's metadata: when that footer (agreeing
 //     with the frames and their checksum) disagrees with the segment passed
@@ -122,6 +124,15 @@
 //     in another shard is ignored); every directory sync made for it is of
 //     that shard; a DB serves only a store whose FORMAT says FormatVersion
 //     (migrated first when older, refused when newer).
+//  10. The store says sealed, settled or confirmed only of bytes it made
+//     durable in this process: a copy found sealed after Open (whose
+//     footer may be in the page cache only, written by a process that
+//     died before its fsync or kept after a failed fsync) has its footer
+//     rewritten and fsynced, and its directory synced, by the first Seal,
+//     Settle or Confirm that relies on it; later ones in the process do
+//     not sync again. Delete removes the confirmation (durably) before the
+//     file, so no confirmation outlives its file. Open syncs the parent of
+//     every directory it creates.
 //
 // # Concurrency and crashes
 //
@@ -132,7 +143,7 @@
 // broker with 10^6 copies costs no descriptor in steady state. Open reads
 // only the directory; a copy's file is scanned on first use.
 //
-// After a crash a copy holds every acknowledged frame, perhaps followed by
+// After a power loss a copy holds every acknowledged frame, perhaps followed by
 // a torn frame or a zero (preallocated) tail; the durable end finds the
 // acknowledged frames and an append after the restart first cuts what
 // follows them. Create, Seal, Settle, Commit and Delete sync the copy's

@@ -2,8 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // FS is the file-system seam: the store reaches the disk only through it, so
@@ -50,6 +56,21 @@ type File interface {
 // (fallocate(2) mode 0 on Linux). A File without it is grown with Truncate.
 type Allocator interface {
 	Allocate(off, n int64) error
+}
+
+// PebbleFSer is an optional capability of an FS: the store opens its
+// confirmation DB (Pebble) on PebbleFS() instead of the operating system's
+// file system, so that a test's crash reaches the confirmations too (see
+// store/crashfs). A nil answer means the operating system's.
+type PebbleFSer interface {
+	PebbleFS() vfs.FS
+}
+
+// FreeSpacer is an optional capability of an FS: FreeBytes is the space
+// available under path, false when unknown. Without it the store asks the
+// operating system (statfs) for the free space of its directory.
+type FreeSpacer interface {
+	FreeBytes(path string) (int64, bool)
 }
 
 // DirSyncer makes a directory's entries durable. The fsync package
@@ -109,4 +130,51 @@ func allocateFile(f File, off, n int64) error {
 		return nil
 	}
 	return f.Truncate(off + n)
+}
+
+// freeBytes is the space available under the store's directory, through
+// the FS when it is a FreeSpacer.
+func (db *DB) freeBytes() (int64, bool) {
+	if f, ok := db.fs.(FreeSpacer); ok {
+		return f.FreeBytes(db.dir)
+	}
+	return freeBytes(db.dir)
+}
+
+// mkdirDurable creates dir and its missing parents, then makes each new
+// directory's entry durable by syncing its parent, top down: a store
+// directory created by Open survives a power loss.
+func mkdirDurable(fsys FS, dir string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return fmt.Errorf("sync %s after creating %s: %w", filepath.Dir(missing[i]), missing[i], err)
+		}
+	}
+	return nil
+}
+
+// sameFile reports whether a and b describe one file: the same device and
+// inode when the FS gives them, else as os.SameFile says.
+func sameFile(a, b os.FileInfo) bool {
+	da, ia, oka := fileIDs(a)
+	db, ib, okb := fileIDs(b)
+	if oka && okb {
+		return da == db && ia == ib
+	}
+	return os.SameFile(a, b)
 }

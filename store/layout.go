@@ -246,7 +246,7 @@ func (db *DB) dropLink(from string, shard os.FileInfo) error {
 	if err != nil {
 		return err
 	}
-	if !os.SameFile(fi, shard) {
+	if !sameFile(fi, shard) {
 		db.log.Warn().Str("file", from).
 			Msg("store: a file of the old layout names a copy its shard already holds in another file; the shard's file is the copy, this one is left alone")
 		return nil

@@ -94,7 +94,7 @@ func (db *DB) Settle(id meta.SegmentID, seg meta.Segment) (SettleResult, error) 
 
 // settle does Settle's work on the locked copy c but the directory sync.
 func (db *DB) settle(c *copyState, seg meta.Segment, res *SettleResult) error {
-	if !c.active && db.unchangedSince(c, seg) {
+	if !c.active && c.synced && db.unchangedSince(c, seg) {
 		res.End = footerEnd(c.settled.footer)
 		return nil
 	}
@@ -149,7 +149,15 @@ func (db *DB) settle(c *copyState, seg meta.Segment, res *SettleResult) error {
 		if err := f.Sync(); err != nil {
 			return db.fail(c, "settle: sync", err)
 		}
+	} else if !c.synced {
+		// Already settled, as far as the page cache says: make it so on
+		// the disk before saying so (invariant 10). The caller syncs the
+		// directory.
+		if err := db.rewriteFooter(c, "settle", f, r.footer); err != nil {
+			return err
+		}
 	}
+	c.synced = true
 	r.FileSize, r.Cause = want, nil
 	c.adopt(r)
 	res.End = r.End

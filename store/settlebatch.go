@@ -232,9 +232,7 @@ func (db *DB) ConfirmBatch(ids []meta.SegmentID, fis []FileIdentity, errs []erro
 			c.mu.Unlock()
 		}
 	}()
-	var conf *pebble.DB
-	var b *pebble.Batch
-	var set []int
+	var took []int // the indexes of held
 	for k, i := range order {
 		if k > 0 && ids[order[k-1]] == ids[i] {
 			errs[i] = fmt.Errorf("%w: confirm batch: %s twice", ErrInvalid, ids[i])
@@ -249,8 +247,21 @@ func (db *DB) ConfirmBatch(ids []meta.SegmentID, fis []FileIdentity, errs []erro
 			errs[i] = err
 			continue
 		}
-		held = append(held, c)
+		held, took = append(held, c), append(took, i)
+	}
+	// A confirmation names bytes on the disk, not in the page cache
+	// (invariant 10).
+	serrs := make([]error, len(held))
+	db.syncCopies("confirm", held, serrs)
+	var conf *pebble.DB
+	var b *pebble.Batch
+	var set []int
+	for k, i := range took {
+		if errs[i] = serrs[k]; errs[i] != nil {
+			continue
+		}
 		if conf == nil {
+			var err error
 			if conf, err = db.confirmDB("confirm", ids[i], true); err != nil {
 				errs[i] = err
 				conf = nil

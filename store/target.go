@@ -150,7 +150,7 @@ func (db *DB) openTarget(c *copyState, seg meta.Segment, created bool) (*Target,
 	if created {
 		flag |= os.O_CREATE
 	}
-	c.settled = settledMark{}
+	c.settled, c.synced = settledMark{}, false
 	f, err := db.fs.OpenFile(c.path, flag, 0o644)
 	if errors.Is(err, os.ErrNotExist) {
 		// The file is gone: receive it anew.
@@ -256,6 +256,7 @@ func (t *Target) commit() error {
 	if err := db.syncDir(c, "commit"); err != nil {
 		return err
 	}
+	c.synced = true
 	if r.Footer {
 		db.mark(c, r.footer)
 	}

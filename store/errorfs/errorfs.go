@@ -30,6 +30,8 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/malachi-log/malachi/store"
 )
 
@@ -193,6 +195,16 @@ func Wrap(fs store.FS, inj Injector) *FS {
 	f := &FS{fs: fs}
 	f.SetInjector(inj)
 	return f
+}
+
+// PebbleFS is the wrapped FS's Pebble file system (store.PebbleFSer),
+// not wrapped: injected errors reach the store's files only. nil when the
+// wrapped FS has none.
+func (f *FS) PebbleFS() vfs.FS {
+	if p, ok := f.fs.(store.PebbleFSer); ok {
+		return p.PebbleFS()
+	}
+	return nil
 }
 
 // SetInjector replaces the injector; nil injects nothing.
