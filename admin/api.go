@@ -49,6 +49,9 @@ type CreateRequest struct {
 	ID          meta.SegmentID  `json:"id"`
 	StartOffset uint64          `json:"start_offset"`
 	Replicas    []meta.BrokerID `json:"replicas,omitempty"` // optional: chosen by the leader when empty
+	// Exclude are brokers the leader's placement leaves out (with
+	// Replicas empty): a roll's replicas whose write just failed.
+	Exclude []meta.BrokerID `json:"exclude,omitempty"`
 }
 
 // RecordsRequest is the body of POST /v1/segments/{id}/records: either

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -76,7 +77,7 @@ func (b *Server) create(ctx context.Context, req admin.CreateRequest) (meta.Segm
 			}
 			return cur, nil
 		}
-		rs, err := b.place()
+		rs, err := b.place(req.Exclude)
 		if err != nil {
 			return meta.Segment{}, err
 		}
@@ -153,8 +154,9 @@ func (b *Server) forwardCreate(ctx context.Context, req admin.CreateRequest) (se
 // place picks the replica set of a new segment by heal's rule
 // (heal.PlaceNew), from the registered brokers, the control plane's last
 // contact with each and the coordinator's dead and suspect brokers,
-// rotating over the candidates from segment to segment.
-func (b *Server) place() ([]meta.BrokerID, error) {
+// rotating over the candidates from segment to segment; exclude are left
+// out too (a roll's replicas that failed its last write).
+func (b *Server) place(exclude []meta.BrokerID) ([]meta.BrokerID, error) {
 	snap := b.node.Snapshot()
 	rf := snap.ReplicationFactor
 	if rf < 1 {
@@ -169,8 +171,12 @@ func (b *Server) place() ([]meta.BrokerID, error) {
 	// The raft leader hears a broker back on an empty data directory
 	// seconds before its metadata has caught up and it answers heal's
 	// probes: a segment placed on it then would be re-replicated at once.
+	c.Unplaceable = map[meta.BrokerID]bool{}
 	if b.heal != nil {
-		c.Unplaceable = b.heal.Unplaceable()
+		maps.Copy(c.Unplaceable, b.heal.Unplaceable())
+	}
+	for _, id := range exclude {
+		c.Unplaceable[id] = true
 	}
 	b.placeMu.Lock()
 	c.Rotate = b.cursor

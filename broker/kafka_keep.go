@@ -103,7 +103,7 @@ func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic s
 	log.Warn().Str("segment", string(last.ID)).Any("replicas", last.Replicas).Msg("kafka: the partition's leader does not answer; sealing its active segment at what the live replicas hold")
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, _, err := sealAtCommon(sctx, b, *last, -1); err != nil {
+	if _, _, err := sealAtCommon(sctx, b, *last, -1, nil); err != nil {
 		log.Warn().Err(err).Str("segment", string(last.ID)).Msg("kafka: taking over a partition")
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
@@ -88,7 +86,7 @@ func openPartLog(b *Server, topic string, index int32, chain []*meta.Segment) (*
 			}
 			if end.Frames > 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, _, err := sealAtCommon(ctx, b, *s, -1)
+				_, _, err := sealAtCommon(ctx, b, *s, -1, nil)
 				cancel()
 				return nil, fmt.Errorf("active segment %s holds %d frames from an earlier leader: sealed at what its replicas hold in common (%v); its next segment leads", s.ID, end.Frames, err)
 			}
@@ -269,11 +267,11 @@ func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int6
 
 	kafka.SetBaseOffset(batch, base)
 	foff := act.start + act.frames
-	if err := l.replicate(ctx, act, foff, batch); err != nil {
-		l.b.log.Warn().Err(err).Str("segment", string(act.id)).Msg("kafka: append failed; sealing the segment at its last acknowledged frame and rolling")
+	if failed, err := l.replicate(ctx, act, foff, batch); err != nil {
+		l.b.log.Warn().Err(err).Str("segment", string(act.id)).Any("failed", failed).Msg("kafka: append failed; sealing the segment at its last acknowledged frame and rolling onto other replicas")
 		rctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if rerr := l.roll(rctx, act, false); rerr != nil {
+		if rerr := l.roll(rctx, act, false, failed); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		return 0, fmt.Errorf("%w: %s/%d: %w", kafka.ErrNotLeader, l.topic, l.index, err)
@@ -295,24 +293,42 @@ func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int6
 
 // replicate writes batch as the frame at store offset foff of act on
 // every replica (here through the store, the others by the internal frame
-// route), each syncing before it answers.
-func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batch []byte) error {
+// route), each syncing before it answers. A follower gets the heal grace
+// to answer (heal.grace: what Kafka's replica.lag.time.max.ms bounds),
+// so a paused or partitioned follower holds the partition's clients no
+// longer than a dead one would hold heal. failed names the replicas whose
+// own write failed (none when ctx, the client's request, ended first):
+// the roll that follows seals without waiting on them and places the
+// next segment elsewhere.
+func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batch []byte) (failed []meta.BrokerID, err error) {
 	b := l.b
 	v := b.node.View()
-	g, gctx := errgroup.WithContext(ctx)
-	for _, r := range act.replicas {
+	errs := make([]error, len(act.replicas))
+	var wg sync.WaitGroup
+	for i, r := range act.replicas {
 		if r == b.self {
-			g.Go(func() error { return appendFrame(b, act.id, act.start, foff, batch) })
+			wg.Go(func() { errs[i] = appendFrame(b, act.id, act.start, foff, batch) })
 			continue
 		}
 		br, ok := v.Broker(r)
 		if !ok {
-			return fmt.Errorf("replica %d of %s is not registered", r, act.id)
+			errs[i] = fmt.Errorf("replica %d of %s is not registered", r, act.id)
+			continue
 		}
-		g.Go(func() error {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, b.cfg.Heal.Grace)
+			defer cancel()
 			path := "/v1/internal/copies/" + string(act.id) + "/frame?start=" + strconv.FormatUint(act.start, 10) + "&offset=" + strconv.FormatUint(foff, 10)
-			return b.post(gctx, br.AdminAddr, path, rpc.Raw(batch), nil)
+			if err := b.post(rctx, br.AdminAddr, path, rpc.Raw(batch), nil); err != nil {
+				errs[i] = fmt.Errorf("replica %d: %w", r, err)
+			}
 		})
 	}
-	return g.Wait()
+	wg.Wait()
+	for i, e := range errs {
+		if e != nil && ctx.Err() == nil {
+			failed = append(failed, act.replicas[i])
+		}
+	}
+	return failed, errors.Join(errs...)
 }

@@ -3,11 +3,15 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,10 +51,16 @@ func testBatch(values ...string) []byte {
 }
 
 // kafkaLogCluster is n brokers of rf 3 whose partitions roll at
-// segmentBytes, with topic "t" of one partition created.
-func kafkaLogCluster(t *testing.T, n int, segmentBytes int64) *testCluster {
+// segmentBytes, with topic "t" of one partition created; edit, if any,
+// changes each broker's config further.
+func kafkaLogCluster(t *testing.T, n int, segmentBytes int64, edit ...func(*Config)) *testCluster {
 	t.Helper()
-	c := newTestCluster(t, n, 3, func(cfg *Config) { cfg.Kafka.SegmentBytes, cfg.Kafka.SegmentMS = segmentBytes, 0 })
+	c := newTestCluster(t, n, 3, func(cfg *Config) {
+		cfg.Kafka.SegmentBytes, cfg.Kafka.SegmentMS = segmentBytes, 0
+		for _, e := range edit {
+			e(cfg)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leader := c.leader()
@@ -353,7 +363,7 @@ func TestPartLogAppendsAfterItsReplicasRestartEmpty(t *testing.T) {
 	l.mu.Lock()
 	act := l.chain[len(l.chain)-1]
 	l.mu.Unlock()
-	if err := l.roll(context.Background(), act, true); err != nil {
+	if err := l.roll(context.Background(), act, true, nil); err != nil {
 		t.Fatalf("roll: %v", err)
 	}
 	for i := range c.brokers {
@@ -396,9 +406,95 @@ func TestPartLogAppendsAfterItsReplicasRestartEmpty(t *testing.T) {
 	l2.mu.Lock()
 	act = l2.chain[len(l2.chain)-1]
 	l2.mu.Unlock()
-	sealed, on, err := sealAtCommon(context.Background(), l2.b, meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}, act.bytes)
+	sealed, on, err := sealAtCommon(context.Background(), l2.b, meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}, act.bytes, nil)
 	if err != nil || len(on) != 3 || sealed.Length != 1 {
 		t.Fatalf("seal of the segment appended after the restart: %+v on %v, %v; want 1 frame on 3 replicas", sealed, on, err)
 	}
 	c.copiesAgree(t, sealed)
+}
+
+// TestPartLogRollsPastAFollowerThatHangs: a follower that takes requests
+// and never answers (a paused process) holds an append for the heal
+// grace, not until the client gives up; the roll that follows seals on
+// the other replicas without asking it and places the next segment
+// without it, so the partition moves on in that one append: no seal
+// call timing out on it, no create placed on it, no keeper turn. The
+// hung follower records what it was asked.
+func TestPartLogRollsPastAFollowerThatHangs(t *testing.T) {
+	c := kafkaLogCluster(t, 4, 1<<20, func(cfg *Config) { cfg.Heal.Grace = time.Second })
+	l, lb := c.partitionLog(t)
+	var a appended
+	a.add(t, l, "acked", "acked too")
+	act := l.b.node.View().Chain("t", 0)[0]
+	var victim meta.BrokerID
+	for _, r := range act.Replicas[1:] {
+		if !c.b(r).node.IsLeader() {
+			victim = r
+			break
+		}
+	}
+	asked := hangAt(t, c, victim)
+
+	_, err := l.Append(context.Background(), testBatch("never acknowledged"), 1)
+	if !errors.Is(err, kafka.ErrNotLeader) {
+		t.Fatalf("append with replica %d hung: %v, want ErrNotLeader", victim, err)
+	}
+	if got := asked(); len(got) != 1 || !strings.HasSuffix(got[0], "/frame") {
+		t.Fatalf("the hung follower %d was asked %v; want only the frame write (the seal and the next create pass it by)", victim, got)
+	}
+	chain := lb.node.View().Chain("t", 0)
+	if len(chain) != 2 || !chain[0].Sealed || chain[0].Length != 1 {
+		t.Fatalf("after the append the chain is %v; want %s sealed at its 1 acknowledged frame and the next segment created by the roll", chainIDs(chain), act.ID)
+	}
+	if next := chain[1]; slices.Contains(next.Replicas, victim) || next.StartOffset != 1 {
+		t.Fatalf("next segment %s on %v from frame %d; want it without the hung broker %d, from frame 1", next.ID, next.Replicas, next.StartOffset, victim)
+	}
+}
+
+// hangAt stops broker id and serves its admin address with its own
+// certificate, recording each request's path and never answering: a
+// paused broker. asked returns the paths so far.
+func hangAt(t *testing.T, c *testCluster, id meta.BrokerID) (asked func() []string) {
+	t.Helper()
+	addr := c.b(id).AdminAddr()
+	c.stop(id)
+	cfg := c.cfgs[id-1]
+	certs, err := cfg.LoadCerts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", addr, certs.ServerConfig())
+	if err != nil {
+		t.Fatalf("listening on broker %d's admin address %s: %v", id, addr, err)
+	}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var paths []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		close(release)
+		_ = srv.Close()
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(paths)
+	}
+}
+
+func chainIDs(chain []*meta.Segment) []meta.SegmentID {
+	var out []meta.SegmentID
+	for _, s := range chain {
+		out = append(out, s.ID)
+	}
+	return out
 }

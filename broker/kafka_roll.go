@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/malachi-log/malachi/admin"
@@ -26,7 +27,7 @@ func (l *partLog) maybeRoll(ctx context.Context) error {
 	if !due {
 		return nil
 	}
-	if err := l.roll(ctx, act, true); err != nil {
+	if err := l.roll(ctx, act, true, nil); err != nil {
 		return fmt.Errorf("%w: %s/%d: roll: %w", kafka.ErrNotLeader, l.topic, l.index, err)
 	}
 	return nil
@@ -36,16 +37,18 @@ func (l *partLog) maybeRoll(ctx context.Context) error {
 // answers (a failed replica stays in the sealed set, for heal to replace)
 // and creates the next segment: on the same replicas when keep and all
 // answered, so this broker keeps leading, else placed by the control
-// plane's leader. When the next segment is not led here, l steps down.
-func (l *partLog) roll(ctx context.Context, act chainSeg, keep bool) error {
+// plane's leader without the replicas in failed (those whose write of
+// the last frame failed: the seal does not wait on them either). When
+// the next segment is not led here, l steps down.
+func (l *partLog) roll(ctx context.Context, act chainSeg, keep bool, failed []meta.BrokerID) error {
 	seg := meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}
-	sealed, on, err := sealAtCommon(ctx, l.b, seg, act.bytes)
+	sealed, on, err := sealAtCommon(ctx, l.b, seg, act.bytes, failed)
 	if err != nil {
 		l.stepDown()
 		return err
 	}
 	topic, p, seq, _ := meta.ParsePartitionSegment(act.id)
-	req := admin.CreateRequest{ID: meta.PartitionSegmentID(topic, p, seq+1), StartOffset: sealed.EndOffset()}
+	req := admin.CreateRequest{ID: meta.PartitionSegmentID(topic, p, seq+1), StartOffset: sealed.EndOffset(), Exclude: failed}
 	if keep && len(on) == len(act.replicas) {
 		req.Replicas = act.replicas
 	}
@@ -75,36 +78,35 @@ func (l *partLog) stepDown() {
 // sealAtCommon seals the active segment seg on every replica that
 // answers, at byte at (the leader's last acknowledged frame) or, with at
 // < 0, at the least durable end among them (every acknowledged frame is on
-// every replica, so none is lost), then commits SealSegment. A replica
-// that does not answer keeps its copy unsealed and stays in the replica
-// set: heal replaces it. It returns the segment as sealed and the
-// replicas that sealed it.
-func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64) (meta.Segment, []meta.BrokerID, error) {
+// every replica, so none is lost), then commits SealSegment. The replicas
+// are asked at once, so one that does not answer costs one call's timeout,
+// and those in skip are not asked (their write just failed). A replica
+// that does not answer, or is skipped, keeps its copy unsealed and stays
+// in the replica set: heal replaces it. It returns the segment as sealed
+// and the replicas that sealed it.
+func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, skip []meta.BrokerID) (meta.Segment, []meta.BrokerID, error) {
 	v := b.node.View()
-	type replica struct {
-		id   meta.BrokerID
-		addr string
-	}
-	var rs []replica
+	var rs []sealReplica
 	for _, r := range seg.Replicas {
-		if br, ok := v.Broker(r); ok {
-			rs = append(rs, replica{r, br.AdminAddr})
+		if br, ok := v.Broker(r); ok && !slices.Contains(skip, r) {
+			rs = append(rs, sealReplica{r, br.AdminAddr})
 		}
 	}
-	call := func(r replica, op string, req, resp any) error {
+	call := func(r sealReplica, op string, req, resp any) error {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		return b.post(cctx, r.addr, "/v1/internal/copies/"+string(seg.ID)+"/"+op, req, resp)
 	}
 	if at < 0 {
-		var live []replica
-		for _, r := range rs {
-			var end endResponse
-			if err := call(r, "end", struct{}{}, &end); err != nil {
+		ends := make([]endResponse, len(rs))
+		errs := eachReplica(rs, func(i int, r sealReplica) error { return call(r, "end", struct{}{}, &ends[i]) })
+		var live []sealReplica
+		for i, r := range rs {
+			if errs[i] != nil {
 				continue
 			}
-			if at < 0 || end.Bytes < at {
-				at = end.Bytes
+			if at < 0 || ends[i].Bytes < at {
+				at = ends[i].Bytes
 			}
 			live = append(live, r)
 		}
@@ -113,19 +115,22 @@ func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64) (m
 		}
 		rs = live
 	}
+	results := make([]sealResult, len(rs))
+	errs := eachReplica(rs, func(i int, r sealReplica) error {
+		return call(r, "seal_at", sealAtRequest{Start: seg.StartOffset, Bytes: at}, &results[i])
+	})
 	var got []sealResult
 	var on []meta.BrokerID
-	var errs []error
-	for _, r := range rs {
-		var s sealResult
-		if err := call(r, "seal_at", sealAtRequest{Start: seg.StartOffset, Bytes: at}, &s); err != nil {
-			errs = append(errs, fmt.Errorf("broker %d: %w", r.id, err))
+	var failed []error
+	for i, r := range rs {
+		if errs[i] != nil {
+			failed = append(failed, fmt.Errorf("broker %d: %w", r.id, errs[i]))
 			continue
 		}
-		got, on = append(got, s), append(on, r.id)
+		got, on = append(got, results[i]), append(on, r.id)
 	}
 	if len(got) == 0 {
-		return seg, nil, fmt.Errorf("seal %s at byte %d: %w", seg.ID, at, errors.Join(errs...))
+		return seg, nil, fmt.Errorf("seal %s at byte %d on %v (skipping %v): %w", seg.ID, at, seg.Replicas, skip, errors.Join(failed...))
 	}
 	s := got[0]
 	for _, o := range got[1:] {
@@ -138,4 +143,22 @@ func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64) (m
 	}
 	seg.Length, seg.ByteSize, seg.Checksum, seg.Sealed = s.Length, s.ByteSize, s.Checksum, true
 	return seg, on, nil
+}
+
+// sealReplica is a replica a seal asks, by its admin address.
+type sealReplica struct {
+	id   meta.BrokerID
+	addr string
+}
+
+// eachReplica runs f on every replica at once and returns its errors in
+// rs's order.
+func eachReplica(rs []sealReplica, f func(i int, r sealReplica) error) []error {
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() { errs[i] = f(i, r) })
+	}
+	wg.Wait()
+	return errs
 }
