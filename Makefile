@@ -8,6 +8,7 @@ FUZZTIME ?= 30s
 NEMESIS_OUT ?= nemesis-report.json
 NEMESIS_SEED ?= 0
 NEMESIS_DURATION ?= 12m
+NEMESIS_CLIENTS ?= 2
 
 .PHONY: help build deps test bench lint demo faults nemesis fuzz clean
 
@@ -19,7 +20,7 @@ help:
 	@echo "lint    gofmt -l, go vet, staticcheck"
 	@echo "demo    start a local cluster on loopback, break it, watch it heal"
 	@echo "faults  the fault suite: every demo stage on 5 real brokers (report in $(FAULTS_OUT)), every TestFault* test, the store's power-loss test over 5000 seeds (STORE_CRASH_SEEDS), the network tests (e2e TestNet*: isolate a follower, the leader, a 3|2 split, one-way loss, a capped link, a cut backfill, a flapping link), then make nemesis (root for loop disks and network namespaces)"
-	@echo "nemesis the randomized nemesis on 5 brokers for NEMESIS_DURATION (12m: twelve epochs of about 52 s each, over ten minutes), seed NEMESIS_SEED (0: from the clock, printed); report in $(NEMESIS_OUT) (root for disk and network faults)"
+	@echo "nemesis the randomized nemesis on 5 brokers for NEMESIS_DURATION (12m: twelve epochs of about 52 s each, over ten minutes), seed NEMESIS_SEED (0: from the clock, printed), with NEMESIS_CLIENTS Kafka producers (2; 0: none) whose every acknowledged record is read back; report in $(NEMESIS_OUT) (root for disk and network faults)"
 	@echo "fuzz    every fuzz target for FUZZTIME (30s) each; plain go test runs their seed corpora"
 
 build:
@@ -72,7 +73,7 @@ faults:
 
 nemesis:
 	$(GO) build -o bin/ $(DEMO_BINS)
-	$(DEMO) --nemesis random --seed $(NEMESIS_SEED) --duration $(NEMESIS_DURATION) --brokers 5 --rf 3 --segments 100 --segment-size 256KiB --json > $(NEMESIS_OUT)
+	$(DEMO) --nemesis random --seed $(NEMESIS_SEED) --duration $(NEMESIS_DURATION) --brokers 5 --rf 3 --segments 100 --segment-size 256KiB --clients $(NEMESIS_CLIENTS) --json > $(NEMESIS_OUT)
 
 # Every func FuzzXxx in a _test.go file, one at a time, package by package.
 fuzz:
