@@ -68,7 +68,7 @@ func runBroker(ctx context.Context, dir, certsDir string, log zerolog.Logger) er
 	defer p.Stop()
 	// Then register the broker's p.Status().RPCAddr and DataAddr in the
 	// metadata (meta.RegisterBroker, applied through the leader), as
-	// cmd/malachid does: the coordinator finds the instances there.
+	// broker.Server does: the coordinator finds the instances there.
 	<-ctx.Done()
 	return nil
 }
