@@ -30,9 +30,9 @@
 //     command is refused with ErrStaleReplicas and changes nothing.
 //  6. A View never changes, and nothing a View or Table.Segment returned is
 //     written by a later Apply: the table copies a chunk before writing to
-//     it once a View may hold it (copy-on-write: 4 KB of segments and 1 KB
-//     of each index chunk a change touches, and once per View the arrays
-//     of chunk headers); Table.Segment returns a copy. A View equals the Table.Snapshot taken at the same moment, and
+//     it once a View may hold it (copy-on-write: the 4 KB of segments and
+//     the 4 KB of each index a change touches, and the chunk headers above
+//     them; see chunks.go); Table.Segment returns a copy. A View equals the Table.Snapshot taken at the same moment, and
 //     View.HeldBy(b) yields exactly the segments whose Replicas name b.
 //  7. Segments are never removed; at most 2^32-1 live in one Table.
 //  8. A broker's lifecycle mode (Broker.Mode: active, decommissioning,

@@ -94,9 +94,14 @@ func (t *Table) sampleView(v *View) {
 // checkOrder checks the chunks: segStore full but for the last, the id
 // index strictly sorted by id, every serial in it once.
 func checkOrder(v *View, n int, fail func(string, ...any)) {
-	for k, c := range v.segs {
-		if k < len(v.segs)-1 && len(c) != segChunk {
-			fail("segment chunk %d holds %d segments, want %d (only the last may be partial)", k, len(c), segChunk)
+	for h, grp := range v.segs {
+		if h < len(v.segs)-1 && len(grp) != segGroup {
+			fail("segment group %d holds %d chunks, want %d (only the last may be partial)", h, len(grp), segGroup)
+		}
+		for m, c := range grp {
+			if (h < len(v.segs)-1 || m < len(grp)-1) && len(c) != segChunk {
+				fail("segment chunk %d of group %d holds %d segments, want %d (only the last may be partial)", m, h, len(c), segChunk)
+			}
 		}
 	}
 	seen := make([]bool, n)

@@ -290,8 +290,8 @@ func (t *Table) lookup(id SegmentID) (uint32, bool) {
 // findID locates id in an id index over segs: the chunk and position
 // where it is or would be inserted (chunk len(ids) only when ids is empty;
 // past the last chunk's end when id follows every id).
-func findID(segs [][]Segment, ids [][]uint32, id SegmentID) (k, i int, ok bool) {
-	idOf := func(s uint32) SegmentID { k, i := segAt(s); return segs[k][i].ID }
+func findID(segs [][][]Segment, ids [][]uint32, id SegmentID) (k, i int, ok bool) {
+	idOf := func(s uint32) SegmentID { h, m, i := segAt(s); return segs[h][m][i].ID }
 	k, _ = slices.BinarySearchFunc(ids, id, func(c []uint32, id SegmentID) int {
 		if idOf(c[len(c)-1]) < id {
 			return -1

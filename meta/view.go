@@ -14,11 +14,11 @@ type View struct {
 	index   uint64
 	factor  int
 	brokers []Broker
-	topics  []Topic     // sorted by name
-	segs    [][]Segment // by serial: segs[k][i], k, i = segAt(s)
-	ids     [][]uint32  // serials in id order
-	starts  []int       // starts[k]: position of ids[k][0]; starts[len(ids)] = Len
-	held    []heldView  // sorted by broker
+	topics  []Topic       // sorted by name
+	segs    [][][]Segment // by serial: segs[h][m][i], h, m, i = segAt(s)
+	ids     [][]uint32    // serials in id order
+	starts  []int         // starts[k]: position of ids[k][0]; starts[len(ids)] = Len
+	held    []heldView    // sorted by broker
 }
 
 type heldView struct {
@@ -54,7 +54,7 @@ func (v *View) Broker(id BrokerID) (Broker, bool) {
 // Len is the number of segments.
 func (v *View) Len() int { return v.starts[len(v.starts)-1] }
 
-func (v *View) seg(serial uint32) *Segment { k, i := segAt(serial); return &v.segs[k][i] }
+func (v *View) seg(serial uint32) *Segment { h, m, i := segAt(serial); return &v.segs[h][m][i] }
 
 // At returns the i-th segment in id order (0 <= i < Len, else it panics);
 // shared, the caller must not modify it. O(log chunks).
