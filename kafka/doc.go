@@ -21,7 +21,9 @@
 // Each connection is served by one goroutine: read a size-prefixed frame,
 // parse the header, answer with the handler of the request's kind
 // (apiversions, metadata, createtopics, produce, initproducerid, fetch,
-// listoffsets: one file each), write the response. The served kinds and
+// listoffsets, and the group kinds findcoordinator, joingroup, syncgroup,
+// heartbeat, leavegroup, offsetcommit, offsetfetch, listgroups,
+// describegroups, deletegroups: one file each), write the response. The served kinds and
 // versions are the table in dispatch.go; ApiVersions advertises exactly
 // that table. With Config.Latency set, every Produce's time from its size
 // prefix read to its response written (weighing its records) and every
@@ -62,28 +64,50 @@
 //     answered without records carries an empty record set, never a
 //     null one (librdkafka refuses null).
 //  8. Bad input and refused requests change nothing.
+//  9. Consumer groups (groups.go; the classic protocol, assignors in the
+//     clients): a broker answers a group's requests only while
+//     Groups.Coordinator names it, else NOT_COORDINATOR, and then forgets
+//     what it held of the group (members and generation live in memory on
+//     the coordinator; a group that moves starts Empty at its committed
+//     offsets). A join, a leave or a session's end (no heartbeat, join,
+//     sync or commit for the member's session timeout) starts a rebalance;
+//     it completes when every member has rejoined, or at the longest
+//     rebalance timeout without those that did not. Heartbeat, SyncGroup
+//     and OffsetCommit check the member (UNKNOWN_MEMBER_ID) and generation
+//     (ILLEGAL_GENERATION); OffsetCommit refuses while the group completes a
+//     rebalance (REBALANCE_IN_PROGRESS), an offset outside [0, high
+//     watermark] (OFFSET_OUT_OF_RANGE) and metadata over 4 KiB, and stores
+//     the accepted partitions of one request in one Groups.CommitOffsets.
+//     The timeouts run on Config.Clock.
 //
 // # Security
 //
 // With Config.TLS, a client must present a certificate that
 // Config.Authorize accepts, or the handshake fails. The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
-// ListOffsets) for viewers, clients and operators, write (Produce,
-// InitProducerID, topic creation) for clients and operators. A refusal is answered with the kind's own
-// error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and a
-// log line naming the peer and the access it lacks. Config.Insecure serves
+// ListOffsets, FindCoordinator, OffsetFetch, DescribeGroups, ListGroups)
+// for viewers, clients and operators, write (Produce, InitProducerID,
+// topic creation, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+// OffsetCommit, DeleteGroups) for clients and operators: a viewer sees a
+// group but does not join it. A refusal is answered with the kind's own
+// error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED,
+// GROUP_AUTHORIZATION_FAILED) and a log line naming the peer and the
+// access it lacks. Config.Insecure serves
 // plaintext and grants everything; the broker restricts it to loopback.
 //
 // # Not served
 //
-// Consumer groups and offset commits, transactions (a transactional id is
-// refused), fetch sessions (declined as Kafka allows), topic ids
-// (Produce ≤ v9, Fetch ≤ v12), ListOffsets by timestamp, compaction and
-// deletion.
+// Transactions (a transactional id is refused, in InitProducerID and
+// FindCoordinator), static group membership (an instance id is shown, not
+// honoured), the KIP-848 consumer protocol, fetch sessions (declined as
+// Kafka allows), topic ids (Produce ≤ v9, Fetch ≤ v12, OffsetCommit and
+// OffsetFetch ≤ v8), ListOffsets by timestamp, compaction and deletion.
 //
 // # Concurrency
 //
 // A Server is safe for concurrent use; Close stops listeners and
-// connections and waits for their goroutines. Producers is not: its
+// connections and waits for their goroutines. A JoinGroup or SyncGroup
+// waits on its connection's goroutine for the rebalance (or Close); the
+// coordinator's state is under one mutex, never held across I/O. Producers is not: its
 // partition's lock guards it.
 package kafka

@@ -26,6 +26,8 @@ type Server struct {
 	log     zerolog.Logger
 	tls     *tls.Config // cfg.TLS with client certificates required, or nil
 	parts   partitions
+	coord   *coordinator // the groups this broker coordinates
+	groups  Groups       // cluster as Groups, nil when it is not one
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -48,6 +50,8 @@ func NewServer(cfg Config, cluster Cluster) (*Server, error) {
 		ctx: ctx, cancel: cancel,
 		lns: make(map[net.Listener]struct{}), conns: make(map[net.Conn]struct{}),
 	}
+	s.coord = newCoordinator(cfg.Clock)
+	s.groups, _ = cluster.(Groups)
 	if cfg.TLS != nil {
 		s.tls = s.serverTLS()
 	}
@@ -155,6 +159,8 @@ type conn struct {
 	r    *bufio.Reader
 	peer peer
 	log  zerolog.Logger
+	// clientID is the client id of the request being served.
+	clientID string
 	// arena holds the record batches of the Fetch response being built
 	// (AppendReader) and out the encoded response; both are reused once
 	// the response is written, and dropped when over maxKeep.
