@@ -27,11 +27,17 @@ func (c *conn) deleteGroup(ctx context.Context, id string) *kerr.Error {
 		return e
 	}
 	v := c.s.coord.describe(id)
-	switch {
-	case len(v.members) > 0:
+	if len(v.members) > 0 {
 		return kerr.NonEmptyGroup
-	case !v.known && len(c.s.groups.FetchOffsets(id)) == 0:
-		return kerr.GroupIDNotFound
+	}
+	if !v.known {
+		offsets, err := c.s.groups.FetchOffsets(ctx, id)
+		if err != nil {
+			return storeCode(err)
+		}
+		if len(offsets) == 0 {
+			return kerr.GroupIDNotFound
+		}
 	}
 	if err := c.s.groups.DeleteOffsets(ctx, id); err != nil {
 		c.log.Warn().Str("group", id).Err(err).Msg("kafka: DeleteGroups: deleting the committed offsets failed")

@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -8,7 +10,7 @@ import (
 // members with their metadata and assignment. A group this broker holds
 // nothing of is "Dead" with no error, as Kafka answers; one with committed
 // offsets only is "Empty".
-func (c *conn) describeGroups(req *kmsg.DescribeGroupsRequest) kmsg.Response {
+func (c *conn) describeGroups(ctx context.Context, req *kmsg.DescribeGroupsRequest) kmsg.Response {
 	resp := kmsg.NewPtrDescribeGroupsResponse()
 	for _, id := range req.Groups {
 		g := kmsg.NewDescribeGroupsResponseGroup()
@@ -19,13 +21,14 @@ func (c *conn) describeGroups(req *kmsg.DescribeGroupsRequest) kmsg.Response {
 			continue
 		}
 		v := c.s.coord.describe(id)
-		switch {
-		case v.known:
-			g.State = v.state.String()
-		case len(c.s.groups.FetchOffsets(id)) > 0:
-			g.State = groupEmpty.String()
-		default:
-			g.State = "Dead"
+		g.State = v.state.String()
+		if !v.known {
+			offsets, err := c.s.groups.FetchOffsets(ctx, id)
+			if err != nil {
+				g.ErrorCode = storeCode(err).Code
+			} else if len(offsets) == 0 {
+				g.State = "Dead"
+			}
 		}
 		g.ProtocolType, g.Protocol, g.Members = v.protocolType, v.protocol, v.members
 		resp.Groups = append(resp.Groups, g)

@@ -133,11 +133,11 @@ func (c *conn) dispatchGroup(ctx context.Context, req kmsg.Request) kmsg.Respons
 	case *kmsg.OffsetCommitRequest:
 		return c.offsetCommit(ctx, r)
 	case *kmsg.OffsetFetchRequest:
-		return c.offsetFetch(r)
+		return c.offsetFetch(ctx, r)
 	case *kmsg.ListGroupsRequest:
 		return c.listGroups(r)
 	case *kmsg.DescribeGroupsRequest:
-		return c.describeGroups(r)
+		return c.describeGroups(ctx, r)
 	case *kmsg.DeleteGroupsRequest:
 		return c.deleteGroups(ctx, r)
 	}

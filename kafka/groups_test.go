@@ -112,7 +112,11 @@ func (c *testCluster) CommitOffsets(_ context.Context, group string, offsets []O
 	return nil
 }
 
-func (c *testCluster) FetchOffsets(group string) []Offset {
+func (c *testCluster) FetchOffsets(_ context.Context, group string) ([]Offset, error) {
+	return c.committed(group), nil
+}
+
+func (c *testCluster) committed(group string) []Offset {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.offsets[group])

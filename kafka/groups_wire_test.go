@@ -218,7 +218,7 @@ func TestGroupAdmin(t *testing.T) {
 	wantCode(t, "leave", rc.do(lv).(*kmsg.LeaveGroupResponse).Members[0].ErrorCode, nil)
 	del.Groups = []string{"g"}
 	wantCode(t, "delete an empty group", rc.do(del).(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode, nil)
-	if o := tc.FetchOffsets("g"); len(o) != 0 {
+	if o := tc.committed("g"); len(o) != 0 {
 		t.Fatalf("offsets after DeleteGroups: %+v", o)
 	}
 }
@@ -305,7 +305,7 @@ func TestKgoConsumerGroup(t *testing.T) {
 		cl.Close() // leaves the group
 	}
 	committed := map[int32]int64{}
-	for _, o := range tc.FetchOffsets("g") {
+	for _, o := range tc.committed("g") {
 		committed[o.Partition] = o.Offset
 	}
 	if len(committed) == 0 {
@@ -352,7 +352,16 @@ func TestKgoConsumerGroup(t *testing.T) {
 func groupMember(t *testing.T, addr string) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("events"),
-		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(6*time.Second))
+		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(6*time.Second), kgo.AutoCommitInterval(100*time.Millisecond),
+		kgo.AutoCommitCallback(func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			for _, tp := range resp.Topics {
+				for _, p := range tp.Partitions {
+					if p.ErrorCode != 0 {
+						t.Errorf("commit of member %s gen %d: %s/%d: %v", req.MemberID, req.Generation, tp.Topic, p.Partition, kerr.ErrorForCode(p.ErrorCode))
+					}
+				}
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,12 +138,15 @@ type Groups interface {
 	// CommitOffsets stores every offset of offsets for group at once, or
 	// none: one replicated write. The partitions are known and the offsets
 	// within them (the listener checked with PartitionEnd). An error means
-	// nothing is known to be stored.
+	// nothing is known to be stored; on success a FetchOffsets that follows
+	// on this broker returns them.
 	CommitOffsets(ctx context.Context, group string, offsets []Offset) error
 	// FetchOffsets returns group's committed offsets sorted by topic and
-	// partition (none for a group never committed). The caller does not
-	// modify the result.
-	FetchOffsets(group string) []Offset
+	// partition (none for a group never committed), including every commit
+	// acknowledged before the call on any broker. The caller does not
+	// modify the result. An error (the control plane cannot say) is
+	// answered COORDINATOR_NOT_AVAILABLE.
+	FetchOffsets(ctx context.Context, group string) ([]Offset, error)
 	// DeleteOffsets removes every committed offset of group.
 	DeleteOffsets(ctx context.Context, group string) error
 	// PartitionEnd is the high watermark of a partition, wherever its

@@ -23,6 +23,9 @@ func (c *conn) offsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest) 
 	if e == nil {
 		e = c.s.coord.checkCommit(req.Group, member, gen)
 	}
+	if e != nil {
+		c.log.Debug().Str("group", req.Group).Str("member", member).Int32("generation", gen).Str("error", e.Message).Msg("kafka: OffsetCommit refused")
+	}
 	var batch []Offset
 	var at [][2]int // the response partition of each batch entry
 	topics := c.s.cluster.Topics()

@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -8,7 +10,7 @@ import (
 // offsetFetch answers OffsetFetch: each group's committed offsets of the
 // partitions asked for (every committed one for no topic list), -1 for a
 // partition never committed. Up to v7 one group, from v8 a list.
-func (c *conn) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
+func (c *conn) offsetFetch(ctx context.Context, req *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := kmsg.NewPtrOffsetFetchResponse()
 	if req.Version >= 8 {
 		for _, rg := range req.Groups {
@@ -21,7 +23,7 @@ func (c *conn) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 					asked[i] = kmsg.OffsetFetchRequestTopic{Topic: t.Topic, Partitions: t.Partitions}
 				}
 			}
-			topics, e := c.fetchOffsets(rg.Group, asked)
+			topics, e := c.fetchOffsets(ctx, rg.Group, asked)
 			g.ErrorCode = code(e)
 			for _, t := range topics {
 				gt := kmsg.NewOffsetFetchResponseGroupTopic()
@@ -41,7 +43,7 @@ func (c *conn) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 	if req.Version < 2 && asked == nil {
 		asked = []kmsg.OffsetFetchRequestTopic{} // all topics is v2+
 	}
-	topics, e := c.fetchOffsets(req.Group, asked)
+	topics, e := c.fetchOffsets(ctx, req.Group, asked)
 	resp.Topics, resp.ErrorCode = topics, code(e)
 	if req.Version < 2 && e != nil { // no top-level error before v2: each partition carries it
 		for _, rt := range req.Topics {
@@ -60,11 +62,15 @@ func (c *conn) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 
 // fetchOffsets is group's committed offsets of asked (nil: all of them)
 // in the v0-v7 form, or the error of the whole group.
-func (c *conn) fetchOffsets(group string, asked []kmsg.OffsetFetchRequestTopic) ([]kmsg.OffsetFetchResponseTopic, *kerr.Error) {
+func (c *conn) fetchOffsets(ctx context.Context, group string, asked []kmsg.OffsetFetchRequestTopic) ([]kmsg.OffsetFetchResponseTopic, *kerr.Error) {
 	if e := c.coordinates("OffsetFetch", group, AccessRead); e != nil {
 		return nil, e
 	}
-	committed := c.s.groups.FetchOffsets(group)
+	committed, err := c.s.groups.FetchOffsets(ctx, group)
+	if err != nil {
+		c.log.Warn().Str("group", group).Err(err).Msg("kafka: OffsetFetch: the committed offsets are unknown")
+		return nil, storeCode(err)
+	}
 	part := func(o Offset) kmsg.OffsetFetchResponseTopicPartition {
 		p := kmsg.NewOffsetFetchResponseTopicPartition()
 		p.Partition, p.Offset, p.LeaderEpoch, p.Metadata = o.Partition, o.Offset, o.LeaderEpoch, kmsg.StringPtr(o.Metadata)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
@@ -66,23 +67,44 @@ func (kc *kafkaCluster) CommitOffsets(ctx context.Context, group string, offsets
 	for i, o := range offsets {
 		c.Offsets[i] = meta.PartitionOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
 	}
-	if _, err := kc.b.apply(ctx, c); err != nil {
+	idx, err := kc.b.apply(ctx, c)
+	if err != nil {
 		if errors.Is(err, meta.ErrUnknownTopic) {
 			return fmt.Errorf("%w: %w", kafka.ErrUnknownTopicOrPartition, err)
 		}
 		return fmt.Errorf("commit offsets of group %s: %w", group, err)
 	}
+	return kc.waitApplied(ctx, idx)
+}
+
+// waitApplied returns once this broker's metadata holds the command at
+// idx (the leader applied it; this broker may trail by a heartbeat), so
+// that the coordinator reads its own commits back.
+func (kc *kafkaCluster) waitApplied(ctx context.Context, idx uint64) error {
+	for kc.b.node.View().Index() < idx {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting to apply index %d, at %d: %w", idx, kc.b.node.View().Index(), ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 	return nil
 }
 
-// FetchOffsets implements kafka.Groups from this broker's metadata.
-func (kc *kafkaCluster) FetchOffsets(group string) []kafka.Offset {
+// FetchOffsets implements kafka.Groups from this broker's metadata once
+// it has applied every command it knows committed (cluster.Node.Barrier):
+// a coordinator that took a group over reads every commit its
+// predecessor had acknowledged.
+func (kc *kafkaCluster) FetchOffsets(ctx context.Context, group string) ([]kafka.Offset, error) {
+	if err := kc.b.node.Barrier(ctx); err != nil {
+		return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
+	}
 	offs := kc.b.node.View().Offsets(group)
 	out := make([]kafka.Offset, len(offs))
 	for i, o := range offs {
 		out[i] = kafka.Offset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
 	}
-	return out
+	return out, nil
 }
 
 // DeleteOffsets implements kafka.Groups: one meta.DeleteGroupOffsets.

@@ -83,7 +83,7 @@ func (l *liveness) answered(id meta.BrokerID) {
 	l.seen[id] = l.now()
 	if l.down[id] {
 		delete(l.down, id)
-		l.log.Info().Uint32("broker", uint32(id)).Msg("kafka: broker answers again: listed in Metadata")
+		l.log.Info().Uint32("peer_broker", uint32(id)).Msg("kafka: broker answers again: listed in Metadata")
 	}
 }
 
@@ -96,7 +96,7 @@ func (l *liveness) mark(ids []meta.BrokerID) {
 		l.mu.Lock()
 		if !l.down[id] {
 			l.down[id] = true
-			l.log.Warn().Uint32("broker", uint32(id)).Time("last_answer", l.seen[id]).Dur("dead_after", l.dead).
+			l.log.Warn().Uint32("peer_broker", uint32(id)).Time("last_answer", l.seen[id]).Dur("dead_after", l.dead).
 				Msg("kafka: broker counted dead: left out of Metadata and partition leaders")
 		}
 		l.mu.Unlock()
