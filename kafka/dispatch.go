@@ -37,6 +37,11 @@ var supported = map[kmsg.Key]versionRange{
 	kmsg.ListGroups:      {0, 5},
 	kmsg.DescribeGroups:  {0, 5},
 	kmsg.DeleteGroups:    {0, 2},
+
+	kmsg.DescribeCluster:      {0, 2},
+	kmsg.DeleteTopics:         {0, 6},
+	kmsg.OffsetForLeaderEpoch: {0, 4},
+	kmsg.DescribeConfigs:      {0, 4},
 }
 
 // header is a parsed request header.
@@ -114,11 +119,11 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 	case *kmsg.ListOffsetsRequest:
 		return c.listOffsets(r)
 	}
-	return c.dispatchGroup(ctx, req)
+	return c.dispatchMore(ctx, req)
 }
 
-// dispatchGroup hands a group request to its handler.
-func (c *conn) dispatchGroup(ctx context.Context, req kmsg.Request) kmsg.Response {
+// dispatchMore hands the group and cluster kinds to their handlers.
+func (c *conn) dispatchMore(ctx context.Context, req kmsg.Request) kmsg.Response {
 	switch r := req.(type) {
 	case *kmsg.FindCoordinatorRequest:
 		return c.findCoordinator(r)
@@ -140,6 +145,14 @@ func (c *conn) dispatchGroup(ctx context.Context, req kmsg.Request) kmsg.Respons
 		return c.describeGroups(ctx, r)
 	case *kmsg.DeleteGroupsRequest:
 		return c.deleteGroups(ctx, r)
+	case *kmsg.DescribeClusterRequest:
+		return c.describeCluster(r)
+	case *kmsg.DeleteTopicsRequest:
+		return c.deleteTopics(r)
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return c.offsetForLeaderEpoch(r)
+	case *kmsg.DescribeConfigsRequest:
+		return c.describeConfigs(r)
 	}
 	// supported and this switch disagree: a bug, answered as unsupported.
 	c.log.Error().Str("request", kmsg.NameForKey(req.Key())).Msg("kafka: supported request kind without a handler")

@@ -6,8 +6,10 @@
 //
 // # Usage
 //
-// The broker implements Cluster (its topics, brokers, producer ids) and
-// Log (one partition's replicated log on its leader), then:
+// The broker implements Cluster (its topics, live brokers, producer ids),
+// optionally Groups (where a group is coordinated, its committed offsets)
+// and SegmentConfig, and Log (one partition's replicated log on its
+// leader), then:
 //
 //	cfg := kafka.DefaultConfig()
 //	cfg.TLS, cfg.Authorize = certs.ServerConfig(), func(cs tls.ConnectionState) (pki.Identity, error) {
@@ -23,7 +25,8 @@
 // (apiversions, metadata, createtopics, produce, initproducerid, fetch,
 // listoffsets, and the group kinds findcoordinator, joingroup, syncgroup,
 // heartbeat, leavegroup, offsetcommit, offsetfetch, listgroups,
-// describegroups, deletegroups: one file each), write the response. The served kinds and
+// describegroups, deletegroups, and describecluster, describeconfigs,
+// deletetopics, offsetforleaderepoch: one file each), write the response. The served kinds and
 // versions are the table in dispatch.go; ApiVersions advertises exactly
 // that table. With Config.Latency set, every Produce's time from its size
 // prefix read to its response written (weighing its records) and every
@@ -79,15 +82,23 @@
 //     watermark] (OFFSET_OUT_OF_RANGE) and metadata over 4 KiB, and stores
 //     the accepted partitions of one request in one Groups.CommitOffsets.
 //     The timeouts run on Config.Clock.
+//  10. Metadata and DescribeCluster list exactly Cluster.Brokers (the
+//     live brokers); a partition's leader is -1 (LEADER_NOT_AVAILABLE)
+//     when the Cluster names none live. DeleteTopics deletes nothing
+//     (TOPIC_DELETION_DISABLED); DescribeConfigs describes, read-only;
+//     OffsetForLeaderEpoch answers an epoch's end as the high watermark,
+//     which no consumer's position passes and the log never truncates
+//     below.
 //
 // # Security
 //
 // With Config.TLS, a client must present a certificate that
 // Config.Authorize accepts, or the handshake fails. The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
-// ListOffsets, FindCoordinator, OffsetFetch, DescribeGroups, ListGroups)
+// ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeConfigs,
+// FindCoordinator, OffsetFetch, DescribeGroups, ListGroups)
 // for viewers, clients and operators, write (Produce, InitProducerID,
-// topic creation, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+// topic creation and deletion, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 // OffsetCommit, DeleteGroups) for clients and operators: a viewer sees a
 // group but does not join it. A refusal is answered with the kind's own
 // error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED,
@@ -101,7 +112,8 @@
 // FindCoordinator), static group membership (an instance id is shown, not
 // honoured), the KIP-848 consumer protocol, fetch sessions (declined as
 // Kafka allows), topic ids (Produce ≤ v9, Fetch ≤ v12, OffsetCommit and
-// OffsetFetch ≤ v8), ListOffsets by timestamp, compaction and deletion.
+// OffsetFetch ≤ v8), ListOffsets by timestamp, AlterConfigs, topic
+// deletion (refused), compaction and retention.
 //
 // # Concurrency
 //

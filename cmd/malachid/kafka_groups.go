@@ -185,3 +185,11 @@ func (b *broker) internalPartitionEnd(_ *http.Request, body []byte) (any, error)
 	_, hw := l.Offsets()
 	return partitionEndResponse{End: hw}, nil
 }
+
+var _ kafka.SegmentConfig = (*kafkaCluster)(nil)
+
+// SegmentConfig implements kafka.SegmentConfig: the [kafka] table's
+// segment_bytes and segment_ms.
+func (kc *kafkaCluster) SegmentConfig() (bytes, ms int64) {
+	return kc.b.cfg.Kafka.SegmentBytes, kc.b.cfg.Kafka.SegmentMS
+}
