@@ -330,18 +330,7 @@ func TestKafkaGroupCoordinatorKill(t *testing.T) {
 	if len(acked) < n/2 {
 		t.Fatalf("only %d of %d records acknowledged", len(acked), n)
 	}
-	twice := 0
-	for k, v := range acked {
-		if g.consumed[k] != v {
-			t.Fatalf("%s consumed as %q, produced as %q", k, g.consumed[k], v)
-		}
-		if g.times[k] > 1 {
-			twice++
-			if at := g.at[k]; at[1] < before[int32(at[0])] {
-				t.Fatalf("%s (partition %d offset %d) consumed %d times, below the offset committed before the kill (%d)", k, at[0], at[1], g.times[k], before[int32(at[0])])
-			}
-		}
-	}
+	twice := checkGroupRun(t, g, acked, before)
 	var seeds []string // a client that never knew the killed broker
 	for _, b := range c.brokers {
 		if b.id != int(coord) {

@@ -34,14 +34,9 @@ func (c *conn) offsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequest) kmsg.
 func (c *conn) epochEnd(topics []TopicInfo, topic string, rp kmsg.OffsetForLeaderEpochRequestTopicPartition, version int16) kmsg.OffsetForLeaderEpochResponseTopicPartition {
 	out := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 	out.Partition, out.LeaderEpoch, out.EndOffset = rp.Partition, -1, -1
-	if !c.peer.access.Has(AccessRead) {
-		c.refused("OffsetForLeaderEpoch", topic, AccessRead)
-		out.ErrorCode = kerr.TopicAuthorizationFailed.Code
-		return out
-	}
-	l, err := c.s.cluster.Partition(topic, rp.Partition)
-	if err != nil {
-		out.ErrorCode = code(codeOf(err))
+	l, e := c.readLog("OffsetForLeaderEpoch", topic, rp.Partition)
+	if e != nil {
+		out.ErrorCode = e.Code
 		return out
 	}
 	t, _ := findTopic(topics, topic)
