@@ -55,6 +55,11 @@ const (
 	maxSessionTimeout = 30 * time.Minute
 )
 
+// maxPending bounds a group's member ids handed out and not yet joined
+// with; past it they are forgotten (a client that returns with one
+// gets UNKNOWN_MEMBER_ID and joins anew).
+const maxPending = 1000
+
 // member is one member of a group.
 type member struct {
 	id, instanceID, clientID, host string
@@ -150,6 +155,9 @@ func (co *coordinator) join(req *kmsg.JoinGroupRequest, clientID, host string) <
 		return refuse(kerr.InconsistentGroupProtocol)
 	case m == nil && req.MemberID == "" && req.Version >= 4:
 		id := newMemberID(clientID)
+		if len(g.pending) >= maxPending { // ids never used: their clients left
+			clear(g.pending)
+		}
 		g.pending[id] = true
 		resp.MemberID = id
 		return refuse(kerr.MemberIDRequired)
