@@ -28,6 +28,10 @@ type Server struct {
 	parts   partitions
 	coord   *coordinator // the groups this broker coordinates
 	groups  Groups       // cluster as Groups, nil when it is not one
+	// dropProduceAnswer, a test's hook, is asked after each Produce is
+	// handled, before its answer is written: true closes the connection
+	// unanswered, as a leader killed at that moment would.
+	dropProduceAnswer func() bool
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -194,6 +198,9 @@ func (s *Server) serveConn(nc net.Conn) {
 		out, err := c.serve(frame)
 		if err != nil {
 			c.log.Warn().Err(err).Msg("kafka: closing connection")
+			return
+		}
+		if c.records > 0 && s.dropProduceAnswer != nil && s.dropProduceAnswer() {
 			return
 		}
 		if out != nil {
