@@ -93,7 +93,9 @@
 // # Security
 //
 // With Config.TLS, a client must present a certificate that
-// Config.Authorize accepts, or the handshake fails. The identity's role
+// Config.Authorize accepts, or the handshake fails (logged at warn as a
+// peer not admitted; a peer that closes its connection during the
+// handshake is no refusal, logged at debug). The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
 // ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeConfigs,
 // FindCoordinator, OffsetFetch, DescribeGroups, ListGroups)

@@ -2,7 +2,9 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +129,51 @@ func serveTest(t *testing.T, cl Cluster, drop func() bool) net.Listener {
 func listenerAddr(id int32, ln net.Listener) BrokerAddr {
 	a := ln.Addr().(*net.TCPAddr)
 	return BrokerAddr{NodeID: id, Host: "127.0.0.1", Port: int32(a.Port)}
+}
+
+// lockedBuffer is a log sink the connections' goroutines share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// TestHandshakeLogs: a client that closes its connection during the TLS
+// handshake is no refusal (debug); one of another CA is logged at warn as
+// not admitted.
+func TestHandshakeLogs(t *testing.T) {
+	l := testPKI(t)
+	cfg := tlsConfig(t, l)
+	var buf lockedBuffer
+	cfg.Logger = zerolog.New(&buf).Level(zerolog.InfoLevel)
+	srv, err := NewServer(cfg, newTestCluster(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if oc, err := tls.Dial("tcp", ln.Addr().String(), clientTLSUnverified(t, testPKI(t).ClientDir(), "operator")); err == nil {
+		_, _ = oc.Read(make([]byte, 1))
+		oc.Close()
+	}
+	srv.Close() // waits for both connections' goroutines
+	buf.mu.Lock()
+	logged := buf.b.String()
+	buf.mu.Unlock()
+	if n := strings.Count(logged, "\n"); n != 1 || !strings.Contains(logged, `"level":"warn"`) || !strings.Contains(logged, "peer not admitted") {
+		t.Fatalf("logged %d lines, want one warn line naming the peer not admitted:\n%s", n, logged)
+	}
 }

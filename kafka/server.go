@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -182,7 +183,11 @@ const maxKeep = 16 << 20
 func (s *Server) serveConn(nc net.Conn) {
 	p, nc, err := s.authenticate(nc)
 	if err != nil {
-		s.log.Warn().Str("peer", nc.RemoteAddr().String()).Err(err).Msg("kafka: connection refused")
+		if aborted(err) {
+			s.log.Debug().Str("peer", nc.RemoteAddr().String()).Err(err).Msg("kafka: the peer closed its connection during the TLS handshake")
+			return
+		}
+		s.log.Warn().Str("peer", nc.RemoteAddr().String()).Err(err).Msg("kafka: peer not admitted: TLS handshake or authorization failed")
 		return
 	}
 	c := &conn{s: s, nc: nc, r: bufio.NewReader(nc), peer: p,
@@ -216,6 +221,12 @@ func (s *Server) serveConn(nc net.Conn) {
 		}
 		c.arena, c.out = keep(c.arena), keep(c.out)
 	}
+}
+
+// aborted says whether err ends a handshake the peer walked away from
+// (closed or reset its connection): no refusal of ours.
+func aborted(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // authenticate runs the TLS handshake, when configured, and names the peer.
