@@ -26,9 +26,9 @@
 // listoffsets, and the group kinds findcoordinator, joingroup, syncgroup,
 // heartbeat, leavegroup, offsetcommit, offsetfetch, listgroups,
 // describegroups, deletegroups, and describecluster, describeconfigs,
-// deletetopics, offsetforleaderepoch: one file each), write the response. The served kinds and
-// versions are the table in dispatch.go; ApiVersions advertises exactly
-// that table. With Config.Latency set, every Produce's time from its size
+// deletetopics, offsetforleaderepoch: one file each), write the
+// response. The served kinds and versions are the table in dispatch.go;
+// ApiVersions advertises exactly that table. With Config.Latency set, every Produce's time from its size
 // prefix read to its response written (weighing its records) and every
 // Fetch's handling time (without its wait for data) are recorded there:
 // the broker's adaptive catch-up rate reads their p99 (latency.go).
@@ -98,15 +98,15 @@
 // handshake is no refusal, logged at debug). The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
 // ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeConfigs,
-// FindCoordinator, OffsetFetch, DescribeGroups, ListGroups)
-// for viewers, clients and operators, write (Produce, InitProducerID,
-// topic creation and deletion, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+// FindCoordinator, OffsetFetch, DescribeGroups, ListGroups) for viewers,
+// clients and operators, write (Produce, InitProducerID, topic creation
+// and deletion, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 // OffsetCommit, DeleteGroups) for clients and operators: a viewer sees a
 // group but does not join it. A refusal is answered with the kind's own
 // error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED,
 // GROUP_AUTHORIZATION_FAILED) and a log line naming the peer and the
-// access it lacks. Config.Insecure serves
-// plaintext and grants everything; the broker restricts it to loopback.
+// access it lacks. Config.Insecure serves plaintext and grants
+// everything; the broker restricts it to loopback.
 //
 // # Not served
 //
@@ -120,8 +120,8 @@
 // # Concurrency
 //
 // A Server is safe for concurrent use; Close stops listeners and
-// connections and waits for their goroutines. A JoinGroup or SyncGroup
-// waits on its connection's goroutine for the rebalance (or Close); the
-// coordinator's state is under one mutex, never held across I/O. Producers is not: its
-// partition's lock guards it.
+// connections and waits for their goroutines. Producers is not: its
+// partition's lock guards it. A JoinGroup or SyncGroup waits on its
+// connection's goroutine for the rebalance (or Close); the coordinator's
+// state is under one mutex, never held across I/O.
 package kafka
