@@ -22,7 +22,12 @@
 // status and passes; faults.go the fault routes (fault_injection only);
 // kafka_cluster.go the kafka.Cluster adapter, kafka_log.go a partition's
 // log, kafka_roll.go its roll and seal, kafka_keep.go the keeper,
-// kafka_rpc.go the internal copy routes of the Kafka log. The admin API's
+// kafka_rpc.go the internal copy routes of the Kafka log, kafka_groups.go
+// the consumer groups' side (which broker coordinates a group: rendezvous
+// hashing over the live brokers; committed offsets through the control
+// plane, meta.CommitOffsets), kafka_live.go which brokers Metadata lists
+// (each broker asks its peers every grace/8 and counts one dead after
+// grace/2 without an answer, before heal does). The admin API's
 // requests and answers are package admin's types, which its client
 // decodes.
 //
@@ -70,6 +75,8 @@
 //	DELETE /v1/brokers/{id}/maintenance               leader's now + for) | end it
 //	POST /v1/faults/latch/{id}  fault_injection only (file faults: testbed/harness)
 //	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
+//	POST /v1/internal/kafka/end             a partition's high watermark, asked of its leader by a group's coordinator
+//	GET  /v1/internal/kafka/alive           the Kafka listener's liveness probe between brokers
 //
 // Errors answer {"code","message"} with a status that fits the code
 // (unauthenticated 401, forbidden 403, bad_request, not_found,

@@ -27,6 +27,7 @@ type kafkaCluster struct {
 
 	mu   sync.Mutex
 	logs map[partKey]*partLog // the Log of each partition led here; protected by mu
+	live *liveness            // which brokers count as live (kafka_live.go)
 
 	pidMu           sync.Mutex
 	pidNext, pidEnd int64 // the producer id block in use; protected by pidMu
@@ -44,6 +45,7 @@ var _ kafka.Cluster = (*kafkaCluster)(nil)
 // (checkInsecure kept it on loopback).
 func (b *Server) startKafka() error {
 	kc := &kafkaCluster{b: b, logs: map[partKey]*partLog{}}
+	kc.startLive()
 	cfg := kafka.DefaultConfig()
 	cfg.AutoCreateTopics, cfg.NumPartitions = b.cfg.Kafka.AutoCreateTopics, b.cfg.Kafka.NumPartitions
 	cfg.Logger = b.log.With().Str("component", "kafka").Logger()
@@ -84,10 +86,13 @@ func (b *Server) startKafka() error {
 func (kc *kafkaCluster) Self() int32 { return int32(kc.b.self) }
 
 // Brokers implements kafka.Cluster: the registered brokers with a Kafka
-// listener.
+// listener that count as live (kafka_live.go).
 func (kc *kafkaCluster) Brokers() []kafka.BrokerAddr {
 	var out []kafka.BrokerAddr
 	for _, br := range kc.b.node.View().Brokers() {
+		if !kc.live.ok(br.ID) {
+			continue
+		}
 		host, port, err := net.SplitHostPort(br.KafkaAddr)
 		if err != nil {
 			continue
@@ -103,7 +108,8 @@ func (kc *kafkaCluster) Brokers() []kafka.BrokerAddr {
 
 // Topics implements kafka.Cluster. A partition's leader is the first
 // replica of its active segment, -1 while it has none (being created or
-// rolled); its leader epoch is the active segment's seq.
+// rolled) or that replica counts dead; its leader epoch is the active
+// segment's seq.
 func (kc *kafkaCluster) Topics() []kafka.TopicInfo {
 	v := kc.b.node.View()
 	out := make([]kafka.TopicInfo, 0, len(v.Topics()))
@@ -118,7 +124,7 @@ func (kc *kafkaCluster) Topics() []kafka.TopicInfo {
 				for _, r := range last.Replicas {
 					pi.Replicas = append(pi.Replicas, int32(r))
 				}
-				if !last.Sealed && len(last.Replicas) > 0 {
+				if !last.Sealed && len(last.Replicas) > 0 && kc.live.ok(last.Replicas[0]) {
 					pi.Leader = int32(last.Replicas[0])
 				}
 			}

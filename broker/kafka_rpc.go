@@ -28,6 +28,7 @@ func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	} {
 		srv.Handle(mux, rt.pattern, rpc.Brokers, adapt(rt.h))
 	}
+	b.groupRoutes(srv, mux) // kafka_groups.go
 }
 
 // frameRequest is the JSON body of POST /v1/internal/copies/{id}/frame:

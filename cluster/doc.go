@@ -32,7 +32,10 @@
 // the format since the first release), written from a meta.View one
 // segment at a time and restored one segment at a time into a
 // meta.Builder: neither holds the whole encoding or a flat copy of the
-// segments. Pebble and raft log through the configured zerolog logger,
+// segments. Its topics and groups (Kafka's committed offsets, meta
+// invariant 11) keys are written only when there are some, so a snapshot
+// without them reads as before; groups out of order are refused
+// (ErrBadSnapshot). Pebble and raft log through the configured zerolog logger,
 // never to stderr.
 //
 // # Timings

@@ -55,6 +55,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	b.SetTopics(hdr.Topics)
+	b.SetGroups(hdr.Groups)
 	t := b.Finish(hdr.Index, hdr.ReplicationFactor, hdr.Brokers)
 	checkRestored(prev, t, hdr.Index)
 	f.mu.Lock()
@@ -73,7 +74,7 @@ type fsmSnapshot struct{ view *meta.View }
 // Persist implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	v := s.view
-	if err := writeSegments(sink, v.Index(), v.ReplicationFactor(), v.Brokers(), v.Topics(), v.All()); err != nil {
+	if err := writeSegments(sink, v.Index(), v.ReplicationFactor(), v.Brokers(), v.Topics(), v.Groups(), v.All()); err != nil {
 		_ = sink.Cancel()
 		return err
 	}
@@ -88,7 +89,7 @@ func (s *fsmSnapshot) Release() { s.view = nil }
 
 // writeSnapshot streams s as the JSON of meta.Snapshot.
 func writeSnapshot(w io.Writer, s *meta.Snapshot) error {
-	return writeSegments(w, s.Index, s.ReplicationFactor, s.Brokers, s.Topics, func(yield func(int, *meta.Segment) bool) {
+	return writeSegments(w, s.Index, s.ReplicationFactor, s.Brokers, s.Topics, s.Groups, func(yield func(int, *meta.Segment) bool) {
 		for i := range s.Segments {
 			if !yield(i, &s.Segments[i]) {
 				return
@@ -99,9 +100,9 @@ func writeSnapshot(w io.Writer, s *meta.Snapshot) error {
 
 // writeSegments writes the JSON of a meta.Snapshot one segment at a time
 // (one per line), so memory does not grow with the number of segments.
-// The topics key is written only when there are topics, so a snapshot
-// without them reads as before.
-func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker, topics []meta.Topic, segs iter.Seq2[int, *meta.Segment]) error {
+// The topics and groups keys are written only when there are topics or
+// committed offsets, so a snapshot without them reads as before.
+func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker, topics []meta.Topic, groups []meta.GroupOffsets, segs iter.Seq2[int, *meta.Segment]) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	if brokers == nil {
 		brokers = []meta.Broker{}
@@ -123,6 +124,14 @@ func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker,
 		}
 		bw.WriteString(`,"topics":`)
 		bw.Write(ts)
+	}
+	if len(groups) > 0 {
+		gs, err := json.Marshal(groups)
+		if err != nil {
+			return fmt.Errorf("cluster: snapshot groups: %w", err)
+		}
+		bw.WriteString(`,"groups":`)
+		bw.Write(gs)
 	}
 	bw.WriteString(`,"segments":[`)
 	buf := make([]byte, 0, 512)
@@ -217,6 +226,9 @@ func decodeSnapshot(r io.Reader, add func(*meta.Segment) error) (meta.Snapshot, 
 			return s, fmt.Errorf("%w: topics not sorted by name or duplicated at %s", ErrBadSnapshot, s.Topics[i].Name)
 		}
 	}
+	if err := checkGroups(s.Groups); err != nil {
+		return s, err
+	}
 	if s.Brokers == nil {
 		s.Brokers = []meta.Broker{}
 	}
@@ -266,6 +278,29 @@ func decodeField(rd *reader, key string, s *meta.Snapshot, add func(*meta.Segmen
 		return json.Unmarshal(raw, &s.Brokers)
 	case "topics":
 		return json.Unmarshal(raw, &s.Topics)
+	case "groups":
+		return json.Unmarshal(raw, &s.Groups)
 	}
 	return fmt.Errorf("unknown key %q", key)
+}
+
+// checkGroups checks a snapshot's committed offsets as the table keeps
+// them (meta invariant 11): each group valid, groups sorted by id and
+// unique, each one's offsets sorted by topic and partition. Errors wrap
+// ErrBadSnapshot and name the group.
+func checkGroups(groups []meta.GroupOffsets) error {
+	for i, g := range groups {
+		if err := g.Validate(); err != nil {
+			return fmt.Errorf("%w: groups: %w", ErrBadSnapshot, err)
+		}
+		if i > 0 && groups[i-1].Group >= g.Group {
+			return fmt.Errorf("%w: groups not sorted by id or duplicated at %s", ErrBadSnapshot, g.Group)
+		}
+		if !slices.IsSortedFunc(g.Offsets, func(a, b meta.PartitionOffset) int {
+			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		}) {
+			return fmt.Errorf("%w: group %s: offsets not sorted by topic and partition", ErrBadSnapshot, g.Group)
+		}
+	}
+	return nil
 }

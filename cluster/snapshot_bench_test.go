@@ -109,7 +109,7 @@ func benchRaftSnapshot(b *testing.B, n int) {
 	leader := newFSM(zerolog.Nop())
 	start := time.Now()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeSegments(pw, uint64(2*n), 3, nil, nil, genSegments(n))) }()
+	go func() { pw.CloseWithError(writeSegments(pw, uint64(2*n), 3, nil, nil, nil, genSegments(n))) }()
 	if err := leader.Restore(pr); err != nil {
 		b.Fatal(err)
 	}

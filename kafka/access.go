@@ -9,9 +9,12 @@ import (
 // Access is what a peer may do over Kafka, a set of bits.
 type Access uint8
 
-// The access bits. Read covers Metadata, Fetch and ListOffsets; Write
-// covers Produce, InitProducerID and creating topics (CreateTopics,
-// auto-creation). ApiVersions needs nothing.
+// The access bits. Read covers Metadata, Fetch, ListOffsets,
+// OffsetForLeaderEpoch, DescribeCluster, DescribeConfigs and seeing
+// groups (FindCoordinator, OffsetFetch, DescribeGroups, ListGroups);
+// Write covers Produce, InitProducerID, creating (and asking to delete)
+// topics and taking part in groups (JoinGroup, SyncGroup, Heartbeat,
+// LeaveGroup, OffsetCommit, DeleteGroups). ApiVersions needs nothing.
 const (
 	AccessRead Access = 1 << iota
 	AccessWrite

@@ -47,8 +47,27 @@ type Config struct {
 	// Fetch (the broker hands it to its adaptive backfill rate as the
 	// client-facing latency); nil records nothing.
 	Latency *Latency
-	// Now is the clock Latency's times are read from; nil means time.Now.
-	Now func() time.Time
+	// Clock is the listener's time: the group coordinator's session and
+	// rebalance timeouts and the times Latency records; nil is the system
+	// clock (tests inject one they advance).
+	Clock Clock
+}
+
+// Clock is the group coordinator's time. AfterFunc calls f once, on a
+// goroutine of its own, d after now; stop cancels a call not yet made and
+// says whether it did.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// systemClock is Clock over package time.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
 }
 
 // DefaultConfig is an insecure-off config with Kafka's defaults; set TLS

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 
@@ -25,6 +26,22 @@ var supported = map[kmsg.Key]versionRange{
 	kmsg.InitProducerID: {0, 4},
 	kmsg.Fetch:          {4, 12},
 	kmsg.ListOffsets:    {1, 6},
+
+	kmsg.FindCoordinator: {0, 4},
+	kmsg.JoinGroup:       {0, 9},
+	kmsg.SyncGroup:       {0, 5},
+	kmsg.Heartbeat:       {0, 4},
+	kmsg.LeaveGroup:      {0, 5},
+	kmsg.OffsetCommit:    {0, 8},
+	kmsg.OffsetFetch:     {0, 8},
+	kmsg.ListGroups:      {0, 5},
+	kmsg.DescribeGroups:  {0, 5},
+	kmsg.DeleteGroups:    {0, 2},
+
+	kmsg.DescribeCluster:      {0, 2},
+	kmsg.DeleteTopics:         {0, 6},
+	kmsg.OffsetForLeaderEpoch: {0, 4},
+	kmsg.DescribeConfigs:      {0, 4},
 }
 
 // header is a parsed request header.
@@ -72,6 +89,7 @@ func (c *conn) serve(frame []byte) ([]byte, error) {
 	if err := req.ReadFrom(r.Src); err != nil {
 		return nil, fmt.Errorf("kafka: %s v%d from client %q: malformed body: %w", h.key.Name(), h.version, h.clientID, err)
 	}
+	c.clientID = h.clientID
 	resp := c.dispatch(req)
 	if resp == nil {
 		return nil, nil
@@ -100,6 +118,41 @@ func (c *conn) dispatch(req kmsg.Request) kmsg.Response {
 		return c.fetch(ctx, r)
 	case *kmsg.ListOffsetsRequest:
 		return c.listOffsets(r)
+	}
+	return c.dispatchMore(ctx, req)
+}
+
+// dispatchMore hands the group and cluster kinds to their handlers.
+func (c *conn) dispatchMore(ctx context.Context, req kmsg.Request) kmsg.Response {
+	switch r := req.(type) {
+	case *kmsg.FindCoordinatorRequest:
+		return c.findCoordinator(r)
+	case *kmsg.JoinGroupRequest:
+		return c.joinGroup(ctx, r)
+	case *kmsg.SyncGroupRequest:
+		return c.syncGroup(ctx, r)
+	case *kmsg.HeartbeatRequest:
+		return c.heartbeat(r)
+	case *kmsg.LeaveGroupRequest:
+		return c.leaveGroup(r)
+	case *kmsg.OffsetCommitRequest:
+		return c.offsetCommit(ctx, r)
+	case *kmsg.OffsetFetchRequest:
+		return c.offsetFetch(ctx, r)
+	case *kmsg.ListGroupsRequest:
+		return c.listGroups(r)
+	case *kmsg.DescribeGroupsRequest:
+		return c.describeGroups(ctx, r)
+	case *kmsg.DeleteGroupsRequest:
+		return c.deleteGroups(ctx, r)
+	case *kmsg.DescribeClusterRequest:
+		return c.describeCluster(r)
+	case *kmsg.DeleteTopicsRequest:
+		return c.deleteTopics(r)
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return c.offsetForLeaderEpoch(r)
+	case *kmsg.DescribeConfigsRequest:
+		return c.describeConfigs(r)
 	}
 	// supported and this switch disagree: a bug, answered as unsupported.
 	c.log.Error().Str("request", kmsg.NameForKey(req.Key())).Msg("kafka: supported request kind without a handler")

@@ -6,8 +6,10 @@
 //
 // # Usage
 //
-// The broker implements Cluster (its topics, brokers, producer ids) and
-// Log (one partition's replicated log on its leader), then:
+// The broker implements Cluster (its topics, live brokers, producer ids),
+// optionally Groups (where a group is coordinated, its committed offsets)
+// and SegmentConfig, and Log (one partition's replicated log on its
+// leader), then:
 //
 //	cfg := kafka.DefaultConfig()
 //	cfg.TLS, cfg.Authorize = certs.ServerConfig(), func(cs tls.ConnectionState) (pki.Identity, error) {
@@ -21,9 +23,12 @@
 // Each connection is served by one goroutine: read a size-prefixed frame,
 // parse the header, answer with the handler of the request's kind
 // (apiversions, metadata, createtopics, produce, initproducerid, fetch,
-// listoffsets: one file each), write the response. The served kinds and
-// versions are the table in dispatch.go; ApiVersions advertises exactly
-// that table. With Config.Latency set, every Produce's time from its size
+// listoffsets, and the group kinds findcoordinator, joingroup, syncgroup,
+// heartbeat, leavegroup, offsetcommit, offsetfetch, listgroups,
+// describegroups, deletegroups, and describecluster, describeconfigs,
+// deletetopics, offsetforleaderepoch: one file each), write the
+// response. The served kinds and versions are the table in dispatch.go;
+// ApiVersions advertises exactly that table. With Config.Latency set, every Produce's time from its size
 // prefix read to its response written (weighing its records) and every
 // Fetch's handling time (without its wait for data) are recorded there:
 // the broker's adaptive catch-up rate reads their p99 (latency.go). The
@@ -63,28 +68,61 @@
 //     answered without records carries an empty record set, never a
 //     null one (librdkafka refuses null).
 //  8. Bad input and refused requests change nothing.
+//  9. Consumer groups (groups.go; the classic protocol, assignors in the
+//     clients): a broker answers a group's requests only while
+//     Groups.Coordinator names it, else NOT_COORDINATOR, and then forgets
+//     what it held of the group (members and generation live in memory on
+//     the coordinator; a group that moves starts Empty at its committed
+//     offsets). A join, a leave or a session's end (no heartbeat, join,
+//     sync or commit for the member's session timeout) starts a rebalance;
+//     it completes when every member has rejoined, or at the longest
+//     rebalance timeout without those that did not. Heartbeat, SyncGroup
+//     and OffsetCommit check the member (UNKNOWN_MEMBER_ID) and generation
+//     (ILLEGAL_GENERATION); OffsetCommit refuses while the group completes a
+//     rebalance (REBALANCE_IN_PROGRESS), an offset outside [0, high
+//     watermark] (OFFSET_OUT_OF_RANGE) and metadata over 4 KiB, and stores
+//     the accepted partitions of one request in one Groups.CommitOffsets.
+//     The timeouts run on Config.Clock.
+//  10. Metadata and DescribeCluster list exactly Cluster.Brokers (the
+//     live brokers); a partition's leader is -1 (LEADER_NOT_AVAILABLE)
+//     when the Cluster names none live. DeleteTopics deletes nothing
+//     (TOPIC_DELETION_DISABLED); DescribeConfigs describes, read-only;
+//     OffsetForLeaderEpoch answers an epoch's end as the high watermark,
+//     which no consumer's position passes and the log never truncates
+//     below.
 //
 // # Security
 //
 // With Config.TLS, a client must present a certificate that
-// Config.Authorize accepts, or the handshake fails. The identity's role
+// Config.Authorize accepts, or the handshake fails (logged at warn as a
+// peer not admitted; a peer that closes its connection during the
+// handshake is no refusal, logged at debug). The identity's role
 // decides what the connection may do (RoleAccess): read (Metadata, Fetch,
-// ListOffsets) for viewers, clients and operators, write (Produce,
-// InitProducerID, topic creation) for clients and operators. A refusal is answered with the kind's own
-// error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and a
-// log line naming the peer and the access it lacks. Config.Insecure serves
-// plaintext and grants everything; the broker restricts it to loopback.
+// ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeConfigs,
+// FindCoordinator, OffsetFetch, DescribeGroups, ListGroups) for viewers,
+// clients and operators, write (Produce, InitProducerID, topic creation
+// and deletion, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+// OffsetCommit, DeleteGroups) for clients and operators: a viewer sees a
+// group but does not join it. A refusal is answered with the kind's own
+// error (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED,
+// GROUP_AUTHORIZATION_FAILED) and a log line naming the peer and the
+// access it lacks. Config.Insecure serves plaintext and grants
+// everything; the broker restricts it to loopback.
 //
 // # Not served
 //
-// Consumer groups and offset commits, transactions (a transactional id is
-// refused), fetch sessions (declined as Kafka allows), topic ids
-// (Produce ≤ v9, Fetch ≤ v12), ListOffsets by timestamp, compaction and
-// deletion.
+// Transactions (a transactional id is refused, in InitProducerID and
+// FindCoordinator), static group membership (an instance id is shown, not
+// honoured), the KIP-848 consumer protocol, fetch sessions (declined as
+// Kafka allows), topic ids (Produce ≤ v9, Fetch ≤ v12, OffsetCommit and
+// OffsetFetch ≤ v8), ListOffsets by timestamp, AlterConfigs, topic
+// deletion (refused), compaction and retention.
 //
 // # Concurrency
 //
 // A Server is safe for concurrent use; Close stops listeners and
 // connections and waits for their goroutines. Producers is not: its
-// partition's lock guards it.
+// partition's lock guards it. A JoinGroup or SyncGroup waits on its
+// connection's goroutine for the rebalance (or Close); the coordinator's
+// state is under one mutex, never held across I/O.
 package kafka

@@ -123,3 +123,52 @@ type AppendReader interface {
 func SetBaseOffset(batch []byte, offset int64) {
 	binary.BigEndian.PutUint64(batch[:8], uint64(offset))
 }
+
+// Groups is what the group coordinator asks of the broker beside Cluster:
+// where each group is coordinated and where its committed offsets are
+// kept. A Cluster that also implements Groups serves consumer groups
+// (found by type assertion); without it every group request is answered
+// COORDINATOR_NOT_AVAILABLE. Its methods must be safe for concurrent use.
+type Groups interface {
+	// Coordinator is the node id of the broker coordinating group: a
+	// function of the group id over the live brokers, the same on every
+	// broker that holds the same live set. An error (no live broker) is
+	// answered COORDINATOR_NOT_AVAILABLE.
+	Coordinator(group string) (int32, error)
+	// CommitOffsets stores every offset of offsets for group at once, or
+	// none: one replicated write. The partitions are known and the offsets
+	// within them (the listener checked with PartitionEnd). An error means
+	// nothing is known to be stored; on success a FetchOffsets that follows
+	// on this broker returns them.
+	CommitOffsets(ctx context.Context, group string, offsets []Offset) error
+	// FetchOffsets returns group's committed offsets sorted by topic and
+	// partition (none for a group never committed), including every commit
+	// acknowledged before the call on any broker. The caller does not
+	// modify the result. An error (the control plane cannot say) is
+	// answered COORDINATOR_NOT_AVAILABLE.
+	FetchOffsets(ctx context.Context, group string) ([]Offset, error)
+	// DeleteOffsets removes every committed offset of group.
+	DeleteOffsets(ctx context.Context, group string) error
+	// PartitionEnd is the high watermark of a partition, wherever its
+	// leader is. ErrUnknownTopicOrPartition; ErrNotLeader when no broker
+	// leads it now.
+	PartitionEnd(ctx context.Context, topic string, index int32) (int64, error)
+}
+
+// Offset is a group's committed offset of one partition: the next offset
+// the group will consume, and the client's metadata string.
+type Offset struct {
+	Topic       string
+	Partition   int32
+	Offset      int64
+	LeaderEpoch int32 // -1: none given
+	Metadata    string
+}
+
+// MaxOffsetMetadata bounds an Offset's Metadata, in bytes (Kafka's
+// offset.metadata.max.bytes): longer is OFFSET_METADATA_TOO_LARGE.
+const MaxOffsetMetadata = 4096
+
+// MaxGroupLen bounds a group id, in bytes: longer, or empty, is
+// INVALID_GROUP_ID.
+const MaxGroupLen = 255

@@ -90,6 +90,10 @@ func (c *testClock) Now() time.Time {
 	return c.now
 }
 
+// AfterFunc never runs f: these tests serve no consumer group, whose
+// timeouts are the only timers the listener sets.
+func (c *testClock) AfterFunc(time.Duration, func()) func() bool { return func() bool { return true } }
+
 func (c *testClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
@@ -107,7 +111,7 @@ func TestLatencyProduceFromFirstByte(t *testing.T) {
 	clock := &testClock{now: time.Unix(1000, 0), first: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Latency = new(Latency)
-	cfg.Now = clock.Now
+	cfg.Clock = clock
 	addr := startServer(t, tc, cfg)
 	if err := tc.CreateTopic(context.Background(), "slow", 1); err != nil {
 		t.Fatal(err)

@@ -28,17 +28,27 @@ func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 	return resp
 }
 
+// readLog is the Log of topic/partition for a read by request:
+// TOPIC_AUTHORIZATION_FAILED without read access, else the error of
+// Cluster.Partition.
+func (c *conn) readLog(request, topic string, partition int32) (Log, *kerr.Error) {
+	if !c.peer.access.Has(AccessRead) {
+		c.refused(request, topic, AccessRead)
+		return nil, kerr.TopicAuthorizationFailed
+	}
+	l, err := c.s.cluster.Partition(topic, partition)
+	if err != nil {
+		return nil, codeOf(err)
+	}
+	return l, nil
+}
+
 func (c *conn) listPartition(topic string, rp kmsg.ListOffsetsRequestTopicPartition) kmsg.ListOffsetsResponseTopicPartition {
 	out := kmsg.NewListOffsetsResponseTopicPartition()
 	out.Partition, out.Timestamp, out.Offset, out.LeaderEpoch = rp.Partition, -1, -1, -1
-	if !c.peer.access.Has(AccessRead) {
-		c.refused("ListOffsets", topic, AccessRead)
-		out.ErrorCode = kerr.TopicAuthorizationFailed.Code
-		return out
-	}
-	l, err := c.s.cluster.Partition(topic, rp.Partition)
-	if err != nil {
-		out.ErrorCode = code(codeOf(err))
+	l, e := c.readLog("ListOffsets", topic, rp.Partition)
+	if e != nil {
+		out.ErrorCode = e.Code
 		return out
 	}
 	start, hw := l.Offsets()

@@ -16,10 +16,7 @@ func (c *conn) metadata(ctx context.Context, req *kmsg.MetadataRequest) kmsg.Res
 	cl := c.s.cluster
 	for _, b := range cl.Brokers() {
 		rb := kmsg.NewMetadataResponseBroker()
-		rb.NodeID, rb.Host, rb.Port = b.NodeID, b.Host, b.Port
-		if b.Rack != "" {
-			rb.Rack = kmsg.StringPtr(b.Rack)
-		}
+		rb.NodeID, rb.Host, rb.Port, rb.Rack = b.NodeID, b.Host, b.Port, b.rack()
 		resp.Brokers = append(resp.Brokers, rb)
 	}
 	resp.ClusterID = kmsg.StringPtr(c.s.cfg.ClusterID)
@@ -74,6 +71,14 @@ func (c *conn) topicMetadata(ctx context.Context, rt kmsg.MetadataRequestTopic, 
 		return topicMetadata(t)
 	}
 	return refuse(kerr.LeaderNotAvailable)
+}
+
+// rack is b's rack on the wire: null for none.
+func (b BrokerAddr) rack() *string {
+	if b.Rack == "" {
+		return nil
+	}
+	return kmsg.StringPtr(b.Rack)
 }
 
 // findTopic is the topic named name.

@@ -245,11 +245,10 @@ func TestFetchRecordsNeverNull(t *testing.T) {
 func TestUnsupportedRequests(t *testing.T) {
 	tc := newTestCluster(t)
 	rc := dialRaw(t, startServer(t, tc, DefaultConfig()))
-	fc := kmsg.NewPtrFindCoordinatorRequest()
-	fc.SetVersion(3)
-	fc.CoordinatorKey = "group"
-	if resp := rc.do(fc).(*kmsg.FindCoordinatorResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("FindCoordinator answered code %d, want UNSUPPORTED_VERSION", resp.ErrorCode)
+	da := kmsg.NewPtrDescribeACLsRequest()
+	da.SetVersion(1)
+	if resp := rc.do(da).(*kmsg.DescribeACLsResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("DescribeACLs answered code %d, want UNSUPPORTED_VERSION", resp.ErrorCode)
 	}
 	old := produceRequest("t", 0, makeBatch(-1, -1, -1, "x"))
 	old.SetVersion(2)

@@ -136,6 +136,12 @@ type testCluster struct {
 	nextPID   int64                 // protected by mu
 	// appendRead serves the partitions as AppendReaders (appendLog).
 	appendRead bool
+	// The Groups side (groups_test.go): the coordinator of every group
+	// (0: this broker), the committed offsets by group and every
+	// CommitOffsets call.
+	coordinator int32               // protected by mu
+	offsets     map[string][]Offset // protected by mu
+	commits     [][]Offset          // protected by mu
 }
 
 // appendLog is a fileLog read through AppendRead, into the listener's

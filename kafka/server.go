@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -26,6 +27,12 @@ type Server struct {
 	log     zerolog.Logger
 	tls     *tls.Config // cfg.TLS with client certificates required, or nil
 	parts   partitions
+	coord   *coordinator // the groups this broker coordinates
+	groups  Groups       // cluster as Groups, nil when it is not one
+	// dropProduceAnswer, a test's hook, is asked after each Produce is
+	// handled, before its answer is written: true closes the connection
+	// unanswered, as a leader killed at that moment would.
+	dropProduceAnswer func() bool
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -48,6 +55,8 @@ func NewServer(cfg Config, cluster Cluster) (*Server, error) {
 		ctx: ctx, cancel: cancel,
 		lns: make(map[net.Listener]struct{}), conns: make(map[net.Conn]struct{}),
 	}
+	s.coord = newCoordinator(cfg.Clock)
+	s.groups, _ = cluster.(Groups)
 	if cfg.TLS != nil {
 		s.tls = s.serverTLS()
 	}
@@ -155,6 +164,8 @@ type conn struct {
 	r    *bufio.Reader
 	peer peer
 	log  zerolog.Logger
+	// clientID is the client id of the request being served.
+	clientID string
 	// arena holds the record batches of the Fetch response being built
 	// (AppendReader) and out the encoded response; both are reused once
 	// the response is written, and dropped when over maxKeep.
@@ -172,7 +183,11 @@ const maxKeep = 16 << 20
 func (s *Server) serveConn(nc net.Conn) {
 	p, nc, err := s.authenticate(nc)
 	if err != nil {
-		s.log.Warn().Str("peer", nc.RemoteAddr().String()).Err(err).Msg("kafka: connection refused")
+		if aborted(err) {
+			s.log.Debug().Str("peer", nc.RemoteAddr().String()).Err(err).Msg("kafka: the peer closed its connection during the TLS handshake")
+			return
+		}
+		s.log.Warn().Str("peer", nc.RemoteAddr().String()).Err(err).Msg("kafka: peer not admitted: TLS handshake or authorization failed")
 		return
 	}
 	c := &conn{s: s, nc: nc, r: bufio.NewReader(nc), peer: p,
@@ -190,6 +205,9 @@ func (s *Server) serveConn(nc net.Conn) {
 			c.log.Warn().Err(err).Msg("kafka: closing connection")
 			return
 		}
+		if c.records > 0 && s.dropProduceAnswer != nil && s.dropProduceAnswer() {
+			return
+		}
 		if out != nil {
 			if _, err := nc.Write(out); err != nil {
 				c.log.Debug().Err(err).Msg("kafka: writing a response")
@@ -205,12 +223,18 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 }
 
-// now reads the configured clock.
+// now reads the configured clock (Config.Clock; nil: the system's).
 func (s *Server) now() time.Time {
-	if s.cfg.Now != nil {
-		return s.cfg.Now()
+	if s.cfg.Clock != nil {
+		return s.cfg.Clock.Now()
 	}
 	return time.Now()
+}
+
+// aborted says whether err ends a handshake the peer walked away from
+// (closed or reset its connection): no refusal of ours.
+func aborted(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // authenticate runs the TLS handshake, when configured, and names the peer.

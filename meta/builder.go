@@ -15,6 +15,7 @@ type Builder struct {
 	last SegmentID
 	n    int
 	tops []Topic
+	grps []GroupOffsets
 }
 
 // NewBuilder returns an empty Builder. When prev is not nil, Add refuses a
@@ -91,6 +92,11 @@ func (b *Builder) prevAt(id SegmentID) *Segment {
 // must be sorted by name.
 func (b *Builder) SetTopics(topics []Topic) { b.tops = slices.Clone(topics) }
 
+// SetGroups sets the committed offsets of the Table Finish returns;
+// groups must be sorted by group and each one's offsets by partition
+// (sortGroups).
+func (b *Builder) SetGroups(groups []GroupOffsets) { b.grps = groups }
+
 // Len is the number of segments added.
 func (b *Builder) Len() int { return b.n }
 
@@ -99,7 +105,7 @@ func (b *Builder) Len() int { return b.n }
 func (b *Builder) Finish(index uint64, factor int, brokers []Broker) *Table {
 	t := b.t
 	b.t = nil
-	t.index, t.factor, t.brokers, t.topics = index, factor, slices.Clone(brokers), b.tops
+	t.index, t.factor, t.brokers, t.topics, t.groups = index, factor, slices.Clone(brokers), b.tops, b.grps
 	slices.Sort(t.heldIDs)
 	t.ids.trim()
 	for _, l := range t.held {

@@ -217,6 +217,10 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeArgs[CreateTopic](env.Args)
 	case AllocateProducerIDs{}.Op():
 		c, err = decodeArgs[AllocateProducerIDs](env.Args)
+	case CommitOffsets{}.Op():
+		c, err = decodeArgs[CommitOffsets](env.Args)
+	case DeleteGroupOffsets{}.Op():
+		c, err = decodeArgs[DeleteGroupOffsets](env.Args)
 	default:
 		return nil, fmt.Errorf("%w: command op %q is unknown", ErrInvalid, env.Op)
 	}

@@ -64,11 +64,19 @@
 //  10. AllocateProducerIDs changes nothing: the log index it is committed
 //     at names a block of Kafka producer ids (ProducerIDBlock), disjoint
 //     from every other block because no two commands share an index.
+//  11. Kafka consumer groups' committed offsets are data of the table,
+//     kept in its snapshot (Snapshot.Groups; a snapshot without it has
+//     none): CommitOffsets replaces a group's offsets of the partitions it
+//     names, all of them or, when one names an unregistered topic or
+//     partition (ErrUnknownTopic), none; DeleteGroupOffsets removes a
+//     group's. Groups are sorted by id, each one's offsets by topic and
+//     partition, one per partition, never written in place.
 //
 // Built with -tags invariants (make test does), invariants.go checks 3, 4
 // and 6 on the whole table after every Apply and Builder.Finish (a
 // restore), and on a sample of Views taken, and panics naming the segment
-// and the broken property: replica sets, partition chains (9), sealed fields against those
+// and the broken property: replica sets, partition chains (9), committed
+// offsets (11), sealed fields against those
 // first seen sealed, each broker's index against the filter of all
 // segments, the id order of the chunks, earlier Views unchanged. Tables
 // above 256 segments are checked on every k-th call only. Without the tag

@@ -27,6 +27,8 @@ import (
 //     registered topic and partition, and each partition's chain is seq
 //     0..n with no gap, all sealed but the last, each starting where the
 //     one before ends (invariant 9);
+//   - committed offsets' groups are valid, sorted and unique, each one's
+//     offsets sorted, of registered partitions (invariant 11);
 //   - the last few Views taken (a sample) read as they did when taken.
 //
 // On tables of more than invFull segments a check runs on every k-th call
@@ -75,6 +77,7 @@ func (t *Table) checkInvariants(op string) {
 	t.checkSealed(v, fail)
 	t.checkHeld(v, fail)
 	checkChains(v, fail)
+	checkGroups(v, fail)
 	for _, s := range t.inv.views {
 		if s.v != nil && viewSum(s.v) != s.sum {
 			fail("a View taken at index %d changed after it was taken (copy-on-write broken)", s.v.index)
@@ -266,6 +269,12 @@ func viewSum(v *View) uint64 {
 		str(tp.Name)
 		put(uint64(tp.Partitions))
 	}
+	for _, g := range v.groups {
+		str(g.Group)
+		for _, o := range g.Offsets {
+			str(fmt.Sprintf("%+v", o))
+		}
+	}
 	for _, seg := range v.All() {
 		str(string(seg.ID))
 		put(seg.StartOffset, seg.Length, uint64(seg.ByteSize), seg.Version, uint64(seg.Checksum), uint64(len(seg.Replicas)))
@@ -288,3 +297,25 @@ func viewSum(v *View) uint64 {
 }
 
 var sumSeed = maphash.MakeSeed()
+
+// checkGroups checks invariant 11 on v (the invariants build): groups
+// sorted and unique, each valid, its offsets sorted and of registered
+// partitions.
+func checkGroups(v *View, fail func(string, ...any)) {
+	for i, g := range v.groups {
+		if err := g.Validate(); err != nil {
+			fail("group %s: %v", g.Group, err)
+		}
+		if i > 0 && v.groups[i-1].Group >= g.Group {
+			fail("group %s: follows %s (not sorted by id)", g.Group, v.groups[i-1].Group)
+		}
+		if !slices.IsSortedFunc(g.Offsets, comparePartition) {
+			fail("group %s: offsets not sorted by topic and partition", g.Group)
+		}
+		for _, o := range g.Offsets {
+			if t, ok := v.Topic(o.Topic); !ok || o.Partition >= t.Partitions {
+				fail("group %s: an offset of %s/%d, not a registered partition", g.Group, o.Topic, o.Partition)
+			}
+		}
+	}
+}

@@ -250,6 +250,9 @@ type Snapshot struct {
 	Brokers []Broker `json:"brokers"`
 	// Topics are the registered Kafka topics, sorted by name.
 	Topics []Topic `json:"topics,omitempty"`
+	// Groups are the Kafka consumer groups' committed offsets, sorted by
+	// group; absent from snapshots written before groups.
+	Groups []GroupOffsets `json:"groups,omitempty"`
 	// Segments are all segments, sorted by ID.
 	Segments []Segment `json:"segments"`
 }

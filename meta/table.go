@@ -25,9 +25,10 @@ import (
 type Table struct {
 	index   uint64
 	factor  int
-	brokers []Broker // sorted by id; never written in place (Views share it)
-	topics  []Topic  // sorted by name; never written in place (Views share it)
-	gen     uint64   // generation: increments when a View is taken
+	brokers []Broker       // sorted by id; never written in place (Views share it)
+	topics  []Topic        // sorted by name; never written in place (Views share it)
+	groups  []GroupOffsets // sorted by group; never written in place (Views share it)
+	gen     uint64         // generation: increments when a View is taken
 	segs    segStore
 	ids     serialList               // serials sorted by segment id
 	held    map[BrokerID]*serialList // serials naming the broker, sorted
@@ -55,6 +56,7 @@ func TableFromSnapshot(s Snapshot) *Table {
 	topics := slices.Clone(s.Topics)
 	slices.SortStableFunc(topics, func(a, b Topic) int { return cmp.Compare(a.Name, b.Name) })
 	b.SetTopics(topics)
+	b.SetGroups(sortGroups(s.Groups))
 	return b.Finish(s.Index, s.ReplicationFactor, brokers)
 }
 
@@ -168,6 +170,14 @@ func (t *Table) apply(index uint64, c Command) error {
 		t.topics = ts
 	case AllocateProducerIDs:
 		// Its log index names the block (ProducerIDBlock): no state.
+	case CommitOffsets:
+		gs, err := commitOffsets(t.groups, t.topics, c)
+		if err != nil {
+			return err
+		}
+		t.groups = gs
+	case DeleteGroupOffsets:
+		t.groups = deleteGroup(t.groups, c.Group)
 	default:
 		panic(fmt.Sprintf("meta: Table.Apply: unknown command type %T", c))
 	}
@@ -356,7 +366,7 @@ func (t *Table) View() *View {
 // peek returns a View valid only until the next change: it does not mark
 // the table's memory shared.
 func (t *Table) peek() *View {
-	v := &View{index: t.index, factor: t.factor, brokers: t.brokers, topics: t.topics,
+	v := &View{index: t.index, factor: t.factor, brokers: t.brokers, topics: t.topics, groups: t.groups,
 		segs: t.segs.c, ids: t.ids.c, starts: make([]int, len(t.ids.c)+1),
 		held: make([]heldView, len(t.heldIDs))}
 	if v.brokers == nil {

@@ -14,11 +14,12 @@ type View struct {
 	index   uint64
 	factor  int
 	brokers []Broker
-	topics  []Topic       // sorted by name
-	segs    [][][]Segment // by serial: segs[h][m][i], h, m, i = segAt(s)
-	ids     [][]uint32    // serials in id order
-	starts  []int         // starts[k]: position of ids[k][0]; starts[len(ids)] = Len
-	held    []heldView    // sorted by broker
+	topics  []Topic        // sorted by name
+	groups  []GroupOffsets // sorted by group
+	segs    [][][]Segment  // by serial: segs[h][m][i], h, m, i = segAt(s)
+	ids     [][]uint32     // serials in id order
+	starts  []int          // starts[k]: position of ids[k][0]; starts[len(ids)] = Len
+	held    []heldView     // sorted by broker
 }
 
 type heldView struct {
@@ -149,6 +150,7 @@ func (v *View) Snapshot() Snapshot {
 	s := Snapshot{Index: v.index, ReplicationFactor: v.factor,
 		Brokers:  append(make([]Broker, 0, len(v.brokers)), v.brokers...),
 		Topics:   slices.Clone(v.topics),
+		Groups:   cloneGroups(v.groups),
 		Segments: make([]Segment, v.Len())}
 	n := 0
 	for _, seg := range v.All() {
