@@ -51,6 +51,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m.decommissionBytesLeft.WithLabelValues("4").Set(1)
 	m.decommissionBlocked.WithLabelValues("4", "no_spare_broker").Set(1)
 	m.leftoverCopies.WithLabelValues("returned_broker").Set(1)
+	m.backfillStages.WithLabelValues("wait").Observe(0.01)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +258,34 @@ func TestHoldGaugeFollowsTheReport(t *testing.T) {
 		m.observePass(&heal.Report{HoldReason: tc.reason}, 0.01)
 		if got := testutil.ToFloat64(m.hold); got != tc.want {
 			t.Errorf("hold_reason %q: malachi_heal_hold %v, want %v", tc.reason, got, tc.want)
+		}
+	}
+}
+
+// deploy/README.md lists every metric the plugin registers, and names no
+// metric it does not: the operator's reference stays the code's.
+func TestDeployReadmeListsEveryMetric(t *testing.T) {
+	exported := exportedNames(t)
+	doc, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile(`malachi_heal_[a-z0-9_]+`).FindAllString(string(doc), -1) {
+		named[m] = true
+		if !exported[m] && !exported[m+"_bucket"] {
+			t.Errorf("deploy/README.md names %s, which the plugin does not register", m)
+		}
+	}
+	for name := range exported {
+		base := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(name, suffix); ok && exported[b+"_bucket"] {
+				base = b
+			}
+		}
+		if !named[base] {
+			t.Errorf("%s is registered but not listed in deploy/README.md", base)
 		}
 	}
 }
