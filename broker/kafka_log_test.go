@@ -442,7 +442,13 @@ func TestPartLogRollsPastAFollowerThatHangs(t *testing.T) {
 	if got := asked(); len(got) != 1 || !strings.HasSuffix(got[0], "/frame") {
 		t.Fatalf("the hung follower %d was asked %v; want only the frame write (the seal and the next create pass it by)", victim, got)
 	}
-	chain := lb.node.View().Chain("t", 0)
+	// The roll committed both changes before Append returned; the
+	// partition leader's own view applies them a moment later.
+	var chain []*meta.Segment
+	c.waitFor(10*time.Second, fmt.Sprintf("the roll's seal and next segment in broker %d's view (the append answered: %v)", lb.self, err), func() bool {
+		chain = lb.node.View().Chain("t", 0)
+		return len(chain) >= 2
+	})
 	if len(chain) != 2 || !chain[0].Sealed || chain[0].Length != 1 {
 		t.Fatalf("after the append the chain is %v; want %s sealed at its 1 acknowledged frame and the next segment created by the roll", chainIDs(chain), act.ID)
 	}
