@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
-	"time"
 
 	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
@@ -81,14 +80,7 @@ func (kc *kafkaCluster) CommitOffsets(ctx context.Context, group string, offsets
 // idx (the leader applied it; this broker may trail by a heartbeat), so
 // that the coordinator reads its own commits back.
 func (kc *kafkaCluster) waitApplied(ctx context.Context, idx uint64) error {
-	for kc.b.node.View().Index() < idx {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting to apply index %d, at %d: %w", idx, kc.b.node.View().Index(), ctx.Err())
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-	return nil
+	return kc.b.node.AwaitView(ctx, func(v *meta.View) bool { return v.Index() >= idx })
 }
 
 // FetchOffsets implements kafka.Groups from this broker's metadata once

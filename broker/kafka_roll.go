@@ -57,6 +57,15 @@ func (l *partLog) roll(ctx context.Context, act chainSeg, keep bool, failed []me
 		req.Replicas = nil
 		next, err = l.b.create(ctx, req)
 	}
+	if err == nil {
+		// The NOT_LEADER answer that follows a roll names the partition's
+		// new leader (Produce v10) from this broker's view: wait for the
+		// view to hold the next segment, or the hint names the old leader
+		// and the client waits for its next metadata refresh instead.
+		if werr := l.b.node.AwaitView(ctx, func(v *meta.View) bool { _, ok := v.Segment(next.ID); return ok }); werr != nil {
+			l.b.log.Debug().Err(werr).Str("segment", string(next.ID)).Msg("kafka: the roll's next segment is not in this broker's view yet")
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.chain[len(l.chain)-1].sealed = true

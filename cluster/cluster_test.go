@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -548,5 +549,32 @@ func TestApplyContextDeadline(t *testing.T) {
 	cancel()
 	if _, err := c.nodes[li].Apply(ctx, meta.SetReplicationFactor{Factor: 2}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("apply with a cancelled context: %v", err)
+	}
+}
+
+// AwaitView returns on every node once the metadata holds what the
+// leader applied (woken by each applied command, not by polling), and
+// with ctx's error, naming the index it stopped at, when it never does.
+func TestAwaitView(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holds := func(v *meta.View) bool { _, ok := v.Segment("s-await"); return ok }
+	done := make(chan error, len(c.nodes))
+	for _, n := range c.nodes {
+		go func() { done <- n.AwaitView(ctx, holds) }()
+	}
+	createSealed(t, c.nodes[li], "s-await", 1, 2, 3)
+	for range c.nodes {
+		if err := <-done; err != nil {
+			t.Fatalf("awaiting s-await: %v", err)
+		}
+	}
+	short, cancelShort := context.WithCancel(context.Background())
+	cancelShort()
+	err := c.nodes[li].AwaitView(short, func(*meta.View) bool { return false })
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "index") {
+		t.Fatalf("awaiting what never comes, cancelled: %v; want context.Canceled naming the index", err)
 	}
 }

@@ -572,6 +572,26 @@ func (n *Node) Snapshot() meta.Snapshot { return n.fsm.snapshot() }
 // a scan.
 func (n *Node) View() *meta.View { return n.fsm.view() }
 
+// AwaitView waits until this node's metadata satisfies ok, checked at
+// once and again after each command it applies (never by polling), or
+// until ctx ends. ok gets the same immutable View as View.
+func (n *Node) AwaitView(ctx context.Context, ok func(*meta.View) bool) error {
+	for {
+		_, changed := n.fsm.appliedIndex()
+		v := n.View()
+		if ok(v) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: awaiting the metadata at index %d: %w", v.Index(), ctx.Err())
+		case <-n.ctx.Done():
+			return ErrClosed
+		case <-changed:
+		}
+	}
+}
+
 // Segment returns a copy of one segment of this node's metadata.
 func (n *Node) Segment(id meta.SegmentID) (meta.Segment, bool) { return n.fsm.segment(id) }
 

@@ -16,13 +16,14 @@ type versionRange struct{ min, max int16 }
 // supported lists every request kind answered and the versions whose
 // semantics the handlers implement; ApiVersions advertises exactly this.
 // Produce starts at 3 and Fetch at 4, the first versions carrying record
-// batch v2; Fetch stops at 12 and Produce at 9 (later versions name topics
-// by id, or add leader hints and transaction checks not served here).
+// batch v2; Fetch stops at 12 and Produce at 10 (v10 carries the new
+// leader of a partition answered NOT_LEADER_OR_FOLLOWER, KIP-951; later
+// versions add transaction checks or name topics by id, not served here).
 var supported = map[kmsg.Key]versionRange{
 	kmsg.ApiVersions:    {0, 3},
 	kmsg.Metadata:       {0, 12},
 	kmsg.CreateTopics:   {0, 6},
-	kmsg.Produce:        {3, 9},
+	kmsg.Produce:        {3, 10},
 	kmsg.InitProducerID: {0, 4},
 	kmsg.Fetch:          {4, 12},
 	kmsg.ListOffsets:    {1, 6},

@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // movingCluster is one of two brokers sharing testCluster's partition
@@ -176,4 +179,57 @@ func TestHandshakeLogs(t *testing.T) {
 	if n := strings.Count(logged, "\n"); n != 1 || !strings.Contains(logged, `"level":"warn"`) || !strings.Contains(logged, "peer not admitted") {
 		t.Fatalf("logged %d lines, want one warn line naming the peer not admitted:\n%s", n, logged)
 	}
+}
+
+// TestProduceNotLeaderHintsTheNewLeader: from Produce v10 a partition
+// answered NOT_LEADER_OR_FOLLOWER carries its current leader and epoch,
+// and the response the brokers' endpoints (KIP-951), so a client moves it
+// at once instead of at its next metadata refresh; v9 carries neither.
+func TestProduceNotLeaderHintsTheNewLeader(t *testing.T) {
+	tc := newTestCluster(t)
+	if err := tc.CreateTopic(context.Background(), "t", 1); err != nil {
+		t.Fatal(err)
+	}
+	var addrs [2]BrokerAddr
+	var mu sync.Mutex
+	lead := int32(2)
+	a := movingCluster{tc, 1, &addrs, &mu, &lead}
+	ln := serveTest(t, a, nil)
+	host, port := splitAddr(t, ln.Addr().String())
+	addrs[0], addrs[1] = BrokerAddr{NodeID: 1, Host: host, Port: port}, BrokerAddr{NodeID: 2, Host: "127.0.0.2", Port: 9092, Rack: "r2"}
+
+	for _, v := range []int16{9, 10} {
+		req := produceRequest("t", 0, makeBatch(-1, -1, -1, "x"))
+		req.SetVersion(v)
+		resp := dialRaw(t, ln.Addr().String()).do(req).(*kmsg.ProduceResponse)
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != kerr.NotLeaderForPartition.Code {
+			t.Fatalf("v%d: error %d, want NOT_LEADER_OR_FOLLOWER", v, p.ErrorCode)
+		}
+		if v < 10 {
+			if p.CurrentLeader.LeaderID != -1 || len(resp.Brokers) != 0 {
+				t.Fatalf("v9 answered a leader hint %+v and brokers %v: the version has no such fields", p.CurrentLeader, resp.Brokers)
+			}
+			continue
+		}
+		if p.CurrentLeader.LeaderID != 2 || p.CurrentLeader.LeaderEpoch != 2 {
+			t.Fatalf("v10 hint %+v, want leader 2 at epoch 2", p.CurrentLeader)
+		}
+		if len(resp.Brokers) != 2 || resp.Brokers[1].NodeID != 2 || resp.Brokers[1].Host != "127.0.0.2" || resp.Brokers[1].Rack == nil || *resp.Brokers[1].Rack != "r2" {
+			t.Fatalf("v10 brokers %+v, want both endpoints, broker 2 at 127.0.0.2 in rack r2", resp.Brokers)
+		}
+	}
+}
+
+func splitAddr(t *testing.T, addr string) (string, int32) {
+	t.Helper()
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, int32(port)
 }

@@ -50,6 +50,7 @@ func (c *conn) produce(ctx context.Context, req *kmsg.ProduceRequest) kmsg.Respo
 	}
 	wg.Wait()
 	if req.Acks != 0 {
+		c.hintLeaders(req.Version, resp)
 		return resp
 	}
 	for _, t := range resp.Topics {
@@ -63,6 +64,56 @@ func (c *conn) produce(ctx context.Context, req *kmsg.ProduceRequest) kmsg.Respo
 		c.nc.Close()
 	}
 	return nil
+}
+
+// hintLeaders gives, from v10 (KIP-951), each partition answered
+// NOT_LEADER_OR_FOLLOWER its current leader and epoch, and the response
+// the live brokers' endpoints, so that a client moves the partition to
+// its new leader at once instead of waiting for its next metadata
+// refresh (kgo refreshes at most every 5 s by default). A partition whose
+// leader is not known (-1) gets no hint; the client refreshes as before.
+func (c *conn) hintLeaders(version int16, resp *kmsg.ProduceResponse) {
+	if version < 10 {
+		return
+	}
+	var leaders map[topicPartition]PartitionInfo
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if p.ErrorCode != kerr.NotLeaderForPartition.Code {
+				continue
+			}
+			if leaders == nil {
+				leaders = c.s.leaders()
+			}
+			if l, ok := leaders[topicPartition{t.Topic, p.Partition}]; ok && l.Leader >= 0 {
+				p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = l.Leader, l.LeaderEpoch
+			}
+		}
+	}
+	if leaders == nil {
+		return
+	}
+	for _, b := range c.s.cluster.Brokers() {
+		rb := kmsg.NewProduceResponseBroker()
+		rb.NodeID, rb.Host, rb.Port = b.NodeID, b.Host, b.Port
+		if b.Rack != "" {
+			rb.Rack = kmsg.StringPtr(b.Rack)
+		}
+		resp.Brokers = append(resp.Brokers, rb)
+	}
+}
+
+// leaders is every partition's place, by topic and index.
+func (s *Server) leaders() map[topicPartition]PartitionInfo {
+	out := map[topicPartition]PartitionInfo{}
+	for _, t := range s.cluster.Topics() {
+		for _, p := range t.Partitions {
+			out[topicPartition{t.Name, p.Index}] = p
+		}
+	}
+	return out
 }
 
 // produceRefusal is the error of a request no partition of topic may take.

@@ -51,22 +51,24 @@ func Stalls(h History, threshold time.Duration) []Stall {
 // Window is a fault's time on the cluster: from its injection to the
 // start of its undo (End zero: never undone within the run).
 type Window struct {
-	Kind       string
-	Start, End time.Time
+	Kind  string    `json:"kind"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
 }
 
-// Attribute names, for each stall, the kinds of the windows active at
-// its start, and returns the longest stall by kind ("none" for stalls
-// that began with no fault active). A window counts as active from
-// lead before its Start: a record sent just before a fault struck waits
-// on that fault.
-func Attribute(stalls []Stall, windows []Window, lead time.Duration) map[string]time.Duration {
+// Attribute names, for each stall, the kinds of the windows active within
+// slack of its start, and returns the longest stall by kind ("none" for
+// stalls that began with no fault active). The slack counts a fault that
+// struck just after a stall's first record was sent (its acknowledgement
+// waited on it) and one undone just before.
+func Attribute(stalls []Stall, windows []Window, slack time.Duration) map[string]time.Duration {
 	longest := map[string]time.Duration{}
 	for i := range stalls {
 		s := &stalls[i]
 		s.Faults = nil
+		from, to := s.From.Add(-slack), s.From.Add(slack)
 		for _, w := range windows {
-			active := !s.From.Before(w.Start.Add(-lead)) && (w.End.IsZero() || s.From.Before(w.End))
+			active := !w.Start.After(to) && (w.End.IsZero() || !w.End.Before(from))
 			if active && !slices.Contains(s.Faults, w.Kind) {
 				s.Faults = append(s.Faults, w.Kind)
 			}

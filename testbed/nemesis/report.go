@@ -72,24 +72,26 @@ type Report struct {
 	// that began under no fault). Empty without clients (AttributeStalls).
 	ClientStalls       []kafkaload.Stall  `json:"client_stalls,omitempty"`
 	LongestStallByKind map[string]float64 `json:"longest_client_stall_by_kind,omitempty"`
-	// windows are the faults' times on the cluster, for AttributeStalls.
-	windows []kafkaload.Window
+	// FaultWindows are the faults' times on the cluster, the timeline the
+	// stalls are put on.
+	FaultWindows []kafkaload.Window `json:"fault_windows,omitempty"`
 }
 
 // StallThreshold is the wait above which a client's acknowledgement is a
 // stall the report ties to the faults of its time.
 const StallThreshold = time.Second
 
-// stallLead is how long before a fault's injection a stall's start still
-// counts as the fault's: a record sent just before a kill waits on it.
-const stallLead = 250 * time.Millisecond
+// stallSlack is how far from a stall's start a fault still counts as
+// its cause: a record is sent up to an acknowledgement's time (hundreds
+// of milliseconds under load) before the fault that holds it strikes.
+const stallSlack = StallThreshold
 
 // AttributeStalls puts the clients' stalls of h on the run's timeline of
 // faults: ClientStalls and LongestStallByKind.
 func (r *Report) AttributeStalls(h kafkaload.History) {
 	r.ClientStalls = kafkaload.Stalls(h, StallThreshold)
 	r.LongestStallByKind = map[string]float64{}
-	for k, d := range kafkaload.Attribute(r.ClientStalls, r.windows, stallLead) {
+	for k, d := range kafkaload.Attribute(r.ClientStalls, r.FaultWindows, stallSlack) {
 		r.LongestStallByKind[k] = d.Round(time.Millisecond).Seconds()
 	}
 }

@@ -315,7 +315,7 @@ func (n *runner) finish() {
 	o := n.snapshot()
 	n.rep.PassesObserved = len(o.Passes)
 	for _, f := range o.Faults {
-		n.rep.windows = append(n.rep.windows, kafkaload.Window{Kind: string(f.Kind), Start: f.Start, End: f.End})
+		n.rep.FaultWindows = append(n.rep.FaultWindows, kafkaload.Window{Kind: string(f.Kind), Start: f.Start, End: f.End})
 	}
 	for _, p := range o.Passes {
 		n.rep.PassesUnseen += int(p.Unseen)
