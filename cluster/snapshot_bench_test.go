@@ -26,16 +26,48 @@ import (
 // with InstallSnapshot: install-s is from AddVoter until the new node's
 // fsm holds every segment. It reports the live heap per segment of the
 // state machine, the peak heap sampled during the install and the
-// process's VmHWM (both include the leader's state: one process). Run
-// one size at a time with -benchtime 1x.
+// process's VmHWM (both include the leader's state: one process; reset
+// at the start of each round). Run one size at a time with -benchtime 1x.
+//
+// load=busy1 runs the round beside another process at full CPU, started
+// before the round and stopped after it (benchenv.SpinLoad: one core of
+// the machine's, as much as the scheduler gives it; load-core is the share
+// of a core it got); load=none runs it alone.
 func BenchmarkRaftSnapshot(b *testing.B) {
 	for _, n := range []int{1_000_000, 10_000_000} {
-		b.Run(fmt.Sprintf("segments=10^%d", len(strconv.Itoa(n))-1), func(b *testing.B) {
-			for b.Loop() {
-				benchRaftSnapshot(b, n)
+		for _, busy := range []bool{false, true} {
+			name := fmt.Sprintf("segments=10^%d/load=none", len(strconv.Itoa(n))-1)
+			if busy {
+				name = strings.Replace(name, "none", "busy1", 1)
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for b.Loop() {
+					benchRaftSnapshotLoaded(b, n, busy)
+				}
+			})
+		}
 	}
+}
+
+// benchRaftSnapshotLoaded runs one round, beside a spinning process when
+// busy.
+func benchRaftSnapshotLoaded(b *testing.B, n int, busy bool) {
+	if !benchenv.ResetPeakRSS() {
+		b.Log("VmHWM could not be reset: it may be an earlier round's")
+	}
+	if !busy {
+		benchRaftSnapshot(b, n)
+		return
+	}
+	spin, err := benchenv.StartSpinner()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_, share := spin.Stop()
+		b.ReportMetric(share, "load-core")
+	}()
+	benchRaftSnapshot(b, n)
 }
 
 // genSegments yields n sealed segments in id order, like meta's benchmarks.
