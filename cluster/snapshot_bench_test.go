@@ -148,7 +148,9 @@ func benchRaftSnapshot(b *testing.B, n int) {
 	leader := newFSM(zerolog.Nop())
 	start := time.Now()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeCompact(pw, meta.Snapshot{Index: uint64(2 * n), ReplicationFactor: 3}, n, genSegments(n))) }()
+	go func() {
+		pw.CloseWithError(writeCompact(pw, meta.Snapshot{Index: uint64(2 * n), ReplicationFactor: 3}, n, genSegments(n)))
+	}()
 	if err := leader.Restore(pr); err != nil {
 		b.Fatal(err)
 	}
