@@ -328,7 +328,7 @@ func (d *compactReader) segment(s *meta.Segment) error {
 	if err != nil {
 		return err
 	}
-	if shared > uint64(len(d.prevID)) || shared+rest >= maxCompactList {
+	if shared > uint64(len(d.prevID)) || rest >= maxCompactList || shared+rest >= maxCompactList {
 		return fmt.Errorf("id of %d+%d bytes after one of %d", shared, rest, len(d.prevID))
 	}
 	if err := d.fill(int(rest) + 1); err != nil {
