@@ -216,7 +216,7 @@ func decodeCompact(r io.Reader, add func(*meta.Segment) error) (meta.Snapshot, e
 	var seg meta.Segment
 	for i := uint64(0); i < n; i++ {
 		if err := d.segment(&seg); err != nil {
-			return fail(fmt.Sprintf("segment %d of %d (after %q)", i, n, seg.ID), err)
+			return fail(fmt.Sprintf("segment %d of %d (near %q)", i, n, seg.ID), err)
 		}
 		if err := add(&seg); err != nil {
 			return hdr, fmt.Errorf("%w: segment %d: %w", ErrBadSnapshot, i, err)

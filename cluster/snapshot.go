@@ -19,8 +19,9 @@ import (
 // a meta.View and read into a meta.Builder one segment at a time: neither
 // side holds the whole encoding or a flat copy of the segments. Restore
 // also reads the format before it, the JSON of a meta.Snapshot (version 1,
-// unversioned in itself: any JSON reader of meta.Snapshot reads it), which
-// this file writes and reads for snapshots on disk and for tests.
+// unversioned in itself: any JSON reader of meta.Snapshot reads it), so
+// that snapshots written by earlier releases load; writeSnapshot still
+// writes it, for tests.
 
 // Snapshot implements raft.FSM. It runs on raft's FSM goroutine, with no
 // Apply concurrent, and takes a View (no copy); Persist then streams it
