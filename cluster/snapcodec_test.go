@@ -42,39 +42,41 @@ func fullSnapshot() meta.Snapshot {
 	}
 }
 
-// checkEveryFieldSet fails for each field of v's structs (recursively,
-// through slices) that is zero in every element.
-func checkEveryFieldSet(t *testing.T, v reflect.Value, path string) {
+// checkEveryFieldSet fails for each field of the structs in vals (all of
+// one type), and recursively of the structs they hold (through slices),
+// that is zero in every one of them.
+func checkEveryFieldSet(t *testing.T, vals []reflect.Value, path string) {
 	t.Helper()
-	switch v.Kind() {
-	case reflect.Slice:
-		if v.Len() == 0 {
-			t.Errorf("%s is empty in the fixture", path)
-			return
-		}
-		if v.Type().Elem().Kind() != reflect.Struct {
-			return
-		}
-		for i := 0; i < v.Type().Elem().NumField(); i++ {
-			f := v.Type().Elem().Field(i)
-			set := false
-			for j := 0; j < v.Len(); j++ {
-				set = set || !v.Index(j).Field(i).IsZero()
+	if len(vals) == 0 {
+		t.Errorf("%s is empty in the fixture", path)
+		return
+	}
+	typ := vals[0].Type()
+	if typ == reflect.TypeFor[time.Time]() {
+		return
+	}
+	for i := 0; i < typ.NumField(); i++ {
+		var inner []reflect.Value // the structs this field holds, in every value
+		set := false
+		for _, v := range vals {
+			f := v.Field(i)
+			set = set || !f.IsZero()
+			switch {
+			case f.Kind() == reflect.Struct:
+				inner = append(inner, f)
+			case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct:
+				for j := 0; j < f.Len(); j++ {
+					inner = append(inner, f.Index(j))
+				}
 			}
-			if !set {
-				t.Errorf("%s[].%s is zero in every element of the fixture: give it a value", path, f.Name)
-			}
 		}
-	case reflect.Struct:
-		if v.Type() == reflect.TypeFor[time.Time]() {
-			return
+		name := path + "." + typ.Field(i).Name
+		if !set {
+			t.Errorf("%s is zero in every element of the fixture: give it a value", name)
+			continue
 		}
-		for i := 0; i < v.NumField(); i++ {
-			f := v.Type().Field(i)
-			if v.Field(i).IsZero() {
-				t.Errorf("%s.%s is zero in the fixture: give it a value", path, f.Name)
-			}
-			checkEveryFieldSet(t, v.Field(i), path+"."+f.Name)
+		if len(inner) > 0 {
+			checkEveryFieldSet(t, inner, name)
 		}
 	}
 }
@@ -88,7 +90,7 @@ func checkEveryFieldSet(t *testing.T, v reflect.Value, path string) {
 // header's, appendCompact and compactReader.segment for a segment's).
 func TestSnapshotCarriesEveryField(t *testing.T) {
 	want := fullSnapshot()
-	checkEveryFieldSet(t, reflect.ValueOf(want), "Snapshot")
+	checkEveryFieldSet(t, []reflect.Value{reflect.ValueOf(want)}, "Snapshot")
 	f := newFSM(zerolog.Nop())
 	f.table = meta.TableFromSnapshot(want)
 	if got := f.snapshot(); !reflect.DeepEqual(got, want) {
