@@ -28,15 +28,19 @@
 // raft v1.8.0, and because the brokers already run Pebble for their
 // confirmation state: one storage engine to operate). Every write is a
 // batch committed with pebble.Sync. Dir/raft-snap holds raft's file
-// snapshots (two retained), each the JSON of a meta.Snapshot (unversioned,
-// the format since the first release), written from a meta.View one
-// segment at a time and restored one segment at a time into a
-// meta.Builder: neither holds the whole encoding or a flat copy of the
-// segments. Its topics and groups (Kafka's committed offsets, meta
-// invariant 11) keys are written only when there are some, so a snapshot
-// without them reads as before; groups out of order are refused
-// (ErrBadSnapshot). Pebble and raft log through the configured zerolog logger,
-// never to stderr.
+// snapshots (two retained), each in the compact format (snapcodec.go:
+// a versioned magic, the JSON of a meta.Snapshot without segments, then
+// ~25 bytes a segment of varints and prefix-compressed ids, and a CRC32C),
+// written from a meta.View one segment at a time and restored one segment
+// at a time into a meta.Builder: neither holds the whole encoding or a flat
+// copy of the segments. Restore also reads the format before it, the JSON
+// of a meta.Snapshot, so snapshots written by earlier releases still load;
+// a node of an earlier release cannot read the compact format (upgrade
+// every node before a snapshot is sent to one). The header's topics and
+// groups (Kafka's committed offsets, meta invariant 11) keys are written
+// only when there are some, so a snapshot without them reads as before;
+// groups out of order are refused (ErrBadSnapshot). Pebble and raft log
+// through the configured zerolog logger, never to stderr.
 //
 // # Timings
 //

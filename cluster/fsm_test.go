@@ -90,8 +90,8 @@ func TestSnapshotPersistRestoreManySegments(t *testing.T) {
 }
 
 // TestSnapshotMillionSegmentsMemory checks that persisting and restoring
-// 10^6 segments stays within a sane heap: the stream never holds the
-// whole encoding.
+// 10^6 segments stays within a sane heap, in either format: the stream
+// never holds the whole encoding.
 func TestSnapshotMillionSegmentsMemory(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("10^6 segments: skipped with -short and under -race (run without them)")
@@ -105,30 +105,44 @@ func TestSnapshotMillionSegmentsMemory(t *testing.T) {
 		segs[i] = meta.Segment{ID: meta.SegmentID(fmt.Sprintf("seg-%08d", i)), Length: 100, ByteSize: 1 << 20, Sealed: true, Checksum: meta.CRC32C(uint32(i)), Replicas: r, Version: 2}
 	}
 	s := meta.Snapshot{Index: 7, ReplicationFactor: 3, Brokers: []meta.Broker{}, Segments: segs}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeSnapshot(pw, &s)) }()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	counted := &countReader{r: pr}
-	got, err := readSnapshot(counted)
-	if err != nil {
-		t.Fatal(err)
+	for _, format := range []string{"json", "compact"} {
+		pr, pw := io.Pipe()
+		go func() {
+			if format == "json" {
+				pw.CloseWithError(writeSnapshot(pw, &s))
+				return
+			}
+			pw.CloseWithError(writeCompact(pw, s, n, func(yield func(int, *meta.Segment) bool) {
+				for i := range segs {
+					if !yield(i, &segs[i]) {
+						return
+					}
+				}
+			}))
+		}()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		counted := &countReader{r: pr}
+		got, err := readSnapshot(counted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if len(got.Segments) != n || !reflect.DeepEqual(got.Segments[n-1], segs[n-1]) {
+			t.Fatalf("%s: read %d segments", format, len(got.Segments))
+		}
+		// What stays is the decoded state: a Segment (88 bytes) plus its id
+		// and replica set, ~120 bytes; the encoding is never held whole.
+		live := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("%s, 10^6 segments: %d MB encoded; %d MB live after reading (%d B/segment); %d MB allocated in all",
+			format, counted.n>>20, live>>20, live/n, (after.TotalAlloc-before.TotalAlloc)>>20)
+		if live > 200*n {
+			t.Fatalf("%s: reading %d segments keeps %d MB live, more than 200 B/segment", format, n, live>>20)
+		}
+		runtime.KeepAlive(got)
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if len(got.Segments) != n || !reflect.DeepEqual(got.Segments[n-1], segs[n-1]) {
-		t.Fatalf("read %d segments", len(got.Segments))
-	}
-	// What stays is the decoded state: a Segment (88 bytes) plus its id
-	// and replica set, ~120 bytes; the encoding is never held whole.
-	live := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("10^6 segments: %d MB encoded; %d MB live after reading (%d B/segment); %d MB allocated in all",
-		counted.n>>20, live>>20, live/n, (after.TotalAlloc-before.TotalAlloc)>>20)
-	if live > 200*n {
-		t.Fatalf("reading %d segments keeps %d MB live, more than 200 B/segment", n, live>>20)
-	}
-	runtime.KeepAlive(got)
 }
 
 // copySnapshot deep-copies s.

@@ -15,11 +15,13 @@ import (
 	"github.com/malachi-log/malachi/meta"
 )
 
-// The raft snapshot is the JSON of a meta.Snapshot, the same format as
-// before views (unversioned: any JSON reader of meta.Snapshot reads it),
-// written from a meta.View and read into a meta.Builder one segment at a
-// time: neither side holds the whole encoding or a flat copy of the
-// segments.
+// The raft snapshot is written in the compact format (snapcodec.go) from
+// a meta.View and read into a meta.Builder one segment at a time: neither
+// side holds the whole encoding or a flat copy of the segments. Restore
+// also reads the format before it, the JSON of a meta.Snapshot (version 1,
+// unversioned in itself: any JSON reader of meta.Snapshot reads it), so
+// that snapshots written by earlier releases load; writeSnapshot still
+// writes it, for tests.
 
 // Snapshot implements raft.FSM. It runs on raft's FSM goroutine, with no
 // Apply concurrent, and takes a View (no copy); Persist then streams it
@@ -39,7 +41,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	prev := f.view() // raft runs no Apply during Restore: the view stays current
 	b := meta.NewBuilder(prev)
 	var sealedErr error
-	hdr, err := decodeSnapshot(rc, func(s *meta.Segment) error {
+	hdr, err := decodeAnySnapshot(rc, func(s *meta.Segment) error {
 		err := b.Add(s)
 		if errors.Is(err, meta.ErrSealed) {
 			sealedErr = err
@@ -74,7 +76,7 @@ type fsmSnapshot struct{ view *meta.View }
 // Persist implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	v := s.view
-	if err := writeSegments(sink, v.Index(), v.ReplicationFactor(), v.Brokers(), v.Topics(), v.Groups(), v.All()); err != nil {
+	if err := writeCompact(sink, viewHeader(v), v.Len(), v.All()); err != nil {
 		_ = sink.Cancel()
 		return err
 	}
@@ -154,11 +156,11 @@ func writeSegments(w io.Writer, index uint64, factor int, brokers []meta.Broker,
 // ErrBadSnapshot is wrapped by Restore when a snapshot cannot be read.
 var ErrBadSnapshot = errors.New("cluster: bad snapshot")
 
-// readSnapshot parses what writeSnapshot wrote into a flat meta.Snapshot
-// (tests and tools; Restore streams).
+// readSnapshot parses what writeSnapshot or Persist wrote into a flat
+// meta.Snapshot (tests and tools; Restore streams).
 func readSnapshot(r io.Reader) (meta.Snapshot, error) {
 	var segs []meta.Segment
-	s, err := decodeSnapshot(r, func(seg *meta.Segment) error {
+	s, err := decodeAnySnapshot(r, func(seg *meta.Segment) error {
 		if n := len(segs); n > 0 && segs[n-1].ID >= seg.ID {
 			return fmt.Errorf("segments not sorted or duplicated at %s", seg.ID)
 		}

@@ -24,18 +24,54 @@ import (
 // snapshot (seed-restore-s), raft's user snapshot written to a file store
 // (write-s, MB), then a fresh node added as a voter, which raft brings up
 // with InstallSnapshot: install-s is from AddVoter until the new node's
-// fsm holds every segment. It reports the live heap per segment of the
-// state machine, the peak heap sampled during the install and the
-// process's VmHWM (both include the leader's state: one process). Run
-// one size at a time with -benchtime 1x.
+// fsm holds every segment, restore-s the part of it in the new node's
+// Restore (read, decode, build the table; the rest is raft sending the
+// snapshot into the new node's file store, CRC64 on both sides). It
+// reports the live heap per segment of the state machine, the heap before
+// the round, the peak heap sampled during the install and the process's
+// VmHWM (both include the leader's state: one process; reset at the start
+// of each round). Run one size at a time with -benchtime 1x; in -bench,
+// write 10\^7 (a bare ^ anchors the pattern and matches nothing).
+//
+// load=busy1 runs the round beside another process at full CPU, started
+// before the round and stopped after it (benchenv.SpinLoad: one core of
+// the machine's, as much as the scheduler gives it; load-core is the share
+// of a core it got); load=none runs it alone.
 func BenchmarkRaftSnapshot(b *testing.B) {
 	for _, n := range []int{1_000_000, 10_000_000} {
-		b.Run(fmt.Sprintf("segments=10^%d", len(strconv.Itoa(n))-1), func(b *testing.B) {
-			for b.Loop() {
-				benchRaftSnapshot(b, n)
+		for _, busy := range []bool{false, true} {
+			name := fmt.Sprintf("segments=10^%d/load=none", len(strconv.Itoa(n))-1)
+			if busy {
+				name = strings.Replace(name, "none", "busy1", 1)
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for b.Loop() {
+					benchRaftSnapshotLoaded(b, n, busy)
+				}
+			})
+		}
 	}
+}
+
+// benchRaftSnapshotLoaded runs one round, beside a spinning process when
+// busy.
+func benchRaftSnapshotLoaded(b *testing.B, n int, busy bool) {
+	if !benchenv.ResetPeakRSS() {
+		b.Log("VmHWM could not be reset: it may be an earlier round's")
+	}
+	if !busy {
+		benchRaftSnapshot(b, n)
+		return
+	}
+	spin, err := benchenv.StartSpinner()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_, share := spin.Stop()
+		b.ReportMetric(share, "load-core")
+	}()
+	benchRaftSnapshot(b, n)
 }
 
 // genSegments yields n sealed segments in id order, like meta's benchmarks.
@@ -75,12 +111,24 @@ func vmHWM() float64 {
 
 type benchRaft struct {
 	r     *raft.Raft
-	f     *fsm
 	trans *raft.NetworkTransport
 	snaps *raft.FileSnapshotStore
 }
 
-func newBenchRaft(b *testing.B, id string, f *fsm) *benchRaft {
+// timedFSM is an fsm whose Restore records how long it took.
+type timedFSM struct {
+	*fsm
+	restore atomic.Int64 // ns
+}
+
+func (t *timedFSM) Restore(rc io.ReadCloser) error {
+	start := time.Now()
+	err := t.fsm.Restore(rc)
+	t.restore.Store(int64(time.Since(start)))
+	return err
+}
+
+func newBenchRaft(b *testing.B, id string, f raft.FSM) *benchRaft {
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(id)
 	conf.Logger = hclog.NewNullLogger()
@@ -99,17 +147,26 @@ func newBenchRaft(b *testing.B, id string, f *fsm) *benchRaft {
 	if err != nil {
 		b.Fatal(err)
 	}
-	br := &benchRaft{r: r, f: f, trans: trans, snaps: snaps}
-	b.Cleanup(func() { r.Shutdown().Error(); trans.Close() })
+	br := &benchRaft{r: r, trans: trans, snaps: snaps}
+	b.Cleanup(func() {
+		r.Shutdown().Error()
+		trans.Close()
+		// testing keeps this func after running it: without this the next
+		// round would start with this one's state (GBs at 10^7) in the heap.
+		r, trans = nil, nil
+	})
 	return br
 }
 
 func benchRaftSnapshot(b *testing.B, n int) {
 	base := heapNow()
+	b.ReportMetric(float64(base)/(1<<20), "heap-before-MB")
 	leader := newFSM(zerolog.Nop())
 	start := time.Now()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeSegments(pw, uint64(2*n), 3, nil, nil, nil, genSegments(n))) }()
+	go func() {
+		pw.CloseWithError(writeCompact(pw, meta.Snapshot{Index: uint64(2 * n), ReplicationFactor: 3}, n, genSegments(n)))
+	}()
 	if err := leader.Restore(pr); err != nil {
 		b.Fatal(err)
 	}
@@ -137,7 +194,8 @@ func benchRaftSnapshot(b *testing.B, n int) {
 	}
 
 	fresh := newFSM(zerolog.Nop())
-	f := newBenchRaft(b, "2", fresh)
+	timed := &timedFSM{fsm: fresh}
+	f := newBenchRaft(b, "2", timed)
 	var peak atomic.Uint64
 	stop := make(chan struct{})
 	go func() { // sample the heap during the install
@@ -158,10 +216,11 @@ func benchRaftSnapshot(b *testing.B, n int) {
 	if err := l.r.AddVoter("2", f.trans.LocalAddr(), 0, 0).Error(); err != nil {
 		b.Fatal(err)
 	}
-	for fresh.view().Len() < n {
+	for fresh.view().Len() < n || timed.restore.Load() == 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	b.ReportMetric(time.Since(start).Seconds(), "install-s")
+	b.ReportMetric(time.Duration(timed.restore.Load()).Seconds(), "restore-s")
 	close(stop)
 	b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MB")
 	b.ReportMetric(vmHWM(), "VmHWM-MB")

@@ -1,7 +1,3 @@
-// Package benchenv reads what a benchmark writes beside its figures: the
-// machine's load average and the process's CPU time. Every benchmark of
-// the module quotes its figures with the load of its round (the project's
-// standard), through this one package.
 package benchenv
 
 import (
