@@ -85,8 +85,8 @@ func pacingModes(rates string) ([]healrun.Mode, error) {
 func reportPacing(b *testing.B, r healrun.Result) {
 	b.ReportMetric(r.Load1, "load1")
 	b.ReportMetric(r.HealBytesPerSecond/1e6, "heal-MB/s")
-	b.ReportMetric(r.HealFloorBytesPerSecond/1e6, "floor-MB/s")
-	b.ReportMetric(r.HealOverFloor, "x-floor")
+	b.ReportMetric(r.HealLimitBytesPerSecond/1e6, "limit-MB/s")
+	b.ReportMetric(r.HealOverLimit, "x-limit")
 	b.ReportMetric(r.ClientP99IdleMs, "p99-idle-ms")
 	b.ReportMetric(r.ClientP99HealingMs, "p99-healing-ms")
 	b.ReportMetric(r.ClientP99HealingOverIdle, "p99-x-idle")

@@ -40,7 +40,7 @@ type compareReport struct {
 	Rounds  []healrun.Result `json:"rounds"`
 	Medians []healrun.Median `json:"medians"`
 	// AutoGoal says whether auto met its goal: the clients' p99 while
-	// healing at most 1.5x idle, the heal at least 0.5x the floor, no
+	// healing at most 1.5x idle, the heal at least 0.5x its limit, no
 	// record lost.
 	AutoGoal string `json:"auto_goal"`
 }
@@ -119,13 +119,13 @@ func autoGoal(rounds []healrun.Result) string {
 		if r.Mode != "auto" {
 			continue
 		}
-		met := r.ClientP99HealingOverIdle <= 1.5 && r.HealOverFloor >= 0.5 && r.RecordsLost == 0
+		met := r.ClientP99HealingOverIdle <= 1.5 && r.HealOverLimit >= 0.5 && r.RecordsLost == 0
 		verdict := "goal NOT met"
 		if met {
 			verdict = "goal met"
 		}
-		return fmt.Sprintf("%s: client p99 while healing %.2fx idle (goal <= 1.5x), heal %.2fx the floor (goal >= 0.5x), %d records lost (at load %.2f)",
-			verdict, r.ClientP99HealingOverIdle, r.HealOverFloor, r.RecordsLost, r.Load1)
+		return fmt.Sprintf("%s: client p99 while healing %.2fx idle (goal <= 1.5x), heal %.2fx its limit (goal >= 0.5x), %d records lost (at load %.2f)",
+			verdict, r.ClientP99HealingOverIdle, r.HealOverLimit, r.RecordsLost, r.Load1)
 	}
 	return "auto did not run"
 }

@@ -1,6 +1,6 @@
 // Package healrun measures one heal of real malachid processes: it starts
 // a cluster (testbed/harness), loads sealed segments through POST
-// /v1/load, measures the machine's floor for the heal's work, kills a
+// /v1/load, measures the machine's limit for the heal's work, kills a
 // broker and times the heal from the leader's pass history. Pacing runs
 // the same kill under an open-loop Kafka client load (testbed/kafkaload)
 // once per catch-up rate (Modes: fixed low, unthrottled, auto) and
@@ -12,9 +12,14 @@
 //     a backfill to the end of the first pass that found every sealed
 //     segment at its replication factor with the killed broker dead; it is
 //     read from the pass history (GET /v1/passes), never sampled.
-//   - The floor is measured in the same run, just before the kill, for the
-//     same bytes onto the same number of targets: the lower of the disk's
-//     synced sequential write rate and loopback sendfile's rate.
+//   - The limit is measured in the same run, just before the kill, for the
+//     heal's pattern (Pattern: its bytes onto its number of targets, in
+//     copies of its segments): the lower of the disk's rate for writers
+//     writing as a catch-up target writes (catchup.WriteLikeTarget, one
+//     fdatasync per copy) and loopback sendfile's rate for the same bytes.
+//   - No heal is reported above its limit: a heal measured faster than its
+//     limit fails its round with an error naming both figures
+//     (Limit.Check), so a ratio to the limit is never above 1.
 //   - A pacing run fails (an error, no figures) when either latency window
 //     holds no acknowledgement, or when the clients lost, duplicated or
 //     reordered a record: a figure is never computed from nothing.
