@@ -3,8 +3,10 @@
 // /v1/load, measures the machine's limit for the heal's work, kills a
 // broker and times the heal from the leader's pass history. Pacing runs
 // the same kill under an open-loop Kafka client load (testbed/kafkaload)
-// once per catch-up rate (Modes: fixed low, unthrottled, auto) and
-// reports the clients' latency idle and while healing. The benchmarks in
+// once per catch-up rate (Modes: fixed rates from 8 MiB/s to unthrottled,
+// and auto), each on a fresh cluster, and reports the clients' latency
+// idle and while healing; the fixed rates draw the frontier, whose R*
+// (SetFrontier) auto is judged against (Summarize). The benchmarks in
 // bench/ and `malachi-demo --backfill-rate compare` both run it.
 //
 // Invariants:
@@ -20,6 +22,10 @@
 //   - No heal is reported above its limit: a heal measured faster than its
 //     limit fails its round with an error naming both figures
 //     (Limit.Check), so a ratio to the limit is never above 1.
+//   - A round's R* is the heal rate of one of its own fixed modes (the
+//     fastest whose clients' p99 stayed within FrontierFactor times idle),
+//     or 0 when none did; a ratio to R* is only computed against an R*
+//     that exists.
 //   - A pacing run fails (an error, no figures) when either latency window
 //     holds no acknowledgement, or when the clients lost, duplicated or
 //     reordered a record: a figure is never computed from nothing.

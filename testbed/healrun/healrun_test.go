@@ -182,3 +182,80 @@ func TestSlowSeconds(t *testing.T) {
 		t.Errorf("second %+v: want second 5, 2 slow of 2, max 90 ms", g)
 	}
 }
+
+// R* is, per round, the fastest fixed heal whose clients stayed within
+// 1.5x idle; auto never sets it; a round where no fixed rate qualifies has
+// none, and its ratios are 0, not infinite.
+func TestFrontier(t *testing.T) {
+	modes := []Mode{{Name: "8MiB/s", Rate: "8388608"}, {Name: "64MiB/s", Rate: "67108864"}, {Name: "unthrottled", Rate: "0"}, {Name: "auto", Rate: autoRate}}
+	rs := []Result{
+		{Round: 1, Mode: "8MiB/s", HealBytesPerSecond: 12e6, ClientP99HealingOverIdle: 1.05},
+		{Round: 1, Mode: "64MiB/s", HealBytesPerSecond: 90e6, ClientP99HealingOverIdle: 1.5},
+		{Round: 1, Mode: "unthrottled", HealBytesPerSecond: 400e6, ClientP99HealingOverIdle: 2.4},
+		{Round: 1, Mode: "auto", HealBytesPerSecond: 120e6, ClientP99HealingOverIdle: 1.2},
+		{Round: 2, Mode: "auto", HealBytesPerSecond: 80e6, ClientP99HealingOverIdle: 1.4},
+		{Round: 2, Mode: "8MiB/s", HealBytesPerSecond: 12e6, ClientP99HealingOverIdle: 1.6},
+		{Round: 2, Mode: "64MiB/s", HealBytesPerSecond: 90e6, ClientP99HealingOverIdle: 1.7},
+	}
+	fs := SetFrontier(rs, FixedIn(modes))
+	if len(fs) != 2 || fs[0].Mode != "64MiB/s" || fs[0].RateBytesPerSecond != 90e6 || fs[1].Mode != "" || fs[1].RateBytesPerSecond != 0 {
+		t.Fatalf("frontiers %+v: want 64MiB/s's 90 MB/s in round 1 (auto and unthrottled out), none in round 2", fs)
+	}
+	if r := rs[3]; r.FrontierRateBytesPerSecond != 90e6 || r.HealOverFrontier != 120e6/90e6 {
+		t.Fatalf("auto in round 1: %+v", r)
+	}
+	if r := rs[4]; r.FrontierRateBytesPerSecond != 0 || r.HealOverFrontier != 0 {
+		t.Fatalf("auto in a round without R*: %+v", r)
+	}
+	s := Summarize(rs, modes)
+	if s.AutoGoalMet || !strings.Contains(s.AutoGoal, "not judged (2 rounds") {
+		t.Fatalf("two rounds judged: %s", s.AutoGoal)
+	}
+	var b strings.Builder
+	s.Write(&b)
+	if !strings.Contains(b.String(), "round 2: no fixed rate") || !strings.Contains(b.String(), "round 1: R* 90.0 MB/s (64MiB/s") {
+		t.Fatalf("summary:\n%s", b.String())
+	}
+}
+
+// Over three rounds auto meets the goal only with both halves: p99 within
+// 1.5x idle and at least 0.8x R* (medians), nothing lost.
+func TestAutoGoal(t *testing.T) {
+	modes := []Mode{{Name: "64MiB/s", Rate: "67108864"}, {Name: "auto", Rate: autoRate}}
+	round := func(n int, autoRate, autoP99 float64) []Result {
+		return []Result{{Round: n, Mode: "64MiB/s", HealBytesPerSecond: 100e6, ClientP99HealingOverIdle: 1.4},
+			{Round: n, Mode: "auto", HealBytesPerSecond: autoRate, ClientP99HealingOverIdle: autoP99}}
+	}
+	for _, c := range []struct {
+		rate, p99 float64
+		met       bool
+	}{{85e6, 1.45, true}, {70e6, 1.45, false}, {90e6, 1.6, false}} {
+		var rs []Result
+		for n := 1; n <= 3; n++ {
+			rs = append(rs, round(n, c.rate, c.p99)...)
+		}
+		if s := Summarize(rs, modes); s.AutoGoalMet != c.met || s.FrontierRateBytesPerSecond != 100e6 {
+			t.Errorf("auto at %.0f MB/s, %.2fx idle: %s (R* %.0f)", c.rate/1e6, c.p99, s.AutoGoal, s.FrontierRateBytesPerSecond)
+		}
+	}
+}
+
+func TestParseModes(t *testing.T) {
+	ms, err := ParseModes("0, 170000000/foreground+max_transfers_per_broker=2,auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 3 || ms[0].Rate != "0" || !ms[0].Fixed() || ms[2].Fixed() ||
+		ms[1].Extra != "max_transfers_per_broker = 2\nbackfill_background = false\n" || ms[1].Name != "170000000/foreground+max_transfers_per_broker=2" {
+		t.Fatalf("modes %+v", ms)
+	}
+	if ms, _ := ParseModes(""); len(ms) < 7 {
+		t.Fatalf("the default frontier has %d modes: want five fixed rates or more, unthrottled and auto", len(ms))
+	}
+	if _, err := ParseModes("fast"); err == nil || !strings.Contains(err.Error(), `"fast"`) {
+		t.Fatalf("fast: %v", err)
+	}
+	if o := RoundOrder(Modes, 2); o[0].Name != Modes[1].Name || o[len(o)-1].Name != Modes[0].Name || len(o) != len(Modes) {
+		t.Fatalf("round 2's order %v", o)
+	}
+}

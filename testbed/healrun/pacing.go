@@ -20,9 +20,6 @@ type Mode struct {
 	Extra string
 }
 
-// Modes: a low fixed rate (8 MiB/s), no cap, and the adaptive default.
-var Modes = []Mode{{Name: "low", Rate: "8388608"}, {Name: "unthrottled", Rate: "0"}, {Name: "auto", Rate: `"auto"`}}
-
 // PacingConfig is the shape of one pacing run.
 type PacingConfig struct {
 	Bin, Root string
@@ -88,6 +85,11 @@ type Result struct {
 	// HealOverLimit is the heal's rate over its limit: at most 1
 	// (RunPacing fails a round whose heal is above its limit).
 	HealOverLimit float64 `json:"heal_over_limit"`
+	// FrontierRateBytesPerSecond is the round's R* (SetFrontier; 0: no
+	// fixed mode kept the clients within FrontierFactor of idle) and
+	// HealOverFrontier the heal's rate over it (0 without one).
+	FrontierRateBytesPerSecond float64 `json:"frontier_rate_bytes_per_second"`
+	HealOverFrontier           float64 `json:"heal_over_frontier"`
 	// ClientSlowSeconds are the seconds of the heal window in which an
 	// acknowledgement took more than four times the idle p99: a few such
 	// seconds are what lifts a heal's p99 far above the idle one, and
@@ -276,7 +278,12 @@ type Median struct {
 	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	HealOverLimit            float64 `json:"heal_over_limit"`
-	RecordsLost              int     `json:"records_lost"`
+	// FrontierRateBytesPerSecond is the median of the R* of the rounds the
+	// mode ran in, HealOverFrontier the median of its heal over its
+	// round's R* (rounds without an R* left out; 0: none had one).
+	FrontierRateBytesPerSecond float64 `json:"frontier_rate_bytes_per_second"`
+	HealOverFrontier           float64 `json:"heal_over_frontier"`
+	RecordsLost                int     `json:"records_lost"`
 }
 
 // Medians are the medians per mode of results, the modes in the order
@@ -298,17 +305,23 @@ func Medians(results []Result) []Median {
 			return median(v)
 		}
 		lost := 0
+		var frontier []float64
 		for _, r := range rs {
 			lost += r.RecordsLost
+			if r.FrontierRateBytesPerSecond > 0 {
+				frontier = append(frontier, r.HealOverFrontier)
+			}
 		}
 		ms = append(ms, Median{Mode: name, Rounds: len(rs),
-			HealBytesPerSecond:       med(func(r Result) float64 { return r.HealBytesPerSecond }),
-			HealLimitBytesPerSecond:  med(func(r Result) float64 { return r.HealLimitBytesPerSecond }),
-			ClientP99IdleMs:          med(func(r Result) float64 { return r.ClientP99IdleMs }),
-			ClientP99HealingMs:       med(func(r Result) float64 { return r.ClientP99HealingMs }),
-			ClientP99HealingOverIdle: med(func(r Result) float64 { return r.ClientP99HealingOverIdle }),
-			HealOverLimit:            med(func(r Result) float64 { return r.HealOverLimit }),
-			RecordsLost:              lost})
+			HealBytesPerSecond:         med(func(r Result) float64 { return r.HealBytesPerSecond }),
+			HealLimitBytesPerSecond:    med(func(r Result) float64 { return r.HealLimitBytesPerSecond }),
+			ClientP99IdleMs:            med(func(r Result) float64 { return r.ClientP99IdleMs }),
+			ClientP99HealingMs:         med(func(r Result) float64 { return r.ClientP99HealingMs }),
+			ClientP99HealingOverIdle:   med(func(r Result) float64 { return r.ClientP99HealingOverIdle }),
+			HealOverLimit:              med(func(r Result) float64 { return r.HealOverLimit }),
+			FrontierRateBytesPerSecond: med(func(r Result) float64 { return r.FrontierRateBytesPerSecond }),
+			HealOverFrontier:           median(frontier),
+			RecordsLost:                lost})
 	}
 	return ms
 }
@@ -337,11 +350,11 @@ func median(v []float64) float64 {
 // WriteTable writes results as a text table, a row per mode and round,
 // with the load average beside each.
 func WriteTable(w io.Writer, results []Result) {
-	fmt.Fprintf(w, "%-12s %5s %6s %9s %9s %7s %17s %17s %9s %5s %5s\n",
-		"mode", "round", "load1", "heal MB/s", "limit", "x limit", "p50 idle/healing", "p99 idle/healing", "p99 x idle", "cuts", "lost")
+	fmt.Fprintf(w, "%-12s %5s %6s %9s %9s %7s %5s %17s %17s %9s %5s %5s\n",
+		"mode", "round", "load1", "heal MB/s", "limit", "x limit", "x R*", "p50 idle/healing", "p99 idle/healing", "p99 x idle", "cuts", "lost")
 	for _, r := range results {
-		fmt.Fprintf(w, "%-12s %5d %6.2f %9.1f %9.1f %7.2f %17s %17s %9.2f %5d %5d\n",
-			r.Mode, r.Round, r.Load1, r.HealBytesPerSecond/1e6, r.HealLimitBytesPerSecond/1e6, r.HealOverLimit,
+		fmt.Fprintf(w, "%-12s %5d %6.2f %9.1f %9.1f %7.2f %5.2f %17s %17s %9.2f %5d %5d\n",
+			r.Mode, r.Round, r.Load1, r.HealBytesPerSecond/1e6, r.HealLimitBytesPerSecond/1e6, r.HealOverLimit, r.HealOverFrontier,
 			fmt.Sprintf("%.1f/%.1f ms", r.ClientP50IdleMs, r.ClientP50HealingMs), fmt.Sprintf("%.1f/%.1f ms", r.ClientP99IdleMs, r.ClientP99HealingMs),
 			r.ClientP99HealingOverIdle, r.LatencyCuts+r.PressureCuts, r.RecordsLost)
 	}
