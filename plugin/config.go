@@ -76,6 +76,15 @@ type Config struct {
 	BackfillBytesPerSecond        Rate  `toml:"backfill_bytes_per_second"`
 	BackfillFloorBytesPerSecond   int64 `toml:"backfill_floor_bytes_per_second"`
 	BackfillCeilingBytesPerSecond int64 `toml:"backfill_ceiling_bytes_per_second"`
+	// BackfillAutoScope is what an "auto" rate paces: AutoScopeTarget (the
+	// default) the copies this broker receives, so that each copy is paced
+	// by its target alone and a broker's clients' latency holds back only
+	// the copies written on it (what it sends, from its page cache with
+	// sendfile, is paced by each copy's target); AutoScopeBroker
+	// everything it sends and receives, through one throttle (before issue
+	// 43: a busy partition leader then held back every copy it sent too). A
+	// pinned rate always paces both directions through one throttle.
+	BackfillAutoScope string `toml:"backfill_auto_scope"`
 	// BackfillBackground moves catch-up bytes at background priority: on
 	// threads of the lowest CPU priority (nice 19) and the lowest
 	// best-effort I/O priority, so that on a busy machine the broker's
@@ -131,6 +140,7 @@ func DefaultConfig() Config {
 		PassBackfills:               1024,
 		BackfillBytesPerSecond:      RateAuto,
 		BackfillFloorBytesPerSecond: 1 << 20,
+		BackfillAutoScope:           AutoScopeTarget,
 		BackfillBackground:          true,
 		BackfillTimeout:             2 * time.Minute,
 		MaxMaintenance:              1,
@@ -256,6 +266,9 @@ func (c Config) validateBackfillRate() error {
 			return bad(key, n, `want "auto", 0 (unlimited) or at least 4096`)
 		}
 	}
+	if c.BackfillAutoScope != AutoScopeTarget && c.BackfillAutoScope != AutoScopeBroker {
+		return bad("backfill_auto_scope", fmt.Sprintf("%q", c.BackfillAutoScope), fmt.Sprintf("want %q or %q", AutoScopeTarget, AutoScopeBroker))
+	}
 	floor, ceiling := c.BackfillFloorBytesPerSecond, c.BackfillCeilingBytesPerSecond
 	if floor < 4096 {
 		return bad("backfill_floor_bytes_per_second", floor, "want at least 4096")
@@ -264,6 +277,18 @@ func (c Config) validateBackfillRate() error {
 		return bad("backfill_ceiling_bytes_per_second", ceiling, fmt.Sprintf("want 0 (none) or at least heal.backfill_floor_bytes_per_second (%d)", floor))
 	}
 	return nil
+}
+
+// The values of heal.backfill_auto_scope.
+const (
+	AutoScopeTarget = "target"
+	AutoScopeBroker = "broker"
+)
+
+// pacesSends reports whether the broker's rate paces what it sends: a
+// pinned rate, or "auto" over the broker scope.
+func (c Config) pacesSends() bool {
+	return !c.BackfillBytesPerSecond.Auto() || c.BackfillAutoScope == AutoScopeBroker
 }
 
 // pinnedBackfillRate is the number backfill_bytes_per_second pins, 0 for
