@@ -23,9 +23,10 @@
 //     limit fails its round with an error naming both figures
 //     (Limit.Check), so a ratio to the limit is never above 1.
 //   - A round's R* is the heal rate of one of its own fixed modes (the
-//     fastest whose clients' p99 stayed within FrontierFactor times idle),
-//     or 0 when none did; a ratio to R* is only computed against an R*
-//     that exists.
+//     fastest whose clients' p99 stayed within FrontierFactor times idle,
+//     among those whose idle p99 is within DisturbedFactor of the round's
+//     median), or 0 when none did; a ratio to R* is only computed against
+//     an R* that exists.
 //   - A pacing run fails (an error, no figures) when either latency window
 //     holds no acknowledgement, or when the clients lost, duplicated or
 //     reordered a record: a figure is never computed from nothing.

@@ -13,6 +13,12 @@ import (
 // within FrontierFactor times idle.
 const FrontierFactor = 1.5
 
+// DisturbedFactor: a result whose idle p99 is more than this times its
+// round's median idle p99 had its idle window disturbed (on a shared
+// machine, another process's burst): its ratio to idle says nothing about
+// the heal, so it draws no frontier.
+const DisturbedFactor = 2.0
+
 // autoRate is Mode.Rate for the adaptive rate.
 const autoRate = `"auto"`
 
@@ -85,12 +91,15 @@ type Frontier struct {
 	OverLimit          float64 `json:"heal_over_limit,omitempty"`
 }
 
-// SetFrontier computes each round's R* from results (fixed says which
+// SetFrontier marks the results whose idle window was disturbed
+// (IdleDisturbed: idle p99 above DisturbedFactor times their round's
+// median), computes each round's R* from the others (fixed says which
 // modes are fixed rates), and sets every result's
 // FrontierRateBytesPerSecond and HealOverFrontier (0 in a round with no
 // R*). It returns the rounds' frontiers in the order of their rounds'
 // first results.
 func SetFrontier(results []Result, fixed func(mode string) bool) []Frontier {
+	markDisturbed(results)
 	var fs []Frontier
 	at := map[int]int{}
 	for _, r := range results {
@@ -101,7 +110,7 @@ func SetFrontier(results []Result, fixed func(mode string) bool) []Frontier {
 			fs = append(fs, Frontier{Round: r.Round})
 		}
 		f := &fs[i]
-		if fixed(r.Mode) && r.ClientP99HealingOverIdle <= FrontierFactor && r.HealBytesPerSecond > f.RateBytesPerSecond {
+		if fixed(r.Mode) && !r.IdleDisturbed && r.ClientP99HealingOverIdle <= FrontierFactor && r.HealBytesPerSecond > f.RateBytesPerSecond {
 			*f = Frontier{Round: r.Round, Load1: r.Load1, RateBytesPerSecond: r.HealBytesPerSecond, Mode: r.Mode,
 				P99OverIdle: r.ClientP99HealingOverIdle, OverLimit: r.HealOverLimit}
 		}
@@ -115,6 +124,22 @@ func SetFrontier(results []Result, fixed func(mode string) bool) []Frontier {
 		}
 	}
 	return fs
+}
+
+// markDisturbed sets each result's IdleDisturbed from its round's median
+// idle p99.
+func markDisturbed(results []Result) {
+	idle := map[int][]float64{}
+	for _, r := range results {
+		idle[r.Round] = append(idle[r.Round], r.ClientP99IdleMs)
+	}
+	med := map[int]float64{}
+	for round, v := range idle {
+		med[round] = median(v)
+	}
+	for i := range results {
+		results[i].IdleDisturbed = results[i].ClientP99IdleMs > DisturbedFactor*med[results[i].Round]
+	}
 }
 
 // FixedIn is the fixed predicate of SetFrontier for modes: a mode named
@@ -194,6 +219,12 @@ func (s Summary) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "round %d: R* %.1f MB/s (%s at %.2fx idle p99, %.2fx its limit, load1 %.2f)\n",
 			f.Round, f.RateBytesPerSecond/1e6, f.Mode, f.P99OverIdle, f.OverLimit, f.Load1)
+	}
+	for _, r := range s.Rounds {
+		if r.IdleDisturbed {
+			fmt.Fprintf(w, "round %d: %s's idle p99 (%.1f ms) is above %.0fx the round's median: its idle window was disturbed, it draws no frontier\n",
+				r.Round, r.Mode, r.ClientP99IdleMs, DisturbedFactor)
+		}
 	}
 	fmt.Fprintf(w, "medians over rounds (R* %.1f MB/s):\n", s.FrontierRateBytesPerSecond/1e6)
 	for _, m := range s.Medians {

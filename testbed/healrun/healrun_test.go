@@ -197,7 +197,16 @@ func TestFrontier(t *testing.T) {
 		{Round: 2, Mode: "8MiB/s", HealBytesPerSecond: 12e6, ClientP99HealingOverIdle: 1.6},
 		{Round: 2, Mode: "64MiB/s", HealBytesPerSecond: 90e6, ClientP99HealingOverIdle: 1.7},
 	}
+	for i := range rs {
+		rs[i].ClientP99IdleMs = 13
+	}
+	// A fixed heal within 1.5x of an idle window that a stall disturbed
+	// (40 ms against the round's median 13) draws no frontier.
+	rs = append(rs, Result{Round: 1, Mode: "unthrottled", HealBytesPerSecond: 900e6, ClientP99HealingOverIdle: 0.5, ClientP99IdleMs: 40})
 	fs := SetFrontier(rs, FixedIn(modes))
+	if !rs[len(rs)-1].IdleDisturbed || rs[0].IdleDisturbed {
+		t.Fatalf("disturbed: %v, %v; want only the 40 ms idle window", rs[len(rs)-1].IdleDisturbed, rs[0].IdleDisturbed)
+	}
 	if len(fs) != 2 || fs[0].Mode != "64MiB/s" || fs[0].RateBytesPerSecond != 90e6 || fs[1].Mode != "" || fs[1].RateBytesPerSecond != 0 {
 		t.Fatalf("frontiers %+v: want 64MiB/s's 90 MB/s in round 1 (auto and unthrottled out), none in round 2", fs)
 	}
@@ -213,7 +222,7 @@ func TestFrontier(t *testing.T) {
 	}
 	var b strings.Builder
 	s.Write(&b)
-	if !strings.Contains(b.String(), "round 2: no fixed rate") || !strings.Contains(b.String(), "round 1: R* 90.0 MB/s (64MiB/s") {
+	if !strings.Contains(b.String(), "round 2: no fixed rate") || !strings.Contains(b.String(), "unthrottled's idle p99 (40.0 ms)") || !strings.Contains(b.String(), "round 1: R* 90.0 MB/s (64MiB/s") {
 		t.Fatalf("summary:\n%s", b.String())
 	}
 }

@@ -90,6 +90,9 @@ type Result struct {
 	// HealOverFrontier the heal's rate over it (0 without one).
 	FrontierRateBytesPerSecond float64 `json:"frontier_rate_bytes_per_second"`
 	HealOverFrontier           float64 `json:"heal_over_frontier"`
+	// IdleDisturbed: the idle p99 is above DisturbedFactor times the
+	// round's median idle p99 (SetFrontier): the result draws no frontier.
+	IdleDisturbed bool `json:"idle_disturbed,omitempty"`
 	// ClientSlowSeconds are the seconds of the heal window in which an
 	// acknowledgement took more than four times the idle p99: a few such
 	// seconds are what lifts a heal's p99 far above the idle one, and
