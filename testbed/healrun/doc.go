@@ -14,7 +14,8 @@
 //     a backfill to the end of the first pass that found every sealed
 //     segment at its replication factor with the killed broker dead; it is
 //     read from the pass history (GET /v1/passes), never sampled.
-//   - The limit is measured in the same run, just before the kill, for the
+//   - The limit is measured in the same run, just before the kill and
+//     again after the heal (the best of the two, half by half), for the
 //     heal's pattern (Pattern: its bytes onto its number of targets, in
 //     copies of its segments): the lower of the disk's rate for writers
 //     writing as a catch-up target writes (catchup.WriteLikeTarget, one

@@ -86,6 +86,10 @@ func TestLimitCheck(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "1000 MB/s") || !strings.Contains(err.Error(), "limit of 900 MB/s") {
 		t.Fatalf("a heal above its limit: %v", err)
 	}
+	// Measured again at another moment, the best of each half is kept.
+	if b := l.Best(Limit{Disk: 1200e6, Loopback: 1500e6}); b != (Limit{Disk: 1200e6, Loopback: 2000e6}) || b.Check(1000e6) != nil {
+		t.Fatalf("best of two: %+v", b)
+	}
 }
 
 // countFS is an in-memory limitFS that records, per file, the bytes

@@ -146,15 +146,17 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	// The limit is measured before the clients start, for about the bytes
-	// the victim will hold (brokers hold alike) onto the three others in
-	// copies of a segment and its footer; the victim is chosen once the
+	// The limit is measured before the clients start and again once they
+	// are done (the best of the two is kept: Limit.Best), for about the
+	// bytes the victim will hold (brokers hold alike) onto the three others
+	// in copies of a segment and its footer; the victim is chosen once the
 	// clients' topic exists, outside its replicas.
 	_, estimate, err := hc.Victim(ctx, nil)
 	if err != nil {
 		return Result{}, err
 	}
-	limit, err := MeasureLimit(hc.Dir, Pattern{Bytes: estimate, Targets: 3, CopyBytes: cfg.SegmentBytes + store.FooterSize})
+	pattern := Pattern{Bytes: estimate, Targets: 3, CopyBytes: cfg.SegmentBytes + store.FooterSize}
+	limit, err := MeasureLimit(hc.Dir, pattern)
 	if err != nil {
 		return Result{}, err
 	}
@@ -182,6 +184,11 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	idle := l.AckLatenciesBetween(t.Killed.Add(-cfg.Idle), t.Killed)
 	healing, healingAt := l.AcksBetween(t.FirstPlan, t.Healed)
 	rep := l.Finish(ctx)
+	after, err := MeasureLimit(hc.Dir, pattern) // the clients done, the heal over
+	if err != nil {
+		return Result{}, err
+	}
+	limit = limit.Best(after)
 	switch {
 	case rep.Error != "":
 		return Result{}, fmt.Errorf("healrun: reading the records back: %s", rep.Error)
