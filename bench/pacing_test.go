@@ -55,7 +55,7 @@ func BenchmarkHealPacing(b *testing.B) {
 		}
 		for _, f := range healrun.SetFrontier(results, healrun.FixedIn(modes)) {
 			if f.Round == round {
-				b.Logf("round %d: R* %.1f MB/s (%s at %.2fx the idle p99, load1 %.2f)", round, f.RateBytesPerSecond/1e6, f.Mode, f.P99OverIdle, f.Load1)
+				b.Log(f)
 			}
 		}
 	}

@@ -91,6 +91,15 @@ type Frontier struct {
 	OverLimit          float64 `json:"heal_over_limit,omitempty"`
 }
 
+// String says the round's R* and where it came from.
+func (f Frontier) String() string {
+	if f.Mode == "" {
+		return fmt.Sprintf("round %d: no fixed rate kept the clients' p99 within %.1fx idle: no R*", f.Round, FrontierFactor)
+	}
+	return fmt.Sprintf("round %d: R* %.1f MB/s (%s at %.2fx idle p99, %.3fx its limit, load1 %.2f)",
+		f.Round, f.RateBytesPerSecond/1e6, f.Mode, f.P99OverIdle, f.OverLimit, f.Load1)
+}
+
 // SetFrontier marks the results whose idle window was disturbed
 // (IdleDisturbed: idle p99 above DisturbedFactor times their round's
 // median), computes each round's R* from the others (fixed says which
@@ -213,12 +222,7 @@ func autoGoal(ms []Median, rounds int) (string, bool) {
 func (s Summary) Write(w io.Writer) {
 	WriteTable(w, s.Rounds)
 	for _, f := range s.Frontier {
-		if f.Mode == "" {
-			fmt.Fprintf(w, "round %d: no fixed rate kept the clients' p99 within %.1fx idle: no R*\n", f.Round, FrontierFactor)
-			continue
-		}
-		fmt.Fprintf(w, "round %d: R* %.1f MB/s (%s at %.2fx idle p99, %.2fx its limit, load1 %.2f)\n",
-			f.Round, f.RateBytesPerSecond/1e6, f.Mode, f.P99OverIdle, f.OverLimit, f.Load1)
+		fmt.Fprintln(w, f)
 	}
 	for _, r := range s.Rounds {
 		if r.IdleDisturbed {
