@@ -22,7 +22,7 @@
 // # The rule
 //
 // A step is active when catch-up moved bytes under the rate (Input.Moved:
-// paced per target, the copies this broker received), busy when it moved
+// under a target scope, the copies this broker received), busy when it moved
 // only bytes the rate does not pace (Input.Beside: the copies it sent,
 // each paced by its target), idle when it moved none. The rate answers
 // only for what it paces: a busy step holds it, as an idle one does, but

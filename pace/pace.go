@@ -159,7 +159,7 @@ type Input struct {
 	// rate; 0: none.
 	Moved int64
 	// Beside is the bytes catch-up moved over the interval that this rate
-	// does not pace (paced per target: the copies this broker sent, each
+	// does not pace (under a target scope: the copies this broker sent, each
 	// paced by its target). A step with Beside but no Moved is busy, not
 	// idle: its p99 may carry catch-up's load, so it teaches no baseline
 	// and counts toward no IdleReset; the rate is held.
