@@ -124,6 +124,9 @@
 //     sync_file_range is a failed write of the target (ErrTarget, the
 //     Sink's Failer latches the copy); it never makes bytes durable on its
 //     own, and invariant 5 holds as for any stopped transfer.
+//     WriteLikeTarget writes a file in this same pattern (chunks, writes,
+//     windows) without a transfer, so that a heal's limit is measured for
+//     it (testbed/healrun).
 //  9. With Limits.Background, on Linux, a transfer's bytes (and a
 //     received copy's commit) move on a thread of its own at nice 19 and
 //     best-effort I/O priority 7 (background_linux.go); no other

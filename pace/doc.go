@@ -12,14 +12,21 @@
 //
 //	var st pace.State                 // the zero State: at Config.Start
 //	for range ticker.C {
-//		in := pace.Input{P99: p99, LatencyKnown: ok, Moved: moved, Elapsed: time.Second,
-//			IO: io, CPU: cpu}         // PSI "some avg10", Known false where absent
+//		in := pace.Input{P99: p99, LatencyKnown: ok, Moved: received, Beside: sent,
+//			Elapsed: time.Second, IO: io, CPU: cpu} // PSI "some avg10", Known false where absent
 //		var d pace.Decision
 //		d, st = pace.Step(cfg, st, in)
 //		throttle.SetRate(d.Rate)     // 0: no cap
 //	}
 //
 // # The rule
+//
+// A step is active when catch-up moved bytes under the rate (Input.Moved:
+// under a target scope, the copies this broker received), busy when it moved
+// only bytes the rate does not pace (Input.Beside: the copies it sent,
+// each paced by its target), idle when it moved none. The rate answers
+// only for what it paces: a busy step holds it, as an idle one does, but
+// is no idle step (it learns no baseline and breaks a run of idle steps).
 //
 // One step, in this order:
 //
@@ -66,7 +73,7 @@
 // uncapped or unused rate takes effect at once.
 //
 // The idle baseline is learned from the inputs that say catch-up was idle
-// (Moved == 0) with a known p99: the first sets it, each later one moves
+// (Moved == 0 and Beside == 0) with a known p99: the first sets it, each later one moves
 // it 1/BaselineSettle of the way, so it is the typical idle p99. Steps with catch-up
 // active never change it. An idle step less than Config.IdleReset idle
 // steps after an active one (State.Gap: a pause between two copies of a
@@ -85,9 +92,10 @@
 //     Config.Ceiling when one is set (and then never 0).
 //  3. While catch-up is active, the rate falls only for Reason Latency or
 //     Pressure, and then by at most half (never below the floor); it
-//     rises only for Reason None. While it is idle the rate changes only
-//     to return to Config.Start after Config.IdleReset idle steps.
-//  4. The baselines change only on idle steps: the latency one with a
+//     rises only for Reason None. While it is idle or busy the rate
+//     changes only to return to Config.Start after Config.IdleReset idle
+//     steps in a row (a busy step is not idle).
+//  4. The baselines change only on idle steps (never on busy ones): the latency one with a
 //     known p99 (and, within Config.IdleReset idle steps of an active
 //     one, only downwards), a pressure one with a known figure.
 //  5. Decision.AtFloor counts the consecutive active steps spent at the

@@ -155,8 +155,15 @@ type Input struct {
 	// LatencyKnown false when there is none (no source, no requests).
 	P99          time.Duration
 	LatencyKnown bool
-	// Moved is the bytes catch-up moved over the interval; 0: idle.
+	// Moved is the bytes catch-up moved over the interval under this
+	// rate; 0: none.
 	Moved int64
+	// Beside is the bytes catch-up moved over the interval that this rate
+	// does not pace (under a target scope: the copies this broker sent, each
+	// paced by its target). A step with Beside but no Moved is busy, not
+	// idle: its p99 may carry catch-up's load, so it teaches no baseline
+	// and counts toward no IdleReset; the rate is held.
+	Beside int64
 	// Elapsed is the interval's length; 0: unknown (Moved then only says
 	// active or idle).
 	Elapsed time.Duration
@@ -218,11 +225,12 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 		s.Rate = cfg.start()
 	}
 	active := in.Moved > 0
+	idle := !active && in.Beside <= 0
 	s.Reason = None
-	if active {
-		s.Idle, s.Gap = 0, true
-	} else {
+	if idle {
 		s.Idle++
+	} else {
+		s.Idle, s.Gap = 0, true
 	}
 	if active && above(cfg.LatencyFactor, cfg.LatencyMargin, s, in) {
 		s.Slow++
@@ -242,16 +250,16 @@ func Step(cfg Config, s State, in Input) (Decision, State) {
 		}
 	case active:
 		s.Rate = grow(cfg, s)
-	case s.Idle >= cfg.IdleReset:
+	case idle && s.Idle >= cfg.IdleReset:
 		s.Rate, s.Hurt = cfg.start(), 0
 	}
-	if !active && s.Idle >= cfg.IdleReset {
+	if idle && s.Idle >= cfg.IdleReset {
 		s.Gap = false
 	}
-	if !active && in.LatencyKnown && !(s.Gap && s.BaselineKnown && in.P99 > s.Baseline) {
+	if idle && in.LatencyKnown && !(s.Gap && s.BaselineKnown && in.P99 > s.Baseline) {
 		s.Baseline, s.BaselineKnown = learn(s.Baseline, s.BaselineKnown, in.P99)
 	}
-	if !active {
+	if idle {
 		s.IdleIO, s.IdleCPU = settle(s.IdleIO, in.IO), settle(s.IdleCPU, in.CPU)
 	}
 	switch {

@@ -93,6 +93,11 @@ func TestStep(t *testing.T) {
 		{"after a cut, at the rate that hurt, a step probes a Step above", DefaultConfig(), at(200*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 208 * mib, None, 0},
 		{"after a cut, above the rate that hurt, the probe doubles its distance", DefaultConfig(), at(216*mib, func() State { s := known; s.Hurt = 200 * mib; return s }()), calm, 232 * mib, None, 0},
 		{"after a cut, idle steps hold", DefaultConfig(), at(40*mib, func() State { s := known; s.Hurt = 32 * mib; return s }()), idle, 40 * mib, None, 0},
+		{"sending only (paced by the targets): held, not grown", DefaultConfig(), at(4*mib, known), with(calm, func(in *Input) { in.Moved, in.Beside = 0, 64*mib }), 4 * mib, None, 0},
+		{"sending only while slow: held, not cut", capped, at(32*mib, primed), with(slow, func(in *Input) { in.Moved, in.Beside = 0, 64*mib }), 32 * mib, None, 0},
+		{"sending only for IdleReset steps is no idle: no return to Start", DefaultConfig(), at(4*mib, func() State { s := known; s.Idle, s.Hurt = 9, 2*mib; return s }()),
+			with(idle, func(in *Input) { in.Beside = 1 }), 4 * mib, None, 0},
+		{"receiving and sending: the receipts' rate grows", DefaultConfig(), at(4*mib, known), with(calm, func(in *Input) { in.Beside = 64 * mib }), 8 * mib, None, 0},
 		{"leaving the floor resets the count", capped, at(mib, func() State { s := known; s.AtFloor = 9; return s }()), calm, 9 * mib, None, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -364,5 +369,22 @@ func TestStepAllocatesNothing(t *testing.T) {
 	cfg, s := DefaultConfig(), known
 	if n := testing.AllocsPerRun(100, func() { _, s = Step(cfg, s, slow) }); n != 0 {
 		t.Fatalf("%v allocations per step", n)
+	}
+}
+
+// A step that only moved bytes this rate does not pace (Beside: the copies
+// a broker sends, paced per target) is not idle: its p99 may carry
+// catch-up's load, so neither baseline learns from it, and it breaks a run
+// of idle steps.
+func TestBesideTeachesNoBaseline(t *testing.T) {
+	cfg := DefaultConfig()
+	hurt := with(idle, func(in *Input) { in.P99, in.Beside, in.IO = 9*lu, 64*mib, hot })
+	_, s := Step(cfg, at(8*mib, known), hurt)
+	if s.Baseline != known.Baseline || s.IdleIO.Known || s.Idle != 0 || !s.Gap {
+		t.Fatalf("after a step that only sent, with its p99 at 4.5x the baseline: %+v; want the baseline and the pressure baseline unchanged, no idle count, in a heal", s)
+	}
+	_, s = Step(cfg, at(8*mib, known), with(hurt, func(in *Input) { in.Beside = 0 }))
+	if s.Baseline == known.Baseline || !s.IdleIO.Known || s.Idle != 1 {
+		t.Fatalf("after the same step truly idle: %+v; want both baselines learned (the test would pass for nothing otherwise)", s)
 	}
 }

@@ -51,6 +51,7 @@ func TestConfigValidateNamesKeyAndValue(t *testing.T) {
 		{"rate empty", func(c *Config) { c.BackfillBytesPerSecond = "" }, `heal.backfill_bytes_per_second = ""`},
 		{"floor", func(c *Config) { c.BackfillFloorBytesPerSecond = 0 }, `heal.backfill_floor_bytes_per_second = 0: want at least 4096`},
 		{"ceiling", func(c *Config) { c.BackfillCeilingBytesPerSecond = 4096 }, `heal.backfill_ceiling_bytes_per_second = 4096: want 0 (none) or at least heal.backfill_floor_bytes_per_second (1048576)`},
+		{"auto scope", func(c *Config) { c.BackfillAutoScope = "link" }, `heal.backfill_auto_scope = "link": want "target" or "broker"`},
 		{"engine", func(c *Config) { c.ProbeEngine = "epoll" }, `heal.probe_engine = "epoll"`},
 		{"fsync engine", func(c *Config) { c.FsyncEngine = "" }, `heal.fsync_engine = ""`},
 		{"max maintenance", func(c *Config) { c.MaxMaintenance = 0 }, `heal.max_maintenance = 0: want at least 1`},

@@ -62,12 +62,18 @@
 // decommissions, replicas move from the most to the least loaded brokers
 // until each is within 10% of the mean by count and bytes.
 //
-// heal.backfill_bytes_per_second paces this broker's catch-up (both
-// directions share one catchup.Throttle). A number pins it. "auto" (the
-// default) runs a pacer (pacer.go), whose first step sets pace's start
-// rate (32 MiB/s) at once, and which steps
-// package pace's controller once a second: the bytes the throttle moved
-// (Throttle.Moved), the client p99 from Deps.ClientLatency (nil: no
+// heal.backfill_bytes_per_second paces this broker's catch-up. A number
+// pins it, both directions sharing one catchup.Throttle. "auto" (the
+// default) runs a pacer (pacer.go) over what heal.backfill_auto_scope
+// says: "broker" (the default) both directions through one throttle;
+// "target" the copies the broker receives, what it sends going through a
+// throttle of its own with no byte cap, so that each copy is paced by its
+// target alone and a partition leader whose clients slow down holds back
+// the copies written on it, not every copy it sends. The pacer's
+// first step sets pace's start rate (32 MiB/s) at once, and it steps
+// package pace's controller once a second: the bytes the paced throttle
+// moved (Throttle.Moved; the send throttle's as pace.Input.Beside), the
+// client p99 from Deps.ClientLatency (nil: no
 // latency signal) and PSI from /proc/pressure (package psi; absent: no
 // pressure signal); it applies each Decision with Throttle.SetRate, within
 // heal.backfill_floor_bytes_per_second and

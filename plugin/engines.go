@@ -27,8 +27,11 @@ type engines struct {
 	stat      statter
 	fetch     fetcher
 	fsyncName string
-	throttle  *catchup.Throttle
-	closers   []func() error
+	throttle  *catchup.Throttle // what this broker receives; what it sends too unless send is set
+	// send paces what this broker sends when its rate does not
+	// (Config.pacesSends false): no byte cap, the same slots; nil: throttle.
+	send    *catchup.Throttle
+	closers []func() error
 }
 
 func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
@@ -46,17 +49,24 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 	e.stat = proberStatter{pr}
 	e.closers = append(e.closers, pr.Close)
 	e.fsyncName = deps.FsyncEngine
-	th, err := catchup.NewThrottle(catchup.Limits{
+	limits := catchup.Limits{
 		BytesPerSecond: cfg.pinnedBackfillRate(), // auto: no cap until the pacer's first step, at Start
 		MaxTransfers:   cfg.MaxTransfersPerBroker,
 		QueueWait:      cfg.BackfillTimeout,
 		IdleTimeout:    10 * time.Second,
 		Background:     cfg.BackfillBackground,
-	})
+	}
+	th, err := catchup.NewThrottle(limits)
 	if err != nil {
 		return e, fmt.Errorf("%w: catch-up limits: %v", ErrConfig, err)
 	}
 	e.throttle = th
+	if !cfg.pacesSends() {
+		limits.BytesPerSecond = 0
+		if e.send, err = catchup.NewThrottle(limits); err != nil {
+			return e, fmt.Errorf("%w: catch-up send limits: %v", ErrConfig, err)
+		}
+	}
 	cl := &catchup.Client{Insecure: deps.Insecure, Throttle: th, Logger: log.With().Str("component", "catchup").Logger()}
 	if cfg.DataEncryption && deps.Certs != nil {
 		cl.TLS = deps.Certs.ClientConfig()
@@ -86,12 +96,20 @@ func (s proberStatter) StatBatch(ctx context.Context, b *probe.Batch, out []prob
 	return s.p.ProbeBatch(ctx, b, out)
 }
 
+// sendThrottle is the throttle of what this broker sends.
+func (e *engines) sendThrottle() *catchup.Throttle {
+	if e.send != nil {
+		return e.send
+	}
+	return e.throttle
+}
+
 // serveData runs the catch-up server on l until the returned stop is
 // called.
 func (e *engines) serveData(l net.Listener, cfg Config, deps Deps, log zerolog.Logger) (stop func() error) {
 	log = log.With().Str("component", "catchup").Logger()
 	srv := &catchup.Server{Source: catchup.StoreSource{DB: deps.Store}, Self: deps.Self, Insecure: deps.Insecure,
-		Throttle: e.throttle, Logger: log}
+		Throttle: e.sendThrottle(), Logger: log}
 	if deps.Certs != nil {
 		srv.Tickets = deps.Certs
 		if cfg.DataEncryption {

@@ -59,21 +59,25 @@ type PaceStatus struct {
 type pacer struct {
 	cfg     pace.Config
 	setRate func(int64) error // catchup.Throttle.SetRate
-	moved   func() int64      // catchup.Throttle.Moved
+	moved   func() int64      // catchup.Throttle.Moved: what the rate paces
+	// beside is what catch-up moved that the rate does not pace (the send
+	// throttle's Moved under the target scope); nil: nothing.
+	beside  func() int64
 	psi     pressureReader
 	lat     ClientLatency // nil: no latency signal
 	now     func() time.Time
 	log     zerolog.Logger
 	metrics *metrics
 
-	mu        sync.Mutex // guards the fields below; step runs on one goroutine
-	st        pace.State
-	dec       pace.Decision
-	lastAt    time.Time
-	lastMoved int64
-	lastErr   string        // the last PSI error logged, so each is logged once
-	lastP99   time.Duration // the last step's client p99; 0: none seen
-	blind     int64         // active steps without a client p99
+	mu         sync.Mutex // guards the fields below; step runs on one goroutine
+	st         pace.State
+	dec        pace.Decision
+	lastAt     time.Time
+	lastMoved  int64
+	lastBeside int64
+	lastErr    string        // the last PSI error logged, so each is logged once
+	lastP99    time.Duration // the last step's client p99; 0: none seen
+	blind      int64         // active steps without a client p99
 }
 
 // paceConfig is the controller's configuration from heal's.
@@ -87,13 +91,16 @@ func paceConfig(cfg Config) pace.Config {
 // step reads the signals of the interval that ends now, steps the
 // controller and applies its decision.
 func (p *pacer) step() {
-	now, moved := p.now(), p.moved()
+	now, moved, beside := p.now(), p.moved(), int64(0)
+	if p.beside != nil {
+		beside = p.beside()
+	}
 	pr, err := p.psi.Read()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.logPSI(err)
 	in := pace.Input{
-		Moved: moved - p.lastMoved, Elapsed: now.Sub(p.lastAt),
+		Moved: moved - p.lastMoved, Beside: beside - p.lastBeside, Elapsed: now.Sub(p.lastAt),
 		IO:  pace.Signal{Avg10: pr.IO.Some.Avg10, Known: pr.IO.Known},
 		CPU: pace.Signal{Avg10: pr.CPU.Some.Avg10, Known: pr.CPU.Known},
 	}
@@ -108,8 +115,8 @@ func (p *pacer) step() {
 	if (p.dec.Reason == pace.Latency || p.dec.Reason == pace.Pressure) && (before == 0 || p.st.Rate < before) {
 		p.metrics.pace.cuts.WithLabelValues(p.dec.Reason.String()).Inc()
 	}
-	p.lastAt, p.lastMoved = now, moved
-	if in.Moved > 0 || p.st.Rate != before {
+	p.lastAt, p.lastMoved, p.lastBeside = now, moved, beside
+	if in.Moved > 0 || in.Beside > 0 || p.st.Rate != before {
 		p.logStep(in)
 	}
 	p.noteSignal(in)
@@ -140,7 +147,7 @@ func (p *pacer) noteSignal(in pace.Input) {
 // logStep logs what a step saw and decided, for the steps that moved
 // bytes or changed the rate; p.mu is held.
 func (p *pacer) logStep(in pace.Input) {
-	ev := p.log.Info().Int64("moved", in.Moved).Float64("elapsed_seconds", in.Elapsed.Seconds())
+	ev := p.log.Info().Int64("moved", in.Moved).Int64("beside", in.Beside).Float64("elapsed_seconds", in.Elapsed.Seconds())
 	if in.LatencyKnown {
 		ev = ev.Float64("p99_seconds", in.P99.Seconds())
 	}

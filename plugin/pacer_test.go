@@ -231,3 +231,52 @@ func TestBackfillBackgroundConfig(t *testing.T) {
 		t.Fatalf("decoding backfill_background = false: %v, %v", c.BackfillBackground, err)
 	}
 }
+
+// Under "auto" with the target scope a broker's rate paces the copies it
+// receives, and what it sends goes through a throttle of its own without a
+// byte cap (each copy is paced by its target): a pacer cut never holds
+// back the copies a busy broker sends. The broker scope (the default) and
+// a pinned rate keep one throttle for both directions.
+func TestBackfillAutoScope(t *testing.T) {
+	cp := newMemCP()
+	cp.makePKI(t)
+	target := startInstance(t, cp, 1, func(c *Config) { c.BackfillAutoScope = AutoScopeTarget })
+	broker := startInstance(t, cp, 2, nil)
+	pinned := startInstance(t, cp, 3, func(c *Config) { c.BackfillBytesPerSecond = "65536" })
+	e := &target.p.engines
+	if e.send == nil || e.sendThrottle() == e.throttle || e.send.Rate() != 0 || e.send.Limits().MaxTransfers != e.throttle.Limits().MaxTransfers {
+		t.Fatalf("target scope: send throttle %v (rate %d): want one of its own, uncapped, with the receive throttle's slots", e.send, e.send.Rate())
+	}
+	if target.p.pacer.beside == nil {
+		t.Fatal("target scope: the pacer does not count what the broker sends")
+	}
+	for name, in := range map[string]*instance{"broker scope": broker, "pinned": pinned} {
+		if e := &in.p.engines; e.send != nil || e.sendThrottle() != e.throttle {
+			t.Fatalf("%s: a send throttle of its own", name)
+		}
+	}
+	if broker.p.pacer.beside != nil {
+		t.Fatal("broker scope: bytes beside the rate counted")
+	}
+}
+
+// The pacer passes what catch-up sent beside its rate to the controller:
+// a second of sending only, with the clients' p99 high, neither grows the
+// rate nor teaches the baseline.
+func TestPacerBeside(t *testing.T) {
+	f := newPacerFixture(t, validConfig(t))
+	var sent int64
+	f.p.beside = func() int64 { return sent }
+	f.lat.p99, f.lat.ok = 10*time.Millisecond, true
+	f.step(0)
+	f.step(0) // idle: the baseline is 10 ms
+	f.lat.p99 = 40 * time.Millisecond
+	sent += 200 << 20
+	if r := f.step(0); r != 32<<20 || f.p.status().BaselineP99Seconds != 0.01 {
+		t.Fatalf("after a second of sending only at 4x the idle p99: rate %d, baseline %v; want the start rate held and the baseline 10 ms",
+			r, f.p.status().BaselineP99Seconds)
+	}
+	if !strings.Contains(f.logs.String(), `"beside":209715200`) {
+		t.Fatalf("the step that only sent was not logged with what it sent: %s", f.logs.String())
+	}
+}

@@ -321,6 +321,9 @@ func (p *Plugin) startPace(ctx context.Context) {
 	th := p.engines.throttle
 	pc := &pacer{cfg: paceConfig(p.cfg), setRate: th.SetRate, moved: th.Moved, psi: psi.Reader{},
 		lat: p.deps.ClientLatency, now: p.now, log: p.log, metrics: p.metrics}
+	if send := p.engines.send; send != nil { // the target scope: what it sends is paced by its targets
+		pc.beside = send.Moved
+	}
 	p.pacer = pc
 	p.metrics.setPace(0, "none", 0)
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/malachi-log/malachi/testbed/harness"
 	"github.com/malachi-log/malachi/testbed/healrun"
@@ -29,45 +30,44 @@ func (o *Options) validateCompare() error {
 		return usageErr("--backfill-rate compare: --segments %d of --segment-size %d: want at least one of at least 64KiB", o.Segments, o.SegmentSize)
 	case o.Insecure:
 		return usageErr("--backfill-rate compare runs with mutual TLS, not --insecure")
+	case o.CompareRounds < 1 || o.CompareRounds > 20:
+		return usageErr("--backfill-rate compare: --compare-rounds %d: want 1 to 20", o.CompareRounds)
 	}
 	return nil
 }
 
-// compareReport is the JSON report of --backfill-rate compare.
+// compareReport is the JSON report of --backfill-rate compare: the
+// frontier's summary (healrun.Summary: every round, each round's R*, the
+// medians, auto's verdict).
 type compareReport struct {
-	OK      bool             `json:"ok"`
-	Error   string           `json:"error,omitempty"`
-	Rounds  []healrun.Result `json:"rounds"`
-	Medians []healrun.Median `json:"medians"`
-	// AutoGoal says whether auto met its goal: the clients' p99 while
-	// healing at most 1.5x idle, the heal at least 0.5x the floor, no
-	// record lost.
-	AutoGoal string `json:"auto_goal"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	healrun.Summary
 }
 
-// runCompare is --backfill-rate compare: the kill once per catch-up rate,
-// each on a fresh cluster under the same client load.
+// runCompare is --backfill-rate compare: the kill once per mode of the
+// frontier (healrun.Modes), each on a fresh cluster under the same client
+// load, --compare-rounds times with the modes' order rotated each round.
 func runCompare(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	out := stdout
 	if o.JSON {
 		out = stderr
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	rep := compareReport{}
-	err := compare(ctx, o, logf, &rep)
+	var results []healrun.Result
+	err := compare(ctx, o, logf, &results)
 	if err != nil {
-		rep.Error = err.Error()
 		logf("compare: %v", err)
 	}
-	rep.Medians = healrun.Medians(rep.Rounds)
-	rep.AutoGoal = autoGoal(rep.Rounds)
-	rep.OK = err == nil
+	rep := compareReport{OK: err == nil, Summary: healrun.Summarize(results, healrun.Modes)}
+	if err != nil {
+		rep.Error = err.Error()
+	}
 	if o.JSON {
 		raw, _ := json.MarshalIndent(rep, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", raw)
 	} else {
-		healrun.WriteTable(stdout, rep.Rounds)
-		fmt.Fprintf(stdout, "auto: %s\n", rep.AutoGoal)
+		rep.Summary.Write(stdout)
 	}
 	if !rep.OK {
 		return 1
@@ -75,8 +75,8 @@ func runCompare(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// compare runs each mode in turn into rep.
-func compare(ctx context.Context, o Options, logf func(string, ...any), rep *compareReport) error {
+// compare runs each mode of each round in turn into results.
+func compare(ctx context.Context, o Options, logf func(string, ...any), results *[]healrun.Result) error {
 	dir, made := o.Dir, false
 	if dir == "" {
 		d, err := os.MkdirTemp("", "malachi-compare-")
@@ -94,38 +94,27 @@ func compare(ctx context.Context, o Options, logf func(string, ...any), rep *com
 	if o.sizeSet {
 		cfg.Segments, cfg.SegmentBytes = o.Segments, o.SegmentSize
 	}
-	logf("compare: %d brokers, %d segments of %d MiB, %d producers of 1 KiB records every %v; the kill on a fresh cluster per rate: %s, %s, %s",
-		cfg.Brokers, cfg.Segments, cfg.SegmentBytes>>20, cfg.Producers, cfg.Interval, healrun.Modes[0].Name, healrun.Modes[1].Name, healrun.Modes[2].Name)
-	for _, m := range healrun.Modes {
-		logf("compare: %s (heal.backfill_bytes_per_second = %s) ...", m.Name, m.Rate)
-		mctx, cancel := context.WithTimeout(ctx, o.StageTimeout+cfg.HealLimit)
-		r, err := healrun.RunPacing(mctx, cfg, m)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%s: %w", m.Name, err)
+	names := make([]string, len(healrun.Modes))
+	for i, m := range healrun.Modes {
+		names[i] = m.Name
+	}
+	logf("compare: %d brokers, %d segments of %d MiB, %d producers of 1 KiB records every %v; %d rounds of the kill on a fresh cluster per rate: %s",
+		cfg.Brokers, cfg.Segments, cfg.SegmentBytes>>20, cfg.Producers, cfg.Interval, o.CompareRounds, strings.Join(names, ", "))
+	for round := 1; round <= o.CompareRounds; round++ {
+		for _, m := range healrun.RoundOrder(healrun.Modes, round) {
+			logf("compare: round %d, %s (heal.backfill_bytes_per_second = %s) ...", round, m.Name, m.Rate)
+			mctx, cancel := context.WithTimeout(ctx, o.StageTimeout+cfg.HealLimit)
+			r, err := healrun.RunPacing(mctx, cfg, m)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", round, m.Name, err)
+			}
+			r.Round = round
+			*results = append(*results, r)
 		}
-		r.Round = 1
-		rep.Rounds = append(rep.Rounds, r)
 	}
 	if made {
 		os.RemoveAll(dir)
 	}
 	return nil
-}
-
-// autoGoal is whether auto met its goal in rounds, and by what figures.
-func autoGoal(rounds []healrun.Result) string {
-	for _, r := range rounds {
-		if r.Mode != "auto" {
-			continue
-		}
-		met := r.ClientP99HealingOverIdle <= 1.5 && r.HealOverFloor >= 0.5 && r.RecordsLost == 0
-		verdict := "goal NOT met"
-		if met {
-			verdict = "goal met"
-		}
-		return fmt.Sprintf("%s: client p99 while healing %.2fx idle (goal <= 1.5x), heal %.2fx the floor (goal >= 0.5x), %d records lost (at load %.2f)",
-			verdict, r.ClientP99HealingOverIdle, r.HealOverFloor, r.RecordsLost, r.Load1)
-	}
-	return "auto did not run"
 }

@@ -27,6 +27,7 @@ func TestCompareFlags(t *testing.T) {
 		{[]string{"--backfill-rate", "compare", "--clients", "1", "--nemesis", "random"}, "not --nemesis"},
 		{[]string{"--backfill-rate", "compare", "--clients", "1", "--insecure"}, "--insecure"},
 		{[]string{"--backfill-rate", "fast"}, "compare"},
+		{[]string{"--backfill-rate", "compare", "--clients", "1", "--compare-rounds", "0"}, "--compare-rounds 0"},
 	} {
 		_, err := ParseFlags(c.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -33,11 +33,13 @@ type Options struct {
 	SettleBatch int
 	ScrubRate   int64
 	// Compare (--backfill-rate compare) runs, instead of the stages, the
-	// kill once per catch-up rate (low, unthrottled, auto) under the
-	// --clients load, and reports what each cost the clients
-	// (testbed/healrun).
-	Compare bool
-	Seed    uint64
+	// kill once per mode of the frontier (healrun.Modes: fixed rates from
+	// 8 MiB/s to unthrottled, and auto) under the --clients load,
+	// CompareRounds times, and reports what each cost the clients, each
+	// round's R* and auto against it (testbed/healrun).
+	Compare       bool
+	CompareRounds int
+	Seed          uint64
 	// Insecure runs the cluster in plaintext without certificates
 	// (insecure = true in every broker's config).
 	Insecure bool
@@ -109,7 +111,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	scrubRate := bytesize.Size(32 << 20)
 	fs.Var(&scrubRate, "scrub-rate", "bytes per second each broker's scrubber may read (heal.scrub_bytes_per_second)")
 	o.BackfillRate = -1
-	fs.Func("backfill-rate", "bytes per second each broker's catch-up may move (heal.backfill_bytes_per_second); -1 (the default): eight segments a second, so that the backfill-kill stage can strike a transfer in flight; 0: no cap (that stage then fails when it misses its window); \"compare\": instead of the stages, the kill three times on fresh clusters of --brokers (at least 4), the rate fixed at 8 MiB/s, unthrottled and \"auto\", under the load of --clients producers, each reported with its heal rate against the machine's floor and the clients' latency idle and while healing", func(v string) error {
+	fs.Func("backfill-rate", "bytes per second each broker's catch-up may move (heal.backfill_bytes_per_second); -1 (the default): eight segments a second, so that the backfill-kill stage can strike a transfer in flight; 0: no cap (that stage then fails when it misses its window); \"compare\": instead of the stages, the frontier: the kill on a fresh cluster of --brokers (at least 4) per rate, fixed at 8, 32, 64, 128 and 256 MiB/s, unthrottled and \"auto\", under the load of --clients producers, --compare-rounds times; each reported with its heal rate against the heal's limit measured in the same run and the clients' latency idle and while healing, each round's R* (the fastest fixed heal whose clients' p99 stayed within 1.5x idle) and auto against it", func(v string) error {
 		if v == "compare" {
 			o.Compare = true
 			return nil
@@ -121,6 +123,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		o.BackfillRate = n
 		return nil
 	})
+	fs.IntVar(&o.CompareRounds, "compare-rounds", 1, "with --backfill-rate compare: rounds of every rate (each round rotates their order; the goal is judged on medians of at least 3)")
 	fs.DurationVar(&o.Poll, "poll", 100*time.Millisecond, "how often the demo polls the brokers while a stage heals (the precision of the timings)")
 	fs.DurationVar(&o.StageTimeout, "stage-timeout", 90*time.Second, "how long a stage may take to heal before the demo gives up on it")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the choice of victims and fault positions (0: from the clock)")

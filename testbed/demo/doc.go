@@ -13,7 +13,7 @@
 // testbed/nemesis, the demo its Env (nemesis.go); --clients N runs Kafka
 // producers (testbed/kafkaload) through every stage and checks every
 // acknowledged record at the end (clients.go); --backfill-rate compare
-// runs testbed/healrun's three-way pacing instead (compare.go).
+// runs testbed/healrun's frontier of catch-up rates instead (compare.go).
 //
 // The usage loop: parse the flags; start the cluster and wait for a
 // leader; load in chunks, with progress; wait for the loaded copies to be

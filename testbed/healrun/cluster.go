@@ -35,7 +35,7 @@ type ClusterConfig struct {
 // Cluster is a running heal cluster.
 type Cluster struct {
 	C        *harness.Cluster
-	Dir      string // its directory (the floor is measured there too)
+	Dir      string // its directory (the limit is measured there too)
 	keepLogs string
 }
 

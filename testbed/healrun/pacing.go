@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/malachi-log/malachi/store"
 	"github.com/malachi-log/malachi/testbed/benchenv"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
@@ -18,9 +19,6 @@ type Mode struct {
 	// Extra is more of the [heal] table, as TOML lines (empty: defaults).
 	Extra string
 }
-
-// Modes: a low fixed rate (8 MiB/s), no cap, and the adaptive default.
-var Modes = []Mode{{Name: "low", Rate: "8388608"}, {Name: "unthrottled", Rate: "0"}, {Name: "auto", Rate: `"auto"`}}
 
 // PacingConfig is the shape of one pacing run.
 type PacingConfig struct {
@@ -69,7 +67,9 @@ type Result struct {
 	HealBytes                int64   `json:"heal_bytes"`
 	HealSeconds              float64 `json:"heal_seconds"`
 	HealBytesPerSecond       float64 `json:"heal_bytes_per_second"`
-	HealFloorBytesPerSecond  float64 `json:"heal_floor_bytes_per_second"`
+	HealLimitBytesPerSecond  float64 `json:"heal_limit_bytes_per_second"`
+	LimitDiskBytesPerSecond  float64 `json:"limit_disk_bytes_per_second"`
+	LimitLoopBytesPerSecond  float64 `json:"limit_loopback_bytes_per_second"`
 	ClientP50IdleMs          float64 `json:"client_p50_idle_ms"`
 	ClientP99IdleMs          float64 `json:"client_p99_idle_ms"`
 	ClientP50HealingMs       float64 `json:"client_p50_healing_ms"`
@@ -82,7 +82,17 @@ type Result struct {
 	LatencyCuts              int     `json:"latency_cuts"`
 	PressureCuts             int     `json:"pressure_cuts"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
-	HealOverFloor            float64 `json:"heal_over_floor"`
+	// HealOverLimit is the heal's rate over its limit: at most 1
+	// (RunPacing fails a round whose heal is above its limit).
+	HealOverLimit float64 `json:"heal_over_limit"`
+	// FrontierRateBytesPerSecond is the round's R* (SetFrontier; 0: no
+	// fixed mode kept the clients within FrontierFactor of idle) and
+	// HealOverFrontier the heal's rate over it (0 without one).
+	FrontierRateBytesPerSecond float64 `json:"frontier_rate_bytes_per_second"`
+	HealOverFrontier           float64 `json:"heal_over_frontier"`
+	// IdleDisturbed: the idle p99 is above DisturbedFactor times the
+	// round's median idle p99 (SetFrontier): the result draws no frontier.
+	IdleDisturbed bool `json:"idle_disturbed,omitempty"`
 	// ClientSlowSeconds are the seconds of the heal window in which an
 	// acknowledgement took more than four times the idle p99: a few such
 	// seconds are what lifts a heal's p99 far above the idle one, and
@@ -112,7 +122,7 @@ func (c PacingConfig) validate() error {
 }
 
 // RunPacing is one mode's run on a fresh cluster: load the sealed
-// copies, measure the floor, start the clients on a topic of one
+// copies, measure the limit, start the clients on a topic of one
 // partition that does not roll, kill a broker outside that partition's
 // replicas (so the clients feel the heal only through the machine they
 // share), time the heal, read every acknowledged record back.
@@ -136,14 +146,17 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	// The floor is measured before the clients start, for about the bytes
-	// the victim will hold (brokers hold alike); the victim is chosen
-	// once the clients' topic exists, outside its replicas.
+	// The limit is measured before the clients start and again once they
+	// are done (the best of the two is kept: Limit.Best), for about the
+	// bytes the victim will hold (brokers hold alike) onto the three others
+	// in copies of a segment and its footer; the victim is chosen once the
+	// clients' topic exists, outside its replicas.
 	_, estimate, err := hc.Victim(ctx, nil)
 	if err != nil {
 		return Result{}, err
 	}
-	floor, err := MeasureFloor(hc.Dir, estimate, 3)
+	pattern := Pattern{Bytes: estimate, Targets: 3, CopyBytes: cfg.SegmentBytes + store.FooterSize}
+	limit, err := MeasureLimit(hc.Dir, pattern)
 	if err != nil {
 		return Result{}, err
 	}
@@ -171,6 +184,11 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	idle := l.AckLatenciesBetween(t.Killed.Add(-cfg.Idle), t.Killed)
 	healing, healingAt := l.AcksBetween(t.FirstPlan, t.Healed)
 	rep := l.Finish(ctx)
+	after, err := MeasureLimit(hc.Dir, pattern) // the clients done, the heal over
+	if err != nil {
+		return Result{}, err
+	}
+	limit = limit.Best(after)
 	switch {
 	case rep.Error != "":
 		return Result{}, fmt.Errorf("healrun: reading the records back: %s", rep.Error)
@@ -180,17 +198,20 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		return Result{}, fmt.Errorf("healrun: %s: %d acknowledgements in the idle window, %d while healing: no latency to compare", m.Name, len(idle), len(healing))
 	}
 	r := Result{Mode: m.Name, Load1: load.One, KilledBroker: uint64(victim.ID), HealBytes: t.Bytes, HealSeconds: t.Window().Seconds(),
-		HealBytesPerSecond: t.Rate(), HealFloorBytesPerSecond: floor.Rate(),
+		HealBytesPerSecond: t.Rate(), HealLimitBytesPerSecond: limit.Rate(), LimitDiskBytesPerSecond: limit.Disk, LimitLoopBytesPerSecond: limit.Loopback,
 		ClientP50IdleMs: kafkaload.QuantileMs(idle, 0.5), ClientP99IdleMs: kafkaload.QuantileMs(idle, 0.99),
 		ClientP50HealingMs: kafkaload.QuantileMs(healing, 0.5), ClientP99HealingMs: kafkaload.QuantileMs(healing, 0.99),
 		ClientAcksIdle: len(idle), ClientAcksHealing: len(healing),
 		RecordsAcknowledged: rep.Acknowledged, RecordsLost: rep.Lost, ProduceFailures: rep.ProduceFailures,
 		LatencyCuts: t.LatencyCuts, PressureCuts: t.PressureCuts}
 	r.ClientP99HealingOverIdle = r.ClientP99HealingMs / r.ClientP99IdleMs
-	r.HealOverFloor = r.HealBytesPerSecond / r.HealFloorBytesPerSecond
+	if err := limit.Check(r.HealBytesPerSecond); err != nil {
+		return Result{}, fmt.Errorf("healrun: %s, round at load %.2f: %w", m.Name, load.One, err)
+	}
+	r.HealOverLimit = r.HealBytesPerSecond / r.HealLimitBytesPerSecond
 	r.ClientSlowSeconds = slowSeconds(healing, healingAt, t.Killed, 4*time.Duration(r.ClientP99IdleMs*float64(time.Millisecond)))
-	cfg.logf("%s: killed broker %d; healed %d MB in %.1f s (%.0f MB/s, %.2fx the floor); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
-		m.Name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverFloor, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
+	cfg.logf("%s: killed broker %d; healed %d MB in %.1f s (%.0f MB/s, %.2fx the limit); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
+		m.Name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverLimit, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
 	cfg.logSlow(m.Name, r.ClientSlowSeconds)
 	return r, nil
 }
@@ -262,59 +283,88 @@ type Median struct {
 	Mode                     string  `json:"mode"`
 	Rounds                   int     `json:"rounds"`
 	HealBytesPerSecond       float64 `json:"heal_bytes_per_second"`
-	HealFloorBytesPerSecond  float64 `json:"heal_floor_bytes_per_second"`
+	HealLimitBytesPerSecond  float64 `json:"heal_limit_bytes_per_second"`
 	ClientP99IdleMs          float64 `json:"client_p99_idle_ms"`
 	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
-	HealOverFloor            float64 `json:"heal_over_floor"`
-	RecordsLost              int     `json:"records_lost"`
+	HealOverLimit            float64 `json:"heal_over_limit"`
+	// FrontierRateBytesPerSecond is the median of the R* of the rounds the
+	// mode ran in, HealOverFrontier the median of its heal over its
+	// round's R* (rounds without an R* left out; 0: none had one).
+	FrontierRateBytesPerSecond float64 `json:"frontier_rate_bytes_per_second"`
+	HealOverFrontier           float64 `json:"heal_over_frontier"`
+	RecordsLost                int     `json:"records_lost"`
 }
 
-// Medians are the medians per mode of results, in the order of Modes.
+// Medians are the medians per mode of results, the modes in the order
+// they first appear.
 func Medians(results []Result) []Median {
 	var ms []Median
-	for _, m := range Modes {
+	for _, name := range modeNames(results) {
 		var rs []Result
 		for _, r := range results {
-			if r.Mode == m.Name {
+			if r.Mode == name {
 				rs = append(rs, r)
 			}
-		}
-		if len(rs) == 0 {
-			continue
 		}
 		med := func(f func(Result) float64) float64 {
 			v := make([]float64, len(rs))
 			for i, r := range rs {
 				v[i] = f(r)
 			}
-			slices.Sort(v)
-			return v[len(v)/2]
+			return median(v)
 		}
 		lost := 0
+		var frontier []float64
 		for _, r := range rs {
 			lost += r.RecordsLost
+			if r.FrontierRateBytesPerSecond > 0 {
+				frontier = append(frontier, r.HealOverFrontier)
+			}
 		}
-		ms = append(ms, Median{Mode: m.Name, Rounds: len(rs),
-			HealBytesPerSecond:       med(func(r Result) float64 { return r.HealBytesPerSecond }),
-			HealFloorBytesPerSecond:  med(func(r Result) float64 { return r.HealFloorBytesPerSecond }),
-			ClientP99IdleMs:          med(func(r Result) float64 { return r.ClientP99IdleMs }),
-			ClientP99HealingMs:       med(func(r Result) float64 { return r.ClientP99HealingMs }),
-			ClientP99HealingOverIdle: med(func(r Result) float64 { return r.ClientP99HealingOverIdle }),
-			HealOverFloor:            med(func(r Result) float64 { return r.HealOverFloor }),
-			RecordsLost:              lost})
+		ms = append(ms, Median{Mode: name, Rounds: len(rs),
+			HealBytesPerSecond:         med(func(r Result) float64 { return r.HealBytesPerSecond }),
+			HealLimitBytesPerSecond:    med(func(r Result) float64 { return r.HealLimitBytesPerSecond }),
+			ClientP99IdleMs:            med(func(r Result) float64 { return r.ClientP99IdleMs }),
+			ClientP99HealingMs:         med(func(r Result) float64 { return r.ClientP99HealingMs }),
+			ClientP99HealingOverIdle:   med(func(r Result) float64 { return r.ClientP99HealingOverIdle }),
+			HealOverLimit:              med(func(r Result) float64 { return r.HealOverLimit }),
+			FrontierRateBytesPerSecond: med(func(r Result) float64 { return r.FrontierRateBytesPerSecond }),
+			HealOverFrontier:           median(frontier),
+			RecordsLost:                lost})
 	}
 	return ms
+}
+
+// modeNames are the modes of results in the order they first appear.
+func modeNames(results []Result) []string {
+	var names []string
+	for _, r := range results {
+		if !slices.Contains(names, r.Mode) {
+			names = append(names, r.Mode)
+		}
+	}
+	return names
+}
+
+// median is the median of v (the upper one of an even count; 0 for none);
+// v is sorted in place.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // WriteTable writes results as a text table, a row per mode and round,
 // with the load average beside each.
 func WriteTable(w io.Writer, results []Result) {
-	fmt.Fprintf(w, "%-12s %5s %6s %9s %9s %7s %17s %17s %9s %5s %5s\n",
-		"mode", "round", "load1", "heal MB/s", "floor", "x floor", "p50 idle/healing", "p99 idle/healing", "p99 x idle", "cuts", "lost")
+	fmt.Fprintf(w, "%-12s %5s %6s %9s %9s %7s %5s %17s %17s %9s %5s %5s\n",
+		"mode", "round", "load1", "heal MB/s", "limit", "x limit", "x R*", "p50 idle/healing", "p99 idle/healing", "p99 x idle", "cuts", "lost")
 	for _, r := range results {
-		fmt.Fprintf(w, "%-12s %5d %6.2f %9.1f %9.1f %7.2f %17s %17s %9.2f %5d %5d\n",
-			r.Mode, r.Round, r.Load1, r.HealBytesPerSecond/1e6, r.HealFloorBytesPerSecond/1e6, r.HealOverFloor,
+		fmt.Fprintf(w, "%-12s %5d %6.2f %9.1f %9.1f %7.2f %5.2f %17s %17s %9.2f %5d %5d\n",
+			r.Mode, r.Round, r.Load1, r.HealBytesPerSecond/1e6, r.HealLimitBytesPerSecond/1e6, r.HealOverLimit, r.HealOverFrontier,
 			fmt.Sprintf("%.1f/%.1f ms", r.ClientP50IdleMs, r.ClientP50HealingMs), fmt.Sprintf("%.1f/%.1f ms", r.ClientP99IdleMs, r.ClientP99HealingMs),
 			r.ClientP99HealingOverIdle, r.LatencyCuts+r.PressureCuts, r.RecordsLost)
 	}
