@@ -81,6 +81,17 @@ func openPartLog(b *Server, topic string, index int32, chain []*meta.Segment) (*
 		cs := chainSeg{id: s.ID, start: s.StartOffset, frames: s.Length, bytes: s.ByteSize, replicas: slices.Clone(s.Replicas), sealed: s.Sealed}
 		if !s.Sealed {
 			end, err := b.db.DurableEnd(s.ID)
+			if errors.Is(err, store.ErrUnknownCopy) {
+				// This broker lost its copy (a data directory emptied or
+				// replaced, then restarted): it cannot lead the segment, and
+				// answering it would hold the partition forever, since the
+				// other replicas see it answer and never take over. Every
+				// acknowledged frame is on the others: seal there.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, _, serr := sealAtCommon(ctx, b, *s, -1, []meta.BrokerID{b.self})
+				cancel()
+				return nil, fmt.Errorf("active segment %s: this broker holds no copy of it (%w): sealed at what the other replicas hold in common (%v); its next segment leads", s.ID, err, serr)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("active segment %s: %w", s.ID, err)
 			}

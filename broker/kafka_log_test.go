@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -503,4 +505,65 @@ func chainIDs(chain []*meta.Segment) []meta.SegmentID {
 		out = append(out, s.ID)
 	}
 	return out
+}
+
+// TestPartLogMovesOnWhenItsLeaderLostTheCopy: the partition's leader
+// comes back without its copies (a data directory emptied, as the swap
+// fault does) while its segment is active. The Log it would open cannot
+// lead: it seals the segment on the other replicas at what they hold in
+// common, every acknowledged batch kept, and the partition goes on in
+// its next segment. Before, the Log refused to open forever and the
+// others, seeing their leader answer, never took over: no client could
+// produce to or read the partition again.
+func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
+	c := kafkaLogCluster(t, 4, 1<<20)
+	l, lb := c.partitionLog(t)
+	var a appended
+	for i := range 3 {
+		a.add(t, l, fmt.Sprintf("acked %d", i))
+	}
+	act := lb.node.View().Chain("t", 0)[0]
+	c.stop(lb.self)
+	if err := os.RemoveAll(filepath.Join(c.cfgs[lb.self-1].DataDir, "copies")); err != nil {
+		t.Fatal(err)
+	}
+	back := c.start(lb.self)
+	c.waitFor(20*time.Second, fmt.Sprintf("broker %d back in every view", back.self), func() bool {
+		leader := c.currentLeader()
+		if leader == nil {
+			return false
+		}
+		br, ok := leader.node.View().Broker(back.self)
+		return ok && br.AdminAddr == back.adminAddr
+	})
+	if _, err := newKafkaCluster(back).Partition("t", 0); err == nil || !strings.Contains(err.Error(), "holds no copy") {
+		t.Fatalf("opening the Log on the leader without its copy: %v; want a refusal saying it holds no copy", err)
+	}
+	var sealed meta.Segment
+	c.waitFor(10*time.Second, string(act.ID)+" sealed", func() bool {
+		sealed, _ = c.leader().node.Segment(act.ID)
+		return sealed.Sealed
+	})
+	if sealed.Length != 3 {
+		t.Fatalf("%s sealed at %d frames, want the 3 acknowledged", act.ID, sealed.Length)
+	}
+	turn := keepTurn{down: map[meta.SegmentID]int{}}
+	c.waitFor(30*time.Second, "the partition's next segment", func() bool {
+		leader := c.currentLeader()
+		if leader == nil {
+			return false
+		}
+		turn.wasMissing, turn.missing = turn.missing, map[meta.SegmentID]bool{}
+		newKafkaCluster(leader).keepPartition(context.Background(), leader.node.View(), "t", 0, &turn)
+		return len(leader.node.View().Chain("t", 0)) == 2
+	})
+	l2, _ := c.partitionLog(t)
+	a.add(t, l2, "after the lost copy")
+	if got := a.bases[len(a.bases)-1]; got != 3 {
+		t.Fatalf("first append after the lost copy at offset %d, want 3", got)
+	}
+	got, _ := readAll(t, l2)
+	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
+	}
 }
