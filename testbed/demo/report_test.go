@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,9 +255,21 @@ func TestReportClientStallsByStage(t *testing.T) {
 		{Stage: "diskfull", Injected: false, Began: at(120), Ended: at(180)},
 	}}
 	var h kafkaload.History
-	for _, w := range [][2]int{{5, 9}, {20, 21}, {70, 73}, {130, 135}, {200, 202}} {
+	stalls := [][2]int{{5, 9}, {20, 21}, {70, 73}, {130, 135}, {200, 202}}
+	for _, w := range stalls {
 		h.AckTimes = append(h.AckTimes, at(w[1]))
 		h.AckLatencies = append(h.AckLatencies, at(w[1]).Sub(at(w[0])))
+	}
+	// The rest acknowledged every half second, outside the stalls.
+	for x := 0; x < 420; x++ {
+		ms := time.Duration(x) * 500 * time.Millisecond
+		inside := slices.ContainsFunc(stalls, func(w [2]int) bool {
+			return ms > time.Duration(w[0])*time.Second && ms < time.Duration(w[1])*time.Second
+		})
+		if !inside {
+			h.AckTimes = append(h.AckTimes, t0.Add(ms))
+			h.AckLatencies = append(h.AckLatencies, 10*time.Millisecond)
+		}
 	}
 	r.attributeStalls(h)
 	want := map[string]float64{"kill": 4, "pause": 3, "none": 5}

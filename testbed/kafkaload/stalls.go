@@ -9,7 +9,9 @@ import (
 // Stall is a stretch of time in which the clients waited long for their
 // acknowledgements: the union of the [sent, acknowledged] spans of the
 // records that each took over the stall threshold, overlapping spans
-// merged. Longest is the longest single wait in it.
+// merged, and the gaps over the threshold in which nothing was
+// acknowledged. Longest is the longest single wait in it; Records counts
+// the slow records.
 type Stall struct {
 	From    time.Time     `json:"from"`
 	To      time.Time     `json:"to"`
@@ -21,8 +23,10 @@ type Stall struct {
 }
 
 // Stalls are h's stalls over threshold, in time order: the spans of the
-// acknowledged records whose latency exceeded it, merged where they
-// overlap.
+// acknowledged records whose latency exceeded it and the gaps over it
+// between two acknowledgements (and the load's longest, to its Stop: no
+// record acknowledged at all is a stall too, though none has a latency),
+// merged where they overlap.
 func Stalls(h History, threshold time.Duration) []Stall {
 	var spans []Stall
 	for i, lat := range h.AckLatencies {
@@ -30,6 +34,16 @@ func Stalls(h History, threshold time.Duration) []Stall {
 			at := h.AckTimes[i]
 			spans = append(spans, Stall{From: at.Add(-lat), To: at, Longest: lat, Records: 1})
 		}
+	}
+	acks := slices.Clone(h.AckTimes)
+	slices.SortFunc(acks, time.Time.Compare)
+	for i := 1; i < len(acks); i++ {
+		if gap := acks[i].Sub(acks[i-1]); gap > threshold {
+			spans = append(spans, Stall{From: acks[i-1], To: acks[i], Longest: gap})
+		}
+	}
+	if h.LongestStall > threshold {
+		spans = append(spans, Stall{From: h.LongestStallFrom, To: h.LongestStallFrom.Add(h.LongestStall), Longest: h.LongestStall})
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].From.Before(spans[j].From) })
 	var out []Stall
@@ -40,7 +54,7 @@ func Stalls(h History, threshold time.Duration) []Stall {
 				last.To = s.To
 			}
 			last.Longest = max(last.Longest, s.Longest)
-			last.Records++
+			last.Records += s.Records
 			continue
 		}
 		out = append(out, s)

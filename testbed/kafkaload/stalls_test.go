@@ -13,16 +13,28 @@ func TestStallsMergeOverlappingWaitsAndNameTheirFaults(t *testing.T) {
 		h.AckTimes = append(h.AckTimes, at(acked))
 		h.AckLatencies = append(h.AckLatencies, at(acked).Sub(at(sent)))
 	}
+	// The other partitions' records, fast, every half second, except
+	// while the stalls below hold every partition.
+	for x := 0.0; x < 45; x += 0.5 {
+		if !(x > 10 && x < 16.5) && !(x > 30 && x < 31.5) && !(x > 35 && x < 38) {
+			ack(x-0.01, x)
+		}
+	}
 	ack(0, 0.02)  // fast
 	ack(10, 14)   // a stall from 10 ...
 	ack(11, 16.5) // ... overlapping: merged, to 16.5
 	ack(12, 12.3) // fast, inside the stall
 	ack(30, 31.5) // a second stall, with no fault active
 	ack(40, 40.9) // under the threshold
+	// 35..38: nothing acknowledged at all, and no record slow: a stall
+	// all the same.
 
 	stalls := Stalls(h, time.Second)
-	if len(stalls) != 2 {
-		t.Fatalf("stalls %+v: want 2", stalls)
+	if len(stalls) != 3 {
+		t.Fatalf("stalls %+v: want 3", stalls)
+	}
+	if s := stalls[2]; !s.From.Equal(at(35)) || !s.To.Equal(at(38)) || s.Records != 0 {
+		t.Fatalf("third stall %+v: want 35s..38s without a slow record (a gap in the acknowledgements)", s)
 	}
 	if s := stalls[0]; !s.From.Equal(at(10)) || !s.To.Equal(at(16.5)) || s.Records != 2 || s.Longest != 5500*time.Millisecond {
 		t.Fatalf("first stall %+v: want 10s..16.5s, 2 records, longest 5.5s", s)
@@ -39,10 +51,10 @@ func TestStallsMergeOverlappingWaitsAndNameTheirFaults(t *testing.T) {
 	if got := stalls[0].Faults; len(got) != 2 || got[0] != "diskfull" || got[1] != "kill" {
 		t.Fatalf("first stall's faults %v: want [diskfull kill]", got)
 	}
-	if len(stalls[1].Faults) != 0 {
-		t.Fatalf("second stall's faults %v: want none", stalls[1].Faults)
+	if len(stalls[1].Faults) != 0 || len(stalls[2].Faults) != 0 {
+		t.Fatalf("second and third stalls' faults %v, %v: want none", stalls[1].Faults, stalls[2].Faults)
 	}
-	want := map[string]time.Duration{"kill": 6500 * time.Millisecond, "diskfull": 6500 * time.Millisecond, "none": 1500 * time.Millisecond}
+	want := map[string]time.Duration{"kill": 6500 * time.Millisecond, "diskfull": 6500 * time.Millisecond, "none": 3 * time.Second}
 	if len(longest) != len(want) {
 		t.Fatalf("longest by kind %v: want %v", longest, want)
 	}
