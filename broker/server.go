@@ -34,6 +34,7 @@ type Server struct {
 	node      *cluster.Node
 	heal      *plugin.Plugin
 	faults    *faultFS
+	holds     *produceHolds // the produce hold (faults_hold.go); nil without fault_injection
 	certs     *pki.Certs  // nil in insecure mode
 	rpc       *rpc.Client // calls other brokers' admin APIs with certs
 	adminAddr string
@@ -137,6 +138,7 @@ func (b *Server) openStore() (fsyncEngine string, err error) {
 	opts := store.Options{Logger: b.log, Preallocate: cfg.Preallocate}
 	if cfg.FaultInjection {
 		b.faults = newFaultFS(store.OSFS())
+		b.holds = newProduceHolds()
 		opts.FS = b.faults
 	}
 	if cfg.Heal.Enabled {
