@@ -35,8 +35,8 @@ type Server struct {
 	heal      *plugin.Plugin
 	faults    *faultFS
 	holds     *produceHolds // the produce hold (faults_hold.go); nil without fault_injection
-	certs     *pki.Certs  // nil in insecure mode
-	rpc       *rpc.Client // calls other brokers' admin APIs with certs
+	certs     *pki.Certs    // nil in insecure mode
+	rpc       *rpc.Client   // calls other brokers' admin APIs with certs
 	adminAddr string
 	kafkaAddr string        // "" without kafka_listen
 	kafka     *kafkaCluster // nil without kafka_listen
