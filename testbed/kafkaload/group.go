@@ -193,16 +193,11 @@ func (c Config) committed(ctx context.Context) (map[int32]int64, error) {
 		return nil, fmt.Errorf("kafkaload: group %s: committed offsets: %w", c.Group, err)
 	}
 	defer cl.Close()
-	b := retry.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
-	for {
-		out, err := c.fetchCommitted(ctx, cl)
-		if err == nil {
-			return out, nil
-		}
-		if werr := b.Wait(ctx); werr != nil {
-			return nil, fmt.Errorf("kafkaload: group %s: committed offsets: %w (last: %v)", c.Group, werr, err)
-		}
+	out, err := untilAnswered(ctx, func() (map[int32]int64, error) { return c.fetchCommitted(ctx, cl) })
+	if err != nil {
+		return nil, fmt.Errorf("kafkaload: group %s: committed offsets: %w", c.Group, err)
 	}
+	return out, nil
 }
 
 // fetchCommitted is one try of committed.

@@ -102,25 +102,23 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.FirstFailure != "" {
 		fmt.Fprintf(w, "                   first produce failure: %s\n", r.FirstFailure)
 	}
-	for _, v := range r.Violations {
-		fmt.Fprintf(w, "                   VIOLATION %s\n", v)
-	}
-	if r.More > 0 {
-		fmt.Fprintf(w, "                   and %d more violations\n", r.More)
-	}
-	if r.Error != "" {
-		fmt.Fprintf(w, "                   check incomplete: %s\n", r.Error)
-	}
+	writeViolations(w, "", r.Violations, r.More, r.Error)
 	if g := r.Group; g != nil {
-		for _, v := range g.Violations {
-			fmt.Fprintf(w, "                   VIOLATION group %s\n", v)
-		}
-		if g.More > 0 {
-			fmt.Fprintf(w, "                   and %d more violations of the group\n", g.More)
-		}
-		if g.Error != "" {
-			fmt.Fprintf(w, "                   group check incomplete: %s\n", g.Error)
-		}
+		writeViolations(w, "group ", g.Violations, g.More, g.Error)
+	}
+}
+
+// writeViolations prints violations (what names whose), how many more
+// there were, and why a check was incomplete, indented.
+func writeViolations(w io.Writer, what string, vs []string, more int, incomplete string) {
+	for _, v := range vs {
+		fmt.Fprintf(w, "                   VIOLATION %s%s\n", what, v)
+	}
+	if more > 0 {
+		fmt.Fprintf(w, "                   and %d more %sviolations\n", more, what)
+	}
+	if incomplete != "" {
+		fmt.Fprintf(w, "                   %scheck incomplete: %s\n", what, incomplete)
 	}
 }
 
