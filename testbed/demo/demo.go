@@ -115,7 +115,7 @@ func (d *demo) verificationText() []string {
 	if d.env.Confirmed() {
 		v = append(v, "broker confirmation: each copy reports confirmed (GET /v1/copies)")
 	} else {
-		v = append(v, "heal pass: the leader's latest heal report (GET /v1/status), at or after the metadata index, shows no under-replicated, failed or unsettled (unconfirmed) copy")
+		v = append(v, "heal pass: the leader's latest heal report (GET /v1/status), at or after the metadata index at which that state was first seen (Kafka offset commits aside), shows no under-replicated, failed or unsettled (unconfirmed) copy")
 	}
 	return v
 }

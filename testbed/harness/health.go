@@ -350,8 +350,9 @@ func healthWhy(v *View, w HealWait, live map[meta.BrokerID]bool, check CopyCheck
 	return ""
 }
 
-// PassClean says the leader's latest heal report, at or after the view's
-// metadata index, found nothing left to do. Without a report (no plugin
+// PassClean says the leader's latest heal report, at or after the index
+// at which the view's heal state was first seen (StateSince), found
+// nothing left to do. Without a report (no plugin
 // status yet) it is false: verification is not assumed.
 func (v *View) PassClean() (bool, string) {
 	r, _, _, ok := admin.LastPass(v.Status)
