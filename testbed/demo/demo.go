@@ -74,7 +74,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	}
 	d.rep.TotalSeconds = time.Since(start).Seconds()
 	sortFaults(d.rep.Faults)
-	d.rep.Segments = d.env.Sealed
+	d.rep.Segments, d.rep.PartitionSegments = d.env.Sealed, d.env.PartitionSealed()
 	final, failedByPass := d.finalCheck(d.rep.heldDestroyed())
 	d.rep.AuditBytes = d.env.Aud.BytesRead
 	d.rep.Summary.CopiesVerified = d.env.Audits
