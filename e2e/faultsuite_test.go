@@ -131,10 +131,11 @@ func said(f stage.Report, wants ...string) string {
 }
 
 // TestFaultSuite is the fault suite in CI: `malachi-demo` with every stage
-// on 5 real brokers at RF 3 (the run of `make faults`, smaller), then a
-// row per stage. Each fault must be injected and survived: healed back to
-// RF with every copy verified, or, for the lost stage, both destroyed
-// segments reported lost on every pass and nothing else lost. The disk
+// on 5 real brokers at RF 3 and its default Kafka clients (the run of
+// `make faults`, smaller), then a row per stage. Each fault must be
+// injected and survived: healed back to RF with every copy verified, or,
+// for the lost stage, both destroyed segments reported lost on every pass
+// and nothing else lost. The disk
 // stages need root for a loop-mounted ext4; without it they must say so,
 // and only they may be skipped.
 func TestFaultSuite(t *testing.T) {
