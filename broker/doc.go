@@ -19,7 +19,8 @@
 // load generator (POST /v1/load); leftovers.go the copies a lost create
 // leaves; lifecycle.go decommission and maintenance; coordinator.go the
 // routes served by the heal coordinator; inspect.go health, copies,
-// status and passes; faults.go the fault routes (fault_injection only);
+// status and passes; faults.go the fault routes (fault_injection only),
+// faults_hold.go the produce hold (a batch stored, its answer held);
 // kafka_cluster.go the kafka.Cluster adapter, kafka_log.go a partition's
 // log, kafka_roll.go its roll and seal, kafka_keep.go the keeper,
 // kafka_rpc.go the internal copy routes of the Kafka log, kafka_groups.go
@@ -74,6 +75,7 @@
 //	POST /v1/brokers/{id}/maintenance?for=30m         a maintenance window (until = the
 //	DELETE /v1/brokers/{id}/maintenance               leader's now + for) | end it
 //	POST /v1/faults/latch/{id}  fault_injection only (file faults: testbed/harness)
+//	POST|GET /v1/faults/hold-produce/{topic}/{partition}  arm | wait for a held Produce answer (fault_injection only; refused without)
 //	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
 //	POST /v1/internal/kafka/end             a partition's high watermark, asked of its leader by a group's coordinator
 //	GET  /v1/internal/kafka/alive           the Kafka listener's liveness probe between brokers

@@ -299,6 +299,9 @@ func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int6
 	close(l.wake)
 	l.wake = make(chan struct{})
 	l.mu.Unlock()
+	if h := l.b.holds; h != nil { // fault_injection only
+		h.hold(l.b.bgCtx, l.b, HeldBatch{Topic: l.topic, Partition: l.index, BaseOffset: base, Records: records})
+	}
 	return base, nil
 }
 

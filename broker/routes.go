@@ -31,6 +31,7 @@ var adminCodes = rpc.Codes{
 	{Name: "invalid", Status: http.StatusBadRequest, Err: meta.ErrInvalid},
 	{Name: "invalid", Status: http.StatusBadRequest, Err: store.ErrInvalid},
 	{Name: "not_found", Status: http.StatusNotFound, Err: errNotFound},
+	{Name: "fault_injection_off", Status: http.StatusForbidden, Err: errFaultInjectionOff},
 	{Name: "unknown_broker", Status: http.StatusNotFound, Err: meta.ErrUnknownBroker},
 	{Name: "maintenance_full", Status: http.StatusConflict, Err: meta.ErrMaintenanceFull},
 	{Name: "unknown_segment", Status: http.StatusNotFound, Err: meta.ErrUnknownSegment},
@@ -118,6 +119,9 @@ func (b *Server) routes() http.Handler {
 	if b.faults != nil {
 		srv.Handle(mux, "POST /v1/faults/{kind}/{id}", rpc.Operators, adapt(b.fault))
 	}
+	// Always routed, so that a broker without fault_injection says so.
+	srv.Handle(mux, "POST /v1/faults/hold-produce/{topic}/{partition}", rpc.Operators, adapt(b.armHold))
+	srv.Handle(mux, "GET /v1/faults/hold-produce/{topic}/{partition}", rpc.Operators, adapt(b.waitHold))
 	return mux
 }
 

@@ -34,8 +34,9 @@ type Server struct {
 	node      *cluster.Node
 	heal      *plugin.Plugin
 	faults    *faultFS
-	certs     *pki.Certs  // nil in insecure mode
-	rpc       *rpc.Client // calls other brokers' admin APIs with certs
+	holds     *produceHolds // the produce hold (faults_hold.go); nil without fault_injection
+	certs     *pki.Certs    // nil in insecure mode
+	rpc       *rpc.Client   // calls other brokers' admin APIs with certs
 	adminAddr string
 	kafkaAddr string        // "" without kafka_listen
 	kafka     *kafkaCluster // nil without kafka_listen
@@ -137,6 +138,7 @@ func (b *Server) openStore() (fsyncEngine string, err error) {
 	opts := store.Options{Logger: b.log, Preallocate: cfg.Preallocate}
 	if cfg.FaultInjection {
 		b.faults = newFaultFS(store.OSFS())
+		b.holds = newProduceHolds()
 		opts.FS = b.faults
 	}
 	if cfg.Heal.Enabled {

@@ -231,44 +231,25 @@ func (g *groupRun) member(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
-// TestKafkaGroupCoordinatorKill: a consumer group of two kgo members
-// (committing every 300 ms) reads a topic while the broker coordinating
-// the group is SIGKILLed mid-production: the group moves to another
-// broker, every acknowledged record is consumed at least once, each as
-// produced, a record consumed twice lies at or after the offset its
-// partition had committed before the kill, and the committed offsets read
-// after the kill are at least those read just before it.
-func TestKafkaGroupCoordinatorKill(t *testing.T) {
-	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true, kafka: kafkaTable, grace: liveGrace})
-	tlsCfg := kafkaClientTLS(t, c.certs.Root, "kafka-e2e", pki.RoleClient)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	const topic, group, n = "grouped", "e2e-group", 1200
-	base := []kgo.Opt{kgo.SeedBrokers(c.kafkaSeeds()...), kgo.DialTLSConfig(tlsCfg)}
-	prod, err := kgo.NewClient(append(base, kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	admin, err := kgo.NewClient(base...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	createTopic(t, ctx, c, kafkaClient{tls: tlsCfg}, topic, 3)
-	g := &groupRun{consumed: map[string]string{}, times: map[string]int{}, at: map[string][2]int64{}, done: make(chan struct{})}
-	committed := make(chan struct{})
+// startMembers starts two kgo members of group reading topic (committing
+// every 300 ms) and waits until both hold partitions, so that no record
+// is read twice for the group's first rebalances; committed is closed at
+// the group's first commit past offset 0. stop ends the members' polls
+// and returns once they stopped.
+func startMembers(t *testing.T, ctx context.Context, base []kgo.Opt, topic, group string) (g *groupRun, committed <-chan struct{}, stop func()) {
+	t.Helper()
+	g = &groupRun{consumed: map[string]string{}, times: map[string]int{}, at: map[string][2]int64{}, done: make(chan struct{})}
+	first := make(chan struct{})
 	var once sync.Once
-	pollCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	pollCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	assigned := make(chan int, 2)
 	for member := range 2 {
-		var first sync.Once
-		cl, err := kgo.NewClient(append(base, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		var held sync.Once
+		cl, err := kgo.NewClient(append(slices.Clone(base), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
 				if len(a[topic]) > 0 {
-					first.Do(func() { assigned <- member })
+					held.Do(func() { assigned <- member })
 				}
 			}),
 			kgo.AutoCommitInterval(300*time.Millisecond), kgo.HeartbeatInterval(300*time.Millisecond), kgo.SessionTimeout(6*time.Second),
@@ -281,7 +262,7 @@ func TestKafkaGroupCoordinatorKill(t *testing.T) {
 						if p.ErrorCode != 0 {
 							t.Logf("member %d (%s, generation %d): commit of %s/%d: %v", member, req.MemberID, req.Generation, tp.Topic, p.Partition, kerr.ErrorForCode(p.ErrorCode))
 						} else if req.Topics[i].Partitions[j].Offset > 0 {
-							once.Do(func() { close(committed) })
+							once.Do(func() { close(first) })
 						}
 					}
 				}
@@ -289,12 +270,10 @@ func TestKafkaGroupCoordinatorKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cl.Close()
+		t.Cleanup(cl.Close)
 		wg.Add(1)
 		go func() { defer wg.Done(); g.member(pollCtx, cl) }()
 	}
-	// both members hold partitions before the first record: no record is
-	// read twice for the group's first rebalances
 	for range 2 {
 		select {
 		case <-assigned:
@@ -302,56 +281,121 @@ func TestKafkaGroupCoordinatorKill(t *testing.T) {
 			t.Fatal("the members were not both assigned partitions")
 		}
 	}
-	acked := produceN(t, ctx, prod, 0, n/2)
+	return g, first, func() { cancel(); wg.Wait() }
+}
+
+// groupKill is what runGroupKill saw: the broker killed, the records
+// acknowledged, the group's committed offsets just before the kill and
+// after it (read through a client that never knew the killed broker).
+type groupKill struct {
+	killed        int
+	acked         map[string]string
+	before, after map[int32]int64
+	survivor      *kgo.Client
+}
+
+// runGroupKill runs a consumer group of two kgo members (startMembers) on
+// a topic of 3 partitions of a four-broker cluster while the broker that
+// victim picks and returns is SIGKILLed mid-production: every
+// acknowledged record is consumed at least once, each as produced, a
+// record consumed twice lies at or after the offset its partition had
+// committed before the kill, and the committed offsets read after the
+// kill are at least those read just before it.
+func runGroupKill(t *testing.T, topic, group string, victim func(c *cluster, ctx context.Context, admin *kgo.Client) int) groupKill {
+	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true, kafka: kafkaTable, grace: liveGrace})
+	tlsCfg := kafkaClientTLS(t, c.certs.Root, "kafka-e2e", pki.RoleClient)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	const n = 1200
+	base := []kgo.Opt{kgo.SeedBrokers(c.kafkaSeeds()...), kgo.DialTLSConfig(tlsCfg)}
+	prod, err := kgo.NewClient(append(slices.Clone(base), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	admin, err := kgo.NewClient(base...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	createTopic(t, ctx, c, kafkaClient{tls: tlsCfg}, topic, 3)
+	g, committed, stop := startMembers(t, ctx, base, topic, group)
+	defer stop()
+	r := groupKill{acked: produceN(t, ctx, prod, 0, n/2)}
 	select {
 	case <-committed:
 	case <-ctx.Done():
 		t.Fatal("the group committed nothing")
 	}
-	coord := findCoordinator(t, ctx, admin, group)
-	before := committedOffsets(t, ctx, admin, group, topic, 3)
-	t.Logf("killing broker %d, the coordinator of %s, committed %v", coord, group, before)
-	c.kill(int(coord))
+	r.before = committedOffsets(t, ctx, admin, group, topic, 3)
+	r.killed = victim(c, ctx, admin)
 	for k, v := range produceN(t, ctx, prod, n/2, n) {
-		acked[k] = v
+		r.acked[k] = v
 	}
 	g.mu.Lock()
-	g.want = acked
+	g.want = r.acked
 	g.check()
 	g.mu.Unlock()
 	select {
 	case <-g.done:
 	case <-ctx.Done():
 		g.mu.Lock()
-		t.Fatalf("the group consumed %d of %d acknowledged records", len(g.consumed), len(acked))
+		t.Fatalf("the group consumed %d of %d acknowledged records", len(g.consumed), len(r.acked))
 	}
 	stop()
-	wg.Wait()
-	if len(acked) < n/2 {
-		t.Fatalf("only %d of %d records acknowledged", len(acked), n)
+	if len(r.acked) < n/2 {
+		t.Fatalf("only %d of %d records acknowledged", len(r.acked), n)
 	}
-	twice := checkGroupRun(t, g, acked, before)
+	twice := checkGroupRun(t, g, r.acked, r.before)
 	var seeds []string // a client that never knew the killed broker
 	for _, b := range c.brokers {
-		if b.id != int(coord) {
+		if b.id != r.killed {
 			seeds = append(seeds, b.kafka)
 		}
 	}
-	survivor, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DialTLSConfig(tlsCfg))
+	r.survivor, err = kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DialTLSConfig(tlsCfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer survivor.Close()
-	moved := findCoordinator(t, ctx, survivor, group)
-	after := committedOffsets(t, ctx, survivor, group, topic, 3)
-	for p, o := range before {
-		if after[p] < o {
-			t.Fatalf("partition %d: committed %d before the kill, %d after", p, o, after[p])
+	t.Cleanup(r.survivor.Close)
+	r.after = committedOffsets(t, ctx, r.survivor, group, topic, 3)
+	for p, o := range r.before {
+		if r.after[p] < o {
+			t.Fatalf("partition %d: committed %d before the kill, %d after", p, o, r.after[p])
 		}
 	}
-	if moved == coord {
+	t.Logf("%d acknowledged records consumed, %d of them more than once (each after the offset committed before the kill); committed %v -> %v",
+		len(r.acked), twice, r.before, r.after)
+	return r
+}
+
+// TestKafkaGroupCoordinatorKill: runGroupKill with the broker coordinating
+// the group killed; the group moves to another broker.
+func TestKafkaGroupCoordinatorKill(t *testing.T) {
+	const group = "e2e-group"
+	var coord int32
+	r := runGroupKill(t, "grouped", group, func(c *cluster, ctx context.Context, admin *kgo.Client) int {
+		coord = findCoordinator(t, ctx, admin, group)
+		t.Logf("killing broker %d, the coordinator of %s", coord, group)
+		c.kill(int(coord))
+		return int(coord)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if moved := findCoordinator(t, ctx, r.survivor, group); moved == coord {
 		t.Fatalf("the group is still coordinated by the killed broker %d", coord)
+	} else {
+		t.Logf("coordinator %d -> %d", coord, moved)
 	}
-	t.Logf("%d acknowledged records consumed, %d of them more than once (each after the offset committed before the kill); coordinator %d -> %d; committed %v -> %v",
-		len(acked), twice, coord, moved, before, after)
+}
+
+// TestKafkaGroupLeaderKill: runGroupKill with a broker leading one of the
+// topic's partitions (and not the control plane's leader) killed: the
+// members' fetches move to the partition's next leader, and no record
+// below the committed offsets is read again.
+func TestKafkaGroupLeaderKill(t *testing.T) {
+	runGroupKill(t, "led", "e2e-leader-group", func(c *cluster, _ context.Context, _ *kgo.Client) int {
+		killed, _ := c.killPartitionLeader("led", 3)
+		return killed
+	})
 }

@@ -21,6 +21,9 @@ const (
 	// holding no unsealed segment for the decommission stage on five.
 	clientsTopic      = "demo-clients"
 	clientsPartitions = 1
+	// clientsGroup is the group of the consumer that reads the topic
+	// during the run and commits (kafkaload's Config.Group).
+	clientsGroup = "demo-clients-group"
 	// manualTopic is the topic of the kcat line --keep prints.
 	manualTopic = "hello"
 	// clientsFlush bounds the flush of the records buffered when the run
@@ -29,14 +32,15 @@ const (
 	clientsCheck = 2 * time.Minute
 )
 
-// startClients starts the --clients load on the Kafka listeners; nothing
-// without --clients.
+// startClients starts the --clients load on the Kafka listeners: the
+// producers and a group consumer; nothing with --clients 0.
 func (d *demo) startClients(ctx context.Context) error {
 	if d.o.Clients == 0 {
 		return nil
 	}
 	cfg := kafkaload.DefaultConfig()
 	cfg.Seeds, cfg.Topic, cfg.Partitions, cfg.Producers = d.env.C.KafkaSeeds(), clientsTopic, clientsPartitions, d.o.Clients
+	cfg.Group = clientsGroup
 	tlsCfg, err := d.env.C.KafkaTLS()
 	if err != nil {
 		return err
@@ -49,8 +53,8 @@ func (d *demo) startClients(ctx context.Context) error {
 		return fmt.Errorf("--clients %d: %w", d.o.Clients, err)
 	}
 	d.clients = l
-	d.logf("clients: %d Kafka producers (kgo: idempotent, acks=all, mutual TLS as role client) on topic %s through %s",
-		d.o.Clients, clientsTopic, strings.Join(cfg.Seeds, ","))
+	d.logf("clients: %d Kafka producers (kgo: idempotent, acks=all, mutual TLS as role client) and a consumer of group %s (kgo.ConsumerGroup, committing every %v) on topic %s through %s",
+		d.o.Clients, clientsGroup, cfg.CommitInterval, clientsTopic, strings.Join(cfg.Seeds, ","))
 	return nil
 }
 
@@ -66,11 +70,11 @@ func (d *demo) finishClients(ctx context.Context) {
 	cancel()
 	cctx, cancel := context.WithTimeout(ctx, clientsCheck)
 	defer cancel()
-	d.logf("clients: producers stopped; reading every partition of %s back from offset 0", clientsTopic)
+	d.logf("clients: producers stopped; reading every partition of %s back from offset 0, then group %s up to its end", clientsTopic, clientsGroup)
 	rep := d.clients.Finish(cctx)
 	d.rep.Clients = rep
-	d.logf("clients: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures",
-		rep.Acknowledged, rep.ReadBack, rep.Lost, rep.Duplicated, rep.OutOfOrder, rep.ProduceFailures)
+	d.logf("clients: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order, %d committed offsets lost; %d produce failures",
+		rep.Acknowledged, rep.ReadBack, rep.Lost, rep.Duplicated, rep.OutOfOrder, rep.CommitsLost(), rep.ProduceFailures)
 	if n := d.rep.Nemesis; n != nil {
 		n.Violations = append(n.Violations, rep.AllViolations()...)
 		n.AttributeStalls(hist)

@@ -16,14 +16,17 @@ import (
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 
-// TestClientsFlag: --clients gives the cluster Kafka listeners, as --keep
-// does (for producing by hand); neither leaves them off.
+// TestClientsFlag: clients run by default (--clients 2) and give the
+// cluster Kafka listeners, as --keep does (for producing by hand);
+// --clients 0 without --keep leaves them off.
 func TestClientsFlag(t *testing.T) {
 	for _, tc := range []struct {
 		args  []string
 		kafka bool
 	}{
-		{nil, false},
+		{nil, true},
+		{[]string{"--clients", "0"}, false},
+		{[]string{"--clients", "0", "--keep"}, true},
 		{[]string{"--clients", "2"}, true},
 		{[]string{"--keep"}, true},
 		{[]string{"--clients", "3", "--nemesis", "random"}, true},
@@ -31,6 +34,9 @@ func TestClientsFlag(t *testing.T) {
 		o, err := ParseFlags(tc.args, io.Discard)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if tc.args == nil && o.Clients != 2 {
+			t.Errorf("the default --clients is %d, want 2", o.Clients)
 		}
 		if got := o.clusterConfig("malachid").Kafka; got != tc.kafka {
 			t.Errorf("%q: Kafka listeners %v, want %v", tc.args, got, tc.kafka)
@@ -81,8 +87,10 @@ func TestClientsViolationFailsRun(t *testing.T) {
 }
 
 // TestClientsShort runs the demo on 4 real brokers with two Kafka
-// producers through a broker kill and its restart: every acknowledged
-// record is read back, nothing lost, duplicated or out of order.
+// producers and a group consumer through a broker kill and its restart:
+// every acknowledged record is read back, nothing lost, duplicated or out
+// of order; the group consumed every one, committed, and lost no
+// committed offset.
 func TestClientsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 4 real brokers")
@@ -116,6 +124,12 @@ func TestClientsShort(t *testing.T) {
 		t.Fatalf("lost %d, duplicated %d, out of order %d: %s", c.Lost, c.Duplicated, c.OutOfOrder, strings.Join(c.Violations, "; "))
 	case c.Read < c.Acknowledged:
 		t.Fatalf("%d read, fewer than the %d acknowledged", c.Read, c.Acknowledged)
+	case c.Group == nil:
+		t.Fatal("no group consumer in the clients section")
+	case c.Group.Consumed != c.Acknowledged || c.Group.Skipped != 0 || c.Group.CommitsLost != 0 || c.Group.Commits == 0:
+		t.Fatalf("group %+v: want every one of the %d acknowledged consumed, commits made, none lost", *c.Group, c.Acknowledged)
+	case c.Group.Committed[0] != c.HighWatermarks[0]:
+		t.Fatalf("group %s committed %v at the end, want the high watermark %v", c.Group.Group, c.Group.Committed, c.HighWatermarks)
 	}
 }
 

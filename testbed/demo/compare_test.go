@@ -21,7 +21,7 @@ func TestCompareFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--backfill-rate", "compare"}, "--clients"},
+		{[]string{"--backfill-rate", "compare", "--clients", "0"}, "--clients"},
 		{[]string{"--backfill-rate", "compare", "--clients", "1", "--faults", "kill,pause"}, "kill stage only"},
 		{[]string{"--backfill-rate", "compare", "--clients", "1", "--brokers", "3"}, "--brokers 4"},
 		{[]string{"--backfill-rate", "compare", "--clients", "1", "--nemesis", "random"}, "not --nemesis"},

@@ -74,7 +74,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	}
 	d.rep.TotalSeconds = time.Since(start).Seconds()
 	sortFaults(d.rep.Faults)
-	d.rep.Segments = d.env.Sealed
+	d.rep.Segments, d.rep.PartitionSegments = d.env.Sealed, d.env.PartitionSealed()
 	final, failedByPass := d.finalCheck(d.rep.heldDestroyed())
 	d.rep.AuditBytes = d.env.Aud.BytesRead
 	d.rep.Summary.CopiesVerified = d.env.Audits
@@ -115,7 +115,7 @@ func (d *demo) verificationText() []string {
 	if d.env.Confirmed() {
 		v = append(v, "broker confirmation: each copy reports confirmed (GET /v1/copies)")
 	} else {
-		v = append(v, "heal pass: the leader's latest heal report (GET /v1/status), at or after the metadata index, shows no under-replicated, failed or unsettled (unconfirmed) copy")
+		v = append(v, "heal pass: the leader's latest heal report (GET /v1/status), at or after the metadata index at which that state was first seen (Kafka offset commits aside), shows no under-replicated, failed or unsettled (unconfirmed) copy")
 	}
 	return v
 }

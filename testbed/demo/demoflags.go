@@ -59,7 +59,8 @@ type Options struct {
 	nemesisKindList string
 	// Clients is the number of Kafka producers (testbed/kafkaload) run
 	// through the brokers' Kafka listeners during the stages or the
-	// nemesis, checked at the end (0: none).
+	// nemesis, with a group consumer beside them, checked at the end (2
+	// by default; 0: no clients).
 	Clients int
 }
 
@@ -133,7 +134,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.NemesisNoDisk, "nemesis-no-disk", false, "with --nemesis: no disk faults (no loop-mounted copies disk)")
 	fs.StringVar(&o.nemesisKindList, "nemesis-kinds", "", "with --nemesis: draw only these fault kinds, comma-separated (default: every kind the cluster can take): "+strings.Join(nemesis.KindNames(harness.AllKinds()), ","))
 	fs.BoolVar(&o.NemesisNoNet, "nemesis-no-net", false, "with --nemesis: no network faults (brokers on loopback; by default, as root with ip, nft and tc, each broker runs on a host of its own: a network namespace)")
-	fs.IntVar(&o.Clients, "clients", 0, "Kafka producers (franz-go kgo: idempotent, acks=all, mutual TLS) writing through the brokers' Kafka listeners during every stage or the nemesis; at the end every partition is read back and any acknowledged record lost, duplicated or out of order fails the run (0: none)")
+	fs.IntVar(&o.Clients, "clients", 2, "Kafka producers (franz-go kgo: idempotent, acks=all, mutual TLS) writing through the brokers' Kafka listeners during every stage or the nemesis, with a consumer group's member (kgo.ConsumerGroup) reading and committing; at the end every partition is read back and any acknowledged record lost, duplicated, out of order or skipped by the group, or a committed offset lost, fails the run (0: no clients)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}

@@ -10,10 +10,12 @@
 // demo's Report. A default stage the cluster cannot heal
 // (Options.Infeasible) is dropped with its reason in the report; one asked
 // for with --faults is refused. --nemesis random replaces the stages with
-// testbed/nemesis, the demo its Env (nemesis.go); --clients N runs Kafka
-// producers (testbed/kafkaload) through every stage and checks every
-// acknowledged record at the end (clients.go); --backfill-rate compare
-// runs testbed/healrun's frontier of catch-up rates instead (compare.go).
+// testbed/nemesis, the demo its Env (nemesis.go); --clients N (2 by
+// default, 0 for none) runs Kafka producers and a committing group
+// consumer (testbed/kafkaload) through every stage and checks every
+// acknowledged record and committed offset at the end (clients.go);
+// --backfill-rate compare runs testbed/healrun's frontier of catch-up
+// rates instead (compare.go).
 //
 // The usage loop: parse the flags; start the cluster and wait for a
 // leader; load in chunks, with progress; wait for the loaded copies to be
@@ -29,8 +31,10 @@
 //     the demo.
 //  2. Destroyed on purpose is not data loss only when the lost stage
 //     held; otherwise the destroyed segments count as any loss.
-//  3. With --clients the run is HEALED only when every acknowledged record
-//     was read back at its offset, once, in order; with --nemesis only
+//  3. With clients (--clients, 2 by default) the run is HEALED only when
+//     every acknowledged record was read back at its offset, once, in
+//     order, the group consumer consumed every one and lost no committed
+//     offset (kafkaload.CheckGroup); with --nemesis only
 //     when the nemesis lost nothing, found no violation and undid every
 //     fault.
 //  4. The report's JSON keys are what malachi-demo's and e2e's tests decode

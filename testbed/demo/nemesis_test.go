@@ -105,9 +105,7 @@ func TestNemesisShort(t *testing.T) {
 			if run.kinds != "" {
 				args = append(args, "--nemesis-kinds", run.kinds)
 			}
-			if run.clients > 0 {
-				args = append(args, "--clients", fmt.Sprint(run.clients))
-			}
+			args = append(args, "--clients", fmt.Sprint(run.clients)) // 0 too: the default is 2
 			t.Logf("nemesis seed %d for %s (replay: malachi-demo %s)", run.seed, run.duration, strings.Join(args, " "))
 			dir := t.TempDir()
 			rep, code := runJSON(t, append(args, "--malachid", bin, "--json", "--dir", dir))

@@ -23,10 +23,13 @@ import (
 // --json, as this JSON document. Durations are seconds; a duration that
 // was never reached (a stage that did not heal) is null.
 type Report struct {
-	OK                bool  `json:"ok"`
-	Brokers           int   `json:"brokers"`
-	ReplicationFactor int   `json:"replication_factor"`
-	Segments          int   `json:"segments"`
+	OK                bool `json:"ok"`
+	Brokers           int  `json:"brokers"`
+	ReplicationFactor int  `json:"replication_factor"`
+	Segments          int  `json:"segments"`
+	// PartitionSegments is how many of Segments are the clients' Kafka
+	// partition segments (sealed when a partition rolled).
+	PartitionSegments int   `json:"partition_segments,omitempty"`
 	SegmentBytes      int64 `json:"segment_bytes"`
 	// Config is what the demo set in the brokers' configs (and its poll).
 	Config map[string]string `json:"config,omitempty"`

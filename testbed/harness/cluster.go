@@ -92,6 +92,9 @@ type Cluster struct {
 	// rpc is the harness's one client of every broker, as "operator".
 	rpc     *rpc.Client
 	brokers []*Broker
+	// mark is when Poll first saw the heal state as it is (health.go);
+	// shared with the views of Without.
+	mark *stateMark
 
 	mu sync.Mutex
 	// loop is the loop-mounted copies disk of loopBroker, nil when none is
@@ -130,7 +133,7 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Brokers < 1 {
 		return nil, fmt.Errorf("harness: Brokers = %d: want at least 1", cfg.Brokers)
 	}
-	c := &Cluster{cfg: cfg}
+	c := &Cluster{cfg: cfg, mark: &stateMark{}}
 	addrs, err := c.layout()
 	if err != nil {
 		return nil, err
@@ -260,7 +263,7 @@ func (c *Cluster) Live() map[meta.BrokerID]bool {
 // Without returns a view of the cluster without broker id (same
 // processes, same client) for polling the brokers that stay.
 func (c *Cluster) Without(id meta.BrokerID) *Cluster {
-	o := &Cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc, net: c.net}
+	o := &Cluster{cfg: c.cfg, certs: c.certs, rpc: c.rpc, net: c.net, mark: c.mark}
 	for _, b := range c.brokers {
 		if b.ID != id {
 			o.brokers = append(o.brokers, b)

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -32,6 +33,41 @@ type View struct {
 	// MetadataOnly: the copies were not asked for (Copies is empty), so
 	// only the replica sets can be judged.
 	MetadataOnly bool
+	// StateSince is the earliest metadata index at which a Poll of the
+	// cluster saw its heal state (Snap without Index and the consumer
+	// groups' committed offsets) as it is in Snap: a heal pass at or after
+	// it judged this state, however far Kafka offset commits, which heal
+	// does not read, advanced the index since.
+	StateSince uint64
+}
+
+// stateMark remembers the heal state Poll saw last and the earliest index
+// it saw it at.
+type stateMark struct {
+	mu    sync.Mutex
+	sum   [sha256.Size]byte // of the state; protected by mu
+	index uint64            // protected by mu
+}
+
+// since notes snap and returns the earliest index at which the state in
+// snap was seen (snap.Index without a mark).
+func (m *stateMark) since(snap meta.Snapshot) uint64 {
+	if m == nil {
+		return snap.Index
+	}
+	st := snap
+	st.Index, st.Groups = 0, nil
+	b, err := json.Marshal(st)
+	if err != nil {
+		return snap.Index
+	}
+	sum := sha256.Sum256(b)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sum != m.sum || snap.Index < m.index {
+		m.sum, m.index = sum, snap.Index
+	}
+	return m.index
 }
 
 // Poll builds a View. Metadata comes from the leader when it answers, else
@@ -95,6 +131,7 @@ func Poll(ctx context.Context, c *Cluster, metadataOnly bool) (*View, error) {
 			continue
 		}
 		v.Snap = snap
+		v.StateSince = c.mark.since(snap)
 		lastErr = nil
 		break
 	}
@@ -313,8 +350,9 @@ func healthWhy(v *View, w HealWait, live map[meta.BrokerID]bool, check CopyCheck
 	return ""
 }
 
-// PassClean says the leader's latest heal report, at or after the view's
-// metadata index, found nothing left to do. Without a report (no plugin
+// PassClean says the leader's latest heal report, at or after the index
+// at which the view's heal state was first seen (StateSince), found
+// nothing left to do. Without a report (no plugin
 // status yet) it is false: verification is not assumed.
 func (v *View) PassClean() (bool, string) {
 	r, _, _, ok := admin.LastPass(v.Status)
@@ -322,8 +360,8 @@ func (v *View) PassClean() (bool, string) {
 		return false, "no heal report in the leader's /v1/status"
 	}
 	switch {
-	case r.Index < v.Snap.Index:
-		return false, fmt.Sprintf("latest heal pass at index %d, metadata at %d", r.Index, v.Snap.Index)
+	case r.Index < v.StateSince:
+		return false, fmt.Sprintf("latest heal pass at index %d, the cluster's state as of %d (metadata at %d)", r.Index, v.StateSince, v.Snap.Index)
 	case r.UnderReplicated > 0:
 		return false, fmt.Sprintf("heal pass: %d under-replicated", r.UnderReplicated)
 	case len(r.Failed) > 0:

@@ -74,16 +74,24 @@ func (c Config) ends(ctx context.Context) (map[int32]int64, error) {
 		return nil, fmt.Errorf("kafkaload: high watermarks of %s: %w", c.Topic, err)
 	}
 	defer cl.Close()
+	ends, err := untilAnswered(ctx, func() (map[int32]int64, error) { return c.listEnds(ctx, cl) })
+	if err != nil {
+		return nil, fmt.Errorf("kafkaload: high watermarks of %s: %w", c.Topic, err)
+	}
+	return ends, nil
+}
+
+// untilAnswered calls try until it answers without an error, backing off
+// between tries, or ctx ends (an error naming the last try's).
+func untilAnswered[T any](ctx context.Context, try func() (T, error)) (T, error) {
 	b := retry.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
-	var last error
 	for {
-		ends, err := c.listEnds(ctx, cl)
+		out, err := try()
 		if err == nil {
-			return ends, nil
+			return out, nil
 		}
-		last = err
 		if werr := b.Wait(ctx); werr != nil {
-			return nil, fmt.Errorf("kafkaload: high watermarks of %s: %w (last: %v)", c.Topic, werr, last)
+			return out, fmt.Errorf("%w (last: %v)", werr, err)
 		}
 	}
 }

@@ -3,14 +3,17 @@
 // franz-go's kgo at its defaults (idempotent, acks=all, retried until
 // acknowledged) over mutual TLS, a consumer that reads every partition
 // back from offset 0 to its high watermark (kgo.ConsumePartitions), and
-// Check, pure over the two histories. The demo's --clients and the e2e
+// Check, pure over the two histories; with Config.Group, a group consumer
+// (kgo.ConsumerGroup) reading during the run and committing, judged by
+// CheckGroup. The demo's --clients and the e2e
 // Kafka tests (kgo and kcat) use it.
 //
 // Usage:
 //
 //	cfg := kafkaload.DefaultConfig()
 //	cfg.Seeds, cfg.TLS = c.KafkaSeeds(), tlsCfg // harness.Cluster.KafkaTLS: role client
-//	l, err := kafkaload.Start(ctx, cfg)         // creates the topic, starts the producers
+//	cfg.Group = "readers"                       // optional: a group consumer too
+//	l, err := kafkaload.Start(ctx, cfg)         // creates the topic, starts the producers (and the group)
 //	...                                         // break the cluster, heal it
 //	rep := l.Finish(ctx)                        // Stop, Consume, Check
 //	if !rep.OK() { ... rep.Violations ... }
@@ -44,9 +47,19 @@
 //  4. Stop produces nothing after it is called; records still buffered
 //     are flushed until its ctx ends, then failed (kgo's Close), and it
 //     returns once every promise was called: the history is final.
+//  5. The group consumer commits synchronously from its poll loop, so its
+//     GroupHistory's events (records polled, commits acknowledged) are in
+//     the order it saw them. CheckGroup is pure: skipped is an acknowledged
+//     record the group never consumed at its offset as acknowledged; a
+//     committed offset lost is an acknowledged commit below an earlier one
+//     of its partition, the group resuming below an acknowledged commit,
+//     the committed offset fetched at the end below the last acknowledged,
+//     or one past the partition's high watermark. A record consumed again
+//     at or after the committed offset is at-least-once, counted, allowed.
 //
-// Concurrency: Start runs one goroutine per producer and kgo's own; the
-// history is guarded by Load.mu. Stop and Finish are for one caller.
+// Concurrency: Start runs one goroutine per producer, one for the group
+// consumer, and kgo's own; the history is guarded by Load.mu, the group's
+// by its own. Stop and Finish are for one caller.
 // Nothing here sleeps to wait for a state: retries (topic creation, high
 // watermarks) back off on internal/retry until ctx ends.
 package kafkaload

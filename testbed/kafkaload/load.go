@@ -40,6 +40,12 @@ type Config struct {
 	ValueBytes int
 	Interval   time.Duration
 	InFlight   int
+	// Group, when set, is the group of a consumer (kgo.ConsumerGroup)
+	// reading the topic during the run and committing what it polled
+	// every CommitInterval; Finish has it catch up to the high watermarks
+	// and checks it (CheckGroup). "": no group consumer.
+	Group          string
+	CommitInterval time.Duration
 	// Logger receives the load's few notices.
 	Logger zerolog.Logger
 }
@@ -49,7 +55,7 @@ type Config struct {
 // TLS.
 func DefaultConfig() Config {
 	return Config{Topic: "kafkaload", Partitions: 1, Producers: 2, ValueBytes: 256, Interval: 20 * time.Millisecond,
-		InFlight: 500, Logger: zerolog.Nop()}
+		InFlight: 500, CommitInterval: 500 * time.Millisecond, Logger: zerolog.Nop()}
 }
 
 // Validate names the first field with a value the load cannot run with.
@@ -69,6 +75,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Interval = %v: want more than zero", ErrConfig, c.Interval)
 	case c.InFlight < 1:
 		return fmt.Errorf("%w: InFlight = %d: want at least 1", ErrConfig, c.InFlight)
+	case c.Group != "" && c.CommitInterval <= 0:
+		return fmt.Errorf("%w: CommitInterval = %v with Group %q: want more than zero", ErrConfig, c.CommitInterval, c.Group)
 	}
 	return nil
 }
@@ -114,6 +122,7 @@ type Load struct {
 	stop, abandon context.CancelFunc
 	loops         sync.WaitGroup // the producers' loops
 	promises      sync.WaitGroup // one per record produced and not answered
+	group         *group         // the group consumer, nil without Config.Group
 
 	mu      sync.Mutex
 	hist    History   // protected by mu
@@ -134,10 +143,21 @@ func Start(ctx context.Context, cfg Config) (*Load, error) {
 	loopCtx, stop := context.WithCancel(context.Background())
 	recCtx, abandon := context.WithCancel(context.Background())
 	l.stop, l.abandon = stop, abandon
+	if cfg.Group != "" {
+		g, err := startGroup(cfg)
+		if err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		l.group = g
+	}
 	for i := range cfg.Producers {
 		cl, err := kgo.NewClient(cfg.opts(kgo.DefaultProduceTopic(cfg.Topic))...)
 		if err != nil {
 			l.Stop(ctx)
+			if l.group != nil {
+				l.group.close()
+			}
 			return nil, fmt.Errorf("kafkaload: producer %d: %w", i, err)
 		}
 		l.clients = append(l.clients, cl)
@@ -147,7 +167,7 @@ func Start(ctx context.Context, cfg Config) (*Load, error) {
 			l.produce(loopCtx, recCtx, i, cl)
 		}()
 	}
-	cfg.Logger.Info().Int("producers", cfg.Producers).Str("topic", cfg.Topic).Strs("seeds", cfg.Seeds).Msg("kafka load started")
+	cfg.Logger.Info().Int("producers", cfg.Producers).Str("topic", cfg.Topic).Str("group", cfg.Group).Strs("seeds", cfg.Seeds).Msg("kafka load started")
 	return l, nil
 }
 

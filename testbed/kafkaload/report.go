@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -35,18 +36,30 @@ type Report struct {
 	// HighWatermarks are the partitions' ends the check read up to.
 	HighWatermarks map[int32]int64 `json:"high_watermarks,omitempty"`
 	Result
+	// Group is the group consumer's check (Config.Group), nil without one.
+	Group *GroupResult `json:"group,omitempty"`
 	// Error says why the check could not read everything back (every
 	// acknowledged record not read is then counted lost).
 	Error string `json:"error,omitempty"`
 }
 
 // OK says the check ran and found no violation.
-func (r *Report) OK() bool { return r.Error == "" && r.Result.OK() }
+func (r *Report) OK() bool { return r.Error == "" && r.Result.OK() && (r.Group == nil || r.Group.OK()) }
+
+// CommitsLost is the group's committed offsets lost, 0 without a group.
+func (r *Report) CommitsLost() int {
+	if r.Group == nil {
+		return 0
+	}
+	return r.Group.CommitsLost
+}
 
 // Finish stops l (flushing its buffered records until ctx ends), reads
 // every partition of its topic back with Consume, and checks one against
-// the other. A consume cut short by ctx is reported in Error, and the
-// records it read are still checked.
+// the other; with a group consumer, has it consume up to the high
+// watermarks Consume read to and checks it (CheckGroup). A consume cut
+// short by ctx is reported in Error, and the records it read are still
+// checked.
 func (l *Load) Finish(ctx context.Context) *Report {
 	h := l.Stop(ctx)
 	read, ends, err := l.cfg.Consume(ctx)
@@ -58,8 +71,16 @@ func (l *Load) Finish(ctx context.Context) *Report {
 	if err != nil {
 		rep.Error = err.Error()
 	}
+	if l.group != nil {
+		gh, gerr := l.group.finish(ctx, ends)
+		g := CheckGroup(h.Acked, gh, ends)
+		if gerr != nil {
+			g.Error = gerr.Error()
+		}
+		rep.Group = &g
+	}
 	l.cfg.Logger.Info().Int("acked", rep.Acknowledged).Int("read_back", rep.ReadBack).Int("lost", rep.Lost).
-		Int("duplicated", rep.Duplicated).Int("out_of_order", rep.OutOfOrder).Msg("kafka load checked")
+		Int("duplicated", rep.Duplicated).Int("out_of_order", rep.OutOfOrder).Int("committed_offsets_lost", rep.CommitsLost()).Msg("kafka load checked")
 	return rep
 }
 
@@ -70,22 +91,47 @@ func (r *Report) WriteText(w io.Writer) {
 	if !r.OK() {
 		verdict = "VIOLATION"
 	}
-	fmt.Fprintf(w, "clients            %s: %d producers on topic %s: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order; %d produce failures (not acknowledged, allowed)\n",
-		verdict, r.Producers, r.Topic, r.Acknowledged, r.ReadBack, r.Lost, r.Duplicated, r.OutOfOrder, r.ProduceFailures)
+	fmt.Fprintf(w, "clients            %s: %d producers on topic %s: %d acknowledged, %d read back, %d lost, %d duplicated, %d out of order, %d committed offsets lost; %d produce failures (not acknowledged, allowed)\n",
+		verdict, r.Producers, r.Topic, r.Acknowledged, r.ReadBack, r.Lost, r.Duplicated, r.OutOfOrder, r.CommitsLost(), r.ProduceFailures)
+	if g := r.Group; g != nil {
+		fmt.Fprintf(w, "                   group %s (kgo.ConsumerGroup, committing): %d of the acknowledged consumed, %d skipped, %d consumed again (at-least-once), %d commits, committed at the end: %s\n",
+			g.Group, g.Consumed, g.Skipped, g.ConsumedTwice, g.Commits, offsets(g.Committed))
+	}
 	fmt.Fprintf(w, "                   acknowledged in p50 %.1f ms, p99 %.1f ms, max %.1f ms; longest time without an acknowledgement %.3fs, from %s\n",
 		r.AckP50Ms, r.AckP99Ms, r.AckMaxMs, r.LongestStallSeconds, r.LongestStallFrom.UTC().Format("15:04:05.000"))
 	if r.FirstFailure != "" {
 		fmt.Fprintf(w, "                   first produce failure: %s\n", r.FirstFailure)
 	}
-	for _, v := range r.Violations {
-		fmt.Fprintf(w, "                   VIOLATION %s\n", v)
+	writeViolations(w, "", r.Violations, r.More, r.Error)
+	if g := r.Group; g != nil {
+		writeViolations(w, "group ", g.Violations, g.More, g.Error)
 	}
-	if r.More > 0 {
-		fmt.Fprintf(w, "                   and %d more violations\n", r.More)
+}
+
+// writeViolations prints violations (what names whose), how many more
+// there were, and why a check was incomplete, indented.
+func writeViolations(w io.Writer, what string, vs []string, more int, incomplete string) {
+	for _, v := range vs {
+		fmt.Fprintf(w, "                   VIOLATION %s%s\n", what, v)
 	}
-	if r.Error != "" {
-		fmt.Fprintf(w, "                   check incomplete: %s\n", r.Error)
+	if more > 0 {
+		fmt.Fprintf(w, "                   and %d more %sviolations\n", more, what)
 	}
+	if incomplete != "" {
+		fmt.Fprintf(w, "                   %scheck incomplete: %s\n", what, incomplete)
+	}
+}
+
+// offsets prints partition offsets as "p0 12, p1 40", "none" for none.
+func offsets(m map[int32]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("p%d %d", p, m[p]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // QuantileMs is the q quantile (nearest rank) of ds in milliseconds, 0
@@ -112,6 +158,17 @@ func (r *Report) AllViolations() []string {
 	}
 	if r.More > 0 {
 		out = append(out, fmt.Sprintf("clients: and %d more", r.More))
+	}
+	if g := r.Group; g != nil {
+		if g.Error != "" {
+			out = append(out, "clients: group check incomplete: "+g.Error)
+		}
+		for _, v := range g.Violations {
+			out = append(out, "clients: group "+v)
+		}
+		if g.More > 0 {
+			out = append(out, fmt.Sprintf("clients: group: and %d more", g.More))
+		}
 	}
 	return out
 }

@@ -36,7 +36,8 @@
 //     replicas, all on running brokers; each lists its copy sealed, not
 //     latched and exactly byte_size plus the footer; Env's own audit of the
 //     file passes (CheckCopy); and the broker confirmed the copy, or the
-//     leader's latest pass at or after the metadata index reports nothing
+//     leader's latest pass at or after the metadata index at which that
+//     state was first seen (Kafka offset commits aside) reports nothing
 //     under-replicated, failed or unsettled.
 //  2. seconds_to_heal of a kill runs from the moment the broker counts as
 //     dead (kill + grace, or the start of an earlier pass that listed it

@@ -87,6 +87,9 @@ type Env struct {
 
 func (e *Env) logf(format string, args ...any) { e.Out.Logf(format, args...) }
 
+// PartitionSealed is how many of Sealed are Kafka partition segments.
+func (e *Env) PartitionSealed() int { return e.partitionSealed }
+
 func (e *Env) progress(label string, total int) Progress { return e.Out.Progress(label, total) }
 
 // Last is the last full view and its evaluation; nil before the first.

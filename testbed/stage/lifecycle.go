@@ -22,9 +22,7 @@ import (
 // the later stages keep every broker).
 func (e *Env) stageDecommission(ctx context.Context, fr *Report) error {
 	// A decommission never moves an unsealed segment: b holds none.
-	b := e.follower(func(b *harness.Broker) bool {
-		return e.holdsSealed(b) && !slices.ContainsFunc(e.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
-	})
+	b := e.follower(func(b *harness.Broker) bool { return e.holdsSealed(b) && !e.holdsUnsealed(b) })
 	if b == nil {
 		fr.notInjected("no running follower holds sealed replicas and no unsealed one (a decommission never moves an unsealed segment: it waits, blocked active)")
 		return nil

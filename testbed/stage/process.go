@@ -46,6 +46,13 @@ func (e *Env) follower(ok func(*harness.Broker) bool) *harness.Broker {
 // holdsSealed: b holds sealed replicas.
 func (e *Env) holdsSealed(b *harness.Broker) bool { return len(e.sealedOn(b.ID)) > 0 }
 
+// holdsUnsealed: b holds a replica of an unsealed segment (a Kafka
+// partition's active one), which a decommission never moves: it waits,
+// blocked active, until the partition rolls.
+func (e *Env) holdsUnsealed(b *harness.Broker) bool {
+	return slices.ContainsFunc(e.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
+}
+
 // timeFromDeath sets fr's grace fields and, once healed (fr.healedAt),
 // its seconds to heal from when the broker faulted at faultAt counts as
 // dead: faultAt + grace, or, for a kill (passStart), the start of an

@@ -28,14 +28,16 @@ func (e *Env) stageRebalance(ctx context.Context, fr *Report) error {
 	}()
 	cl := e.C.LeaderClient(ctx)
 	leader, _ := e.C.AgreedLeader(ctx, false)
+	// The drain must reach zero replicas: a broker holding a partition's
+	// active segment would keep it until the partition rolls.
 	var b *harness.Broker
 	for _, x := range e.C.Running() {
-		if x.ID != leader {
+		if x.ID != leader && !e.holdsUnsealed(x) {
 			b = x
 		}
 	}
 	if b == nil {
-		fr.notInjected("no running follower to empty")
+		fr.notInjected("no running follower to empty that holds no unsealed segment (a decommission never moves one)")
 		return nil
 	}
 	fr.Broker = b.ID
