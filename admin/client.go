@@ -9,10 +9,10 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // Errors of the admin client. Match with errors.Is.
@@ -47,7 +47,7 @@ var Codes = rpc.Codes{
 }
 
 // Client talks to one broker's admin API (the routes package broker's doc.go lists), or to a
-// plugin's rpc_listen for GetRaw, through the one RPC layer (internal/rpc).
+// plugin's rpc_listen for GetRaw, through the one RPC layer (rpc).
 type Client struct {
 	addr string // host:port
 	rpc  *rpc.Client

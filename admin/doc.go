@@ -1,6 +1,6 @@
 // Package admin is the typed client of a broker's admin API
 // (the routes package broker's doc.go lists) and of a plugin's rpc_listen (/metrics),
-// over the one RPC layer (internal/rpc). The operator CLI, the process
+// over the one RPC layer (rpc). The operator CLI, the process
 // harness (testbed/harness), the demo and the e2e tests all call brokers
 // through it.
 //

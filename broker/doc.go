@@ -50,7 +50,7 @@
 // Every listener speaks mutual TLS 1.3 with the broker's certificate
 // (certs_dir: ca.crt, broker.crt naming this id, broker.key): raft
 // (cluster), the admin API, the plugin's RPC. Admin routes check the
-// caller's role (internal/rpc): viewer for reads, operator for writes and
+// caller's role (rpc): viewer for reads, operator for writes and
 // faults, brokers only for /v1/internal/*; role client (a Kafka
 // application) has no admin route. On kafka_listen, operator and client
 // produce and consume, viewer consumes (kafka.RoleAccess). insecure = true runs them all in

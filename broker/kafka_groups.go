@@ -7,9 +7,9 @@ import (
 	"hash/fnv"
 	"net/http"
 
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // The consumer groups' side of kafkaCluster (kafka.Groups): which broker

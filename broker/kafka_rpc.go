@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // The internal copy routes of the Kafka log, between brokers (rpc.Brokers):

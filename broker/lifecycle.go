@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/admin"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // The operator's lifecycle writes: decommission and maintenance

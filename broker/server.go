@@ -15,11 +15,11 @@ import (
 
 	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/internal/retry"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/rpc"
 	"github.com/malachi-log/malachi/store"
 )
 

@@ -15,10 +15,10 @@ import (
 	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/testbed/harness"
 
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // binary is the malachid built once by TestMain, cli the malachi CLI.

@@ -20,10 +20,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/malachi-log/malachi/admin"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/rpc"
 	"github.com/malachi-log/malachi/testbed/kafkaload"
 )
 

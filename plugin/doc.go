@@ -35,7 +35,7 @@
 //	GET  /metrics, GET /status
 //
 // The listener speaks mutual TLS 1.3 with the broker's certificates
-// (Deps.Certs, package internal/rpc): /rpc/* answers brokers only,
+// (Deps.Certs, package rpc): /rpc/* answers brokers only,
 // /metrics and /status viewers and operators; any other caller gets 401 or
 // 403 naming what was missing, and nothing runs. A failed RPC answers
 // {"code","message"}; the client turns the code back into the sentinel

@@ -18,10 +18,10 @@ import (
 
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/ratelog"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
 	"github.com/malachi-log/malachi/psi"
+	"github.com/malachi-log/malachi/rpc"
 	"github.com/malachi-log/malachi/store"
 )
 

@@ -7,8 +7,8 @@ import (
 	"net/http"
 
 	"github.com/malachi-log/malachi/heal"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
+	"github.com/malachi-log/malachi/rpc"
 	"github.com/malachi-log/malachi/store"
 )
 

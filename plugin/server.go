@@ -15,9 +15,9 @@ import (
 	"github.com/malachi-log/malachi/catchup"
 	"github.com/malachi-log/malachi/heal"
 	"github.com/malachi-log/malachi/internal/retry"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/probe"
+	"github.com/malachi-log/malachi/rpc"
 	"github.com/malachi-log/malachi/store"
 )
 

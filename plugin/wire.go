@@ -4,7 +4,7 @@ import "github.com/malachi-log/malachi/meta"
 
 // RPC paths on the control listener. Every one is a POST of a JSON body
 // from a broker authenticated by mutual TLS, answered with JSON or an
-// error {"code","message"} (package internal/rpc).
+// error {"code","message"} (package rpc).
 const (
 	pathProbe    = "/rpc/v1/probe"
 	pathBackfill = "/rpc/v1/backfill"

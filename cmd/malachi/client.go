@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/admin"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // connFlags are the flags of every command that talks to a broker: who

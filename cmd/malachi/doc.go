@@ -8,7 +8,7 @@
 //	malachi maintenance ID --for 30m | --end --admin host:port
 //	malachi cert   create-ca | create-broker | create-client | list
 //
-// status, plan, load, release, decommission and maintenance call the admin API through internal/rpc
+// status, plan, load, release, decommission and maintenance call the admin API through rpc
 // over mutual TLS with a client certificate (--certs-dir, --user), or in
 // plaintext with --insecure; a refusal says what was missing (no client
 // certificate, the role the route needs).

@@ -13,9 +13,9 @@ import (
 
 	"github.com/malachi-log/malachi/admin"
 	"github.com/malachi-log/malachi/internal/bytesize"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/plugin"
+	"github.com/malachi-log/malachi/rpc"
 )
 
 // `malachi status`: what every broker answers, and the leader's heal

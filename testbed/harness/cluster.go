@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/admin"
-	"github.com/malachi-log/malachi/internal/rpc"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/pki"
+	"github.com/malachi-log/malachi/rpc"
 	"github.com/malachi-log/malachi/testbed/loopdisk"
 	"github.com/malachi-log/malachi/testbed/netns"
 )
