@@ -76,13 +76,37 @@ func (k kcat) cmdG(ctx context.Context, group, topic string) *exec.Cmd {
 // record consumed twice lies at or after the offset committed before the
 // kill, and the committed offsets after the kill are at least those before.
 func TestKafkaKcatGroupCoordinatorKill(t *testing.T) {
+	const group = "kcat-group"
+	runKcatGroupKill(t, "kcatgrouped", group, func(c *cluster, ctx context.Context, admin *kgo.Client) int {
+		coord := findCoordinator(t, ctx, admin, group)
+		t.Logf("killing broker %d, the coordinator of %s", coord, group)
+		c.kill(int(coord))
+		return int(coord)
+	})
+}
+
+// TestKafkaKcatGroupLeaderKill: the same two kcat -G members through the
+// SIGKILL of a broker leading one of the topic's partitions: their
+// fetches move to the partition's next leader, with the same checks.
+func TestKafkaKcatGroupLeaderKill(t *testing.T) {
+	runKcatGroupKill(t, "kcatled", "kcat-leader-group", func(c *cluster, _ context.Context, _ *kgo.Client) int {
+		killed, _ := c.killPartitionLeader("kcatled", 3)
+		t.Logf("killed broker %d, a leader of kcatled", killed)
+		return killed
+	})
+}
+
+// runKcatGroupKill runs two kcat -G members of group on topic (3
+// partitions, 1,200 records) while victim kills a broker mid-production,
+// and checks what they consumed and committed.
+func runKcatGroupKill(t *testing.T, topic, group string, victim func(c *cluster, ctx context.Context, admin *kgo.Client) int) {
 	bin := kcatBinary(t)
 	c := startCluster(t, clusterOpts{n: 4, rf: 3, heal: true, kafka: kafkaTable, grace: liveGrace})
 	client := kafkaClientCerts(t, c.certs.Root, "kcat", pki.RoleClient)
 	k := kcat{bin: bin, brokers: strings.Join(c.kafkaSeeds(), ","), client: client}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const topic, group, n = "kcatgrouped", "kcat-group", 1200
+	const n = 1200
 	createTopic(t, ctx, c, client, topic, 3)
 	base := []kgo.Opt{kgo.SeedBrokers(c.kafkaSeeds()...), kgo.DialTLSConfig(client.tls)}
 	prod, err := kgo.NewClient(append(base, kgo.DefaultProduceTopic(topic))...)
@@ -111,10 +135,9 @@ func TestKafkaKcatGroupCoordinatorKill(t *testing.T) {
 		}
 		return false
 	})
-	coord := findCoordinator(t, ctx, admin, group)
 	before := committedOffsets(t, ctx, admin, group, topic, 3)
-	t.Logf("killing broker %d, the coordinator of %s, committed %v", coord, group, before)
-	c.kill(int(coord))
+	killed := victim(c, ctx, admin)
+	t.Logf("broker %d killed; %s had committed %v", killed, group, before)
 	for key, v := range produceN(t, ctx, prod, n/2, n) {
 		acked[key] = v
 	}
@@ -132,7 +155,7 @@ func TestKafkaKcatGroupCoordinatorKill(t *testing.T) {
 	checkGroupRun(t, g, acked, before)
 	var seeds []string
 	for _, b := range c.brokers {
-		if b.id != int(coord) {
+		if b.id != killed {
 			seeds = append(seeds, b.kafka)
 		}
 	}
