@@ -291,16 +291,7 @@ func TestPartLogSealsAtCommonEndOnReplicaFailure(t *testing.T) {
 
 	// The keeper's part, by hand: the next segment on live brokers once
 	// the control plane's leader no longer counts the stopped one.
-	turn := keepTurn{down: map[meta.SegmentID]int{}}
-	c.waitFor(30*time.Second, "the partition's next segment", func() bool {
-		leader := c.currentLeader()
-		if leader == nil {
-			return false
-		}
-		turn.wasMissing, turn.missing = turn.missing, map[meta.SegmentID]bool{}
-		newKafkaCluster(leader).keepPartition(context.Background(), leader.node.View(), "t", 0, &turn)
-		return len(leader.node.View().Chain("t", 0)) == 2
-	})
+	c.keepUntilSegments(2)
 	next := c.leader().node.View().Chain("t", 0)[1]
 	if next.StartOffset != 5 || slices.Contains(next.Replicas, victim) {
 		t.Fatalf("next segment %s starts at frame %d on %v; want frame 5, without broker %d", next.ID, next.StartOffset, next.Replicas, victim)
@@ -547,16 +538,7 @@ func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
 	if sealed.Length != 3 {
 		t.Fatalf("%s sealed at %d frames, want the 3 acknowledged", act.ID, sealed.Length)
 	}
-	turn := keepTurn{down: map[meta.SegmentID]int{}}
-	c.waitFor(30*time.Second, "the partition's next segment", func() bool {
-		leader := c.currentLeader()
-		if leader == nil {
-			return false
-		}
-		turn.wasMissing, turn.missing = turn.missing, map[meta.SegmentID]bool{}
-		newKafkaCluster(leader).keepPartition(context.Background(), leader.node.View(), "t", 0, &turn)
-		return len(leader.node.View().Chain("t", 0)) == 2
-	})
+	c.keepUntilSegments(2)
 	l2, _ := c.partitionLog(t)
 	a.add(t, l2, "after the lost copy")
 	if got := a.bases[len(a.bases)-1]; got != 3 {
@@ -566,4 +548,20 @@ func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
 	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
 		t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
 	}
+}
+
+// keepUntilSegments runs the keeper's turns for t/0 by hand on the
+// control plane's leader until the partition's chain holds n segments.
+func (c *testCluster) keepUntilSegments(n int) {
+	c.t.Helper()
+	turn := keepTurn{down: map[meta.SegmentID]int{}}
+	c.waitFor(30*time.Second, fmt.Sprintf("the partition's segment %d", n), func() bool {
+		leader := c.currentLeader()
+		if leader == nil {
+			return false
+		}
+		turn.wasMissing, turn.missing = turn.missing, map[meta.SegmentID]bool{}
+		newKafkaCluster(leader).keepPartition(context.Background(), leader.node.View(), "t", 0, &turn)
+		return len(leader.node.View().Chain("t", 0)) == n
+	})
 }
