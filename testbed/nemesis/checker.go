@@ -264,8 +264,11 @@ func within(p PassObs, f Injected, slack time.Duration) bool {
 
 // checkDeadReported: every broker the nemesis kept down is listed dead
 // on every pass that started more than grace + two ticks (and the settle
-// slack) after it went down and was published before it came back. A pass of a leader
-// that was itself down is not judged.
+// slack) after it went down and was published before it came back. A pass
+// of a leader that was itself down is not judged. A mass-failure hold
+// that lifts on its own restarts the grace of the brokers still missing
+// (heal.Report.GraceRestarted): that pass and the leader's next are judged
+// from the pass that restarted it, as heal counts.
 func checkDeadReported(o Observations) []Violation {
 	var out []Violation
 	slack := o.slack()
@@ -281,12 +284,28 @@ func checkDeadReported(o Observations) []Violation {
 				if b == p.Leader || slices.Contains(p.Report.Dead, b) {
 					continue
 				}
+				if r, ok := graceRestarted(o, p, b); ok && p.Started.Before(r.Add(slack)) {
+					continue
+				}
 				out = append(out, Violation{"reported", fmt.Sprintf("pass %d of leader %d (started %s) does not list broker %d dead, down by %s since %s",
 					p.Number, p.Leader, p.Started.Format(time.RFC3339Nano), b, f.Kind, f.Start.Format(time.RFC3339Nano))})
 			}
 		}
 	}
 	return out
+}
+
+// graceRestarted is when the latest pass of p's leader up to p that
+// restarted b's grace delay began.
+func graceRestarted(o Observations, p PassObs, b meta.BrokerID) (time.Time, bool) {
+	var at time.Time
+	found := false
+	for _, q := range o.Passes {
+		if q.Leader == p.Leader && q.Number <= p.Number && slices.Contains(q.Report.GraceRestarted, b) && !q.Started.Before(at) {
+			at, found = q.Started, true
+		}
+	}
+	return at, found
 }
 
 // losses counts the faults that hit a replica of seg: a fault on a broker

@@ -54,6 +54,17 @@ func TestCheckerClean(t *testing.T) {
 	if v := Check(o); len(v) != 0 {
 		t.Fatalf("a segment born short: %v", v)
 	}
+	// A hold that lifted on its own restarted broker 4's grace: the
+	// leader's next pass still counts it suspect (seed 777, 2026-12-07:
+	// the checker judged from the kill and reported 14 violations).
+	o = cleanObs()
+	restarted := o.Passes[0].Started.Add(-time.Second)
+	o.Passes = append([]PassObs{{Leader: 1, Number: 9, Started: restarted, Ended: restarted.Add(100 * time.Millisecond),
+		Report: heal.Report{Suspect: []meta.BrokerID{4}, GraceRestarted: []meta.BrokerID{4}}}}, o.Passes...)
+	o.Passes[1].Report.Dead, o.Passes[1].Report.Suspect = nil, []meta.BrokerID{4}
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a pass within the restarted grace: %v", v)
+	}
 	// The leader isolated: its last pass published within the step-down
 	// bound, the majority's new leader publishing after it.
 	o = cleanObs()
