@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,6 +149,13 @@ func findCoordinator(t *testing.T, ctx context.Context, cl *kgo.Client, group st
 	return resp.NodeID
 }
 
+// coordinatorMoving says err is kgo's "the coordinator it was named is not
+// in its broker list", or the protocol's coordinator errors.
+func coordinatorMoving(err error) bool {
+	return strings.Contains(err.Error(), "did not reply with that broker in the broker list") ||
+		errors.Is(err, kerr.NotCoordinator) || errors.Is(err, kerr.CoordinatorNotAvailable)
+}
+
 // committedOffsets is group's committed offsets of topic's partitions
 // 0..n-1 (-1: none), asked through cl.
 func committedOffsets(t *testing.T, ctx context.Context, cl *kgo.Client, group, topic string, n int32) map[int32]int64 {
@@ -162,6 +171,19 @@ func committedOffsets(t *testing.T, ctx context.Context, cl *kgo.Client, group, 
 	rg.Group, rg.Topics = group, []kmsg.OffsetFetchRequestGroupTopic{{Topic: topic, Partitions: parts}}
 	req.Groups = append(req.Groups, rg)
 	resp, err := req.RequestWith(ctx, cl)
+	for err != nil && coordinatorMoving(err) && ctx.Err() == nil {
+		// For up to half the heal grace after a broker's death the
+		// brokers' views of the living differ: one may still name the
+		// dead coordinator that the client's metadata no longer lists.
+		// kgo retries this itself in a group's own requests; a raw
+		// request asks again until the coordinator has moved.
+		t.Logf("OffsetFetch %s: %v (the coordinator is moving; asking again)", group, err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+		resp, err = req.RequestWith(ctx, cl)
+	}
 	if err != nil {
 		t.Fatalf("OffsetFetch %s: %v", group, err)
 	}
