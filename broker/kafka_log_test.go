@@ -565,3 +565,85 @@ func (c *testCluster) keepUntilSegments(n int) {
 		return len(leader.node.View().Chain("t", 0)) == n
 	})
 }
+
+// TestPartLogTakeoverCutsNoAcknowledgedFrame: a follower takes over
+// (the keeper, seeing the leader silent) and learns the replicas' ends;
+// the leader, only paused, resumes and appends before the takeover's seal
+// lands. That append must not be acknowledged, or the seal at the ends
+// asked before it cuts a frame a client was told is stored (seed 777 of
+// the nemesis lost one record so). The fence that answers the end refuses
+// the frame; the seal then keeps every acknowledged batch.
+func TestPartLogTakeoverCutsNoAcknowledgedFrame(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 1<<20)
+	l, lb := c.partitionLog(t)
+	var a appended
+	for i := range 3 {
+		a.add(t, l, fmt.Sprintf("acked %d", i))
+	}
+	act := lb.node.View().Chain("t", 0)[0]
+	keeper := c.b(act.Replicas[1])
+	var followers []sealReplica
+	for _, r := range act.Replicas[1:] {
+		br, _ := keeper.node.View().Broker(r)
+		followers = append(followers, sealReplica{r, br.AdminAddr})
+	}
+	ctx := context.Background()
+	at, live, err := fenceReplicas(ctx, keeper, *act, followers)
+	if err != nil || len(live) != 2 {
+		t.Fatalf("the takeover's fence of %v: %v on %d replicas", followers, err, len(live))
+	}
+	base, err := l.Append(ctx, testBatch("the resumed leader's"), 1)
+	if err == nil {
+		a.batches, a.bases = append(a.batches, nil), append(a.bases, base)
+	} else if !errors.Is(err, kafka.ErrNotLeader) {
+		t.Fatalf("the resumed leader's append after the fence: %v, want refused (ErrNotLeader) or acknowledged", err)
+	}
+	sealReplicasAt(ctx, keeper, *act, live, sealAtRequest{Start: act.StartOffset, Bytes: at, Fenced: true}, nil)
+	var sealed meta.Segment
+	c.waitFor(10*time.Second, string(act.ID)+" sealed", func() bool {
+		sealed, _ = c.leader().node.Segment(act.ID)
+		return sealed.Sealed
+	})
+	if acked := uint64(len(a.bases)); sealed.Length < acked {
+		t.Fatalf("%s sealed at %d frames, below the %d the leader acknowledged (the last at offset %d)", act.ID, sealed.Length, acked, a.bases[len(a.bases)-1])
+	}
+	c.copiesAgree(t, sealed)
+}
+
+// TestPartLogFencedSealRefusesACopyThatLostItsFence: a replica that
+// restarts between the takeover's fence and its seal has dropped the
+// fence and may have taken (and the leader acknowledged) frames past the
+// end it answered. The fenced seal refuses to cut it (code fenced), and no
+// replica is cut: every acknowledged batch stays.
+func TestPartLogFencedSealRefusesACopyThatLostItsFence(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 1<<20)
+	l, lb := c.partitionLog(t)
+	var a appended
+	a.add(t, l, "acked")
+	act := lb.node.View().Chain("t", 0)[0]
+	keeper := c.b(act.Replicas[1])
+	var followers []sealReplica
+	for _, r := range act.Replicas[1:] {
+		br, _ := keeper.node.View().Broker(r)
+		followers = append(followers, sealReplica{r, br.AdminAddr})
+	}
+	ctx := context.Background()
+	at, live, err := fenceReplicas(ctx, keeper, *act, followers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range act.Replicas[1:] {
+		c.b(r).setFence(act.ID, false) // what a restart does to the fence
+	}
+	a.add(t, l, "acked after the fence was lost")
+	_, on, err := sealReplicasAt(ctx, keeper, *act, live, sealAtRequest{Start: act.StartOffset, Bytes: at, Fenced: true}, nil)
+	if !errors.Is(err, errFenced) || len(on) != 0 {
+		t.Fatalf("fenced seal at byte %d of copies that lost their fence: sealed on %v, %v; want refused with errFenced everywhere", at, on, err)
+	}
+	for _, r := range act.Replicas {
+		end, err := c.b(r).db.DurableEnd(act.ID)
+		if err != nil || end.Frames != 2 || end.Footer {
+			t.Fatalf("broker %d's copy after the refused seal: %+v, %v; want both acknowledged frames, unsealed", r, end, err)
+		}
+	}
+}

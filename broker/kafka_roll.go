@@ -86,13 +86,14 @@ func (l *partLog) stepDown() {
 
 // sealAtCommon seals the active segment seg on every replica that
 // answers, at byte at (the leader's last acknowledged frame) or, with at
-// < 0, at the least durable end among them (every acknowledged frame is on
-// every replica, so none is lost), then commits SealSegment. The replicas
-// are asked at once, so one that does not answer costs one call's timeout,
-// and those in skip are not asked (their write just failed). A replica
-// that does not answer, or is skipped, keeps its copy unsealed and stays
-// in the replica set: heal replaces it. It returns the segment as sealed
-// and the replicas that sealed it.
+// < 0, at the least durable end among them after fencing each
+// (fenceReplicas: every acknowledged frame is on every replica, so none is
+// lost), then commits SealSegment. The replicas are asked at once, so one
+// that does not answer costs one call's timeout, and those in skip are not
+// asked (their write just failed). A replica that does not answer, or is
+// skipped, keeps its copy unsealed and stays in the replica set: heal
+// replaces it. It returns the segment as sealed and the replicas that
+// sealed it.
 func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, skip []meta.BrokerID) (meta.Segment, []meta.BrokerID, error) {
 	v := b.node.View()
 	var rs []sealReplica
@@ -101,32 +102,49 @@ func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, sk
 			rs = append(rs, sealReplica{r, br.AdminAddr})
 		}
 	}
-	call := func(r sealReplica, op string, req, resp any) error {
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		return b.post(cctx, r.addr, "/v1/internal/copies/"+string(seg.ID)+"/"+op, req, resp)
-	}
-	if at < 0 {
-		ends := make([]endResponse, len(rs))
-		errs := eachReplica(rs, func(i int, r sealReplica) error { return call(r, "end", struct{}{}, &ends[i]) })
-		var live []sealReplica
-		for i, r := range rs {
-			if errs[i] != nil {
-				continue
-			}
-			if at < 0 || ends[i].Bytes < at {
-				at = ends[i].Bytes
-			}
-			live = append(live, r)
+	fenced := at < 0
+	if fenced {
+		var err error
+		if at, rs, err = fenceReplicas(ctx, b, seg, rs); err != nil {
+			return seg, nil, err
 		}
-		if len(live) == 0 {
-			return seg, nil, fmt.Errorf("seal %s: no replica of %v answers", seg.ID, seg.Replicas)
-		}
-		rs = live
 	}
+	return sealReplicasAt(ctx, b, seg, rs, sealAtRequest{Start: seg.StartOffset, Bytes: at, Fenced: fenced}, skip)
+}
+
+// fenceReplicas fences the copy of seg on each of rs (it refuses every
+// frame from then on) and returns the least durable end among those that
+// answered, and those. A frame is acknowledged only once every replica
+// wrote it, so no frame past that end was or will be acknowledged by any
+// leader: the end asked without the fence could be passed by a leader
+// that paused and then resumed between the ask and the seal, and the seal
+// would cut a frame it had acknowledged.
+func fenceReplicas(ctx context.Context, b *Server, seg meta.Segment, rs []sealReplica) (int64, []sealReplica, error) {
+	ends := make([]endResponse, len(rs))
+	errs := eachReplica(rs, func(i int, r sealReplica) error { return callCopy(ctx, b, r, seg.ID, "fence", struct{}{}, &ends[i]) })
+	at := int64(-1)
+	var live []sealReplica
+	for i, r := range rs {
+		if errs[i] != nil {
+			continue
+		}
+		if at < 0 || ends[i].Bytes < at {
+			at = ends[i].Bytes
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return -1, nil, fmt.Errorf("seal %s: no replica of %v answers its fence: %w", seg.ID, seg.Replicas, errors.Join(errs...))
+	}
+	return at, live, nil
+}
+
+// sealReplicasAt seals the copy of seg on each of rs as req asks and
+// commits SealSegment once they agree.
+func sealReplicasAt(ctx context.Context, b *Server, seg meta.Segment, rs []sealReplica, req sealAtRequest, skip []meta.BrokerID) (meta.Segment, []meta.BrokerID, error) {
 	results := make([]sealResult, len(rs))
 	errs := eachReplica(rs, func(i int, r sealReplica) error {
-		return call(r, "seal_at", sealAtRequest{Start: seg.StartOffset, Bytes: at}, &results[i])
+		return callCopy(ctx, b, r, seg.ID, "seal_at", req, &results[i])
 	})
 	var got []sealResult
 	var on []meta.BrokerID
@@ -139,12 +157,12 @@ func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, sk
 		got, on = append(got, results[i]), append(on, r.id)
 	}
 	if len(got) == 0 {
-		return seg, nil, fmt.Errorf("seal %s at byte %d on %v (skipping %v): %w", seg.ID, at, seg.Replicas, skip, errors.Join(failed...))
+		return seg, nil, fmt.Errorf("seal %s at byte %d on %v (skipping %v): %w", seg.ID, req.Bytes, seg.Replicas, skip, errors.Join(failed...))
 	}
 	s := got[0]
 	for _, o := range got[1:] {
 		if o != s {
-			return seg, on, fmt.Errorf("%w: seal %s at byte %d: replicas sealed %+v and %+v", errDisagree, seg.ID, at, s, o)
+			return seg, on, fmt.Errorf("%w: seal %s at byte %d: replicas sealed %+v and %+v", errDisagree, seg.ID, req.Bytes, s, o)
 		}
 	}
 	if _, err := b.apply(ctx, meta.SealSegment{ID: seg.ID, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}); err != nil {
@@ -152,6 +170,14 @@ func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, sk
 	}
 	seg.Length, seg.ByteSize, seg.Checksum, seg.Sealed = s.Length, s.ByteSize, s.Checksum, true
 	return seg, on, nil
+}
+
+// callCopy posts req to replica r's copy route op of segment id, with a
+// timeout of its own.
+func callCopy(ctx context.Context, b *Server, r sealReplica, id meta.SegmentID, op string, req, resp any) error {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return b.post(cctx, r.addr, "/v1/internal/copies/"+string(id)+"/"+op, req, resp)
 }
 
 // sealReplica is a replica a seal asks, by its admin address.

@@ -12,9 +12,10 @@ import (
 
 // The internal copy routes of the Kafka log, between brokers (rpc.Brokers):
 // a raw frame appended at an expected store offset, a seal at a byte, a
-// copy's durable end, a read of a copy's bytes; and /v1/health for brokers. Frame and seal_at take the
-// segment's lock on the replica, so a seal never interleaves with an
-// append there.
+// fence (the copy takes no more frames) that answers the copy's durable
+// end, a read of a copy's bytes; and /v1/health for brokers. Frame, fence
+// and seal_at take the segment's lock on the replica, so none interleaves
+// with another there.
 func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	for _, rt := range []struct {
 		pattern string
@@ -22,7 +23,7 @@ func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	}{
 		{"POST /v1/internal/copies/{id}/frame", b.internalFrame},
 		{"POST /v1/internal/copies/{id}/seal_at", b.internalSealAt},
-		{"POST /v1/internal/copies/{id}/end", b.internalEnd},
+		{"POST /v1/internal/copies/{id}/fence", b.internalFence},
 		{"POST /v1/internal/copies/{id}/read", b.internalRead},
 		{"GET /v1/internal/health", b.health}, // the keeper's liveness check of a partition's leader
 	} {
@@ -45,9 +46,15 @@ type frameRequest struct {
 	Payload []byte `json:"payload"`
 }
 
+// sealAtRequest asks a copy to cut at byte Bytes and seal there. Fenced
+// says Bytes came from fencing the copies (a takeover, sealAtCommon): the
+// copy is cut only while its fence holds, since a copy whose fence a
+// restart dropped may have taken, and a leader acknowledged, frames past
+// Bytes since.
 type sealAtRequest struct {
-	Start uint64 `json:"start"`
-	Bytes int64  `json:"bytes"`
+	Start  uint64 `json:"start"`
+	Bytes  int64  `json:"bytes"`
+	Fenced bool   `json:"fenced,omitempty"`
 }
 
 type endResponse struct {
@@ -70,10 +77,13 @@ type readResponse struct {
 // starting at store offset start, as the frame at store offset want and
 // syncs it. A copy whose next frame is not want refuses with errDisagree
 // (the frame it wrote is cut again by the seal that follows a failed
-// append).
+// append); a fenced copy refuses with errFenced and writes nothing.
 func appendFrame(b *Server, id meta.SegmentID, start, want uint64, payload []byte) error {
 	unlock := b.lockSegment(id)
 	defer unlock()
+	if b.fenced(id) {
+		return fmt.Errorf("%w: frame of %s at offset %d: a takeover is sealing the segment", errFenced, id, want)
+	}
 	if err := b.db.RestoreStart(id, start); err != nil {
 		return err
 	}
@@ -120,7 +130,8 @@ func (b *Server) internalFrame(r *http.Request, body []byte) (any, error) {
 
 // internalSealAt cuts the copy to byte req.Bytes (dropping frames past
 // it) and seals it there. A copy sealed already answers its seal when it
-// ends there; one shorter than req.Bytes is refused (errDisagree).
+// ends there; one shorter than req.Bytes is refused (errDisagree), and so
+// is a fenced seal's cut of a copy no longer fenced (errFenced).
 func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
@@ -144,6 +155,8 @@ func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 		return nil, fmt.Errorf("%w: seal %s at byte %d: sealed at %d", errDisagree, id, req.Bytes, end.Bytes)
 	case end.Bytes < req.Bytes:
 		return nil, fmt.Errorf("%w: seal %s at byte %d: the copy ends at %d", errDisagree, id, req.Bytes, end.Bytes)
+	case end.Bytes > req.Bytes && !end.Footer && req.Fenced && !b.fenced(id):
+		return nil, fmt.Errorf("%w: seal %s at byte %d: the copy ends at %d and its fence is gone (a restart): frames past the fence may be acknowledged", errFenced, id, req.Bytes, end.Bytes)
 	case end.Bytes > req.Bytes:
 		if err := b.db.Truncate(id, req.Bytes); err != nil {
 			return nil, err
@@ -153,10 +166,14 @@ func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.setFence(id, false) // the footer refuses frames now
 	return sealResult{StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}, nil
 }
 
-func (b *Server) internalEnd(r *http.Request, body []byte) (any, error) {
+// internalFence fences the copy (appendFrame refuses every frame from
+// now on, until it is sealed) and answers its durable end: a takeover
+// seals at the least of its replicas' (fenceReplicas).
+func (b *Server) internalFence(r *http.Request, body []byte) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -169,6 +186,9 @@ func (b *Server) internalEnd(r *http.Request, body []byte) (any, error) {
 	end, err := b.db.DurableEnd(id)
 	if err != nil {
 		return nil, err
+	}
+	if !end.Footer {
+		b.setFence(id, true)
 	}
 	return endResponse{Bytes: end.Bytes, Frames: end.Frames, NextOffset: end.NextOffset, Footer: end.Footer}, nil
 }

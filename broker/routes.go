@@ -22,6 +22,7 @@ var (
 	errNoLeader   = errors.New("malachid: no leader reachable")
 	errDisagree   = errors.New("malachid: replicas disagree")
 	errNotFound   = errors.New("malachid: not found")
+	errFenced     = errors.New("malachid: copy fenced for a takeover's seal")
 )
 
 // adminCodes are the admin API's errors on the wire (package rpc adds its
@@ -46,6 +47,7 @@ var adminCodes = rpc.Codes{
 	{Name: "unknown_topic", Status: http.StatusNotFound, Err: meta.ErrUnknownTopic},
 	{Name: "latched", Status: http.StatusConflict, Err: store.ErrLatched},
 	{Name: "disagree", Status: http.StatusConflict, Err: errDisagree},
+	{Name: "fenced", Status: http.StatusConflict, Err: errFenced},
 	{Name: "not_leader", Status: http.StatusServiceUnavailable, Err: cluster.ErrNotLeader},
 	{Name: "no_leader", Status: http.StatusServiceUnavailable, Err: errNoLeader},
 	{Name: "no_quorum", Status: http.StatusServiceUnavailable, Err: cluster.ErrNoQuorum},

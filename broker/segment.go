@@ -28,6 +28,26 @@ func (b *Server) lockSegment(id meta.SegmentID) func() {
 	return m.Unlock
 }
 
+// setFence fences (on) or unfences the local copy of id: a fenced copy
+// takes no frame (appendFrame). The caller holds id's lockSegment. A fence
+// lives in memory: a restart drops it, which a fenced seal_at notices.
+func (b *Server) setFence(id meta.SegmentID, on bool) {
+	b.segMu.Lock()
+	defer b.segMu.Unlock()
+	if on {
+		b.fences[id] = true
+	} else {
+		delete(b.fences, id)
+	}
+}
+
+// fenced reports whether the local copy of id is fenced.
+func (b *Server) fenced(id meta.SegmentID) bool {
+	b.segMu.Lock()
+	defer b.segMu.Unlock()
+	return b.fences[id]
+}
+
 // segment returns the segment from this broker's metadata, waiting briefly
 // for it to arrive (a follower may lag the create).
 func (b *Server) segment(ctx context.Context, id meta.SegmentID) (meta.Segment, error) {

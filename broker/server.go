@@ -49,6 +49,7 @@ type Server struct {
 
 	segMu   sync.Mutex
 	segLock map[meta.SegmentID]*sync.Mutex
+	fences  map[meta.SegmentID]bool // copies fenced for a takeover's seal (segment.go)
 	placeMu sync.Mutex
 	cursor  int
 	creates createLocks // one create of a segment id at a time (leftovers.go)
@@ -69,7 +70,7 @@ func Open(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Server, err e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Server{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}}
+	b := &Server{cfg: cfg, self: meta.BrokerID(cfg.ID), log: log, segLock: map[meta.SegmentID]*sync.Mutex{}, fences: map[meta.SegmentID]bool{}}
 	if cfg.KafkaListen != "" {
 		b.clientLatency = new(kafka.Latency)
 	}
