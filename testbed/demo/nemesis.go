@@ -19,7 +19,7 @@ func (d *demo) runNemesis(ctx context.Context) error {
 	o := nemesis.Options{Seed: d.seed, Duration: d.o.NemesisDuration, Kinds: d.o.NemesisKinds,
 		NoDisk: d.o.NemesisNoDisk, NoNet: d.o.NemesisNoNet, Brokers: d.o.Brokers, RF: d.o.RF,
 		Grace: d.o.Grace, Tick: d.o.Tick, RaftTimeout: d.o.RaftTimeout, Timeout: d.o.StageTimeout,
-		Records: recs, RecordSize: rsize, Dir: d.o.Dir}
+		BackfillRate: d.o.BackfillRate, Records: recs, RecordSize: rsize, Dir: d.o.Dir}
 	rep, err := nemesis.Run(ctx, &nemesisEnv{d: d}, o)
 	if rep != nil {
 		d.rep.Nemesis = rep

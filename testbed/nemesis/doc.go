@@ -24,7 +24,9 @@
 // /v1/load, every acknowledgement recorded), inject each fault at its
 // time from the catalogue and undo it after its length, stop the writer,
 // restart any broker still down, wait for the heal (Env.WaitHealed; a
-// bound that expires is recorded as not healed), read and verify every
+// bound that expires is recorded as not healed: Options.Timeout, plus
+// under a catch-up cap the bytes the epoch's swaps emptied over the cap),
+// read and verify every
 // replica copy of every acknowledged segment, read every pass history to
 // its end, and Check. A violation ends the run with the seed, the replay
 // flags and the schedule printed, and the checker's observations written

@@ -39,6 +39,11 @@ type Options struct {
 	RaftTimeout   time.Duration
 	// Timeout bounds each heal waited for and each fault's injection.
 	Timeout time.Duration
+	// BackfillRate is the cluster's per-broker catch-up cap in bytes per
+	// second (heal.backfill_bytes_per_second; 0: none, or auto). With a
+	// cap, each quiescent point's heal bound grows by the bytes an epoch's
+	// swaps emptied over the cap (healBound).
+	BackfillRate int64
 	// Records and RecordSize shape each segment the writer loads.
 	Records, RecordSize int
 	// Dir is where a violation's observations are written.
@@ -215,10 +220,11 @@ func (n *runner) epochs(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); n.write(wctx) }()
+		began := time.Now()
 		n.runEpoch(ctx, ep)
 		stopWriter()
 		wg.Wait()
-		if err := n.quiesce(ctx, fmt.Sprintf("after epoch %d", i+1)); err != nil {
+		if err := n.quiesce(ctx, fmt.Sprintf("after epoch %d", i+1), began); err != nil {
 			return err
 		}
 		n.rep.BytesRereplicated += since(ctx)

@@ -102,3 +102,23 @@ func TestScheduleBounds(t *testing.T) {
 		t.Fatalf("rf 1: %v drawn", s.Count())
 	}
 }
+
+// TestLostBytesCountsEachSealedCopyOnALostBroker: the heal bound's bytes
+// are one segment's size per lost broker holding it, sealed segments
+// only (an active one is rolled, not healed).
+func TestLostBytesCountsEachSealedCopyOnALostBroker(t *testing.T) {
+	snap := meta.Snapshot{Segments: []meta.Segment{
+		{ID: "a", Sealed: true, ByteSize: 100, Replicas: []meta.BrokerID{1, 2, 3}},
+		{ID: "b", Sealed: true, ByteSize: 10, Replicas: []meta.BrokerID{3, 4, 5}},
+		{ID: "c", Sealed: false, ByteSize: 1000, Replicas: []meta.BrokerID{1, 2, 3}},
+	}}
+	if got := lostBytes(snap, []meta.BrokerID{1, 2}); got != 200 {
+		t.Errorf("brokers 1 and 2 lost: %d bytes, want 200 (segment a twice)", got)
+	}
+	if got := lostBytes(snap, []meta.BrokerID{3}); got != 110 {
+		t.Errorf("broker 3 lost: %d bytes, want 110 (a and b)", got)
+	}
+	if got := lostBytes(snap, nil); got != 0 {
+		t.Errorf("nothing lost: %d bytes", got)
+	}
+}

@@ -210,6 +210,56 @@ func (n *runner) noteSets(snap meta.Snapshot, now time.Time) {
 	}
 }
 
+// healBound is how long the heal after the epoch begun at began may take:
+// Options.Timeout, plus, under a catch-up cap, the bytes that the epoch's
+// swaps emptied (every sealed copy the metadata places on a swapped
+// broker) over the cap: at worst the whole heal goes through one broker's
+// cap. Without a cap, or when the metadata cannot be read, Timeout.
+func (n *runner) healBound(ctx context.Context, label string, began time.Time) time.Duration {
+	if n.o.BackfillRate <= 0 {
+		return n.o.Timeout
+	}
+	n.mu.Lock()
+	var swapped []meta.BrokerID
+	for _, f := range n.obs.Faults {
+		if f.Kind == harness.KindSwap && !f.Start.Before(began) {
+			swapped = append(swapped, f.Brokers...)
+		}
+	}
+	n.mu.Unlock()
+	if len(swapped) == 0 {
+		return n.o.Timeout
+	}
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	snap, err := n.env.LeaderClient(ctx).Metadata(mctx)
+	if err != nil {
+		n.env.Logf("  nemesis: %s: no metadata for the heal bound (%v): %v", label, err, n.o.Timeout)
+		return n.o.Timeout
+	}
+	lost := lostBytes(snap, swapped)
+	bound := n.o.Timeout + time.Duration(float64(lost)/float64(n.o.BackfillRate)*float64(time.Second))
+	n.env.Logf("  nemesis: %s: heal bound %v: %v, and %d bytes on the swapped brokers %v at %d bytes/s", label, bound.Round(time.Second), n.o.Timeout, lost, swapped, n.o.BackfillRate)
+	return bound
+}
+
+// lostBytes sums the sealed copies snap places on the brokers in lost,
+// one segment's bytes per broker holding it.
+func lostBytes(snap meta.Snapshot, lost []meta.BrokerID) int64 {
+	var n int64
+	for _, s := range snap.Segments {
+		if !s.Sealed {
+			continue
+		}
+		for _, r := range s.Replicas {
+			if slices.Contains(lost, r) {
+				n += s.ByteSize
+			}
+		}
+	}
+	return n
+}
+
 // snapshot copies the observations for the checker.
 func (n *runner) snapshot() Observations {
 	n.mu.Lock()
@@ -227,10 +277,11 @@ func (n *runner) snapshot() Observations {
 	return o
 }
 
-// quiesce is a quiescent point: every broker running, the heal waited for
-// (to Options.Timeout: a bound that expires is recorded as not healed),
-// then every replica copy of every acknowledged segment read and verified.
-func (n *runner) quiesce(ctx context.Context, label string) error {
+// quiesce is a quiescent point after the epoch begun at began: every
+// broker running, the heal waited for (to healBound: a bound that expires
+// is recorded as not healed), then every replica copy of every
+// acknowledged segment read and verified.
+func (n *runner) quiesce(ctx context.Context, label string, began time.Time) error {
 	var down []*harness.Broker
 	for _, b := range n.c.Brokers() {
 		if !b.Alive() {
@@ -243,7 +294,8 @@ func (n *runner) quiesce(ctx context.Context, label string) error {
 			return fmt.Errorf("%s: restarting brokers: %w", label, err)
 		}
 	}
-	last, herr := n.env.WaitHealed(ctx, "nemesis: healing "+label, n.o.Timeout)
+	bound := n.healBound(ctx, label, began)
+	last, herr := n.env.WaitHealed(ctx, "nemesis: healing "+label, bound)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -251,7 +303,7 @@ func (n *runner) quiesce(ctx context.Context, label string) error {
 		Segments: map[meta.SegmentID]meta.Segment{}, Verified: map[meta.SegmentID]map[meta.BrokerID]string{}}
 	if herr != nil {
 		q.Why = herr.Error()
-		n.env.Logf("  nemesis: %s: NOT healthy within %v: %v", label, n.o.Timeout, herr)
+		n.env.Logf("  nemesis: %s: NOT healthy within %v: %v", label, bound, herr)
 	}
 	snap, err := n.env.LeaderClient(ctx).Metadata(ctx)
 	if err != nil {
