@@ -199,14 +199,22 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 // NextPass says when the pass after r should start, if sooner than the
-// tick: at once when r did work; after fast when a broker is inside its
+// tick: at once when r did work (a backfill that failed is none: retried
+// at once, a refusal that holds would spin the loop, every pass probing
+// every broker); after fast when a broker is inside its
 // grace delay, to act right after it ends, or a segment waits. (Deferred
 // without backfills means a replica inside its grace delay, not a cap:
 // polling it at once would spin.) A broker that answered but could not be
 // authenticated stays suspect until an operator fixes its certificates:
 // that is no reason to hurry, and every hurried pass probes every broker.
 func NextPass(r *heal.Report, fast time.Duration) (time.Duration, bool) {
-	if r.Backfills > 0 || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0 {
+	failedBackfills := 0
+	for _, f := range r.Failed {
+		if f.Reason == heal.BackfillFailed {
+			failedBackfills++
+		}
+	}
+	if r.Backfills > failedBackfills || len(r.Healed) > 0 || len(r.Stale) > 0 || len(r.Settling) > 0 || len(r.Resumed) > 0 {
 		return 0, true
 	}
 	authFailed := func(b meta.BrokerID) bool {

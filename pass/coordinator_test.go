@@ -301,6 +301,8 @@ func TestNextPassIgnoresAuthFailed(t *testing.T) {
 		ok   bool
 	}{
 		{"work done", heal.Report{Backfills: 1, Suspect: []meta.BrokerID{5}}, 0, true},
+		{"every backfill failed", heal.Report{Backfills: 1, Failed: []heal.Failure{{Segment: "a", Reason: heal.BackfillFailed}}}, 0, false},
+		{"one of two backfills failed", heal.Report{Backfills: 2, Failed: []heal.Failure{{Segment: "a", Reason: heal.BackfillFailed}}}, 0, true},
 		{"in grace", heal.Report{Suspect: []meta.BrokerID{4}}, fastTick, true},
 		{"deferred", heal.Report{Deferred: 2}, fastTick, true},
 		{"quiet", heal.Report{}, 0, false},

@@ -870,6 +870,40 @@ func TestTargetResumeAndCommit(t *testing.T) {
 	}
 }
 
+// TestTargetResumesAnActiveCopyTheSealPassedBy: a replica that missed
+// its segment's seal (it did not answer it) keeps the copy open for
+// appends, short of the sealed size. Heal's backfill in place must be able
+// to resume it from its durable end: before, OpenTarget refused an active
+// copy (ErrBusy) on every pass, and the segment never healed (seed 777 of
+// the nemesis: 90 s of refusals). The target takes the copy from the write
+// path; an append after that is refused, and after Commit it is sealed.
+func TestTargetResumesAnActiveCopyTheSealPassedBy(t *testing.T) {
+	src, seg := source(t, "c", 40)
+	_, pos := frames(0, 40)
+	db := open(t, t.TempDir(), store.Options{})
+	fill(t, db, "c", 0, 17)
+	tg, err := db.OpenTarget("c", seg)
+	if err != nil {
+		t.Fatalf("OpenTarget of the active copy of a sealed segment: %v", err)
+	}
+	if tg.Resume() != pos[17] {
+		t.Fatalf("Resume = %d, want %d (its 17 synced frames)", tg.Resume(), pos[17])
+	}
+	_, err = db.Append("c", payload(17))
+	wantIs(t, "Append while the target holds it", err, store.ErrBusy)
+	if _, err := tg.File().WriteAt(src[tg.Resume():], tg.Resume()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Commit(); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if err := db.Verify("c", seg); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Append("c", payload(40))
+	wantIs(t, "Append after Commit", err, store.ErrSealed)
+}
+
 func TestTargetCommitRefusesBadTransfer(t *testing.T) {
 	src, seg := source(t, "c", 20)
 	_, pos := frames(0, 20)

@@ -107,8 +107,12 @@ type Target struct {
 // *SealConflictError (ErrSealConflict): nothing is cut, the file is left
 // byte for byte as it is and the copy is not held (invariant 8).
 //
-// Errors: ErrSealConflict, ErrBusy (already held, or the copy is active),
-// ErrLatched, ErrInvalid, ErrClosed.
+// A copy still open for appends (active: a replica that missed its seal)
+// is closed for them and resumed like any other: seg says the segment is
+// sealed, so no write of the write path is to come.
+//
+// Errors: ErrSealConflict, ErrBusy (already held), ErrLatched, ErrInvalid,
+// ErrClosed.
 func (db *DB) OpenTarget(id meta.SegmentID, seg meta.Segment) (*Target, error) {
 	if err := checkSegment("open target", id, seg); err != nil {
 		return nil, err
@@ -132,8 +136,16 @@ func (db *DB) OpenTarget(id meta.SegmentID, seg meta.Segment) (*Target, error) {
 		return nil, err
 	}
 	if c.active {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: open target %s: the copy is active", ErrBusy, id)
+		// The write path's copy of a segment the metadata seals (seg): a
+		// replica its seal passed by (it did not answer). No leader
+		// appends to it again; the target takes it from its durable end,
+		// and Commit's fsync covers the frames it keeps.
+		err := c.f.Close()
+		c.f, c.active = nil, false
+		if err != nil {
+			c.mu.Unlock()
+			return nil, db.fail(c, "open target: close the active copy", err)
+		}
 	}
 	t, err := db.openTarget(c, seg, created)
 	if err != nil {
