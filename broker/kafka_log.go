@@ -40,6 +40,19 @@ type partLog struct {
 	wake    chan struct{} // closed and replaced when hw grows
 	born    time.Time     // when the active segment took its first batch here
 	stepped bool          // no longer the leader: Partition opens a new Log
+	// round is how long the last acknowledged replicate round took, from
+	// sending its frame to the last replica's answer (the local append
+	// included); 0 before the first. The next frame carries it to the
+	// followers (waited_ns), which count it as client latency, so that a
+	// follower no client talks to paces the catch-up it receives by what
+	// this partition's clients wait on. Chosen over the leader's client
+	// p99 of the last second: an acks=all Produce answers when its round
+	// does, so the round is the wait replication adds to this partition's
+	// clients, per partition and free to measure, where the p99 mixes in
+	// every partition the broker leads and its Fetches, lags by its
+	// window and costs a sort per frame. A failed round is not recorded:
+	// its length is a dead or hung replica's grace, not load.
+	round time.Duration
 }
 
 var _ kafka.AppendReader = (*partLog)(nil)
@@ -273,12 +286,13 @@ func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int6
 		return 0, fmt.Errorf("%w: %s/%d", kafka.ErrNotLeader, l.topic, l.index)
 	}
 	act := l.chain[len(l.chain)-1]
-	base := l.hw
+	base, waited := l.hw, l.round
 	l.mu.Unlock()
 
 	kafka.SetBaseOffset(batch, base)
 	foff := act.start + act.frames
-	if failed, err := l.replicate(ctx, act, foff, batch); err != nil {
+	began := time.Now()
+	if failed, err := l.replicate(ctx, act, foff, batch, waited); err != nil {
 		l.b.log.Warn().Err(err).Str("segment", string(act.id)).Any("failed", failed).Msg("kafka: append failed; sealing the segment at its last acknowledged frame and rolling onto other replicas")
 		rctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -287,7 +301,9 @@ func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int6
 		}
 		return 0, fmt.Errorf("%w: %s/%d: %w", kafka.ErrNotLeader, l.topic, l.index, err)
 	}
+	took := time.Since(began)
 	l.mu.Lock()
+	l.round = took
 	last := &l.chain[len(l.chain)-1]
 	if last.frames == 0 {
 		l.born = time.Now()
@@ -313,11 +329,16 @@ func (l *partLog) Append(ctx context.Context, batch []byte, records int32) (int6
 // longer than a dead one would hold heal. failed names the replicas whose
 // own write failed (none when ctx, the client's request, ended first):
 // the roll that follows seals without waiting on them and places the
-// next segment elsewhere.
-func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batch []byte) (failed []meta.BrokerID, err error) {
+// next segment elsewhere. waited, when above 0, is sent to the followers
+// as what the partition's clients waited on its previous round (round).
+func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batch []byte, waited time.Duration) (failed []meta.BrokerID, err error) {
 	b := l.b
 	v := b.node.View()
 	errs := make([]error, len(act.replicas))
+	path := "/v1/internal/copies/" + string(act.id) + "/frame?start=" + strconv.FormatUint(act.start, 10) + "&offset=" + strconv.FormatUint(foff, 10)
+	if waited > 0 {
+		path += "&waited_ns=" + strconv.FormatInt(int64(waited), 10)
+	}
 	var wg sync.WaitGroup
 	for i, r := range act.replicas {
 		if r == b.self {
@@ -332,7 +353,6 @@ func (l *partLog) replicate(ctx context.Context, act chainSeg, foff uint64, batc
 		wg.Go(func() {
 			rctx, cancel := context.WithTimeout(ctx, b.cfg.Heal.Grace)
 			defer cancel()
-			path := "/v1/internal/copies/" + string(act.id) + "/frame?start=" + strconv.FormatUint(act.start, 10) + "&offset=" + strconv.FormatUint(foff, 10)
 			if err := b.post(rctx, br.AdminAddr, path, rpc.Raw(batch), nil); err != nil {
 				errs[i] = fmt.Errorf("replica %d: %w", r, err)
 			}

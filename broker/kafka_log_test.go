@@ -647,3 +647,53 @@ func TestPartLogFencedSealRefusesACopyThatLostItsFence(t *testing.T) {
 		}
 	}
 }
+
+// TestPartLogFollowersReadWhatTheClientsWaitOn: each frame carries the
+// length of the partition's previous replicate round (what its acks=all
+// clients waited on), and a follower counts the longer of that and its
+// own append as its client latency, so a follower no client talks to
+// paces the catch-up it receives by the partition's clients. One follower
+// holds the first frame (the test holds its segment lock: a slow disk),
+// so the first round is slow; on the second frame both followers, the
+// other one's own appends fast, must read at least that round.
+func TestPartLogFollowersReadWhatTheClientsWaitOn(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 1<<20)
+	l, lb := c.partitionLog(t)
+	chain := lb.node.View().Chain("t", 0)
+	act := chain[len(chain)-1]
+	slow, fast := c.b(act.Replicas[1]), c.b(act.Replicas[2])
+	for _, f := range []*Server{slow, fast} {
+		f.clientLatency = new(kafka.Latency) // the test cluster runs no Kafka listener
+		// The frame route takes this lock before it reads clientLatency:
+		// taking it once here orders the write before every frame's read.
+		f.lockSegment(act.ID)()
+	}
+
+	release := slow.lockSegment(act.ID)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Append(context.Background(), testBatch("held by a slow follower"), 1)
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the slow follower's disk; nothing is compared to it
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("append held by broker %d: %v", slow.self, err)
+	}
+	l.mu.Lock()
+	held := l.round // what the next frame carries: only Append changes it
+	l.mu.Unlock()
+	if held <= 0 {
+		t.Fatalf("after an acknowledged append the Log recorded a round of %v", held)
+	}
+
+	since := time.Now() // after every follower's append of the first frame
+	var a appended
+	a.add(t, l, "after the held one")
+	for _, f := range []*Server{slow, fast} {
+		p99, ok := f.clientLatency.P99(since)
+		if !ok || p99 < held {
+			t.Errorf("broker %d's client p99 over the second frame: %v (known %v); want at least the %v the leader's first round took", f.self, p99, ok, held)
+		}
+	}
+}

@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/rpc"
 )
@@ -39,11 +42,42 @@ func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 // bytes as base64, whose encoding and decoding took most of a replica's
 // CPU at a few tens of MB/s (bench/README.md, Kafka).
 // Start is the segment's start offset, which a copy reopened before its
-// first frame cannot read from its file (store.DB.RestoreStart).
+// first frame cannot read from its file (store.DB.RestoreStart). Waited
+// (?waited_ns=N) is how long the partition leader's previous replicate
+// round of the partition took (partLog.round), what its acks=all clients
+// waited on; absent or 0 (a first round, an older leader): unknown.
 type frameRequest struct {
-	Start   uint64 `json:"start"`
-	Offset  uint64 `json:"offset"`
-	Payload []byte `json:"payload"`
+	Start   uint64        `json:"start"`
+	Offset  uint64        `json:"offset"`
+	Waited  time.Duration `json:"waited_ns,omitempty"`
+	Payload []byte        `json:"payload"`
+}
+
+// parseFrameQuery reads a raw frame request's query (the payload is the
+// body): start and offset, and waited_ns when present. A bad value is
+// errBadRequest naming the parameter.
+func parseFrameQuery(id meta.SegmentID, q url.Values) (frameRequest, error) {
+	var req frameRequest
+	for _, f := range []struct {
+		name string
+		v    *uint64
+	}{{"start", &req.Start}, {"offset", &req.Offset}} {
+		var err error
+		if *f.v, err = strconv.ParseUint(q.Get(f.name), 10, 64); err != nil {
+			return req, fmt.Errorf("%w: frame of %s: %s %q: %v", errBadRequest, id, f.name, q.Get(f.name), err)
+		}
+	}
+	if q.Has("waited_ns") {
+		ns, err := strconv.ParseInt(q.Get("waited_ns"), 10, 64)
+		if err == nil && ns < 0 {
+			err = errors.New("want at least 0")
+		}
+		if err != nil {
+			return req, fmt.Errorf("%w: frame of %s: waited_ns %q: %v", errBadRequest, id, q.Get("waited_ns"), err)
+		}
+		req.Waited = time.Duration(ns)
+	}
+	return req, nil
 }
 
 // sealAtRequest asks a copy to cut at byte Bytes and seal there. Fenced
@@ -104,28 +138,39 @@ func (b *Server) internalFrame(r *http.Request, body []byte) (any, error) {
 	}
 	var req frameRequest
 	if r.Header.Get("Content-Type") == rpc.RawContentType {
-		q := r.URL.Query()
-		req.Payload = body
-		for _, f := range []struct {
-			name string
-			v    *uint64
-		}{{"start", &req.Start}, {"offset", &req.Offset}} {
-			if *f.v, err = strconv.ParseUint(q.Get(f.name), 10, 64); err != nil {
-				return nil, fmt.Errorf("%w: frame of %s: %s %q: %v", errBadRequest, id, f.name, q.Get(f.name), err)
-			}
+		if req, err = parseFrameQuery(id, r.URL.Query()); err != nil {
+			return nil, err
 		}
+		req.Payload = body
 	} else if err := decodeJSON(body, &req); err != nil {
 		return nil, err
+	} else if req.Waited < 0 {
+		return nil, fmt.Errorf("%w: frame of %s: waited_ns %d: want at least 0", errBadRequest, id, req.Waited)
 	}
 	start := time.Now()
 	if err := appendFrame(b, id, req.Start, req.Offset, req.Payload); err != nil {
 		return nil, err
 	}
-	// A follower's append is part of every acks=all produce: what its
-	// disk does to it, the clients feel (the backfill pacer's signal).
+	// The partition's clients (acks=all) wait on this append and on the
+	// leader's whole round, whose previous length the leader sent: the
+	// longer of the two is what they wait on now, as far as this broker
+	// knows, and the backfill pacer's signal here, weighed by the
+	// frame's records as the listener weighs a Produce (kafka.Latency).
+	// A follower no client talks to so paces the catch-up it receives by
+	// the partition leaders' clients, not by its own appends alone.
 	end := time.Now()
-	b.clientLatency.Observe(end, end.Sub(start))
+	b.clientLatency.ObserveN(end, max(end.Sub(start), req.Waited), frameRecords(req.Payload))
 	return struct{}{}, nil
+}
+
+// frameRecords is the number of records of a frame's Kafka batch, 1 when
+// its header does not parse.
+func frameRecords(payload []byte) int {
+	h, _, err := kafka.ParseBatch(payload)
+	if err != nil {
+		return 1
+	}
+	return int(h.Records())
 }
 
 // internalSealAt cuts the copy to byte req.Bytes (dropping frames past

@@ -82,13 +82,15 @@ type Config struct {
 	// sends or receives; AutoScopeTarget the copies it receives only, what
 	// it sends going through a throttle of its own without a byte cap, so
 	// that each copy is paced by its target alone and a broker's clients'
-	// latency holds back only the copies written on it. On the shared
-	// 2-vCPU testbed the target scope healed 1.5-2.7x faster than the broker
-	// scope but held the clients at 2.0-3.8x their idle p99 where the broker
-	// scope held 1.0-1.1x (bench/README.md): a follower no client talks to
-	// reads no client latency, so the copies it receives run nearly
-	// unpaced. A pinned rate always paces both directions through one
-	// throttle.
+	// latency holds back only the copies written on it. A broker's client
+	// latency (ClientLatency) counts, on a follower, what the clients of
+	// the partitions it replicates wait on (their leader's replication
+	// round), so a target no client talks to still paces what it receives
+	// by them. Measured before a follower read that (bench/README.md), on
+	// the shared 2-vCPU testbed, the target scope healed 1.5-2.7x faster
+	// than the broker scope but held the clients at 2.0-3.8x their idle
+	// p99 where the broker scope held 0.96-1.80x. A pinned rate always
+	// paces both directions through one throttle.
 	BackfillAutoScope string `toml:"backfill_auto_scope"`
 	// BackfillBackground moves catch-up bytes at background priority: on
 	// threads of the lowest CPU priority (nice 19) and the lowest

@@ -14,11 +14,15 @@ import (
 // ClientLatency is the broker's client-facing latency, the signal the
 // adaptive backfill rate (heal.backfill_bytes_per_second = "auto") holds
 // catch-up against. P99 returns the 99th percentile of the handling time
-// of what the broker's clients wait on (its Kafka listener's Produce and
-// Fetch, a follower's appends of the partition leaders' frames) among the
-// requests that ended after since, and false when none did. It is called once a second from one goroutine; it
-// must be safe for use beside the broker's own goroutines and return at
-// once.
+// of what clients wait on here among the requests that ended after since,
+// and false when none did: its Kafka listener's Produce and Fetch, and,
+// as a follower, each partition leader's frame it appends, counted as the
+// longer of its own append and the leader's previous replication round of
+// that partition (what the partition's acks=all clients waited on), so
+// that a follower no client talks to reads the latency of the clients of
+// the partitions it replicates. It is called once a second from one
+// goroutine; it must be safe for use beside the broker's own goroutines
+// and return at once.
 type ClientLatency interface {
 	P99(since time.Time) (time.Duration, bool)
 }
