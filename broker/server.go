@@ -41,8 +41,9 @@ type Server struct {
 	kafkaAddr string        // "" without kafka_listen
 	kafka     *kafkaCluster // nil without kafka_listen
 	// clientLatency is the Kafka listener's Produce and Fetch handling
-	// times, the adaptive backfill rate's client signal (nil without
-	// kafka_listen).
+	// times and, as a follower, what the partition leaders' clients wait
+	// on (internalFrame): the adaptive backfill rate's client signal (nil
+	// without kafka_listen).
 	clientLatency *kafka.Latency
 	admin         *http.Server
 	adminDone     chan struct{}

@@ -21,7 +21,9 @@ const latencyRing = 4096
 // a thousand late records, as the producers see it. A Fetch counts its
 // handling without the wait for data the client asked for
 // (MaxWaitMillis), once. The broker adds what else a client waits on
-// (Observe): a follower's append of the leader's frame. What a request
+// (ObserveN): on a follower, each frame of a partition leader, as the
+// longer of its own append and the leader's previous replicate round,
+// once per record of the frame. What a request
 // spent queued in the socket before it was read is not seen. It is safe
 // for concurrent use.
 type Latency struct {
