@@ -581,16 +581,10 @@ func TestPartLogTakeoverCutsNoAcknowledgedFrame(t *testing.T) {
 		a.add(t, l, fmt.Sprintf("acked %d", i))
 	}
 	act := lb.node.View().Chain("t", 0)[0]
-	keeper := c.b(act.Replicas[1])
-	var followers []sealReplica
-	for _, r := range act.Replicas[1:] {
-		br, _ := keeper.node.View().Broker(r)
-		followers = append(followers, sealReplica{r, br.AdminAddr})
-	}
 	ctx := context.Background()
-	at, live, err := fenceReplicas(ctx, keeper, *act, followers)
+	keeper, at, live, err := c.fenceFollowers(act)
 	if err != nil || len(live) != 2 {
-		t.Fatalf("the takeover's fence of %v: %v on %d replicas", followers, err, len(live))
+		t.Fatalf("the takeover's fence of %v's followers: %v on %d replicas", act.Replicas, err, len(live))
 	}
 	base, err := l.Append(ctx, testBatch("the resumed leader's"), 1)
 	if err == nil {
@@ -621,14 +615,8 @@ func TestPartLogFencedSealRefusesACopyThatLostItsFence(t *testing.T) {
 	var a appended
 	a.add(t, l, "acked")
 	act := lb.node.View().Chain("t", 0)[0]
-	keeper := c.b(act.Replicas[1])
-	var followers []sealReplica
-	for _, r := range act.Replicas[1:] {
-		br, _ := keeper.node.View().Broker(r)
-		followers = append(followers, sealReplica{r, br.AdminAddr})
-	}
 	ctx := context.Background()
-	at, live, err := fenceReplicas(ctx, keeper, *act, followers)
+	keeper, at, live, err := c.fenceFollowers(act)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -696,4 +684,18 @@ func TestPartLogFollowersReadWhatTheClientsWaitOn(t *testing.T) {
 			t.Errorf("broker %d's client p99 over the second frame: %v (known %v); want at least the %v the leader's first round took", f.self, p99, ok, held)
 		}
 	}
+}
+
+// fenceFollowers is the first step of a takeover of act by its first
+// follower (the keeper): every follower fenced, the least end among them
+// and those that answered.
+func (c *testCluster) fenceFollowers(act *meta.Segment) (keeper *Server, at int64, live []sealReplica, err error) {
+	keeper = c.b(act.Replicas[1])
+	var followers []sealReplica
+	for _, r := range act.Replicas[1:] {
+		br, _ := keeper.node.View().Broker(r)
+		followers = append(followers, sealReplica{r, br.AdminAddr})
+	}
+	at, live, err = fenceReplicas(context.Background(), keeper, *act, followers)
+	return keeper, at, live, err
 }
