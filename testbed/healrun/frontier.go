@@ -232,9 +232,9 @@ func (s Summary) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "medians over rounds (R* %.1f MB/s):\n", s.FrontierRateBytesPerSecond/1e6)
 	for _, m := range s.Medians {
-		fmt.Fprintf(w, "  %-12s %d rounds: heal %.1f MB/s, %.2fx its limit, %.2fx R*; client p99 %.1f ms idle, %.1f ms healing (%.2fx); %d lost\n",
-			m.Mode, m.Rounds, m.HealBytesPerSecond/1e6, m.HealOverLimit, m.HealOverFrontier, m.ClientP99IdleMs, m.ClientP99HealingMs,
-			m.ClientP99HealingOverIdle, m.RecordsLost)
+		fmt.Fprintf(w, "  %-12s %d rounds: heal %.1f MB/s, %.2fx its limit, %.2fx R*; a broker's worth (%.0f MB) healed in %.1f s; client p99 %.1f ms idle, %.1f ms healing (%.2fx); %d lost\n",
+			m.Mode, m.Rounds, m.HealBytesPerSecond/1e6, m.HealOverLimit, m.HealOverFrontier, m.HealBytes/1e6, m.HealSeconds,
+			m.ClientP99IdleMs, m.ClientP99HealingMs, m.ClientP99HealingOverIdle, m.RecordsLost)
 	}
 	fmt.Fprintf(w, "auto: %s\n", s.AutoGoal)
 }

@@ -30,7 +30,8 @@ func TestSegmentsFor(t *testing.T) {
 
 func TestMediansPerMode(t *testing.T) {
 	rs := []Result{
-		{Mode: "auto", HealOverLimit: 0.2, RecordsLost: 1}, {Mode: "auto", HealOverLimit: 0.9}, {Mode: "auto", HealOverLimit: 0.5},
+		{Mode: "auto", HealOverLimit: 0.2, RecordsLost: 1, HealSeconds: 30, HealBytes: 900}, {Mode: "auto", HealOverLimit: 0.9, HealSeconds: 10, HealBytes: 1000},
+		{Mode: "auto", HealOverLimit: 0.5, HealSeconds: 20, HealBytes: 1100},
 		{Mode: "low", HealOverLimit: 0.1},
 	}
 	ms := Medians(rs)
@@ -39,6 +40,9 @@ func TestMediansPerMode(t *testing.T) {
 	}
 	if a := ms[0]; a.HealOverLimit != 0.5 || a.Rounds != 3 || a.RecordsLost != 1 {
 		t.Fatalf("auto's medians %+v: want 0.5x over 3 rounds, 1 lost (summed)", a)
+	}
+	if a := ms[0]; a.HealSeconds != 20 || a.HealBytes != 1000 {
+		t.Fatalf("auto's time to heal a broker: %.0f s for %.0f bytes, want the medians 20 s, 1000 bytes", a.HealSeconds, a.HealBytes)
 	}
 	var b strings.Builder
 	WriteTable(&b, rs)

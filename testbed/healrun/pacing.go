@@ -288,6 +288,12 @@ type Median struct {
 	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	HealOverLimit            float64 `json:"heal_over_limit"`
+	// HealBytes is the median of what the killed broker held (a broker's
+	// worth) and HealSeconds of how long its heal took: the figure users
+	// feel, the time to heal a broker at this mode, beside the clients'
+	// p99 while it heals.
+	HealBytes   float64 `json:"heal_bytes"`
+	HealSeconds float64 `json:"heal_seconds"`
 	// FrontierRateBytesPerSecond is the median of the R* of the rounds the
 	// mode ran in, HealOverFrontier the median of its heal over its
 	// round's R* (rounds without an R* left out; 0: none had one).
@@ -329,6 +335,8 @@ func Medians(results []Result) []Median {
 			ClientP99HealingMs:         med(func(r Result) float64 { return r.ClientP99HealingMs }),
 			ClientP99HealingOverIdle:   med(func(r Result) float64 { return r.ClientP99HealingOverIdle }),
 			HealOverLimit:              med(func(r Result) float64 { return r.HealOverLimit }),
+			HealBytes:                  med(func(r Result) float64 { return float64(r.HealBytes) }),
+			HealSeconds:                med(func(r Result) float64 { return r.HealSeconds }),
 			FrontierRateBytesPerSecond: med(func(r Result) float64 { return r.FrontierRateBytesPerSecond }),
 			HealOverFrontier:           median(frontier),
 			RecordsLost:                lost})
