@@ -201,7 +201,7 @@ func damagedAt(o Observations, seg meta.SegmentID, t time.Time) map[meta.BrokerI
 			hit = append(hit, f.Brokers...)
 		}
 		for _, b := range hit {
-			healed := false
+			healed := resumedAfter(o, heal.CopyRef{Segment: seg, Broker: b}, f.Start, t)
 			for _, q := range o.Checks {
 				if q.At.After(f.Start) && !q.At.After(t) && q.Healed {
 					healed = true
@@ -220,15 +220,33 @@ func damagedAt(o Observations, seg meta.SegmentID, t time.Time) map[meta.BrokerI
 	return out
 }
 
+// resumedAfter says whether a pass that started after from and ended by
+// to backfilled copy c in place (heal.Report.Resumed): its commit verified
+// it against the sealed segment, so a fault before it no longer counts.
+func resumedAfter(o Observations, c heal.CopyRef, from, to time.Time) bool {
+	for _, p := range o.Passes {
+		if p.Started.After(from) && !p.Ended.After(to) && slices.Contains(p.Report.Resumed, c) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkLastCopy: no pass deleted a copy of a segment while it was its
-// last intact one: the same pass reports the segment lost, or every other
-// broker of its replica set then held a copy the nemesis had damaged.
+// last intact one: the same pass reports the segment lost without
+// recording a new set for it, or every other broker of its replica set
+// then held a copy the nemesis had damaged and heal had not backfilled
+// since. A lost segment's copy deleted by the pass that recorded its new
+// set is heal's invariant 6 at work: a segment lost at the plan (no copy
+// known intact) is still read from, and a verified replacement recorded
+// lets the latched or corrupt copy go.
 func checkLastCopy(o Observations) []Violation {
 	var out []Violation
 	for _, p := range o.Passes {
 		for _, del := range p.Report.Deleted {
+			recorded := slices.ContainsFunc(p.Report.Ready, func(r meta.SetSegmentReplicas) bool { return r.ID == del.Segment })
 			for _, l := range p.Report.Lost {
-				if l.Segment == del.Segment {
+				if l.Segment == del.Segment && !recorded {
 					out = append(out, Violation{"last-copy", fmt.Sprintf("pass %d of leader %d deleted %s's copy on broker %d while reporting it lost", p.Number, p.Leader, del.Segment, del.Broker)})
 				}
 			}

@@ -46,9 +46,25 @@ func TestCheckerClean(t *testing.T) {
 	if v := Check(cleanObs()); len(v) != 0 {
 		t.Fatalf("a clean run: %v", v)
 	}
+	// Seed 777 (2026-12-07): brokers 1 and 2 were swapped, a pass
+	// resumed their copies of a, and the next pass, which still reported
+	// a lost (no copy known intact at its plan), recorded a's new set and
+	// deleted 4's latched copy. Nothing was at risk: not a violation.
+	o := cleanObs()
+	at := func(s float64) time.Time { return o.Sets["a"][0].At.Add(time.Duration(s * float64(time.Second))) }
+	o.Faults = append(o.Faults, Injected{Kind: harness.KindSwap, Brokers: []meta.BrokerID{1, 2}, Start: at(2), End: at(3)})
+	o.Passes = append(o.Passes[:1], PassObs{Leader: 1, Number: 11, Started: at(4), Ended: at(5.8),
+		Report: heal.Report{Dead: []meta.BrokerID{4}, Resumed: []heal.CopyRef{{Segment: "a", Broker: 1}, {Segment: "a", Broker: 2}}}}, o.Passes[1])
+	o.Passes[2].Number = 12
+	o.Passes[2].Report.Lost = []heal.LostSegment{{Segment: "a"}}
+	o.Passes[2].Report.Ready = []meta.SetSegmentReplicas{{ID: "a", Expected: []meta.BrokerID{1, 2, 4}, Replicas: []meta.BrokerID{1, 2, 3}}}
+	o.Sets["a"] = o.Sets["a"][:1]
+	if v := Check(o); len(v) != 0 {
+		t.Fatalf("a lost segment's latched copy deleted by the pass that recorded its new set, the others resumed: %v", v)
+	}
 	// A segment sealed on one replica (the others were down as it was
 	// written) may gain two without a fault the nemesis saw.
-	o := cleanObs()
+	o = cleanObs()
 	t1 := o.Sets["a"][0].At
 	o.Sets["b"] = []SetObs{{At: t1, Version: 2, Replicas: []meta.BrokerID{2}}, {At: t1.Add(time.Second), Version: 3, Replicas: []meta.BrokerID{2, 4, 1}}}
 	if v := Check(o); len(v) != 0 {
@@ -170,6 +186,14 @@ func TestCheckerFires(t *testing.T) {
 		}},
 		{"deleted while lost", "last-copy", "while reporting it lost", func(o *Observations) {
 			o.Passes[1].Report.Lost = []heal.LostSegment{{Segment: "a"}}
+		}},
+		{"deleted while lost, a resume before another fault", "last-copy", "no other intact copy", func(o *Observations) {
+			// The copies on 1 and 2 were resumed before they were damaged
+			// again: the resume does not count.
+			o.Passes = append([]PassObs{{Leader: 1, Number: 9, Started: at(*o, 0.5), Ended: at(*o, 0.9),
+				Report: heal.Report{Resumed: []heal.CopyRef{{Segment: "a", Broker: 1}, {Segment: "a", Broker: 2}}}}}, o.Passes...)
+			o.Faults = append(o.Faults, Injected{Kind: harness.KindSwap, Brokers: []meta.BrokerID{1, 2}, Start: at(*o, 1), End: at(*o, 2)})
+			o.Sets["a"] = o.Sets["a"][:1]
 		}},
 		{"dead not reported", "reported", "does not list broker 4 dead", func(o *Observations) {
 			o.Passes[0].Report.Dead = nil

@@ -34,7 +34,10 @@
 //
 // Check (checker.go) is pure: observations in, violations out, one
 // function per property, so that a test makes each fire on a crafted
-// violation: durable and verified, no last intact copy deleted, every
+// violation: durable and verified, no last intact copy deleted (a copy
+// heal backfilled in place since its fault counts as intact again, and a
+// pass that records a segment's new set may delete its bad copy even
+// while it reports it lost from its plan), every
 // down broker listed dead on every pass, replica-set changes at most two
 // per loss, a hold whenever more than hold_share of the brokers went down
 // together, no pass published by a broker cut off from the majority later
