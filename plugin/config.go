@@ -86,11 +86,11 @@ type Config struct {
 	// latency (ClientLatency) counts, on a follower, what the clients of
 	// the partitions it replicates wait on (their leader's replication
 	// round), so a target no client talks to still paces what it receives
-	// by them. Measured before a follower read that (bench/README.md), on
-	// the shared 2-vCPU testbed, the target scope healed 1.5-2.7x faster
-	// than the broker scope but held the clients at 2.0-3.8x their idle
-	// p99 where the broker scope held 0.96-1.80x. A pinned rate always
-	// paces both directions through one throttle.
+	// by them. With that signal, three rounds of a 1.1 GB heal
+	// (bench/README.md) gave the target scope 0.89x the frontier rate at
+	// 1.28x the clients' idle p99 and the broker scope 0.76x at 1.33x
+	// (medians; heals too short to choose between them). A pinned rate
+	// always paces both directions through one throttle.
 	BackfillAutoScope string `toml:"backfill_auto_scope"`
 	// BackfillBackground moves catch-up bytes at background priority: on
 	// threads of the lowest CPU priority (nice 19) and the lowest
