@@ -110,8 +110,8 @@ func TestPacerLatency(t *testing.T) {
 	if st := f.p.status(); st.BaselineP99Seconds != 0.02 {
 		t.Fatalf("baseline %v, want 20ms", st.BaselineP99Seconds)
 	}
-	if got := f.lat.since[1]; !got.Equal(time.Unix(1e9+1, 0)) {
-		t.Fatalf("second P99 asked since %v, want the first step's time", got)
+	if got := f.lat.since[1]; !got.Equal(time.Unix(1e9+2, 0).Add(-latencyWindow)) {
+		t.Fatalf("second P99 (at %v) asked since %v, want latencyWindow before it", time.Unix(1e9+2, 0), got)
 	}
 	f.lat.p99 = 50 * time.Millisecond
 	if r := f.step(100 << 20); r != 32<<20 || f.reason(t) != "latency" {
@@ -122,6 +122,11 @@ func TestPacerLatency(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(f.p.metrics.pace.cuts.WithLabelValues("latency")); n != 1 {
 		t.Fatalf("%v latency cuts counted, want 1", n)
+	}
+	cutAt := f.clock
+	f.step(1 << 20)
+	if got := f.lat.since[len(f.lat.since)-1]; !got.Equal(cutAt) {
+		t.Fatalf("the P99 after a latency cut at %v asked since %v, want the cut: its own seconds are not judged again", cutAt, got)
 	}
 	for range 40 {
 		f.step(1 << 20)
