@@ -146,29 +146,32 @@ func QuantileMs(ds []time.Duration, q float64) float64 {
 	return float64(s[max(i, 0)].Microseconds()) / 1000
 }
 
+// appendViolations appends one check's lines, under "clients:" and the
+// check's name (none for the producers' own): its error, its violations
+// and how many more were left out.
+func appendViolations(out []string, check, errText string, vs []string, more int) []string {
+	p, tail := "clients: ", "clients: "
+	if check != "" {
+		p, tail = p+check+" ", p+check+": "
+	}
+	if errText != "" {
+		out = append(out, p+"check incomplete: "+errText)
+	}
+	for _, v := range vs {
+		out = append(out, p+v)
+	}
+	if more > 0 {
+		out = append(out, fmt.Sprintf("%sand %d more", tail, more))
+	}
+	return out
+}
+
 // AllViolations lists the report's violations as one string each, the
 // check's error first (nothing when OK).
 func (r *Report) AllViolations() []string {
-	var out []string
-	if r.Error != "" {
-		out = append(out, "clients: check incomplete: "+r.Error)
-	}
-	for _, v := range r.Violations {
-		out = append(out, "clients: "+v)
-	}
-	if r.More > 0 {
-		out = append(out, fmt.Sprintf("clients: and %d more", r.More))
-	}
+	out := appendViolations(nil, "", r.Error, r.Violations, r.More)
 	if g := r.Group; g != nil {
-		if g.Error != "" {
-			out = append(out, "clients: group check incomplete: "+g.Error)
-		}
-		for _, v := range g.Violations {
-			out = append(out, "clients: group "+v)
-		}
-		if g.More > 0 {
-			out = append(out, fmt.Sprintf("clients: group: and %d more", g.More))
-		}
+		out = appendViolations(out, "group", g.Error, g.Violations, g.More)
 	}
 	return out
 }
