@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"os"
 )
 
@@ -89,9 +90,13 @@ func (db *DB) syncCopies(op string, cs []*copyState, errs []error) {
 			need[Shard(c.id)] = true
 		}
 	}
-	failed := db.syncShards(context.Background(), &need)
+	failed, unanswered := db.syncShards(context.Background(), &need)
 	for i, c := range cs {
 		if c.synced || errs[i] != nil {
+			continue
+		}
+		if unanswered != nil {
+			errs[i] = fmt.Errorf("%s %s: %w", op, c.id, unanswered)
 			continue
 		}
 		if err := failed[Shard(c.id)]; err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -99,7 +100,10 @@ type DirsSyncer interface {
 // distinct shard of the batch when Options.DirSyncer has it, else one
 // SyncDir per shard. results[i] and errs[i] answer segs[i]; both must be
 // as long as segs. A copy whose directory sync fails is latched, as in
-// Settle. The copies' own work runs on up to GOMAXPROCS goroutines.
+// Settle. When the syncs were not answered (ctx ended first, or the syncer
+// closed), SettleBatch returns that error and latches nothing: no sync
+// failed, and the next settle of these copies syncs their directories
+// again. The copies' own work runs on up to GOMAXPROCS goroutines.
 func (db *DB) SettleBatch(ctx context.Context, segs []meta.Segment, results []SettleResult, errs []error) error {
 	if len(results) != len(segs) || len(errs) != len(segs) {
 		return fmt.Errorf("%w: settle batch: %d segments, %d results, %d errors", ErrInvalid, len(segs), len(results), len(errs))
@@ -124,7 +128,10 @@ func (db *DB) SettleBatch(ctx context.Context, segs []meta.Segment, results []Se
 			need[Shard(segs[i].ID)] = true
 		}
 	}
-	failed := db.syncShards(ctx, &need)
+	failed, err := db.syncShards(ctx, &need)
+	if err != nil {
+		return fmt.Errorf("settle batch of %d copies: %w", len(segs), err)
+	}
 	for i := range segs {
 		if errs[i] != nil || failed[Shard(segs[i].ID)] == nil {
 			continue
@@ -158,8 +165,11 @@ func (db *DB) eachParallel(n int, fn func(i int)) {
 }
 
 // syncShards makes the shard directories flagged in need durable and
-// returns, per shard, the error of its sync (nil: synced or not needed).
-func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) *[Shards]error {
+// returns, per shard, the error of its sync (nil: synced or not needed),
+// or an error alone when the syncs went unanswered: ctx ended before they
+// did, or the syncer refused the whole call (closed). That says nothing
+// of the directories and must not latch a copy.
+func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) (*[Shards]error, error) {
 	var out [Shards]error
 	var dirs []string
 	var idx []int
@@ -170,16 +180,12 @@ func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) *[Shards]error
 		}
 	}
 	if len(dirs) == 0 {
-		return &out
+		return &out, nil
 	}
 	errs := make([]error, len(dirs))
 	if ds, ok := db.syncer.(DirsSyncer); ok {
 		if err := ds.SyncDirs(ctx, dirs, errs); err != nil {
-			for i := range errs {
-				if errs[i] == nil {
-					errs[i] = err
-				}
-			}
+			return nil, fmt.Errorf("directory syncs of %d shards unanswered: %w", len(dirs), err)
 		}
 	} else {
 		for i, d := range dirs {
@@ -188,12 +194,15 @@ func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) *[Shards]error
 			} else {
 				errs[i] = db.fs.SyncDir(d)
 			}
+			if errs[i] != nil && ctx.Err() != nil && errors.Is(errs[i], ctx.Err()) {
+				return nil, fmt.Errorf("directory sync of %s unanswered: %w", d, errs[i])
+			}
 		}
 	}
 	for i, s := range idx {
 		out[s] = errs[i]
 	}
-	return &out
+	return &out, nil
 }
 
 // failCopy latches the copy of id with err (a directory sync of its

@@ -59,12 +59,15 @@ func TestSettleOfUnchangedCopyOnlyStats(t *testing.T) {
 }
 
 // countingSyncer records the SyncDirs calls and fails the directories in
-// fail; SyncDir (the creates') counts its calls while batch is set.
+// fail; SyncDir (the creates') counts its calls while batch is set. While
+// hang is set, SyncDirs answers nothing before its caller stops waiting
+// and returns the context's error, as fsync.Syncer does.
 type countingSyncer struct {
 	mu     sync.Mutex
 	calls  [][]string
 	fail   map[string]error
 	batch  bool
+	hang   bool
 	single int
 }
 
@@ -80,6 +83,10 @@ func (s *countingSyncer) SyncDir(ctx context.Context, path string) error {
 func (s *countingSyncer) SyncDirs(ctx context.Context, dirs []string, errs []error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.hang {
+		<-ctx.Done()
+		return fmt.Errorf("fsync: waiting for %d syncs: %w", len(dirs), ctx.Err())
+	}
 	s.calls = append(s.calls, slices.Clone(dirs))
 	for i, d := range dirs {
 		errs[i] = s.fail[d]
@@ -127,6 +134,44 @@ func TestSettleBatchSyncsShardsOnceAndLatchesOnFailure(t *testing.T) {
 	}
 	if err := db.SettleBatch(context.Background(), segs, results[:1], errs); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("SettleBatch with a short results slice = %v, want ErrInvalid", err)
+	}
+}
+
+// A settle batch whose directory syncs its caller stopped waiting for (the
+// request was cancelled) latches no copy: it returns the context's error,
+// and the next batch settles the same copies and syncs their directories.
+func TestSettleBatchLatchesNothingWhenItsSyncsGoUnanswered(t *testing.T) {
+	syncer := &countingSyncer{hang: true}
+	db := open(t, t.TempDir(), store.Options{DirSyncer: syncer})
+	var segs []meta.Segment
+	for i := range 4 {
+		id := meta.SegmentID(fmt.Sprintf("u-%02d", i))
+		fill(t, db, id, 0, 5)
+		segs = append(segs, segment(id, 0, 5))
+	}
+	results := make([]store.SettleResult, len(segs))
+	errs := make([]error, len(segs))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := db.SettleBatch(ctx, segs, results, errs); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SettleBatch with its syncs unanswered = %v, want context.Canceled", err)
+	}
+	for _, s := range segs {
+		if err := db.LatchErr(s.ID); err != nil {
+			t.Fatalf("%s latched by a cancelled settle: %v", s.ID, err)
+		}
+	}
+	syncer.hang = false
+	if err := db.SettleBatch(context.Background(), segs, results, errs); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range segs {
+		if errs[i] != nil || results[i].End.Bytes != s.ByteSize {
+			t.Fatalf("%s settled again: %+v, %v", s.ID, results[i], errs[i])
+		}
+	}
+	if len(syncer.calls) != 1 {
+		t.Fatalf("the second settle made %d SyncDirs calls, want 1 (the directories synced again)", len(syncer.calls))
 	}
 }
 
