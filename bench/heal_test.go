@@ -74,7 +74,7 @@ func healAtScale(ctx context.Context, b *testing.B, hc *healrun.Cluster, segment
 	}
 	benchenv.ReportLoad(b)
 	b.StartTimer()
-	t, err := hc.KillAndHeal(ctx, victim, held, 30*time.Minute)
+	t, err := hc.KillAndHeal(ctx, victim, held, 30*time.Minute, 0)
 	b.StopTimer()
 	if err != nil {
 		return t, limit, err

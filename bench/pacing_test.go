@@ -18,7 +18,9 @@ import (
 // once per mode (healrun.RunPacing), each on a fresh cluster of four
 // brokers of rf 3 with a Kafka listener, MALACHI_BENCH_PACING_MB (default
 // 512) MiB of sealed copies per broker in 64 MiB segments, two kgo
-// producers of 1 KiB records every 2 ms each. The modes are
+// producers of 1 KiB records every 2 ms each. A capped fixed mode's heal
+// is measured over its first MALACHI_BENCH_PACING_WINDOW seconds (default
+// 60; 0: to its end; healrun.PacingConfig.FixedWindow). The modes are
 // MALACHI_BENCH_PACING_RATES (healrun.ParseModes; default healrun.Modes:
 // fixed per-broker rates of 8, 32, 64, 128 and 256 MiB/s, unthrottled,
 // auto); every mode runs once per round, MALACHI_BENCH_PACING_ROUNDS
@@ -33,6 +35,13 @@ func BenchmarkHealPacing(b *testing.B) {
 	cfg.Segments = healrun.SegmentsFor(int64(envInt("MALACHI_BENCH_PACING_MB", 512))<<20, cfg.SegmentBytes, cfg.Brokers)
 	cfg.Logf = b.Logf
 	cfg.KeepLogs = os.Getenv("MALACHI_BENCH_PACING_LOGS")
+	if w := os.Getenv("MALACHI_BENCH_PACING_WINDOW"); w != "" {
+		var s int
+		if _, err := fmt.Sscan(w, &s); err != nil || s < 0 {
+			b.Fatalf("MALACHI_BENCH_PACING_WINDOW=%q: want whole seconds, 0 to heal to the end", w)
+		}
+		cfg.FixedWindow = time.Duration(s) * time.Second
+	}
 	rounds := envInt("MALACHI_BENCH_PACING_ROUNDS", 3)
 	modes, err := healrun.ParseModes(os.Getenv("MALACHI_BENCH_PACING_RATES"))
 	if err != nil {

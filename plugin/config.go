@@ -76,21 +76,19 @@ type Config struct {
 	BackfillBytesPerSecond        Rate  `toml:"backfill_bytes_per_second"`
 	BackfillFloorBytesPerSecond   int64 `toml:"backfill_floor_bytes_per_second"`
 	BackfillCeilingBytesPerSecond int64 `toml:"backfill_ceiling_bytes_per_second"`
-	// BackfillAutoScope is what an "auto" rate paces: AutoScopeBroker (the
-	// default) everything the broker sends and receives, through one
-	// throttle, so that a busy partition leader holds back every copy it
-	// sends or receives; AutoScopeTarget the copies it receives only, what
-	// it sends going through a throttle of its own without a byte cap, so
-	// that each copy is paced by its target alone and a broker's clients'
-	// latency holds back only the copies written on it. A broker's client
-	// latency (ClientLatency) counts, on a follower, what the clients of
-	// the partitions it replicates wait on (their leader's replication
-	// round), so a target no client talks to still paces what it receives
-	// by them. With that signal, three rounds of a 1.1 GB heal
-	// (bench/README.md) gave the target scope 0.89x the frontier rate at
-	// 1.28x the clients' idle p99 and the broker scope 0.76x at 1.33x
-	// (medians; heals too short to choose between them). A pinned rate
-	// always paces both directions through one throttle.
+	// BackfillAutoScope is what an "auto" rate paces: AutoScopeTarget (the
+	// default) the copies the broker receives only, what it sends going
+	// through a throttle of its own without a byte cap, so that each copy
+	// is paced by its target alone and a broker's clients' latency holds
+	// back only the copies written on it; AutoScopeBroker everything the
+	// broker sends and receives, through one throttle, so that a busy
+	// partition leader holds back every copy it sends or receives. A
+	// broker's client latency (ClientLatency) counts, on a follower, what
+	// the clients of the partitions it replicates wait on (their leader's
+	// replication round), so a target no client talks to still paces what
+	// it receives by them. bench/README.md ("Heal pacing under client
+	// load") compares the two. A pinned rate always paces both directions
+	// through one throttle.
 	BackfillAutoScope string `toml:"backfill_auto_scope"`
 	// BackfillBackground moves catch-up bytes at background priority: on
 	// threads of the lowest CPU priority (nice 19) and the lowest
@@ -147,7 +145,7 @@ func DefaultConfig() Config {
 		PassBackfills:               1024,
 		BackfillBytesPerSecond:      RateAuto,
 		BackfillFloorBytesPerSecond: 1 << 20,
-		BackfillAutoScope:           AutoScopeBroker,
+		BackfillAutoScope:           AutoScopeTarget,
 		BackfillBackground:          true,
 		BackfillTimeout:             2 * time.Minute,
 		MaxMaintenance:              1,

@@ -65,11 +65,11 @@
 // heal.backfill_bytes_per_second paces this broker's catch-up. A number
 // pins it, both directions sharing one catchup.Throttle. "auto" (the
 // default) runs a pacer (pacer.go) over what heal.backfill_auto_scope
-// says: "broker" (the default) both directions through one throttle;
-// "target" the copies the broker receives, what it sends going through a
-// throttle of its own with no byte cap, so that each copy is paced by its
-// target alone and a partition leader whose clients slow down holds back
-// the copies written on it, not every copy it sends. The pacer's
+// says: "target" (the default) the copies the broker receives, what it
+// sends going through a throttle of its own with no byte cap, so that each
+// copy is paced by its target alone and a partition leader whose clients
+// slow down holds back the copies written on it, not every copy it sends;
+// "broker" both directions through one throttle. The pacer's
 // first step sets pace's start rate (32 MiB/s) at once, and it steps
 // package pace's controller once a second: the bytes the paced throttle
 // moved (Throttle.Moved; the send throttle's as pace.Input.Beside), the

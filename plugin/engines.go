@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/catchup"
@@ -34,7 +35,9 @@ type engines struct {
 	closers []func() error
 }
 
-func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
+// openEngines opens the engines of cfg; arrived counts the bytes of the
+// backfills into this broker as they arrive.
+func openEngines(cfg Config, deps Deps, log zerolog.Logger, arrived prometheus.Counter) (engines, error) {
 	var e engines
 	kind, err := probe.ParseKind(cfg.ProbeEngine)
 	if err != nil {
@@ -71,7 +74,7 @@ func openEngines(cfg Config, deps Deps, log zerolog.Logger) (engines, error) {
 	if cfg.DataEncryption && deps.Certs != nil {
 		cl.TLS = deps.Certs.ClientConfig()
 	}
-	e.fetch = &catchupFetcher{cl: cl, db: deps.Store}
+	e.fetch = &catchupFetcher{cl: cl, db: deps.Store, arrived: arrived}
 	return e, nil
 }
 
@@ -130,14 +133,23 @@ func (e *engines) serveData(l net.Listener, cfg Config, deps Deps, log zerolog.L
 	}
 }
 
-// catchupFetcher is the fetcher over catchup.Client and the local store.
+// catchupFetcher is the fetcher over catchup.Client and the local store;
+// it counts the bytes of each fetch in arrived as they arrive.
 type catchupFetcher struct {
-	cl *catchup.Client
-	db *store.DB
+	cl      *catchup.Client
+	db      *store.DB
+	arrived prometheus.Counter
 }
 
 func (f *catchupFetcher) Fetch(ctx context.Context, addr string, seg meta.Segment, ticket []byte) (catchup.Result, error) {
-	return f.cl.Fetch(ctx, addr, seg, ticket, resumeSink{catchup.StoreSink{DB: f.db}}, nil)
+	at := int64(-1) // the first call gives where the fetch resumes
+	progress := func(done, _ int64) {
+		if at >= 0 && done > at {
+			f.arrived.Add(float64(done - at))
+		}
+		at = done
+	}
+	return f.cl.Fetch(ctx, addr, seg, ticket, resumeSink{catchup.StoreSink{DB: f.db}}, progress)
 }
 
 // resumeSink is the store's sink with its failure to open the target copy

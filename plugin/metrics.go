@@ -27,6 +27,7 @@ type metrics struct {
 	healed          prometheus.Counter
 	stale           prometheus.Counter
 	backfillBytes   prometheus.Counter
+	backfillArrived prometheus.Counter
 	backfillSeconds prometheus.Histogram
 	backfillStages  *prometheus.HistogramVec
 	backfillErrors  prometheus.Counter
@@ -148,6 +149,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.healed = prometheus.NewCounter(prometheus.CounterOpts(f("segments_healed_total", "Replica sets recorded by this instance's coordinator.")))
 	m.stale = prometheus.NewCounter(prometheus.CounterOpts(f("stale_commands_total", "SetSegmentReplicas refused as stale (compare-and-set lost).")))
 	m.backfillBytes = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_bytes_total", "Bytes received by this broker's committed backfills.")))
+	m.backfillArrived = prometheus.NewCounter(prometheus.CounterOpts(f("backfill_arrived_bytes_total",
+		"Bytes of backfills into this broker as they arrive, committed or not: a heal's progress while its copies are in flight.")))
 	m.backfillSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_duration_seconds", Help: "Duration of this broker's committed backfills.", Buckets: buckets})
 	m.backfillStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backfill_stage_seconds",
 		Help: "Time of each stage of this broker's backfills, committed or not: wait (for a transfer slot), transfer (the bytes, rate pauses included), commit (verification of the whole copy and its sync).", Buckets: buckets}, []string{"stage"})
@@ -168,7 +171,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.pace = newPaceMetrics(f)
 	reg.MustRegister(m.pace.rate, m.pace.reason, m.pace.floorSeconds, m.pace.cuts, m.pace.p99, m.pace.baseline, m.pace.blind)
 	reg.MustRegister(m.hold, m.decommissionLeft, m.decommissionBytesLeft, m.decommissionBlocked, m.maintenanceBrokers, m.leftoverCopies)
-	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes,
+	reg.MustRegister(m.underReplicated, m.failed, m.unsettled, m.lostSegments, m.lostBytes, m.returned, m.bytesSaved, m.confirmed, m.healed, m.stale, m.backfillBytes, m.backfillArrived,
 		m.backfillSeconds, m.backfillStages, m.backfillErrors, m.probeSeconds, m.passSeconds, m.passes, m.commandSeconds, m.barrierSeconds, m.rpcSeconds, m.scrubBytes, m.scrubCorrupt, m.scrubCycles, m.leader, m.engine)
 	for _, r := range failedReasons {
 		m.failed.WithLabelValues(r.String()).Set(0)

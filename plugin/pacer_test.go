@@ -240,13 +240,14 @@ func TestBackfillBackgroundConfig(t *testing.T) {
 // Under "auto" with the target scope a broker's rate paces the copies it
 // receives, and what it sends goes through a throttle of its own without a
 // byte cap (each copy is paced by its target): a pacer cut never holds
-// back the copies a busy broker sends. The broker scope (the default) and
-// a pinned rate keep one throttle for both directions.
+// back the copies a busy broker sends. The target scope is the default;
+// the broker scope and a pinned rate keep one throttle for both
+// directions.
 func TestBackfillAutoScope(t *testing.T) {
 	cp := newMemCP()
 	cp.makePKI(t)
-	target := startInstance(t, cp, 1, func(c *Config) { c.BackfillAutoScope = AutoScopeTarget })
-	broker := startInstance(t, cp, 2, nil)
+	target := startInstance(t, cp, 1, nil)
+	broker := startInstance(t, cp, 2, func(c *Config) { c.BackfillAutoScope = AutoScopeBroker })
 	pinned := startInstance(t, cp, 3, func(c *Config) { c.BackfillBytesPerSecond = "65536" })
 	e := &target.p.engines
 	if e.send == nil || e.sendThrottle() == e.throttle || e.send.Rate() != 0 || e.send.Limits().MaxTransfers != e.throttle.Limits().MaxTransfers {

@@ -225,7 +225,7 @@ func (p *Plugin) Start(ctx context.Context) (err error) {
 			p.closeAll()
 		}
 	}()
-	p.engines, err = openEngines(p.cfg, p.deps, p.deps.Logger)
+	p.engines, err = openEngines(p.cfg, p.deps, p.deps.Logger, p.metrics.backfillArrived)
 	if err != nil {
 		return err
 	}

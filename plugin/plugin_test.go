@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/malachi-log/malachi/heal"
@@ -345,6 +346,12 @@ func TestBackfillBetweenInstances(t *testing.T) {
 	if n != seg.ByteSize+store.FooterSize {
 		t.Errorf("backfill moved %d bytes, want %d", n, seg.ByteSize+store.FooterSize)
 	}
+	if got := testutil.ToFloat64(dst.p.metrics.backfillArrived); got != float64(n) {
+		t.Errorf("the target counted %v bytes arrived, want the %d it received", got, n)
+	}
+	if got := testutil.ToFloat64(src.p.metrics.backfillArrived); got != 0 {
+		t.Errorf("the source counted %v bytes arrived, want 0 (it sent them)", got)
+	}
 	if err := dst.db.Verify("s1", seg); err != nil {
 		t.Fatalf("backfilled copy does not verify: %v", err)
 	}
@@ -364,6 +371,9 @@ func TestBackfillBetweenInstances(t *testing.T) {
 	}
 	if n != seg.ByteSize+store.FooterSize-end {
 		t.Errorf("resumed backfill moved %d bytes, want %d", n, seg.ByteSize+store.FooterSize-end)
+	}
+	if got, want := testutil.ToFloat64(dst.p.metrics.backfillArrived), float64(2*(seg.ByteSize+store.FooterSize)-end); got != want {
+		t.Errorf("after a resumed backfill the target counted %v bytes arrived, want %v (the resumed part counted from where it resumed)", got, want)
 	}
 	if err := dst.db.Verify("s1", seg); err != nil {
 		t.Fatal(err)

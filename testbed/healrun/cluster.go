@@ -175,8 +175,13 @@ type Timing struct {
 	Killed    time.Time
 	FirstPlan time.Time // the start of the first pass that planned a backfill
 	Healed    time.Time // the end of the first pass that found every segment healed
-	Bytes     int64     // the bytes the killed broker held (sealed)
-	Passes    int
+	// Bytes is what the killed broker held (sealed); under a window, the
+	// bytes of the backfills that arrived in it (Windowed).
+	Bytes  int64
+	Passes int
+	// Windowed: the heal was measured over a window of it (KillAndHeal's
+	// window), from FirstPlan to Healed, and not waited for to its end.
+	Windowed  bool
 	Wait      time.Duration // summed over the backfills: waiting for a transfer slot
 	Transfer  time.Duration // ... receiving the bytes
 	Commit    time.Duration // ... verifying and syncing the copy
@@ -195,8 +200,11 @@ func (t Timing) Rate() float64 { return float64(t.Bytes) / t.Window().Seconds() 
 
 // KillAndHeal SIGKILLs victim and reads the leader's passes until one
 // finds every sealed segment healed (no under-replicated segment, the
-// victim dead), within limit.
-func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held int64, limit time.Duration) (Timing, error) {
+// victim dead), within limit. With a window above 0 it stops earlier, at
+// the first pass that ends window after the first plan: the heal is then
+// measured over that window, its bytes those of the backfills that arrived
+// in it (Timing.Windowed; a window that saw none fails).
+func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held int64, limit, window time.Duration) (Timing, error) {
 	before, err := hc.stageSums(ctx, victim.ID)
 	if err != nil {
 		return Timing{}, err
@@ -211,6 +219,10 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 		r := p.Report
 		if r.Backfills > 0 && t.FirstPlan.IsZero() {
 			t.FirstPlan = p.Started
+		}
+		if window > 0 && !t.FirstPlan.IsZero() && p.Ended.Sub(t.FirstPlan) >= window {
+			t.Windowed = true
+			return true, ""
 		}
 		dead := false
 		for _, d := range r.Dead {
@@ -229,6 +241,12 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 	if err != nil {
 		return t, err
 	}
+	if t.Windowed {
+		t.Healed, t.Bytes = after.at, after.arrived-before.arrived
+		if t.Bytes <= 0 {
+			return t, fmt.Errorf("healrun: broker %d killed: no backfill byte arrived in the %v after the first plan", victim.ID, t.Window())
+		}
+	}
 	t.Wait, t.Transfer, t.Commit = after.wait-before.wait, after.transfer-before.transfer, after.commit-before.commit
 	t.Backfills, t.Record = after.backfills-before.backfills, after.record-before.record
 	t.LatencyCuts, t.PressureCuts = after.latencyCuts-before.latencyCuts, after.pressureCuts-before.pressureCuts
@@ -239,12 +257,15 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 type stageSums struct {
 	wait, transfer, commit, record       time.Duration
 	backfills, latencyCuts, pressureCuts int
+	arrived                              int64     // backfill bytes as they arrive
+	at                                   time.Time // when the first broker's metrics were read
 }
 
 // stageSums reads the /metrics of the running brokers but skip: the backfill
-// stages' histogram sums and counts, the command durations, the rate cuts.
+// stages' histogram sums and counts, the command durations, the rate cuts,
+// the bytes arrived.
 func (hc *Cluster) stageSums(ctx context.Context, skip meta.BrokerID) (stageSums, error) {
-	var s stageSums
+	s := stageSums{at: time.Now()}
 	for _, br := range hc.C.Running() {
 		if br.ID == skip {
 			continue
@@ -263,6 +284,7 @@ func (hc *Cluster) stageSums(ctx context.Context, skip meta.BrokerID) (stageSums
 		s.record += seconds(m["malachi_heal_command_duration_seconds_sum"])
 		s.latencyCuts += int(m[`malachi_heal_backfill_rate_cuts_total{reason="latency"}`])
 		s.pressureCuts += int(m[`malachi_heal_backfill_rate_cuts_total{reason="pressure"}`])
+		s.arrived += int64(m["malachi_heal_backfill_arrived_bytes_total"])
 	}
 	return s, nil
 }

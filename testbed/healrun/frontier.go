@@ -38,6 +38,10 @@ var Modes = []Mode{
 // fixed modes draw the frontier.
 func (m Mode) Fixed() bool { return m.Rate != autoRate }
 
+// Capped reports whether m pins the rate to a number of bytes per second
+// (fixed, and not unthrottled).
+func (m Mode) Capped() bool { return m.Fixed() && strings.TrimSpace(m.Rate) != "0" }
+
 // ParseModes reads a comma-separated list of RATE[/foreground][+key=value…]:
 // a per-broker rate in bytes per second (0 for no cap) or auto;
 // /foreground sets backfill_background = false; +key=value sets another
@@ -232,8 +236,12 @@ func (s Summary) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "medians over rounds (R* %.1f MB/s):\n", s.FrontierRateBytesPerSecond/1e6)
 	for _, m := range s.Medians {
-		fmt.Fprintf(w, "  %-12s %d rounds: heal %.1f MB/s, %.2fx its limit, %.2fx R*; a broker's worth (%.0f MB) healed in %.1f s; client p99 %.1f ms idle, %.1f ms healing (%.2fx); %d lost\n",
-			m.Mode, m.Rounds, m.HealBytesPerSecond/1e6, m.HealOverLimit, m.HealOverFrontier, m.HealBytes/1e6, m.HealSeconds,
+		window := ""
+		if m.HealWindowSeconds > 0 {
+			window = fmt.Sprintf(" (at the rate of its first %.0f s)", m.HealWindowSeconds)
+		}
+		fmt.Fprintf(w, "  %-12s %d rounds: heal %.1f MB/s, %.2fx its limit, %.2fx R*; a broker's worth (%.0f MB) healed in %.1f s%s; client p99 %.1f ms idle, %.1f ms healing (%.2fx); %d lost\n",
+			m.Mode, m.Rounds, m.HealBytesPerSecond/1e6, m.HealOverLimit, m.HealOverFrontier, m.HealBytes/1e6, m.HealSeconds, window,
 			m.ClientP99IdleMs, m.ClientP99HealingMs, m.ClientP99HealingOverIdle, m.RecordsLost)
 	}
 	fmt.Fprintf(w, "auto: %s\n", s.AutoGoal)

@@ -262,7 +262,7 @@ func TestParseModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) != 3 || ms[0].Rate != "0" || !ms[0].Fixed() || ms[2].Fixed() ||
+	if len(ms) != 3 || ms[0].Rate != "0" || !ms[0].Fixed() || ms[2].Fixed() || ms[0].Capped() || !ms[1].Capped() || ms[2].Capped() ||
 		ms[1].Extra != "max_transfers_per_broker = 2\nbackfill_background = false\n" || ms[1].Name != "170000000/foreground+max_transfers_per_broker=2" {
 		t.Fatalf("modes %+v", ms)
 	}

@@ -36,6 +36,12 @@ type PacingConfig struct {
 	Warmup, Idle time.Duration
 	// HealLimit bounds the wait for the heal.
 	HealLimit time.Duration
+	// FixedWindow, when above 0, measures the heal of a capped fixed mode
+	// (Mode.Capped) over its first FixedWindow rather than to its end:
+	// a pinned rate holds steady, and a low one would take many minutes
+	// at the sizes that make a heal long enough for auto to matter. Auto
+	// and unthrottled always heal to the end.
+	FixedWindow time.Duration
 	// KeepLogs, when set, keeps each run's broker logs there
 	// (ClusterConfig.KeepLogs).
 	KeepLogs string
@@ -45,10 +51,11 @@ type PacingConfig struct {
 
 // DefaultPacing is four brokers holding 512 MiB each in 64 MiB segments
 // (SegmentsFor), two producers of 1 KiB records every 2 ms, 5 s of
-// warm-up and 10 s idle.
+// warm-up and 10 s idle, capped fixed modes measured over 60 s.
 func DefaultPacing(bin, root string) PacingConfig {
 	return PacingConfig{Bin: bin, Root: root, Brokers: 4, Segments: SegmentsFor(512<<20, 64<<20, 4), SegmentBytes: 64 << 20,
-		Producers: 2, ValueBytes: 1024, Interval: 2 * time.Millisecond, Warmup: 5 * time.Second, Idle: 10 * time.Second, HealLimit: 15 * time.Minute}
+		Producers: 2, ValueBytes: 1024, Interval: 2 * time.Millisecond, Warmup: 5 * time.Second, Idle: 10 * time.Second, HealLimit: 15 * time.Minute,
+		FixedWindow: time.Minute}
 }
 
 // SegmentsFor is how many segments of segBytes put perBroker bytes of
@@ -60,12 +67,18 @@ func SegmentsFor(perBroker, segBytes int64, brokers int) int {
 // Result is one mode's figures in one round (the JSON keys are those the
 // reports and the benchmark's file use).
 type Result struct {
-	Mode                     string  `json:"mode"`
-	Round                    int     `json:"round"`
-	Load1                    float64 `json:"load1"`
-	KilledBroker             uint64  `json:"killed_broker"`
+	Mode         string  `json:"mode"`
+	Round        int     `json:"round"`
+	Load1        float64 `json:"load1"`
+	KilledBroker uint64  `json:"killed_broker"`
+	// HealBytes is what the killed broker held, a broker's worth, and
+	// HealSeconds how long its heal took: observed, or that many bytes
+	// at the rate of the window when HealWindowSeconds is set (the heal
+	// was measured over its first HealWindowSeconds, PacingConfig.
+	// FixedWindow, and the run ended there).
 	HealBytes                int64   `json:"heal_bytes"`
 	HealSeconds              float64 `json:"heal_seconds"`
+	HealWindowSeconds        float64 `json:"heal_window_seconds,omitempty"`
 	HealBytesPerSecond       float64 `json:"heal_bytes_per_second"`
 	HealLimitBytesPerSecond  float64 `json:"heal_limit_bytes_per_second"`
 	LimitDiskBytesPerSecond  float64 `json:"limit_disk_bytes_per_second"`
@@ -176,7 +189,11 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	}
 	time.Sleep(cfg.Warmup + cfg.Idle)
 	load, _ := benchenv.ReadLoad()
-	t, err := hc.KillAndHeal(ctx, victim, held, cfg.HealLimit)
+	var window time.Duration
+	if m.Capped() {
+		window = cfg.FixedWindow
+	}
+	t, err := hc.KillAndHeal(ctx, victim, held, cfg.HealLimit, window)
 	if err != nil {
 		l.Finish(ctx)
 		return Result{}, err
@@ -197,7 +214,7 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	case len(idle) == 0 || len(healing) == 0:
 		return Result{}, fmt.Errorf("healrun: %s: %d acknowledgements in the idle window, %d while healing: no latency to compare", m.Name, len(idle), len(healing))
 	}
-	r := Result{Mode: m.Name, Load1: load.One, KilledBroker: uint64(victim.ID), HealBytes: t.Bytes, HealSeconds: t.Window().Seconds(),
+	r := Result{Mode: m.Name, Load1: load.One, KilledBroker: uint64(victim.ID), HealBytes: held, HealSeconds: float64(held) / t.Rate(),
 		HealBytesPerSecond: t.Rate(), HealLimitBytesPerSecond: limit.Rate(), LimitDiskBytesPerSecond: limit.Disk, LimitLoopBytesPerSecond: limit.Loopback,
 		ClientP50IdleMs: kafkaload.QuantileMs(idle, 0.5), ClientP99IdleMs: kafkaload.QuantileMs(idle, 0.99),
 		ClientP50HealingMs: kafkaload.QuantileMs(healing, 0.5), ClientP99HealingMs: kafkaload.QuantileMs(healing, 0.99),
@@ -205,13 +222,20 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		RecordsAcknowledged: rep.Acknowledged, RecordsLost: rep.Lost, ProduceFailures: rep.ProduceFailures,
 		LatencyCuts: t.LatencyCuts, PressureCuts: t.PressureCuts}
 	r.ClientP99HealingOverIdle = r.ClientP99HealingMs / r.ClientP99IdleMs
+	if t.Windowed {
+		r.HealWindowSeconds = t.Window().Seconds()
+	}
 	if err := limit.Check(r.HealBytesPerSecond); err != nil {
 		return Result{}, fmt.Errorf("healrun: %s, round at load %.2f: %w", m.Name, load.One, err)
 	}
 	r.HealOverLimit = r.HealBytesPerSecond / r.HealLimitBytesPerSecond
 	r.ClientSlowSeconds = slowSeconds(healing, healingAt, t.Killed, 4*time.Duration(r.ClientP99IdleMs*float64(time.Millisecond)))
-	cfg.logf("%s: killed broker %d; healed %d MB in %.1f s (%.0f MB/s, %.2fx the limit); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
-		m.Name, victim.ID, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverLimit, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
+	verb := "healed"
+	if t.Windowed {
+		verb = "measured over a window: backfills received"
+	}
+	cfg.logf("%s: killed broker %d; %s %d MB in %.1f s (%.0f MB/s, %.2fx the limit); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
+		m.Name, victim.ID, verb, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverLimit, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
 	cfg.logSlow(m.Name, r.ClientSlowSeconds)
 	return r, nil
 }
@@ -294,6 +318,9 @@ type Median struct {
 	// p99 while it heals.
 	HealBytes   float64 `json:"heal_bytes"`
 	HealSeconds float64 `json:"heal_seconds"`
+	// HealWindowSeconds is the median of the rounds' windows (0: each
+	// heal ran to its end; Result.HealWindowSeconds).
+	HealWindowSeconds float64 `json:"heal_window_seconds,omitempty"`
 	// FrontierRateBytesPerSecond is the median of the R* of the rounds the
 	// mode ran in, HealOverFrontier the median of its heal over its
 	// round's R* (rounds without an R* left out; 0: none had one).
@@ -337,6 +364,7 @@ func Medians(results []Result) []Median {
 			HealOverLimit:              med(func(r Result) float64 { return r.HealOverLimit }),
 			HealBytes:                  med(func(r Result) float64 { return float64(r.HealBytes) }),
 			HealSeconds:                med(func(r Result) float64 { return r.HealSeconds }),
+			HealWindowSeconds:          med(func(r Result) float64 { return r.HealWindowSeconds }),
 			FrontierRateBytesPerSecond: med(func(r Result) float64 { return r.FrontierRateBytesPerSecond }),
 			HealOverFrontier:           median(frontier),
 			RecordsLost:                lost})
