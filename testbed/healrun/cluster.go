@@ -174,7 +174,9 @@ func (hc *Cluster) PartitionReplicas(ctx context.Context, topic string) (map[met
 type Timing struct {
 	Killed    time.Time
 	FirstPlan time.Time // the start of the first pass that planned a backfill
-	Healed    time.Time // the end of the first pass that found every segment healed
+	// Healed is the end of the first pass that found every segment
+	// healed; under a window, when the window's bytes were read.
+	Healed time.Time
 	// Bytes is what the killed broker held (sealed); under a window, the
 	// bytes of the backfills that arrived in it (Windowed).
 	Bytes  int64
@@ -190,6 +192,11 @@ type Timing struct {
 	// LatencyCuts and PressureCuts count the times an "auto" rate was
 	// lowered, over the running brokers.
 	LatencyCuts, PressureCuts int
+	// Ramp is how long after FirstPlan the heal reached its steady rate
+	// (Ramp: RampShare of its mean rate over RampSpan); RampKnown false
+	// when it never did by the samples taken once a second.
+	Ramp      time.Duration
+	RampKnown bool
 }
 
 // Window is the heal's time from the first plan to healed.
@@ -213,6 +220,7 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 	if err := hc.C.Kill(victim); err != nil {
 		return t, fmt.Errorf("healrun: killing broker %d: %w", victim.ID, err)
 	}
+	stopSampling := hc.sampleArrived(ctx, victim.ID, time.Second)
 	feed := harness.NewPassFeed(t.Killed)
 	_, err = feed.Until(ctx, hc.C, limit, func(p *plugin.PassRecord) (bool, string) {
 		t.Passes++
@@ -234,6 +242,7 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 		t.Healed = p.Ended
 		return true, ""
 	})
+	samples := stopSampling()
 	if err != nil {
 		return t, fmt.Errorf("healrun: broker %d killed: %w", victim.ID, err)
 	}
@@ -247,6 +256,7 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 			return t, fmt.Errorf("healrun: broker %d killed: no backfill byte arrived in the %v after the first plan", victim.ID, t.Window())
 		}
 	}
+	t.Ramp, t.RampKnown = Ramp(samples, t.FirstPlan, t.Rate())
 	t.Wait, t.Transfer, t.Commit = after.wait-before.wait, after.transfer-before.transfer, after.commit-before.commit
 	t.Backfills, t.Record = after.backfills-before.backfills, after.record-before.record
 	t.LatencyCuts, t.PressureCuts = after.latencyCuts-before.latencyCuts, after.pressureCuts-before.pressureCuts

@@ -240,8 +240,8 @@ func (s Summary) Write(w io.Writer) {
 		if m.HealWindowSeconds > 0 {
 			window = fmt.Sprintf(" (at the rate of its first %.0f s)", m.HealWindowSeconds)
 		}
-		fmt.Fprintf(w, "  %-12s %d rounds: heal %.1f MB/s, %.2fx its limit, %.2fx R*; a broker's worth (%.0f MB) healed in %.1f s%s; client p99 %.1f ms idle, %.1f ms healing (%.2fx); %d lost\n",
-			m.Mode, m.Rounds, m.HealBytesPerSecond/1e6, m.HealOverLimit, m.HealOverFrontier, m.HealBytes/1e6, m.HealSeconds, window,
+		fmt.Fprintf(w, "  %-12s %d rounds: heal %.1f MB/s, %.2fx its limit, %.2fx R*; a broker's worth (%.0f MB) healed in %.1f s%s, its steady rate reached %.0f%% of the way; client p99 %.1f ms idle, %.1f ms healing (%.2fx); %d lost\n",
+			m.Mode, m.Rounds, m.HealBytesPerSecond/1e6, m.HealOverLimit, m.HealOverFrontier, m.HealBytes/1e6, m.HealSeconds, window, m.RampOverHeal*100,
 			m.ClientP99IdleMs, m.ClientP99HealingMs, m.ClientP99HealingOverIdle, m.RecordsLost)
 	}
 	fmt.Fprintf(w, "auto: %s\n", s.AutoGoal)

@@ -276,3 +276,24 @@ func TestParseModes(t *testing.T) {
 		t.Fatalf("round 2's order %v", o)
 	}
 }
+
+// Ramp finds the first moment the rate over the last RampSpan reached
+// RampShare of the mean, from the heal's start; never, when it did not.
+func TestRamp(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int, mb int64) ArrivedSample { return ArrivedSample{At: t0.Add(time.Duration(s) * time.Second), Bytes: mb << 20} }
+	// 10, 20, 40, 80, 80, 80 MiB/s from second 1: 0.8 of a mean of 80
+	// MiB/s over two seconds is first reached at second 6 ((40+80)/2 is
+	// short at 5), 5 s after a start at second 1.
+	samples := []ArrivedSample{at(0, 0), at(1, 0), at(2, 10), at(3, 30), at(4, 70), at(5, 150), at(6, 230), at(7, 310)}
+	d, ok := Ramp(samples, t0.Add(time.Second), 80<<20)
+	if !ok || d != 5*time.Second {
+		t.Fatalf("ramp %v, %v: want 5s", d, ok)
+	}
+	if _, ok := Ramp(samples, t0.Add(time.Second), 200<<20); ok {
+		t.Fatal("a mean never reached was reached")
+	}
+	if _, ok := Ramp(samples[:2], t0, 1); ok {
+		t.Fatal("reached with no span of RampSpan")
+	}
+}

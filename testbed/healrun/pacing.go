@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"time"
 
@@ -76,24 +77,30 @@ type Result struct {
 	// at the rate of the window when HealWindowSeconds is set (the heal
 	// was measured over its first HealWindowSeconds, PacingConfig.
 	// FixedWindow, and the run ended there).
-	HealBytes                int64   `json:"heal_bytes"`
-	HealSeconds              float64 `json:"heal_seconds"`
-	HealWindowSeconds        float64 `json:"heal_window_seconds,omitempty"`
-	HealBytesPerSecond       float64 `json:"heal_bytes_per_second"`
-	HealLimitBytesPerSecond  float64 `json:"heal_limit_bytes_per_second"`
-	LimitDiskBytesPerSecond  float64 `json:"limit_disk_bytes_per_second"`
-	LimitLoopBytesPerSecond  float64 `json:"limit_loopback_bytes_per_second"`
-	ClientP50IdleMs          float64 `json:"client_p50_idle_ms"`
-	ClientP99IdleMs          float64 `json:"client_p99_idle_ms"`
-	ClientP50HealingMs       float64 `json:"client_p50_healing_ms"`
-	ClientP99HealingMs       float64 `json:"client_p99_healing_ms"`
-	ClientAcksIdle           int     `json:"client_acks_idle"`
-	ClientAcksHealing        int     `json:"client_acks_healing"`
-	RecordsAcknowledged      int     `json:"records_acknowledged"`
-	RecordsLost              int     `json:"records_lost"`
-	ProduceFailures          int     `json:"produce_failures"`
-	LatencyCuts              int     `json:"latency_cuts"`
-	PressureCuts             int     `json:"pressure_cuts"`
+	HealBytes               int64   `json:"heal_bytes"`
+	HealSeconds             float64 `json:"heal_seconds"`
+	HealWindowSeconds       float64 `json:"heal_window_seconds,omitempty"`
+	HealBytesPerSecond      float64 `json:"heal_bytes_per_second"`
+	HealLimitBytesPerSecond float64 `json:"heal_limit_bytes_per_second"`
+	LimitDiskBytesPerSecond float64 `json:"limit_disk_bytes_per_second"`
+	LimitLoopBytesPerSecond float64 `json:"limit_loopback_bytes_per_second"`
+	ClientP50IdleMs         float64 `json:"client_p50_idle_ms"`
+	ClientP99IdleMs         float64 `json:"client_p99_idle_ms"`
+	ClientP50HealingMs      float64 `json:"client_p50_healing_ms"`
+	ClientP99HealingMs      float64 `json:"client_p99_healing_ms"`
+	ClientAcksIdle          int     `json:"client_acks_idle"`
+	ClientAcksHealing       int     `json:"client_acks_healing"`
+	RecordsAcknowledged     int     `json:"records_acknowledged"`
+	RecordsLost             int     `json:"records_lost"`
+	ProduceFailures         int     `json:"produce_failures"`
+	LatencyCuts             int     `json:"latency_cuts"`
+	PressureCuts            int     `json:"pressure_cuts"`
+	// RampSeconds is how long the heal took to reach its steady rate
+	// (healrun.Ramp) and RampOverHeal that over HealSeconds; RampReached
+	// false when it never did (RampOverHeal is then 1).
+	RampSeconds              float64 `json:"ramp_seconds"`
+	RampOverHeal             float64 `json:"ramp_over_heal"`
+	RampReached              bool    `json:"ramp_reached"`
 	ClientP99HealingOverIdle float64 `json:"client_p99_healing_over_idle"`
 	// HealOverLimit is the heal's rate over its limit: at most 1
 	// (RunPacing fails a round whose heal is above its limit).
@@ -198,6 +205,13 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 		l.Finish(ctx)
 		return Result{}, err
 	}
+	// The killed broker's copies count for nothing now: give their disk
+	// back before the limit is measured again, so that a heal of several
+	// GB per broker fits in five brokers' worth of disk, not six.
+	if err := os.RemoveAll(victim.Dir); err != nil {
+		l.Finish(ctx)
+		return Result{}, fmt.Errorf("healrun: removing the killed broker's data: %w", err)
+	}
 	idle := l.AckLatenciesBetween(t.Killed.Add(-cfg.Idle), t.Killed)
 	healing, healingAt := l.AcksBetween(t.FirstPlan, t.Healed)
 	rep := l.Finish(ctx)
@@ -225,6 +239,11 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	if t.Windowed {
 		r.HealWindowSeconds = t.Window().Seconds()
 	}
+	r.RampReached, r.RampOverHeal = t.RampKnown, 1
+	if t.RampKnown {
+		r.RampSeconds = t.Ramp.Seconds()
+		r.RampOverHeal = r.RampSeconds / r.HealSeconds
+	}
 	if err := limit.Check(r.HealBytesPerSecond); err != nil {
 		return Result{}, fmt.Errorf("healrun: %s, round at load %.2f: %w", m.Name, load.One, err)
 	}
@@ -236,6 +255,11 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	}
 	cfg.logf("%s: killed broker %d; %s %d MB in %.1f s (%.0f MB/s, %.2fx the limit); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
 		m.Name, victim.ID, verb, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverLimit, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
+	if t.RampKnown {
+		cfg.logf("%s: the heal reached %.0f%% of its mean rate over %v at %.1f s, %.0f%% of the way", m.Name, RampShare*100, RampSpan, r.RampSeconds, r.RampOverHeal*100)
+	} else {
+		cfg.logf("%s: the heal never reached %.0f%% of its mean rate over %v", m.Name, RampShare*100, RampSpan)
+	}
 	cfg.logSlow(m.Name, r.ClientSlowSeconds)
 	return r, nil
 }
@@ -321,6 +345,10 @@ type Median struct {
 	// HealWindowSeconds is the median of the rounds' windows (0: each
 	// heal ran to its end; Result.HealWindowSeconds).
 	HealWindowSeconds float64 `json:"heal_window_seconds,omitempty"`
+	// RampOverHeal is the median of the rounds' time to the steady rate
+	// over their heal (Result.RampOverHeal: 1 for a round that never
+	// reached it).
+	RampOverHeal float64 `json:"ramp_over_heal"`
 	// FrontierRateBytesPerSecond is the median of the R* of the rounds the
 	// mode ran in, HealOverFrontier the median of its heal over its
 	// round's R* (rounds without an R* left out; 0: none had one).
@@ -365,6 +393,7 @@ func Medians(results []Result) []Median {
 			HealBytes:                  med(func(r Result) float64 { return float64(r.HealBytes) }),
 			HealSeconds:                med(func(r Result) float64 { return r.HealSeconds }),
 			HealWindowSeconds:          med(func(r Result) float64 { return r.HealWindowSeconds }),
+			RampOverHeal:               med(func(r Result) float64 { return r.RampOverHeal }),
 			FrontierRateBytesPerSecond: med(func(r Result) float64 { return r.FrontierRateBytesPerSecond }),
 			HealOverFrontier:           median(frontier),
 			RecordsLost:                lost})
