@@ -182,7 +182,8 @@ type Timing struct {
 	Bytes  int64
 	Passes int
 	// Windowed: the heal was measured over a window of it (KillAndHeal's
-	// window), from FirstPlan to Healed, and not waited for to its end.
+	// window), from FirstPlan (here the last reading before bytes began to
+	// arrive) to Healed, and not waited for to its end.
 	Windowed  bool
 	Wait      time.Duration // summed over the backfills: waiting for a transfer slot
 	Transfer  time.Duration // ... receiving the bytes
@@ -194,7 +195,7 @@ type Timing struct {
 	LatencyCuts, PressureCuts int
 	// Ramp is how long after FirstPlan the heal reached its steady rate
 	// (Ramp: RampShare of its mean rate over RampSpan); RampKnown false
-	// when it never did by the samples taken once a second.
+	// when it never did by the bytes read every arrivalsEvery.
 	Ramp      time.Duration
 	RampKnown bool
 }
@@ -207,10 +208,11 @@ func (t Timing) Rate() float64 { return float64(t.Bytes) / t.Window().Seconds() 
 
 // KillAndHeal SIGKILLs victim and reads the leader's passes until one
 // finds every sealed segment healed (no under-replicated segment, the
-// victim dead), within limit. With a window above 0 it stops earlier, at
-// the first pass that ends window after the first plan: the heal is then
-// measured over that window, its bytes those of the backfills that arrived
-// in it (Timing.Windowed; a window that saw none fails).
+// victim dead), within limit. With a window above 0 it stops earlier, once
+// window has passed since backfill bytes began to arrive (a pass plans
+// many backfills and ends when the last is done, so a pass cannot time
+// it): the heal is then measured over that window from the bytes that
+// arrived in it, read every half second (Timing.Windowed).
 func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held int64, limit, window time.Duration) (Timing, error) {
 	before, err := hc.stageSums(ctx, victim.ID)
 	if err != nil {
@@ -220,17 +222,22 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 	if err := hc.C.Kill(victim); err != nil {
 		return t, fmt.Errorf("healrun: killing broker %d: %w", victim.ID, err)
 	}
-	stopSampling := hc.sampleArrived(ctx, victim.ID, time.Second)
+	arr := hc.sampleArrivals(ctx, victim.ID, arrivalsEvery, window, before.arrived)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-arr.ended:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
 	feed := harness.NewPassFeed(t.Killed)
-	_, err = feed.Until(ctx, hc.C, limit, func(p *plugin.PassRecord) (bool, string) {
+	_, err = feed.Until(fctx, hc.C, limit, func(p *plugin.PassRecord) (bool, string) {
 		t.Passes++
 		r := p.Report
 		if r.Backfills > 0 && t.FirstPlan.IsZero() {
 			t.FirstPlan = p.Started
-		}
-		if window > 0 && !t.FirstPlan.IsZero() && p.Ended.Sub(t.FirstPlan) >= window {
-			t.Windowed = true
-			return true, ""
 		}
 		dead := false
 		for _, d := range r.Dead {
@@ -242,7 +249,11 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 		t.Healed = p.Ended
 		return true, ""
 	})
-	samples := stopSampling()
+	samples, start, over := arr.stop()
+	if err != nil && over && ctx.Err() == nil {
+		last := samples[len(samples)-1]
+		t.Windowed, t.FirstPlan, t.Healed, t.Bytes, err = true, start, last.At, last.Bytes-before.arrived, nil
+	}
 	if err != nil {
 		return t, fmt.Errorf("healrun: broker %d killed: %w", victim.ID, err)
 	}
@@ -250,18 +261,15 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 	if err != nil {
 		return t, err
 	}
-	if t.Windowed {
-		t.Healed, t.Bytes = after.at, after.arrived-before.arrived
-		if t.Bytes <= 0 {
-			return t, fmt.Errorf("healrun: broker %d killed: no backfill byte arrived in the %v after the first plan", victim.ID, t.Window())
-		}
-	}
 	t.Ramp, t.RampKnown = Ramp(samples, t.FirstPlan, t.Rate())
 	t.Wait, t.Transfer, t.Commit = after.wait-before.wait, after.transfer-before.transfer, after.commit-before.commit
 	t.Backfills, t.Record = after.backfills-before.backfills, after.record-before.record
 	t.LatencyCuts, t.PressureCuts = after.latencyCuts-before.latencyCuts, after.pressureCuts-before.pressureCuts
 	return t, nil
 }
+
+// arrivalsEvery is how often KillAndHeal reads the bytes arrived.
+const arrivalsEvery = 500 * time.Millisecond
 
 // stageSums are the heal metrics summed over the running brokers.
 type stageSums struct {

@@ -281,7 +281,9 @@ func TestParseModes(t *testing.T) {
 // RampShare of the mean, from the heal's start; never, when it did not.
 func TestRamp(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	at := func(s int, mb int64) ArrivedSample { return ArrivedSample{At: t0.Add(time.Duration(s) * time.Second), Bytes: mb << 20} }
+	at := func(s int, mb int64) ArrivedSample {
+		return ArrivedSample{At: t0.Add(time.Duration(s) * time.Second), Bytes: mb << 20}
+	}
 	// 10, 20, 40, 80, 80, 80 MiB/s from second 1: 0.8 of a mean of 80
 	// MiB/s over two seconds is first reached at second 6 ((40+80)/2 is
 	// short at 5), 5 s after a start at second 1.
@@ -295,5 +297,24 @@ func TestRamp(t *testing.T) {
 	}
 	if _, ok := Ramp(samples[:2], t0, 1); ok {
 		t.Fatal("reached with no span of RampSpan")
+	}
+}
+
+// A window starts at the last reading before bytes began to arrive (above
+// the base read before the kill) and is over once the readings span it.
+func TestArrivalsWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := &arrivals{}
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for i, s := range []ArrivedSample{{ms(0), 100}, {ms(500), 100}, {ms(1000), 150}} {
+		if over := a.add(s, time.Second, 100); over {
+			t.Fatalf("over at reading %d (%v)", i, s.At.Sub(t0))
+		}
+	}
+	if !a.add(ArrivedSample{ms(1500), 200}, time.Second, 100) || !a.start.Equal(ms(500)) {
+		t.Fatalf("at 1.5 s: over %v, start %v: want over, the start at 500ms", a.over, a.start.Sub(t0))
+	}
+	if a.add(ArrivedSample{ms(2000), 300}, 0, 100) {
+		t.Fatal("over without a window")
 	}
 }

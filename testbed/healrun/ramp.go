@@ -43,22 +43,32 @@ func Ramp(samples []ArrivedSample, from time.Time, mean float64) (time.Duration,
 	return 0, false
 }
 
-// sampleArrived reads the arrived bytes of the running brokers but skip
-// every interval until the returned stop, which returns the samples.
-func (hc *Cluster) sampleArrived(ctx context.Context, skip meta.BrokerID, interval time.Duration) (stop func() []ArrivedSample) {
+// arrivals samples the arrived bytes of the running brokers but skip
+// every interval until stop. With a window above 0 it closes ended once
+// the samples span window from the heal's start: the last sample before
+// bytes began to arrive (above base).
+type arrivals struct {
+	ended chan struct{}
+	done  chan struct{}
+	stopc context.CancelFunc
+
+	mu      sync.Mutex
+	samples []ArrivedSample
+	start   time.Time // the heal's start, once bytes arrived
+	over    bool      // ended was closed
+}
+
+func (hc *Cluster) sampleArrivals(ctx context.Context, skip meta.BrokerID, interval, window time.Duration, base int64) *arrivals {
 	ctx, cancel := context.WithCancel(ctx)
-	var mu sync.Mutex
-	var out []ArrivedSample
-	done := make(chan struct{})
+	a := &arrivals{ended: make(chan struct{}), done: make(chan struct{}), stopc: cancel}
 	go func() {
-		defer close(done)
+		defer close(a.done)
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
-			if s, err := hc.stageSums(ctx, skip); err == nil {
-				mu.Lock()
-				out = append(out, ArrivedSample{At: s.at, Bytes: s.arrived})
-				mu.Unlock()
+			if s, err := hc.stageSums(ctx, skip); err == nil && a.add(ArrivedSample{At: s.at, Bytes: s.arrived}, window, base) {
+				close(a.ended)
+				return
 			}
 			select {
 			case <-ctx.Done():
@@ -67,11 +77,30 @@ func (hc *Cluster) sampleArrived(ctx context.Context, skip meta.BrokerID, interv
 			}
 		}
 	}()
-	return func() []ArrivedSample {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return out
+	return a
+}
+
+// add records s and reports whether the window is over.
+func (a *arrivals) add(s ArrivedSample, window time.Duration, base int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.start.IsZero() && s.Bytes > base {
+		a.start = s.At
+		if n := len(a.samples); n > 0 {
+			a.start = a.samples[n-1].At
+		}
 	}
+	a.samples = append(a.samples, s)
+	a.over = window > 0 && !a.start.IsZero() && s.At.Sub(a.start) >= window
+	return a.over
+}
+
+// stop ends the sampling and returns the samples, the heal's start (zero:
+// no byte arrived) and whether the window was over.
+func (a *arrivals) stop() ([]ArrivedSample, time.Time, bool) {
+	a.stopc()
+	<-a.done
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.samples, a.start, a.over
 }
