@@ -98,8 +98,8 @@ func compare(ctx context.Context, o Options, logf func(string, ...any), results 
 	for i, m := range healrun.Modes {
 		names[i] = m.Name
 	}
-	logf("compare: %d brokers, %d segments of %d MiB, %d producers of 1 KiB records every %v; %d rounds of the kill on a fresh cluster per rate: %s",
-		cfg.Brokers, cfg.Segments, cfg.SegmentBytes>>20, cfg.Producers, cfg.Interval, o.CompareRounds, strings.Join(names, ", "))
+	logf("compare: %d brokers, %d segments of %d MiB, %d producers of 1 KiB records every %v; %d rounds of the kill on a fresh cluster per rate: %s (a capped rate's heal measured over its first %v)",
+		cfg.Brokers, cfg.Segments, cfg.SegmentBytes>>20, cfg.Producers, cfg.Interval, o.CompareRounds, strings.Join(names, ", "), cfg.FixedWindow)
 	for round := 1; round <= o.CompareRounds; round++ {
 		for _, m := range healrun.RoundOrder(healrun.Modes, round) {
 			logf("compare: round %d, %s (heal.backfill_bytes_per_second = %s) ...", round, m.Name, m.Rate)
