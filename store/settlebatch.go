@@ -130,6 +130,13 @@ func (db *DB) SettleBatch(ctx context.Context, segs []meta.Segment, results []Se
 	}
 	failed, err := db.syncShards(ctx, &need)
 	if err != nil {
+		// The files are synced, their directory entries maybe not: the
+		// copies are not durable as settle says (invariant 10).
+		for i := range segs {
+			if errs[i] == nil {
+				db.unsync(segs[i].ID)
+			}
+		}
 		return fmt.Errorf("settle batch of %d copies: %w", len(segs), err)
 	}
 	for i := range segs {
@@ -203,6 +210,18 @@ func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) (*[Shards]erro
 		out[s] = errs[i]
 	}
 	return &out, nil
+}
+
+// unsync marks the copy of id not synced (copyState.synced).
+func (db *DB) unsync(id meta.SegmentID) {
+	db.mu.RLock()
+	c := db.m[id]
+	db.mu.RUnlock()
+	if c != nil {
+		c.mu.Lock()
+		c.synced = false
+		c.mu.Unlock()
+	}
 }
 
 // failCopy latches the copy of id with err (a directory sync of its

@@ -161,7 +161,14 @@ func TestSettleBatchLatchesNothingWhenItsSyncsGoUnanswered(t *testing.T) {
 			t.Fatalf("%s latched by a cancelled settle: %v", s.ID, err)
 		}
 	}
-	syncer.hang = false
+	// Its directory entry was never made durable: a seal syncs it.
+	syncer.hang, syncer.batch = false, true
+	if _, err := db.Seal(segs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if syncer.single != 1 {
+		t.Fatalf("a seal after the cancelled settle synced %d directories, want 1 (the settle's sync went unanswered)", syncer.single)
+	}
 	if err := db.SettleBatch(context.Background(), segs, results, errs); err != nil {
 		t.Fatal(err)
 	}

@@ -249,19 +249,25 @@ func RunPacing(ctx context.Context, cfg PacingConfig, m Mode) (Result, error) {
 	}
 	r.HealOverLimit = r.HealBytesPerSecond / r.HealLimitBytesPerSecond
 	r.ClientSlowSeconds = slowSeconds(healing, healingAt, t.Killed, 4*time.Duration(r.ClientP99IdleMs*float64(time.Millisecond)))
+	cfg.logResult(r, t)
+	return r, nil
+}
+
+// logResult says what a mode's run measured: the heal, its ramp, its slow
+// seconds.
+func (cfg PacingConfig) logResult(r Result, t Timing) {
 	verb := "healed"
 	if t.Windowed {
 		verb = "measured over a window: backfills received"
 	}
 	cfg.logf("%s: killed broker %d; %s %d MB in %.1f s (%.0f MB/s, %.2fx the limit); client p99 %.1f ms idle, %.1f ms healing; the rate was cut %d times for latency, %d for pressure",
-		m.Name, victim.ID, verb, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverLimit, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
+		r.Mode, r.KilledBroker, verb, t.Bytes/1e6, t.Window().Seconds(), r.HealBytesPerSecond/1e6, r.HealOverLimit, r.ClientP99IdleMs, r.ClientP99HealingMs, t.LatencyCuts, t.PressureCuts)
 	if t.RampKnown {
-		cfg.logf("%s: the heal reached %.0f%% of its mean rate over %v at %.1f s, %.0f%% of the way", m.Name, RampShare*100, RampSpan, r.RampSeconds, r.RampOverHeal*100)
+		cfg.logf("%s: the heal reached %.0f%% of its mean rate over %v at %.1f s, %.0f%% of the way", r.Mode, RampShare*100, RampSpan, r.RampSeconds, r.RampOverHeal*100)
 	} else {
-		cfg.logf("%s: the heal never reached %.0f%% of its mean rate over %v", m.Name, RampShare*100, RampSpan)
+		cfg.logf("%s: the heal never reached %.0f%% of its mean rate over %v", r.Mode, RampShare*100, RampSpan)
 	}
-	cfg.logSlow(m.Name, r.ClientSlowSeconds)
-	return r, nil
+	cfg.logSlow(r.Mode, r.ClientSlowSeconds)
 }
 
 // logSlow logs a mode's slow seconds, one line each.
