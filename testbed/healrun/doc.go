@@ -13,7 +13,16 @@
 //   - A heal's window runs from the start of the first pass that planned
 //     a backfill to the end of the first pass that found every sealed
 //     segment at its replication factor with the killed broker dead; it is
-//     read from the pass history (GET /v1/passes), never sampled.
+//     read from the pass history (GET /v1/passes), never sampled. A
+//     capped fixed mode under PacingConfig.FixedWindow is the exception,
+//     and says so (Result.HealWindowSeconds): its window runs from the
+//     last reading before backfill bytes began to arrive until window
+//     later, its bytes those that arrived (malachi_heal_backfill_arrived_
+//     bytes_total, read every half second), since a pass that plans the
+//     whole heal ends only with it.
+//   - A heal's ramp (Ramp) is read from the same arrived bytes: the first
+//     reading at which the rate over RampSpan reached RampShare of the
+//     heal's mean rate.
 //   - The limit is measured in the same run, just before the kill and
 //     again after the heal (the best of the two, half by half), for the
 //     heal's pattern (Pattern: its bytes onto its number of targets, in
