@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -250,7 +251,9 @@ func (hc *Cluster) KillAndHeal(ctx context.Context, victim *harness.Broker, held
 		return true, ""
 	})
 	samples, start, over := arr.stop()
-	if err != nil && over && ctx.Err() == nil {
+	// Only the window's own cancellation ends a windowed heal: any other
+	// failure of the feed (a pass history that dropped a pass) stays one.
+	if over && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		last := samples[len(samples)-1]
 		t.Windowed, t.FirstPlan, t.Healed, t.Bytes, err = true, start, last.At, last.Bytes-before.arrived, nil
 	}

@@ -40,7 +40,7 @@ func (m Mode) Fixed() bool { return m.Rate != autoRate }
 
 // Capped reports whether m pins the rate to a number of bytes per second
 // (fixed, and not unthrottled).
-func (m Mode) Capped() bool { return m.Fixed() && strings.TrimSpace(m.Rate) != "0" }
+func (m Mode) Capped() bool { return m.Fixed() && m.Rate != "0" }
 
 // ParseModes reads a comma-separated list of RATE[/foreground][+key=value…]:
 // a per-broker rate in bytes per second (0 for no cap) or auto;
