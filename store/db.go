@@ -248,15 +248,20 @@ func (db *DB) List() []meta.SegmentID {
 // LatchErr returns nil unless the copy is latched; then an error wrapping
 // ErrLatched and the I/O error that latched it.
 func (db *DB) LatchErr(id meta.SegmentID) error {
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
+	c := db.copyOf(id)
 	if c == nil {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.latch
+}
+
+// copyOf is the copy of id the store knows, unlocked (nil: none).
+func (db *DB) copyOf(id meta.SegmentID) *copyState {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	return db.m[id]
 }
 
 func (db *DB) getBuf() *[]byte  { return db.bufs.Get().(*[]byte) }
@@ -271,9 +276,7 @@ func (db *DB) acquire(op string, id meta.SegmentID) (*copyState, error) {
 	if db.closed.Load() {
 		return nil, fmt.Errorf("%w: %s %s", ErrClosed, op, id)
 	}
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
+	c := db.copyOf(id)
 	if c == nil {
 		return nil, fmt.Errorf("%w: %s %s", ErrUnknownCopy, op, id)
 	}
@@ -761,9 +764,7 @@ func (db *DB) Delete(id meta.SegmentID) error {
 	if db.closed.Load() {
 		return fmt.Errorf("%w: delete %s", ErrClosed, id)
 	}
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
+	c := db.copyOf(id)
 	if c == nil {
 		return fmt.Errorf("%w: delete %s", ErrUnknownCopy, id)
 	}

@@ -35,9 +35,7 @@ func (db *DB) Tail(id meta.SegmentID) (Tail, error) {
 	if db.closed.Load() {
 		return Tail{}, fmt.Errorf("%w: tail %s", ErrClosed, id)
 	}
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
+	c := db.copyOf(id)
 	if c == nil {
 		return Tail{}, fmt.Errorf("%w: tail %s", ErrUnknownCopy, id)
 	}

@@ -214,9 +214,7 @@ func (db *DB) syncShards(ctx context.Context, need *[Shards]bool) (*[Shards]erro
 
 // unsync marks the copy of id not synced (copyState.synced).
 func (db *DB) unsync(id meta.SegmentID) {
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
+	c := db.copyOf(id)
 	if c != nil {
 		c.mu.Lock()
 		c.synced = false
@@ -227,9 +225,7 @@ func (db *DB) unsync(id meta.SegmentID) {
 // failCopy latches the copy of id with err (a directory sync of its
 // shard failed after its settle) and returns the latch error.
 func (db *DB) failCopy(id meta.SegmentID, op string, err error) error {
-	db.mu.RLock()
-	c := db.m[id]
-	db.mu.RUnlock()
+	c := db.copyOf(id)
 	if c == nil {
 		return fmt.Errorf("%s %s: %w", op, id, err)
 	}
