@@ -47,10 +47,13 @@ func (e *Env) follower(ok func(*harness.Broker) bool) *harness.Broker {
 func (e *Env) holdsSealed(b *harness.Broker) bool { return len(e.sealedOn(b.ID)) > 0 }
 
 // holdsUnsealed: b holds a replica of an unsealed segment (a Kafka
-// partition's active one), which a decommission never moves: it waits,
-// blocked active, until the partition rolls.
-func (e *Env) holdsUnsealed(b *harness.Broker) bool {
-	return slices.ContainsFunc(e.last.Snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(b.ID) })
+// partition's active one) in the last view, which a decommission never
+// moves: it waits, blocked active, until the partition rolls.
+func (e *Env) holdsUnsealed(b *harness.Broker) bool { return unsealedOn(&e.last.Snap, b.ID) }
+
+// unsealedOn: broker id holds a replica of an unsealed segment in snap.
+func unsealedOn(snap *meta.Snapshot, id meta.BrokerID) bool {
+	return slices.ContainsFunc(snap.Segments, func(s meta.Segment) bool { return !s.Sealed && s.HasReplica(id) })
 }
 
 // timeFromDeath sets fr's grace fields and, once healed (fr.healedAt),

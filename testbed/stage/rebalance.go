@@ -29,10 +29,18 @@ func (e *Env) stageRebalance(ctx context.Context, fr *Report) error {
 	cl := e.C.LeaderClient(ctx)
 	leader, _ := e.C.AgreedLeader(ctx, false)
 	// The drain must reach zero replicas: a broker holding a partition's
-	// active segment would keep it until the partition rolls.
+	// active segment would keep it until the partition rolls. The restart
+	// just done took partitions over and rolled them onto new sets, so
+	// the last view is stale: read the metadata as it is now.
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	now, err := cl.Metadata(mctx)
+	cancel()
+	if err != nil {
+		return e.fail(ctx, fr, fmt.Errorf("reading the metadata after the restart: %w", err))
+	}
 	var b *harness.Broker
 	for _, x := range e.C.Running() {
-		if x.ID != leader && !e.holdsUnsealed(x) {
+		if x.ID != leader && !unsealedOn(&now, x.ID) {
 			b = x
 		}
 	}
@@ -51,7 +59,7 @@ func (e *Env) stageRebalance(ctx context.Context, fr *Report) error {
 	fr.Injected = true
 	snap, err := e.C.WaitMetadata(ctx, e.StageTimeout, func(s *meta.Snapshot) bool { return harness.HeldBy(s, b.ID) == 0 })
 	if err != nil {
-		fr.Error = "decommission: " + err.Error()
+		fr.Error = "decommission: " + err.Error() + e.stillHeld(ctx, b.ID)
 		_, _ = cl.CancelDecommission(ctx, b.ID)
 		return fatal(ctx, err, e)
 	}
@@ -130,4 +138,30 @@ func (e *Env) restartWith(ctx context.Context, from, to, what string, down func(
 	}
 	e.logf("  %s: restarting the brokers one at a time", what)
 	return e.C.RollingRestart(ctx, strings.Replace(old, from, to, 1), e.StageTimeout, down)
+}
+
+// stillHeld names the segments broker id still holds, sealed or active,
+// for an error that says why its drain did not end ("" when none, or the
+// metadata cannot be read).
+func (e *Env) stillHeld(ctx context.Context, id meta.BrokerID) string {
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	snap, err := e.C.LeaderClient(ctx).Metadata(mctx)
+	if err != nil {
+		return ""
+	}
+	var held []string
+	for _, s := range snap.Segments {
+		if s.HasReplica(id) {
+			state := "sealed"
+			if !s.Sealed {
+				state = "active"
+			}
+			held = append(held, fmt.Sprintf("%s (%s)", s.ID, state))
+		}
+	}
+	if len(held) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; broker %d still holds %s", id, strings.Join(held, ", "))
 }
