@@ -169,6 +169,13 @@ func TestFaultSuite(t *testing.T) {
 	}
 	if code != 0 || !rep.OK {
 		t.Errorf("exit %d, ok %v: %s", code, rep.OK, rep.Error)
+		if c := rep.Clients; c != nil && !c.OK() {
+			// Which records went missing, and what the brokers logged of
+			// the partitions' segments.
+			t.Logf("clients: %s", strings.Join(c.AllViolations(), "\n"))
+			names := harness.SegmentsNamed(c.AllViolations()...)
+			t.Logf("broker log lines naming %s:\n%s", names, harness.LogExcerpt(dir, names, 300))
+		}
 	}
 	byStage := map[string]stage.Report{}
 	for _, f := range rep.Faults {
