@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/malachi-log/malachi/meta"
 )
 
 // segmentName matches the segment ids the demo, the tests and the brokers
@@ -17,14 +20,29 @@ import (
 // PartitionSegmentID: k.demo-clients.00000.0000000002).
 var segmentName = regexp.MustCompile(`\b(?:[a-z]+-[0-9]{5}|k\.[A-Za-z0-9._-]+\.[0-9]{5}\.[0-9]{10})\b`)
 
+// partitionRecord matches a Kafka record as the clients' checker names it
+// (kafkaload.Record: demo-clients/0@4043), capturing topic and partition.
+var partitionRecord = regexp.MustCompile(`\b([A-Za-z0-9._-]+)/([0-9]+)@[0-9]+\b`)
+
 // SegmentsNamed returns the distinct segment ids named in texts, in order
-// of first appearance.
+// of first appearance. A Kafka record (topic/partition@offset) names
+// every segment of its partition, as the prefix of their ids
+// (k.demo-clients.00000.), which LogExcerpt matches as it matches an id.
 func SegmentsNamed(texts ...string) []string {
 	var out []string
+	add := func(m string) {
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
 	for _, t := range texts {
 		for _, m := range segmentName.FindAllString(t, -1) {
-			if !slices.Contains(out, m) {
-				out = append(out, m)
+			add(m)
+		}
+		for _, m := range partitionRecord.FindAllStringSubmatch(t, -1) {
+			if p, err := strconv.ParseInt(m[2], 10, 32); err == nil {
+				id := string(meta.PartitionSegmentID(m[1], int32(p), 0))
+				add(strings.TrimSuffix(id, "0000000000"))
 			}
 		}
 	}

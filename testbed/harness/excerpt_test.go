@@ -9,8 +9,9 @@ import (
 
 func TestSegmentsNamed(t *testing.T) {
 	got := SegmentsNamed("s-00011 never reported lost; copy /d/b4/copies/91/s-00011.seg", "delete all of s-00007, nem-00140 and x-1",
-		"1 segments unhealthy, e.g. k.demo-clients.00000.0000000002: copy on broker 1: latched")
-	if strings.Join(got, ",") != "s-00011,s-00007,nem-00140,k.demo-clients.00000.0000000002" {
+		"1 segments unhealthy, e.g. k.demo-clients.00000.0000000002: copy on broker 1: latched",
+		`lost: demo-clients/12@4043 key "kl-p001-000001981" acknowledged, read demo-clients/12@4043 key "kl-p000-000002259"`)
+	if strings.Join(got, ",") != "s-00011,s-00007,nem-00140,k.demo-clients.00000.0000000002,k.demo-clients.00012." {
 		t.Fatalf("SegmentsNamed = %v", got)
 	}
 }

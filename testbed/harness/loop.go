@@ -59,15 +59,19 @@ func (c *Cluster) MountCopiesDisk(b *Broker, size int64) error {
 }
 
 // MoveCopiesToDisk puts broker b's copies on a new loop ext4 of size
-// bytes while b runs: the disk is mounted aside, the copies directory's
-// tree is copied onto it (every file synced), and the mount is moved over
-// it (mount --move). A sealed copy holds no descriptor (store), so the
-// broker's next request on it opens the file on the new disk; the old
-// files stay under the mount point, hidden. b must be idle (no transfer
-// writing a copy). The copies' file identities change, so their
-// confirmations no longer apply: heal confirms them again. On an error
-// nothing stays mounted.
+// bytes: the disk is mounted aside, the copies directory's tree is copied
+// onto it (every file synced), and the mount is moved over it (mount
+// --move); the old files stay under the mount point, hidden. b must not
+// be running: a running broker keeps writing its active copies (a Kafka
+// partition's frames) through descriptors of the old files, so the
+// frames it wrote after their copy would be missing from the new disk
+// (the copy would fall below what it acknowledged). The copies' file
+// identities change, so their confirmations no longer apply: heal
+// confirms them again. On an error nothing stays mounted.
 func (c *Cluster) MoveCopiesToDisk(b *Broker, size int64) (files int, bytes int64, err error) {
+	if b.Alive() {
+		return 0, 0, fmt.Errorf("broker %d runs: its copies move onto a disk only while it is stopped", b.ID)
+	}
 	dir := b.CopiesDir()
 	aside := filepath.Join(b.Home, "copies.mnt")
 	l, err := loopdisk.Create(b.CopiesImage(), aside, size)

@@ -2,6 +2,7 @@ package stage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,9 +51,17 @@ func (e *Env) copiesDisk(ctx context.Context, fr *Report) (*harness.Broker, *loo
 	}
 	// Room for a copy of every segment and the stages' writes.
 	size := LoopDiskSize(int64(max(e.Segments, e.lastEv.Sealed))+4*int64(e.Brokers), max(e.SegmentBytes, 4096)+store.FooterSize)
-	e.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, under the running broker: mount aside, copy, mount --move onto %s",
+	e.logf("  broker %d's copies move onto a loop-mounted ext4 (%s sparse image) first, with the broker stopped (SIGTERM): mount aside, copy, mount --move onto %s, start",
 		b.ID, bytesize.Format(size), filepath.Join(b.Dir, "copies"))
+	// Stopped, not under the running broker: its open active copies (the
+	// Kafka partitions' frames) would keep taking frames in the old files.
+	if err := e.C.Terminate(b, 10*time.Second); err != nil {
+		return nil, nil, fmt.Errorf("stopping broker %d to move its copies: %w", b.ID, err)
+	}
 	files, n, err := e.C.MoveCopiesToDisk(b, size)
+	if rerr := e.C.Revive(ctx, e.StageTimeout, b); rerr != nil {
+		return nil, nil, fmt.Errorf("starting broker %d after moving its copies: %w", b.ID, errors.Join(err, rerr))
+	}
 	if err != nil {
 		fr.Skipped = "no loop-mounted copies disk: " + err.Error()
 		return nil, nil, nil
@@ -60,7 +69,7 @@ func (e *Env) copiesDisk(ctx context.Context, fr *Report) (*harness.Broker, *loo
 	// After the move: a pass that began before it saw the old files.
 	movedAt := time.Now()
 	e.Aud.ForgetUnder(filepath.Join(b.Dir, "copies"))
-	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; the running broker's copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
+	addNote(fr, "broker %d's %d copies (%s) were moved onto a loop-mounted ext4 at its data_dir/copies before the stage (the cluster had been started without one; with the broker stopped, its copies were copied over and the mount moved onto its copies directory)", b.ID, files, bytesize.Format(n))
 	if _, err := e.settle(ctx, "copies on the loop disk", movedAt); err != nil {
 		return nil, nil, fmt.Errorf("after moving broker %d's copies onto its loop disk: %w", b.ID, err)
 	}
