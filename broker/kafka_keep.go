@@ -20,9 +20,9 @@ const keepInterval = 500 * time.Millisecond
 // roll that sealed but did not create) once it has been missing on two
 // turns in a row, so that a topic's creation or a roll in flight makes it
 // first; on a follower replica of an active segment whose earlier
-// replicas have all stopped answering, it seals the segment at what the
-// live replicas hold in common (takeOver), so that the partition moves on
-// without its dead leader.
+// replicas have all stopped answering, it seals the segment at the
+// longest end the live replicas hold (sealActive, fenced), so that the
+// partition moves on without its dead leader.
 func (kc *kafkaCluster) keep(ctx context.Context) {
 	t := keepTurn{down: map[meta.SegmentID]int{}}
 	for {
@@ -100,10 +100,10 @@ func (kc *kafkaCluster) keepPartition(ctx context.Context, v *meta.View, topic s
 		return
 	}
 	delete(down, last.ID)
-	log.Warn().Str("segment", string(last.ID)).Any("replicas", last.Replicas).Msg("kafka: the partition's leader does not answer; sealing its active segment at what the live replicas hold")
+	log.Warn().Str("segment", string(last.ID)).Any("replicas", last.Replicas).Msg("kafka: the partition's leader does not answer; sealing its active segment at the longest end the live replicas hold")
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, _, err := sealAtCommon(sctx, b, *last, -1, nil); err != nil {
+	if _, _, err := sealActive(sctx, b, *last, -1, nil); err != nil {
 		log.Warn().Err(err).Str("segment", string(last.ID)).Msg("kafka: taking over a partition")
 	}
 }

@@ -85,9 +85,10 @@ func (l *partLog) leading() bool {
 
 // openPartLog builds the Log of a partition whose last segment (chain's
 // last, active) names this broker first, reading every segment's frames.
-// An active segment that already holds frames (an earlier leader's) is
-// not taken: it is sealed at what its replicas hold in common and the
-// partition waits for its next segment (an error).
+// An active segment that already holds frames (an earlier leader's, here
+// or on another replica: takeEmpty) is not taken: it is sealed at the
+// longest end its replicas hold and the partition waits for its next
+// segment (an error).
 func openPartLog(b *Server, topic string, index int32, chain []*meta.Segment) (*partLog, error) {
 	l := &partLog{b: b, topic: topic, index: index, wake: make(chan struct{}), born: time.Now()}
 	for i, s := range chain {
@@ -101,18 +102,21 @@ func openPartLog(b *Server, topic string, index int32, chain []*meta.Segment) (*
 				// other replicas see it answer and never take over. Every
 				// acknowledged frame is on the others: seal there.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, _, serr := sealAtCommon(ctx, b, *s, -1, []meta.BrokerID{b.self})
+				_, _, serr := sealActive(ctx, b, *s, -1, []meta.BrokerID{b.self})
 				cancel()
-				return nil, fmt.Errorf("active segment %s: this broker holds no copy of it (%w): sealed at what the other replicas hold in common (%v); its next segment leads", s.ID, err, serr)
+				return nil, fmt.Errorf("active segment %s: this broker holds no copy of it (%w): sealed at the longest end the other replicas hold (%v); its next segment leads", s.ID, err, serr)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("active segment %s: %w", s.ID, err)
 			}
 			if end.Frames > 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, _, err := sealAtCommon(ctx, b, *s, -1, nil)
+				_, _, err := sealActive(ctx, b, *s, -1, nil)
 				cancel()
-				return nil, fmt.Errorf("active segment %s holds %d frames from an earlier leader: sealed at what its replicas hold in common (%v); its next segment leads", s.ID, end.Frames, err)
+				return nil, fmt.Errorf("active segment %s holds %d frames from an earlier leader: sealed at the longest end its replicas hold (%v); its next segment leads", s.ID, end.Frames, err)
+			}
+			if err := takeEmpty(b, *s); err != nil {
+				return nil, err
 			}
 			cs.frames, cs.bytes = 0, 0
 		}
@@ -122,6 +126,43 @@ func openPartLog(b *Server, topic string, index int32, chain []*meta.Segment) (*
 		}
 	}
 	return l, nil
+}
+
+// takeEmpty checks that the active segment s, whose copy here holds no
+// frame, holds none on its other replicas either, before this broker
+// appends its first frame at the segment's start. A replica that holds
+// frames means this broker's copy fell behind what it wrote (its disk
+// lost synced writes, or was put back from an older image): s is then
+// sealed at the longest end its replicas hold, and the error says so
+// (its next segment leads). No other replica answering is an error too:
+// this broker cannot tell whether its copy fell behind, and the client
+// retries. A replica that holds no copy of s holds no frame of it.
+func takeEmpty(b *Server, s meta.Segment) error {
+	rs := sealReplicas(b, s, []meta.BrokerID{b.self})
+	if len(rs) == 0 {
+		return nil // the only replica
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends := make([]endResponse, len(rs))
+	errs := eachReplica(rs, func(i int, r sealReplica) error { return callCopy(ctx, b, r, s.ID, "end", struct{}{}, &ends[i]) })
+	answered := false
+	for i, r := range rs {
+		switch {
+		case errors.Is(errs[i], store.ErrUnknownCopy):
+			answered = true
+		case errs[i] != nil:
+		case ends[i].Frames > 0 || ends[i].Footer:
+			_, _, err := sealActive(ctx, b, s, -1, nil)
+			return fmt.Errorf("active segment %s: this broker's copy holds no frame, broker %d's holds %d: sealed at the longest end its replicas hold (%v); its next segment leads", s.ID, r.id, ends[i].Frames, err)
+		default:
+			answered = true
+		}
+	}
+	if !answered {
+		return fmt.Errorf("active segment %s: this broker's copy holds no frame and no other replica answers whether its own holds any: %w", s.ID, errors.Join(errs...))
+	}
+	return nil
 }
 
 // indexSegment reads the frames of chain[i] and appends its batches to

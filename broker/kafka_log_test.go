@@ -399,7 +399,7 @@ func TestPartLogAppendsAfterItsReplicasRestartEmpty(t *testing.T) {
 	l2.mu.Lock()
 	act = l2.chain[len(l2.chain)-1]
 	l2.mu.Unlock()
-	sealed, on, err := sealAtCommon(context.Background(), l2.b, meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}, act.bytes, nil)
+	sealed, on, err := sealActive(context.Background(), l2.b, meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}, act.bytes, nil)
 	if err != nil || len(on) != 3 || sealed.Length != 1 {
 		t.Fatalf("seal of the segment appended after the restart: %+v on %v, %v; want 1 frame on 3 replicas", sealed, on, err)
 	}
@@ -518,15 +518,7 @@ func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(c.cfgs[lb.self-1].DataDir, "copies")); err != nil {
 		t.Fatal(err)
 	}
-	back := c.start(lb.self)
-	c.waitFor(20*time.Second, fmt.Sprintf("broker %d back in every view", back.self), func() bool {
-		leader := c.currentLeader()
-		if leader == nil {
-			return false
-		}
-		br, ok := leader.node.View().Broker(back.self)
-		return ok && br.AdminAddr == back.adminAddr
-	})
+	back := c.restart(lb.self)
 	if _, err := newKafkaCluster(back).Partition("t", 0); err == nil || !strings.Contains(err.Error(), "holds no copy") {
 		t.Fatalf("opening the Log on the leader without its copy: %v; want a refusal saying it holds no copy", err)
 	}
@@ -547,6 +539,80 @@ func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
 	got, _ := readAll(t, l2)
 	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
 		t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
+	}
+}
+
+// restart starts broker id again (after stop) and waits until the
+// control plane's leader has its new addresses.
+func (c *testCluster) restart(id meta.BrokerID) *Server {
+	c.t.Helper()
+	back := c.start(id)
+	c.waitFor(20*time.Second, fmt.Sprintf("broker %d back in every view", id), func() bool {
+		leader := c.currentLeader()
+		if leader == nil {
+			return false
+		}
+		br, ok := leader.node.View().Broker(id)
+		return ok && br.AdminAddr == back.adminAddr
+	})
+	return back
+}
+
+// TestPartLogKeepsTheFramesItsLeadersCopyLost: the leader's copy of the
+// active segment falls behind the frames it wrote and acknowledged (its
+// disk lost synced writes, or was put back from an older image: the fault
+// suite once moved a running broker's copies onto a new disk so), and the
+// leader restarts on it. With no frame left there, the Log used to take
+// the segment as empty, write at its start (refused by the followers) and
+// seal it at 0 frames: CI lost 451 acknowledged records so. With some
+// left, the takeover sealed at the least end. Either way the segment must
+// be sealed at the longest end its replicas hold: every acknowledged batch
+// reads back, and the next append follows them.
+func TestPartLogKeepsTheFramesItsLeadersCopyLost(t *testing.T) {
+	for _, kept := range []int{0, 1} {
+		t.Run(fmt.Sprintf("%d of 3 frames left", kept), func(t *testing.T) {
+			c := kafkaLogCluster(t, 3, 1<<20)
+			l, lb := c.partitionLog(t)
+			act := lb.node.View().Chain("t", 0)[0]
+			path := store.CopyPath(c.cfgs[lb.self-1].DataDir, act.ID)
+			var a appended
+			var older []byte
+			for i := range 3 {
+				if i == kept {
+					var err error
+					if older, err = os.ReadFile(path); err != nil {
+						t.Fatal(err)
+					}
+				}
+				a.add(t, l, fmt.Sprintf("acked %d", i))
+			}
+			c.stop(lb.self)
+			if err := os.WriteFile(path, older, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			back := c.restart(lb.self)
+			if _, err := newKafkaCluster(back).Partition("t", 0); !errors.Is(err, kafka.ErrNotLeader) {
+				t.Fatalf("opening the Log on a leader whose copy holds %d of the 3 acknowledged frames: %v; want it refused (ErrNotLeader) and the segment sealed", kept, err)
+			}
+			var sealed meta.Segment
+			c.waitFor(10*time.Second, string(act.ID)+" sealed", func() bool {
+				sealed, _ = c.leader().node.Segment(act.ID)
+				return sealed.Sealed
+			})
+			if sealed.Length != 3 {
+				t.Fatalf("%s sealed at %d frames, want the 3 acknowledged", act.ID, sealed.Length)
+			}
+			c.keepUntilSegments(2)
+			l2, _ := c.partitionLog(t)
+			a.add(t, l2, "after the seal")
+			if got := a.bases[len(a.bases)-1]; got != 3 {
+				t.Fatalf("first append after the seal at offset %d, want 3", got)
+			}
+			got, _ := readAll(t, l2)
+			if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
+				t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
+			}
+		})
 	}
 }
 
@@ -687,8 +753,8 @@ func TestPartLogFollowersReadWhatTheClientsWaitOn(t *testing.T) {
 }
 
 // fenceFollowers is the first step of a takeover of act by its first
-// follower (the keeper): every follower fenced, the least end among them
-// and those that answered.
+// follower (the keeper): every follower fenced, where to seal (the
+// longest end among them) and those that answered.
 func (c *testCluster) fenceFollowers(act *meta.Segment) (keeper *Server, at int64, live []sealReplica, err error) {
 	keeper = c.b(act.Replicas[1])
 	var followers []sealReplica

@@ -42,7 +42,7 @@ func (l *partLog) maybeRoll(ctx context.Context) error {
 // the next segment is not led here, l steps down.
 func (l *partLog) roll(ctx context.Context, act chainSeg, keep bool, failed []meta.BrokerID) error {
 	seg := meta.Segment{ID: act.id, StartOffset: act.start, Replicas: act.replicas}
-	sealed, on, err := sealAtCommon(ctx, l.b, seg, act.bytes, failed)
+	sealed, on, err := sealActive(ctx, l.b, seg, act.bytes, failed)
 	if err != nil {
 		l.stepDown()
 		return err
@@ -84,24 +84,17 @@ func (l *partLog) stepDown() {
 	l.mu.Unlock()
 }
 
-// sealAtCommon seals the active segment seg on every replica that
+// sealActive seals the active segment seg on every replica that
 // answers, at byte at (the leader's last acknowledged frame) or, with at
-// < 0, at the least durable end among them after fencing each
-// (fenceReplicas: every acknowledged frame is on every replica, so none is
-// lost), then commits SealSegment. The replicas are asked at once, so one
-// that does not answer costs one call's timeout, and those in skip are not
-// asked (their write just failed). A replica that does not answer, or is
-// skipped, keeps its copy unsealed and stays in the replica set: heal
-// replaces it. It returns the segment as sealed and the replicas that
-// sealed it.
-func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, skip []meta.BrokerID) (meta.Segment, []meta.BrokerID, error) {
-	v := b.node.View()
-	var rs []sealReplica
-	for _, r := range seg.Replicas {
-		if br, ok := v.Broker(r); ok && !slices.Contains(skip, r) {
-			rs = append(rs, sealReplica{r, br.AdminAddr})
-		}
-	}
+// < 0, at the longest durable end among them after fencing each
+// (fenceReplicas), then commits SealSegment. The replicas are asked at
+// once, so one that does not answer costs one call's timeout, and those
+// in skip are not asked (their write just failed). A replica that does
+// not answer, is skipped, or ends short of the seal keeps its copy
+// unsealed and stays in the replica set: heal completes or replaces it.
+// It returns the segment as sealed and the replicas that sealed it.
+func sealActive(ctx context.Context, b *Server, seg meta.Segment, at int64, skip []meta.BrokerID) (meta.Segment, []meta.BrokerID, error) {
+	rs := sealReplicas(b, seg, skip)
 	fenced := at < 0
 	if fenced {
 		var err error
@@ -112,26 +105,50 @@ func sealAtCommon(ctx context.Context, b *Server, seg meta.Segment, at int64, sk
 	return sealReplicasAt(ctx, b, seg, rs, sealAtRequest{Start: seg.StartOffset, Bytes: at, Fenced: fenced}, skip)
 }
 
+// sealReplicas is every replica of seg registered in this broker's view,
+// but those in skip.
+func sealReplicas(b *Server, seg meta.Segment, skip []meta.BrokerID) []sealReplica {
+	v := b.node.View()
+	var rs []sealReplica
+	for _, r := range seg.Replicas {
+		if br, ok := v.Broker(r); ok && !slices.Contains(skip, r) {
+			rs = append(rs, sealReplica{r, br.AdminAddr})
+		}
+	}
+	return rs
+}
+
 // fenceReplicas fences the copy of seg on each of rs (it refuses every
-// frame from then on) and returns the least durable end among those that
-// answered, and those. A frame is acknowledged only once every replica
-// wrote it, so no frame past that end was or will be acknowledged by any
-// leader: the end asked without the fence could be passed by a leader
-// that paused and then resumed between the ask and the seal, and the seal
-// would cut a frame it had acknowledged.
+// frame from then on) and returns where to seal, and those that answered:
+// the end of a copy sealed already (an earlier seal chose it), else the
+// longest durable end among them. Only the segment's leader writes its
+// frames, each at the offset after the last on every replica, so the
+// copies are prefixes of one another: the longest holds every frame any
+// leader acknowledged (one was acknowledged only once every replica wrote
+// it) even when another copy fell short of what it wrote (its disk lost
+// synced writes, or it was put back from an older image), and a frame it
+// holds past the acknowledged ones is one the client retries, answered
+// from the log by its idempotent sequence. The fence keeps a leader that
+// was only paused from having a frame acknowledged after the ends are
+// read: every fenced replica refuses it. A shorter copy refuses the seal
+// and is left to heal.
 func fenceReplicas(ctx context.Context, b *Server, seg meta.Segment, rs []sealReplica) (int64, []sealReplica, error) {
 	ends := make([]endResponse, len(rs))
 	errs := eachReplica(rs, func(i int, r sealReplica) error { return callCopy(ctx, b, r, seg.ID, "fence", struct{}{}, &ends[i]) })
-	at := int64(-1)
+	at, sealed := int64(-1), false
 	var live []sealReplica
 	for i, r := range rs {
 		if errs[i] != nil {
 			continue
 		}
-		if at < 0 || ends[i].Bytes < at {
-			at = ends[i].Bytes
-		}
 		live = append(live, r)
+		switch e := ends[i]; {
+		case sealed:
+		case e.Footer:
+			at, sealed = e.Bytes, true
+		case e.Bytes > at:
+			at = e.Bytes
+		}
 	}
 	if len(live) == 0 {
 		return -1, nil, fmt.Errorf("seal %s: no replica of %v answers its fence: %w", seg.ID, seg.Replicas, errors.Join(errs...))

@@ -11,12 +11,14 @@ import (
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/rpc"
+	"github.com/malachi-log/malachi/store"
 )
 
 // The internal copy routes of the Kafka log, between brokers (rpc.Brokers):
 // a raw frame appended at an expected store offset, a seal at a byte, a
 // fence (the copy takes no more frames) that answers the copy's durable
-// end, a read of a copy's bytes; and /v1/health for brokers. Frame, fence
+// end, that end without a fence (asked by a leader before its first frame
+// of a segment), a read of a copy's bytes; and /v1/health for brokers. Frame, fence
 // and seal_at take the segment's lock on the replica, so none interleaves
 // with another there.
 func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
@@ -27,6 +29,7 @@ func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 		{"POST /v1/internal/copies/{id}/frame", b.internalFrame},
 		{"POST /v1/internal/copies/{id}/seal_at", b.internalSealAt},
 		{"POST /v1/internal/copies/{id}/fence", b.internalFence},
+		{"POST /v1/internal/copies/{id}/end", b.internalEnd},
 		{"POST /v1/internal/copies/{id}/read", b.internalRead},
 		{"GET /v1/internal/health", b.health}, // the keeper's liveness check of a partition's leader
 	} {
@@ -81,7 +84,7 @@ func parseFrameQuery(id meta.SegmentID, q url.Values) (frameRequest, error) {
 }
 
 // sealAtRequest asks a copy to cut at byte Bytes and seal there. Fenced
-// says Bytes came from fencing the copies (a takeover, sealAtCommon): the
+// says Bytes came from fencing the copies (a takeover, sealActive): the
 // copy is cut only while its fence holds, since a copy whose fence a
 // restart dropped may have taken, and a leader acknowledged, frames past
 // Bytes since.
@@ -109,9 +112,8 @@ type readResponse struct {
 
 // appendFrame appends payload to the local copy of id, the segment
 // starting at store offset start, as the frame at store offset want and
-// syncs it. A copy whose next frame is not want refuses with errDisagree
-// (the frame it wrote is cut again by the seal that follows a failed
-// append); a fenced copy refuses with errFenced and writes nothing.
+// syncs it. A copy whose next frame is not want refuses with errDisagree,
+// and a fenced copy with errFenced; neither writes anything.
 func appendFrame(b *Server, id meta.SegmentID, start, want uint64, payload []byte) error {
 	unlock := b.lockSegment(id)
 	defer unlock()
@@ -121,12 +123,11 @@ func appendFrame(b *Server, id meta.SegmentID, start, want uint64, payload []byt
 	if err := b.db.RestoreStart(id, start); err != nil {
 		return err
 	}
-	off, err := b.db.Append(id, payload)
-	if err != nil {
+	if err := b.db.AppendAt(id, want, payload); err != nil {
+		if errors.Is(err, store.ErrNotNext) {
+			return fmt.Errorf("%w: frame of %s: %w", errDisagree, id, err)
+		}
 		return err
-	}
-	if off != want {
-		return fmt.Errorf("%w: frame of %s: written at offset %d, the leader's is %d", errDisagree, id, off, want)
 	}
 	return b.db.Sync(id)
 }
@@ -217,8 +218,22 @@ func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 
 // internalFence fences the copy (appendFrame refuses every frame from
 // now on, until it is sealed) and answers its durable end: a takeover
-// seals at the least of its replicas' (fenceReplicas).
+// seals at the longest of its replicas' (fenceReplicas).
 func (b *Server) internalFence(r *http.Request, body []byte) (any, error) {
+	return b.copyEnd(r, body, true)
+}
+
+// internalEnd answers the copy's durable end and fences nothing: a leader
+// that opens an active segment its own copy holds no frame of asks the
+// other replicas whether they hold some (openPartLog). No fence is
+// needed there: only that leader writes the segment's frames.
+func (b *Server) internalEnd(r *http.Request, body []byte) (any, error) {
+	return b.copyEnd(r, body, false)
+}
+
+// copyEnd answers the durable end of the copy the request names, fencing
+// it first (when unsealed) with fence, under the segment's lock.
+func (b *Server) copyEnd(r *http.Request, body []byte, fence bool) (any, error) {
 	id, err := parseSegmentID(r.PathValue("id"))
 	if err != nil {
 		return nil, err
@@ -232,7 +247,7 @@ func (b *Server) internalFence(r *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !end.Footer {
+	if fence && !end.Footer {
 		b.setFence(id, true)
 	}
 	return endResponse{Bytes: end.Bytes, Frames: end.Frames, NextOffset: end.NextOffset, Footer: end.Footer}, nil

@@ -548,6 +548,21 @@ func (db *DB) RestoreStart(id meta.SegmentID, start uint64) error {
 // or earlier latched the copy), ErrBusy, ErrClosed, ErrInvalid (payload
 // larger than MaxPayload).
 func (db *DB) Append(id meta.SegmentID, payload []byte) (uint64, error) {
+	return db.append(id, payload, nil)
+}
+
+// AppendAt is Append of the frame at store offset want: a copy whose next
+// frame is at another offset refuses it with ErrNotNext and writes
+// nothing, so that a writer that lost its place (a leader whose view of
+// the copy is stale) cannot put a frame at an offset the copies do not
+// agree on.
+func (db *DB) AppendAt(id meta.SegmentID, want uint64, payload []byte) error {
+	_, err := db.append(id, payload, &want)
+	return err
+}
+
+// append is Append, and AppendAt when want is not nil.
+func (db *DB) append(id meta.SegmentID, payload []byte, want *uint64) (uint64, error) {
 	if len(payload) > MaxPayload {
 		return 0, fmt.Errorf("%w: append %s: payload of %d bytes exceeds %d", ErrInvalid, id, len(payload), MaxPayload)
 	}
@@ -563,6 +578,9 @@ func (db *DB) Append(id meta.SegmentID, payload []byte) (uint64, error) {
 		return 0, fmt.Errorf("%w: append %s: empty copy of unknown start offset (reopened); settle or recreate it", ErrInvalid, id)
 	}
 	off := c.start + c.frames
+	if want != nil && *want != off {
+		return 0, fmt.Errorf("%w: append %s at offset %d: the copy's next frame is at offset %d", ErrNotNext, id, *want, off)
+	}
 	c.scratch = AppendFrame(c.scratch[:0], off, payload)
 	n := int64(len(c.scratch))
 	if db.pre > 0 && c.end+n > c.alloc {

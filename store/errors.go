@@ -50,6 +50,9 @@ var (
 	// checksum). The store refused to cut, reseal or overwrite the copy and
 	// changed nothing (errors.As to *SealConflictError for both sides).
 	ErrSealConflict = errors.New("store: seal conflict")
+	// ErrNotNext: AppendAt of a frame at an offset that is not the copy's
+	// next; nothing was written.
+	ErrNotNext = errors.New("store: not the copy's next frame")
 
 	// Reasons a durable-end scan stops before the end of the file; they
 	// are wrapped by a *CorruptError in End.Cause. ErrTorn and ErrZeroTail

@@ -193,6 +193,27 @@ func TestAppendSealReopen(t *testing.T) {
 	}
 }
 
+// TestAppendAtRefusesAnotherOffset: AppendAt writes the frame only at the
+// copy's next offset; at any other it refuses with ErrNotNext and the copy
+// is as it was.
+func TestAppendAtRefusesAnotherOffset(t *testing.T) {
+	db := open(t, t.TempDir(), store.Options{})
+	const id = meta.SegmentID("s1")
+	fill(t, db, id, 100, 2)
+	for _, at := range []uint64{100, 101, 103} {
+		wantIs(t, fmt.Sprintf("AppendAt(%d) of a copy whose next frame is 102", at), db.AppendAt(id, at, []byte("x")), store.ErrNotNext)
+	}
+	if end, err := db.DurableEnd(id); err != nil || end.Frames != 2 || end.Bytes != segment(id, 100, 2).ByteSize {
+		t.Fatalf("after refused AppendAt: %+v, %v; want the 2 frames as they were", end, err)
+	}
+	if err := db.AppendAt(id, 102, []byte("x")); err != nil {
+		t.Fatalf("AppendAt(102) of a copy whose next frame is 102: %v", err)
+	}
+	if end, err := db.DurableEnd(id); err != nil || end.Frames != 3 || end.NextOffset != 103 {
+		t.Fatalf("after AppendAt(102): %+v, %v; want 3 frames, next 103", end, err)
+	}
+}
+
 // TestRestoreStartOfReopenedEmptyCopy: an active copy reopened before its
 // first frame cannot know its start from its file, so Append and Seal
 // refuse it until RestoreStart supplies it from the segment's metadata;
