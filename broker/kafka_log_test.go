@@ -314,8 +314,8 @@ func TestPartLogSealsAtCommonEndOnReplicaFailure(t *testing.T) {
 }
 
 // TestPartLogSealsAnEarlierLeadersFrames: a Log opened over an active
-// segment that already holds frames (an earlier leader's) seals it at what
-// its replicas hold in common and refuses to lead it; the partition goes
+// segment that already holds frames (an earlier leader's) seals it at the
+// longest end its replicas hold and refuses to lead it; the partition goes
 // on in its next segment.
 func TestPartLogSealsAnEarlierLeadersFrames(t *testing.T) {
 	c := kafkaLogCluster(t, 3, 1<<20)
@@ -501,8 +501,8 @@ func chainIDs(chain []*meta.Segment) []meta.SegmentID {
 // TestPartLogMovesOnWhenItsLeaderLostTheCopy: the partition's leader
 // comes back without its copies (a data directory emptied, as the swap
 // fault does) while its segment is active. The Log it would open cannot
-// lead: it seals the segment on the other replicas at what they hold in
-// common, every acknowledged batch kept, and the partition goes on in
+// lead: it seals the segment on the other replicas at the longest end
+// they hold, every acknowledged batch kept, and the partition goes on in
 // its next segment. Before, the Log refused to open forever and the
 // others, seeing their leader answer, never took over: no client could
 // produce to or read the partition again.
@@ -522,6 +522,16 @@ func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
 	if _, err := newKafkaCluster(back).Partition("t", 0); err == nil || !strings.Contains(err.Error(), "holds no copy") {
 		t.Fatalf("opening the Log on the leader without its copy: %v; want a refusal saying it holds no copy", err)
 	}
+	c.sealedAndOn(act, &a)
+}
+
+// sealedAndOn checks that the partition's active segment act, of the 3
+// acknowledged single-record batches in a, was sealed with all 3, and
+// that the partition goes on: the next segment's Log appends at offset 3
+// and every batch reads back.
+func (c *testCluster) sealedAndOn(act *meta.Segment, a *appended) {
+	t := c.t
+	t.Helper()
 	var sealed meta.Segment
 	c.waitFor(10*time.Second, string(act.ID)+" sealed", func() bool {
 		sealed, _ = c.leader().node.Segment(act.ID)
@@ -532,9 +542,9 @@ func TestPartLogMovesOnWhenItsLeaderLostTheCopy(t *testing.T) {
 	}
 	c.keepUntilSegments(2)
 	l2, _ := c.partitionLog(t)
-	a.add(t, l2, "after the lost copy")
+	a.add(t, l2, "after the seal")
 	if got := a.bases[len(a.bases)-1]; got != 3 {
-		t.Fatalf("first append after the lost copy at offset %d, want 3", got)
+		t.Fatalf("first append after the seal at offset %d, want 3", got)
 	}
 	got, _ := readAll(t, l2)
 	if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
@@ -594,24 +604,7 @@ func TestPartLogKeepsTheFramesItsLeadersCopyLost(t *testing.T) {
 			if _, err := newKafkaCluster(back).Partition("t", 0); !errors.Is(err, kafka.ErrNotLeader) {
 				t.Fatalf("opening the Log on a leader whose copy holds %d of the 3 acknowledged frames: %v; want it refused (ErrNotLeader) and the segment sealed", kept, err)
 			}
-			var sealed meta.Segment
-			c.waitFor(10*time.Second, string(act.ID)+" sealed", func() bool {
-				sealed, _ = c.leader().node.Segment(act.ID)
-				return sealed.Sealed
-			})
-			if sealed.Length != 3 {
-				t.Fatalf("%s sealed at %d frames, want the 3 acknowledged", act.ID, sealed.Length)
-			}
-			c.keepUntilSegments(2)
-			l2, _ := c.partitionLog(t)
-			a.add(t, l2, "after the seal")
-			if got := a.bases[len(a.bases)-1]; got != 3 {
-				t.Fatalf("first append after the seal at offset %d, want 3", got)
-			}
-			got, _ := readAll(t, l2)
-			if want := bytes.Join(a.batches, nil); !bytes.Equal(got, want) {
-				t.Fatalf("read back %d bytes, appended %d: not the same bytes", len(got), len(want))
-			}
+			c.sealedAndOn(act, &a)
 		})
 	}
 }

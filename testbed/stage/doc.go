@@ -12,8 +12,9 @@
 // and what the cluster must have for it to heal (spare brokers, a quorum:
 // Options.Infeasible says why not). Every fault is the harness's fault
 // catalogue's (testbed/harness/catalogue.go). The disk stages need root
-// for a loop-mounted ext4 on one follower's copies directory, and are
-// skipped, saying why, without. The lifecycle stages (decommission,
+// for a loop-mounted ext4 on one follower's copies directory (its copies
+// moved there with the broker stopped), and are skipped, saying why,
+// without. The lifecycle stages (decommission,
 // maintenance, rebalance) give the operator's commands through the malachi
 // CLI when Options.CLI names it, and judge what it prints (operator.go),
 // else through the admin API.
