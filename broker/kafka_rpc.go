@@ -18,9 +18,9 @@ import (
 // a raw frame appended at an expected store offset, a seal at a byte, a
 // fence (the copy takes no more frames) that answers the copy's durable
 // end, that end without a fence (asked by a leader before its first frame
-// of a segment), a read of a copy's bytes; and /v1/health for brokers. Frame, fence
-// and seal_at take the segment's lock on the replica, so none interleaves
-// with another there.
+// of a segment), a read of a copy's bytes; and /v1/health for brokers.
+// Frame, fence, end and seal_at take the segment's lock on the replica,
+// so none interleaves with another there.
 func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	for _, rt := range []struct {
 		pattern string

@@ -76,7 +76,7 @@
 //
 //	db, _ := store.Open(dir, store.Options{Logger: log, Preallocate: 64 << 20})
 //	db.Create(id, start)            // the active segment
-//	off, _ := db.Append(id, record) // many times
+//	off, _ := db.Append(id, record) // many times (AppendAt: only at offset want)
 //	db.Sync(id)                     // frames appended before are acknowledged
 //	seal, _ := db.Seal(id)          // footer, fenced; seal goes to the metadata
 //	...
