@@ -695,6 +695,46 @@ func TestPartLogFencedSealRefusesACopyThatLostItsFence(t *testing.T) {
 	}
 }
 
+// TestPartLogTakesBackASealTheMetadataRefused: a takeover seals the
+// followers' copies, then its SealSegment is refused: another seal was
+// recorded first (a leader's roll, or a takeover by brokers this one
+// could not reach: the nemesis's seed 90210 had a follower cut off from
+// everyone seal its own copy one frame past the recorded seal, and heal
+// then refused to touch the copy for good). The copies must not keep a
+// seal the metadata does not record: their footers come off, their
+// frames stay, and they stay fenced, taking no frame.
+func TestPartLogTakesBackASealTheMetadataRefused(t *testing.T) {
+	c := kafkaLogCluster(t, 3, 1<<20)
+	l, lb := c.partitionLog(t)
+	var a appended
+	for i := range 3 {
+		a.add(t, l, fmt.Sprintf("acked %d", i))
+	}
+	act := lb.node.View().Chain("t", 0)[0]
+	ctx := context.Background()
+	keeper, at, live, err := c.fenceFollowers(act)
+	if err != nil || len(live) != 2 {
+		t.Fatalf("fencing %v's followers: %v on %d replicas", act.Replicas, err, len(live))
+	}
+	other := meta.SealSegment{ID: act.ID, Length: 2, ByteSize: at - 1, Checksum: meta.CRC32C(1)}
+	if _, err := c.leader().apply(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	_, on, err := sealReplicasAt(ctx, keeper, *act, live, sealAtRequest{Start: act.StartOffset, Bytes: at, Fenced: true}, nil)
+	if !errors.Is(err, meta.ErrSealed) || len(on) != 2 {
+		t.Fatalf("the takeover's seal after another was recorded: sealed on %v, %v; want both copies sealed, then the commit refused (meta.ErrSealed)", on, err)
+	}
+	for _, r := range act.Replicas[1:] {
+		end, err := c.b(r).db.DurableEnd(act.ID)
+		if err != nil || end.Footer || end.Frames != 3 || end.Bytes != at {
+			t.Errorf("broker %d's copy after the refused commit: %+v, %v; want its 3 frames (%d bytes) and no footer", r, end, err, at)
+		}
+		if err := appendFrame(c.b(r), act.ID, act.StartOffset, act.StartOffset+3, testBatch("after the refused seal")); !errors.Is(err, errFenced) {
+			t.Errorf("broker %d took a frame after the refused seal: %v; want errFenced", r, err)
+		}
+	}
+}
+
 // TestPartLogFollowersReadWhatTheClientsWaitOn: each frame carries the
 // length of the partition's previous replicate round (what its acks=all
 // clients waited on), and a follower counts the longer of that and its

@@ -177,16 +177,44 @@ func sealReplicasAt(ctx context.Context, b *Server, seg meta.Segment, rs []sealR
 		return seg, nil, fmt.Errorf("seal %s at byte %d on %v (skipping %v): %w", seg.ID, req.Bytes, seg.Replicas, skip, errors.Join(failed...))
 	}
 	s := got[0]
+	var err error
 	for _, o := range got[1:] {
 		if o != s {
-			return seg, on, fmt.Errorf("%w: seal %s at byte %d: replicas sealed %+v and %+v", errDisagree, seg.ID, req.Bytes, s, o)
+			err = fmt.Errorf("%w: seal %s at byte %d: replicas sealed %+v and %+v", errDisagree, seg.ID, req.Bytes, s, o)
 		}
 	}
-	if _, err := b.apply(ctx, meta.SealSegment{ID: seg.ID, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}); err != nil {
+	if err == nil {
+		_, err = b.apply(ctx, meta.SealSegment{ID: seg.ID, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum})
+	}
+	if err != nil {
+		unsealReplicas(ctx, b, seg, rs, errs, results)
 		return seg, on, err
 	}
 	seg.Length, seg.ByteSize, seg.Checksum, seg.Sealed = s.Length, s.ByteSize, s.Checksum, true
 	return seg, on, nil
+}
+
+// unsealReplicas takes back the seal of each copy of rs that sealed (errs
+// nil) at results' byte size when SealSegment was not committed: the
+// footer comes off, the frames stay, and the copy stays fenced (it takes
+// no frame). Otherwise a copy would keep a seal the metadata may never
+// record: a broker cut off from the control plane (a takeover seen only
+// by itself, a leader's roll) sealed its own copy, another seal was
+// committed at a different end, and the copy's own seal then refused
+// every settle for ever (a seal conflict, which heal leaves to the
+// operator). A copy with no footer is settled to whatever seal the
+// metadata records. Failures are logged: the copy keeps its seal.
+func unsealReplicas(ctx context.Context, b *Server, seg meta.Segment, rs []sealReplica, errs []error, results []sealResult) {
+	ctx = context.WithoutCancel(ctx)
+	uerrs := eachReplica(rs, func(i int, r sealReplica) error {
+		if errs[i] != nil {
+			return nil
+		}
+		return callCopy(ctx, b, r, seg.ID, "unseal", sealAtRequest{Start: seg.StartOffset, Bytes: results[i].ByteSize}, nil)
+	})
+	if err := errors.Join(uerrs...); err != nil {
+		b.log.Warn().Err(err).Str("segment", string(seg.ID)).Msg("kafka: a seal not recorded in the metadata could not be taken back; heal reports the copy's seal conflict")
+	}
 }
 
 // callCopy posts req to replica r's copy route op of segment id, with a

@@ -15,12 +15,13 @@ import (
 )
 
 // The internal copy routes of the Kafka log, between brokers (rpc.Brokers):
-// a raw frame appended at an expected store offset, a seal at a byte, a
-// fence (the copy takes no more frames) that answers the copy's durable
-// end, that end without a fence (asked by a leader before its first frame
-// of a segment), a read of a copy's bytes; and /v1/health for brokers.
-// Frame, fence, end and seal_at take the segment's lock on the replica,
-// so none interleaves with another there.
+// a raw frame appended at an expected store offset, a seal at a byte and
+// its undoing (unseal: the metadata did not record it), a fence (the copy
+// takes no more frames) that answers the copy's durable end, that end
+// without a fence (asked by a leader before its first frame of a
+// segment), a read of a copy's bytes; and /v1/health for brokers. Every
+// route but read takes the segment's lock on the replica, so none
+// interleaves with another there.
 func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	for _, rt := range []struct {
 		pattern string
@@ -28,6 +29,7 @@ func (b *Server) kafkaRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	}{
 		{"POST /v1/internal/copies/{id}/frame", b.internalFrame},
 		{"POST /v1/internal/copies/{id}/seal_at", b.internalSealAt},
+		{"POST /v1/internal/copies/{id}/unseal", b.internalUnseal},
 		{"POST /v1/internal/copies/{id}/fence", b.internalFence},
 		{"POST /v1/internal/copies/{id}/end", b.internalEnd},
 		{"POST /v1/internal/copies/{id}/read", b.internalRead},
@@ -214,6 +216,36 @@ func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 	}
 	b.setFence(id, false) // the footer refuses frames now
 	return sealResult{StartOffset: s.StartOffset, Length: s.Length, ByteSize: s.ByteSize, Checksum: s.Checksum}, nil
+}
+
+// internalUnseal takes a seal that the metadata did not record off the
+// copy (unsealReplicas): a footer after byte req.Bytes is cut, the frames
+// stay, and the copy is fenced, so that it takes no frame until a seal.
+// A copy sealed at another byte (another seal's) is left as it is.
+func (b *Server) internalUnseal(r *http.Request, body []byte) (any, error) {
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	var req sealAtRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	unlock := b.lockSegment(id)
+	defer unlock()
+	end, err := b.db.DurableEnd(id)
+	switch {
+	case err != nil:
+		return nil, err
+	case end.Footer && end.Bytes != req.Bytes:
+		return struct{}{}, nil
+	case end.Footer:
+		if err := b.db.Truncate(id, end.Bytes); err != nil {
+			return nil, err
+		}
+	}
+	b.setFence(id, true)
+	return struct{}{}, nil
 }
 
 // internalFence fences the copy (appendFrame refuses every frame from
