@@ -634,17 +634,8 @@ func (c *testCluster) keepUntilSegments(n int) {
 // the frame; the seal then keeps every acknowledged batch.
 func TestPartLogTakeoverCutsNoAcknowledgedFrame(t *testing.T) {
 	c := kafkaLogCluster(t, 3, 1<<20)
-	l, lb := c.partitionLog(t)
-	var a appended
-	for i := range 3 {
-		a.add(t, l, fmt.Sprintf("acked %d", i))
-	}
-	act := lb.node.View().Chain("t", 0)[0]
+	l, a, act, keeper, at, live := c.ackedThenFenced()
 	ctx := context.Background()
-	keeper, at, live, err := c.fenceFollowers(act)
-	if err != nil || len(live) != 2 {
-		t.Fatalf("the takeover's fence of %v's followers: %v on %d replicas", act.Replicas, err, len(live))
-	}
 	base, err := l.Append(ctx, testBatch("the resumed leader's"), 1)
 	if err == nil {
 		a.batches, a.bases = append(a.batches, nil), append(a.bases, base)
@@ -705,17 +696,8 @@ func TestPartLogFencedSealRefusesACopyThatLostItsFence(t *testing.T) {
 // frames stay, and they stay fenced, taking no frame.
 func TestPartLogTakesBackASealTheMetadataRefused(t *testing.T) {
 	c := kafkaLogCluster(t, 3, 1<<20)
-	l, lb := c.partitionLog(t)
-	var a appended
-	for i := range 3 {
-		a.add(t, l, fmt.Sprintf("acked %d", i))
-	}
-	act := lb.node.View().Chain("t", 0)[0]
+	_, _, act, keeper, at, live := c.ackedThenFenced()
 	ctx := context.Background()
-	keeper, at, live, err := c.fenceFollowers(act)
-	if err != nil || len(live) != 2 {
-		t.Fatalf("fencing %v's followers: %v on %d replicas", act.Replicas, err, len(live))
-	}
 	other := meta.SealSegment{ID: act.ID, Length: 2, ByteSize: at - 1, Checksum: meta.CRC32C(1)}
 	if _, err := c.leader().apply(ctx, other); err != nil {
 		t.Fatal(err)
@@ -783,6 +765,26 @@ func TestPartLogFollowersReadWhatTheClientsWaitOn(t *testing.T) {
 			t.Errorf("broker %d's client p99 over the second frame: %v (known %v); want at least the %v the leader's first round took", f.self, p99, ok, held)
 		}
 	}
+}
+
+// ackedThenFenced opens t/0's Log, appends 3 acknowledged single-record
+// batches (a) to its active segment act, and fences act's followers as a
+// takeover by the first of them (keeper) does: where to seal and the
+// replicas that answered, both followers.
+func (c *testCluster) ackedThenFenced() (l *partLog, a *appended, act *meta.Segment, keeper *Server, at int64, live []sealReplica) {
+	t := c.t
+	t.Helper()
+	l, lb := c.partitionLog(t)
+	a = &appended{}
+	for i := range 3 {
+		a.add(t, l, fmt.Sprintf("acked %d", i))
+	}
+	act = lb.node.View().Chain("t", 0)[0]
+	keeper, at, live, err := c.fenceFollowers(act)
+	if err != nil || len(live) != 2 {
+		t.Fatalf("the takeover's fence of %v's followers: %v on %d replicas", act.Replicas, err, len(live))
+	}
+	return l, a, act, keeper, at, live
 }
 
 // fenceFollowers is the first step of a takeover of act by its first

@@ -176,17 +176,24 @@ func frameRecords(payload []byte) int {
 	return int(h.Records())
 }
 
+// parseSealAt reads the segment id and the sealAtRequest of a seal_at or
+// unseal request.
+func parseSealAt(r *http.Request, body []byte) (meta.SegmentID, sealAtRequest, error) {
+	var req sealAtRequest
+	id, err := parseSegmentID(r.PathValue("id"))
+	if err == nil {
+		err = decodeJSON(body, &req)
+	}
+	return id, req, err
+}
+
 // internalSealAt cuts the copy to byte req.Bytes (dropping frames past
 // it) and seals it there. A copy sealed already answers its seal when it
 // ends there; one shorter than req.Bytes is refused (errDisagree), and so
 // is a fenced seal's cut of a copy no longer fenced (errFenced).
 func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
-	id, err := parseSegmentID(r.PathValue("id"))
+	id, req, err := parseSealAt(r, body)
 	if err != nil {
-		return nil, err
-	}
-	var req sealAtRequest
-	if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
 	unlock := b.lockSegment(id)
@@ -223,12 +230,8 @@ func (b *Server) internalSealAt(r *http.Request, body []byte) (any, error) {
 // stay, and the copy is fenced, so that it takes no frame until a seal.
 // A copy sealed at another byte (another seal's) is left as it is.
 func (b *Server) internalUnseal(r *http.Request, body []byte) (any, error) {
-	id, err := parseSegmentID(r.PathValue("id"))
+	id, req, err := parseSealAt(r, body)
 	if err != nil {
-		return nil, err
-	}
-	var req sealAtRequest
-	if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
 	unlock := b.lockSegment(id)
