@@ -26,7 +26,8 @@
 // kafka_rpc.go the internal copy routes of the Kafka log, kafka_groups.go
 // the consumer groups' side (which broker coordinates a group: rendezvous
 // hashing over the live brokers; committed offsets through the control
-// plane, meta.CommitOffsets), kafka_live.go which brokers Metadata lists
+// plane, meta.CommitOffsets, read back at the leader's read index),
+// kafka_live.go which brokers Metadata lists
 // (each broker asks its peers every grace/8 and counts one dead after
 // grace/2 without an answer, before heal does). The admin API's
 // requests and answers are package admin's types, which its client
@@ -78,6 +79,7 @@
 //	POST|GET /v1/faults/hold-produce/{topic}/{partition}  arm | wait for a held Produce answer (fault_injection only; refused without)
 //	POST /v1/internal/...                   between brokers (apply, segments, copies, heal, plan)
 //	POST /v1/internal/kafka/end             a partition's high watermark, asked of its leader by a group's coordinator
+//	POST /v1/internal/read_index            the control plane leader's applied index after a barrier (a group's offsets are read there)
 //	GET  /v1/internal/kafka/alive           the Kafka listener's liveness probe between brokers
 //
 // Errors answer {"code","message"} with a status that fits the code

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net/http"
 
+	"github.com/malachi-log/malachi/cluster"
 	"github.com/malachi-log/malachi/kafka"
 	"github.com/malachi-log/malachi/meta"
 	"github.com/malachi-log/malachi/rpc"
@@ -84,11 +85,18 @@ func (kc *kafkaCluster) waitApplied(ctx context.Context, idx uint64) error {
 }
 
 // FetchOffsets implements kafka.Groups from this broker's metadata once
-// it has applied every command it knows committed (cluster.Node.Barrier):
-// a coordinator that took a group over reads every commit its
-// predecessor had acknowledged.
+// it has applied every command the control plane's leader had committed
+// when asked (readIndex): a coordinator that took a group over reads
+// every commit its predecessor had acknowledged, even when its own raft
+// log trails (it just restarted, or came back from a partition). Reading
+// up to what this broker knew committed was not enough: the nemesis (seed
+// 777) had a group resume 10,950 offsets below its acknowledged commit.
 func (kc *kafkaCluster) FetchOffsets(ctx context.Context, group string) ([]kafka.Offset, error) {
-	if err := kc.b.node.Barrier(ctx); err != nil {
+	idx, err := kc.b.readIndex(ctx)
+	if err == nil {
+		err = kc.waitApplied(ctx, idx)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
 	}
 	offs := kc.b.node.View().Offsets(group)
@@ -105,6 +113,57 @@ func (kc *kafkaCluster) DeleteOffsets(ctx context.Context, group string) error {
 		return fmt.Errorf("delete offsets of group %s: %w", group, err)
 	}
 	return nil
+}
+
+// readIndexPath is the control plane leader's internal route answering
+// the index of the metadata it has applied, every command committed
+// before the request included.
+const readIndexPath = "/v1/internal/read_index"
+
+type readIndexResponse struct {
+	Index uint64 `json:"index"`
+}
+
+// readIndex returns an index of the metadata at or past every command
+// committed before the call: the control plane leader's, after a barrier
+// (here when this broker leads, else asked over readIndexPath).
+func (b *Server) readIndex(ctx context.Context) (uint64, error) {
+	var resp readIndexResponse
+	err := b.onLeader(ctx, leaderRequest{
+		what: "read index", method: http.MethodPost, path: readIndexPath, resp: &resp,
+		here: func() (bool, error) {
+			idx, err := b.leaderIndex(ctx)
+			if errors.Is(err, cluster.ErrNotLeader) {
+				return false, nil
+			}
+			resp.Index = idx
+			return true, err
+		},
+	})
+	return resp.Index, err
+}
+
+// leaderIndex is, on the control plane's leader, the index its metadata
+// has applied after a barrier; cluster.ErrNotLeader elsewhere.
+func (b *Server) leaderIndex(ctx context.Context) (uint64, error) {
+	if !b.node.IsLeader() {
+		return 0, cluster.ErrNotLeader
+	}
+	if err := b.node.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	if !b.node.IsLeader() { // the barrier may have been a follower's
+		return 0, cluster.ErrNotLeader
+	}
+	return b.node.View().Index(), nil
+}
+
+func (b *Server) internalReadIndex(r *http.Request, body []byte) (any, error) {
+	if err := decodeJSON(body, &struct{}{}); err != nil {
+		return nil, err
+	}
+	idx, err := b.leaderIndex(r.Context())
+	return readIndexResponse{Index: idx}, err
 }
 
 // partitionEndPath is the internal route answering a partition's high
@@ -157,6 +216,7 @@ func (kc *kafkaCluster) PartitionEnd(ctx context.Context, topic string, index in
 // brokers (rpc.Brokers).
 func (b *Server) groupRoutes(srv *rpc.Server, mux *http.ServeMux) {
 	srv.Handle(mux, "POST "+partitionEndPath, rpc.Brokers, adapt(b.internalPartitionEnd))
+	srv.Handle(mux, "POST "+readIndexPath, rpc.Brokers, adapt(b.internalReadIndex))
 	srv.Handle(mux, "GET "+alivePath, rpc.Brokers, adapt(b.internalAlive))
 }
 
