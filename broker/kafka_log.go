@@ -138,7 +138,7 @@ func openPartLog(b *Server, topic string, index int32, chain []*meta.Segment) (*
 // this broker cannot tell whether its copy fell behind, and the client
 // retries. A replica that holds no copy of s holds no frame of it.
 func takeEmpty(b *Server, s meta.Segment) error {
-	rs := sealReplicas(b, s, []meta.BrokerID{b.self})
+	rs := registeredReplicas(b, s, []meta.BrokerID{b.self})
 	if len(rs) == 0 {
 		return nil // the only replica
 	}

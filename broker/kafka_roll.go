@@ -94,7 +94,7 @@ func (l *partLog) stepDown() {
 // unsealed and stays in the replica set: heal completes or replaces it.
 // It returns the segment as sealed and the replicas that sealed it.
 func sealActive(ctx context.Context, b *Server, seg meta.Segment, at int64, skip []meta.BrokerID) (meta.Segment, []meta.BrokerID, error) {
-	rs := sealReplicas(b, seg, skip)
+	rs := registeredReplicas(b, seg, skip)
 	fenced := at < 0
 	if fenced {
 		var err error
@@ -105,9 +105,9 @@ func sealActive(ctx context.Context, b *Server, seg meta.Segment, at int64, skip
 	return sealReplicasAt(ctx, b, seg, rs, sealAtRequest{Start: seg.StartOffset, Bytes: at, Fenced: fenced}, skip)
 }
 
-// sealReplicas is every replica of seg registered in this broker's view,
+// registeredReplicas is every replica of seg registered in this broker's view,
 // but those in skip.
-func sealReplicas(b *Server, seg meta.Segment, skip []meta.BrokerID) []sealReplica {
+func registeredReplicas(b *Server, seg meta.Segment, skip []meta.BrokerID) []sealReplica {
 	v := b.node.View()
 	var rs []sealReplica
 	for _, r := range seg.Replicas {
